@@ -1,0 +1,35 @@
+# Two commands a newcomer needs: `make serve` and `make test`.  Everything else is optional.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: serve test check lint typecheck bench clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+serve: $(STAMP)  ## embedded PostgreSQL + migrate + serve on 127.0.0.1:8080
+	$(BIN)/jobfair serve
+
+test: $(STAMP)  ## every test, on embedded PostgreSQL
+	$(BIN)/pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check app tests bench
+	$(BIN)/ruff format --check app tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy app
+
+check: lint typecheck test
+
+bench: $(STAMP)  ## the benchmarks, JSON + a table (minutes; not part of `make test`)
+	$(BIN)/python -m bench.run
+
+clean:
+	rm -rf $(VENV) .jobfair .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -1,0 +1,42 @@
+"""Alembic environment: runs migrations over SQLAlchemy's asyncpg dialect.
+
+The database URL is passed in by ``app.migrations`` as ``config.attributes["url"]``, or
+read from ``JOBFAIR_DATABASE_URL`` when alembic is run by hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from alembic import context
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from app.schema import metadata
+
+config = context.config
+
+
+def _url() -> str:
+    url = config.attributes.get("url") or os.environ.get("JOBFAIR_DATABASE_URL")
+    if not url:
+        raise SystemExit("set JOBFAIR_DATABASE_URL, or run `jobfair migrate`")
+    return url.replace("postgresql://", "postgresql+asyncpg://", 1)
+
+
+def _run(connection) -> None:  # type: ignore[no-untyped-def]
+    context.configure(connection=connection, target_metadata=metadata, compare_type=True)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+async def _run_async() -> None:
+    engine = create_async_engine(_url())
+    async with engine.connect() as connection:
+        await connection.run_sync(_run)
+    await engine.dispose()
+
+
+if context.is_offline_mode():
+    raise SystemExit("offline mode is not supported")
+asyncio.run(_run_async())

@@ -1,0 +1,1 @@
+"""Jobfair: a job-activation service with fair scheduling between tenants."""

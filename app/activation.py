@@ -1,0 +1,161 @@
+"""Activation: turns one ``activate`` call into stride picks and claims.
+
+The decisions are the scheduler's (pure); this service only gathers lane states, asks the
+store to claim, and repeats for lanes that came up short.  Cost per call: a few rounds of
+O(maxJobs + lanes read) -- never proportional to the backlog.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import asyncpg
+
+from app.config import Settings
+from app.scheduler import Aging, Lane, allocate
+from app.store import LaneRow, Store
+
+# A call re-reads lanes at most this often: lanes that were short (drained, or all heads
+# locked by a concurrent activator) or at their cap are excluded on the next round.
+MAX_ROUNDS = 4
+# Lanes read beyond maxJobs, to cover lanes that turn out empty or capped.
+LANE_SLACK = 8
+
+
+@dataclass(frozen=True, slots=True)
+class ActivateRequest:
+    job_type: str
+    max_jobs: int
+    lease_ms: int
+    worker: str | None = None
+    tenant_ids: Sequence[str] | None = None
+
+
+class ActivationService:
+    def __init__(self, store: Store, settings: Settings) -> None:
+        self.store = store
+        self.settings = settings
+        self.queries = 0  # activation rounds that reached the database (for /metrics)
+
+    async def aging_for(self, job_type: str) -> Aging:
+        cfg = await self.store.type_config(job_type)
+        return self._aging(cfg.aging_interval_ms, cfg.aging_step)
+
+    def _aging(self, interval_ms: int | None, step: int | None) -> Aging:
+        return Aging(
+            interval_ms=interval_ms or self.settings.aging_interval_ms,
+            step=self.settings.aging_step if step is None else step,
+        )
+
+    async def activate(
+        self, req: ActivateRequest, now: datetime
+    ) -> tuple[list[asyncpg.Record], Aging]:
+        cfg = await self.store.type_config(req.job_type)
+        aging = self._aging(cfg.aging_interval_ms, cfg.aging_step)
+        claimed: list[asyncpg.Record] = []
+        picks: list[str] = []
+        exclude: set[str] = set()
+        short: set[str] = set()
+        remaining = req.max_jobs
+        for _ in range(MAX_ROUNDS):
+            self.queries += 1
+            rows = await self.store.read_lanes(
+                req.job_type, remaining + LANE_SLACK, sorted(exclude), req.tenant_ids
+            )
+            if not rows:
+                break
+            plan = _Plan(rows, remaining, cfg.max_active_jobs)
+            got = await self.store.claim(
+                req.job_type,
+                plan.preliminary(),
+                plan.strides,
+                now=now,
+                worker=req.worker,
+                lease_ms=req.lease_ms,
+                aging_step=aging.step,
+                aging_interval_ms=aging.interval_ms,
+                type_cap=cfg.max_active_jobs,
+                tenant_caps=plan.tenant_caps(),
+                headroom=plan.with_headroom,
+            )
+            claimed.extend(got)
+            picks.extend(plan.final.picks)
+            remaining -= len(got)
+            per_lane = Counter(r["tenant_id"] for r in got)
+            round_short = {t for t, k in plan.final.counts.items() if per_lane[t] < k}
+            short |= round_short
+            exclude |= round_short | plan.capped_out
+            if remaining <= 0 or plan.type_full:
+                break
+            if not round_short and not plan.capped_out:
+                break
+        if short:
+            await self.store.park_lanes(req.job_type, sorted(short))
+        return _in_pick_order(claimed, picks), aging
+
+
+class _Plan:
+    """One round's allocation, first without caps, then trimmed by counted headroom."""
+
+    def __init__(self, rows: list[LaneRow], n: int, type_cap: int | None) -> None:
+        self.rows = rows
+        self.n = n
+        self.type_cap = type_cap
+        self.strides = {r.tenant_id: 1.0 / r.weight for r in rows}
+        self.final = allocate(self._lanes({}), n)
+        self.capped_out: set[str] = set()
+        self.type_full = False
+
+    def _lanes(self, tenant_active: dict[str, int]) -> list[Lane]:
+        lanes = []
+        for r in self.rows:
+            headroom = None
+            if r.max_active_jobs is not None and r.tenant_id in tenant_active:
+                headroom = r.max_active_jobs - tenant_active[r.tenant_id]
+            lanes.append(Lane(r.tenant_id, r.vtime, r.weight, headroom))
+        return lanes
+
+    def preliminary(self) -> dict[str, int]:
+        return dict(self.final.counts)
+
+    def tenant_caps(self) -> dict[str, int]:
+        """Caps of the tenants this round may touch: every lane read, since trimming one
+        lane's share moves picks to the next lanes."""
+        return {r.tenant_id: r.max_active_jobs for r in self.rows if r.max_active_jobs is not None}
+
+    def with_headroom(self, type_active: int | None, tenant_active: dict[str, int]) -> dict[str, int]:
+        type_headroom = None
+        if self.type_cap is not None and type_active is not None:
+            type_headroom = max(0, self.type_cap - type_active)
+            self.type_full = type_headroom <= self.n
+        lanes = self._lanes(tenant_active)
+        self.capped_out = {
+            lane.tenant_id for lane in lanes if lane.headroom is not None and lane.headroom <= 0
+        }
+        self.final = allocate(lanes, self.n, type_headroom)
+        # Lanes that used up their headroom in this allocation are at cap too.
+        for lane in lanes:
+            if lane.headroom is not None and self.final.counts.get(lane.tenant_id, 0) >= lane.headroom:
+                self.capped_out.add(lane.tenant_id)
+        return dict(self.final.counts)
+
+
+def _in_pick_order(claimed: list[asyncpg.Record], picks: list[str]) -> list[asyncpg.Record]:
+    """Order the response as the stride picks were made: each pick takes its lane's next
+    best job (the store returns them unordered)."""
+    by_lane: dict[str, list[asyncpg.Record]] = defaultdict(list)
+    for row in claimed:
+        by_lane[row["tenant_id"]].append(row)
+    for rows in by_lane.values():
+        rows.sort(key=lambda r: (-r["priority"], r["queued_at"], r["job_key"]), reverse=True)
+    out: list[asyncpg.Record] = []
+    for tenant in picks:
+        lane = by_lane.get(tenant)
+        if lane:
+            out.append(lane.pop())
+    for rows in by_lane.values():
+        out.extend(reversed(rows))
+    return out

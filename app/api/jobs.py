@@ -1,0 +1,134 @@
+"""Native job routes (API.md "Producers" and "Workers")."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from app.activation import ActivateRequest
+from app.api import schemas
+from app.api.parsing import body, job_key, payload
+from app.api.problems import JSON
+from app.domain import job_record, utcnow
+from app.errors import InvalidArgument
+from app.jobs import JobChanges, check_no_lease_without_fence
+from app.store import NewJob
+
+router = APIRouter(prefix="/v2/jobs", tags=["jobs"])
+
+
+def _new_job(request: Request, job: schemas.CreateJob, now) -> NewJob:  # type: ignore[no-untyped-def]
+    if job.runAt is not None and job.delay is not None:
+        raise InvalidArgument("give runAt or delay, not both")
+    run_at = job.run_at() or now
+    if job.delay is not None:
+        run_at = now + timedelta(milliseconds=job.delay)
+    variables, headers = payload(request, job.variables, job.customHeaders)
+    assert variables is not None and headers is not None
+    return NewJob(job.type, job.tenantId, job.priority, job.retries, variables, headers,
+                  run_at, job.idempotencyKey)
+
+
+@router.post("", status_code=201)
+async def create_job(request: Request) -> Response:
+    spec = await body(request, schemas.CreateJob)
+    now = utcnow()
+    services = request.app.state.services
+    [inserted] = await services.jobs.create([_new_job(request, spec, now)], now)
+    record = await services.jobs.get(inserted.job_key, now)
+    return JSON(record, status_code=201 if inserted.created else 200)
+
+
+@router.post("/batch", status_code=201)
+async def create_batch(request: Request) -> Response:
+    spec = await body(request, schemas.CreateBatch)
+    limit = request.app.state.settings.max_batch_jobs
+    if len(spec.jobs) > limit:
+        raise InvalidArgument(f"jobs: at most {limit} jobs per batch, got {len(spec.jobs)}")
+    now = utcnow()
+    new = [_new_job(request, j, now) for j in spec.jobs]
+    inserted = await request.app.state.services.jobs.create(new, now)
+    return JSON({"jobKeys": [str(i.job_key) for i in inserted]}, status_code=201)
+
+
+@router.post("/activate")
+async def activate(request: Request) -> Response:
+    spec = await body(request, schemas.Activate)
+    services = request.app.state.services
+    now = utcnow()
+    req = ActivateRequest(spec.type, spec.maxJobs, spec.timeout, spec.worker, spec.tenantIds)
+    rows, aging = await services.activation.activate(req, now)
+    jobs = [job_record(r, now, aging, spec.fetchVariables) for r in rows]
+    return JSON({"jobs": jobs})
+
+
+@router.post("/complete")
+async def complete_batch(request: Request) -> Response:
+    spec = await body(request, schemas.CompleteBatch)
+    items = []
+    for item in spec.jobs:
+        [variables] = payload(request, item.variables)
+        items.append((job_key(item.jobKey), item.activationCount, variables))
+    results = await request.app.state.services.jobs.complete_many(items, utcnow())
+    return JSON({"results": [{"jobKey": str(k), "status": s} for k, s in results]})
+
+
+@router.get("/{key}")
+async def get_job(request: Request, key: str) -> Response:
+    record = await request.app.state.services.jobs.get(job_key(key), utcnow())
+    return JSON(record)
+
+
+@router.post("/{key}/cancel", status_code=204)
+async def cancel_job(request: Request, key: str) -> Response:
+    await request.app.state.services.jobs.cancel(job_key(key), utcnow())
+    return Response(status_code=204)
+
+
+@router.post("/{key}/complete", status_code=204)
+async def complete_job(request: Request, key: str) -> Response:
+    k = job_key(key)
+    spec = await body(request, schemas.Complete)
+    [variables] = payload(request, spec.variables)
+    await request.app.state.services.jobs.complete(k, spec.activationCount, variables, utcnow())
+    return Response(status_code=204)
+
+
+@router.post("/{key}/fail", status_code=204)
+async def fail_job(request: Request, key: str) -> Response:
+    k = job_key(key)
+    spec = await body(request, schemas.Fail)
+    [variables] = payload(request, spec.variables)
+    await request.app.state.services.jobs.fail(
+        k, spec.activationCount, retries=spec.retries, error_message=spec.errorMessage,
+        retry_backoff_ms=spec.retryBackOff, variables=variables, now=utcnow(),
+    )
+    return Response(status_code=204)
+
+
+@router.post("/{key}/error", status_code=204)
+async def throw_error(request: Request, key: str) -> Response:
+    k = job_key(key)
+    spec = await body(request, schemas.ThrowError)
+    if spec.activationCount is None:
+        raise InvalidArgument("activationCount is required")
+    [variables] = payload(request, spec.variables)
+    await request.app.state.services.jobs.throw_error(
+        k, spec.activationCount, spec.errorCode, spec.errorMessage, variables, utcnow()
+    )
+    return Response(status_code=204)
+
+
+@router.patch("/{key}", status_code=204)
+async def update_job(request: Request, key: str) -> Response:
+    k = job_key(key)
+    spec = await body(request, schemas.UpdateJob)
+    cs = spec.changeset
+    if cs.retries is None and cs.timeout is None and cs.priority is None:
+        raise InvalidArgument("changeset must set at least one of retries, timeout, priority")
+    changes = JobChanges(retries=cs.retries, timeout_ms=cs.timeout, priority=cs.priority)
+    check_no_lease_without_fence(changes, spec.activationCount)
+    await request.app.state.services.jobs.update(k, changes, spec.activationCount, utcnow())
+    return Response(status_code=204)

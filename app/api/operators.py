@@ -1,0 +1,129 @@
+"""Operator routes: tenants, job types, stats, health."""
+
+from __future__ import annotations
+
+import re
+
+from fastapi import APIRouter, Request
+from starlette.responses import PlainTextResponse, Response
+
+from app.api import schemas
+from app.api.parsing import body
+from app.api.problems import JSON
+from app.domain import JOB_TYPE_RE, TENANT_ID_RE, utcnow
+from app.errors import InvalidArgument, ResourceExhausted
+
+router = APIRouter(tags=["operators"])
+
+
+def _tenant_id(raw: str) -> str:
+    if not TENANT_ID_RE.match(raw):
+        raise InvalidArgument(f"tenantId {raw!r} must match {TENANT_ID_RE.pattern}")
+    return raw
+
+
+def _job_type(raw: str) -> str:
+    if not JOB_TYPE_RE.match(raw):
+        raise InvalidArgument(f"type {raw!r} must match {JOB_TYPE_RE.pattern}")
+    return raw
+
+
+def _aging_defaults(request: Request) -> tuple[int, int]:
+    s = request.app.state.settings
+    return s.aging_interval_ms, s.aging_step
+
+
+@router.put("/v2/tenants/{tenant_id}")
+async def put_tenant(request: Request, tenant_id: str) -> Response:
+    tid = _tenant_id(tenant_id)
+    spec = await body(request, schemas.PutTenant)
+    out = await request.app.state.services.config.put_tenant(tid, spec.weight, spec.maxActiveJobs)
+    return JSON(out)
+
+
+@router.get("/v2/tenants")
+async def list_tenants(request: Request) -> Response:
+    return JSON({"tenants": await request.app.state.services.config.list_tenants()})
+
+
+@router.get("/v2/tenants/{tenant_id}")
+async def get_tenant(request: Request, tenant_id: str) -> Response:
+    return JSON(await request.app.state.services.config.get_tenant(_tenant_id(tenant_id)))
+
+
+@router.delete("/v2/tenants/{tenant_id}", status_code=204)
+async def delete_tenant(request: Request, tenant_id: str) -> Response:
+    await request.app.state.services.config.delete_tenant(_tenant_id(tenant_id))
+    return Response(status_code=204)
+
+
+@router.put("/v2/job-types/{job_type:path}")
+async def put_job_type(request: Request, job_type: str) -> Response:
+    jt = _job_type(job_type)
+    spec = await body(request, schemas.PutJobType)
+    out = await request.app.state.services.config.put_job_type(
+        jt, spec.maxActiveJobs, spec.agingIntervalMs, spec.agingStep
+    )
+    defaults = _aging_defaults(request)
+    out["agingIntervalMs"] = out["agingIntervalMs"] or defaults[0]
+    out["agingStep"] = defaults[1] if out["agingStep"] is None else out["agingStep"]
+    return JSON(out)
+
+
+@router.get("/v2/job-types")
+async def list_job_types(request: Request) -> Response:
+    items = await request.app.state.services.config.list_job_types(_aging_defaults(request))
+    return JSON({"jobTypes": items})
+
+
+@router.get("/v2/job-types/{job_type:path}")
+async def get_job_type(request: Request, job_type: str) -> Response:
+    out = await request.app.state.services.config.get_job_type(
+        _job_type(job_type), _aging_defaults(request)
+    )
+    return JSON(out)
+
+
+@router.get("/v2/stats")
+async def stats(request: Request) -> Response:
+    return JSON(await request.app.state.services.stats.stats(utcnow()))
+
+
+@router.get("/healthz")
+async def healthz() -> Response:
+    return JSON({"status": "ok"})
+
+
+@router.get("/readyz")
+async def readyz(request: Request) -> Response:
+    store = request.app.state.services.store
+    try:
+        await store.ping()
+        revision = await store.schema_revision()
+    except Exception as exc:  # any failure to reach the database means "not ready"
+        raise ResourceExhausted(f"database unreachable: {exc}", retry_after_s=1) from None
+    head = request.app.state.schema_head
+    if revision != head:
+        raise ResourceExhausted(f"schema at {revision}, expected {head}", retry_after_s=5)
+    return JSON({"status": "ready", "schema": revision})
+
+
+_METRIC_NAME = re.compile(r"[^a-zA-Z0-9_]")
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    services = request.app.state.services
+    pool = services.store.pool
+    lines = [
+        "# HELP jobfair_activation_queries_total Activation rounds that reached the database.",
+        "# TYPE jobfair_activation_queries_total counter",
+        f"jobfair_activation_queries_total {services.activation.queries}",
+        "# HELP jobfair_db_pool_size Database connections open in this process.",
+        "# TYPE jobfair_db_pool_size gauge",
+        f"jobfair_db_pool_size {pool.get_size()}",
+        "# HELP jobfair_db_pool_idle Idle database connections in this process.",
+        "# TYPE jobfair_db_pool_idle gauge",
+        f"jobfair_db_pool_idle {pool.get_idle_size()}",
+    ]
+    return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")

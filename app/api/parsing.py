@@ -1,0 +1,67 @@
+"""Body and path parsing shared by the routers: sizes, JSON, validation -> 400."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import orjson
+from fastapi import Request
+from pydantic import BaseModel, ValidationError
+
+from app.errors import InvalidArgument
+
+M = TypeVar("M", bound=BaseModel)
+INT64_MAX = (1 << 63) - 1
+
+
+async def body(request: Request, model: type[M]) -> M:
+    limit = request.app.state.settings.max_body_bytes
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise InvalidArgument(f"request body is larger than {limit} bytes")
+    raw = await request.body()
+    if len(raw) > limit:
+        raise InvalidArgument(f"request body is larger than {limit} bytes")
+    if not raw:
+        raise InvalidArgument("request body is empty; expected a JSON object")
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        raise InvalidArgument(describe(exc)) from None
+
+
+def describe(exc: ValidationError) -> str:
+    parts = []
+    for e in exc.errors()[:5]:
+        loc = ".".join(str(p) for p in e["loc"])
+        msg = e["msg"]
+        if e["type"] == "json_invalid":
+            msg = "body is not valid JSON: " + str(e.get("ctx", {}).get("error", ""))
+        parts.append(f"{loc}: {msg}" if loc else msg)
+    more = exc.error_count() - len(parts)
+    if more > 0:
+        parts.append(f"and {more} more")
+    return "; ".join(parts)
+
+
+def job_key(raw: str) -> int:
+    if not raw.isdigit() or len(raw) > 19 or int(raw) > INT64_MAX:
+        raise InvalidArgument(f"jobKey must be a decimal int64 string, got {raw!r}")
+    return int(raw)
+
+
+def payload(request: Request, *parts: dict[str, Any] | None) -> list[str | None]:
+    """Serialize variables/headers once, enforcing the combined size limit."""
+    limit = request.app.state.settings.max_payload_bytes
+    out: list[str | None] = []
+    size = 0
+    for part in parts:
+        if part is None:
+            out.append(None)
+            continue
+        text = orjson.dumps(part).decode()
+        size += len(text)
+        out.append(text)
+    if size > limit:
+        raise InvalidArgument(f"variables and customHeaders exceed {limit} bytes serialized")
+    return out

@@ -1,0 +1,58 @@
+"""problem+json (RFC 9457) for every error, from one place."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from app.errors import InvalidArgument, JobfairError
+
+PROBLEM = "application/problem+json"
+
+
+class JSON(Response):
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
+
+
+def problem(status: int, type_: str, title: str, detail: str, instance: str,
+            headers: dict[str, str] | None = None) -> Response:
+    body = {"type": type_, "title": title, "status": status, "detail": detail,
+            "instance": instance}
+    return Response(orjson.dumps(body), status_code=status, media_type=PROBLEM, headers=headers)
+
+
+def _describe(errors: list[Any]) -> str:
+    parts = []
+    for e in errors[:5]:
+        loc = ".".join(str(p) for p in e.get("loc", ()) if p not in ("body",))
+        parts.append(f"{loc}: {e.get('msg')}" if loc else str(e.get("msg")))
+    return "; ".join(parts) or "invalid request"
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(JobfairError)
+    async def _domain(request: Request, exc: JobfairError) -> Response:
+        headers = None
+        if exc.retry_after_s is not None:
+            headers = {"Retry-After": str(exc.retry_after_s)}
+        return problem(exc.status, exc.type, exc.title, exc.detail, request.url.path, headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> Response:
+        return problem(400, InvalidArgument.type, InvalidArgument.title,
+                       _describe(list(exc.errors())), request.url.path)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> Response:
+        titles = {404: ("urn:jobfair:not-found", "NOT_FOUND"),
+                  405: ("urn:jobfair:method-not-allowed", "METHOD_NOT_ALLOWED")}
+        type_, title = titles.get(exc.status_code, ("urn:jobfair:http", "HTTP_ERROR"))
+        return problem(exc.status_code, type_, title, str(exc.detail), request.url.path)

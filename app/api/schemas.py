@@ -1,0 +1,132 @@
+"""Request bodies, exactly as API.md writes them.  Unknown fields are rejected."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+from app.domain import (
+    DEFAULT_PRIORITY,
+    DEFAULT_RETRIES,
+    DEFAULT_TENANT,
+    MAX_ACTIVATE_JOBS,
+    MAX_COMPLETE_BATCH,
+    MAX_LEASE_MS,
+)
+
+Int = Annotated[int, Field(strict=True)]
+TenantId = Annotated[str, StringConstraints(pattern=r"^(<default>|[A-Za-z0-9_.-]{1,31})$")]
+JobType = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._:/-]{1,128}$")]
+Priority = Annotated[int, Field(strict=True, ge=0, le=100)]
+Retries = Annotated[int, Field(strict=True, ge=0, le=1_000_000)]
+LeaseMs = Annotated[int, Field(strict=True, ge=1, le=MAX_LEASE_MS)]
+BackoffMs = Annotated[int, Field(strict=True, ge=0, le=MAX_LEASE_MS * 365)]
+ActivationCount = Annotated[int, Field(strict=True, ge=0)]
+JobKey = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,19}$")]
+ShortText = Annotated[str, StringConstraints(max_length=10_000)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CreateJob(Strict):
+    type: JobType
+    tenantId: TenantId = DEFAULT_TENANT
+    priority: Priority = DEFAULT_PRIORITY
+    retries: Retries = DEFAULT_RETRIES
+    variables: dict[str, Any] = Field(default_factory=dict)
+    customHeaders: dict[str, Any] = Field(default_factory=dict)
+    runAt: str | None = None
+    delay: Annotated[int, Field(strict=True, ge=0, le=MAX_LEASE_MS * 3650)] | None = None
+    idempotencyKey: Annotated[str, StringConstraints(min_length=1, max_length=255)] | None = None
+
+    @field_validator("runAt")
+    @classmethod
+    def _rfc3339(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        try:
+            parsed = datetime.fromisoformat(v.replace("Z", "+00:00"))
+        except ValueError as exc:
+            raise ValueError("runAt must be an RFC 3339 instant, e.g. 2026-11-30T02:18:41Z") from exc
+        if parsed.tzinfo is None:
+            raise ValueError("runAt must carry a time zone (use Z for UTC)")
+        return v
+
+    def run_at(self) -> datetime | None:
+        if self.runAt is None:
+            return None
+        return datetime.fromisoformat(self.runAt.replace("Z", "+00:00"))
+
+
+class CreateBatch(Strict):
+    jobs: Annotated[list[CreateJob], Field(min_length=1)]
+
+
+class Activate(Strict):
+    type: JobType
+    maxJobs: Annotated[int, Field(strict=True, ge=1, le=MAX_ACTIVATE_JOBS)]
+    timeout: LeaseMs
+    worker: Annotated[str, StringConstraints(max_length=128)] | None = None
+    requestTimeout: Int | None = None
+    tenantIds: Annotated[list[TenantId], Field(min_length=1, max_length=1000)] | None = None
+    fetchVariables: list[Annotated[str, StringConstraints(max_length=1000)]] | None = None
+
+
+class Complete(Strict):
+    activationCount: ActivationCount
+    variables: dict[str, Any] | None = None
+
+
+class Fail(Strict):
+    activationCount: ActivationCount
+    retries: Retries | None = None
+    errorMessage: ShortText | None = None
+    retryBackOff: BackoffMs = 0
+    variables: dict[str, Any] | None = None
+
+
+class ThrowError(Strict):
+    activationCount: ActivationCount | None = None
+    jobLeaseToken: str | None = None
+    operationReference: Int | None = None
+    errorCode: Annotated[str, StringConstraints(min_length=1, max_length=1000)]
+    errorMessage: ShortText | None = None
+    variables: dict[str, Any] | None = None
+
+
+class CompleteItem(Strict):
+    jobKey: JobKey
+    activationCount: ActivationCount
+    variables: dict[str, Any] | None = None
+
+
+class CompleteBatch(Strict):
+    jobs: Annotated[list[CompleteItem], Field(min_length=1, max_length=MAX_COMPLETE_BATCH)]
+
+
+class Changeset(Strict):
+    retries: Retries | None = None
+    timeout: LeaseMs | None = None
+    priority: Priority | None = None
+
+
+class UpdateJob(Strict):
+    changeset: Changeset
+    activationCount: ActivationCount | None = None
+    jobLeaseToken: str | None = None
+    operationReference: Int | None = None
+
+
+class PutTenant(Strict):
+    weight: Annotated[int, Field(strict=True, ge=1, le=10_000)] = 1
+    maxActiveJobs: Annotated[int, Field(strict=True, ge=0)] | None = None
+
+
+class PutJobType(Strict):
+    maxActiveJobs: Annotated[int, Field(strict=True, ge=0)] | None = None
+    agingIntervalMs: Annotated[int, Field(strict=True, ge=1, le=MAX_LEASE_MS * 365)] | None = None
+    agingStep: Annotated[int, Field(strict=True, ge=0, le=100)] | None = None

@@ -1,0 +1,81 @@
+"""The ``jobfair`` command: ``serve`` and ``migrate``."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from app import embedded, migrations
+from app.config import Settings, is_loopback
+
+cli = typer.Typer(add_completion=False, no_args_is_help=True, help="Jobfair job activation service")
+
+
+def _settings(**overrides: Any) -> Settings:
+    return Settings(**{k: v for k, v in overrides.items() if v is not None})
+
+
+def resolve_database(settings: Settings) -> str:
+    """The configured URL, or the embedded server's (started now, stopped at exit)."""
+    if settings.database_url:
+        return settings.database_url
+    typer.echo(f"starting embedded PostgreSQL in {settings.data_dir}/pgdata ...", err=True)
+    server, _ = embedded.start(settings.data_dir)
+    return embedded.ensure_database(server, "jobfair")
+
+
+@cli.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="address to listen on")] = None,
+    port: Annotated[int | None, typer.Option(help="port to listen on")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="embedded PostgreSQL data folder")] = None,
+    database_url: Annotated[str | None, typer.Option(help="postgresql:// URL; unset = embedded")] = None,
+    workers: Annotated[int | None, typer.Option(help="server worker processes")] = None,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
+) -> None:
+    """Start PostgreSQL if needed, migrate, and serve the API."""
+    import uvicorn
+
+    settings = _settings(host=host, port=port, data_dir=data_dir, database_url=database_url,
+                         workers=workers)
+    if settings.auth_mode == "off" and not is_loopback(settings.host):
+        typer.echo(f"refusing to serve on {settings.host} with auth off; "
+                   "bind to 127.0.0.1 or turn auth on", err=True)
+        raise typer.Exit(2)
+    if settings.auth_mode == "required":
+        typer.echo("API-key auth is not implemented yet: bind to loopback (the default)", err=True)
+        raise typer.Exit(2)
+    url = resolve_database(settings)
+    migrations.upgrade(url)
+    # Worker processes read their settings from the environment.
+    os.environ["JOBFAIR_DATABASE_URL"] = url
+    os.environ["JOBFAIR_HOST"] = settings.host
+    os.environ["JOBFAIR_PORT"] = str(settings.port)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    typer.echo(f"Jobfair serving on http://{settings.host}:{settings.port}", err=True)
+    uvicorn.run(
+        "app.asgi:app", host=settings.host, port=settings.port, workers=settings.workers,
+        loop="uvloop", http="httptools", log_level=log_level, access_log=False,
+        timeout_graceful_shutdown=10,
+    )
+
+
+@cli.command()
+def migrate(
+    data_dir: Annotated[Path | None, typer.Option(help="embedded PostgreSQL data folder")] = None,
+    database_url: Annotated[str | None, typer.Option(help="postgresql:// URL; unset = embedded")] = None,
+) -> None:
+    """Migrate the database to the newest schema."""
+    settings = _settings(data_dir=data_dir, database_url=database_url)
+    url = resolve_database(settings)
+    migrations.upgrade(url)
+    typer.echo(f"schema at {migrations.head_revision()}", err=True)
+
+
+def main() -> None:
+    sys.exit(cli())

@@ -1,0 +1,75 @@
+"""Job records as clients see them, and the limits API.md sets on input."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from app.scheduler import Aging, effective_priority
+
+DEFAULT_TENANT = "<default>"
+DEFAULT_PRIORITY = 50
+DEFAULT_RETRIES = 3
+MAX_LEASE_MS = 86_400_000
+MAX_ACTIVATE_JOBS = 1000
+MAX_COMPLETE_BATCH = 1000
+
+TENANT_ID_RE = re.compile(r"^(<default>|[A-Za-z0-9_.-]{1,31})$")
+JOB_TYPE_RE = re.compile(r"^[A-Za-z0-9._:/-]{1,128}$")
+
+TERMINAL_STATES = frozenset({"COMPLETED", "FAILED", "ERROR_THROWN", "CANCELED"})
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def rfc3339(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    value = value.astimezone(UTC)
+    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+
+
+def public_state(state: str) -> str:
+    """``SCHEDULED`` is internal: a delayed job is CREATED to everyone outside."""
+    return "CREATED" if state == "SCHEDULED" else state
+
+
+def job_record(
+    row: Mapping[str, Any],
+    now: datetime,
+    aging: Aging,
+    fetch_variables: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    state = public_state(row["state"])
+    variables = row["variables"]
+    if fetch_variables:
+        variables = {k: v for k, v in variables.items() if k in fetch_variables}
+    if state == "CREATED":
+        eff = effective_priority(row["priority"], row["queued_at"], now, aging)
+    else:
+        eff = row["priority"]
+    return {
+        "jobKey": str(row["job_key"]),
+        "type": row["job_type"],
+        "tenantId": row["tenant_id"],
+        "state": state,
+        "priority": row["priority"],
+        "effectivePriority": eff,
+        "retries": row["retries"],
+        "activationCount": row["activation_count"],
+        "worker": row["worker"],
+        "deadline": rfc3339(row["deadline"]),
+        "runAt": rfc3339(row["run_at"]),
+        "variables": variables,
+        "customHeaders": row["custom_headers"],
+        "errorCode": row["error_code"],
+        "errorMessage": row["error_message"],
+        "createdAt": rfc3339(row["created_at"]),
+        "activatedAt": rfc3339(row["activated_at"]),
+        "completedAt": rfc3339(row["completed_at"]),
+        "idempotencyKey": row["idempotency_key"],
+    }

@@ -1,0 +1,46 @@
+"""Domain errors.  One handler (``app.api.problems``) turns them into problem+json."""
+
+from __future__ import annotations
+
+
+class JobfairError(Exception):
+    status = 500
+    type = "urn:jobfair:internal"
+    title = "INTERNAL"
+
+    def __init__(self, detail: str, *, retry_after_s: int | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.retry_after_s = retry_after_s
+
+
+class InvalidArgument(JobfairError):
+    status = 400
+    type = "urn:jobfair:invalid-argument"
+    title = "INVALID_ARGUMENT"
+
+
+class NotFound(JobfairError):
+    status = 404
+    type = "urn:jobfair:not-found"
+    title = "NOT_FOUND"
+
+
+class InvalidState(JobfairError):
+    """The job is not in a state that allows the operation (cancel of an active job, ...)."""
+
+    status = 409
+    type = "urn:jobfair:invalid-state"
+    title = "INVALID_STATE"
+
+
+class StaleActivation(InvalidState):
+    """The caller's ``activationCount`` is not the job's current activation."""
+
+    type = "urn:jobfair:stale-activation"
+
+
+class ResourceExhausted(JobfairError):
+    status = 503
+    type = "urn:jobfair:resource-exhausted"
+    title = "RESOURCE_EXHAUSTED"

@@ -1,0 +1,139 @@
+"""Producing and finishing jobs: the services behind the job routes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import asyncpg
+
+from app import scheduler
+from app.activation import ActivationService
+from app.domain import MAX_LEASE_MS, job_record
+from app.errors import InvalidArgument, InvalidState, NotFound, StaleActivation
+from app.store import Inserted, NewJob, Store
+
+
+@dataclass(frozen=True, slots=True)
+class JobChanges:
+    retries: int | None = None
+    timeout_ms: int | None = None
+    priority: int | None = None
+
+
+class JobService:
+    def __init__(self, store: Store, activation: ActivationService) -> None:
+        self.store = store
+        self.activation = activation
+
+    async def create(self, jobs: Sequence[NewJob], now: datetime) -> list[Inserted]:
+        return await self.store.insert_jobs(jobs, now)
+
+    async def get(self, job_key: int, now: datetime) -> dict[str, Any]:
+        row = await self.store.get_job(job_key)
+        if row is None:
+            raise NotFound(f"job {job_key} does not exist")
+        aging = await self.activation.aging_for(row["job_type"])
+        return job_record(row, now, aging)
+
+    async def cancel(self, job_key: int, now: datetime) -> None:
+        if not await self.store.cancel_job(job_key, now):
+            row = await self._existing(job_key)
+            raise InvalidState(f"job {job_key} is {row['state']}; only a CREATED job can be canceled")
+
+    async def complete(
+        self, job_key: int, activation_count: int, variables: str | None, now: datetime
+    ) -> None:
+        done = await self.store.complete_jobs([(job_key, activation_count, variables)], now)
+        if not done:
+            await self._explain_fenced(job_key, activation_count)
+
+    async def complete_many(
+        self, items: Sequence[tuple[int, int, str | None]], now: datetime
+    ) -> list[tuple[int, int]]:
+        done = await self.store.complete_jobs(items, now)
+        missed = [i[0] for i in items if i[0] not in done]
+        known = await self.store.job_states(missed) if missed else {}
+        return [(key, 204 if key in done else (409 if key in known else 404))
+                for key, _, _ in items]
+
+    async def fail(
+        self,
+        job_key: int,
+        activation_count: int,
+        *,
+        retries: int | None,
+        error_message: str | None,
+        retry_backoff_ms: int,
+        variables: str | None,
+        now: datetime,
+    ) -> None:
+        row = await self.store.fail_job(
+            job_key, activation_count, retries=retries, error_message=error_message,
+            run_at=scheduler.retry_at(now, retry_backoff_ms), variables=variables, now=now,
+        )
+        if row is None:
+            await self._explain_fenced(job_key, activation_count)
+
+    async def throw_error(
+        self, job_key: int, activation_count: int | None, error_code: str,
+        error_message: str | None, variables: str | None, now: datetime,
+    ) -> None:
+        if activation_count is None:
+            activation_count = await self._current_activation(job_key)
+        if not await self.store.throw_error(
+            job_key, activation_count, error_code, error_message, variables, now
+        ):
+            await self._explain_fenced(job_key, activation_count)
+
+    async def update(
+        self, job_key: int, changes: JobChanges, activation_count: int | None, now: datetime
+    ) -> None:
+        def decide(row: asyncpg.Record | None) -> tuple[int, datetime | None, int, str]:
+            if row is None:
+                raise NotFound(f"job {job_key} does not exist")
+            if activation_count is not None and row["activation_count"] != activation_count:
+                raise StaleActivation(
+                    f"job {job_key} is at activation {row['activation_count']}, "
+                    f"not {activation_count}"
+                )
+            retries = row["retries"] if changes.retries is None else changes.retries
+            priority = row["priority"] if changes.priority is None else changes.priority
+            deadline = row["deadline"]
+            state = row["state"]
+            if changes.timeout_ms is not None:
+                if state != "ACTIVATED":
+                    raise InvalidState(f"job {job_key} is {state}; only an ACTIVATED job has a lease")
+                deadline = now + timedelta(milliseconds=min(changes.timeout_ms, MAX_LEASE_MS))
+            if changes.retries is not None and state == "FAILED" and retries > 0:
+                state = "CREATED"  # revive an incident
+            return retries, deadline, priority, state
+
+        await self.store.update_job(job_key, decide, now)
+
+    async def _existing(self, job_key: int) -> asyncpg.Record:
+        rows = await self.store.job_states([job_key])
+        if job_key not in rows:
+            raise NotFound(f"job {job_key} does not exist")
+        return rows[job_key]
+
+    async def _current_activation(self, job_key: int) -> int:
+        row = await self._existing(job_key)
+        if row["state"] != "ACTIVATED":
+            raise InvalidState(f"job {job_key} is {row['state']}, not ACTIVATED")
+        return int(row["activation_count"])
+
+    async def _explain_fenced(self, job_key: int, activation_count: int) -> None:
+        row = await self._existing(job_key)
+        if row["activation_count"] != activation_count:
+            raise StaleActivation(
+                f"job {job_key} is at activation {row['activation_count']}, not {activation_count}"
+            )
+        raise StaleActivation(f"job {job_key} is {row['state']}, not ACTIVATED")
+
+
+def check_no_lease_without_fence(changes: JobChanges, activation_count: int | None) -> None:
+    if changes.timeout_ms is not None and activation_count is None:
+        raise InvalidArgument("changeset.timeout extends a lease and needs activationCount")

@@ -1,0 +1,120 @@
+"""Operator services: tenant and job-type configuration, and the stats view."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from datetime import datetime
+from typing import Any
+
+from app import scheduler
+from app.errors import NotFound
+from app.store import Store
+
+STATS_WINDOW_S = 60.0
+
+
+class ConfigService:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def put_tenant(self, tenant_id: str, weight: int, cap: int | None) -> dict[str, Any]:
+        return _tenant(await self.store.upsert_tenant(tenant_id, weight, cap))
+
+    async def get_tenant(self, tenant_id: str) -> dict[str, Any]:
+        row = await self.store.get_tenant(tenant_id)
+        if row is None:
+            # An unconfigured tenant has the defaults; it is not an error to look at it.
+            return {"tenantId": tenant_id, "weight": 1, "maxActiveJobs": None}
+        return _tenant(row)
+
+    async def list_tenants(self) -> list[dict[str, Any]]:
+        return [_tenant(r) for r in await self.store.list_tenants()]
+
+    async def delete_tenant(self, tenant_id: str) -> None:
+        if not await self.store.delete_tenant(tenant_id):
+            raise NotFound(f"tenant {tenant_id} has no configuration")
+
+    async def put_job_type(
+        self, job_type: str, cap: int | None, interval_ms: int | None, step: int | None
+    ) -> dict[str, Any]:
+        return self._job_type(await self.store.upsert_job_type(job_type, cap, interval_ms, step))
+
+    async def get_job_type(self, job_type: str, defaults: tuple[int, int]) -> dict[str, Any]:
+        row = await self.store.get_job_type(job_type)
+        if row is None:
+            return {"type": job_type, "maxActiveJobs": None, "agingIntervalMs": defaults[0],
+                    "agingStep": defaults[1]}
+        return self._job_type(row, defaults)
+
+    async def list_job_types(self, defaults: tuple[int, int]) -> list[dict[str, Any]]:
+        return [self._job_type(r, defaults) for r in await self.store.list_job_types()]
+
+    @staticmethod
+    def _job_type(row: Any, defaults: tuple[int, int] | None = None) -> dict[str, Any]:
+        interval, step = row["aging_interval_ms"], row["aging_step"]
+        if defaults is not None:
+            interval = interval or defaults[0]
+            step = defaults[1] if step is None else step
+        return {"type": row["job_type"], "maxActiveJobs": row["max_active_jobs"],
+                "agingIntervalMs": interval, "agingStep": step}
+
+
+def _tenant(row: Any) -> dict[str, Any]:
+    return {"tenantId": row["tenant_id"], "weight": row["weight"],
+            "maxActiveJobs": row["max_active_jobs"]}
+
+
+class StatsService:
+    """``GET /v2/stats``.  Activations in the last minute come from the lanes' running
+    totals (shared by every replica), sampled in process every few seconds."""
+
+    def __init__(self, store: Store, sample_interval_s: float = 5.0) -> None:
+        self.store = store
+        self.sample_interval_s = sample_interval_s
+        self.samples: deque[tuple[float, dict[tuple[str, str], int]]] = deque()
+
+    async def sample(self) -> dict[tuple[str, str], int]:
+        totals = {(r[0], r[1]): r[2] for r in await self.store.lane_totals()}
+        now = time.monotonic()
+        self.samples.append((now, totals))
+        # Keep one sample at least a window old, so "last minute" has a baseline.
+        while len(self.samples) > 2 and self.samples[1][0] <= now - STATS_WINDOW_S:
+            self.samples.popleft()
+        return totals
+
+    async def stats(self, now: datetime) -> dict[str, Any]:
+        base = self.samples[0][1] if self.samples else {}
+        current = await self.sample()
+        rows = await self.store.stats()
+        weights = {r["tenant_id"]: r["weight"] for r in await self.store.list_tenants()}
+        types: dict[str, dict[str, Any]] = {}
+        for r in rows:
+            t = types.setdefault(r["job_type"], {"type": r["job_type"], "pending": 0, "active": 0,
+                                                 "oldestPendingAgeMs": None, "tenants": []})
+            age = _age_ms(now, r["oldest_pending"])
+            t["pending"] += r["pending"]
+            t["active"] += r["active"]
+            if age is not None and (t["oldestPendingAgeMs"] is None or age > t["oldestPendingAgeMs"]):
+                t["oldestPendingAgeMs"] = age
+            lane = (r["job_type"], r["tenant_id"])
+            t["tenants"].append({
+                "tenantId": r["tenant_id"], "pending": r["pending"], "active": r["active"],
+                "oldestPendingAgeMs": age,
+                "activatedLastMinute": current.get(lane, 0) - base.get(lane, 0),
+            })
+        for t in types.values():
+            counts = {x["tenantId"]: x["activatedLastMinute"] for x in t["tenants"]}
+            realized = scheduler.shares(counts)
+            backlogged = [x["tenantId"] for x in t["tenants"] if x["pending"] > 0]
+            configured = scheduler.configured_shares(weights, backlogged)
+            for x in t["tenants"]:
+                x["realizedShare"] = round(realized.get(x["tenantId"], 0.0), 4)
+                x["configuredShare"] = round(configured.get(x["tenantId"], 0.0), 4)
+        return {"jobTypes": list(types.values())}
+
+
+def _age_ms(now: datetime, since: datetime | None) -> int | None:
+    if since is None:
+        return None
+    return max(0, int((now - since).total_seconds() * 1000))

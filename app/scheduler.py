@@ -1,0 +1,129 @@
+"""The scheduling decisions, pure: no clock, no database.  Everything takes ``now``.
+
+Where fairness is decided:
+
+* Between tenants: stride scheduling over lanes (one lane per job type and tenant).  Each
+  lane carries a virtual time ``vtime``; a pick takes the lane with the smallest
+  ``vtime`` (ties by tenant id, so it is deterministic) and advances it by ``1/weight``.
+  A lane at its cap is skipped and keeps its ``vtime``, so it keeps its place.  A lane that
+  comes back from idle re-enters at the current virtual time (:func:`reentry_vtime`), so
+  it cannot bank credit while it was away.
+* Inside a tenant: effective priority (aging), then FIFO.  The store ranks a lane's head
+  rows with the same formula as :func:`effective_priority`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+MAX_PRIORITY = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Aging:
+    interval_ms: int
+    step: int
+
+
+def effective_priority(priority: int, queued_at: datetime, now: datetime, aging: Aging) -> int:
+    """``min(100, priority + step * floor(wait / interval))``; never below ``priority``."""
+    wait_ms = max(0.0, (now - queued_at).total_seconds() * 1000.0)
+    boost = aging.step * math.floor(wait_ms / aging.interval_ms)
+    return min(MAX_PRIORITY, priority + boost) if priority < MAX_PRIORITY else priority
+
+
+def max_wait_to_top_ms(priority: int, aging: Aging) -> float:
+    """How long a job of ``priority`` can wait before it is top priority in its lane."""
+    if priority >= MAX_PRIORITY:
+        return 0.0
+    if aging.step == 0:
+        return math.inf
+    return math.ceil((MAX_PRIORITY - priority) / aging.step) * aging.interval_ms
+
+
+@dataclass(frozen=True, slots=True)
+class Lane:
+    """What one activation call knows of a backlogged lane."""
+
+    tenant_id: str
+    vtime: float
+    weight: int
+    # How many more jobs this lane may be given now (tenant cap minus active), None = no cap.
+    headroom: int | None = None
+
+    @property
+    def stride(self) -> float:
+        return 1.0 / self.weight
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    # tenant id -> number of jobs to claim from its lane, in the order lanes were first picked.
+    counts: dict[str, int]
+    picks: tuple[str, ...]
+
+    @property
+    def total(self) -> int:
+        return len(self.picks)
+
+
+def allocate(lanes: Iterable[Lane], n: int, type_headroom: int | None = None) -> Allocation:
+    """Simulate ``n`` stride picks over ``lanes``.
+
+    Bounded by ``type_headroom`` (the job type's cap minus its active jobs) and by each
+    lane's own headroom.  Cost O(n log L).
+    """
+    if type_headroom is not None:
+        n = min(n, max(0, type_headroom))
+    heap: list[tuple[float, str, float, int | None]] = []
+    for lane in lanes:
+        if lane.headroom is not None and lane.headroom <= 0:
+            continue
+        heap.append((lane.vtime, lane.tenant_id, lane.stride, lane.headroom))
+    heapq.heapify(heap)
+    counts: dict[str, int] = {}
+    picks: list[str] = []
+    while heap and len(picks) < n:
+        vtime, tenant_id, stride, headroom = heapq.heappop(heap)
+        counts[tenant_id] = counts.get(tenant_id, 0) + 1
+        picks.append(tenant_id)
+        if headroom is not None:
+            headroom -= 1
+            if headroom <= 0:
+                continue
+        heapq.heappush(heap, (vtime + stride, tenant_id, stride, headroom))
+    return Allocation(counts=counts, picks=tuple(picks))
+
+
+def reentry_vtime(own_vtime: float, min_active_vtime: float | None, max_vtime: float) -> float:
+    """Virtual time of a lane that becomes backlogged again (mirrors the store's SQL).
+
+    The system's virtual time is the smallest ``vtime`` of the backlogged lanes or, when
+    none is backlogged, the largest of all lanes.  A returning lane starts there, never
+    behind it: credit does not accumulate while idle.
+    """
+    now_v = min_active_vtime if min_active_vtime is not None else max_vtime
+    return max(own_vtime, now_v)
+
+
+def retry_at(now: datetime, retry_backoff_ms: int) -> datetime:
+    return now + timedelta(milliseconds=max(0, retry_backoff_ms))
+
+
+def default_retries_after_failure(current: int) -> int:
+    """Native ``fail`` without ``retries`` spends one attempt."""
+    return max(0, current - 1)
+
+
+def shares(counts: dict[str, int]) -> dict[str, float]:
+    total = sum(counts.values())
+    return {k: (v / total if total else 0.0) for k, v in counts.items()}
+
+
+def configured_shares(weights: dict[str, int], backlogged: Sequence[str]) -> dict[str, float]:
+    total = sum(weights.get(t, 1) for t in backlogged)
+    return {t: weights.get(t, 1) / total for t in backlogged} if total else {}

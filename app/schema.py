@@ -1,0 +1,154 @@
+"""The schema, declared once.  Alembic migrates it; tests prove the two agree.
+
+Table layout (ADR 002): one ``jobs`` table whose *partial* indexes are the queues.  A job
+is in the ready index only while it is ``CREATED``; delayed jobs wait in ``SCHEDULED``
+(shown to clients as ``CREATED``) until the promoter moves them in, so the claim never
+walks over rows it cannot take.  ``lanes`` holds the stride scheduler's virtual time per
+(job type, tenant).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    DateTime,
+    Double,
+    Index,
+    Integer,
+    MetaData,
+    Sequence,
+    SmallInteger,
+    Table,
+    Text,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+metadata = MetaData()
+
+# Camunda's keys start at partition 1's base (1 << 51) + 1; ours do too, so that keys look
+# familiar to Camunda users and stay below 2**53 for a long time.
+job_key_seq = Sequence("job_key_seq", start=2251799813685249, cache=1000, metadata=metadata)
+
+JOB_STATES = (
+    "SCHEDULED",  # CREATED, but runAt is in the future or a retry back-off is running
+    "CREATED",
+    "ACTIVATED",
+    "COMPLETED",
+    "FAILED",
+    "ERROR_THROWN",
+    "CANCELED",
+)
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("job_key", BigInteger, job_key_seq, primary_key=True,
+           server_default=job_key_seq.next_value()),
+    Column("job_type", Text, nullable=False),
+    Column("tenant_id", Text, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("priority", SmallInteger, nullable=False),
+    Column("retries", Integer, nullable=False),
+    Column("activation_count", Integer, nullable=False, server_default=text("0")),
+    Column("worker", Text),
+    Column("deadline", DateTime(timezone=True)),
+    Column("run_at", DateTime(timezone=True), nullable=False),
+    # When the job joined the ready queue at its priority: FIFO order and the aging clock.
+    Column("queued_at", DateTime(timezone=True), nullable=False),
+    Column("variables", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("custom_headers", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("error_code", Text),
+    Column("error_message", Text),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("activated_at", DateTime(timezone=True)),
+    Column("completed_at", DateTime(timezone=True)),
+    Column("idempotency_key", Text),
+    CheckConstraint(
+        "state IN (" + ", ".join(f"'{s}'" for s in JOB_STATES) + ")", name="jobs_state_check"
+    ),
+    CheckConstraint("priority BETWEEN 0 AND 100", name="jobs_priority_check"),
+    CheckConstraint("retries >= 0", name="jobs_retries_check"),
+    CheckConstraint(
+        "(state = 'ACTIVATED') = (deadline IS NOT NULL)", name="jobs_deadline_check"
+    ),
+    # Dead tuples are the cost of a queue table: vacuum it early and often.
+    postgresql_with={
+        "autovacuum_vacuum_scale_factor": "0.01",
+        "autovacuum_vacuum_insert_scale_factor": "0.05",
+        "autovacuum_analyze_scale_factor": "0.02",
+        "fillfactor": "90",
+    },
+)
+
+# The ready queue: one lane's jobs, best first.  Every claim walks only lane heads here.
+Index(
+    "jobs_ready_idx",
+    jobs.c.job_type,
+    jobs.c.tenant_id,
+    jobs.c.priority.desc(),
+    jobs.c.queued_at,
+    jobs.c.job_key,
+    postgresql_where=text("state = 'CREATED'"),
+)
+# Delayed jobs, by the instant they become due (the promoter's scan).
+Index("jobs_scheduled_idx", jobs.c.run_at, postgresql_where=text("state = 'SCHEDULED'"))
+# Leases, by expiry (the lease sweeper's scan).
+Index("jobs_lease_idx", jobs.c.deadline, postgresql_where=text("state = 'ACTIVATED'"))
+# Active counts bounded by a cap: "count at most maxActiveJobs rows" reads only these.
+Index("jobs_active_tenant_idx", jobs.c.tenant_id, postgresql_where=text("state = 'ACTIVATED'"))
+Index("jobs_active_type_idx", jobs.c.job_type, postgresql_where=text("state = 'ACTIVATED'"))
+# Terminal jobs by age, for retention.
+Index(
+    "jobs_terminal_idx",
+    jobs.c.completed_at,
+    postgresql_where=text("state IN ('COMPLETED', 'FAILED', 'ERROR_THROWN', 'CANCELED')"),
+)
+Index(
+    "jobs_idempotency_idx",
+    jobs.c.tenant_id,
+    jobs.c.idempotency_key,
+    unique=True,
+    postgresql_where=text("idempotency_key IS NOT NULL"),
+)
+
+lanes = Table(
+    "lanes",
+    metadata,
+    Column("job_type", Text, primary_key=True),
+    Column("tenant_id", Text, primary_key=True),
+    # Stride scheduling's virtual time: +1/weight per activation.
+    Column("vtime", Double, nullable=False, server_default=text("0")),
+    # True while the lane may hold ready jobs; see store.py for the no-lost-wake-up protocol.
+    Column("active", Boolean, nullable=False, server_default=text("true")),
+    Column("activated_total", BigInteger, nullable=False, server_default=text("0")),
+    postgresql_with={"autovacuum_vacuum_scale_factor": "0", "autovacuum_vacuum_threshold": "500",
+                     "fillfactor": "50"},
+)
+# Backlogged lanes by virtual time (the activator's read), and min/max vtime per type.
+Index("lanes_type_vtime_idx", lanes.c.job_type, lanes.c.active, lanes.c.vtime, lanes.c.tenant_id)
+
+tenants = Table(
+    "tenants",
+    metadata,
+    Column("tenant_id", Text, primary_key=True),
+    Column("weight", Integer, nullable=False, server_default=text("1")),
+    Column("max_active_jobs", Integer),
+    CheckConstraint("weight BETWEEN 1 AND 10000", name="tenants_weight_check"),
+    CheckConstraint("max_active_jobs >= 0", name="tenants_max_active_jobs_check"),
+)
+
+job_types = Table(
+    "job_types",
+    metadata,
+    Column("job_type", Text, primary_key=True),
+    Column("max_active_jobs", Integer),
+    Column("aging_interval_ms", Integer),
+    Column("aging_step", Integer),
+    CheckConstraint("max_active_jobs >= 0", name="job_types_max_active_jobs_check"),
+    CheckConstraint("aging_interval_ms > 0", name="job_types_aging_interval_check"),
+    CheckConstraint("aging_step BETWEEN 0 AND 100", name="job_types_aging_step_check"),
+)

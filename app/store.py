@@ -1,0 +1,841 @@
+"""The store: the only module that speaks SQL.
+
+Every query is a named constant with a header: what it does, the index it relies on and
+the lock it takes.  The hot path uses asyncpg directly; the schema is ``app.schema``.
+
+The no-lost-wake-up protocol for ``lanes.active``
+-------------------------------------------------
+Activators read only *active* lanes, so a lane with ready jobs must never be left
+inactive.  Producers must not write a shared row per insert, so they cannot simply set
+``active = true`` every time.  The protocol:
+
+* Whoever makes jobs ready (insert, retry, lease expiry, promotion, release) first takes
+  a **shared** advisory lock on the lane's bucket, in its own statement, then -- in a
+  later statement, hence with a later snapshot -- inserts or updates the jobs and runs
+  ``UPDATE lanes SET active = true ... WHERE NOT active``.  When the lane is already
+  active that UPDATE matches nothing and writes nothing: no hot row.
+* An activator that found a lane short parks it only after ``pg_try_advisory_xact_lock``
+  (exclusive, never waits) on the bucket succeeded, and only if -- in a later statement --
+  the lane has no CREATED job.
+
+If a maker holds the bucket, the parker's try fails and it parks nothing.  If the parker
+holds it, makers wait for its commit and then see ``active = false`` and set it back.  If
+the maker committed before the parker locked, the parker's emptiness probe sees its jobs.
+In every order the lane ends active while it has ready jobs (tested in
+``tests/integration/test_lanes.py``).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import asyncpg
+import orjson
+
+# Advisory lock classes (the two-int4 key space; never overlaps the one-bigint space).
+LANE_LOCK_CLASS = 0x4A460001
+TYPE_CAP_LOCK_CLASS = 0x4A460002
+TENANT_CAP_LOCK_CLASS = 0x4A460003
+LEADER_LOCK_KEY = 0x4A46_4C45_4144  # one-bigint space: "JFLEAD"
+# Lanes share this many lock buckets, so a 10,000-lane batch takes at most this many locks.
+LANE_BUCKETS = 1024
+
+NOTIFY_CHANNEL = "jobfair"
+
+JOB_COLUMNS = """job_key, job_type, tenant_id, state, priority, retries, activation_count,
+    worker, deadline, run_at, queued_at, variables, custom_headers, error_code,
+    error_message, created_at, activated_at, completed_at, idempotency_key"""
+
+# The virtual time at which a lane of job type ``{t}`` re-enters: the smallest vtime of
+# the backlogged lanes or, when none is backlogged, the largest of all (see
+# scheduler.reentry_vtime).  Both are single descents of lanes_type_vtime_idx.
+_REENTRY_VTIME = """COALESCE(
+    (SELECT min(x.vtime) FROM lanes x WHERE x.job_type = {t} AND x.active),
+    (SELECT max(x.vtime) FROM lanes x WHERE x.job_type = {t}),
+    0)"""
+
+# -- name: insert_jobs
+# Inserts a batch of jobs in one round trip (unnest), marks their lanes backlogged and
+# notifies once per job type.  Keys are drawn before the insert so that results map back
+# to input order.  Idempotency: jobs_idempotency_idx, ON CONFLICT DO NOTHING.
+# Locks: the caller holds the shared lane-bucket locks (see module docstring).
+INSERT_JOBS = f"""
+WITH input AS MATERIALIZED (
+    SELECT i.*, nextval('job_key_seq') AS job_key
+    FROM unnest($1::text[], $2::text[], $3::int[], $4::int[], $5::jsonb[], $6::jsonb[],
+                $7::timestamptz[], $8::text[], $9::int[])
+         AS i(job_type, tenant_id, priority, retries, variables, custom_headers,
+              run_at, idempotency_key, ord)
+),
+ins AS (
+    INSERT INTO jobs (job_key, job_type, tenant_id, state, priority, retries, run_at,
+                      queued_at, variables, custom_headers, created_at, idempotency_key)
+    SELECT job_key, job_type, tenant_id,
+           CASE WHEN run_at > $10 THEN 'SCHEDULED' ELSE 'CREATED' END,
+           priority, retries, run_at, GREATEST(run_at, $10), variables, custom_headers,
+           $10, idempotency_key
+    FROM input ORDER BY ord
+    ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING job_key, job_type, tenant_id, state
+),
+ready_lanes AS (
+    SELECT DISTINCT job_type, tenant_id FROM ins WHERE state = 'CREATED'
+),
+new_lanes AS (
+    INSERT INTO lanes (job_type, tenant_id, vtime, active)
+    SELECT r.job_type, r.tenant_id, {_REENTRY_VTIME.format(t="r.job_type")}, true
+    FROM ready_lanes r
+    ON CONFLICT (job_type, tenant_id) DO NOTHING
+    RETURNING 1
+),
+woken AS (
+    UPDATE lanes l SET active = true, vtime = GREATEST(l.vtime, {_REENTRY_VTIME.format(t="l.job_type")})
+    FROM ready_lanes r
+    WHERE l.job_type = r.job_type AND l.tenant_id = r.tenant_id AND NOT l.active
+    RETURNING 1
+),
+notified AS (
+    SELECT pg_notify('{NOTIFY_CHANNEL}', job_type) FROM (SELECT DISTINCT job_type FROM ready_lanes) d
+)
+SELECT i.ord, i.job_key, (ins.job_key IS NOT NULL) AS created, i.tenant_id, i.idempotency_key,
+       (SELECT count(*) FROM notified) + (SELECT count(*) FROM new_lanes)
+         + (SELECT count(*) FROM woken) AS _side_effects
+FROM input i LEFT JOIN ins ON ins.job_key = i.job_key
+ORDER BY i.ord
+"""
+
+# -- name: find_idempotent
+# The existing job for (tenant, idempotency key) pairs.  Index: jobs_idempotency_idx.
+FIND_IDEMPOTENT = """
+SELECT k.tenant_id, k.idempotency_key, j.job_key
+FROM unnest($1::text[], $2::text[]) AS k(tenant_id, idempotency_key)
+JOIN jobs j ON j.tenant_id = k.tenant_id AND j.idempotency_key = k.idempotency_key
+"""
+
+# -- name: wake_lanes
+# Marks lanes backlogged after jobs became ready (retry, lease expiry, promotion, revive)
+# and notifies their job types.  Writes only lanes that were parked.  Index: lanes pkey.
+# Locks: caller holds the shared lane-bucket locks.
+WAKE_LANES = f"""
+WITH ready_lanes AS (
+    SELECT DISTINCT job_type, tenant_id FROM unnest($1::text[], $2::text[]) AS r(job_type, tenant_id)
+),
+new_lanes AS (
+    INSERT INTO lanes (job_type, tenant_id, vtime, active)
+    SELECT r.job_type, r.tenant_id, {_REENTRY_VTIME.format(t="r.job_type")}, true
+    FROM ready_lanes r
+    ON CONFLICT (job_type, tenant_id) DO NOTHING
+    RETURNING 1
+),
+woken AS (
+    UPDATE lanes l SET active = true, vtime = GREATEST(l.vtime, {_REENTRY_VTIME.format(t="l.job_type")})
+    FROM ready_lanes r
+    WHERE l.job_type = r.job_type AND l.tenant_id = r.tenant_id AND NOT l.active
+    RETURNING 1
+),
+notified AS (
+    SELECT pg_notify('{NOTIFY_CHANNEL}', job_type) FROM (SELECT DISTINCT job_type FROM ready_lanes) d
+)
+SELECT (SELECT count(*) FROM notified) + (SELECT count(*) FROM new_lanes)
+       + (SELECT count(*) FROM woken)
+"""
+
+# -- name: read_lanes
+# The backlogged lanes of one job type with the smallest virtual time, with their
+# tenants' weight and cap.  Index: lanes_type_vtime_idx (job_type, active, vtime,
+# tenant_id), a range scan of at most $2 + len($3) rows.  No locks.
+READ_LANES = """
+SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight, t.max_active_jobs
+FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
+WHERE l.job_type = $1 AND l.active AND l.tenant_id <> ALL($3::text[])
+ORDER BY l.vtime, l.tenant_id
+LIMIT $2
+"""
+
+# -- name: read_lanes_of_tenants
+# As read_lanes, restricted to the caller's tenantIds.  Index: lanes pkey.
+READ_LANES_OF_TENANTS = """
+SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight, t.max_active_jobs
+FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
+WHERE l.job_type = $1 AND l.tenant_id = ANY($4::text[]) AND l.active
+  AND l.tenant_id <> ALL($3::text[])
+ORDER BY l.vtime, l.tenant_id
+LIMIT $2
+"""
+
+# -- name: type_config
+TYPE_CONFIG = """
+SELECT max_active_jobs, aging_interval_ms, aging_step FROM job_types WHERE job_type = $1
+"""
+
+# -- name: count_active_type
+# ACTIVATED jobs of a type, counted up to the cap only.  Index: jobs_active_type_idx.
+# Called with the type's cap lock held, in a statement after the lock was taken.
+COUNT_ACTIVE_TYPE = """
+SELECT count(*) FROM (
+    SELECT 1 FROM jobs WHERE state = 'ACTIVATED' AND job_type = $1 LIMIT $2
+) capped
+"""
+
+# -- name: count_active_tenants
+# ACTIVATED jobs per tenant (all types), each counted up to its cap only.
+# Index: jobs_active_tenant_idx.  Called with the tenants' cap locks held.
+COUNT_ACTIVE_TENANTS = """
+SELECT c.tenant_id, (
+    SELECT count(*) FROM (
+        SELECT 1 FROM jobs j WHERE j.state = 'ACTIVATED' AND j.tenant_id = c.tenant_id
+        LIMIT c.cap
+    ) capped
+) AS active
+FROM unnest($1::text[], $2::int[]) AS c(tenant_id, cap)
+"""
+
+# -- name: claim
+# Activates up to k jobs from each allotted lane of one job type, best effective
+# priority first, and advances each lane's virtual time by (jobs claimed) x stride.
+# Index: jobs_ready_idx (job_type, tenant_id, priority DESC, queued_at, job_key)
+#   WHERE state = 'CREATED'.  Per lane a recursive skip scan finds the distinct
+#   priorities (one index descent each, at most 101); each priority's head yields up to k
+#   rows in FIFO order, which within one priority is also aging order.  The best k of
+#   those heads are the lane's best k jobs.  Cost O(k x P x log N), never a backlog scan.
+# Locks: FOR UPDATE SKIP LOCKED on head rows, so concurrent activators pass each other
+#   instead of queueing or double-claiming; then the lane rows (brief, till commit).
+CLAIM = """
+WITH RECURSIVE alloc AS (
+    SELECT * FROM unnest($2::text[], $3::int[], $4::float8[]) AS a(tenant_id, k, stride)
+),
+prios AS (
+    SELECT a.tenant_id, a.k,
+           (SELECT max(j.priority) FROM jobs j
+             WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = a.tenant_id)
+             AS priority
+    FROM alloc a
+  UNION ALL
+    SELECT p.tenant_id, p.k,
+           (SELECT max(j.priority) FROM jobs j
+             WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
+               AND j.priority < p.priority)
+    FROM prios p WHERE p.priority IS NOT NULL
+),
+heads AS (
+    SELECT h.job_key, p.tenant_id, p.k, h.queued_at,
+           LEAST(100, h.priority + $8::int * floor(
+               GREATEST(0, extract(epoch FROM ($5::timestamptz - h.queued_at)) * 1000)
+               / $9::int)) AS eff
+    FROM prios p
+    CROSS JOIN LATERAL (
+        SELECT j.job_key, j.priority, j.queued_at FROM jobs j
+        WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
+          AND j.priority = p.priority
+        ORDER BY j.queued_at, j.job_key
+        LIMIT p.k
+        FOR UPDATE SKIP LOCKED
+    ) h
+    WHERE p.priority IS NOT NULL
+),
+chosen AS (
+    SELECT job_key, tenant_id FROM (
+        SELECT job_key, tenant_id, k,
+               row_number() OVER (PARTITION BY tenant_id ORDER BY eff DESC, queued_at, job_key) AS rn
+        FROM heads
+    ) ranked
+    WHERE rn <= k
+),
+activated AS (
+    UPDATE jobs j
+    SET state = 'ACTIVATED', activation_count = j.activation_count + 1, worker = $6,
+        deadline = $7, activated_at = $5
+    FROM chosen c
+    WHERE j.job_key = c.job_key
+    RETURNING j.*
+),
+advanced AS (
+    UPDATE lanes l
+    SET vtime = l.vtime + s.n * a.stride, activated_total = l.activated_total + s.n
+    FROM (SELECT tenant_id, count(*) AS n FROM activated GROUP BY tenant_id) s
+    JOIN alloc a ON a.tenant_id = s.tenant_id
+    WHERE l.job_type = $1 AND l.tenant_id = s.tenant_id
+    RETURNING 1
+)
+SELECT *, (SELECT count(*) FROM advanced) AS _lanes_advanced FROM activated
+"""
+
+# -- name: park_lanes
+# Second half of parking: with the exclusive bucket locks held (taken by the statement
+# before), mark lanes inactive that have no CREATED job.  Index: jobs_ready_idx (one
+# probe per lane), lanes pkey.
+PARK_LANES = """
+UPDATE lanes l SET active = false
+WHERE l.job_type = $1 AND l.tenant_id = ANY($2::text[]) AND l.active
+  AND NOT EXISTS (
+      SELECT 1 FROM jobs j
+      WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = l.tenant_id)
+RETURNING l.tenant_id
+"""
+
+# -- name: get_job
+GET_JOB = f"SELECT {JOB_COLUMNS} FROM jobs WHERE job_key = $1"
+
+# -- name: job_state
+JOB_STATES = "SELECT job_key, state, activation_count FROM jobs WHERE job_key = ANY($1::bigint[])"
+
+# -- name: cancel_job
+# CREATED (or SCHEDULED) -> CANCELED.  Index: jobs pkey.  Row lock via UPDATE.
+CANCEL_JOB = """
+UPDATE jobs SET state = 'CANCELED', completed_at = $2
+WHERE job_key = $1 AND state IN ('CREATED', 'SCHEDULED')
+RETURNING job_key
+"""
+
+# -- name: complete_jobs
+# ACTIVATED -> COMPLETED for (key, activationCount) pairs; fenced by the count.  Merges
+# the result variables.  Notifies when a job type or tenant has a cap (capacity freed).
+COMPLETE_JOBS = f"""
+WITH input AS (
+    SELECT * FROM unnest($1::bigint[], $2::int[], $3::jsonb[]) AS i(job_key, activation_count, variables)
+),
+done AS (
+    UPDATE jobs j
+    SET state = 'COMPLETED', completed_at = $4, deadline = NULL,
+        variables = j.variables || COALESCE(i.variables, '{{}}'::jsonb)
+    FROM input i
+    WHERE j.job_key = i.job_key AND j.state = 'ACTIVATED'
+      AND j.activation_count = i.activation_count
+    RETURNING j.job_key, j.job_type, j.tenant_id
+),
+capped AS (
+    SELECT DISTINCT d.job_type FROM done d
+    WHERE EXISTS (SELECT 1 FROM job_types t WHERE t.job_type = d.job_type
+                    AND t.max_active_jobs IS NOT NULL)
+       OR EXISTS (SELECT 1 FROM tenants t WHERE t.tenant_id = d.tenant_id
+                    AND t.max_active_jobs IS NOT NULL)
+),
+notified AS (SELECT pg_notify('{NOTIFY_CHANNEL}', job_type) FROM capped)
+SELECT job_key, (SELECT count(*) FROM notified) AS _n FROM done
+"""
+
+# -- name: fail_job
+# ACTIVATED -> CREATED/SCHEDULED (retries left) or FAILED (none left); fenced.  A retried
+# job rejoins the back of its priority when its back-off ends (queued_at = run_at).
+# The caller then wakes the lane (lock, then wake_lanes) if the job became CREATED.
+FAIL_JOB = """
+UPDATE jobs j
+SET state = CASE WHEN r.retries = 0 THEN 'FAILED'
+                 WHEN $5::timestamptz > $7::timestamptz THEN 'SCHEDULED'
+                 ELSE 'CREATED' END,
+    retries = r.retries, error_message = $4, deadline = NULL,
+    run_at = CASE WHEN r.retries = 0 THEN j.run_at ELSE $5 END,
+    queued_at = CASE WHEN r.retries = 0 THEN j.queued_at ELSE $5 END,
+    completed_at = CASE WHEN r.retries = 0 THEN $7 ELSE NULL END,
+    variables = j.variables || COALESCE($6::jsonb, '{}'::jsonb)
+FROM jobs cur
+CROSS JOIN LATERAL (SELECT COALESCE($3::int, GREATEST(0, cur.retries - 1)) AS retries) r
+WHERE j.job_key = $1 AND cur.job_key = $1 AND j.state = 'ACTIVATED'
+  AND j.activation_count = $2
+RETURNING j.job_key, j.job_type, j.tenant_id, j.state
+"""
+
+# -- name: throw_error
+# ACTIVATED -> ERROR_THROWN (terminal); fenced.
+THROW_ERROR = """
+UPDATE jobs j
+SET state = 'ERROR_THROWN', error_code = $3, error_message = $4, deadline = NULL,
+    completed_at = $6, variables = j.variables || COALESCE($5::jsonb, '{}'::jsonb)
+WHERE j.job_key = $1 AND j.state = 'ACTIVATED' AND j.activation_count = $2
+RETURNING j.job_key, j.job_type, j.tenant_id
+"""
+
+# -- name: lock_job
+# The job's row, locked for an update that reads before it writes (PATCH).
+LOCK_JOB = f"SELECT {JOB_COLUMNS} FROM jobs WHERE job_key = $1 FOR UPDATE"
+
+# -- name: update_job
+# PATCH: retries, lease (deadline) and priority; revives FAILED when retries > 0.
+UPDATE_JOB = """
+UPDATE jobs
+SET retries = $2, deadline = $3, priority = $4, state = $5,
+    completed_at = CASE WHEN $5 = 'FAILED' THEN completed_at ELSE NULL END,
+    queued_at = CASE WHEN state = 'FAILED' AND $5 <> 'FAILED' THEN $6 ELSE queued_at END,
+    run_at = CASE WHEN state = 'FAILED' AND $5 <> 'FAILED' THEN $6 ELSE run_at END
+WHERE job_key = $1
+RETURNING job_key
+"""
+
+# -- name: expired_leases
+# ACTIVATED jobs whose lease ended.  Index: jobs_lease_idx.  No locks (the release
+# re-checks state and deadline).
+EXPIRED_LEASES = """
+SELECT job_key, job_type, tenant_id FROM jobs
+WHERE state = 'ACTIVATED' AND deadline < $1
+ORDER BY deadline LIMIT $2
+"""
+
+# -- name: release_expired
+# Expired ACTIVATED -> CREATED; retries and activationCount unchanged, so the stale
+# holder is fenced out as soon as the job is activated again.
+RELEASE_EXPIRED = """
+UPDATE jobs SET state = 'CREATED', deadline = NULL
+WHERE job_key = ANY($1::bigint[]) AND state = 'ACTIVATED' AND deadline < $2
+RETURNING job_key, job_type, tenant_id
+"""
+
+# -- name: release_jobs
+# ACTIVATED -> CREATED at once, for activations whose caller never got them; fenced.
+RELEASE_JOBS = """
+UPDATE jobs j SET state = 'CREATED', deadline = NULL
+FROM unnest($1::bigint[], $2::int[]) AS r(job_key, activation_count)
+WHERE j.job_key = r.job_key AND j.state = 'ACTIVATED' AND j.activation_count = r.activation_count
+RETURNING j.job_key, j.job_type, j.tenant_id
+"""
+
+# -- name: due_scheduled
+# Delayed jobs that are due.  Index: jobs_scheduled_idx.
+DUE_SCHEDULED = """
+SELECT job_key, job_type, tenant_id FROM jobs
+WHERE state = 'SCHEDULED' AND run_at <= $1
+ORDER BY run_at LIMIT $2
+"""
+
+# -- name: promote_scheduled
+PROMOTE_SCHEDULED = """
+UPDATE jobs SET state = 'CREATED'
+WHERE job_key = ANY($1::bigint[]) AND state = 'SCHEDULED' AND run_at <= $2
+RETURNING job_key, job_type, tenant_id
+"""
+
+# -- name: prune_terminal
+# Deletes terminal jobs finished before $1, oldest first, in bounded batches.
+# Index: jobs_terminal_idx.
+PRUNE_TERMINAL = """
+DELETE FROM jobs WHERE job_key IN (
+    SELECT job_key FROM jobs
+    WHERE state IN ('COMPLETED', 'FAILED', 'ERROR_THROWN', 'CANCELED') AND completed_at < $1
+    ORDER BY completed_at LIMIT $2
+)
+"""
+
+# -- name: stats
+# Pending/active per (type, tenant).  Reads the backlog: an operator query, not hot path.
+STATS = """
+SELECT job_type, tenant_id,
+       count(*) FILTER (WHERE state IN ('CREATED', 'SCHEDULED')) AS pending,
+       count(*) FILTER (WHERE state = 'ACTIVATED') AS active,
+       min(created_at) FILTER (WHERE state IN ('CREATED', 'SCHEDULED')) AS oldest_pending
+FROM jobs WHERE state IN ('CREATED', 'SCHEDULED', 'ACTIVATED')
+GROUP BY job_type, tenant_id
+ORDER BY job_type, tenant_id
+"""
+
+LANE_TOTALS = "SELECT job_type, tenant_id, activated_total FROM lanes"
+
+UPSERT_TENANT = """
+INSERT INTO tenants (tenant_id, weight, max_active_jobs) VALUES ($1, $2, $3)
+ON CONFLICT (tenant_id) DO UPDATE SET weight = EXCLUDED.weight,
+                                      max_active_jobs = EXCLUDED.max_active_jobs
+RETURNING tenant_id, weight, max_active_jobs
+"""
+GET_TENANT = "SELECT tenant_id, weight, max_active_jobs FROM tenants WHERE tenant_id = $1"
+LIST_TENANTS = "SELECT tenant_id, weight, max_active_jobs FROM tenants ORDER BY tenant_id"
+DELETE_TENANT = "DELETE FROM tenants WHERE tenant_id = $1 RETURNING tenant_id"
+UPSERT_JOB_TYPE = """
+INSERT INTO job_types (job_type, max_active_jobs, aging_interval_ms, aging_step)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (job_type) DO UPDATE SET max_active_jobs = EXCLUDED.max_active_jobs,
+    aging_interval_ms = EXCLUDED.aging_interval_ms, aging_step = EXCLUDED.aging_step
+RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step
+"""
+GET_JOB_TYPE = """
+SELECT job_type, max_active_jobs, aging_interval_ms, aging_step FROM job_types WHERE job_type = $1
+"""
+LIST_JOB_TYPES = """
+SELECT job_type, max_active_jobs, aging_interval_ms, aging_step FROM job_types ORDER BY job_type
+"""
+KNOWN_JOB_TYPES = "SELECT DISTINCT job_type FROM lanes ORDER BY job_type"
+
+
+def lane_bucket(job_type: str, tenant_id: str) -> int:
+    """The advisory-lock bucket of a lane (stable across processes and restarts)."""
+    return zlib.crc32(f"{job_type}\x1f{tenant_id}".encode()) % LANE_BUCKETS
+
+
+def _int4(value: int) -> int:
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value >= (1 << 31) else value
+
+
+def cap_key(name: str) -> int:
+    return _int4(zlib.crc32(name.encode()))
+
+
+def _lock_sql(fn: str, klass: int, keys: Sequence[int]) -> str:
+    # Integers only, so the literal SQL is safe; one simple-protocol round trip with BEGIN.
+    calls = ", ".join(f"{fn}({_int4(klass)}, {int(k)})" for k in keys)
+    return f"SELECT {calls}"
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    job_type: str
+    tenant_id: str
+    priority: int
+    retries: int
+    variables: str  # serialized JSON object
+    custom_headers: str
+    run_at: datetime
+    idempotency_key: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Inserted:
+    job_key: int
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LaneRow:
+    tenant_id: str
+    vtime: float
+    weight: int
+    max_active_jobs: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class TypeConfig:
+    max_active_jobs: int | None
+    aging_interval_ms: int | None
+    aging_step: int | None
+
+
+async def _init_connection(conn: asyncpg.Connection) -> None:
+    await conn.set_type_codec(
+        "jsonb", encoder=_encode_jsonb, decoder=orjson.loads, schema="pg_catalog"
+    )
+
+
+def _encode_jsonb(value: Any) -> str:
+    # Callers pass already-serialized JSON text (validated and size-checked at the edge).
+    return value if isinstance(value, str) else orjson.dumps(value).decode()
+
+
+class Store:
+    """Named operations over an asyncpg pool."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    @classmethod
+    async def connect(cls, url: str, *, size: int) -> Store:
+        pool = await asyncpg.create_pool(
+            url, min_size=min(2, size), max_size=size, init=_init_connection,
+            command_timeout=60,
+        )
+        return cls(pool)
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    # -- producers -------------------------------------------------------------------
+
+    async def insert_jobs(self, new: Sequence[NewJob], now: datetime) -> list[Inserted]:
+        buckets = sorted({lane_bucket(j.job_type, j.tenant_id) for j in new if j.run_at <= now})
+        async with self.pool.acquire() as conn:
+            async with conn.transaction():
+                if buckets:
+                    await conn.execute(
+                        _lock_sql("pg_advisory_xact_lock_shared", LANE_LOCK_CLASS, buckets)
+                    )
+                rows = await conn.fetch(
+                    INSERT_JOBS,
+                    [j.job_type for j in new],
+                    [j.tenant_id for j in new],
+                    [j.priority for j in new],
+                    [j.retries for j in new],
+                    [j.variables for j in new],
+                    [j.custom_headers for j in new],
+                    [j.run_at for j in new],
+                    [j.idempotency_key for j in new],
+                    list(range(len(new))),
+                    now,
+                )
+            missing = [r for r in rows if not r["created"]]
+            existing: dict[tuple[str, str], int] = {}
+            if missing:
+                # A new statement sees jobs committed concurrently under the same key.
+                found = await conn.fetch(
+                    FIND_IDEMPOTENT,
+                    [r["tenant_id"] for r in missing],
+                    [r["idempotency_key"] for r in missing],
+                )
+                existing = {(f["tenant_id"], f["idempotency_key"]): f["job_key"] for f in found}
+        out: list[Inserted] = []
+        for r in rows:
+            if r["created"]:
+                out.append(Inserted(r["job_key"], True))
+            else:
+                out.append(Inserted(existing[(r["tenant_id"], r["idempotency_key"])], False))
+        return out
+
+    async def get_job(self, job_key: int) -> asyncpg.Record | None:
+        return await self.pool.fetchrow(GET_JOB, job_key)
+
+    async def job_states(self, job_keys: Sequence[int]) -> dict[int, asyncpg.Record]:
+        rows = await self.pool.fetch(JOB_STATES, list(job_keys))
+        return {r["job_key"]: r for r in rows}
+
+    async def cancel_job(self, job_key: int, now: datetime) -> bool:
+        return await self.pool.fetchval(CANCEL_JOB, job_key, now) is not None
+
+    # -- activation ------------------------------------------------------------------
+
+    async def read_lanes(
+        self, job_type: str, limit: int, exclude: Sequence[str], tenant_ids: Sequence[str] | None
+    ) -> list[LaneRow]:
+        if tenant_ids is None:
+            rows = await self.pool.fetch(READ_LANES, job_type, limit, list(exclude))
+        else:
+            rows = await self.pool.fetch(
+                READ_LANES_OF_TENANTS, job_type, limit, list(exclude), list(tenant_ids)
+            )
+        return [LaneRow(r[0], r[1], r[2], r[3]) for r in rows]
+
+    async def type_config(self, job_type: str) -> TypeConfig:
+        row = await self.pool.fetchrow(TYPE_CONFIG, job_type)
+        if row is None:
+            return TypeConfig(None, None, None)
+        return TypeConfig(row[0], row[1], row[2])
+
+    async def claim(
+        self,
+        job_type: str,
+        counts: dict[str, int],
+        strides: dict[str, float],
+        *,
+        now: datetime,
+        worker: str | None,
+        lease_ms: int,
+        aging_step: int,
+        aging_interval_ms: int,
+        type_cap: int | None,
+        tenant_caps: dict[str, int],
+        headroom: Any,
+    ) -> list[asyncpg.Record]:
+        """Claim ``counts`` jobs per tenant lane.
+
+        Without caps this is one autocommit statement.  With caps, the cap locks are
+        taken first (type, then tenants by key: one global order, so no deadlock), the
+        active jobs are counted *in a later statement* (so it sees every activation that
+        committed before we got the lock), ``headroom(type_active, tenant_active)`` trims
+        the allocation, and the claim commits before the locks are released.
+        """
+        deadline = now + timedelta(milliseconds=lease_ms)
+        if type_cap is None and not tenant_caps:
+            return await self.pool.fetch(
+                CLAIM, job_type, list(counts), list(counts.values()),
+                [strides[t] for t in counts], now, worker, deadline, aging_step,
+                aging_interval_ms,
+            )
+        async with self.pool.acquire() as conn:
+            async with conn.transaction():
+                locks = []
+                if type_cap is not None:
+                    locks.append(f"pg_advisory_xact_lock({_int4(TYPE_CAP_LOCK_CLASS)}, "
+                                 f"{cap_key(job_type)})")
+                for key in sorted({cap_key(t) for t in tenant_caps}):
+                    locks.append(f"pg_advisory_xact_lock({_int4(TENANT_CAP_LOCK_CLASS)}, {key})")
+                await conn.execute("SELECT " + ", ".join(locks))
+                type_active = None
+                if type_cap is not None:
+                    type_active = await conn.fetchval(COUNT_ACTIVE_TYPE, job_type, type_cap)
+                tenant_active: dict[str, int] = {}
+                if tenant_caps:
+                    rows = await conn.fetch(
+                        COUNT_ACTIVE_TENANTS, list(tenant_caps), list(tenant_caps.values())
+                    )
+                    tenant_active = {r[0]: r[1] for r in rows}
+                counts = headroom(type_active, tenant_active)
+                counts = {t: k for t, k in counts.items() if k > 0}
+                if not counts:
+                    return []
+                return await conn.fetch(
+                    CLAIM, job_type, list(counts), list(counts.values()),
+                    [strides[t] for t in counts], now, worker, deadline, aging_step,
+                    aging_interval_ms,
+                )
+
+    async def park_lanes(self, job_type: str, tenant_ids: Sequence[str]) -> list[str]:
+        """Mark lanes inactive that are really empty (see the module docstring)."""
+        by_bucket: dict[int, list[str]] = {}
+        for t in tenant_ids:
+            by_bucket.setdefault(lane_bucket(job_type, t), []).append(t)
+        buckets = sorted(by_bucket)
+        async with self.pool.acquire() as conn:
+            async with conn.transaction():
+                got = await conn.fetchrow(
+                    _lock_sql("pg_try_advisory_xact_lock", LANE_LOCK_CLASS, buckets)
+                )
+                locked = [t for b, ok in zip(buckets, got, strict=True) if ok for t in by_bucket[b]]
+                if not locked:
+                    return []
+                rows = await conn.fetch(PARK_LANES, job_type, locked)
+        return [r[0] for r in rows]
+
+    # -- finishing -------------------------------------------------------------------
+
+    async def complete_jobs(
+        self, items: Sequence[tuple[int, int, str | None]], now: datetime
+    ) -> set[int]:
+        rows = await self.pool.fetch(
+            COMPLETE_JOBS, [i[0] for i in items], [i[1] for i in items],
+            [i[2] for i in items], now,
+        )
+        return {r[0] for r in rows}
+
+    async def fail_job(
+        self,
+        job_key: int,
+        activation_count: int,
+        *,
+        retries: int | None,
+        error_message: str | None,
+        run_at: datetime,
+        variables: str | None,
+        now: datetime,
+    ) -> asyncpg.Record | None:
+        async with self.pool.acquire() as conn:
+            async with conn.transaction():
+                row = await conn.fetchrow(
+                    FAIL_JOB, job_key, activation_count, retries, error_message, run_at,
+                    variables, now,
+                )
+                if row is not None and row["state"] == "CREATED":
+                    # Lock before wake, in its own statement (module docstring).
+                    await conn.execute(_lock_sql(
+                        "pg_advisory_xact_lock_shared", LANE_LOCK_CLASS,
+                        [lane_bucket(row["job_type"], row["tenant_id"])]))
+                    await conn.fetchval(WAKE_LANES, [row["job_type"]], [row["tenant_id"]])
+                return row
+
+    async def throw_error(
+        self, job_key: int, activation_count: int, error_code: str, error_message: str | None,
+        variables: str | None, now: datetime,
+    ) -> bool:
+        row = await self.pool.fetchrow(
+            THROW_ERROR, job_key, activation_count, error_code, error_message, variables, now
+        )
+        return row is not None
+
+    async def update_job(self, job_key: int, decide: Any, now: datetime) -> Any:
+        """Read-modify-write under the row lock: ``decide(row)`` returns the new values
+        ``(retries, deadline, priority, state)`` or raises a domain error."""
+        async with self.pool.acquire() as conn:
+            async with conn.transaction():
+                row = await conn.fetchrow(LOCK_JOB, job_key)
+                retries, deadline, priority, state = decide(row)
+                if state == "CREATED" and row["state"] != "CREATED":
+                    await conn.execute(_lock_sql(
+                        "pg_advisory_xact_lock_shared", LANE_LOCK_CLASS,
+                        [lane_bucket(row["job_type"], row["tenant_id"])]))
+                await conn.execute(UPDATE_JOB, job_key, retries, deadline, priority, state, now)
+                if state == "CREATED" and row["state"] != "CREATED":
+                    await conn.fetchval(WAKE_LANES, [row["job_type"]], [row["tenant_id"]])
+                return row
+
+    # -- making jobs ready in bulk (sweepers, releases) -------------------------------
+
+    async def _ready_by_keys(
+        self, select_sql: str, select_args: tuple[Any, ...], update_sql: str,
+        update_args: tuple[Any, ...],
+    ) -> list[asyncpg.Record]:
+        """Select candidates, take their lanes' shared bucket locks, then update them."""
+        async with self.pool.acquire() as conn:
+            candidates = await conn.fetch(select_sql, *select_args)
+            if not candidates:
+                return []
+            buckets = sorted({lane_bucket(r["job_type"], r["tenant_id"]) for r in candidates})
+            async with conn.transaction():
+                await conn.execute(
+                    _lock_sql("pg_advisory_xact_lock_shared", LANE_LOCK_CLASS, buckets)
+                )
+                rows = await conn.fetch(update_sql, [r["job_key"] for r in candidates],
+                                        *update_args)
+                if rows:
+                    await conn.fetchval(
+                        WAKE_LANES, [r["job_type"] for r in rows], [r["tenant_id"] for r in rows]
+                    )
+            return rows
+
+    async def release_expired(self, now: datetime, limit: int) -> int:
+        rows = await self._ready_by_keys(EXPIRED_LEASES, (now, limit), RELEASE_EXPIRED, (now,))
+        return len(rows)
+
+    async def promote_scheduled(self, now: datetime, limit: int) -> int:
+        rows = await self._ready_by_keys(DUE_SCHEDULED, (now, limit), PROMOTE_SCHEDULED, (now,))
+        return len(rows)
+
+    async def release_jobs(self, jobs: Sequence[asyncpg.Record]) -> int:
+        """Give back activations the caller never received (fenced by activationCount)."""
+        if not jobs:
+            return 0
+        buckets = sorted({lane_bucket(j["job_type"], j["tenant_id"]) for j in jobs})
+        async with self.pool.acquire() as conn:
+            async with conn.transaction():
+                await conn.execute(
+                    _lock_sql("pg_advisory_xact_lock_shared", LANE_LOCK_CLASS, buckets)
+                )
+                rows = await conn.fetch(
+                    RELEASE_JOBS, [j["job_key"] for j in jobs],
+                    [j["activation_count"] for j in jobs],
+                )
+                if rows:
+                    await conn.fetchval(
+                        WAKE_LANES, [r["job_type"] for r in rows], [r["tenant_id"] for r in rows]
+                    )
+        return len(rows)
+
+    async def prune_terminal(self, before: datetime, limit: int) -> int:
+        status = await self.pool.execute(PRUNE_TERMINAL, before, limit)
+        return int(status.split()[-1])
+
+    # -- operators -------------------------------------------------------------------
+
+    async def upsert_tenant(self, tenant_id: str, weight: int, cap: int | None) -> asyncpg.Record:
+        return await self.pool.fetchrow(UPSERT_TENANT, tenant_id, weight, cap)
+
+    async def get_tenant(self, tenant_id: str) -> asyncpg.Record | None:
+        return await self.pool.fetchrow(GET_TENANT, tenant_id)
+
+    async def list_tenants(self) -> list[asyncpg.Record]:
+        return await self.pool.fetch(LIST_TENANTS)
+
+    async def delete_tenant(self, tenant_id: str) -> bool:
+        return await self.pool.fetchval(DELETE_TENANT, tenant_id) is not None
+
+    async def upsert_job_type(
+        self, job_type: str, cap: int | None, interval_ms: int | None, step: int | None
+    ) -> asyncpg.Record:
+        return await self.pool.fetchrow(UPSERT_JOB_TYPE, job_type, cap, interval_ms, step)
+
+    async def get_job_type(self, job_type: str) -> asyncpg.Record | None:
+        return await self.pool.fetchrow(GET_JOB_TYPE, job_type)
+
+    async def list_job_types(self) -> list[asyncpg.Record]:
+        return await self.pool.fetch(LIST_JOB_TYPES)
+
+    async def stats(self) -> list[asyncpg.Record]:
+        return await self.pool.fetch(STATS)
+
+    async def lane_totals(self) -> list[asyncpg.Record]:
+        return await self.pool.fetch(LANE_TOTALS)
+
+    async def ping(self) -> None:
+        await self.pool.fetchval("SELECT 1")
+
+    async def schema_revision(self) -> str | None:
+        try:
+            return await self.pool.fetchval("SELECT version_num FROM alembic_version")
+        except asyncpg.UndefinedTableError:
+            return None

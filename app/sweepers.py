@@ -1,0 +1,191 @@
+"""Background work: lease expiry, promotion of due jobs, retention, stats sampling.
+
+Leader-only tasks run on one process at a time across replicas: the holder of a
+session-level advisory lock on a dedicated connection.  Every task is safe to run twice
+(each statement re-checks the state it changes) and has ``run_once(now)`` for tests.
+A task that fails with anything but a connection problem stops the process
+(``on_fatal``): half-alive is worse than restarted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+
+import asyncpg
+
+from app.config import Settings
+from app.domain import utcnow
+from app.operators import StatsService
+from app.store import LEADER_LOCK_KEY, Store
+
+log = logging.getLogger(__name__)
+
+TRANSIENT = (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, OSError,
+             asyncpg.CannotConnectNowError, asyncpg.TooManyConnectionsError)
+BATCH = 1000
+
+
+class LeaseSweeper:
+    """Expired ACTIVATED -> CREATED, retries unchanged."""
+
+    name = "lease-sweeper"
+
+    def __init__(self, store: Store, interval_ms: int) -> None:
+        self.store = store
+        self.interval_ms = interval_ms
+
+    async def run_once(self, now: datetime) -> int:
+        total = 0
+        while (n := await self.store.release_expired(now, BATCH)) > 0:
+            total += n
+            if n < BATCH:
+                break
+        return total
+
+
+class Promoter:
+    """SCHEDULED (delayed, backing off) -> CREATED once ``runAt`` has come."""
+
+    name = "promoter"
+
+    def __init__(self, store: Store, interval_ms: int) -> None:
+        self.store = store
+        self.interval_ms = interval_ms
+
+    async def run_once(self, now: datetime) -> int:
+        total = 0
+        while (n := await self.store.promote_scheduled(now, BATCH)) > 0:
+            total += n
+            if n < BATCH:
+                break
+        return total
+
+
+class RetentionSweeper:
+    """Deletes terminal jobs older than the retention period, in bounded batches."""
+
+    name = "retention"
+
+    def __init__(self, store: Store, interval_ms: int, retention_s: int) -> None:
+        self.store = store
+        self.interval_ms = interval_ms
+        self.retention_s = retention_s
+
+    async def run_once(self, now: datetime) -> int:
+        before = now - timedelta(seconds=self.retention_s)
+        total = 0
+        while (n := await self.store.prune_terminal(before, BATCH)) > 0:
+            total += n
+            if n < BATCH:
+                break
+        return total
+
+
+class StatsSampler:
+    name = "stats-sampler"
+
+    def __init__(self, stats: StatsService) -> None:
+        self.stats = stats
+        self.interval_ms = int(stats.sample_interval_s * 1000)
+
+    async def run_once(self, now: datetime) -> int:
+        await self.stats.sample()
+        return 0
+
+
+Task = LeaseSweeper | Promoter | RetentionSweeper | StatsSampler
+
+
+class Background:
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings,
+        database_url: str,
+        stats: StatsService,
+        on_fatal: Callable[[BaseException], None],
+        enabled: bool = True,
+    ) -> None:
+        self.store = store
+        self.database_url = database_url
+        self.on_fatal = on_fatal
+        self.enabled = enabled
+        self.lease = LeaseSweeper(store, settings.lease_sweep_interval_ms)
+        self.promoter = Promoter(store, settings.promote_interval_ms)
+        self.retention = RetentionSweeper(
+            store, settings.retention_sweep_interval_ms, settings.retention_s
+        )
+        self.sampler = StatsSampler(stats)
+        self.leader_tasks: list[Task] = [self.lease, self.promoter, self.retention]
+        self.is_leader = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._leader_conn: asyncpg.Connection | None = None
+
+    async def start(self) -> None:
+        if not self.enabled:
+            return
+        self._spawn(self._leadership())
+        self._spawn(self._loop(self.sampler, leader_only=False))
+        for task in self.leader_tasks:
+            self._spawn(self._loop(task, leader_only=True))
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        if self._leader_conn is not None:
+            await self._leader_conn.close()
+            self._leader_conn = None
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        task.add_done_callback(self._supervise)
+        self._tasks.append(task)
+
+    def _supervise(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            log.critical("background task died: %r; stopping the process", exc, exc_info=exc)
+            self.on_fatal(exc)
+
+    async def _leadership(self) -> None:
+        """Hold the leader lock while the connection lives; re-contend when it dies."""
+        while True:
+            try:
+                if self._leader_conn is None or self._leader_conn.is_closed():
+                    self.is_leader.clear()
+                    self._leader_conn = await asyncpg.connect(self.database_url)
+                if not self.is_leader.is_set():
+                    got = await self._leader_conn.fetchval(
+                        "SELECT pg_try_advisory_lock($1)", LEADER_LOCK_KEY
+                    )
+                    if got:
+                        log.info("this process leads the background work")
+                        self.is_leader.set()
+                else:
+                    await self._leader_conn.fetchval("SELECT 1")
+            except TRANSIENT as exc:
+                log.warning("leader connection problem: %r", exc)
+                self.is_leader.clear()
+                if self._leader_conn is not None:
+                    self._leader_conn.terminate()
+                    self._leader_conn = None
+            await asyncio.sleep(1.0 + random.random())
+
+    async def _loop(self, task: Task, *, leader_only: bool) -> None:
+        while True:
+            if leader_only:
+                await self.is_leader.wait()
+            try:
+                await task.run_once(utcnow())
+            except TRANSIENT as exc:
+                log.warning("%s: database problem, will retry: %r", task.name, exc)
+            # Jitter keeps replicas and tasks from beating in step.
+            await asyncio.sleep(task.interval_ms / 1000.0 * (0.9 + 0.2 * random.random()))
