@@ -126,7 +126,9 @@ class _Plan:
         lane's share moves picks to the next lanes."""
         return {r.tenant_id: r.max_active_jobs for r in self.rows if r.max_active_jobs is not None}
 
-    def with_headroom(self, type_active: int | None, tenant_active: dict[str, int]) -> dict[str, int]:
+    def with_headroom(
+        self, type_active: int | None, tenant_active: dict[str, int]
+    ) -> dict[str, int]:
         type_headroom = None
         if self.type_cap is not None and type_active is not None:
             type_headroom = max(0, self.type_cap - type_active)
@@ -138,7 +140,10 @@ class _Plan:
         self.final = allocate(lanes, self.n, type_headroom)
         # Lanes that used up their headroom in this allocation are at cap too.
         for lane in lanes:
-            if lane.headroom is not None and self.final.counts.get(lane.tenant_id, 0) >= lane.headroom:
+            if (
+                lane.headroom is not None
+                and self.final.counts.get(lane.tenant_id, 0) >= lane.headroom
+            ):
                 self.capped_out.add(lane.tenant_id)
         return dict(self.final.counts)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -34,18 +35,24 @@ def serve(
     host: Annotated[str | None, typer.Option(help="address to listen on")] = None,
     port: Annotated[int | None, typer.Option(help="port to listen on")] = None,
     data_dir: Annotated[Path | None, typer.Option(help="embedded PostgreSQL data folder")] = None,
-    database_url: Annotated[str | None, typer.Option(help="postgresql:// URL; unset = embedded")] = None,
+    database_url: Annotated[
+        str | None, typer.Option(help="postgresql:// URL; unset = embedded")
+    ] = None,
     workers: Annotated[int | None, typer.Option(help="server worker processes")] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
 ) -> None:
     """Start PostgreSQL if needed, migrate, and serve the API."""
     import uvicorn
 
-    settings = _settings(host=host, port=port, data_dir=data_dir, database_url=database_url,
-                         workers=workers)
+    settings = _settings(
+        host=host, port=port, data_dir=data_dir, database_url=database_url, workers=workers
+    )
     if settings.auth_mode == "off" and not is_loopback(settings.host):
-        typer.echo(f"refusing to serve on {settings.host} with auth off; "
-                   "bind to 127.0.0.1 or turn auth on", err=True)
+        typer.echo(
+            f"refusing to serve on {settings.host} with auth off; "
+            "bind to 127.0.0.1 or turn auth on",
+            err=True,
+        )
         raise typer.Exit(2)
     if settings.auth_mode == "required":
         typer.echo("API-key auth is not implemented yet: bind to loopback (the default)", err=True)
@@ -58,17 +65,34 @@ def serve(
     os.environ["JOBFAIR_PORT"] = str(settings.port)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     typer.echo(f"Jobfair serving on http://{settings.host}:{settings.port}", err=True)
+    # uvicorn shuts down gracefully on SIGTERM/SIGINT and then re-raises the signal to the
+    # handler that was installed before it; a graceful stop is a success, so exit 0 (and
+    # let atexit stop the embedded PostgreSQL).
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _exit_cleanly)
     uvicorn.run(
-        "app.asgi:app", host=settings.host, port=settings.port, workers=settings.workers,
-        loop="uvloop", http="httptools", log_level=log_level, access_log=False,
+        "app.asgi:app",
+        host=settings.host,
+        port=settings.port,
+        workers=settings.workers,
+        loop="uvloop",
+        http="httptools",
+        log_level=log_level,
+        access_log=False,
         timeout_graceful_shutdown=10,
     )
+
+
+def _exit_cleanly(signum: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 @cli.command()
 def migrate(
     data_dir: Annotated[Path | None, typer.Option(help="embedded PostgreSQL data folder")] = None,
-    database_url: Annotated[str | None, typer.Option(help="postgresql:// URL; unset = embedded")] = None,
+    database_url: Annotated[
+        str | None, typer.Option(help="postgresql:// URL; unset = embedded")
+    ] = None,
 ) -> None:
     """Migrate the database to the newest schema."""
     settings = _settings(data_dir=data_dir, database_url=database_url)
@@ -79,3 +103,7 @@ def migrate(
 
 def main() -> None:
     sys.exit(cli())
+
+
+if __name__ == "__main__":
+    main()

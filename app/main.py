@@ -41,9 +41,7 @@ def _stop_process(exc: BaseException) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-def create_app(
-    settings: Settings, database_url: str, *, background: bool = True
-) -> FastAPI:
+def create_app(settings: Settings, database_url: str, *, background: bool = True) -> FastAPI:
     """Build the app for one database.  ``background=False`` leaves the sweepers to the
     caller (tests drive them through ``run_once``)."""
 
@@ -54,8 +52,12 @@ def create_app(
         stats = StatsService(store)
         bg = Background(store, settings, database_url, stats, _stop_process, enabled=background)
         app.state.services = Services(
-            store=store, activation=activation, jobs=JobService(store, activation),
-            config=ConfigService(store), stats=stats, background=bg,
+            store=store,
+            activation=activation,
+            jobs=JobService(store, activation),
+            config=ConfigService(store),
+            stats=stats,
+            background=bg,
         )
         await bg.start()
         try:
@@ -64,8 +66,9 @@ def create_app(
             await bg.stop()
             await store.close()
 
-    app = FastAPI(title="Jobfair", version="0.1.0", lifespan=lifespan,
-                  docs_url="/docs", redoc_url=None)
+    app = FastAPI(
+        title="Jobfair", version="0.1.0", lifespan=lifespan, docs_url="/docs", redoc_url=None
+    )
     app.state.settings = settings
     app.state.schema_head = migrations.head_revision()
     problems.install(app)
@@ -73,9 +76,13 @@ def create_app(
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unhandled error on %s", request.url.path)
-        return problems.problem(500, "urn:jobfair:internal", "INTERNAL",
-                                "an unexpected error occurred; it has been logged",
-                                request.url.path)
+        return problems.problem(
+            500,
+            "urn:jobfair:internal",
+            "INTERNAL",
+            "an unexpected error occurred; it has been logged",
+            request.url.path,
+        )
 
     app.include_router(jobs_api.router)
     app.include_router(operators_api.router)

@@ -6,10 +6,11 @@ import asyncio
 import concurrent.futures
 from pathlib import Path
 
-from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+
+from alembic import command
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -43,8 +43,12 @@ class ConfigService:
     async def get_job_type(self, job_type: str, defaults: tuple[int, int]) -> dict[str, Any]:
         row = await self.store.get_job_type(job_type)
         if row is None:
-            return {"type": job_type, "maxActiveJobs": None, "agingIntervalMs": defaults[0],
-                    "agingStep": defaults[1]}
+            return {
+                "type": job_type,
+                "maxActiveJobs": None,
+                "agingIntervalMs": defaults[0],
+                "agingStep": defaults[1],
+            }
         return self._job_type(row, defaults)
 
     async def list_job_types(self, defaults: tuple[int, int]) -> list[dict[str, Any]]:
@@ -56,13 +60,20 @@ class ConfigService:
         if defaults is not None:
             interval = interval or defaults[0]
             step = defaults[1] if step is None else step
-        return {"type": row["job_type"], "maxActiveJobs": row["max_active_jobs"],
-                "agingIntervalMs": interval, "agingStep": step}
+        return {
+            "type": row["job_type"],
+            "maxActiveJobs": row["max_active_jobs"],
+            "agingIntervalMs": interval,
+            "agingStep": step,
+        }
 
 
 def _tenant(row: Any) -> dict[str, Any]:
-    return {"tenantId": row["tenant_id"], "weight": row["weight"],
-            "maxActiveJobs": row["max_active_jobs"]}
+    return {
+        "tenantId": row["tenant_id"],
+        "weight": row["weight"],
+        "maxActiveJobs": row["max_active_jobs"],
+    }
 
 
 class StatsService:
@@ -90,19 +101,33 @@ class StatsService:
         weights = {r["tenant_id"]: r["weight"] for r in await self.store.list_tenants()}
         types: dict[str, dict[str, Any]] = {}
         for r in rows:
-            t = types.setdefault(r["job_type"], {"type": r["job_type"], "pending": 0, "active": 0,
-                                                 "oldestPendingAgeMs": None, "tenants": []})
+            t = types.setdefault(
+                r["job_type"],
+                {
+                    "type": r["job_type"],
+                    "pending": 0,
+                    "active": 0,
+                    "oldestPendingAgeMs": None,
+                    "tenants": [],
+                },
+            )
             age = _age_ms(now, r["oldest_pending"])
             t["pending"] += r["pending"]
             t["active"] += r["active"]
-            if age is not None and (t["oldestPendingAgeMs"] is None or age > t["oldestPendingAgeMs"]):
+            if age is not None and (
+                t["oldestPendingAgeMs"] is None or age > t["oldestPendingAgeMs"]
+            ):
                 t["oldestPendingAgeMs"] = age
             lane = (r["job_type"], r["tenant_id"])
-            t["tenants"].append({
-                "tenantId": r["tenant_id"], "pending": r["pending"], "active": r["active"],
-                "oldestPendingAgeMs": age,
-                "activatedLastMinute": current.get(lane, 0) - base.get(lane, 0),
-            })
+            t["tenants"].append(
+                {
+                    "tenantId": r["tenant_id"],
+                    "pending": r["pending"],
+                    "active": r["active"],
+                    "oldestPendingAgeMs": age,
+                    "activatedLastMinute": current.get(lane, 0) - base.get(lane, 0),
+                }
+            )
         for t in types.values():
             counts = {x["tenantId"]: x["activatedLastMinute"] for x in t["tenants"]}
             realized = scheduler.shares(counts)

@@ -46,8 +46,13 @@ JOB_STATES = (
 jobs = Table(
     "jobs",
     metadata,
-    Column("job_key", BigInteger, job_key_seq, primary_key=True,
-           server_default=job_key_seq.next_value()),
+    Column(
+        "job_key",
+        BigInteger,
+        job_key_seq,
+        primary_key=True,
+        server_default=job_key_seq.next_value(),
+    ),
     Column("job_type", Text, nullable=False),
     Column("tenant_id", Text, nullable=False),
     Column("state", Text, nullable=False),
@@ -72,9 +77,7 @@ jobs = Table(
     ),
     CheckConstraint("priority BETWEEN 0 AND 100", name="jobs_priority_check"),
     CheckConstraint("retries >= 0", name="jobs_retries_check"),
-    CheckConstraint(
-        "(state = 'ACTIVATED') = (deadline IS NOT NULL)", name="jobs_deadline_check"
-    ),
+    CheckConstraint("(state = 'ACTIVATED') = (deadline IS NOT NULL)", name="jobs_deadline_check"),
     # Dead tuples are the cost of a queue table: vacuum it early and often.
     postgresql_with={
         "autovacuum_vacuum_scale_factor": "0.01",
@@ -125,8 +128,11 @@ lanes = Table(
     # True while the lane may hold ready jobs; see store.py for the no-lost-wake-up protocol.
     Column("active", Boolean, nullable=False, server_default=text("true")),
     Column("activated_total", BigInteger, nullable=False, server_default=text("0")),
-    postgresql_with={"autovacuum_vacuum_scale_factor": "0", "autovacuum_vacuum_threshold": "500",
-                     "fillfactor": "50"},
+    postgresql_with={
+        "autovacuum_vacuum_scale_factor": "0",
+        "autovacuum_vacuum_threshold": "500",
+        "fillfactor": "50",
+    },
 )
 # Backlogged lanes by virtual time (the activator's read), and min/max vtime per type.
 Index("lanes_type_vtime_idx", lanes.c.job_type, lanes.c.active, lanes.c.vtime, lanes.c.tenant_id)

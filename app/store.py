@@ -27,14 +27,18 @@ In every order the lane ends active while it has ready jobs (tested in
 
 from __future__ import annotations
 
+import functools
+import logging
 import zlib
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import asyncpg
 import orjson
+
+log = logging.getLogger(__name__)
 
 # Advisory lock classes (the two-int4 key space; never overlaps the one-bigint space).
 LANE_LOCK_CLASS = 0x4A460001
@@ -57,6 +61,35 @@ _REENTRY_VTIME = """COALESCE(
     (SELECT min(x.vtime) FROM lanes x WHERE x.job_type = {t} AND x.active),
     (SELECT max(x.vtime) FROM lanes x WHERE x.job_type = {t}),
     0)"""
+
+# Marks the lanes in ``ready_lanes`` backlogged: creates missing lanes at the re-entry
+# virtual time, wakes parked ones (a lane already active matches nothing and is not
+# written: no hot row), and notifies once per job type.  Index: lanes pkey.
+_WAKE_CTES = f"""new_lanes AS (
+    INSERT INTO lanes (job_type, tenant_id, vtime, active)
+    SELECT r.job_type, r.tenant_id, {_REENTRY_VTIME.format(t="r.job_type")}, true
+    FROM ready_lanes r
+    ORDER BY r.job_type, r.tenant_id
+    ON CONFLICT (job_type, tenant_id) DO NOTHING
+    RETURNING 1
+),
+woken AS (
+    UPDATE lanes l
+    SET active = true, vtime = GREATEST(l.vtime, {_REENTRY_VTIME.format(t="l.job_type")})
+    WHERE (l.job_type, l.tenant_id) IN (
+        -- Parked lanes only (an active one is not written), locked in key order.
+        SELECT x.job_type, x.tenant_id FROM lanes x JOIN ready_lanes r
+          ON x.job_type = r.job_type AND x.tenant_id = r.tenant_id
+        WHERE NOT x.active
+        ORDER BY x.job_type, x.tenant_id
+        FOR NO KEY UPDATE OF x)
+    RETURNING 1
+),
+notified AS (
+    SELECT pg_notify('{NOTIFY_CHANNEL}', job_type)
+    FROM (SELECT DISTINCT job_type FROM ready_lanes) d
+)
+"""
 
 # -- name: insert_jobs
 # Inserts a batch of jobs in one round trip (unnest), marks their lanes backlogged and
@@ -85,23 +118,8 @@ ins AS (
 ready_lanes AS (
     SELECT DISTINCT job_type, tenant_id FROM ins WHERE state = 'CREATED'
 ),
-new_lanes AS (
-    INSERT INTO lanes (job_type, tenant_id, vtime, active)
-    SELECT r.job_type, r.tenant_id, {_REENTRY_VTIME.format(t="r.job_type")}, true
-    FROM ready_lanes r
-    ON CONFLICT (job_type, tenant_id) DO NOTHING
-    RETURNING 1
-),
-woken AS (
-    UPDATE lanes l SET active = true, vtime = GREATEST(l.vtime, {_REENTRY_VTIME.format(t="l.job_type")})
-    FROM ready_lanes r
-    WHERE l.job_type = r.job_type AND l.tenant_id = r.tenant_id AND NOT l.active
-    RETURNING 1
-),
-notified AS (
-    SELECT pg_notify('{NOTIFY_CHANNEL}', job_type) FROM (SELECT DISTINCT job_type FROM ready_lanes) d
-)
-SELECT i.ord, i.job_key, (ins.job_key IS NOT NULL) AS created, i.tenant_id, i.idempotency_key,
+{_WAKE_CTES}SELECT i.ord, i.job_key, (ins.job_key IS NOT NULL) AS created, i.tenant_id,
+       i.idempotency_key,
        (SELECT count(*) FROM notified) + (SELECT count(*) FROM new_lanes)
          + (SELECT count(*) FROM woken) AS _side_effects
 FROM input i LEFT JOIN ins ON ins.job_key = i.job_key
@@ -122,25 +140,10 @@ JOIN jobs j ON j.tenant_id = k.tenant_id AND j.idempotency_key = k.idempotency_k
 # Locks: caller holds the shared lane-bucket locks.
 WAKE_LANES = f"""
 WITH ready_lanes AS (
-    SELECT DISTINCT job_type, tenant_id FROM unnest($1::text[], $2::text[]) AS r(job_type, tenant_id)
+    SELECT DISTINCT job_type, tenant_id
+    FROM unnest($1::text[], $2::text[]) AS r(job_type, tenant_id)
 ),
-new_lanes AS (
-    INSERT INTO lanes (job_type, tenant_id, vtime, active)
-    SELECT r.job_type, r.tenant_id, {_REENTRY_VTIME.format(t="r.job_type")}, true
-    FROM ready_lanes r
-    ON CONFLICT (job_type, tenant_id) DO NOTHING
-    RETURNING 1
-),
-woken AS (
-    UPDATE lanes l SET active = true, vtime = GREATEST(l.vtime, {_REENTRY_VTIME.format(t="l.job_type")})
-    FROM ready_lanes r
-    WHERE l.job_type = r.job_type AND l.tenant_id = r.tenant_id AND NOT l.active
-    RETURNING 1
-),
-notified AS (
-    SELECT pg_notify('{NOTIFY_CHANNEL}', job_type) FROM (SELECT DISTINCT job_type FROM ready_lanes) d
-)
-SELECT (SELECT count(*) FROM notified) + (SELECT count(*) FROM new_lanes)
+{_WAKE_CTES}SELECT (SELECT count(*) FROM notified) + (SELECT count(*) FROM new_lanes)
        + (SELECT count(*) FROM woken)
 """
 
@@ -202,11 +205,17 @@ FROM unnest($1::text[], $2::int[]) AS c(tenant_id, cap)
 #   priorities (one index descent each, at most 101); each priority's head yields up to k
 #   rows in FIFO order, which within one priority is also aging order.  The best k of
 #   those heads are the lane's best k jobs.  Cost O(k x P x log N), never a backlog scan.
-# Locks: FOR UPDATE SKIP LOCKED on head rows, so concurrent activators pass each other
-#   instead of queueing or double-claiming; then the lane rows (brief, till commit).
+# Locks: the allotted lane rows first, in tenant order (held till commit); then
+#   FOR UPDATE SKIP LOCKED on head rows, so concurrent activators never double-claim.
 CLAIM = """
 WITH RECURSIVE alloc AS (
-    SELECT * FROM unnest($2::text[], $3::int[], $4::float8[]) AS a(tenant_id, k, stride)
+    -- Lock the allotted lanes first, in one global order (tenant id): concurrent
+    -- activators that share lanes queue here instead of deadlocking on the vtime update.
+    SELECT a.* FROM unnest($2::text[], $3::int[], $4::float8[]) AS a(tenant_id, k, stride)
+    JOIN (SELECT l.tenant_id FROM lanes l
+          WHERE l.job_type = $1 AND l.tenant_id = ANY($2::text[])
+          ORDER BY l.tenant_id
+          FOR NO KEY UPDATE) locked ON locked.tenant_id = a.tenant_id
 ),
 prios AS (
     SELECT a.tenant_id, a.k,
@@ -240,7 +249,8 @@ heads AS (
 chosen AS (
     SELECT job_key, tenant_id FROM (
         SELECT job_key, tenant_id, k,
-               row_number() OVER (PARTITION BY tenant_id ORDER BY eff DESC, queued_at, job_key) AS rn
+               row_number() OVER (PARTITION BY tenant_id
+                                  ORDER BY eff DESC, queued_at, job_key) AS rn
         FROM heads
     ) ranked
     WHERE rn <= k
@@ -270,7 +280,11 @@ SELECT *, (SELECT count(*) FROM advanced) AS _lanes_advanced FROM activated
 # probe per lane), lanes pkey.
 PARK_LANES = """
 UPDATE lanes l SET active = false
-WHERE l.job_type = $1 AND l.tenant_id = ANY($2::text[]) AND l.active
+WHERE l.job_type = $1 AND l.tenant_id IN (
+      -- A lane an activator holds is busy, not empty: skip it rather than wait.
+      SELECT x.tenant_id FROM lanes x
+      WHERE x.job_type = $1 AND x.tenant_id = ANY($2::text[]) AND x.active
+      FOR NO KEY UPDATE SKIP LOCKED)
   AND NOT EXISTS (
       SELECT 1 FROM jobs j
       WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = l.tenant_id)
@@ -296,7 +310,8 @@ RETURNING job_key
 # the result variables.  Notifies when a job type or tenant has a cap (capacity freed).
 COMPLETE_JOBS = f"""
 WITH input AS (
-    SELECT * FROM unnest($1::bigint[], $2::int[], $3::jsonb[]) AS i(job_key, activation_count, variables)
+    SELECT * FROM unnest($1::bigint[], $2::int[], $3::jsonb[])
+                  AS i(job_key, activation_count, variables)
 ),
 done AS (
     UPDATE jobs j
@@ -521,6 +536,33 @@ def _encode_jsonb(value: Any) -> str:
     return value if isinstance(value, str) else orjson.dumps(value).decode()
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+DEADLOCK_RETRIES = 3
+
+
+def retry_deadlock(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    """Re-run a whole transaction that PostgreSQL aborted as a deadlock victim.
+
+    Lanes are locked in key order on every path, so a deadlock needs a rare three-way
+    race (a lane parked and woken while an activator holds its neighbour); the victim's
+    transaction rolled back completely, so running it again is safe.
+    """
+
+    @functools.wraps(fn)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        for attempt in range(DEADLOCK_RETRIES):
+            try:
+                return await fn(*args, **kwargs)
+            except asyncpg.DeadlockDetectedError:
+                if attempt == DEADLOCK_RETRIES - 1:
+                    raise
+                log.warning("deadlock in %s; retrying", fn.__name__)
+        raise AssertionError("unreachable")
+
+    return wrapper
+
+
 class Store:
     """Named operations over an asyncpg pool."""
 
@@ -530,7 +572,10 @@ class Store:
     @classmethod
     async def connect(cls, url: str, *, size: int) -> Store:
         pool = await asyncpg.create_pool(
-            url, min_size=min(2, size), max_size=size, init=_init_connection,
+            url,
+            min_size=min(2, size),
+            max_size=size,
+            init=_init_connection,
             command_timeout=60,
         )
         return cls(pool)
@@ -540,6 +585,7 @@ class Store:
 
     # -- producers -------------------------------------------------------------------
 
+    @retry_deadlock
     async def insert_jobs(self, new: Sequence[NewJob], now: datetime) -> list[Inserted]:
         buckets = sorted({lane_bucket(j.job_type, j.tenant_id) for j in new if j.run_at <= now})
         async with self.pool.acquire() as conn:
@@ -608,6 +654,7 @@ class Store:
             return TypeConfig(None, None, None)
         return TypeConfig(row[0], row[1], row[2])
 
+    @retry_deadlock
     async def claim(
         self,
         job_type: str,
@@ -634,16 +681,24 @@ class Store:
         deadline = now + timedelta(milliseconds=lease_ms)
         if type_cap is None and not tenant_caps:
             return await self.pool.fetch(
-                CLAIM, job_type, list(counts), list(counts.values()),
-                [strides[t] for t in counts], now, worker, deadline, aging_step,
+                CLAIM,
+                job_type,
+                list(counts),
+                list(counts.values()),
+                [strides[t] for t in counts],
+                now,
+                worker,
+                deadline,
+                aging_step,
                 aging_interval_ms,
             )
         async with self.pool.acquire() as conn:
             async with conn.transaction():
                 locks = []
                 if type_cap is not None:
-                    locks.append(f"pg_advisory_xact_lock({_int4(TYPE_CAP_LOCK_CLASS)}, "
-                                 f"{cap_key(job_type)})")
+                    locks.append(
+                        f"pg_advisory_xact_lock({_int4(TYPE_CAP_LOCK_CLASS)}, {cap_key(job_type)})"
+                    )
                 for key in sorted({cap_key(t) for t in tenant_caps}):
                     locks.append(f"pg_advisory_xact_lock({_int4(TENANT_CAP_LOCK_CLASS)}, {key})")
                 await conn.execute("SELECT " + ", ".join(locks))
@@ -661,11 +716,19 @@ class Store:
                 if not counts:
                     return []
                 return await conn.fetch(
-                    CLAIM, job_type, list(counts), list(counts.values()),
-                    [strides[t] for t in counts], now, worker, deadline, aging_step,
+                    CLAIM,
+                    job_type,
+                    list(counts),
+                    list(counts.values()),
+                    [strides[t] for t in counts],
+                    now,
+                    worker,
+                    deadline,
+                    aging_step,
                     aging_interval_ms,
                 )
 
+    @retry_deadlock
     async def park_lanes(self, job_type: str, tenant_ids: Sequence[str]) -> list[str]:
         """Mark lanes inactive that are really empty (see the module docstring)."""
         by_bucket: dict[int, list[str]] = {}
@@ -689,11 +752,15 @@ class Store:
         self, items: Sequence[tuple[int, int, str | None]], now: datetime
     ) -> set[int]:
         rows = await self.pool.fetch(
-            COMPLETE_JOBS, [i[0] for i in items], [i[1] for i in items],
-            [i[2] for i in items], now,
+            COMPLETE_JOBS,
+            [i[0] for i in items],
+            [i[1] for i in items],
+            [i[2] for i in items],
+            now,
         )
         return {r[0] for r in rows}
 
+    @retry_deadlock
     async def fail_job(
         self,
         job_key: int,
@@ -708,26 +775,42 @@ class Store:
         async with self.pool.acquire() as conn:
             async with conn.transaction():
                 row = await conn.fetchrow(
-                    FAIL_JOB, job_key, activation_count, retries, error_message, run_at,
-                    variables, now,
+                    FAIL_JOB,
+                    job_key,
+                    activation_count,
+                    retries,
+                    error_message,
+                    run_at,
+                    variables,
+                    now,
                 )
                 if row is not None and row["state"] == "CREATED":
                     # Lock before wake, in its own statement (module docstring).
-                    await conn.execute(_lock_sql(
-                        "pg_advisory_xact_lock_shared", LANE_LOCK_CLASS,
-                        [lane_bucket(row["job_type"], row["tenant_id"])]))
+                    await conn.execute(
+                        _lock_sql(
+                            "pg_advisory_xact_lock_shared",
+                            LANE_LOCK_CLASS,
+                            [lane_bucket(row["job_type"], row["tenant_id"])],
+                        )
+                    )
                     await conn.fetchval(WAKE_LANES, [row["job_type"]], [row["tenant_id"]])
                 return row
 
     async def throw_error(
-        self, job_key: int, activation_count: int, error_code: str, error_message: str | None,
-        variables: str | None, now: datetime,
+        self,
+        job_key: int,
+        activation_count: int,
+        error_code: str,
+        error_message: str | None,
+        variables: str | None,
+        now: datetime,
     ) -> bool:
         row = await self.pool.fetchrow(
             THROW_ERROR, job_key, activation_count, error_code, error_message, variables, now
         )
         return row is not None
 
+    @retry_deadlock
     async def update_job(self, job_key: int, decide: Any, now: datetime) -> Any:
         """Read-modify-write under the row lock: ``decide(row)`` returns the new values
         ``(retries, deadline, priority, state)`` or raises a domain error."""
@@ -736,9 +819,13 @@ class Store:
                 row = await conn.fetchrow(LOCK_JOB, job_key)
                 retries, deadline, priority, state = decide(row)
                 if state == "CREATED" and row["state"] != "CREATED":
-                    await conn.execute(_lock_sql(
-                        "pg_advisory_xact_lock_shared", LANE_LOCK_CLASS,
-                        [lane_bucket(row["job_type"], row["tenant_id"])]))
+                    await conn.execute(
+                        _lock_sql(
+                            "pg_advisory_xact_lock_shared",
+                            LANE_LOCK_CLASS,
+                            [lane_bucket(row["job_type"], row["tenant_id"])],
+                        )
+                    )
                 await conn.execute(UPDATE_JOB, job_key, retries, deadline, priority, state, now)
                 if state == "CREATED" and row["state"] != "CREATED":
                     await conn.fetchval(WAKE_LANES, [row["job_type"]], [row["tenant_id"]])
@@ -746,8 +833,12 @@ class Store:
 
     # -- making jobs ready in bulk (sweepers, releases) -------------------------------
 
+    @retry_deadlock
     async def _ready_by_keys(
-        self, select_sql: str, select_args: tuple[Any, ...], update_sql: str,
+        self,
+        select_sql: str,
+        select_args: tuple[Any, ...],
+        update_sql: str,
         update_args: tuple[Any, ...],
     ) -> list[asyncpg.Record]:
         """Select candidates, take their lanes' shared bucket locks, then update them."""
@@ -760,8 +851,9 @@ class Store:
                 await conn.execute(
                     _lock_sql("pg_advisory_xact_lock_shared", LANE_LOCK_CLASS, buckets)
                 )
-                rows = await conn.fetch(update_sql, [r["job_key"] for r in candidates],
-                                        *update_args)
+                rows = await conn.fetch(
+                    update_sql, [r["job_key"] for r in candidates], *update_args
+                )
                 if rows:
                     await conn.fetchval(
                         WAKE_LANES, [r["job_type"] for r in rows], [r["tenant_id"] for r in rows]
@@ -776,6 +868,7 @@ class Store:
         rows = await self._ready_by_keys(DUE_SCHEDULED, (now, limit), PROMOTE_SCHEDULED, (now,))
         return len(rows)
 
+    @retry_deadlock
     async def release_jobs(self, jobs: Sequence[asyncpg.Record]) -> int:
         """Give back activations the caller never received (fenced by activationCount)."""
         if not jobs:
@@ -787,7 +880,8 @@ class Store:
                     _lock_sql("pg_advisory_xact_lock_shared", LANE_LOCK_CLASS, buckets)
                 )
                 rows = await conn.fetch(
-                    RELEASE_JOBS, [j["job_key"] for j in jobs],
+                    RELEASE_JOBS,
+                    [j["job_key"] for j in jobs],
                     [j["activation_count"] for j in jobs],
                 )
                 if rows:

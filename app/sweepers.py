@@ -24,8 +24,13 @@ from app.store import LEADER_LOCK_KEY, Store
 
 log = logging.getLogger(__name__)
 
-TRANSIENT = (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, OSError,
-             asyncpg.CannotConnectNowError, asyncpg.TooManyConnectionsError)
+TRANSIENT = (
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    OSError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.TooManyConnectionsError,
+)
 BATCH = 1000
 
 

@@ -60,8 +60,12 @@ def db_url(postgres: Postgres) -> Iterator[str]:
 @pytest.fixture
 def settings() -> Settings:
     # Long intervals: tests drive background work through run_once, not timers.
-    return Settings(lease_sweep_interval_ms=3_600_000, promote_interval_ms=3_600_000,
-                    retention_sweep_interval_ms=3_600_000, db_pool_size=30)
+    return Settings(
+        lease_sweep_interval_ms=3_600_000,
+        promote_interval_ms=3_600_000,
+        retention_sweep_interval_ms=3_600_000,
+        db_pool_size=30,
+    )
 
 
 @pytest.fixture
@@ -94,8 +98,9 @@ class Live:
 async def live(db_url: str, settings: Settings) -> AsyncIterator[Live]:
     app = create_app(settings, db_url, background=False)
     port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                            lifespan="on", loop="asyncio")
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", loop="asyncio"
+    )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     while not server.started:

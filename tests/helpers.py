@@ -8,8 +8,9 @@ from typing import Any
 import httpx
 
 
-async def enqueue(client: httpx.AsyncClient, job_type: str, tenant: str, n: int,
-                  **fields: Any) -> list[str]:
+async def enqueue(
+    client: httpx.AsyncClient, job_type: str, tenant: str, n: int, **fields: Any
+) -> list[str]:
     keys: list[str] = []
     for start in range(0, n, 10_000):
         count = min(10_000, n - start)
@@ -20,10 +21,20 @@ async def enqueue(client: httpx.AsyncClient, job_type: str, tenant: str, n: int,
     return keys
 
 
-async def activate(client: httpx.AsyncClient, job_type: str, max_jobs: int = 1,
-                   timeout: int = 60_000, **fields: Any) -> list[dict[str, Any]]:
-    body = {"type": job_type, "maxJobs": max_jobs, "timeout": timeout,
-            "requestTimeout": -1, **fields}
+async def activate(
+    client: httpx.AsyncClient,
+    job_type: str,
+    max_jobs: int = 1,
+    lease_ms: int = 60_000,
+    **fields: Any,
+) -> list[dict[str, Any]]:
+    body = {
+        "type": job_type,
+        "maxJobs": max_jobs,
+        "timeout": lease_ms,
+        "requestTimeout": -1,
+        **fields,
+    }
     r = await client.post("/v2/jobs/activate", json=body)
     assert r.status_code == 200, r.text
     jobs: list[dict[str, Any]] = r.json()["jobs"]
@@ -31,8 +42,10 @@ async def activate(client: httpx.AsyncClient, job_type: str, max_jobs: int = 1,
 
 
 async def complete(client: httpx.AsyncClient, job: dict[str, Any], **fields: Any) -> httpx.Response:
-    return await client.post(f"/v2/jobs/{job['jobKey']}/complete",
-                             json={"activationCount": job["activationCount"], **fields})
+    return await client.post(
+        f"/v2/jobs/{job['jobKey']}/complete",
+        json={"activationCount": job["activationCount"], **fields},
+    )
 
 
 def tenants_of(jobs: list[dict[str, Any]]) -> Counter[str]:

@@ -27,8 +27,16 @@ def _new_job(request: Request, job: schemas.CreateJob, now) -> NewJob:  # type: 
         run_at = now + timedelta(milliseconds=job.delay)
     variables, headers = payload(request, job.variables, job.customHeaders)
     assert variables is not None and headers is not None
-    return NewJob(job.type, job.tenantId, job.priority, job.retries, variables, headers,
-                  run_at, job.idempotencyKey)
+    return NewJob(
+        job.type,
+        job.tenantId,
+        job.priority,
+        job.retries,
+        variables,
+        headers,
+        run_at,
+        job.idempotencyKey,
+    )
 
 
 @router.post("", status_code=201)
@@ -102,8 +110,13 @@ async def fail_job(request: Request, key: str) -> Response:
     spec = await body(request, schemas.Fail)
     [variables] = payload(request, spec.variables)
     await request.app.state.services.jobs.fail(
-        k, spec.activationCount, retries=spec.retries, error_message=spec.errorMessage,
-        retry_backoff_ms=spec.retryBackOff, variables=variables, now=utcnow(),
+        k,
+        spec.activationCount,
+        retries=spec.retries,
+        error_message=spec.errorMessage,
+        retry_backoff_ms=spec.retryBackOff,
+        variables=variables,
+        now=utcnow(),
     )
     return Response(status_code=204)
 

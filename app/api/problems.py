@@ -22,10 +22,15 @@ class JSON(Response):
         return orjson.dumps(content)
 
 
-def problem(status: int, type_: str, title: str, detail: str, instance: str,
-            headers: dict[str, str] | None = None) -> Response:
-    body = {"type": type_, "title": title, "status": status, "detail": detail,
-            "instance": instance}
+def problem(
+    status: int,
+    type_: str,
+    title: str,
+    detail: str,
+    instance: str,
+    headers: dict[str, str] | None = None,
+) -> Response:
+    body = {"type": type_, "title": title, "status": status, "detail": detail, "instance": instance}
     return Response(orjson.dumps(body), status_code=status, media_type=PROBLEM, headers=headers)
 
 
@@ -47,12 +52,19 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> Response:
-        return problem(400, InvalidArgument.type, InvalidArgument.title,
-                       _describe(list(exc.errors())), request.url.path)
+        return problem(
+            400,
+            InvalidArgument.type,
+            InvalidArgument.title,
+            _describe(list(exc.errors())),
+            request.url.path,
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
-        titles = {404: ("urn:jobfair:not-found", "NOT_FOUND"),
-                  405: ("urn:jobfair:method-not-allowed", "METHOD_NOT_ALLOWED")}
+        titles = {
+            404: ("urn:jobfair:not-found", "NOT_FOUND"),
+            405: ("urn:jobfair:method-not-allowed", "METHOD_NOT_ALLOWED"),
+        }
         type_, title = titles.get(exc.status_code, ("urn:jobfair:http", "HTTP_ERROR"))
         return problem(exc.status_code, type_, title, str(exc.detail), request.url.path)

@@ -51,7 +51,9 @@ class CreateJob(Strict):
         try:
             parsed = datetime.fromisoformat(v.replace("Z", "+00:00"))
         except ValueError as exc:
-            raise ValueError("runAt must be an RFC 3339 instant, e.g. 2026-11-30T02:18:41Z") from exc
+            raise ValueError(
+                "runAt must be an RFC 3339 instant, e.g. 2026-11-30T02:18:41Z"
+            ) from exc
         if parsed.tzinfo is None:
             raise ValueError("runAt must carry a time zone (use Z for UTC)")
         return v

@@ -7,8 +7,10 @@ from tests.helpers import activate, complete
 
 async def test_create_activate_complete(live):
     c = live.client
-    r = await c.post("/v2/jobs", json={"type": "send-email", "tenantId": "acme",
-                                       "variables": {"to": "a@example.com"}})
+    r = await c.post(
+        "/v2/jobs",
+        json={"type": "send-email", "tenantId": "acme", "variables": {"to": "a@example.com"}},
+    )
     assert r.status_code == 201, r.text
     job = r.json()
     assert job["state"] == "CREATED" and job["activationCount"] == 0

@@ -1,0 +1,88 @@
+"""The no-lost-wake-up protocol of ``lanes.active`` (store.py's docstring), on real
+PostgreSQL: a lane holding ready jobs is never left parked, whatever the interleaving."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+from app.activation import ActivateRequest, ActivationService
+from app.config import Settings
+from app.domain import utcnow
+from app.store import NewJob, lane_bucket
+
+NO_PARKED_LANE_WITH_JOBS = """
+SELECT l.tenant_id FROM lanes l
+WHERE NOT l.active AND EXISTS (
+    SELECT 1 FROM jobs j WHERE j.state = 'CREATED' AND j.job_type = l.job_type
+      AND j.tenant_id = l.tenant_id)
+"""
+
+
+def _job(tenant: str) -> NewJob:
+    return NewJob("race", tenant, 50, 3, "{}", "{}", utcnow(), None)
+
+
+async def test_parking_skips_a_lane_whose_producer_holds_the_bucket(store):
+    await store.insert_jobs([_job("t")], utcnow())
+    await store.pool.execute("UPDATE jobs SET state = 'COMPLETED', completed_at = now()")
+    # A producer is mid-insert: it holds the shared bucket lock, its row not committed.
+    async with store.pool.acquire() as producer:
+        tx = producer.transaction()
+        await tx.start()
+        await producer.execute(
+            "SELECT pg_advisory_xact_lock_shared($1, $2)", 0x4A460001, lane_bucket("race", "t")
+        )
+        assert await store.park_lanes("race", ["t"]) == []  # try-lock failed: no park
+        await tx.rollback()
+    assert await store.park_lanes("race", ["t"]) == ["t"]
+
+
+async def test_parked_lane_wakes_when_jobs_arrive(store):
+    await store.insert_jobs([_job("t")], utcnow())
+    await store.pool.execute("UPDATE jobs SET state = 'COMPLETED', completed_at = now()")
+    assert await store.park_lanes("race", ["t"]) == ["t"]
+    await store.insert_jobs([_job("t")], utcnow())
+    assert await store.pool.fetchval("SELECT active FROM lanes WHERE tenant_id = 't'")
+
+
+async def test_no_lost_wake_up_under_racing_producers_and_activators(store):
+    service = ActivationService(store, Settings())
+    tenants = [f"t{i}" for i in range(6)]
+    produced = 0
+    stop = asyncio.Event()
+    rng = random.Random(7)
+
+    async def producer() -> None:
+        nonlocal produced
+        for _ in range(150):
+            await store.insert_jobs(
+                [_job(rng.choice(tenants)) for _ in range(rng.randint(1, 3))], utcnow()
+            )
+            produced += 1
+            await asyncio.sleep(0)
+
+    async def activator() -> None:
+        while not stop.is_set():
+            await service.activate(ActivateRequest("race", rng.randint(1, 8), 60_000), utcnow())
+
+    activators = [asyncio.create_task(activator()) for _ in range(4)]
+    await asyncio.gather(*(producer() for _ in range(4)))
+    stop.set()
+    await asyncio.gather(*activators)
+    assert await store.pool.fetch(NO_PARKED_LANE_WITH_JOBS) == []
+    # And what is left is still reachable: one more drain takes every ready job.
+    left = await store.pool.fetchval("SELECT count(*) FROM jobs WHERE state = 'CREATED'")
+    got = 0
+    while rows := (await service.activate(ActivateRequest("race", 1000, 60_000), utcnow()))[0]:
+        got += len(rows)
+    assert got == left
+
+
+async def test_drained_lane_is_parked_and_costs_nothing_later(store):
+    service = ActivationService(store, Settings())
+    await store.insert_jobs([_job("gone")], utcnow())
+    rows, _ = await service.activate(ActivateRequest("race", 5, 60_000), utcnow())
+    assert len(rows) == 1
+    assert not await store.pool.fetchval("SELECT active FROM lanes WHERE tenant_id = 'gone'")
+    assert await store.read_lanes("race", 10, [], None) == []

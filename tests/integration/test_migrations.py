@@ -1,0 +1,32 @@
+"""An empty database migrates to head, and the result equals the declared metadata."""
+
+from __future__ import annotations
+
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from app import migrations
+from app.schema import metadata
+
+
+async def test_empty_database_migrates_to_head_matching_metadata(postgres):
+    postgres.psql('DROP DATABASE IF EXISTS "migrate_check" WITH (FORCE);')
+    postgres.psql('CREATE DATABASE "migrate_check";')
+    url = postgres.url("migrate_check")
+    try:
+        migrations.upgrade(url)
+        migrations.upgrade(url)  # idempotent at head
+        engine = create_async_engine(url.replace("postgresql://", "postgresql+asyncpg://", 1))
+        async with engine.connect() as conn:
+
+            def diff(sync_conn):  # type: ignore[no-untyped-def]
+                ctx = MigrationContext.configure(sync_conn, opts={"compare_type": True})
+                return ctx.get_current_revision(), compare_metadata(ctx, metadata)
+
+            revision, changes = await conn.run_sync(diff)
+        await engine.dispose()
+        assert revision == migrations.head_revision()
+        assert changes == []
+    finally:
+        postgres.psql('DROP DATABASE IF EXISTS "migrate_check" WITH (FORCE);')
