@@ -95,22 +95,27 @@ notified AS (
 # Inserts a batch of jobs in one round trip (unnest), marks their lanes backlogged and
 # notifies once per job type.  Keys are drawn before the insert so that results map back
 # to input order.  Idempotency: jobs_idempotency_idx, ON CONFLICT DO NOTHING.
+# The batch travels as one JSON array parsed by PostgreSQL: one parameter to encode
+# instead of 8,000 array elements (asyncpg encodes those at ~1 us each).
 # Locks: the caller holds the shared lane-bucket locks (see module docstring).
 INSERT_JOBS = f"""
 WITH input AS MATERIALIZED (
-    SELECT i.*, nextval('job_key_seq') AS job_key
-    FROM unnest($1::text[], $2::text[], $3::int[], $4::int[], $5::jsonb[], $6::jsonb[],
-                $7::timestamptz[], $8::text[], $9::int[])
-         AS i(job_type, tenant_id, priority, retries, variables, custom_headers,
-              run_at, idempotency_key, ord)
+    SELECT x.ord, nextval('job_key_seq') AS job_key,
+           x.e->>'type' AS job_type, x.e->>'tenantId' AS tenant_id,
+           (x.e->>'priority')::int AS priority, (x.e->>'retries')::int AS retries,
+           x.e->'variables' AS variables, x.e->'customHeaders' AS custom_headers,
+           x.e->>'idempotencyKey' AS idempotency_key,
+           COALESCE($2::timestamptz + (x.e->>'delayMs')::float8 * interval '1 millisecond',
+                    $2::timestamptz) AS run_at
+    FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS x(e, ord)
 ),
 ins AS (
     INSERT INTO jobs (job_key, job_type, tenant_id, state, priority, retries, run_at,
                       queued_at, variables, custom_headers, created_at, idempotency_key)
     SELECT job_key, job_type, tenant_id,
-           CASE WHEN run_at > $10 THEN 'SCHEDULED' ELSE 'CREATED' END,
-           priority, retries, run_at, GREATEST(run_at, $10), variables, custom_headers,
-           $10, idempotency_key
+           CASE WHEN run_at > $2 THEN 'SCHEDULED' ELSE 'CREATED' END,
+           priority, retries, run_at, GREATEST(run_at, $2), variables,
+           custom_headers, $2, idempotency_key
     FROM input ORDER BY ord
     ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING job_key, job_type, tenant_id, state
@@ -118,7 +123,7 @@ ins AS (
 ready_lanes AS (
     SELECT DISTINCT job_type, tenant_id FROM ins WHERE state = 'CREATED'
 ),
-{_WAKE_CTES}SELECT i.ord, i.job_key, (ins.job_key IS NOT NULL) AS created, i.tenant_id,
+{_WAKE_CTES}SELECT i.job_key, (ins.job_key IS NOT NULL) AS created, i.tenant_id,
        i.idempotency_key,
        (SELECT count(*) FROM notified) + (SELECT count(*) FROM new_lanes)
          + (SELECT count(*) FROM woken) AS _side_effects
@@ -498,10 +503,22 @@ class NewJob:
     tenant_id: str
     priority: int
     retries: int
-    variables: str  # serialized JSON object
-    custom_headers: str
+    variables: dict[str, Any]
+    custom_headers: dict[str, Any]
     run_at: datetime
     idempotency_key: str | None
+
+
+def _batch_json(new: Sequence[NewJob], now: datetime) -> str:
+    return orjson.dumps([
+        {
+            "type": j.job_type, "tenantId": j.tenant_id, "priority": j.priority,
+            "retries": j.retries, "variables": j.variables, "customHeaders": j.custom_headers,
+            "idempotencyKey": j.idempotency_key,
+            "delayMs": None if j.run_at == now else (j.run_at - now).total_seconds() * 1000,
+        }
+        for j in new
+    ]).decode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -594,19 +611,7 @@ class Store:
                     await conn.execute(
                         _lock_sql("pg_advisory_xact_lock_shared", LANE_LOCK_CLASS, buckets)
                     )
-                rows = await conn.fetch(
-                    INSERT_JOBS,
-                    [j.job_type for j in new],
-                    [j.tenant_id for j in new],
-                    [j.priority for j in new],
-                    [j.retries for j in new],
-                    [j.variables for j in new],
-                    [j.custom_headers for j in new],
-                    [j.run_at for j in new],
-                    [j.idempotency_key for j in new],
-                    list(range(len(new))),
-                    now,
-                )
+                rows = await conn.fetch(INSERT_JOBS, _batch_json(new, now), now)
             missing = [r for r in rows if not r["created"]]
             existing: dict[tuple[str, str], int] = {}
             if missing:

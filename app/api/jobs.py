@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.activation import ActivateRequest
 from app.api import schemas
-from app.api.parsing import body, job_key, payload
+from app.api.parsing import body, check_payload_size, job_key, payload
 from app.api.problems import JSON
 from app.domain import job_record, utcnow
 from app.errors import InvalidArgument
@@ -19,23 +19,16 @@ from app.store import NewJob
 router = APIRouter(prefix="/v2/jobs", tags=["jobs"])
 
 
-def _new_job(request: Request, job: schemas.CreateJob, now) -> NewJob:  # type: ignore[no-untyped-def]
+def _new_job(request: Request, job: schemas.CreateJob, now: datetime) -> NewJob:
     if job.runAt is not None and job.delay is not None:
         raise InvalidArgument("give runAt or delay, not both")
     run_at = job.run_at() or now
     if job.delay is not None:
         run_at = now + timedelta(milliseconds=job.delay)
-    variables, headers = payload(request, job.variables, job.customHeaders)
-    assert variables is not None and headers is not None
+    check_payload_size(request, job.variables, job.customHeaders)
     return NewJob(
-        job.type,
-        job.tenantId,
-        job.priority,
-        job.retries,
-        variables,
-        headers,
-        run_at,
-        job.idempotencyKey,
+        job.type, job.tenantId, job.priority, job.retries, job.variables,
+        job.customHeaders, run_at, job.idempotencyKey,
     )
 
 

@@ -65,3 +65,16 @@ def payload(request: Request, *parts: dict[str, Any] | None) -> list[str | None]
     if size > limit:
         raise InvalidArgument(f"variables and customHeaders exceed {limit} bytes serialized")
     return out
+
+
+def check_payload_size(
+    request: Request, variables: dict[str, Any], headers: dict[str, Any]
+) -> None:
+    """variables + customHeaders of one job, serialized, within the limit.  A body that is
+    itself under the limit cannot hold a job over it, so most requests skip the work."""
+    limit = request.app.state.settings.max_payload_bytes
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) <= limit:
+        return
+    if len(orjson.dumps(variables)) + len(orjson.dumps(headers)) > limit:
+        raise InvalidArgument(f"variables and customHeaders exceed {limit} bytes serialized")

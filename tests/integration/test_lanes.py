@@ -20,7 +20,7 @@ WHERE NOT l.active AND EXISTS (
 
 
 def _job(tenant: str) -> NewJob:
-    return NewJob("race", tenant, 50, 3, "{}", "{}", utcnow(), None)
+    return NewJob("race", tenant, 50, 3, {}, {}, utcnow(), None)
 
 
 async def test_parking_skips_a_lane_whose_producer_holds_the_bucket(store):

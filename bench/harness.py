@@ -1,0 +1,113 @@
+"""Benchmark plumbing: an embedded PostgreSQL, fresh databases, server processes, stats.
+
+Everything runs on this machine: the servers, PostgreSQL and the load generator share
+its cores, so compare figures measured in one run, not across machines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import time
+from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+
+from app import embedded, migrations
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Postgres:
+    def __init__(self, data_dir: Path) -> None:
+        self.server, _ = embedded.start(data_dir)
+
+    def fresh_db(self, name: str) -> str:
+        self.server.psql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE);')
+        self.server.psql(f'CREATE DATABASE "{name}";')
+        url = embedded.asyncpg_url(self.server.get_uri(name))
+        migrations.upgrade(url)
+        return url
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def server(url: str, workers: int = 1, pool: int = 20) -> Iterator[str]:
+    """A ``jobfair serve`` process tree on a free port; yields its base URL."""
+    port = free_port()
+    env = {**os.environ, "JOBFAIR_DB_POOL_SIZE": str(pool)}
+    log = open(ROOT / ".jobfair" / f"bench-server-{port}.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "serve", "--database-url", url, "--port", str(port),
+         "--workers", str(workers), "--log-level", "warning"],
+        env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited: see {log.name}")
+            try:
+                if httpx.get(base + "/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("server did not become ready")
+            time.sleep(0.1)
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+
+
+@asynccontextmanager
+async def client(base: str, connections: int = 64) -> AsyncIterator[httpx.AsyncClient]:
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    async with httpx.AsyncClient(base_url=base, timeout=120, limits=limits) as c:
+        yield c
+
+
+def percentile(samples: list[float], p: float) -> float:
+    if not samples:
+        return float("nan")
+    ordered = sorted(samples)
+    k = min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+async def run_for(n: int, coro_factory) -> None:  # type: ignore[no-untyped-def]
+    await asyncio.gather(*(coro_factory(i) for i in range(n)))
+
+
+def table(rows: list[dict], columns: list[str]) -> str:
+    widths = {c: max(len(c), *(len(_fmt(r.get(c))) for r in rows)) for c in columns}
+    head = "  ".join(c.ljust(widths[c]) for c in columns)
+    lines = [head, "  ".join("-" * widths[c] for c in columns)]
+    for r in rows:
+        lines.append("  ".join(_fmt(r.get(c)).ljust(widths[c]) for c in columns))
+    return "\n".join(lines)
+
+
+def _fmt(v: object) -> str:
+    if isinstance(v, float):
+        return f"{v:,.2f}" if v < 100 else f"{v:,.0f}"
+    return "" if v is None else str(v)

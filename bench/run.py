@@ -1,0 +1,300 @@
+"""Jobfair benchmarks: ``make bench`` (all) or ``python -m bench.run enqueue drain ...``.
+
+Prints one JSON document (also written to bench/results/latest.json) and a table per
+benchmark.  Everything goes over HTTP to server processes started here, on the embedded
+PostgreSQL under .jobfair/bench.  See docs/benchmarks.md for how to read the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from bench.harness import ROOT, Postgres, client, median, percentile, server, table
+
+RESULTS = ROOT / "bench" / "results"
+
+
+# -- set-up helpers ---------------------------------------------------------------------
+
+
+async def preload(url: str, job_type: str, per_tenant: dict[str, int]) -> None:
+    """Fill the backlog straight through SQL (set-up, not what is measured)."""
+    conn = await asyncpg.connect(url)
+    try:
+        for tenant, n in per_tenant.items():
+            await conn.execute(
+                """
+                INSERT INTO jobs (job_type, tenant_id, state, priority, retries, run_at, queued_at,
+                                  created_at, variables)
+                SELECT $1, $2, 'CREATED', (g % 3) * 25, 3, now(), now() + g * interval '1 us',
+                       now(), '{"n": 1}'::jsonb
+                FROM generate_series(1, $3) g
+                """,
+                job_type, tenant, n,
+            )
+        await conn.executemany(
+            "INSERT INTO lanes (job_type, tenant_id, vtime, active) VALUES ($1, $2, 0, true)",
+            [(job_type, t) for t in per_tenant],
+        )
+        await conn.execute("VACUUM ANALYZE jobs")
+        await conn.execute("VACUUM ANALYZE lanes")
+    finally:
+        await conn.close()
+
+
+async def preload_many_tenants(url: str, job_type: str, tenants: int, per_tenant: int) -> None:
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(
+            """
+            INSERT INTO jobs (job_type, tenant_id, state, priority, retries, run_at, queued_at,
+                              created_at, variables)
+            SELECT $1, 't' || t, 'CREATED', 50, 3, now(), now() + g * interval '1 us', now(),
+                   '{"n": 1}'::jsonb
+            FROM generate_series(1, $2) t, generate_series(1, $3) g
+            """,
+            job_type, tenants, per_tenant,
+        )
+        await conn.execute(
+            "INSERT INTO lanes (job_type, tenant_id, vtime, active) "
+            "SELECT $1, 't' || t, 0, true FROM generate_series(1, $2) t",
+            job_type, tenants,
+        )
+        await conn.execute("VACUUM ANALYZE jobs")
+        await conn.execute("VACUUM ANALYZE lanes")
+    finally:
+        await conn.close()
+
+
+# -- 1. enqueue -------------------------------------------------------------------------
+
+
+async def _enqueue(base: str, producers: int, batches_each: int, batch: int) -> float:
+    body = {"jobs": [{"type": "bench", "tenantId": f"t{i % 10}", "variables": {"i": i}}
+                     for i in range(batch)]}
+    payload = json.dumps(body).encode()
+    async with client(base, producers) as c:
+        await c.post("/v2/jobs/batch", content=payload)  # warm-up
+
+        async def producer(_: int) -> None:
+            for _ in range(batches_each):
+                r = await c.post("/v2/jobs/batch", content=payload,
+                                 headers={"content-type": "application/json"})
+                assert r.status_code == 201, r.text
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(producer(i) for i in range(producers)))
+        elapsed = time.perf_counter() - t0
+    return producers * batches_each * batch / elapsed
+
+
+def bench_enqueue(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows = []
+    for producers in (1, 4):
+        for workers in args.server_workers:
+            url = pg.fresh_db("bench_enqueue")
+            with server(url, workers=workers) as base:
+                runs = [asyncio.run(_enqueue(base, producers, args.enqueue_batches, 1000))
+                        for _ in range(args.repeat)]
+            rows.append({"producers": producers, "serverWorkers": workers,
+                         "jobsPerSec": median(runs), "runs": runs})
+    return rows
+
+
+# -- 2. drain ---------------------------------------------------------------------------
+
+
+async def _drain(base: str, workers: int, max_jobs: int, batch_complete: bool,
+                 total: int) -> float:
+    done = 0
+    async with client(base, workers) as c:
+
+        async def worker(i: int) -> None:
+            nonlocal done
+            while True:
+                r = await c.post("/v2/jobs/activate", json={
+                    "type": "bench", "maxJobs": max_jobs, "timeout": 300_000,
+                    "worker": f"w{i}", "requestTimeout": -1})
+                jobs = r.json()["jobs"]
+                if not jobs:
+                    return
+                if batch_complete:
+                    r = await c.post("/v2/jobs/complete", json={"jobs": [
+                        {"jobKey": j["jobKey"], "activationCount": j["activationCount"]}
+                        for j in jobs]})
+                    assert r.status_code == 200
+                else:
+                    for j in jobs:
+                        r = await c.post(f"/v2/jobs/{j['jobKey']}/complete",
+                                         json={"activationCount": j["activationCount"]})
+                        assert r.status_code == 204, r.text
+                done += len(jobs)
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker(i) for i in range(workers)))
+        elapsed = time.perf_counter() - t0
+    assert done == total, (done, total)
+    return done / elapsed
+
+
+def bench_drain(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows = []
+    for workers in args.drain_workers:
+        for max_jobs in (10, 100):
+            for batch_complete in (False, True):
+                for sw in args.server_workers:
+                    total = args.drain_jobs if batch_complete else args.drain_jobs // 2
+                    runs = []
+                    for _ in range(args.repeat):
+                        url = pg.fresh_db("bench_drain")
+                        asyncio.run(preload(url, "bench", {f"t{i}": total // 10 for i in range(10)}))
+                        with server(url, workers=sw) as base:
+                            runs.append(asyncio.run(
+                                _drain(base, workers, max_jobs, batch_complete, total)))
+                    rows.append({"workers": workers, "maxJobs": max_jobs,
+                                 "completion": "batch" if batch_complete else "single",
+                                 "serverWorkers": sw, "jobsPerSec": median(runs), "runs": runs})
+    return rows
+
+
+# -- 3. backlog independence ------------------------------------------------------------
+
+
+async def _latency(base: str, calls: int, max_jobs: int) -> list[float]:
+    samples = []
+    async with client(base, 1) as c:
+        for _ in range(50):  # warm-up
+            await c.post("/v2/jobs/activate", json={"type": "bench", "maxJobs": max_jobs,
+                                                    "timeout": 300_000, "requestTimeout": -1})
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            r = await c.post("/v2/jobs/activate", json={"type": "bench", "maxJobs": max_jobs,
+                                                        "timeout": 300_000, "requestTimeout": -1})
+            samples.append((time.perf_counter() - t0) * 1000)
+            assert len(r.json()["jobs"]) == max_jobs
+    return samples
+
+
+def bench_backlog(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows = []
+    for backlog in (10_000, args.big_backlog):
+        url = pg.fresh_db("bench_backlog")
+        asyncio.run(preload(url, "bench", {f"t{i}": backlog // 10 for i in range(10)}))
+        with server(url) as base:
+            samples = asyncio.run(_latency(base, args.latency_calls, 1))
+            samples10 = asyncio.run(_latency(base, args.latency_calls // 4, 10))
+        rows.append({"backlog": backlog, "maxJobs": 1, "p50Ms": percentile(samples, 50),
+                     "p99Ms": percentile(samples, 99), "samples": len(samples)})
+        rows.append({"backlog": backlog, "maxJobs": 10, "p50Ms": percentile(samples10, 50),
+                     "p99Ms": percentile(samples10, 99), "samples": len(samples10)})
+    return rows
+
+
+# -- 4. many tenants --------------------------------------------------------------------
+
+
+def bench_tenants(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows = []
+    total = args.tenant_jobs
+    for tenants in (1, 100, 10_000):
+        runs = []
+        for _ in range(args.repeat):
+            url = pg.fresh_db("bench_tenants")
+            asyncio.run(preload_many_tenants(url, "bench", tenants, max(1, total // tenants)))
+            with server(url) as base:
+                runs.append(asyncio.run(_drain(base, 8, 100, True, (total // tenants) * tenants)))
+        rows.append({"tenants": tenants, "workers": 8, "maxJobs": 100, "completion": "batch",
+                     "jobsPerSec": median(runs), "runs": runs})
+    base_rate = rows[0]["jobsPerSec"]
+    for r in rows:
+        r["vsOneTenant"] = r["jobsPerSec"] / base_rate
+    return rows
+
+
+# -- 5. fairness accuracy ---------------------------------------------------------------
+
+
+async def _fairness(base: str, activations: int) -> dict[str, int]:
+    got: Counter[str] = Counter()
+    async with client(base, 8) as c:
+        for tenant, w in (("w1", 1), ("w2", 2), ("w7", 7)):
+            await c.put(f"/v2/tenants/{tenant}", json={"weight": w})
+
+        async def worker(_: int) -> None:
+            while sum(got.values()) < activations:
+                r = await c.post("/v2/jobs/activate", json={
+                    "type": "bench", "maxJobs": 50, "timeout": 300_000, "requestTimeout": -1})
+                jobs = r.json()["jobs"]
+                got.update(j["tenantId"] for j in jobs)
+                await c.post("/v2/jobs/complete", json={"jobs": [
+                    {"jobKey": j["jobKey"], "activationCount": j["activationCount"]}
+                    for j in jobs]})
+
+        await asyncio.gather(*(worker(i) for i in range(8)))
+    return dict(got)
+
+
+def bench_fairness(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]]:
+    url = pg.fresh_db("bench_fairness")
+    n = args.fairness_activations
+    asyncio.run(preload(url, "bench", {"w1": n, "w2": n, "w7": n}))
+    with server(url) as base:
+        got = asyncio.run(_fairness(base, n))
+    total = sum(got.values())
+    rows = []
+    for tenant, w in (("w1", 1), ("w2", 2), ("w7", 7)):
+        realized = got.get(tenant, 0) / total
+        rows.append({"tenant": tenant, "weight": w, "configuredPct": w * 10.0,
+                     "realizedPct": realized * 100, "errorPp": abs(realized * 100 - w * 10)})
+    return rows
+
+
+BENCHES = {
+    "enqueue": (bench_enqueue, ["producers", "serverWorkers", "jobsPerSec"]),
+    "drain": (bench_drain, ["workers", "maxJobs", "completion", "serverWorkers", "jobsPerSec"]),
+    "backlog": (bench_backlog, ["backlog", "maxJobs", "p50Ms", "p99Ms", "samples"]),
+    "tenants": (bench_tenants, ["tenants", "workers", "maxJobs", "jobsPerSec", "vsOneTenant"]),
+    "fairness": (bench_fairness, ["tenant", "weight", "configuredPct", "realizedPct", "errorPp"]),
+}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("benches", nargs="*", default=list(BENCHES), choices=[[], *BENCHES])
+    p.add_argument("--repeat", type=int, default=3, help="runs per figure (median reported)")
+    p.add_argument("--server-workers", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--enqueue-batches", type=int, default=40)
+    p.add_argument("--drain-workers", type=int, nargs="+", default=[1, 8, 32])
+    p.add_argument("--drain-jobs", type=int, default=40_000)
+    p.add_argument("--big-backlog", type=int, default=1_000_000)
+    p.add_argument("--latency-calls", type=int, default=2000)
+    p.add_argument("--tenant-jobs", type=int, default=100_000)
+    p.add_argument("--fairness-activations", type=int, default=20_000)
+    args = p.parse_args()
+    os.makedirs(ROOT / ".jobfair", exist_ok=True)
+    pg = Postgres(ROOT / ".jobfair" / "bench")
+    results: dict[str, Any] = {"machine": {"cpus": os.cpu_count()}, "args": vars(args)}
+    for name in args.benches or list(BENCHES):
+        fn, columns = BENCHES[name]
+        t0 = time.monotonic()
+        rows = fn(pg, args)
+        results[name] = rows
+        print(f"\n## {name} ({time.monotonic() - t0:.0f} s)\n")
+        print(table(rows, columns), flush=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = json.dumps(results, indent=2)
+    (RESULTS / "latest.json").write_text(out)
+    print("\n" + out)
+
+
+if __name__ == "__main__":
+    main()
