@@ -53,8 +53,7 @@ class ActivationService:
     async def activate(
         self, req: ActivateRequest, now: datetime
     ) -> tuple[list[asyncpg.Record], Aging]:
-        cfg = await self.store.type_config(req.job_type)
-        aging = self._aging(cfg.aging_interval_ms, cfg.aging_step)
+        aging: Aging | None = None
         claimed: list[asyncpg.Record] = []
         picks: list[str] = []
         exclude: set[str] = set()
@@ -62,9 +61,10 @@ class ActivationService:
         remaining = req.max_jobs
         for _ in range(MAX_ROUNDS):
             self.queries += 1
-            rows = await self.store.read_lanes(
+            cfg, rows = await self.store.read_lanes(
                 req.job_type, remaining + LANE_SLACK, sorted(exclude), req.tenant_ids
             )
+            aging = self._aging(cfg.aging_interval_ms, cfg.aging_step)
             if not rows:
                 break
             plan = _Plan(rows, remaining, cfg.max_active_jobs)
@@ -94,6 +94,8 @@ class ActivationService:
                 break
         if short:
             await self.store.park_lanes(req.job_type, sorted(short))
+        if aging is None:  # defensive: maxJobs >= 1 always runs a round
+            aging = await self.aging_for(req.job_type)
         return _in_pick_order(claimed, picks), aging
 
 

@@ -27,8 +27,14 @@ def _new_job(request: Request, job: schemas.CreateJob, now: datetime) -> NewJob:
         run_at = now + timedelta(milliseconds=job.delay)
     check_payload_size(request, job.variables, job.customHeaders)
     return NewJob(
-        job.type, job.tenantId, job.priority, job.retries, job.variables,
-        job.customHeaders, run_at, job.idempotencyKey,
+        job.type,
+        job.tenantId,
+        job.priority,
+        job.retries,
+        job.variables,
+        job.customHeaders,
+        run_at,
+        job.idempotencyKey,
     )
 
 

@@ -85,4 +85,4 @@ async def test_drained_lane_is_parked_and_costs_nothing_later(store):
     rows, _ = await service.activate(ActivateRequest("race", 5, 60_000), utcnow())
     assert len(rows) == 1
     assert not await store.pool.fetchval("SELECT active FROM lanes WHERE tenant_id = 'gone'")
-    assert await store.read_lanes("race", 10, [], None) == []
+    assert (await store.read_lanes("race", 10, [], None))[1] == []
