@@ -215,24 +215,18 @@ FROM unnest($1::text[], $2::int[]) AS c(tenant_id, cap)
 
 # -- name: claim
 # Activates up to k jobs from each allotted lane of one job type, best effective
-# priority first, and advances each lane's virtual time by (jobs claimed) x stride.
+# priority first.
 # Index: jobs_ready_idx (job_type, tenant_id, priority DESC, queued_at, job_key)
 #   WHERE state = 'CREATED'.  Per lane a recursive skip scan finds the distinct
 #   priorities (one index descent each, at most 101); each priority's head yields up to k
 #   rows in FIFO order, which within one priority is also aging order.  The best k of
 #   those heads are the lane's best k jobs.  Cost O(k x P x log N), never a backlog scan.
-# Locks: the allotted lane rows first, in tenant order (held till commit), so one
-#   activator at a time claims from a lane; then only the chosen job rows (SKIP LOCKED,
-#   so a concurrent cancel or PATCH is stepped over rather than waited for).
+# Locks: FOR UPDATE SKIP LOCKED on the head rows, so concurrent activators of the same
+#   lane pass each other (each takes the next unlocked rows) instead of queueing; the
+#   heads not chosen are released at commit.  No lane locks: see advance_lanes.
 CLAIM = """
 WITH RECURSIVE alloc AS (
-    -- Lock the allotted lanes first, in one global order (tenant id): concurrent
-    -- activators that share lanes queue here instead of deadlocking on the vtime update.
-    SELECT a.* FROM unnest($2::text[], $3::int[], $4::float8[]) AS a(tenant_id, k, stride)
-    JOIN (SELECT l.tenant_id FROM lanes l
-          WHERE l.job_type = $1 AND l.tenant_id = ANY($2::text[])
-          ORDER BY l.tenant_id
-          FOR NO KEY UPDATE) locked ON locked.tenant_id = a.tenant_id
+    SELECT * FROM unnest($2::text[], $3::int[]) AS a(tenant_id, k)
 ),
 prios AS (
     SELECT a.tenant_id, a.k,
@@ -249,9 +243,9 @@ prios AS (
 ),
 heads AS (
     SELECT h.job_key, p.tenant_id, p.k, h.queued_at,
-           LEAST(100, h.priority + $8::int * floor(
-               GREATEST(0, extract(epoch FROM ($5::timestamptz - h.queued_at)) * 1000)
-               / $9::int)) AS eff
+           LEAST(100, h.priority + $7::int * floor(
+               GREATEST(0, extract(epoch FROM ($4::timestamptz - h.queued_at)) * 1000)
+               / $8::int)) AS eff
     FROM prios p
     CROSS JOIN LATERAL (
         SELECT j.job_key, j.priority, j.queued_at FROM jobs j
@@ -259,41 +253,44 @@ heads AS (
           AND j.priority = p.priority
         ORDER BY j.queued_at, j.job_key
         LIMIT p.k
+        FOR UPDATE SKIP LOCKED
     ) h
     WHERE p.priority IS NOT NULL
 ),
 chosen AS (
-    SELECT job_key, tenant_id FROM (
-        SELECT job_key, tenant_id, k,
+    SELECT job_key FROM (
+        SELECT job_key, k,
                row_number() OVER (PARTITION BY tenant_id
                                   ORDER BY eff DESC, queued_at, job_key) AS rn
         FROM heads
     ) ranked
     WHERE rn <= k
-),
-locked AS (
-    -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join lets the
-    -- planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
-    SELECT j.job_key FROM jobs j
-    WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM chosen)) AND j.state = 'CREATED'
-    FOR UPDATE SKIP LOCKED
-),
-activated AS (
-    UPDATE jobs j
-    SET state = 'ACTIVATED', activation_count = j.activation_count + 1, worker = $6,
-        deadline = $7, activated_at = $5
-    WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM locked))
-    RETURNING j.*
-),
-advanced AS (
-    UPDATE lanes l
-    SET vtime = l.vtime + s.n * a.stride, activated_total = l.activated_total + s.n
-    FROM (SELECT tenant_id, count(*) AS n FROM activated GROUP BY tenant_id) s
-    JOIN alloc a ON a.tenant_id = s.tenant_id
-    WHERE l.job_type = $1 AND l.tenant_id = s.tenant_id
-    RETURNING 1
 )
-SELECT *, (SELECT count(*) FROM advanced) AS _lanes_advanced FROM activated
+UPDATE jobs j
+SET state = 'ACTIVATED', activation_count = j.activation_count + 1, worker = $5,
+    deadline = $6, activated_at = $4
+-- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join lets the
+-- planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
+WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM chosen))
+RETURNING j.*
+"""
+
+# -- name: advance_lanes
+# Charges each lane (jobs claimed) x stride of virtual time.  Runs after the claim
+# committed, so lane rows are locked only for this statement: concurrent activators of
+# the same lanes each add their own charge (the increments compose).
+# Locks: the lane rows, taken in tenant order by the sub-select (no deadlock with
+# another activator); index: lanes pkey.
+ADVANCE_LANES = """
+UPDATE lanes l
+SET vtime = l.vtime + c.n * c.stride, activated_total = l.activated_total + c.n
+FROM unnest($2::text[], $3::int[], $4::float8[]) AS c(tenant_id, n, stride)
+WHERE l.job_type = $1 AND l.tenant_id = c.tenant_id
+  AND l.tenant_id IN (
+      SELECT x.tenant_id FROM lanes x
+      WHERE x.job_type = $1 AND x.tenant_id = ANY($2::text[])
+      ORDER BY x.tenant_id
+      FOR NO KEY UPDATE)
 """
 
 # -- name: park_lanes
@@ -713,30 +710,36 @@ class Store:
         aging_interval_ms: int,
         type_cap: int | None,
         tenant_caps: dict[str, int],
-        headroom: Any,
+        headroom: Callable[[int | None, dict[str, int]], dict[str, int]],
     ) -> list[asyncpg.Record]:
-        """Claim ``counts`` jobs per tenant lane.
+        """Claim ``counts`` jobs per tenant lane, then charge the lanes.
 
-        Without caps this is one autocommit statement.  With caps, the cap locks are
-        taken first (type, then tenants by key: one global order, so no deadlock), the
-        active jobs are counted *in a later statement* (so it sees every activation that
-        committed before we got the lock), ``headroom(type_active, tenant_active)`` trims
-        the allocation, and the claim commits before the locks are released.
+        Without caps the claim is one autocommit statement.  With caps, the cap locks
+        are taken first (type, then tenants by key: one global order, so no deadlock),
+        the active jobs are counted *in a later statement* (so it sees every activation
+        that committed before we got the lock), ``headroom(type_active, tenant_active)``
+        trims the allocation, and the claim commits before the locks are released.
         """
         deadline = now + timedelta(milliseconds=lease_ms)
+        args = (now, worker, deadline, aging_step, aging_interval_ms)
         if type_cap is None and not tenant_caps:
-            return await self.pool.fetch(
-                CLAIM,
-                job_type,
-                list(counts),
-                list(counts.values()),
-                [strides[t] for t in counts],
-                now,
-                worker,
-                deadline,
-                aging_step,
-                aging_interval_ms,
+            rows = await self.pool.fetch(
+                CLAIM, job_type, list(counts), list(counts.values()), *args
             )
+        else:
+            rows = await self._claim_capped(job_type, type_cap, tenant_caps, headroom, args)
+        if rows:
+            await self._advance_lanes(job_type, rows, strides)
+        return rows
+
+    async def _claim_capped(
+        self,
+        job_type: str,
+        type_cap: int | None,
+        tenant_caps: dict[str, int],
+        headroom: Callable[[int | None, dict[str, int]], dict[str, int]],
+        args: tuple[Any, ...],
+    ) -> list[asyncpg.Record]:
         async with self.pool.acquire() as conn:
             async with conn.transaction():
                 locks = []
@@ -752,26 +755,29 @@ class Store:
                     type_active = await conn.fetchval(COUNT_ACTIVE_TYPE, job_type, type_cap)
                 tenant_active: dict[str, int] = {}
                 if tenant_caps:
-                    rows = await conn.fetch(
+                    counted = await conn.fetch(
                         COUNT_ACTIVE_TENANTS, list(tenant_caps), list(tenant_caps.values())
                     )
-                    tenant_active = {r[0]: r[1] for r in rows}
-                counts = headroom(type_active, tenant_active)
-                counts = {t: k for t, k in counts.items() if k > 0}
+                    tenant_active = {r[0]: r[1] for r in counted}
+                counts = {t: k for t, k in headroom(type_active, tenant_active).items() if k > 0}
                 if not counts:
                     return []
-                return await conn.fetch(
-                    CLAIM,
-                    job_type,
-                    list(counts),
-                    list(counts.values()),
-                    [strides[t] for t in counts],
-                    now,
-                    worker,
-                    deadline,
-                    aging_step,
-                    aging_interval_ms,
-                )
+                return await conn.fetch(CLAIM, job_type, list(counts), list(counts.values()), *args)
+
+    async def _advance_lanes(
+        self, job_type: str, rows: Sequence[asyncpg.Record], strides: dict[str, float]
+    ) -> None:
+        per_lane: dict[str, int] = {}
+        for r in rows:
+            per_lane[r["tenant_id"]] = per_lane.get(r["tenant_id"], 0) + 1
+        tenants = sorted(per_lane)
+        await self.pool.execute(
+            ADVANCE_LANES,
+            job_type,
+            tenants,
+            [per_lane[t] for t in tenants],
+            [strides[t] for t in tenants],
+        )
 
     @retry_deadlock
     async def park_lanes(self, job_type: str, tenant_ids: Sequence[str]) -> list[str]:

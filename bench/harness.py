@@ -50,9 +50,24 @@ def server(url: str, workers: int = 1, pool: int = 20) -> Iterator[str]:
     env = {**os.environ, "JOBFAIR_DB_POOL_SIZE": str(pool)}
     log = open(ROOT / ".jobfair" / f"bench-server-{port}.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--database-url", url, "--port", str(port),
-         "--workers", str(workers), "--log-level", "warning"],
-        env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "app.cli",
+            "serve",
+            "--database-url",
+            url,
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+            "--log-level",
+            "warning",
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
     )
     base = f"http://127.0.0.1:{port}"
     try:

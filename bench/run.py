@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+import orjson
 
-from bench.harness import ROOT, Postgres, client, median, percentile, server, table
+from bench.harness import ROOT, Postgres, median, percentile, server, table
+from bench.wire import Connection
 
 RESULTS = ROOT / "bench" / "results"
 
@@ -39,7 +41,9 @@ async def preload(url: str, job_type: str, per_tenant: dict[str, int]) -> None:
                        now(), '{"n": 1}'::jsonb
                 FROM generate_series(1, $3) g
                 """,
-                job_type, tenant, n,
+                job_type,
+                tenant,
+                n,
             )
         await conn.executemany(
             "INSERT INTO lanes (job_type, tenant_id, vtime, active) VALUES ($1, $2, 0, true)",
@@ -62,12 +66,15 @@ async def preload_many_tenants(url: str, job_type: str, tenants: int, per_tenant
                    '{"n": 1}'::jsonb
             FROM generate_series(1, $2) t, generate_series(1, $3) g
             """,
-            job_type, tenants, per_tenant,
+            job_type,
+            tenants,
+            per_tenant,
         )
         await conn.execute(
             "INSERT INTO lanes (job_type, tenant_id, vtime, active) "
             "SELECT $1, 't' || t, 0, true FROM generate_series(1, $2) t",
-            job_type, tenants,
+            job_type,
+            tenants,
         )
         await conn.execute("VACUUM ANALYZE jobs")
         await conn.execute("VACUUM ANALYZE lanes")
@@ -79,21 +86,25 @@ async def preload_many_tenants(url: str, job_type: str, tenants: int, per_tenant
 
 
 async def _enqueue(base: str, producers: int, batches_each: int, batch: int) -> float:
-    body = {"jobs": [{"type": "bench", "tenantId": f"t{i % 10}", "variables": {"i": i}}
-                     for i in range(batch)]}
-    payload = json.dumps(body).encode()
-    async with client(base, producers) as c:
-        await c.post("/v2/jobs/batch", content=payload)  # warm-up
+    body = {
+        "jobs": [
+            {"type": "bench", "tenantId": f"t{i % 10}", "variables": {"i": i}} for i in range(batch)
+        ]
+    }
+    payload = orjson.dumps(body)
+    conns = [await Connection.open(base) for _ in range(producers)]
+    await conns[0].post("/v2/jobs/batch", payload)  # warm-up
 
-        async def producer(_: int) -> None:
-            for _ in range(batches_each):
-                r = await c.post("/v2/jobs/batch", content=payload,
-                                 headers={"content-type": "application/json"})
-                assert r.status_code == 201, r.text
+    async def producer(i: int) -> None:
+        for _ in range(batches_each):
+            r = await conns[i].post("/v2/jobs/batch", payload)
+            assert r.status == 201, r.body
 
-        t0 = time.perf_counter()
-        await asyncio.gather(*(producer(i) for i in range(producers)))
-        elapsed = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    await asyncio.gather(*(producer(i) for i in range(producers)))
+    elapsed = time.perf_counter() - t0
+    for c in conns:
+        await c.close()
     return producers * batches_each * batch / elapsed
 
 
@@ -103,45 +114,67 @@ def bench_enqueue(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]
         for workers in args.server_workers:
             url = pg.fresh_db("bench_enqueue")
             with server(url, workers=workers) as base:
-                runs = [asyncio.run(_enqueue(base, producers, args.enqueue_batches, 1000))
-                        for _ in range(args.repeat)]
-            rows.append({"producers": producers, "serverWorkers": workers,
-                         "jobsPerSec": median(runs), "runs": runs})
+                runs = [
+                    asyncio.run(_enqueue(base, producers, args.enqueue_batches, 1000))
+                    for _ in range(args.repeat)
+                ]
+            rows.append(
+                {
+                    "producers": producers,
+                    "serverWorkers": workers,
+                    "jobsPerSec": median(runs),
+                    "runs": runs,
+                }
+            )
     return rows
 
 
 # -- 2. drain ---------------------------------------------------------------------------
 
 
-async def _drain(base: str, workers: int, max_jobs: int, batch_complete: bool,
-                 total: int) -> float:
+async def _drain(base: str, workers: int, max_jobs: int, batch_complete: bool, total: int) -> float:
     done = 0
-    async with client(base, workers) as c:
+    conns = [await Connection.open(base) for _ in range(workers)]
 
-        async def worker(i: int) -> None:
-            nonlocal done
-            while True:
-                r = await c.post("/v2/jobs/activate", json={
-                    "type": "bench", "maxJobs": max_jobs, "timeout": 300_000,
-                    "worker": f"w{i}", "requestTimeout": -1})
-                jobs = r.json()["jobs"]
-                if not jobs:
-                    return
-                if batch_complete:
-                    r = await c.post("/v2/jobs/complete", json={"jobs": [
-                        {"jobKey": j["jobKey"], "activationCount": j["activationCount"]}
-                        for j in jobs]})
-                    assert r.status_code == 200
-                else:
-                    for j in jobs:
-                        r = await c.post(f"/v2/jobs/{j['jobKey']}/complete",
-                                         json={"activationCount": j["activationCount"]})
-                        assert r.status_code == 204, r.text
-                done += len(jobs)
+    async def worker(i: int) -> None:
+        nonlocal done
+        c = conns[i]
+        activate = {
+            "type": "bench",
+            "maxJobs": max_jobs,
+            "timeout": 300_000,
+            "worker": f"w{i}",
+            "requestTimeout": -1,
+        }
+        while True:
+            jobs = (await c.post("/v2/jobs/activate", activate)).json()["jobs"]
+            if not jobs:
+                return
+            if batch_complete:
+                r = await c.post(
+                    "/v2/jobs/complete",
+                    {
+                        "jobs": [
+                            {"jobKey": j["jobKey"], "activationCount": j["activationCount"]}
+                            for j in jobs
+                        ]
+                    },
+                )
+                assert r.status == 200
+            else:
+                for j in jobs:
+                    r = await c.post(
+                        f"/v2/jobs/{j['jobKey']}/complete",
+                        {"activationCount": j["activationCount"]},
+                    )
+                    assert r.status == 204, r.body
+            done += len(jobs)
 
-        t0 = time.perf_counter()
-        await asyncio.gather(*(worker(i) for i in range(workers)))
-        elapsed = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker(i) for i in range(workers)))
+    elapsed = time.perf_counter() - t0
+    for c in conns:
+        await c.close()
     assert done == total, (done, total)
     return done / elapsed
 
@@ -156,13 +189,23 @@ def bench_drain(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]]:
                     runs = []
                     for _ in range(args.repeat):
                         url = pg.fresh_db("bench_drain")
-                        asyncio.run(preload(url, "bench", {f"t{i}": total // 10 for i in range(10)}))
+                        asyncio.run(
+                            preload(url, "bench", {f"t{i}": total // 10 for i in range(10)})
+                        )
                         with server(url, workers=sw) as base:
-                            runs.append(asyncio.run(
-                                _drain(base, workers, max_jobs, batch_complete, total)))
-                    rows.append({"workers": workers, "maxJobs": max_jobs,
-                                 "completion": "batch" if batch_complete else "single",
-                                 "serverWorkers": sw, "jobsPerSec": median(runs), "runs": runs})
+                            runs.append(
+                                asyncio.run(_drain(base, workers, max_jobs, batch_complete, total))
+                            )
+                    rows.append(
+                        {
+                            "workers": workers,
+                            "maxJobs": max_jobs,
+                            "completion": "batch" if batch_complete else "single",
+                            "serverWorkers": sw,
+                            "jobsPerSec": median(runs),
+                            "runs": runs,
+                        }
+                    )
     return rows
 
 
@@ -171,16 +214,18 @@ def bench_drain(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]]:
 
 async def _latency(base: str, calls: int, max_jobs: int) -> list[float]:
     samples = []
-    async with client(base, 1) as c:
-        for _ in range(50):  # warm-up
-            await c.post("/v2/jobs/activate", json={"type": "bench", "maxJobs": max_jobs,
-                                                    "timeout": 300_000, "requestTimeout": -1})
-        for _ in range(calls):
-            t0 = time.perf_counter()
-            r = await c.post("/v2/jobs/activate", json={"type": "bench", "maxJobs": max_jobs,
-                                                        "timeout": 300_000, "requestTimeout": -1})
-            samples.append((time.perf_counter() - t0) * 1000)
-            assert len(r.json()["jobs"]) == max_jobs
+    c = await Connection.open(base)
+    body = orjson.dumps(
+        {"type": "bench", "maxJobs": max_jobs, "timeout": 300_000, "requestTimeout": -1}
+    )
+    for _ in range(50):  # warm-up
+        await c.post("/v2/jobs/activate", body)
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        r = await c.post("/v2/jobs/activate", body)
+        samples.append((time.perf_counter() - t0) * 1000)
+        assert len(r.json()["jobs"]) == max_jobs
+    await c.close()
     return samples
 
 
@@ -192,10 +237,24 @@ def bench_backlog(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]
         with server(url) as base:
             samples = asyncio.run(_latency(base, args.latency_calls, 1))
             samples10 = asyncio.run(_latency(base, args.latency_calls // 4, 10))
-        rows.append({"backlog": backlog, "maxJobs": 1, "p50Ms": percentile(samples, 50),
-                     "p99Ms": percentile(samples, 99), "samples": len(samples)})
-        rows.append({"backlog": backlog, "maxJobs": 10, "p50Ms": percentile(samples10, 50),
-                     "p99Ms": percentile(samples10, 99), "samples": len(samples10)})
+        rows.append(
+            {
+                "backlog": backlog,
+                "maxJobs": 1,
+                "p50Ms": percentile(samples, 50),
+                "p99Ms": percentile(samples, 99),
+                "samples": len(samples),
+            }
+        )
+        rows.append(
+            {
+                "backlog": backlog,
+                "maxJobs": 10,
+                "p50Ms": percentile(samples10, 50),
+                "p99Ms": percentile(samples10, 99),
+                "samples": len(samples10),
+            }
+        )
     return rows
 
 
@@ -212,8 +271,16 @@ def bench_tenants(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]
             asyncio.run(preload_many_tenants(url, "bench", tenants, max(1, total // tenants)))
             with server(url) as base:
                 runs.append(asyncio.run(_drain(base, 8, 100, True, (total // tenants) * tenants)))
-        rows.append({"tenants": tenants, "workers": 8, "maxJobs": 100, "completion": "batch",
-                     "jobsPerSec": median(runs), "runs": runs})
+        rows.append(
+            {
+                "tenants": tenants,
+                "workers": 8,
+                "maxJobs": 100,
+                "completion": "batch",
+                "jobsPerSec": median(runs),
+                "runs": runs,
+            }
+        )
     base_rate = rows[0]["jobsPerSec"]
     for r in rows:
         r["vsOneTenant"] = r["jobsPerSec"] / base_rate
@@ -225,21 +292,38 @@ def bench_tenants(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]
 
 async def _fairness(base: str, activations: int) -> dict[str, int]:
     got: Counter[str] = Counter()
-    async with client(base, 8) as c:
-        for tenant, w in (("w1", 1), ("w2", 2), ("w7", 7)):
-            await c.put(f"/v2/tenants/{tenant}", json={"weight": w})
+    conns = [await Connection.open(base) for _ in range(8)]
+    for tenant, w in (("w1", 1), ("w2", 2), ("w7", 7)):
+        await conns[0].request("PUT", f"/v2/tenants/{tenant}", {"weight": w})
 
-        async def worker(_: int) -> None:
-            while sum(got.values()) < activations:
-                r = await c.post("/v2/jobs/activate", json={
-                    "type": "bench", "maxJobs": 50, "timeout": 300_000, "requestTimeout": -1})
-                jobs = r.json()["jobs"]
-                got.update(j["tenantId"] for j in jobs)
-                await c.post("/v2/jobs/complete", json={"jobs": [
-                    {"jobKey": j["jobKey"], "activationCount": j["activationCount"]}
-                    for j in jobs]})
+    async def worker(i: int) -> None:
+        c = conns[i]
+        while sum(got.values()) < activations:
+            jobs = (
+                await c.post(
+                    "/v2/jobs/activate",
+                    {
+                        "type": "bench",
+                        "maxJobs": 50,
+                        "timeout": 300_000,
+                        "requestTimeout": -1,
+                    },
+                )
+            ).json()["jobs"]
+            got.update(j["tenantId"] for j in jobs)
+            await c.post(
+                "/v2/jobs/complete",
+                {
+                    "jobs": [
+                        {"jobKey": j["jobKey"], "activationCount": j["activationCount"]}
+                        for j in jobs
+                    ]
+                },
+            )
 
-        await asyncio.gather(*(worker(i) for i in range(8)))
+    await asyncio.gather(*(worker(i) for i in range(8)))
+    for c in conns:
+        await c.close()
     return dict(got)
 
 
@@ -253,8 +337,15 @@ def bench_fairness(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any
     rows = []
     for tenant, w in (("w1", 1), ("w2", 2), ("w7", 7)):
         realized = got.get(tenant, 0) / total
-        rows.append({"tenant": tenant, "weight": w, "configuredPct": w * 10.0,
-                     "realizedPct": realized * 100, "errorPp": abs(realized * 100 - w * 10)})
+        rows.append(
+            {
+                "tenant": tenant,
+                "weight": w,
+                "configuredPct": w * 10.0,
+                "realizedPct": realized * 100,
+                "errorPp": abs(realized * 100 - w * 10),
+            }
+        )
     return rows
 
 
