@@ -12,8 +12,8 @@ import statistics
 import subprocess
 import sys
 import time
-from contextlib import asynccontextmanager, contextmanager
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 import httpx

@@ -13,7 +13,6 @@ import json
 import os
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import asyncpg
