@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 import os
 
-from alembic import context
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from alembic import context
 from app.schema import metadata
 
 config = context.config

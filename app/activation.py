@@ -32,6 +32,7 @@ class ActivateRequest:
     lease_ms: int
     worker: str | None = None
     tenant_ids: Sequence[str] | None = None
+    via_stream: bool = False
 
 
 class ActivationService:
@@ -39,10 +40,18 @@ class ActivationService:
         self.store = store
         self.settings = settings
         self.queries = 0  # activation rounds that reached the database (for /metrics)
+        # The aging configuration each job type had at its latest activation, so that job
+        # records can be rendered without another round trip.
+        self.aging_seen: dict[str, Aging] = {}
 
     async def aging_for(self, job_type: str) -> Aging:
         cfg = await self.store.type_config(job_type)
         return self._aging(cfg.aging_interval_ms, cfg.aging_step)
+
+    async def recent_aging(self, job_type: str) -> Aging:
+        """The aging configuration read by the latest activation of this type."""
+        seen = self.aging_seen.get(job_type)
+        return seen if seen is not None else await self.aging_for(job_type)
 
     def _aging(self, interval_ms: int | None, step: int | None) -> Aging:
         return Aging(
@@ -74,6 +83,7 @@ class ActivationService:
                 plan.strides,
                 now=now,
                 worker=req.worker,
+                via_stream=req.via_stream,
                 lease_ms=req.lease_ms,
                 aging_step=aging.step,
                 aging_interval_ms=aging.interval_ms,
@@ -96,6 +106,7 @@ class ActivationService:
             await self.store.park_lanes(req.job_type, sorted(short))
         if aging is None:  # defensive: maxJobs >= 1 always runs a round
             aging = await self.aging_for(req.job_type)
+        self.aging_seen[req.job_type] = aging
         return _in_pick_order(claimed, picks), aging
 
 

@@ -28,7 +28,13 @@ class Settings(BaseSettings):
     retention_s: int = 604_800
     auth: Literal["off", "required"] | None = None
     db_pool_size: int = 20
+    # Waiting longer than this for a pooled connection answers 503 RESOURCE_EXHAUSTED.
+    db_acquire_timeout_ms: int = 5_000
     max_waiters: int = 10_000
+    # Waiters and streams re-check on this jittered period even without a NOTIFY.
+    backup_poll_ms: int = 1_000
+    # SSE comment lines (": keep-alive") at least this often.
+    keep_alive_s: float = 15.0
 
     max_batch_jobs: int = 10_000
     max_payload_bytes: int = 1024 * 1024

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -19,9 +21,12 @@ from app.api import operators as operators_api
 from app.api import problems
 from app.config import Settings
 from app.jobs import JobService
+from app.notifier import Notifier
 from app.operators import ConfigService, StatsService
 from app.store import Store
+from app.streaming import StreamRegistry
 from app.sweepers import Background
+from app.waiting import WaiterHub
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +39,26 @@ class Services:
     config: ConfigService
     stats: StatsService
     background: Background
+    waiters: WaiterHub
+    streams: StreamRegistry
+    notifier: Notifier
+
+
+def _chain_exit_signals(on_exit: Callable[[], None]) -> None:
+    """Run ``on_exit`` when SIGTERM/SIGINT arrive, then whatever handler was installed
+    (uvicorn's, which starts its graceful shutdown).  Only the main thread may do this;
+    elsewhere (an app served from a thread) shutdown still happens through lifespan."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous = signal.getsignal(sig)
+
+        def handler(signum: int, frame: object, previous: object = previous) -> None:
+            on_exit()
+            if callable(previous):
+                previous(signum, frame)
+
+        signal.signal(sig, handler)
 
 
 def _stop_process(exc: BaseException) -> None:
@@ -47,9 +72,25 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = await Store.connect(database_url, size=settings.db_pool_size)
+        store = await Store.connect(
+            database_url,
+            size=settings.db_pool_size,
+            acquire_timeout_s=settings.db_acquire_timeout_ms / 1000,
+        )
         activation = ActivationService(store, settings)
         stats = StatsService(store)
+        waiters = WaiterHub(
+            activation,
+            store.release_jobs,
+            max_waiters=settings.max_waiters,
+            backup_poll_ms=settings.backup_poll_ms,
+        )
+        streams = StreamRegistry()
+
+        def on_reconnect() -> None:
+            waiters.notify_all()
+
+        notifier = Notifier(database_url, waiters.notify, streams.credit, on_reconnect)
         bg = Background(store, settings, database_url, stats, _stop_process, enabled=background)
         app.state.services = Services(
             store=store,
@@ -58,12 +99,33 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
             config=ConfigService(store),
             stats=stats,
             background=bg,
+            waiters=waiters,
+            streams=streams,
+            notifier=notifier,
         )
+        loop = asyncio.get_running_loop()
+        shutting_down = asyncio.Event()
+
+        async def begin_shutdown() -> None:
+            # Answer waiting long polls now and end streams (releasing what they have not
+            # delivered); uvicorn meanwhile lets in-flight finish calls complete.
+            if not shutting_down.is_set():
+                shutting_down.set()
+                streams.shutdown.set()
+                await waiters.close()
+
+        def on_exit_signal() -> None:
+            loop.call_soon_threadsafe(lambda: asyncio.ensure_future(begin_shutdown()))
+
+        _chain_exit_signals(on_exit_signal)
+        await notifier.start()
         await bg.start()
         try:
             yield
         finally:
+            await begin_shutdown()
             await bg.stop()
+            await notifier.stop()
             await store.close()
 
     app = FastAPI(

@@ -72,6 +72,8 @@ jobs = Table(
     Column("activated_at", DateTime(timezone=True)),
     Column("completed_at", DateTime(timezone=True)),
     Column("idempotency_key", Text),
+    # Activated for an SSE stream: finishing it returns a credit (NOTIFY jobfair_done).
+    Column("via_stream", Boolean, nullable=False, server_default=text("false")),
     CheckConstraint(
         "state IN (" + ", ".join(f"'{s}'" for s in JOB_STATES) + ")", name="jobs_state_check"
     ),

@@ -27,16 +27,19 @@ In every order the lane ends active while it has ready jobs (tested in
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import zlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
 import asyncpg
 import orjson
+
+from app.errors import ResourceExhausted
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +52,23 @@ LEADER_LOCK_KEY = 0x4A46_4C45_4144  # one-bigint space: "JFLEAD"
 LANE_BUCKETS = 1024
 
 NOTIFY_CHANNEL = "jobfair"
+DONE_CHANNEL = "jobfair_done"
+
+# Appended to statements that end activations (RETURNING job_key, via_stream as ``ended``):
+# one NOTIFY per statement carrying the keys of stream-activated jobs, so their streams
+# get their credit back.  Long-poll jobs cost nothing here.
+_CAPACITY_NOTIFY = f"""freed AS (
+    SELECT pg_notify('{NOTIFY_CHANNEL}', job_type) FROM (
+        SELECT DISTINCT e.job_type FROM ended e
+        WHERE EXISTS (SELECT 1 FROM job_types t WHERE t.job_type = e.job_type
+                        AND t.max_active_jobs IS NOT NULL)
+           OR EXISTS (SELECT 1 FROM tenants t WHERE t.tenant_id = e.tenant_id
+                        AND t.max_active_jobs IS NOT NULL)) capped
+)"""
+_CREDIT_NOTIFY = f"""credited AS (
+    SELECT pg_notify('{DONE_CHANNEL}', string_agg(job_key::text, ','))
+    FROM ended WHERE via_stream HAVING count(*) > 0
+)"""
 
 JOB_COLUMNS = """job_key, job_type, tenant_id, state, priority, retries, activation_count,
     worker, deadline, run_at, queued_at, variables, custom_headers, error_code,
@@ -268,7 +288,7 @@ chosen AS (
 )
 UPDATE jobs j
 SET state = 'ACTIVATED', activation_count = j.activation_count + 1, worker = $5,
-    deadline = $6, activated_at = $4
+    deadline = $6, activated_at = $4, via_stream = $9
 -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join lets the
 -- planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
 WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM chosen))
@@ -332,7 +352,7 @@ WITH input AS (
     SELECT * FROM unnest($1::bigint[], $2::int[], $3::jsonb[])
                   AS i(job_key, activation_count, variables)
 ),
-done AS (
+ended AS (
     UPDATE jobs j
     SET state = 'COMPLETED', completed_at = $4, deadline = NULL,
         variables = j.variables || COALESCE(i.variables, '{{}}'::jsonb)
@@ -341,48 +361,56 @@ done AS (
     -- every ACTIVATED row through jobs_active_type_idx.
     WHERE j.job_key = ANY($1::bigint[]) AND j.job_key = i.job_key AND j.state = 'ACTIVATED'
       AND j.activation_count = i.activation_count
-    RETURNING j.job_key, j.job_type, j.tenant_id
+    RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream
 ),
-capped AS (
-    SELECT DISTINCT d.job_type FROM done d
-    WHERE EXISTS (SELECT 1 FROM job_types t WHERE t.job_type = d.job_type
-                    AND t.max_active_jobs IS NOT NULL)
-       OR EXISTS (SELECT 1 FROM tenants t WHERE t.tenant_id = d.tenant_id
-                    AND t.max_active_jobs IS NOT NULL)
-),
-notified AS (SELECT pg_notify('{NOTIFY_CHANNEL}', job_type) FROM capped)
-SELECT job_key, (SELECT count(*) FROM notified) AS _n FROM done
+{_CREDIT_NOTIFY},
+{_CAPACITY_NOTIFY}
+SELECT job_key, (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) AS _n
+FROM ended
 """
 
 # -- name: fail_job
 # ACTIVATED -> CREATED/SCHEDULED (retries left) or FAILED (none left); fenced.  A retried
 # job rejoins the back of its priority when its back-off ends (queued_at = run_at).
 # The caller then wakes the lane (lock, then wake_lanes) if the job became CREATED.
-FAIL_JOB = """
-UPDATE jobs j
-SET state = CASE WHEN r.retries = 0 THEN 'FAILED'
-                 WHEN $5::timestamptz > $7::timestamptz THEN 'SCHEDULED'
-                 ELSE 'CREATED' END,
-    retries = r.retries, error_message = $4, deadline = NULL,
-    run_at = CASE WHEN r.retries = 0 THEN j.run_at ELSE $5 END,
-    queued_at = CASE WHEN r.retries = 0 THEN j.queued_at ELSE $5 END,
-    completed_at = CASE WHEN r.retries = 0 THEN $7 ELSE NULL END,
-    variables = j.variables || COALESCE($6::jsonb, '{}'::jsonb)
-FROM jobs cur
-CROSS JOIN LATERAL (SELECT COALESCE($3::int, GREATEST(0, cur.retries - 1)) AS retries) r
-WHERE j.job_key = $1 AND cur.job_key = $1 AND j.state = 'ACTIVATED'
-  AND j.activation_count = $2
-RETURNING j.job_key, j.job_type, j.tenant_id, j.state
+FAIL_JOB = f"""
+WITH ended AS (
+    UPDATE jobs j
+    SET state = CASE WHEN r.retries = 0 THEN 'FAILED'
+                     WHEN $5::timestamptz > $7::timestamptz THEN 'SCHEDULED'
+                     ELSE 'CREATED' END,
+        retries = r.retries, error_message = $4, deadline = NULL,
+        run_at = CASE WHEN r.retries = 0 THEN j.run_at ELSE $5 END,
+        queued_at = CASE WHEN r.retries = 0 THEN j.queued_at ELSE $5 END,
+        completed_at = CASE WHEN r.retries = 0 THEN $7 ELSE NULL END,
+        variables = j.variables || COALESCE($6::jsonb, '{{}}'::jsonb)
+    FROM jobs cur
+    CROSS JOIN LATERAL (SELECT COALESCE($3::int, GREATEST(0, cur.retries - 1)) AS retries) r
+    WHERE j.job_key = $1 AND cur.job_key = $1 AND j.state = 'ACTIVATED'
+      AND j.activation_count = $2
+    RETURNING j.job_key, j.job_type, j.tenant_id, j.state, j.via_stream
+),
+{_CREDIT_NOTIFY},
+{_CAPACITY_NOTIFY}
+SELECT job_key, job_type, tenant_id, state,
+       (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) AS _n
+FROM ended
 """
 
 # -- name: throw_error
 # ACTIVATED -> ERROR_THROWN (terminal); fenced.
-THROW_ERROR = """
-UPDATE jobs j
-SET state = 'ERROR_THROWN', error_code = $3, error_message = $4, deadline = NULL,
-    completed_at = $6, variables = j.variables || COALESCE($5::jsonb, '{}'::jsonb)
-WHERE j.job_key = $1 AND j.state = 'ACTIVATED' AND j.activation_count = $2
-RETURNING j.job_key, j.job_type, j.tenant_id
+THROW_ERROR = f"""
+WITH ended AS (
+    UPDATE jobs j
+    SET state = 'ERROR_THROWN', error_code = $3, error_message = $4, deadline = NULL,
+        completed_at = $6, variables = j.variables || COALESCE($5::jsonb, '{{}}'::jsonb)
+    WHERE j.job_key = $1 AND j.state = 'ACTIVATED' AND j.activation_count = $2
+    RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream
+),
+{_CREDIT_NOTIFY},
+{_CAPACITY_NOTIFY}
+SELECT job_key, (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) AS _n
+FROM ended
 """
 
 # -- name: lock_job
@@ -413,10 +441,14 @@ ORDER BY deadline LIMIT $2
 # -- name: release_expired
 # Expired ACTIVATED -> CREATED; retries and activationCount unchanged, so the stale
 # holder is fenced out as soon as the job is activated again.
-RELEASE_EXPIRED = """
-UPDATE jobs SET state = 'CREATED', deadline = NULL
-WHERE job_key = ANY($1::bigint[]) AND state = 'ACTIVATED' AND deadline < $2
-RETURNING job_key, job_type, tenant_id
+RELEASE_EXPIRED = f"""
+WITH ended AS (
+    UPDATE jobs SET state = 'CREATED', deadline = NULL
+    WHERE job_key = ANY($1::bigint[]) AND state = 'ACTIVATED' AND deadline < $2
+    RETURNING job_key, job_type, tenant_id, via_stream
+),
+{_CREDIT_NOTIFY}
+SELECT job_key, job_type, tenant_id, (SELECT count(*) FROM credited) AS _n FROM ended
 """
 
 # -- name: release_jobs
@@ -611,14 +643,59 @@ def retry_deadlock(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
     return wrapper
 
 
+class BoundedPool:
+    """The asyncpg pool, but waiting at most ``timeout_s`` for a connection: an exhausted
+    pool is back pressure (503 RESOURCE_EXHAUSTED), not an unbounded queue."""
+
+    def __init__(self, pool: asyncpg.Pool, timeout_s: float) -> None:
+        self._pool = pool
+        self.timeout_s = timeout_s
+
+    @contextlib.asynccontextmanager
+    async def acquire(self) -> AsyncIterator[asyncpg.Connection]:
+        try:
+            conn = await self._pool.acquire(timeout=self.timeout_s)
+        except TimeoutError:
+            raise ResourceExhausted("all database connections are busy", retry_after_s=1) from None
+        try:
+            yield conn
+        finally:
+            await self._pool.release(conn)
+
+    async def fetch(self, query: str, *args: Any) -> list[asyncpg.Record]:
+        async with self.acquire() as conn:
+            return await conn.fetch(query, *args)  # type: ignore[no-any-return]
+
+    async def fetchrow(self, query: str, *args: Any) -> asyncpg.Record | None:
+        async with self.acquire() as conn:
+            return await conn.fetchrow(query, *args)
+
+    async def fetchval(self, query: str, *args: Any) -> Any:
+        async with self.acquire() as conn:
+            return await conn.fetchval(query, *args)
+
+    async def execute(self, query: str, *args: Any) -> str:
+        async with self.acquire() as conn:
+            return await conn.execute(query, *args)  # type: ignore[no-any-return]
+
+    def get_size(self) -> int:
+        return self._pool.get_size()  # type: ignore[no-any-return]
+
+    def get_idle_size(self) -> int:
+        return self._pool.get_idle_size()  # type: ignore[no-any-return]
+
+    async def close(self) -> None:
+        await self._pool.close()
+
+
 class Store:
     """Named operations over an asyncpg pool."""
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: BoundedPool) -> None:
         self.pool = pool
 
     @classmethod
-    async def connect(cls, url: str, *, size: int) -> Store:
+    async def connect(cls, url: str, *, size: int, acquire_timeout_s: float = 5.0) -> Store:
         pool = await asyncpg.create_pool(
             url,
             min_size=min(2, size),
@@ -631,7 +708,7 @@ class Store:
             server_settings={"plan_cache_mode": "force_generic_plan", "jit": "off"},
             command_timeout=60,
         )
-        return cls(pool)
+        return cls(BoundedPool(pool, acquire_timeout_s))
 
     async def close(self) -> None:
         await self.pool.close()
@@ -705,6 +782,7 @@ class Store:
         *,
         now: datetime,
         worker: str | None,
+        via_stream: bool = False,
         lease_ms: int,
         aging_step: int,
         aging_interval_ms: int,
@@ -721,7 +799,7 @@ class Store:
         trims the allocation, and the claim commits before the locks are released.
         """
         deadline = now + timedelta(milliseconds=lease_ms)
-        args = (now, worker, deadline, aging_step, aging_interval_ms)
+        args = (now, worker, deadline, aging_step, aging_interval_ms, via_stream)
         if type_cap is None and not tenant_caps:
             rows = await self.pool.fetch(
                 CLAIM, job_type, list(counts), list(counts.values()), *args

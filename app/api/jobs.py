@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timedelta
 
 from fastapi import APIRouter, Request
+from sse_starlette import EventSourceResponse
 from starlette.responses import Response
 
 from app.activation import ActivateRequest
 from app.api import schemas
-from app.api.parsing import body, check_payload_size, job_key, payload
+from app.api.parsing import body, check_payload_size, job_key, payload, validate
 from app.api.problems import JSON
 from app.domain import job_record, utcnow
-from app.errors import InvalidArgument
+from app.errors import InvalidArgument, ResourceExhausted
 from app.jobs import JobChanges, check_no_lease_without_fence
 from app.store import NewJob
+from app.streaming import Stream, keep_alive_factory
 
 router = APIRouter(prefix="/v2/jobs", tags=["jobs"])
 
@@ -64,11 +67,82 @@ async def create_batch(request: Request) -> Response:
 async def activate(request: Request) -> Response:
     spec = await body(request, schemas.Activate)
     services = request.app.state.services
-    now = utcnow()
     req = ActivateRequest(spec.type, spec.maxJobs, spec.timeout, spec.worker, spec.tenantIds)
-    rows, aging = await services.activation.activate(req, now)
+    wait_ms = spec.requestTimeout
+    if not wait_ms:  # 0 or absent: the server's default
+        wait_ms = request.app.state.settings.default_request_timeout_ms
+    gone = asyncio.Event()
+    watcher = asyncio.create_task(_watch_disconnect(request, gone))
+    try:
+        rows = await services.waiters.long_poll(req, max(0, wait_ms) / 1000, gone)
+    finally:
+        watcher.cancel()
+    if gone.is_set() and rows:
+        # Activated for a client that is no longer there: give them back now rather than
+        # leave them to the lease timeout.
+        await services.store.release_jobs(rows)
+        rows = []
+    now = utcnow()
+    aging = await services.activation.recent_aging(spec.type)
     jobs = [job_record(r, now, aging, spec.fetchVariables) for r in rows]
     return JSON({"jobs": jobs})
+
+
+@router.get("/stream")
+async def stream(request: Request) -> Response:
+    """SSE: ``event: job`` per activated job, at most ``maxJobs`` unfinished at once."""
+    q = request.query_params
+    raw: dict[str, object] = {
+        "type": q.get("type"),
+        "maxJobs": _int_param(q.get("maxJobs"), "maxJobs"),
+        "timeout": _int_param(q.get("timeout"), "timeout"),
+    }
+    if q.get("worker") is not None:
+        raw["worker"] = q.get("worker")
+    if q.get("tenantIds"):
+        raw["tenantIds"] = [t for t in q["tenantIds"].split(",") if t]
+    if q.get("fetchVariables"):
+        raw["fetchVariables"] = [v for v in q["fetchVariables"].split(",") if v]
+    unknown = set(q) - {"type", "maxJobs", "timeout", "worker", "tenantIds", "fetchVariables"}
+    if unknown:
+        raise InvalidArgument(f"unknown query parameters: {', '.join(sorted(unknown))}")
+    spec = validate(schemas.Activate, raw)
+    services = request.app.state.services
+    if services.streams.shutdown.is_set():
+        raise ResourceExhausted("the server is shutting down", retry_after_s=1)
+    req = ActivateRequest(spec.type, spec.maxJobs, spec.timeout, spec.worker, spec.tenantIds)
+    s = Stream(
+        req,
+        services.waiters,
+        services.streams,
+        services.store,
+        services.activation,
+        check_ms=request.app.state.settings.backup_poll_ms,
+        fetch_variables=spec.fetchVariables,
+    )
+    return EventSourceResponse(
+        s.events(),
+        ping=request.app.state.settings.keep_alive_s,
+        ping_message_factory=keep_alive_factory(),
+    )
+
+
+def _int_param(value: str | None, name: str) -> int | None:
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise InvalidArgument(f"{name} must be an integer, got {value!r}") from None
+
+
+async def _watch_disconnect(request: Request, gone: asyncio.Event) -> None:
+    """The body is read, so the next ASGI message is the client going away."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            gone.set()
+            return
 
 
 @router.post("/complete")

@@ -125,5 +125,17 @@ async def metrics(request: Request) -> Response:
         "# HELP jobfair_db_pool_idle Idle database connections in this process.",
         "# TYPE jobfair_db_pool_idle gauge",
         f"jobfair_db_pool_idle {pool.get_idle_size()}",
+        "# HELP jobfair_wake_queries_total Activation queries made for waiting requests.",
+        "# TYPE jobfair_wake_queries_total counter",
+        f"jobfair_wake_queries_total {services.waiters.wake_queries}",
+        "# HELP jobfair_waiters Long polls and streams waiting for jobs in this process.",
+        "# TYPE jobfair_waiters gauge",
+        f"jobfair_waiters {services.waiters.waiting}",
+        "# HELP jobfair_streams Open SSE job streams in this process.",
+        "# TYPE jobfair_streams gauge",
+        f"jobfair_streams {len(services.streams.streams)}",
+        "# HELP jobfair_listen_connections_total LISTEN connections established.",
+        "# TYPE jobfair_listen_connections_total counter",
+        f"jobfair_listen_connections_total {services.notifier.connections}",
     ]
     return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")

@@ -30,6 +30,13 @@ async def body(request: Request, model: type[M]) -> M:
         raise InvalidArgument(describe(exc)) from None
 
 
+def validate(model: type[M], data: dict[str, Any]) -> M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidArgument(describe(exc)) from None
+
+
 def describe(exc: ValidationError) -> str:
     parts = []
     for e in exc.errors()[:5]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from app import migrations
 from app.domain import utcnow
 from tests.helpers import activate, assert_problem, complete, enqueue
 
@@ -68,7 +69,7 @@ async def test_stats_show_pending_active_age_and_shares(live):
 async def test_health_and_readiness(live):
     assert (await live.client.get("/healthz")).json() == {"status": "ok"}
     r = await live.client.get("/readyz")
-    assert r.status_code == 200 and r.json()["schema"] == "0001"
+    assert r.status_code == 200 and r.json()["schema"] == migrations.head_revision()
     m = await live.client.get("/metrics")
     assert "jobfair_activation_queries_total" in m.text
 

@@ -1,0 +1,158 @@
+"""SSE job streams with credit-based flow control.
+
+A stream holds ``maxJobs`` credits: at most that many of its jobs are ACTIVATED and
+unfinished at once.  It waits for work as a long poll does (a waiter in the job type's
+FIFO queue, so streams and long polls take turns through the same scheduler), and gets a
+credit back when one of its jobs is completed, failed, errored or times out: from NOTIFY
+``jobfair_done`` (any replica), or from its own jittered check of its outstanding jobs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
+
+import asyncpg
+import orjson
+
+from app.activation import ActivateRequest, ActivationService
+from app.domain import job_record, utcnow
+from app.store import Store
+from app.waiting import Waiter, WaiterHub
+
+log = logging.getLogger(__name__)
+
+
+class StreamRegistry:
+    """Which stream holds which job, so a finished job's credit finds its stream."""
+
+    def __init__(self) -> None:
+        self.by_key: dict[int, Stream] = {}
+        self.streams: set[Stream] = set()
+        self.shutdown = asyncio.Event()
+
+    def credit(self, job_keys: Sequence[int]) -> None:
+        for key in job_keys:
+            stream = self.by_key.pop(key, None)
+            if stream is not None:
+                stream.returned(key)
+
+
+class Stream:
+    def __init__(
+        self,
+        req: ActivateRequest,
+        hub: WaiterHub,
+        registry: StreamRegistry,
+        store: Store,
+        activation: ActivationService,
+        *,
+        check_ms: int,
+        fetch_variables: Sequence[str] | None = None,
+    ) -> None:
+        self.req = dataclasses.replace(req, via_stream=True)
+        self.hub = hub
+        self.registry = registry
+        self.store = store
+        self.activation = activation
+        self.check_ms = check_ms
+        self.fetch_variables = fetch_variables
+        self.outstanding: dict[int, int] = {}  # jobKey -> activationCount we hold
+        self.credit_back = asyncio.Event()
+        self.waiter: Waiter | None = None
+        self.undelivered: list[asyncpg.Record] = []
+
+    @property
+    def credit(self) -> int:
+        return self.req.max_jobs - len(self.outstanding)
+
+    def returned(self, key: int) -> None:
+        if self.outstanding.pop(key, None) is not None:
+            self.credit_back.set()
+
+    async def events(self) -> AsyncIterator[dict[str, Any]]:
+        self.registry.streams.add(self)
+        try:
+            while not self.registry.shutdown.is_set():
+                rows = await self._next_jobs()
+                if rows is None:
+                    continue
+                self.undelivered = list(rows)
+                aging = await self.activation.recent_aging(self.req.job_type)
+                while self.undelivered:
+                    row = self.undelivered[0]
+                    key = row["job_key"]
+                    self.outstanding[key] = row["activation_count"]
+                    self.registry.by_key[key] = self
+                    record = job_record(row, utcnow(), aging, self.fetch_variables)
+                    yield {"event": "job", "id": str(key), "data": orjson.dumps(record).decode()}
+                    self.undelivered.pop(0)
+        finally:
+            await self._close()
+
+    async def _next_jobs(self) -> list[asyncpg.Record] | None:
+        """Jobs for the free credit, or None when there is nothing yet (woken by a
+        returned credit, the periodic check or shutdown)."""
+        if self.credit > 0 and self.waiter is None:
+            if not self.hub.has_waiters(self.req.job_type):
+                rows, _ = await self.activation.activate(self._request(), utcnow())
+                if rows:
+                    return rows
+            self.waiter = self.hub.enqueue(self._request())
+        waits: list[asyncio.Future[Any]] = [
+            asyncio.ensure_future(self.credit_back.wait()),
+            asyncio.ensure_future(self.registry.shutdown.wait()),
+        ]
+        if self.waiter is not None:
+            waits.append(self.waiter.future)
+        timeout = self.check_ms / 1000 * (0.75 + 0.5 * random.random())
+        try:
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits[:2]:
+                w.cancel()
+        self.credit_back.clear()
+        if self.waiter is not None and self.waiter.future.done():
+            waiter, self.waiter = self.waiter, None
+            return waiter.future.result() if not waiter.future.cancelled() else None
+        if not self.registry.shutdown.is_set():
+            await self._check_outstanding()
+        return None
+
+    def _request(self) -> ActivateRequest:
+        return dataclasses.replace(self.req, max_jobs=self.credit)
+
+    async def _check_outstanding(self) -> None:
+        """The backup for a lost ``jobfair_done``: credits of jobs no longer ours."""
+        if not self.outstanding:
+            return
+        states = await self.store.job_states(list(self.outstanding))
+        for key, count in list(self.outstanding.items()):
+            row = states.get(key)
+            if row is None or row["state"] != "ACTIVATED" or row["activation_count"] != count:
+                self.registry.by_key.pop(key, None)
+                self.outstanding.pop(key, None)
+
+    async def _close(self) -> None:
+        self.registry.streams.discard(self)
+        if self.waiter is not None:
+            self.waiter.future.cancel()  # the dispatcher releases anything it got for us
+        if self.undelivered:
+            # Activated for us but never written: back to the queue now, not at timeout.
+            await asyncio.shield(self.store.release_jobs(self.undelivered))
+            self.undelivered = []
+        for key in self.outstanding:
+            self.registry.by_key.pop(key, None)
+
+
+def keep_alive_factory() -> Callable[[], Any]:
+    from sse_starlette import ServerSentEvent
+
+    return lambda: ServerSentEvent(comment="keep-alive")
+
+
+ReleaseFn = Callable[[Sequence[asyncpg.Record]], Awaitable[int]]

@@ -1,0 +1,184 @@
+"""Long-poll waiters: woken by work, not by a timer, and without a stampede.
+
+Each job type has a FIFO queue of waiters (long polls and streams with credit) and one
+dispatcher task.  A wake-up (NOTIFY, an in-process event, or the jittered backup poll)
+makes the dispatcher activate for the waiter at the head of the queue: if it gets jobs
+they are handed over and, when it got all it asked for (there may be more), the next
+waiter is tried; if it gets nothing, the dispatcher goes back to sleep.  So one new job
+costs one activation query however many requests wait, waiters are served in arrival
+order, and every hand-out goes through the same scheduler as an immediate activation.
+
+A waiter that comes back empty for a tenant filter is not the last word for waiters with
+another filter: each distinct filter is tried once per wake-up (bounded by the number of
+distinct filters waiting).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+
+from app.activation import ActivateRequest, ActivationService
+from app.domain import utcnow
+from app.errors import ResourceExhausted
+
+log = logging.getLogger(__name__)
+
+Rows = list[asyncpg.Record]
+
+
+@dataclass(eq=False)
+class Waiter:
+    req: ActivateRequest
+    future: asyncio.Future[Rows] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+    @property
+    def filter_key(self) -> tuple[str, ...] | None:
+        return None if self.req.tenant_ids is None else tuple(sorted(self.req.tenant_ids))
+
+
+class _TypeQueue:
+    def __init__(self) -> None:
+        self.waiters: deque[Waiter] = deque()
+        self.wake = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+
+class WaiterHub:
+    def __init__(
+        self,
+        activation: ActivationService,
+        release: Callable[[Sequence[asyncpg.Record]], Awaitable[int]],
+        *,
+        max_waiters: int,
+        backup_poll_ms: int,
+    ) -> None:
+        self.activation = activation
+        self.release = release
+        self.max_waiters = max_waiters
+        self.backup_poll_ms = backup_poll_ms
+        self.queues: dict[str, _TypeQueue] = {}
+        self.wake_queries = 0  # activation queries made by dispatchers (for /metrics)
+        self.closed = False
+
+    @property
+    def waiting(self) -> int:
+        return sum(1 for q in self.queues.values() for w in q.waiters if not w.future.done())
+
+    def notify(self, job_type: str) -> None:
+        q = self.queues.get(job_type)
+        if q is not None:
+            q.wake.set()
+
+    def notify_all(self) -> None:
+        for q in self.queues.values():
+            q.wake.set()
+
+    def enqueue(self, req: ActivateRequest) -> Waiter:
+        if self.closed:
+            raise ResourceExhausted("the server is shutting down", retry_after_s=1)
+        if self.waiting >= self.max_waiters:
+            raise ResourceExhausted(
+                f"more than {self.max_waiters} requests are waiting in this process",
+                retry_after_s=1,
+            )
+        q = self.queues.get(req.job_type)
+        if q is None:
+            q = self.queues[req.job_type] = _TypeQueue()
+        waiter = Waiter(req)
+        q.waiters.append(waiter)
+        if q.task is None or q.task.done():
+            q.task = asyncio.create_task(self._dispatch(req.job_type, q))
+        q.wake.set()
+        return waiter
+
+    async def long_poll(self, req: ActivateRequest, timeout_s: float, gone: asyncio.Event) -> Rows:
+        """Activate now if nobody waits ahead; else (or if nothing was there) wait up to
+        ``timeout_s`` for the dispatcher to hand this request jobs.  Returns [] on timeout
+        or when ``gone`` (the client disconnected) is set first."""
+        if not self.has_waiters(req.job_type):
+            rows, _ = await self.activation.activate(req, utcnow())
+            if rows or timeout_s <= 0:
+                return rows
+        elif timeout_s <= 0:
+            return []
+        waiter = self.enqueue(req)
+        gone_task: asyncio.Future[Any] = asyncio.ensure_future(gone.wait())
+        pending: set[asyncio.Future[Any]] = {waiter.future, gone_task}
+        try:
+            await asyncio.wait(pending, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone_task.cancel()
+        if waiter.future.done() and not waiter.future.cancelled():
+            return waiter.future.result()
+        waiter.future.cancel()  # the dispatcher skips it, or releases what it got for it
+        return []
+
+    def has_waiters(self, job_type: str) -> bool:
+        q = self.queues.get(job_type)
+        return q is not None and any(not w.future.done() for w in q.waiters)
+
+    async def close(self) -> None:
+        """Shutdown: every waiter is answered with what it has (nothing)."""
+        self.closed = True
+        for q in self.queues.values():
+            for w in q.waiters:
+                if not w.future.done():
+                    w.future.set_result([])
+            q.waiters.clear()
+            if q.task is not None:
+                q.task.cancel()
+        await asyncio.gather(
+            *(q.task for q in self.queues.values() if q.task), return_exceptions=True
+        )
+
+    async def _dispatch(self, job_type: str, q: _TypeQueue) -> None:
+        while q.waiters:
+            backup_s = self.backup_poll_ms / 1000 * (0.75 + 0.5 * random.random())
+            try:
+                await asyncio.wait_for(q.wake.wait(), timeout=backup_s)
+            except TimeoutError:
+                pass  # the backup poll: covers a lost NOTIFY or a dead LISTEN connection
+            q.wake.clear()
+            await self._serve(q)
+        # No await since the loop test: no waiter can have slipped in.
+        if self.queues.get(job_type) is q:
+            del self.queues[job_type]
+
+    async def _serve(self, q: _TypeQueue) -> None:
+        empty_filters: set[tuple[str, ...] | None] = set()
+        i = 0
+        while i < len(q.waiters):
+            w = q.waiters[i]
+            if w.future.done():  # timed out or disconnected while queued
+                del q.waiters[i]
+                continue
+            if w.filter_key in empty_filters:
+                i += 1
+                continue
+            self.wake_queries += 1
+            rows, _ = await self.activation.activate(w.req, utcnow())
+            if not rows:
+                empty_filters.add(w.filter_key)
+                if w.filter_key is None:
+                    return  # nothing for anyone without a filter either
+                i += 1
+                continue
+            if w.future.done():
+                # The client left while we were activating: give the jobs back at once.
+                await self.release(rows)
+                q.wake.set()
+                continue
+            q.waiters.remove(w)
+            w.future.set_result(rows)
+            if len(rows) < w.req.max_jobs:
+                return  # the lanes ran dry for this filter; wait for the next signal

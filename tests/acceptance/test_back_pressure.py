@@ -1,0 +1,39 @@
+"""Issue 3: bounded waiters; beyond the bound a 503 with Retry-After."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from app.config import Settings
+from tests.acceptance.test_long_polling import POLL, until_waiting
+from tests.helpers import assert_problem
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return Settings(
+        lease_sweep_interval_ms=3_600_000,
+        promote_interval_ms=3_600_000,
+        retention_sweep_interval_ms=3_600_000,
+        db_pool_size=30,
+        max_waiters=3,
+    )
+
+
+async def test_beyond_the_waiter_bound_is_503_with_retry_after(live):
+    c = live.client
+    polls = [
+        asyncio.create_task(c.post("/v2/jobs/activate", json={**POLL, "requestTimeout": 3000}))
+        for _ in range(3)
+    ]
+    await until_waiting(c, 3)
+    r = await c.post("/v2/jobs/activate", json={**POLL, "requestTimeout": 3000})
+    assert_problem(r, 503, "RESOURCE_EXHAUSTED")
+    assert int(r.headers["retry-after"]) >= 1
+    # An immediate request does not wait, so it is not refused.
+    assert (
+        await c.post("/v2/jobs/activate", json={**POLL, "requestTimeout": -1})
+    ).status_code == 200
+    await asyncio.gather(*polls)

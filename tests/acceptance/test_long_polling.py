@@ -1,0 +1,136 @@
+"""Issue 3: long polls wake on work (NOTIFY), not on a timer, without a stampede."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+POLL = {"type": "lp", "maxJobs": 1, "timeout": 60_000}
+
+
+async def metric(c: httpx.AsyncClient, name: str) -> float:
+    text = (await c.get("/metrics")).text
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+async def until_waiting(c: httpx.AsyncClient, n: int) -> None:
+    """Wait until the server holds n waiters (it exposes the count; no fixed sleep)."""
+    deadline = time.monotonic() + 30
+    while await metric(c, "jobfair_waiters") != n:
+        assert time.monotonic() < deadline, f"waiters never reached {n}"
+        await asyncio.sleep(0.02)
+
+
+async def test_waiting_poll_gets_a_job_created_later_at_once(live):
+    c = live.client
+    poll = asyncio.create_task(c.post("/v2/jobs/activate", json={**POLL, "requestTimeout": 10_000}))
+    await until_waiting(c, 1)
+    await asyncio.sleep(0.3)  # the scenario: the job arrives 300 ms into the wait
+    created = time.monotonic()
+    job = (await c.post("/v2/jobs", json={"type": "lp"})).json()
+    r = await poll
+    latency = time.monotonic() - created
+    assert [j["jobKey"] for j in r.json()["jobs"]] == [job["jobKey"]]
+    # Woken by NOTIFY, far sooner than the backup poll (~1 s) or the request timeout.
+    assert latency < 0.5, latency
+
+
+async def test_negative_request_timeout_answers_at_once(live):
+    t0 = time.monotonic()
+    r = await live.client.post("/v2/jobs/activate", json={**POLL, "requestTimeout": -1})
+    assert r.json() == {"jobs": []}
+    assert time.monotonic() - t0 < 0.3
+
+
+async def test_request_timeout_answers_empty_after_it(live):
+    t0 = time.monotonic()
+    r = await live.client.post("/v2/jobs/activate", json={**POLL, "requestTimeout": 500})
+    elapsed = time.monotonic() - t0
+    assert r.json() == {"jobs": []}
+    assert 0.45 <= elapsed < 1.5, elapsed
+
+
+async def test_one_job_wakes_one_of_200_waiters_with_bounded_queries(live):
+    limits = httpx.Limits(max_connections=250, max_keepalive_connections=250)
+    async with httpx.AsyncClient(base_url=live.url, timeout=60, limits=limits) as many:
+        polls = [
+            asyncio.create_task(
+                many.post("/v2/jobs/activate", json={**POLL, "requestTimeout": 60_000})
+            )
+            for _ in range(200)
+        ]
+        await until_waiting(live.client, 200)
+        before = await metric(live.client, "jobfair_wake_queries_total")
+        job = (await live.client.post("/v2/jobs", json={"type": "lp"})).json()
+        done, pending = await asyncio.wait(polls, return_when=asyncio.FIRST_COMPLETED)
+        after = await metric(live.client, "jobfair_wake_queries_total")
+        # One query for the woken waiter; a jittered backup poll may add one more.
+        assert after - before <= 2, after - before
+        [winner] = done
+        assert [j["jobKey"] for j in winner.result().json()["jobs"]] == [job["jobKey"]]
+        # Everyone else is still waiting, and the job was activated exactly once.
+        assert len(pending) == 199 and await metric(live.client, "jobfair_waiters") == 199
+        now = (await live.client.get(f"/v2/jobs/{job['jobKey']}")).json()
+        assert now["activationCount"] == 1
+        for p in pending:
+            p.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+
+async def test_waiters_are_served_in_arrival_order(live):
+    c = live.client
+    first = asyncio.create_task(
+        c.post("/v2/jobs/activate", json={**POLL, "worker": "first", "requestTimeout": 5000})
+    )
+    await until_waiting(c, 1)
+    second = asyncio.create_task(
+        c.post("/v2/jobs/activate", json={**POLL, "worker": "second", "requestTimeout": 5000})
+    )
+    await until_waiting(c, 2)
+    await c.post("/v2/jobs", json={"type": "lp"})
+    r = await first
+    assert r.json()["jobs"][0]["worker"] == "first"
+    await c.post("/v2/jobs", json={"type": "lp"})
+    assert (await second).json()["jobs"][0]["worker"] == "second"
+
+
+async def test_a_lost_listen_connection_costs_at_most_the_backup_poll(live):
+    c = live.client
+    notifier = live.services.notifier
+    pid = notifier.conn.get_server_pid()
+    await live.services.store.pool.execute("SELECT pg_terminate_backend($1)", pid)
+    poll = asyncio.create_task(c.post("/v2/jobs/activate", json={**POLL, "requestTimeout": 10_000}))
+    await until_waiting(c, 1)
+    t0 = time.monotonic()
+    job = (await c.post("/v2/jobs", json={"type": "lp"})).json()
+    r = await poll
+    assert r.json()["jobs"][0]["jobKey"] == job["jobKey"]
+    # Backup poll is 1 s +-25 %, the reconnect also wakes everyone: well under 2 s.
+    assert time.monotonic() - t0 < 2.0
+    deadline = time.monotonic() + 10
+    while await metric(c, "jobfair_listen_connections_total") < 2:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+
+
+async def test_client_gone_during_a_long_poll_activates_nothing(live):
+    c = live.client
+    async with httpx.AsyncClient(base_url=live.url, timeout=30) as leaving:
+        poll = asyncio.create_task(
+            leaving.post("/v2/jobs/activate", json={**POLL, "requestTimeout": 20_000})
+        )
+        await until_waiting(c, 1)
+        poll.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await poll
+    await until_waiting(c, 0)  # the server noticed and dropped the waiter
+    job = (await c.post("/v2/jobs", json={"type": "lp"})).json()
+    await asyncio.sleep(0.2)  # a wrongly kept waiter would have been woken by now
+    now = (await c.get(f"/v2/jobs/{job['jobKey']}")).json()
+    assert now["state"] == "CREATED" and now["activationCount"] == 0
