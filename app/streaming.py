@@ -84,13 +84,13 @@ class Stream:
                 self.undelivered = list(rows)
                 aging = await self.activation.recent_aging(self.req.job_type)
                 while self.undelivered:
-                    row = self.undelivered[0]
+                    # Handed to the response from here on: it keeps its lease if we close.
+                    row = self.undelivered.pop(0)
                     key = row["job_key"]
                     self.outstanding[key] = row["activation_count"]
                     self.registry.by_key[key] = self
                     record = job_record(row, utcnow(), aging, self.fetch_variables)
                     yield {"event": "job", "id": str(key), "data": orjson.dumps(record).decode()}
-                    self.undelivered.pop(0)
         finally:
             await self._close()
 

@@ -7,7 +7,9 @@ import asyncio
 import itertools
 import os
 import socket
-from collections.abc import AsyncIterator, Iterator
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,3 +115,61 @@ async def live(db_url: str, settings: Settings) -> AsyncIterator[Live]:
         yield Live(url, app, client)
     server.should_exit = True
     await task
+
+
+@dataclass
+class ServerProcess:
+    proc: subprocess.Popen[bytes]
+    url: str
+    log: Path
+
+
+@pytest.fixture
+def spawn_server(db_url: str, tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
+    """Start ``jobfair serve`` processes on this test's database (killed at teardown)."""
+    started: list[ServerProcess] = []
+    files = []
+
+    def spawn(**env_overrides: str) -> ServerProcess:
+        port = free_port()
+        log_path = tmp_path / f"server-{port}.log"
+        log = open(log_path, "wb")  # noqa: SIM115 - closed at teardown
+        files.append(log)
+        env = {**os.environ, "JOBFAIR_DATABASE_URL": db_url, **env_overrides}
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "app.cli",
+                "serve",
+                "--port",
+                str(port),
+                "--log-level",
+                "warning",
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        server = ServerProcess(proc, f"http://127.0.0.1:{port}", log_path)
+        started.append(server)
+        return server
+
+    yield spawn
+    for s in started:
+        if s.proc.poll() is None:
+            s.proc.kill()
+            s.proc.wait()
+    for f in files:
+        f.close()
+
+
+async def wait_ready(client: httpx.AsyncClient, server: ServerProcess) -> None:
+    while True:
+        assert server.proc.poll() is None, server.log.read_text()
+        try:
+            if (await client.get("/readyz")).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        await asyncio.sleep(0.1)
