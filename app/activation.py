@@ -7,16 +7,21 @@ O(maxJobs + lanes read) -- never proportional to the backlog.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import asyncpg
 
 from app.config import Settings
 from app.scheduler import Aging, Lane, allocate
 from app.store import LaneRow, Store
+
+log = logging.getLogger(__name__)
 
 # A call re-reads lanes at most this often: lanes that were short (drained, or all heads
 # locked by a concurrent activator) or at their cap are excluded on the next round.
@@ -43,6 +48,23 @@ class ActivationService:
         # The aging configuration each job type had at its latest activation, so that job
         # records can be rendered without another round trip.
         self.aging_seen: dict[str, Aging] = {}
+        self._pending: set[asyncio.Task[Any]] = set()
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._pending.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._pending.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # A lane left active costs the next call one probe; nothing is lost.
+            log.warning("parking lanes failed: %r", task.exception())
+
+    async def settle(self) -> None:
+        """Wait for follow-up work (lane parking) of finished activations."""
+        while self._pending:
+            await asyncio.gather(*list(self._pending), return_exceptions=True)
 
     async def aging_for(self, job_type: str) -> Aging:
         cfg = await self.store.type_config(job_type)
@@ -103,7 +125,8 @@ class ActivationService:
             if not round_short and not plan.capped_out:
                 break
         if short:
-            await self.store.park_lanes(req.job_type, sorted(short))
+            # Parking only saves later calls a probe; it need not delay this answer.
+            self._spawn(self.store.park_lanes(req.job_type, sorted(short)))
         if aging is None:  # defensive: maxJobs >= 1 always runs a round
             aging = await self.aging_for(req.job_type)
         self.aging_seen[req.job_type] = aging

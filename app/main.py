@@ -124,6 +124,7 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
             yield
         finally:
             await begin_shutdown()
+            await activation.settle()
             await bg.stop()
             await notifier.stop()
             await store.close()

@@ -243,7 +243,7 @@ FROM unnest($1::text[], $2::int[]) AS c(tenant_id, cap)
 #   those heads are the lane's best k jobs.  Cost O(k x P x log N), never a backlog scan.
 # Locks: FOR UPDATE SKIP LOCKED on the head rows, so concurrent activators of the same
 #   lane pass each other (each takes the next unlocked rows) instead of queueing; the
-#   heads not chosen are released at commit.  No lane locks: see advance_lanes.
+#   heads not chosen are released at commit; then the charged lanes, briefly.
 CLAIM = """
 WITH RECURSIVE alloc AS (
     SELECT * FROM unnest($2::text[], $3::int[]) AS a(tenant_id, k)
@@ -285,32 +285,34 @@ chosen AS (
         FROM heads
     ) ranked
     WHERE rn <= k
+),
+activated AS (
+    UPDATE jobs j
+    SET state = 'ACTIVATED', activation_count = j.activation_count + 1, worker = $5,
+        deadline = $6, activated_at = $4, via_stream = $9
+    -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join lets the
+    -- planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
+    WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM chosen))
+    RETURNING j.*
+),
+charged AS (
+    -- Charge each lane (jobs claimed) x stride of virtual time.  The lane rows are
+    -- locked here, after the claim, in tenant order (the sub-select's sort sits below
+    -- its row locking), and held only until this statement commits: concurrent
+    -- activators of the same lanes each add their own charge.
+    UPDATE lanes l
+    SET vtime = l.vtime + c.n * s.stride, activated_total = l.activated_total + c.n
+    FROM (SELECT tenant_id, count(*) AS n FROM activated GROUP BY tenant_id) c
+    JOIN unnest($2::text[], $10::float8[]) AS s(tenant_id, stride) ON s.tenant_id = c.tenant_id
+    WHERE l.job_type = $1 AND l.tenant_id = c.tenant_id
+      AND l.tenant_id IN (
+          SELECT x.tenant_id FROM lanes x
+          WHERE x.job_type = $1 AND x.tenant_id IN (SELECT tenant_id FROM activated)
+          ORDER BY x.tenant_id
+          FOR NO KEY UPDATE)
+    RETURNING 1
 )
-UPDATE jobs j
-SET state = 'ACTIVATED', activation_count = j.activation_count + 1, worker = $5,
-    deadline = $6, activated_at = $4, via_stream = $9
--- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join lets the
--- planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
-WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM chosen))
-RETURNING j.*
-"""
-
-# -- name: advance_lanes
-# Charges each lane (jobs claimed) x stride of virtual time.  Runs after the claim
-# committed, so lane rows are locked only for this statement: concurrent activators of
-# the same lanes each add their own charge (the increments compose).
-# Locks: the lane rows, taken in tenant order by the sub-select (no deadlock with
-# another activator); index: lanes pkey.
-ADVANCE_LANES = """
-UPDATE lanes l
-SET vtime = l.vtime + c.n * c.stride, activated_total = l.activated_total + c.n
-FROM unnest($2::text[], $3::int[], $4::float8[]) AS c(tenant_id, n, stride)
-WHERE l.job_type = $1 AND l.tenant_id = c.tenant_id
-  AND l.tenant_id IN (
-      SELECT x.tenant_id FROM lanes x
-      WHERE x.job_type = $1 AND x.tenant_id = ANY($2::text[])
-      ORDER BY x.tenant_id
-      FOR NO KEY UPDATE)
+SELECT *, (SELECT count(*) FROM charged) AS _lanes_charged FROM activated
 """
 
 # -- name: park_lanes
@@ -790,7 +792,7 @@ class Store:
         tenant_caps: dict[str, int],
         headroom: Callable[[int | None, dict[str, int]], dict[str, int]],
     ) -> list[asyncpg.Record]:
-        """Claim ``counts`` jobs per tenant lane, then charge the lanes.
+        """Claim ``counts`` jobs per tenant lane and charge the lanes, in one statement.
 
         Without caps the claim is one autocommit statement.  With caps, the cap locks
         are taken first (type, then tenants by key: one global order, so no deadlock),
@@ -801,14 +803,15 @@ class Store:
         deadline = now + timedelta(milliseconds=lease_ms)
         args = (now, worker, deadline, aging_step, aging_interval_ms, via_stream)
         if type_cap is None and not tenant_caps:
-            rows = await self.pool.fetch(
-                CLAIM, job_type, list(counts), list(counts.values()), *args
+            return await self.pool.fetch(
+                CLAIM,
+                job_type,
+                list(counts),
+                list(counts.values()),
+                *args,
+                [strides[t] for t in counts],
             )
-        else:
-            rows = await self._claim_capped(job_type, type_cap, tenant_caps, headroom, args)
-        if rows:
-            await self._advance_lanes(job_type, rows, strides)
-        return rows
+        return await self._claim_capped(job_type, type_cap, tenant_caps, headroom, args, strides)
 
     async def _claim_capped(
         self,
@@ -817,6 +820,7 @@ class Store:
         tenant_caps: dict[str, int],
         headroom: Callable[[int | None, dict[str, int]], dict[str, int]],
         args: tuple[Any, ...],
+        strides: dict[str, float],
     ) -> list[asyncpg.Record]:
         async with self.pool.acquire() as conn:
             async with conn.transaction():
@@ -840,22 +844,14 @@ class Store:
                 counts = {t: k for t, k in headroom(type_active, tenant_active).items() if k > 0}
                 if not counts:
                     return []
-                return await conn.fetch(CLAIM, job_type, list(counts), list(counts.values()), *args)
-
-    async def _advance_lanes(
-        self, job_type: str, rows: Sequence[asyncpg.Record], strides: dict[str, float]
-    ) -> None:
-        per_lane: dict[str, int] = {}
-        for r in rows:
-            per_lane[r["tenant_id"]] = per_lane.get(r["tenant_id"], 0) + 1
-        tenants = sorted(per_lane)
-        await self.pool.execute(
-            ADVANCE_LANES,
-            job_type,
-            tenants,
-            [per_lane[t] for t in tenants],
-            [strides[t] for t in tenants],
-        )
+                return await conn.fetch(
+                    CLAIM,
+                    job_type,
+                    list(counts),
+                    list(counts.values()),
+                    *args,
+                    [strides[t] for t in counts],
+                )
 
     @retry_deadlock
     async def park_lanes(self, job_type: str, tenant_ids: Sequence[str]) -> list[str]:

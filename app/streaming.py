@@ -109,7 +109,11 @@ class Stream:
         ]
         if self.waiter is not None:
             waits.append(self.waiter.future)
-        timeout = self.check_ms / 1000 * (0.75 + 0.5 * random.random())
+        # The periodic check backs up lost credit notifications; with nothing
+        # outstanding there is nothing to check (the waiter queue has its own backup).
+        timeout = None
+        if self.outstanding:
+            timeout = self.check_ms / 1000 * (0.75 + 0.5 * random.random())
         try:
             await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:

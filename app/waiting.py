@@ -32,6 +32,8 @@ from app.errors import ResourceExhausted
 log = logging.getLogger(__name__)
 
 Rows = list[asyncpg.Record]
+# Waiters served at once by one dispatcher while a backlog lasts.
+MAX_PARALLEL = 8
 
 
 @dataclass(eq=False)
@@ -155,30 +157,41 @@ class WaiterHub:
             del self.queues[job_type]
 
     async def _serve(self, q: _TypeQueue) -> None:
-        empty_filters: set[tuple[str, ...] | None] = set()
-        i = 0
-        while i < len(q.waiters):
-            w = q.waiters[i]
-            if w.future.done():  # timed out or disconnected while queued
-                del q.waiters[i]
-                continue
-            if w.filter_key in empty_filters:
-                i += 1
-                continue
-            self.wake_queries += 1
-            rows, _ = await self.activation.activate(w.req, utcnow())
-            if not rows:
-                empty_filters.add(w.filter_key)
-                if w.filter_key is None:
-                    return  # nothing for anyone without a filter either
-                i += 1
-                continue
-            if w.future.done():
-                # The client left while we were activating: give the jobs back at once.
-                await self.release(rows)
-                q.wake.set()
-                continue
-            q.waiters.remove(w)
-            w.future.set_result(rows)
-            if len(rows) < w.req.max_jobs:
-                return  # the lanes ran dry for this filter; wait for the next signal
+        """Hand out jobs to waiters in arrival order until a filter's lanes run dry.
+
+        The first round activates for the head waiter alone, so a single new job costs
+        one query (two if the head took it whole: the next waiter then finds nothing).
+        While waiters keep coming back with all they asked for there is a backlog, and
+        rounds serve more waiters at once (1, 1, 2, 4, ... up to MAX_PARALLEL).
+        """
+        dry: set[tuple[str, ...] | None] = set()  # filters whose lanes came up short
+        parallel, full_rounds = 1, 0
+        while None not in dry:
+            batch: list[Waiter] = []
+            for w in list(q.waiters):
+                if w.future.done():  # timed out or disconnected while queued
+                    q.waiters.remove(w)
+                elif w.filter_key not in dry and len(batch) < parallel:
+                    batch.append(w)
+            if not batch:
+                return
+            self.wake_queries += len(batch)
+            now = utcnow()
+            results = await asyncio.gather(*(self.activation.activate(w.req, now) for w in batch))
+            all_full = True
+            for w, (rows, _) in zip(batch, results, strict=True):
+                if len(rows) < w.req.max_jobs:
+                    dry.add(w.filter_key)
+                    all_full = False
+                if not rows:
+                    continue
+                if w.future.done():
+                    # The client left while we were activating: give the jobs back now.
+                    await self.release(rows)
+                    q.wake.set()
+                    continue
+                q.waiters.remove(w)
+                w.future.set_result(rows)
+            full_rounds = full_rounds + 1 if all_full else 0
+            if full_rounds >= 2:
+                parallel = min(parallel * 2, MAX_PARALLEL)

@@ -18,6 +18,7 @@ from typing import Any
 import asyncpg
 import orjson
 
+from bench import delivery
 from bench.harness import ROOT, Postgres, median, percentile, server, table
 from bench.wire import Connection
 
@@ -349,6 +350,12 @@ def bench_fairness(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any
 
 
 BENCHES = {
+    "pickup": (delivery.bench_pickup, ["mode", "jobs", "ratePerSec", "p50Ms", "p95Ms", "p99Ms"]),
+    "idle": (delivery.bench_idle, ["longPolls", "streams", "seconds", "serverCpuPctOfOneCore"]),
+    "stream_drain": (
+        delivery.bench_stream_drain,
+        ["streams", "credit", "completion", "serverWorkers", "jobsPerSec"],
+    ),
     "enqueue": (bench_enqueue, ["producers", "serverWorkers", "jobsPerSec"]),
     "drain": (bench_drain, ["workers", "maxJobs", "completion", "serverWorkers", "jobsPerSec"]),
     "backlog": (bench_backlog, ["backlog", "maxJobs", "p50Ms", "p99Ms", "samples"]),
@@ -369,6 +376,11 @@ def main() -> None:
     p.add_argument("--latency-calls", type=int, default=2000)
     p.add_argument("--tenant-jobs", type=int, default=100_000)
     p.add_argument("--fairness-activations", type=int, default=20_000)
+    p.add_argument("--pickup-jobs", type=int, default=2000)
+    p.add_argument("--pickup-rate", type=int, default=200)
+    p.add_argument("--idle-polls", type=int, default=1000)
+    p.add_argument("--idle-streams", type=int, default=1000)
+    p.add_argument("--idle-seconds", type=float, default=60)
     args = p.parse_args()
     os.makedirs(ROOT / ".jobfair", exist_ok=True)
     pg = Postgres(ROOT / ".jobfair" / "bench")

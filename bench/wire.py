@@ -69,3 +69,48 @@ class Connection:
     async def close(self) -> None:
         self.writer.close()
         await self.writer.wait_closed()
+
+
+class EventStream:
+    """Reads ``event: job`` records from a chunked text/event-stream response."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.buffer = b""
+
+    @classmethod
+    async def open(cls, base: str, path: str) -> EventStream:
+        u = urlsplit(base)
+        reader, writer = await asyncio.open_connection(u.hostname, u.port)
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\n\r\n".encode())
+        status = int((await reader.readline()).split(b" ", 2)[1])
+        if status != 200:
+            raise RuntimeError(f"stream answered {status}")
+        while (await reader.readline()) not in (b"\r\n", b""):
+            pass
+        return cls(reader, writer)
+
+    async def next_job(self) -> dict[str, Any]:
+        while True:
+            end = self.buffer.find(b"\r\n\r\n")
+            if end < 0:
+                end = self.buffer.find(b"\n\n")
+            if end >= 0:
+                block, self.buffer = self.buffer[:end], self.buffer[end:].lstrip(b"\r\n")
+                for line in block.splitlines():
+                    if line.startswith(b"data:"):
+                        return orjson.loads(line[5:])  # type: ignore[no-any-return]
+                continue
+            size = int((await self.reader.readline()).strip(), 16)
+            if size == 0:
+                raise EOFError("stream ended")
+            self.buffer += await self.reader.readexactly(size + 2)
+            self.buffer = self.buffer[:-2] if self.buffer.endswith(b"\r\n") else self.buffer
+
+    async def close(self) -> None:
+        self.writer.close()
+        try:
+            await self.writer.wait_closed()
+        except (ConnectionError, OSError):
+            pass

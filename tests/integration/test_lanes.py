@@ -70,6 +70,7 @@ async def test_no_lost_wake_up_under_racing_producers_and_activators(store):
     await asyncio.gather(*(producer() for _ in range(4)))
     stop.set()
     await asyncio.gather(*activators)
+    await service.settle()
     assert await store.pool.fetch(NO_PARKED_LANE_WITH_JOBS) == []
     # And what is left is still reachable: one more drain takes every ready job.
     left = await store.pool.fetchval("SELECT count(*) FROM jobs WHERE state = 'CREATED'")
@@ -84,5 +85,6 @@ async def test_drained_lane_is_parked_and_costs_nothing_later(store):
     await store.insert_jobs([_job("gone")], utcnow())
     rows, _ = await service.activate(ActivateRequest("race", 5, 60_000), utcnow())
     assert len(rows) == 1
+    await service.settle()
     assert not await store.pool.fetchval("SELECT active FROM lanes WHERE tenant_id = 'gone'")
     assert (await store.read_lanes("race", 10, [], None))[1] == []

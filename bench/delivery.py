@@ -1,0 +1,208 @@
+"""Delivery benchmarks (issue 3): pickup latency, idle cost, stream drain throughput."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import resource
+import time
+from typing import Any
+
+import psutil
+
+from bench.harness import Postgres, percentile, server
+from bench.wire import Connection, EventStream
+
+
+async def _pickup(base: str, mode: str, jobs: int, rate: int) -> list[float]:
+    returned: dict[str, float] = {}
+    received: dict[str, float] = {}
+    done = asyncio.Event()
+
+    async def on_job(c: Connection, job: dict[str, Any]) -> None:
+        received[job["jobKey"]] = time.perf_counter()
+        await c.post(
+            f"/v2/jobs/{job['jobKey']}/complete", {"activationCount": job["activationCount"]}
+        )
+        if len(received) >= jobs:
+            done.set()
+
+    async def poller() -> None:
+        c = await Connection.open(base)
+        body = {"type": "pickup", "maxJobs": 1, "timeout": 60_000, "requestTimeout": 10_000}
+        while not done.is_set():
+            for job in (await c.post("/v2/jobs/activate", body)).json()["jobs"]:
+                await on_job(c, job)
+        await c.close()
+
+    async def streamer() -> None:
+        s = await EventStream.open(base, "/v2/jobs/stream?type=pickup&maxJobs=4&timeout=60000")
+        c = await Connection.open(base)
+        while not done.is_set():
+            job = await s.next_job()
+            await on_job(c, job)
+        await s.close()
+        await c.close()
+
+    consumers = [
+        asyncio.create_task(poller() if mode == "longpoll" else streamer())
+        for _ in range(4 if mode == "longpoll" else 1)
+    ]
+    await asyncio.sleep(0.5)  # consumers are waiting
+    producer = await Connection.open(base)
+    interval = 1.0 / rate
+    start = time.perf_counter()
+    for i in range(jobs):
+        # Paced at `rate` jobs/s against the schedule, not against the previous call.
+        delay = start + i * interval - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        r = await producer.post("/v2/jobs", {"type": "pickup", "tenantId": f"t{i % 4}"})
+        returned[r.json()["jobKey"]] = time.perf_counter()
+    await asyncio.wait_for(done.wait(), timeout=60)
+    for t in consumers:
+        t.cancel()
+    await asyncio.gather(*consumers, return_exceptions=True)
+    await producer.close()
+    # A worker can hold the job before the producer's response arrives: that is 0 ms.
+    return [max(0.0, (received[k] - returned[k]) * 1000) for k in returned if k in received]
+
+
+def bench_pickup(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows = []
+    for mode in ("longpoll", "stream"):
+        url = pg.fresh_db("bench_pickup")
+        with server(url) as base:
+            samples = asyncio.run(_pickup(base, mode, args.pickup_jobs, args.pickup_rate))
+        rows.append(
+            {
+                "mode": mode,
+                "jobs": len(samples),
+                "ratePerSec": args.pickup_rate,
+                "p50Ms": percentile(samples, 50),
+                "p95Ms": percentile(samples, 95),
+                "p99Ms": percentile(samples, 99),
+            }
+        )
+    return rows
+
+
+async def _idle(base: str, pid: int, polls: int, streams: int, seconds: float) -> float:
+    conns = [await Connection.open(base) for _ in range(polls)]
+    stop = asyncio.Event()
+
+    async def poll(c: Connection) -> None:
+        body = {"type": "idle", "maxJobs": 1, "timeout": 60_000, "requestTimeout": 60_000}
+        while not stop.is_set():
+            await c.post("/v2/jobs/activate", body)
+
+    tasks = [asyncio.create_task(poll(c)) for c in conns]
+    opened = [
+        await EventStream.open(base, "/v2/jobs/stream?type=idle-s&maxJobs=10&timeout=60000")
+        for _ in range(streams)
+    ]
+    await asyncio.sleep(3)  # settle: every poll and stream is waiting
+    proc = psutil.Process(pid)
+    tree = [proc, *proc.children(recursive=True)]
+    before = sum(p.cpu_times().user + p.cpu_times().system for p in tree)
+    await asyncio.sleep(seconds)
+    after = sum(p.cpu_times().user + p.cpu_times().system for p in tree)
+    stop.set()
+    for t in tasks:
+        t.cancel()
+    for s in opened:
+        await s.close()
+    return (after - before) / seconds * 100
+
+
+def bench_idle(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]]:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    url = pg.fresh_db("bench_idle")
+    with server(url) as base:
+        pid = _server_pid(base)
+        pct = asyncio.run(_idle(base, pid, args.idle_polls, args.idle_streams, args.idle_seconds))
+    return [
+        {
+            "longPolls": args.idle_polls,
+            "streams": args.idle_streams,
+            "seconds": args.idle_seconds,
+            "serverCpuPctOfOneCore": pct,
+        }
+    ]
+
+
+def _server_pid(base: str) -> int:
+    port = int(base.rsplit(":", 1)[1])
+    for conn in psutil.net_connections("tcp"):
+        if conn.laddr and conn.laddr.port == port and conn.status == "LISTEN" and conn.pid:
+            return conn.pid
+    raise RuntimeError("server process not found")
+
+
+async def _stream_drain(base: str, streams: int, credit: int, total: int) -> float:
+    done = 0
+    finished = asyncio.Event()
+
+    async def consume() -> None:
+        nonlocal done
+        path = f"/v2/jobs/stream?type=bench&maxJobs={credit}&timeout=300000"
+        s = await EventStream.open(base, path)
+        c = await Connection.open(base)
+        jobs: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+        async def read() -> None:  # never cancelled mid-chunk: it owns the socket
+            while True:
+                jobs.put_nowait(await s.next_job())
+
+        reader = asyncio.create_task(read())
+        while not finished.is_set():
+            batch = [await jobs.get()]
+            while not jobs.empty():
+                batch.append(jobs.get_nowait())
+            await c.post(
+                "/v2/jobs/complete",
+                {
+                    "jobs": [
+                        {"jobKey": j["jobKey"], "activationCount": j["activationCount"]}
+                        for j in batch
+                    ]
+                },
+            )
+            done += len(batch)
+            if done >= total:
+                finished.set()
+        reader.cancel()
+        await s.close()
+        await c.close()
+
+    t0 = time.perf_counter()
+    tasks = [asyncio.create_task(consume()) for _ in range(streams)]
+    await asyncio.wait_for(finished.wait(), timeout=600)
+    elapsed = time.perf_counter() - t0
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    return done / elapsed
+
+
+def bench_stream_drain(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]]:
+    from bench.run import preload
+
+    rows = []
+    for sw in args.server_workers:
+        url = pg.fresh_db("bench_stream")
+        total = args.drain_jobs
+        asyncio.run(preload(url, "bench", {f"t{i}": total // 10 for i in range(10)}))
+        with server(url, workers=sw) as base:
+            rate = asyncio.run(_stream_drain(base, 8, 100, total))
+        rows.append(
+            {
+                "streams": 8,
+                "credit": 100,
+                "completion": "batch",
+                "serverWorkers": sw,
+                "jobsPerSec": rate,
+            }
+        )
+    return rows
