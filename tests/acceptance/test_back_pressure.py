@@ -37,3 +37,23 @@ async def test_beyond_the_waiter_bound_is_503_with_retry_after(live):
         await c.post("/v2/jobs/activate", json={**POLL, "requestTimeout": -1})
     ).status_code == 200
     await asyncio.gather(*polls)
+
+
+class TestExhaustedPool:
+    @pytest.fixture
+    def settings(self) -> Settings:
+        return Settings(
+            lease_sweep_interval_ms=3_600_000,
+            promote_interval_ms=3_600_000,
+            retention_sweep_interval_ms=3_600_000,
+            db_pool_size=2,
+            db_acquire_timeout_ms=200,
+        )
+
+    async def test_an_exhausted_pool_is_503_with_retry_after(self, live):
+        pool = live.services.store.pool
+        async with pool.acquire(), pool.acquire():  # every connection busy
+            r = await live.client.post("/v2/jobs", json={"type": "x"})
+            assert_problem(r, 503, "RESOURCE_EXHAUSTED")
+            assert int(r.headers["retry-after"]) >= 1
+        assert (await live.client.post("/v2/jobs", json={"type": "x"})).status_code == 201
