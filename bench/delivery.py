@@ -36,11 +36,27 @@ async def _pickup(base: str, mode: str, jobs: int, rate: int) -> list[float]:
         await c.close()
 
     async def streamer() -> None:
+        # The reader owns the socket and stamps each job as it arrives; completions run
+        # beside it, as a worker with a handler pool would.
         s = await EventStream.open(base, "/v2/jobs/stream?type=pickup&maxJobs=4&timeout=60000")
         c = await Connection.open(base)
+        arrived: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+        async def read() -> None:
+            while True:
+                job = await s.next_job()
+                received[job["jobKey"]] = time.perf_counter()
+                arrived.put_nowait(job)
+
+        reader = asyncio.create_task(read())
         while not done.is_set():
-            job = await s.next_job()
-            await on_job(c, job)
+            job = await arrived.get()
+            await c.post(
+                f"/v2/jobs/{job['jobKey']}/complete", {"activationCount": job["activationCount"]}
+            )
+            if len(received) >= jobs:
+                done.set()
+        reader.cancel()
         await s.close()
         await c.close()
 
