@@ -95,7 +95,7 @@ class JobService:
         now: datetime,
     ) -> None:
         if activation_count is None:
-            activation_count = await self._current_activation(job_key)
+            activation_count = await self.current_activation(job_key)
         if not await self.store.throw_error(
             job_key, activation_count, error_code, error_message, variables, now
         ):
@@ -134,7 +134,7 @@ class JobService:
             raise NotFound(f"job {job_key} does not exist")
         return rows[job_key]
 
-    async def _current_activation(self, job_key: int) -> int:
+    async def current_activation(self, job_key: int) -> int:
         row = await self._existing(job_key)
         if row["state"] != "ACTIVATED":
             raise InvalidState(f"job {job_key} is {row['state']}, not ACTIVATED")

@@ -16,6 +16,7 @@ from starlette.responses import Response
 
 from app import migrations
 from app.activation import ActivationService
+from app.api import camunda as camunda_api
 from app.api import jobs as jobs_api
 from app.api import operators as operators_api
 from app.api import problems
@@ -147,6 +148,8 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
             request.url.path,
         )
 
+    # Camunda's routes first: /v2/jobs/activation must not be taken for a job key.
+    app.include_router(camunda_api.router)
     app.include_router(jobs_api.router)
     app.include_router(operators_api.router)
     return app

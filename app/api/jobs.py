@@ -72,7 +72,7 @@ async def activate(request: Request) -> Response:
     if not wait_ms:  # 0 or absent: the server's default
         wait_ms = request.app.state.settings.default_request_timeout_ms
     gone = asyncio.Event()
-    watcher = asyncio.create_task(_watch_disconnect(request, gone))
+    watcher = asyncio.create_task(watch_disconnect(request, gone))
     try:
         rows = await services.waiters.long_poll(req, max(0, wait_ms) / 1000, gone)
     finally:
@@ -136,7 +136,7 @@ def _int_param(value: str | None, name: str) -> int | None:
         raise InvalidArgument(f"{name} must be an integer, got {value!r}") from None
 
 
-async def _watch_disconnect(request: Request, gone: asyncio.Event) -> None:
+async def watch_disconnect(request: Request, gone: asyncio.Event) -> None:
     """The body is read, so the next ASGI message is the client going away."""
     while True:
         message = await request.receive()

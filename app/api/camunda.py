@@ -1,0 +1,160 @@
+"""Camunda 8 REST names for the worker operations (API.md, "Camunda-compatible surface").
+
+Bodies follow Camunda's schemas (unknown fields are 400), activated jobs carry every field
+Camunda's strict clients require, and ``jobLeaseToken`` carries the fencing token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Request
+from pydantic import Field, StringConstraints
+from starlette.responses import Response
+
+from app.activation import ActivateRequest
+from app.api import schemas
+from app.api.jobs import watch_disconnect
+from app.api.parsing import body, job_key, payload
+from app.api.problems import JSON
+from app.domain import MAX_ACTIVATE_JOBS, utcnow
+from app.errors import InvalidArgument
+
+router = APIRouter(prefix="/v2/jobs", tags=["camunda"])
+
+# Neutral values for the BPMN fields Jobfair has no use for (valid for strict clients).
+NO_KEY = "0"
+PROCESS_DEFINITION_ID = "jobfair"
+TOKEN_PREFIX = "jfl1"
+
+
+class CamundaActivate(schemas.Strict):
+    type: schemas.JobType
+    maxJobsToActivate: Annotated[int, Field(strict=True, ge=1, le=MAX_ACTIVATE_JOBS)]
+    timeout: schemas.LeaseMs
+    requestTimeout: schemas.Int | None = None
+    worker: Annotated[str, StringConstraints(max_length=128)] | None = None
+    tenantIds: list[schemas.TenantId] | None = None
+    fetchVariable: list[Annotated[str, StringConstraints(max_length=1000)]] | None = None
+    tenantFilter: Literal["PROVIDED", "ASSIGNED"] | None = None
+    withLease: bool | None = None
+
+
+class CamundaComplete(schemas.Strict):
+    variables: dict[str, Any] | None = None
+    result: dict[str, Any] | None = None
+    jobLeaseToken: str | None = None
+
+
+class CamundaFail(schemas.Strict):
+    retries: schemas.Retries = 0  # Camunda's default, unlike the native route
+    errorMessage: schemas.ShortText | None = None
+    retryBackOff: schemas.BackoffMs = 0
+    variables: dict[str, Any] | None = None
+    jobLeaseToken: str | None = None
+
+
+def lease_token(key: int, activation_count: int) -> str:
+    raw = f"{TOKEN_PREFIX}:{key}:{activation_count}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def activation_from_token(key: int, token: str) -> int:
+    """The activationCount a token carries; 400 if it is not a token for this job."""
+    try:
+        padded = token + "=" * (-len(token) % 4)
+        prefix, token_key, count = base64.urlsafe_b64decode(padded).decode().split(":")
+        if prefix != TOKEN_PREFIX or int(token_key) != key:
+            raise ValueError
+        return int(count)
+    except ValueError:
+        raise InvalidArgument(f"jobLeaseToken is not a lease token of job {key}") from None
+
+
+def camunda_job(row: Any, fetch: list[str] | None) -> dict[str, Any]:
+    variables = row["variables"]
+    if fetch:
+        variables = {k: v for k, v in variables.items() if k in fetch}
+    return {
+        "jobKey": str(row["job_key"]),
+        "type": row["job_type"],
+        "worker": row["worker"] or "",
+        "retries": row["retries"],
+        "deadline": int(row["deadline"].timestamp() * 1000),
+        "variables": variables,
+        "customHeaders": row["custom_headers"],
+        "tenantId": row["tenant_id"],
+        "kind": "BPMN_ELEMENT",
+        "listenerEventType": "UNSPECIFIED",
+        "processDefinitionId": PROCESS_DEFINITION_ID,
+        "processDefinitionVersion": -1,
+        "processDefinitionKey": NO_KEY,
+        "processInstanceKey": NO_KEY,
+        "elementId": row["job_type"],
+        "elementInstanceKey": NO_KEY,
+        "userTask": None,
+        "tags": [],
+        "rootProcessInstanceKey": None,
+        "priority": row["priority"],
+        "physicalTenantId": row["tenant_id"],
+        "businessId": None,
+        "jobLeaseToken": lease_token(row["job_key"], row["activation_count"]),
+    }
+
+
+@router.post("/activation")
+async def activation(request: Request) -> Response:
+    spec = await body(request, CamundaActivate)
+    services = request.app.state.services
+    req = ActivateRequest(
+        spec.type, spec.maxJobsToActivate, spec.timeout, spec.worker, spec.tenantIds or None
+    )
+    wait_ms = spec.requestTimeout or request.app.state.settings.default_request_timeout_ms
+    gone = asyncio.Event()
+    watcher = asyncio.create_task(watch_disconnect(request, gone))
+    try:
+        rows = await services.waiters.long_poll(req, max(0, wait_ms) / 1000, gone)
+    finally:
+        watcher.cancel()
+    if gone.is_set() and rows:
+        await services.store.release_jobs(rows)
+        rows = []
+    return JSON({"jobs": [camunda_job(r, spec.fetchVariable) for r in rows]})
+
+
+async def _fence(request: Request, key: int, token: str | None) -> int:
+    """With a token, its activation; without, the current one (the job must be
+    ACTIVATED: the guarantee Camunda itself gives)."""
+    if token is not None:
+        return activation_from_token(key, token)
+    return await request.app.state.services.jobs.current_activation(key)
+
+
+@router.post("/{key}/completion", status_code=204)
+async def completion(request: Request, key: str) -> Response:
+    k = job_key(key)
+    spec = await body(request, CamundaComplete)
+    count = await _fence(request, k, spec.jobLeaseToken)
+    [variables] = payload(request, spec.variables)
+    await request.app.state.services.jobs.complete(k, count, variables, utcnow())
+    return Response(status_code=204)
+
+
+@router.post("/{key}/failure", status_code=204)
+async def failure(request: Request, key: str) -> Response:
+    k = job_key(key)
+    spec = await body(request, CamundaFail)
+    count = await _fence(request, k, spec.jobLeaseToken)
+    [variables] = payload(request, spec.variables)
+    await request.app.state.services.jobs.fail(
+        k,
+        count,
+        retries=spec.retries,
+        error_message=spec.errorMessage,
+        retry_backoff_ms=spec.retryBackOff,
+        variables=variables,
+        now=utcnow(),
+    )
+    return Response(status_code=204)

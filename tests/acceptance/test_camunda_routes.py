@@ -1,0 +1,141 @@
+"""Issue 4 (first slice): Camunda's activation/completion/failure routes, over HTTP.
+
+The proof with Camunda's own SDKs is still to come; these tests hold the shapes and the
+fencing that API.md fixes for those routes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from app.domain import utcnow
+from tests.helpers import assert_problem, enqueue
+
+ACTIVATION = {"type": "cam", "maxJobsToActivate": 5, "timeout": 60_000, "requestTimeout": -1}
+REQUIRED = {
+    "jobKey": str,
+    "type": str,
+    "worker": str,
+    "retries": int,
+    "deadline": int,
+    "variables": dict,
+    "customHeaders": dict,
+    "tenantId": str,
+    "kind": str,
+    "listenerEventType": str,
+    "processDefinitionId": str,
+    "processDefinitionVersion": int,
+    "processDefinitionKey": str,
+    "processInstanceKey": str,
+    "elementId": str,
+    "elementInstanceKey": str,
+    "userTask": type(None),
+    "tags": list,
+    "rootProcessInstanceKey": type(None),
+    "priority": int,
+    "physicalTenantId": str,
+    "businessId": type(None),
+    "jobLeaseToken": str,
+}
+
+
+async def _activate(c, **fields):
+    r = await c.post("/v2/jobs/activation", json={**ACTIVATION, **fields})
+    assert r.status_code == 200, r.text
+    return r.json()["jobs"]
+
+
+async def test_activated_jobs_carry_every_field_strict_clients_require(live):
+    c = live.client
+    await c.post(
+        "/v2/jobs",
+        json={
+            "type": "cam",
+            "tenantId": "acme",
+            "variables": {"a": 1, "b": 2},
+            "customHeaders": {"h": "x"},
+        },
+    )
+    before = datetime.now(UTC)
+    [job] = await _activate(c, worker="w1", fetchVariable=["a"], withLease=True)
+    for name, kind in REQUIRED.items():
+        assert isinstance(job[name], kind), (name, job[name])
+    assert job["kind"] == "BPMN_ELEMENT" and job["listenerEventType"] == "UNSPECIFIED"
+    assert job["worker"] == "w1" and job["tenantId"] == "acme" and job["retries"] == 3
+    assert job["variables"] == {"a": 1} and job["customHeaders"] == {"h": "x"}
+    assert job["elementId"] == "cam" and job["processDefinitionVersion"] == -1
+    deadline = datetime.fromtimestamp(job["deadline"] / 1000, UTC)
+    assert before + timedelta(seconds=55) < deadline < before + timedelta(seconds=65)
+
+
+async def test_completion_is_fenced_by_the_lease_token(live):
+    c = live.client
+    await enqueue(c, "cam", "acme", 1)
+    [first] = await _activate(c, timeout=1)
+    await live.services.background.lease.run_once(utcnow() + timedelta(seconds=1))
+    [second] = await _activate(c)
+    assert second["jobKey"] == first["jobKey"]
+    assert second["jobLeaseToken"] != first["jobLeaseToken"]
+    key = first["jobKey"]
+    stale = await c.post(
+        f"/v2/jobs/{key}/completion",
+        json={"jobLeaseToken": first["jobLeaseToken"], "variables": {"x": 1}},
+    )
+    assert_problem(stale, 409, "INVALID_STATE")
+    ok = await c.post(
+        f"/v2/jobs/{key}/completion",
+        json={"jobLeaseToken": second["jobLeaseToken"], "variables": {"x": 2}},
+    )
+    assert ok.status_code == 204, ok.text
+    again = await c.post(
+        f"/v2/jobs/{key}/completion", json={"jobLeaseToken": second["jobLeaseToken"]}
+    )
+    assert_problem(again, 409, "INVALID_STATE")
+    done = (await c.get(f"/v2/jobs/{key}")).json()
+    assert done["state"] == "COMPLETED" and done["variables"] == {"x": 2}
+
+
+async def test_without_a_token_only_an_activated_job_can_be_finished(live):
+    c = live.client
+    [key] = await enqueue(c, "cam", "acme", 1)
+    assert_problem(await c.post(f"/v2/jobs/{key}/completion", json={}), 409, "INVALID_STATE")
+    await _activate(c)
+    assert (await c.post(f"/v2/jobs/{key}/completion", json={})).status_code == 204
+    assert_problem(await c.post(f"/v2/jobs/{key}/completion", json={}), 409, "INVALID_STATE")
+    assert_problem(await c.post("/v2/jobs/4242/completion", json={}), 404, "NOT_FOUND")
+
+
+async def test_failure_defaults_to_no_retries_and_honours_back_off(live):
+    c = live.client
+    a, b = await enqueue(c, "cam", "acme", 2)
+    await _activate(c)
+    assert (await c.post(f"/v2/jobs/{a}/failure", json={"errorMessage": "x"})).status_code == 204
+    assert (await c.get(f"/v2/jobs/{a}")).json()["state"] == "FAILED"
+    r = await c.post(f"/v2/jobs/{b}/failure", json={"retries": 2, "retryBackOff": 60_000})
+    assert r.status_code == 204
+    job = (await c.get(f"/v2/jobs/{b}")).json()
+    assert job["state"] == "CREATED" and job["retries"] == 2
+    assert await _activate(c) == []  # backing off
+
+
+async def test_camunda_bodies_are_strict(live):
+    c = live.client
+    [key] = await enqueue(c, "cam", "acme", 1)
+    for path, payload in [
+        ("/v2/jobs/activation", {**ACTIVATION, "maxJobs": 5}),
+        ("/v2/jobs/activation", {**ACTIVATION, "maxJobsToActivate": 0}),
+        ("/v2/jobs/activation", {**ACTIVATION, "tenantFilter": "ALL"}),
+        (f"/v2/jobs/{key}/completion", {"activationCount": 1}),
+        (f"/v2/jobs/{key}/completion", {"jobLeaseToken": "not-a-token"}),
+        (f"/v2/jobs/{key}/failure", {"retries": -1}),
+    ]:
+        assert_problem(await c.post(path, json=payload), 400, "INVALID_ARGUMENT")
+    job = (await c.get(f"/v2/jobs/{key}")).json()
+    assert job["state"] == "CREATED" and job["activationCount"] == 0
+
+
+async def test_tenant_ids_filter_activation(live):
+    c = live.client
+    await enqueue(c, "cam", "<default>", 2)
+    await enqueue(c, "cam", "acme", 2)
+    jobs = await _activate(c, tenantIds=["<default>"])
+    assert [j["tenantId"] for j in jobs] == ["<default>", "<default>"]
