@@ -150,6 +150,7 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
 
     # Camunda's routes first: /v2/jobs/activation must not be taken for a job key.
     app.include_router(camunda_api.router)
+    app.include_router(camunda_api.topology_router)
     app.include_router(jobs_api.router)
     app.include_router(operators_api.router)
     return app

@@ -488,6 +488,24 @@ DELETE FROM jobs WHERE job_key IN (
 )
 """
 
+# -- name: search_jobs
+# Job search (Camunda's POST /v2/jobs/search): equality/IN filters on whitelisted
+# columns, one sort key, offset paging.  An operator query: it may scan; the count is
+# bounded (SEARCH_COUNT_LIMIT) so a huge table costs a bounded count.
+SEARCH_COLUMNS = {
+    "jobKey": "job_key",
+    "type": "job_type",
+    "tenantId": "tenant_id",
+    "state": "state",
+    "worker": "worker",
+    "retries": "retries",
+    "priority": "priority",
+    "deadline": "deadline",
+    "creationTime": "created_at",
+    "endTime": "completed_at",
+}
+SEARCH_COUNT_LIMIT = 10_000
+
 # -- name: stats
 # Pending/active per (type, tenant).  Reads the backlog: an operator query, not hot path.
 STATS = """
@@ -1043,6 +1061,41 @@ class Store:
 
     async def list_job_types(self) -> list[asyncpg.Record]:
         return await self.pool.fetch(LIST_JOB_TYPES)
+
+    async def search_jobs(
+        self,
+        filters: dict[str, list[Any]],
+        sort: list[tuple[str, bool]],
+        limit: int,
+        offset: int,
+    ) -> tuple[list[asyncpg.Record], int, bool]:
+        """``filters``: API field -> accepted values; ``sort``: (API field, descending).
+        Returns (rows, total counted up to SEARCH_COUNT_LIMIT, more than that)."""
+        where, args = [], []
+        for field, values in filters.items():
+            args.append(values)
+            cast = (
+                "bigint[]" if field == "jobKey" else ("int[]" if field == "retries" else "text[]")
+            )
+            where.append(f"{SEARCH_COLUMNS[field]} = ANY(${len(args)}::{cast})")
+        clause = ("WHERE " + " AND ".join(where)) if where else ""
+        order = ", ".join(
+            f"{SEARCH_COLUMNS[f]} {'DESC' if desc else 'ASC'} NULLS LAST" for f, desc in sort
+        )
+        order = f"ORDER BY {order + ', ' if order else ''}job_key"
+        rows = await self.pool.fetch(
+            f"SELECT {JOB_COLUMNS} FROM jobs {clause} {order} "
+            f"LIMIT ${len(args) + 1} OFFSET ${len(args) + 2}",
+            *args,
+            limit,
+            offset,
+        )
+        total = await self.pool.fetchval(
+            f"SELECT count(*) FROM (SELECT 1 FROM jobs {clause} "
+            f"LIMIT {SEARCH_COUNT_LIMIT + 1}) bounded",
+            *args,
+        )
+        return rows, min(total, SEARCH_COUNT_LIMIT), total > SEARCH_COUNT_LIMIT
 
     async def stats(self) -> list[asyncpg.Record]:
         return await self.pool.fetch(STATS)

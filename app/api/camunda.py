@@ -158,3 +158,180 @@ async def failure(request: Request, key: str) -> Response:
         now=utcnow(),
     )
     return Response(status_code=204)
+
+
+# -- search and topology --------------------------------------------------------------
+
+CAMUNDA_STATES = {
+    "CREATED": ("CREATED", "SCHEDULED", "ACTIVATED"),
+    "COMPLETED": ("COMPLETED",),
+    "FAILED": ("FAILED",),
+    "ERROR_THROWN": ("ERROR_THROWN",),
+    "CANCELED": ("CANCELED",),
+}
+# Camunda states that no Jobfair job is ever in: a filter on them matches nothing.
+NEVER = ("MIGRATED", "RETRIES_UPDATED", "TIMED_OUT", "TIMEOUT_UPDATED", "PRIORITY_UPDATED")
+FilterValue = str | int | dict[str, Any]
+
+
+class SearchFilter(schemas.Strict):
+    jobKey: FilterValue | None = None
+    type: FilterValue | None = None
+    state: FilterValue | None = None
+    tenantId: FilterValue | None = None
+    worker: FilterValue | None = None
+    retries: FilterValue | None = None
+
+
+class SortField(schemas.Strict):
+    field: Literal[
+        "jobKey",
+        "type",
+        "tenantId",
+        "state",
+        "worker",
+        "retries",
+        "priority",
+        "deadline",
+        "creationTime",
+        "endTime",
+    ]
+    order: Literal["ASC", "DESC", "asc", "desc"] = "ASC"
+
+
+class Page(schemas.Strict):
+    limit: Annotated[int, Field(strict=True, ge=1, le=10_000)] = 100
+    from_: Annotated[int, Field(strict=True, ge=0, alias="from")] = 0
+
+
+class Search(schemas.Strict):
+    filter: SearchFilter | None = None
+    sort: list[SortField] | None = None
+    page: Page | None = None
+
+
+def _values(field: str, value: FilterValue) -> list[Any]:
+    """A plain value, or Camunda's advanced filter {"$eq": v} / {"$in": [...]}."""
+    if isinstance(value, dict):
+        if set(value) == {"$eq"}:
+            items = [value["$eq"]]
+        elif set(value) == {"$in"} and isinstance(value["$in"], list):
+            items = list(value["$in"])
+        else:
+            raise InvalidArgument(f"filter.{field}: supported operators are $eq and $in")
+    else:
+        items = [value]
+    try:
+        if field == "jobKey":
+            return [job_key(str(v)) for v in items]
+        if field == "retries":
+            return [int(v) for v in items]
+    except (TypeError, ValueError):
+        raise InvalidArgument(f"filter.{field}: expected integers") from None
+    if field == "state":
+        out: list[Any] = []
+        for v in items:
+            if v in CAMUNDA_STATES:
+                out.extend(CAMUNDA_STATES[v])
+            elif v not in NEVER:
+                raise InvalidArgument(f"filter.state: unknown job state {v!r}")
+        return out
+    return [str(v) for v in items]
+
+
+def _iso(value: Any) -> str | None:
+    from app.domain import rfc3339
+
+    return rfc3339(value)
+
+
+def search_item(row: Any) -> dict[str, Any]:
+    state = row["state"]
+    camunda_state = "CREATED" if state in ("SCHEDULED", "ACTIVATED") else state
+    times = [t for t in (row["created_at"], row["activated_at"], row["completed_at"]) if t]
+    return {
+        "jobKey": str(row["job_key"]),
+        "type": row["job_type"],
+        "worker": row["worker"] or "",
+        "state": camunda_state,
+        "kind": "BPMN_ELEMENT",
+        "listenerEventType": "UNSPECIFIED",
+        "retries": row["retries"],
+        "isDenied": None,
+        "deniedReason": None,
+        "hasFailedWithRetriesLeft": row["error_message"] is not None
+        and row["retries"] > 0
+        and camunda_state == "CREATED",
+        "errorCode": row["error_code"],
+        "errorMessage": row["error_message"],
+        "customHeaders": row["custom_headers"],
+        "deadline": _iso(row["deadline"]),
+        "endTime": _iso(row["completed_at"]),
+        "processDefinitionId": PROCESS_DEFINITION_ID,
+        "processDefinitionKey": NO_KEY,
+        "processInstanceKey": NO_KEY,
+        "rootProcessInstanceKey": None,
+        "elementId": row["job_type"],
+        "elementInstanceKey": NO_KEY,
+        "tenantId": row["tenant_id"],
+        "businessId": None,
+        "creationTime": _iso(row["created_at"]),
+        "lastUpdateTime": _iso(max(times)) if times else None,
+        "priority": row["priority"],
+    }
+
+
+@router.post("/search")
+async def search(request: Request) -> Response:
+    raw = await request.body()
+    spec = await body(request, Search) if raw.strip() else Search()
+    filters: dict[str, list[Any]] = {}
+    if spec.filter is not None:
+        for field, value in spec.filter.model_dump(exclude_none=True).items():
+            filters[field] = _values(field, value)
+    sort = [(s.field, s.order.upper() == "DESC") for s in spec.sort or []]
+    page = spec.page or Page()
+    store = request.app.state.services.store
+    rows, total, more = await store.search_jobs(filters, sort, page.limit, page.from_)
+    return JSON(
+        {
+            "items": [search_item(r) for r in rows],
+            "page": {
+                "totalItems": total,
+                "hasMoreTotalItems": more,
+                "startCursor": None,
+                "endCursor": None,
+            },
+        }
+    )
+
+
+topology_router = APIRouter(tags=["camunda"])
+
+
+@topology_router.get("/v2/topology")
+async def topology(request: Request) -> Response:
+    """A one-broker, one-partition cluster: what Jobfair looks like to Camunda clients."""
+    settings = request.app.state.settings
+    return JSON(
+        {
+            "brokers": [
+                {
+                    "nodeId": 0,
+                    "brokerId": "0",
+                    "host": settings.host,
+                    "port": settings.port,
+                    "partitions": [
+                        {"partitionId": 1, "role": "leader", "health": "healthy", "state": "active"}
+                    ],
+                    "version": request.app.version,
+                }
+            ],
+            "clusterId": None,
+            "clusterSize": 1,
+            "partitionsCount": 1,
+            "replicationFactor": 1,
+            "gatewayVersion": request.app.version,
+            "lastCompletedChangeId": "-1",
+        }
+    )

@@ -139,3 +139,89 @@ async def test_tenant_ids_filter_activation(live):
     await enqueue(c, "cam", "acme", 2)
     jobs = await _activate(c, tenantIds=["<default>"])
     assert [j["tenantId"] for j in jobs] == ["<default>", "<default>"]
+
+
+SEARCH_ITEM_FIELDS = {
+    "jobKey",
+    "type",
+    "worker",
+    "state",
+    "kind",
+    "listenerEventType",
+    "retries",
+    "isDenied",
+    "deniedReason",
+    "hasFailedWithRetriesLeft",
+    "errorCode",
+    "errorMessage",
+    "customHeaders",
+    "deadline",
+    "endTime",
+    "processDefinitionId",
+    "processDefinitionKey",
+    "processInstanceKey",
+    "rootProcessInstanceKey",
+    "elementId",
+    "elementInstanceKey",
+    "tenantId",
+    "businessId",
+    "creationTime",
+    "lastUpdateTime",
+    "priority",
+}
+
+
+async def test_job_search_filters_sorts_and_pages(live):
+    c = live.client
+    a = await enqueue(c, "s1", "acme", 3)
+    await enqueue(c, "s1", "globex", 2)
+    await enqueue(c, "s2", "acme", 1)
+    [done] = await _activate(c, type="s1", maxJobsToActivate=1, tenantIds=["acme"])
+    await c.post(f"/v2/jobs/{done['jobKey']}/completion", json={})
+
+    r = await c.post("/v2/jobs/search", json={"filter": {"type": "s1", "tenantId": "acme"}})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["page"] == {
+        "totalItems": 3,
+        "hasMoreTotalItems": False,
+        "startCursor": None,
+        "endCursor": None,
+    }
+    assert {i["jobKey"] for i in body["items"]} == set(a)
+    for item in body["items"]:
+        assert set(item) == SEARCH_ITEM_FIELDS
+    states = {i["jobKey"]: i["state"] for i in body["items"]}
+    assert states[done["jobKey"]] == "COMPLETED"
+
+    created = await c.post("/v2/jobs/search", json={"filter": {"state": "CREATED"}})
+    assert created.json()["page"]["totalItems"] == 5
+    by_key = await c.post("/v2/jobs/search", json={"filter": {"jobKey": {"$in": a[:2]}}})
+    assert sorted(i["jobKey"] for i in by_key.json()["items"]) == sorted(a[:2])
+    paged = await c.post(
+        "/v2/jobs/search",
+        json={"sort": [{"field": "jobKey", "order": "DESC"}], "page": {"limit": 2, "from": 1}},
+    )
+    keys = [i["jobKey"] for i in paged.json()["items"]]
+    assert len(keys) == 2 and int(keys[0]) > int(keys[1])
+    assert paged.json()["page"]["totalItems"] == 6
+    everything = await c.post("/v2/jobs/search", content=b"")
+    assert everything.json()["page"]["totalItems"] == 6
+    for bad in (
+        {"filter": {"color": "red"}},
+        {"filter": {"state": "SLEEPING"}},
+        {"sort": [{"field": "nope"}]},
+        {"page": {"limit": 0}},
+    ):
+        assert_problem(await c.post("/v2/jobs/search", json=bad), 400, "INVALID_ARGUMENT")
+
+
+async def test_topology_is_a_minimal_valid_cluster(live):
+    t = (await live.client.get("/v2/topology")).json()
+    assert t["clusterSize"] == 1 and t["partitionsCount"] == 1 and t["replicationFactor"] == 1
+    [broker] = t["brokers"]
+    assert set(broker) == {"nodeId", "brokerId", "host", "port", "partitions", "version"}
+    assert broker["partitions"] == [
+        {"partitionId": 1, "role": "leader", "health": "healthy", "state": "active"}
+    ]
+    assert isinstance(t["gatewayVersion"], str) and isinstance(t["lastCompletedChangeId"], str)
