@@ -17,7 +17,7 @@ from starlette.responses import Response
 from app.activation import ActivateRequest
 from app.api import schemas
 from app.api.jobs import watch_disconnect
-from app.api.parsing import body, job_key, payload
+from app.api.parsing import body, job_key, optional_body, payload
 from app.api.problems import JSON
 from app.domain import MAX_ACTIVATE_JOBS, utcnow
 from app.errors import InvalidArgument
@@ -135,7 +135,7 @@ async def _fence(request: Request, key: int, token: str | None) -> int:
 @router.post("/{key}/completion", status_code=204)
 async def completion(request: Request, key: str) -> Response:
     k = job_key(key)
-    spec = await body(request, CamundaComplete)
+    spec = await optional_body(request, CamundaComplete)
     count = await _fence(request, k, spec.jobLeaseToken)
     [variables] = payload(request, spec.variables)
     await request.app.state.services.jobs.complete(k, count, variables, utcnow())
@@ -145,7 +145,7 @@ async def completion(request: Request, key: str) -> Response:
 @router.post("/{key}/failure", status_code=204)
 async def failure(request: Request, key: str) -> Response:
     k = job_key(key)
-    spec = await body(request, CamundaFail)
+    spec = await optional_body(request, CamundaFail)
     count = await _fence(request, k, spec.jobLeaseToken)
     [variables] = payload(request, spec.variables)
     await request.app.state.services.jobs.fail(
@@ -283,8 +283,7 @@ def search_item(row: Any) -> dict[str, Any]:
 
 @router.post("/search")
 async def search(request: Request) -> Response:
-    raw = await request.body()
-    spec = await body(request, Search) if raw.strip() else Search()
+    spec = await optional_body(request, Search)
     filters: dict[str, list[Any]] = {}
     if spec.filter is not None:
         for field, value in spec.filter.model_dump(exclude_none=True).items():

@@ -37,6 +37,13 @@ def validate(model: type[M], data: dict[str, Any]) -> M:
         raise InvalidArgument(describe(exc)) from None
 
 
+async def optional_body(request: Request, model: type[M]) -> M:
+    """A body the caller may leave out entirely (Camunda's completion, failure, search)."""
+    if not (await request.body()).strip():
+        return model()
+    return await body(request, model)
+
+
 def describe(exc: ValidationError) -> str:
     parts = []
     for e in exc.errors()[:5]:

@@ -102,6 +102,11 @@ async def test_without_a_token_only_an_activated_job_can_be_finished(live):
     assert (await c.post(f"/v2/jobs/{key}/completion", json={})).status_code == 204
     assert_problem(await c.post(f"/v2/jobs/{key}/completion", json={}), 409, "INVALID_STATE")
     assert_problem(await c.post("/v2/jobs/4242/completion", json={}), 404, "NOT_FOUND")
+    # The body is optional, as in Camunda.
+    [other] = await enqueue(c, "cam", "acme", 1)
+    await _activate(c)
+    assert (await c.post(f"/v2/jobs/{other}/completion")).status_code == 204
+    assert_problem(await c.post(f"/v2/jobs/{other}/completion"), 409, "INVALID_STATE")
 
 
 async def test_failure_defaults_to_no_retries_and_honours_back_off(live):
