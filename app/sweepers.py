@@ -34,6 +34,17 @@ TRANSIENT = (
 BATCH = 1000
 
 
+async def _in_batches(step: Callable[[], Awaitable[int]]) -> int:
+    """Repeat a bounded batch until one comes back short; short transactions keep locks
+    and dead tuples small, and one pass still catches up a backlog."""
+    total = 0
+    while (n := await step()) > 0:
+        total += n
+        if n < BATCH:
+            break
+    return total
+
+
 class LeaseSweeper:
     """Expired ACTIVATED -> CREATED, retries unchanged."""
 
@@ -44,12 +55,7 @@ class LeaseSweeper:
         self.interval_ms = interval_ms
 
     async def run_once(self, now: datetime) -> int:
-        total = 0
-        while (n := await self.store.release_expired(now, BATCH)) > 0:
-            total += n
-            if n < BATCH:
-                break
-        return total
+        return await _in_batches(lambda: self.store.release_expired(now, BATCH))
 
 
 class Promoter:
@@ -62,12 +68,7 @@ class Promoter:
         self.interval_ms = interval_ms
 
     async def run_once(self, now: datetime) -> int:
-        total = 0
-        while (n := await self.store.promote_scheduled(now, BATCH)) > 0:
-            total += n
-            if n < BATCH:
-                break
-        return total
+        return await _in_batches(lambda: self.store.promote_scheduled(now, BATCH))
 
 
 class RetentionSweeper:
@@ -82,12 +83,7 @@ class RetentionSweeper:
 
     async def run_once(self, now: datetime) -> int:
         before = now - timedelta(seconds=self.retention_s)
-        total = 0
-        while (n := await self.store.prune_terminal(before, BATCH)) > 0:
-            total += n
-            if n < BATCH:
-                break
-        return total
+        return await _in_batches(lambda: self.store.prune_terminal(before, BATCH))
 
 
 class StatsSampler:

@@ -59,15 +59,20 @@ def db_url(postgres: Postgres) -> Iterator[str]:
     postgres.psql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE);')
 
 
+def quiet_settings(**overrides: object) -> Settings:
+    """Long intervals: tests drive background work through run_once, not timers."""
+    values: dict[str, object] = {
+        "lease_sweep_interval_ms": 3_600_000,
+        "promote_interval_ms": 3_600_000,
+        "retention_sweep_interval_ms": 3_600_000,
+        "db_pool_size": 30,
+    }
+    return Settings(**{**values, **overrides})  # type: ignore[arg-type]
+
+
 @pytest.fixture
 def settings() -> Settings:
-    # Long intervals: tests drive background work through run_once, not timers.
-    return Settings(
-        lease_sweep_interval_ms=3_600_000,
-        promote_interval_ms=3_600_000,
-        retention_sweep_interval_ms=3_600_000,
-        db_pool_size=30,
-    )
+    return quiet_settings()
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ Camunda's strict clients require, and ``jobLeaseToken`` carries the fencing toke
 
 from __future__ import annotations
 
-import asyncio
 import base64
 from typing import Annotated, Any, Literal
 
@@ -16,7 +15,7 @@ from starlette.responses import Response
 
 from app.activation import ActivateRequest
 from app.api import schemas
-from app.api.jobs import watch_disconnect
+from app.api.jobs import long_poll
 from app.api.parsing import body, job_key, optional_body, payload
 from app.api.problems import JSON
 from app.domain import MAX_ACTIVATE_JOBS, utcnow
@@ -107,20 +106,10 @@ def camunda_job(row: Any, fetch: list[str] | None) -> dict[str, Any]:
 @router.post("/activation")
 async def activation(request: Request) -> Response:
     spec = await body(request, CamundaActivate)
-    services = request.app.state.services
     req = ActivateRequest(
         spec.type, spec.maxJobsToActivate, spec.timeout, spec.worker, spec.tenantIds or None
     )
-    wait_ms = spec.requestTimeout or request.app.state.settings.default_request_timeout_ms
-    gone = asyncio.Event()
-    watcher = asyncio.create_task(watch_disconnect(request, gone))
-    try:
-        rows = await services.waiters.long_poll(req, max(0, wait_ms) / 1000, gone)
-    finally:
-        watcher.cancel()
-    if gone.is_set() and rows:
-        await services.store.release_jobs(rows)
-        rows = []
+    rows = await long_poll(request, req, spec.requestTimeout)
     return JSON({"jobs": [camunda_job(r, spec.fetchVariable) for r in rows]})
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timedelta
 
+import asyncpg
 from fastapi import APIRouter, Request
 from sse_starlette import EventSourceResponse
 from starlette.responses import Response
@@ -68,20 +69,7 @@ async def activate(request: Request) -> Response:
     spec = await body(request, schemas.Activate)
     services = request.app.state.services
     req = ActivateRequest(spec.type, spec.maxJobs, spec.timeout, spec.worker, spec.tenantIds)
-    wait_ms = spec.requestTimeout
-    if not wait_ms:  # 0 or absent: the server's default
-        wait_ms = request.app.state.settings.default_request_timeout_ms
-    gone = asyncio.Event()
-    watcher = asyncio.create_task(watch_disconnect(request, gone))
-    try:
-        rows = await services.waiters.long_poll(req, max(0, wait_ms) / 1000, gone)
-    finally:
-        watcher.cancel()
-    if gone.is_set() and rows:
-        # Activated for a client that is no longer there: give them back now rather than
-        # leave them to the lease timeout.
-        await services.store.release_jobs(rows)
-        rows = []
+    rows = await long_poll(request, req, spec.requestTimeout)
     now = utcnow()
     aging = await services.activation.recent_aging(spec.type)
     jobs = [job_record(r, now, aging, spec.fetchVariables) for r in rows]
@@ -134,6 +122,28 @@ def _int_param(value: str | None, name: str) -> int | None:
         return int(value)
     except ValueError:
         raise InvalidArgument(f"{name} must be an integer, got {value!r}") from None
+
+
+async def long_poll(
+    request: Request, req: ActivateRequest, request_timeout_ms: int | None
+) -> list[asyncpg.Record]:
+    """Activate, waiting up to ``requestTimeout`` (0/absent: the server default, negative:
+    no wait) for at least one job.  Jobs activated for a client that is gone by then are
+    given back at once rather than left to their lease timeout."""
+    wait_ms = request_timeout_ms or request.app.state.settings.default_request_timeout_ms
+    services = request.app.state.services
+    gone = asyncio.Event()
+    watcher = asyncio.create_task(watch_disconnect(request, gone))
+    try:
+        rows: list[asyncpg.Record] = await services.waiters.long_poll(
+            req, max(0, wait_ms) / 1000, gone
+        )
+    finally:
+        watcher.cancel()
+    if gone.is_set() and rows:
+        await services.store.release_jobs(rows)
+        return []
+    return rows
 
 
 async def watch_disconnect(request: Request, gone: asyncio.Event) -> None:

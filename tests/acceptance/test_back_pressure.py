@@ -8,18 +8,13 @@ import pytest
 
 from app.config import Settings
 from tests.acceptance.test_long_polling import POLL, until_waiting
+from tests.conftest import quiet_settings
 from tests.helpers import assert_problem
 
 
 @pytest.fixture
 def settings() -> Settings:
-    return Settings(
-        lease_sweep_interval_ms=3_600_000,
-        promote_interval_ms=3_600_000,
-        retention_sweep_interval_ms=3_600_000,
-        db_pool_size=30,
-        max_waiters=3,
-    )
+    return quiet_settings(max_waiters=3)
 
 
 async def test_beyond_the_waiter_bound_is_503_with_retry_after(live):
@@ -42,13 +37,7 @@ async def test_beyond_the_waiter_bound_is_503_with_retry_after(live):
 class TestExhaustedPool:
     @pytest.fixture
     def settings(self) -> Settings:
-        return Settings(
-            lease_sweep_interval_ms=3_600_000,
-            promote_interval_ms=3_600_000,
-            retention_sweep_interval_ms=3_600_000,
-            db_pool_size=2,
-            db_acquire_timeout_ms=200,
-        )
+        return quiet_settings(db_pool_size=2, db_acquire_timeout_ms=200)
 
     async def test_an_exhausted_pool_is_503_with_retry_after(self, live):
         pool = live.services.store.pool

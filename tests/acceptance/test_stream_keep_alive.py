@@ -6,16 +6,12 @@ import pytest
 
 from app.config import Settings
 from tests.acceptance.test_streams import Events
+from tests.conftest import quiet_settings
 
 
 @pytest.fixture
 def settings() -> Settings:
-    return Settings(
-        lease_sweep_interval_ms=3_600_000,
-        promote_interval_ms=3_600_000,
-        retention_sweep_interval_ms=3_600_000,
-        keep_alive_s=0.2,
-    )
+    return quiet_settings(keep_alive_s=0.2)
 
 
 async def test_keep_alive_comments_arrive(live):

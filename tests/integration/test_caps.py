@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 
 import httpx
-import pytest
 
-from tests.conftest import free_port
+from tests.conftest import wait_ready
 from tests.helpers import activate, complete, enqueue
 
 
@@ -70,63 +66,12 @@ async def test_zero_cap_pauses_a_tenant(live):
     assert len(await activate(c, "mail", 5)) == 5
 
 
-@pytest.fixture
-def two_servers(db_url, tmp_path):
-    procs, urls = [], []
-    env = {**os.environ, "JOBFAIR_DATABASE_URL": db_url, "JOBFAIR_DB_POOL_SIZE": "25"}
-    logs = []
-    for i in range(2):
-        port = free_port()
-        log = open(tmp_path / f"server{i}.log", "wb")  # noqa: SIM115 - closed below
-        logs.append(log)
-        procs.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "app.cli",
-                    "serve",
-                    "--port",
-                    str(port),
-                    "--log-level",
-                    "warning",
-                ],
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        )
-        proc_logs[procs[-1].pid] = tmp_path / f"server{i}.log"
-        urls.append(f"http://127.0.0.1:{port}")
-    yield procs, urls
-    for p in procs:
-        p.terminate()
-    codes = [p.wait(timeout=20) for p in procs]
-    for log in logs:
-        log.close()
-    assert codes == [0, 0], [proc_logs[p.pid].read_text() for p in procs]
-
-
-proc_logs: dict = {}
-
-
-async def _wait_ready(client: httpx.AsyncClient, proc) -> None:
-    while True:
-        assert proc.poll() is None, proc_logs[proc.pid].read_text()
-        try:
-            if (await client.get("/readyz")).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        await asyncio.sleep(0.1)
-
-
-async def test_caps_hold_across_two_server_processes(two_servers, store):
-    procs, urls = two_servers
-    clients = [httpx.AsyncClient(base_url=u, timeout=30) for u in urls]
+async def test_caps_hold_across_two_server_processes(spawn_server, store):
+    servers = [spawn_server(JOBFAIR_DB_POOL_SIZE="25") for _ in range(2)]
+    clients = [httpx.AsyncClient(base_url=s.url, timeout=30) for s in servers]
     try:
-        for cl, p in zip(clients, procs, strict=True):
-            await _wait_ready(cl, p)
+        for cl, server in zip(clients, servers, strict=True):
+            await wait_ready(cl, server)
         a, b = clients
         await a.put("/v2/tenants/t1", json={"weight": 1, "maxActiveJobs": 6})
         await b.put("/v2/job-types/x", json={"maxActiveJobs": 9})
@@ -140,3 +85,6 @@ async def test_caps_hold_across_two_server_processes(two_servers, store):
     finally:
         for cl in clients:
             await cl.aclose()
+    for server in servers:  # a graceful stop exits 0
+        server.proc.terminate()
+        assert server.proc.wait(timeout=30) == 0, server.log.read_text()
