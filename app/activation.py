@@ -68,14 +68,15 @@ class ActivationService:
 
     async def aging_for(self, job_type: str) -> Aging:
         cfg = await self.store.type_config(job_type)
-        return self._aging(cfg.aging_interval_ms, cfg.aging_step)
+        return self.resolve_aging(cfg.aging_interval_ms, cfg.aging_step)
 
     async def recent_aging(self, job_type: str) -> Aging:
         """The aging configuration read by the latest activation of this type."""
         seen = self.aging_seen.get(job_type)
         return seen if seen is not None else await self.aging_for(job_type)
 
-    def _aging(self, interval_ms: int | None, step: int | None) -> Aging:
+    def resolve_aging(self, interval_ms: int | None, step: int | None) -> Aging:
+        """A job type's aging, the server's defaults filling what it leaves unset."""
         return Aging(
             interval_ms=interval_ms or self.settings.aging_interval_ms,
             step=self.settings.aging_step if step is None else step,
@@ -95,7 +96,7 @@ class ActivationService:
             cfg, rows = await self.store.read_lanes(
                 req.job_type, remaining + LANE_SLACK, sorted(exclude), req.tenant_ids
             )
-            aging = self._aging(cfg.aging_interval_ms, cfg.aging_step)
+            aging = self.resolve_aging(cfg.aging_interval_ms, cfg.aging_step)
             if not rows:
                 break
             plan = _Plan(rows, remaining, cfg.max_active_jobs)

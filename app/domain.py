@@ -38,6 +38,15 @@ def public_state(state: str) -> str:
     return "CREATED" if state == "SCHEDULED" else state
 
 
+def visible_variables(
+    variables: dict[str, Any], fetch_variables: Sequence[str] | None
+) -> dict[str, Any]:
+    """Only the named variables when the worker asked for some (fetchVariables)."""
+    if not fetch_variables:
+        return variables
+    return {k: v for k, v in variables.items() if k in fetch_variables}
+
+
 def job_record(
     row: Mapping[str, Any],
     now: datetime,
@@ -45,9 +54,7 @@ def job_record(
     fetch_variables: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     state = public_state(row["state"])
-    variables = row["variables"]
-    if fetch_variables:
-        variables = {k: v for k, v in variables.items() if k in fetch_variables}
+    variables = visible_variables(row["variables"], fetch_variables)
     if state == "CREATED":
         eff = effective_priority(row["priority"], row["queued_at"], now, aging)
     else:

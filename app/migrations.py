@@ -7,7 +7,6 @@ import concurrent.futures
 from pathlib import Path
 
 from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
 from alembic import command
@@ -38,7 +37,3 @@ def upgrade(url: str) -> None:
 def head_revision() -> str | None:
     script = ScriptDirectory.from_config(alembic_config("unused"))
     return script.get_current_head()
-
-
-def current_revision_sync(connection) -> str | None:  # type: ignore[no-untyped-def]
-    return MigrationContext.configure(connection).get_current_revision()

@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from app import scheduler
 from app.errors import NotFound
+from app.scheduler import Aging
 from app.store import Store
 
 STATS_WINDOW_S = 60.0
 
 
 class ConfigService:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, resolve_aging: Callable[[int | None, int | None], Aging]):
         self.store = store
+        # The server-wide defaults fill what a job type leaves unset (ActivationService).
+        self.resolve_aging = resolve_aging
 
     async def put_tenant(self, tenant_id: str, weight: int, cap: int | None) -> dict[str, Any]:
         return _tenant(await self.store.upsert_tenant(tenant_id, weight, cap))
@@ -40,31 +44,28 @@ class ConfigService:
     ) -> dict[str, Any]:
         return self._job_type(await self.store.upsert_job_type(job_type, cap, interval_ms, step))
 
-    async def get_job_type(self, job_type: str, defaults: tuple[int, int]) -> dict[str, Any]:
+    async def get_job_type(self, job_type: str) -> dict[str, Any]:
         row = await self.store.get_job_type(job_type)
         if row is None:
+            aging = self.resolve_aging(None, None)
             return {
                 "type": job_type,
                 "maxActiveJobs": None,
-                "agingIntervalMs": defaults[0],
-                "agingStep": defaults[1],
+                "agingIntervalMs": aging.interval_ms,
+                "agingStep": aging.step,
             }
-        return self._job_type(row, defaults)
+        return self._job_type(row)
 
-    async def list_job_types(self, defaults: tuple[int, int]) -> list[dict[str, Any]]:
-        return [self._job_type(r, defaults) for r in await self.store.list_job_types()]
+    async def list_job_types(self) -> list[dict[str, Any]]:
+        return [self._job_type(r) for r in await self.store.list_job_types()]
 
-    @staticmethod
-    def _job_type(row: Any, defaults: tuple[int, int] | None = None) -> dict[str, Any]:
-        interval, step = row["aging_interval_ms"], row["aging_step"]
-        if defaults is not None:
-            interval = interval or defaults[0]
-            step = defaults[1] if step is None else step
+    def _job_type(self, row: Any) -> dict[str, Any]:
+        aging = self.resolve_aging(row["aging_interval_ms"], row["aging_step"])
         return {
             "type": row["job_type"],
             "maxActiveJobs": row["max_active_jobs"],
-            "agingIntervalMs": interval,
-            "agingStep": step,
+            "agingIntervalMs": aging.interval_ms,
+            "agingStep": aging.step,
         }
 
 

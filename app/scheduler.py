@@ -114,11 +114,6 @@ def retry_at(now: datetime, retry_backoff_ms: int) -> datetime:
     return now + timedelta(milliseconds=max(0, retry_backoff_ms))
 
 
-def default_retries_after_failure(current: int) -> int:
-    """Native ``fail`` without ``retries`` spends one attempt."""
-    return max(0, current - 1)
-
-
 def shares(counts: dict[str, int]) -> dict[str, float]:
     total = sum(counts.values())
     return {k: (v / total if total else 0.0) for k, v in counts.items()}

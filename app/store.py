@@ -542,7 +542,6 @@ SELECT job_type, max_active_jobs, aging_interval_ms, aging_step FROM job_types W
 LIST_JOB_TYPES = """
 SELECT job_type, max_active_jobs, aging_interval_ms, aging_step FROM job_types ORDER BY job_type
 """
-KNOWN_JOB_TYPES = "SELECT DISTINCT job_type FROM lanes ORDER BY job_type"
 
 
 def lane_bucket(job_type: str, tenant_id: str) -> int:

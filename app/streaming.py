@@ -13,7 +13,7 @@ import asyncio
 import dataclasses
 import logging
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import asyncpg
@@ -157,6 +157,3 @@ def keep_alive_factory() -> Callable[[], Any]:
     from sse_starlette import ServerSentEvent
 
     return lambda: ServerSentEvent(comment="keep-alive")
-
-
-ReleaseFn = Callable[[Sequence[asyncpg.Record]], Awaitable[int]]

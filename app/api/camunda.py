@@ -18,7 +18,7 @@ from app.api import schemas
 from app.api.jobs import long_poll
 from app.api.parsing import body, job_key, optional_body, payload
 from app.api.problems import JSON
-from app.domain import MAX_ACTIVATE_JOBS, utcnow
+from app.domain import MAX_ACTIVATE_JOBS, rfc3339, utcnow, visible_variables
 from app.errors import InvalidArgument
 
 router = APIRouter(prefix="/v2/jobs", tags=["camunda"])
@@ -73,9 +73,7 @@ def activation_from_token(key: int, token: str) -> int:
 
 
 def camunda_job(row: Any, fetch: list[str] | None) -> dict[str, Any]:
-    variables = row["variables"]
-    if fetch:
-        variables = {k: v for k, v in variables.items() if k in fetch}
+    variables = visible_variables(row["variables"], fetch)
     return {
         "jobKey": str(row["job_key"]),
         "type": row["job_type"],
@@ -228,12 +226,6 @@ def _values(field: str, value: FilterValue) -> list[Any]:
     return [str(v) for v in items]
 
 
-def _iso(value: Any) -> str | None:
-    from app.domain import rfc3339
-
-    return rfc3339(value)
-
-
 def search_item(row: Any) -> dict[str, Any]:
     state = row["state"]
     camunda_state = "CREATED" if state in ("SCHEDULED", "ACTIVATED") else state
@@ -254,8 +246,8 @@ def search_item(row: Any) -> dict[str, Any]:
         "errorCode": row["error_code"],
         "errorMessage": row["error_message"],
         "customHeaders": row["custom_headers"],
-        "deadline": _iso(row["deadline"]),
-        "endTime": _iso(row["completed_at"]),
+        "deadline": rfc3339(row["deadline"]),
+        "endTime": rfc3339(row["completed_at"]),
         "processDefinitionId": PROCESS_DEFINITION_ID,
         "processDefinitionKey": NO_KEY,
         "processInstanceKey": NO_KEY,
@@ -264,8 +256,8 @@ def search_item(row: Any) -> dict[str, Any]:
         "elementInstanceKey": NO_KEY,
         "tenantId": row["tenant_id"],
         "businessId": None,
-        "creationTime": _iso(row["created_at"]),
-        "lastUpdateTime": _iso(max(times)) if times else None,
+        "creationTime": rfc3339(row["created_at"]),
+        "lastUpdateTime": rfc3339(max(times)) if times else None,
         "priority": row["priority"],
     }
 

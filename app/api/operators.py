@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 from fastapi import APIRouter, Request
 from starlette.responses import PlainTextResponse, Response
 
@@ -26,11 +24,6 @@ def _job_type(raw: str) -> str:
     if not JOB_TYPE_RE.match(raw):
         raise InvalidArgument(f"type {raw!r} must match {JOB_TYPE_RE.pattern}")
     return raw
-
-
-def _aging_defaults(request: Request) -> tuple[int, int]:
-    s = request.app.state.settings
-    return s.aging_interval_ms, s.aging_step
 
 
 @router.put("/v2/tenants/{tenant_id}")
@@ -64,23 +57,18 @@ async def put_job_type(request: Request, job_type: str) -> Response:
     out = await request.app.state.services.config.put_job_type(
         jt, spec.maxActiveJobs, spec.agingIntervalMs, spec.agingStep
     )
-    defaults = _aging_defaults(request)
-    out["agingIntervalMs"] = out["agingIntervalMs"] or defaults[0]
-    out["agingStep"] = defaults[1] if out["agingStep"] is None else out["agingStep"]
     return JSON(out)
 
 
 @router.get("/v2/job-types")
 async def list_job_types(request: Request) -> Response:
-    items = await request.app.state.services.config.list_job_types(_aging_defaults(request))
+    items = await request.app.state.services.config.list_job_types()
     return JSON({"jobTypes": items})
 
 
 @router.get("/v2/job-types/{job_type:path}")
 async def get_job_type(request: Request, job_type: str) -> Response:
-    out = await request.app.state.services.config.get_job_type(
-        _job_type(job_type), _aging_defaults(request)
-    )
+    out = await request.app.state.services.config.get_job_type(_job_type(job_type))
     return JSON(out)
 
 
@@ -106,9 +94,6 @@ async def readyz(request: Request) -> Response:
     if revision != head:
         raise ResourceExhausted(f"schema at {revision}, expected {head}", retry_after_s=5)
     return JSON({"status": "ready", "schema": revision})
-
-
-_METRIC_NAME = re.compile(r"[^a-zA-Z0-9_]")
 
 
 @router.get("/metrics")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import orjson
@@ -45,17 +46,22 @@ async def optional_body(request: Request, model: type[M]) -> M:
 
 
 def describe(exc: ValidationError) -> str:
+    return describe_errors(list(exc.errors()))
+
+
+def describe_errors(errors: Sequence[Any]) -> str:
+    """What was wrong, for a problem's ``detail``: the first five errors, then a count."""
     parts = []
-    for e in exc.errors()[:5]:
-        loc = ".".join(str(p) for p in e["loc"])
+    for e in errors[:5]:
+        loc = ".".join(str(p) for p in e["loc"] if p != "body")
         msg = e["msg"]
         if e["type"] == "json_invalid":
             msg = "body is not valid JSON: " + str(e.get("ctx", {}).get("error", ""))
         parts.append(f"{loc}: {msg}" if loc else msg)
-    more = exc.error_count() - len(parts)
+    more = len(errors) - len(parts)
     if more > 0:
         parts.append(f"and {more} more")
-    return "; ".join(parts)
+    return "; ".join(parts) or "invalid request"
 
 
 def job_key(raw: str) -> int:

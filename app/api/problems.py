@@ -10,6 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
+from app.api.parsing import describe_errors
 from app.errors import InvalidArgument, JobfairError
 
 PROBLEM = "application/problem+json"
@@ -34,14 +35,6 @@ def problem(
     return Response(orjson.dumps(body), status_code=status, media_type=PROBLEM, headers=headers)
 
 
-def _describe(errors: list[Any]) -> str:
-    parts = []
-    for e in errors[:5]:
-        loc = ".".join(str(p) for p in e.get("loc", ()) if p not in ("body",))
-        parts.append(f"{loc}: {e.get('msg')}" if loc else str(e.get("msg")))
-    return "; ".join(parts) or "invalid request"
-
-
 def install(app: FastAPI) -> None:
     @app.exception_handler(JobfairError)
     async def _domain(request: Request, exc: JobfairError) -> Response:
@@ -56,7 +49,7 @@ def install(app: FastAPI) -> None:
             400,
             InvalidArgument.type,
             InvalidArgument.title,
-            _describe(list(exc.errors())),
+            describe_errors(list(exc.errors())),
             request.url.path,
         )
 
