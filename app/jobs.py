@@ -35,7 +35,7 @@ class JobService:
         row = await self.store.get_job(job_key)
         if row is None:
             raise NotFound(f"job {job_key} does not exist")
-        aging = await self.activation.aging_for(row["job_type"])
+        aging = self.activation.resolve_aging(row["type_aging_interval_ms"], row["type_aging_step"])
         return job_record(row, now, aging)
 
     async def cancel(self, job_key: int, now: datetime) -> None:

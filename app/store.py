@@ -333,7 +333,13 @@ RETURNING l.tenant_id
 """
 
 # -- name: get_job
-GET_JOB = f"SELECT {JOB_COLUMNS} FROM jobs WHERE job_key = $1"
+# With the job type's aging settings, so a record renders in one round trip.
+GET_JOB = f"""
+SELECT {JOB_COLUMNS.replace("job_type,", "j.job_type,", 1)},
+       t.aging_interval_ms AS type_aging_interval_ms, t.aging_step AS type_aging_step
+FROM jobs j LEFT JOIN job_types t ON t.job_type = j.job_type
+WHERE j.job_key = $1
+"""
 
 # -- name: job_state
 JOB_STATES = "SELECT job_key, state, activation_count FROM jobs WHERE job_key = ANY($1::bigint[])"

@@ -51,6 +51,9 @@ class Waiter:
 class _TypeQueue:
     def __init__(self) -> None:
         self.waiters: deque[Waiter] = deque()
+        # Waiters still waiting (futures not done); kept by callbacks so the checks on
+        # every long poll are O(1) however many wait.
+        self.live = 0
         self.wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
 
@@ -70,11 +73,12 @@ class WaiterHub:
         self.backup_poll_ms = backup_poll_ms
         self.queues: dict[str, _TypeQueue] = {}
         self.wake_queries = 0  # activation queries made by dispatchers (for /metrics)
+        self.live = 0  # waiters still waiting, across job types
         self.closed = False
 
     @property
     def waiting(self) -> int:
-        return sum(1 for q in self.queues.values() for w in q.waiters if not w.future.done())
+        return self.live
 
     def notify(self, job_type: str) -> None:
         q = self.queues.get(job_type)
@@ -98,10 +102,18 @@ class WaiterHub:
             q = self.queues[req.job_type] = _TypeQueue()
         waiter = Waiter(req)
         q.waiters.append(waiter)
+        q.live += 1
+        self.live += 1
+        waiter.future.add_done_callback(lambda _: self._left(q))
         if q.task is None or q.task.done():
             q.task = asyncio.create_task(self._dispatch(req.job_type, q))
         q.wake.set()
         return waiter
+
+    def _left(self, q: _TypeQueue) -> None:
+        """A waiter was served, timed out or went away."""
+        q.live -= 1
+        self.live -= 1
 
     async def long_poll(self, req: ActivateRequest, timeout_s: float, gone: asyncio.Event) -> Rows:
         """Activate now if nobody waits ahead; else (or if nothing was there) wait up to
@@ -127,7 +139,7 @@ class WaiterHub:
 
     def has_waiters(self, job_type: str) -> bool:
         q = self.queues.get(job_type)
-        return q is not None and any(not w.future.done() for w in q.waiters)
+        return q is not None and q.live > 0
 
     async def close(self) -> None:
         """Shutdown: every waiter is answered with what it has (nothing)."""
