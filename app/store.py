@@ -177,7 +177,7 @@ WITH ready_lanes AS (
 # virtual time and their tenants' weight and cap (one round trip).  Index:
 # lanes_type_vtime_idx (job_type, active, vtime, tenant_id), a range scan of at most
 # $2 + len($3) rows.  No locks.
-READ_LANES = """
+_READ_LANES = """
 SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
        NULL::int AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
        t.aging_step
@@ -185,26 +185,16 @@ FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1
 UNION ALL
 (SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1), t.max_active_jobs, NULL, NULL, NULL
  FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
- WHERE l.job_type = $1 AND l.active AND l.tenant_id <> ALL($3::text[])
+ WHERE l.job_type = $1 AND l.active AND l.tenant_id <> ALL($3::text[]) {tenants}
  ORDER BY l.vtime, l.tenant_id
  LIMIT $2)
 """
+READ_LANES = _READ_LANES.format(tenants="")
 
 # -- name: read_lanes_of_tenants
-# As read_lanes, restricted to the caller's tenantIds.  Index: lanes pkey.
-READ_LANES_OF_TENANTS = """
-SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
-       NULL::int AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
-       t.aging_step
-FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1
-UNION ALL
-(SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1), t.max_active_jobs, NULL, NULL, NULL
- FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
- WHERE l.job_type = $1 AND l.tenant_id = ANY($4::text[]) AND l.active
-   AND l.tenant_id <> ALL($3::text[])
- ORDER BY l.vtime, l.tenant_id
- LIMIT $2)
-"""
+# As read_lanes, restricted to the caller's tenantIds.  A statement of its own (not an
+# "$4 IS NULL OR" branch) so that its generic plan can use lanes pkey.
+READ_LANES_OF_TENANTS = _READ_LANES.format(tenants="AND l.tenant_id = ANY($4::text[])")
 
 # -- name: type_config
 TYPE_CONFIG = """
