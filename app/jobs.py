@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -11,7 +12,7 @@ import asyncpg
 
 from app import scheduler
 from app.activation import ActivationService
-from app.domain import MAX_LEASE_MS, job_record
+from app.domain import MAX_LEASE_MS, job_record, utcnow
 from app.errors import InvalidArgument, InvalidState, NotFound, StaleActivation
 from app.store import Inserted, NewJob, Store
 
@@ -23,10 +24,67 @@ class JobChanges:
     priority: int | None = None
 
 
+_Pending = tuple[tuple[int, int, str | None], "asyncio.Future[bool]"]
+
+
+class GroupCommit:
+    """Single completions that arrive while one is being written go into the next write.
+
+    Each ``POST /complete`` is one job, but a busy server receives dozens at once; writing
+    them one statement and one commit each spends most of the database's time on commits.
+    The first call starts a flusher at once (no added latency when idle); calls arriving
+    while its statement runs wait for the next statement, which carries them all.  A key
+    appears at most once per statement, so a duplicate or stale second completion of the
+    same job is judged after the first one committed, exactly as if they were sequential.
+    """
+
+    def __init__(self, store: Store, max_batch: int = 1000) -> None:
+        self.store = store
+        self.max_batch = max_batch
+        self._pending: list[_Pending] = []
+        self._flusher: asyncio.Task[None] | None = None
+
+    async def complete(self, item: tuple[int, int, str | None]) -> bool:
+        """True if this (key, activationCount) completed the job."""
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._pending.append((item, done))
+        if self._flusher is None:
+            self._flusher = asyncio.create_task(self._flush())
+        return await done
+
+    async def _flush(self) -> None:
+        try:
+            while self._pending:
+                batch: list[_Pending] = []
+                rest: list[_Pending] = []
+                keys: set[int] = set()
+                for entry in self._pending:
+                    key = entry[0][0]
+                    if key in keys or len(batch) >= self.max_batch:
+                        rest.append(entry)
+                    else:
+                        keys.add(key)
+                        batch.append(entry)
+                self._pending = rest
+                try:
+                    completed = await self.store.complete_jobs([i for i, _ in batch], utcnow())
+                except Exception as exc:  # every caller in the statement sees its failure
+                    for _, done in batch:
+                        if not done.done():
+                            done.set_exception(exc)
+                else:
+                    for (key, _, _), done in batch:
+                        if not done.done():
+                            done.set_result(key in completed)
+        finally:
+            self._flusher = None
+
+
 class JobService:
     def __init__(self, store: Store, activation: ActivationService) -> None:
         self.store = store
         self.activation = activation
+        self.group_commit = GroupCommit(store)
 
     async def create(self, jobs: Sequence[NewJob], now: datetime) -> list[Inserted]:
         return await self.store.insert_jobs(jobs, now)
@@ -45,11 +103,8 @@ class JobService:
                 f"job {job_key} is {row['state']}; only a CREATED job can be canceled"
             )
 
-    async def complete(
-        self, job_key: int, activation_count: int, variables: str | None, now: datetime
-    ) -> None:
-        done = await self.store.complete_jobs([(job_key, activation_count, variables)], now)
-        if not done:
+    async def complete(self, job_key: int, activation_count: int, variables: str | None) -> None:
+        if not await self.group_commit.complete((job_key, activation_count, variables)):
             await self._explain_fenced(job_key, activation_count)
 
     async def complete_many(

@@ -125,7 +125,7 @@ async def completion(request: Request, key: str) -> Response:
     spec = await optional_body(request, CamundaComplete)
     count = await _fence(request, k, spec.jobLeaseToken)
     [variables] = payload(request, spec.variables)
-    await request.app.state.services.jobs.complete(k, count, variables, utcnow())
+    await request.app.state.services.jobs.complete(k, count, variables)
     return Response(status_code=204)
 
 

@@ -183,7 +183,7 @@ async def complete_job(request: Request, key: str) -> Response:
     k = job_key(key)
     spec = await body(request, schemas.Complete)
     [variables] = payload(request, spec.variables)
-    await request.app.state.services.jobs.complete(k, spec.activationCount, variables, utcnow())
+    await request.app.state.services.jobs.complete(k, spec.activationCount, variables)
     return Response(status_code=204)
 
 

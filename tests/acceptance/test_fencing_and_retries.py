@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 from app.domain import utcnow
@@ -172,3 +173,38 @@ async def test_delayed_job_waits_for_run_at(live):
     await live.services.background.promoter.run_once(utcnow() + timedelta(seconds=31))
     [a] = await activate(c, "f")
     assert a["jobKey"] == job["jobKey"]
+
+
+async def test_concurrent_single_completions_are_each_judged_once(live):
+    """Completions arriving together share one statement (group commit) but keep their
+    own verdicts: every job completes once, and a duplicate or stale completion sent in
+    the same instant is a 409, exactly as if it had come after."""
+    c = live.client
+    r = await c.post("/v2/jobs/batch", json={"jobs": [{"type": "gc"}] * 60})
+    assert r.status_code == 201
+    jobs = await activate(c, "gc", max_jobs=60)
+    assert len(jobs) == 60
+    calls = []
+    for j in jobs:
+        calls += [complete(c, j), complete(c, j), complete(c, {**j, "activationCount": 7})]
+    responses = await asyncio.gather(*calls)
+    by_key: dict[str, list[int]] = {}
+    for j, r in zip([j for j in jobs for _ in range(3)], responses, strict=True):
+        by_key.setdefault(j["jobKey"], []).append(r.status_code)
+    assert all(sorted(codes) == [204, 409, 409] for codes in by_key.values()), by_key
+    states = {(await c.get(f"/v2/jobs/{j['jobKey']}")).json()["state"] for j in jobs}
+    assert states == {"COMPLETED"}
+
+
+async def test_group_commit_keeps_a_key_to_one_statement(live):
+    """Two completions of one job queued before the flusher runs: the second is judged
+    by the next statement, after the first committed."""
+    c = live.client
+    await c.post("/v2/jobs", json={"type": "gc1"})
+    [job] = await activate(c, "gc1")
+    item = (int(job["jobKey"]), job["activationCount"], None)
+    first, second = await asyncio.gather(
+        live.services.jobs.group_commit.complete(item),
+        live.services.jobs.group_commit.complete(item),
+    )
+    assert (first, second) == (True, False)
