@@ -16,15 +16,15 @@ $(STAMP): pyproject.toml
 serve: $(STAMP)  ## embedded PostgreSQL + migrate + serve on 127.0.0.1:8080
 	$(BIN)/jobfair serve
 
-# Camunda's own Python SDK, in a virtualenv of its own (it pins its own dependencies);
-# tests/acceptance/test_camunda_sdk.py drives it against a live Jobfair.
-CAMUNDA_SDK10 := .jobfair/camunda-sdk-10
-$(CAMUNDA_SDK10)/.stamp:
-	$(PYTHON) -m venv $(CAMUNDA_SDK10)
-	$(CAMUNDA_SDK10)/bin/pip install --quiet camunda-orchestration-sdk==10.0.1
+# Camunda's own Python SDK, both lines, each in a virtualenv of its own (they pin their
+# own dependencies); tests/acceptance/test_camunda_sdk.py drives them against Jobfair.
+CAMUNDA_SDKS := .jobfair/camunda-sdk-9/.stamp .jobfair/camunda-sdk-10/.stamp
+.jobfair/camunda-sdk-%/.stamp:
+	$(PYTHON) -m venv $(@D)
+	$(@D)/bin/pip install --quiet camunda-orchestration-sdk==$*.0.1
 	@touch $@
 
-test: $(STAMP) $(CAMUNDA_SDK10)/.stamp  ## every test, on embedded PostgreSQL
+test: $(STAMP) $(CAMUNDA_SDKS)  ## every test, on embedded PostgreSQL
 	$(BIN)/pytest -q
 
 lint: $(STAMP)

@@ -13,7 +13,7 @@ import asyncpg
 from app import scheduler
 from app.activation import ActivationService
 from app.domain import MAX_LEASE_MS, job_record, utcnow
-from app.errors import InvalidArgument, InvalidState, NotFound, StaleActivation
+from app.errors import InvalidState, NotFound, StaleActivation
 from app.store import Inserted, NewJob, Store
 
 
@@ -202,8 +202,3 @@ class JobService:
                 f"job {job_key} is at activation {row['activation_count']}, not {activation_count}"
             )
         raise StaleActivation(f"job {job_key} is {row['state']}, not ACTIVATED")
-
-
-def check_no_lease_without_fence(changes: JobChanges, activation_count: int | None) -> None:
-    if changes.timeout_ms is not None and activation_count is None:
-        raise InvalidArgument("changeset.timeout extends a lease and needs activationCount")

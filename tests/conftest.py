@@ -102,8 +102,14 @@ class Live:
 
 
 @pytest.fixture
-async def live(db_url: str, settings: Settings) -> AsyncIterator[Live]:
-    app = create_app(settings, db_url, background=False)
+def background() -> bool:
+    """Whether ``live`` runs the sweepers on their timers (a module may override this)."""
+    return False
+
+
+@pytest.fixture
+async def live(db_url: str, settings: Settings, background: bool) -> AsyncIterator[Live]:
+    app = create_app(settings, db_url, background=background)
     port = free_port()
     config = uvicorn.Config(
         app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", loop="asyncio"

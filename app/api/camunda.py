@@ -6,7 +6,6 @@ Camunda's strict clients require, and ``jobLeaseToken`` carries the fencing toke
 
 from __future__ import annotations
 
-import base64
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Request
@@ -16,7 +15,14 @@ from starlette.responses import Response
 from app.activation import ActivateRequest
 from app.api import schemas
 from app.api.jobs import long_poll
-from app.api.parsing import body, job_key, optional_body, payload
+from app.api.parsing import (
+    activation_from_token,
+    body,
+    job_key,
+    lease_token,
+    optional_body,
+    payload,
+)
 from app.api.problems import JSON
 from app.domain import MAX_ACTIVATE_JOBS, rfc3339, utcnow, visible_variables
 from app.errors import InvalidArgument
@@ -26,7 +32,6 @@ router = APIRouter(prefix="/v2/jobs", tags=["camunda"])
 # Neutral values for the BPMN fields Jobfair has no use for (valid for strict clients).
 NO_KEY = "0"
 PROCESS_DEFINITION_ID = "jobfair"
-TOKEN_PREFIX = "jfl1"
 
 
 class CamundaActivate(schemas.Strict):
@@ -53,23 +58,6 @@ class CamundaFail(schemas.Strict):
     retryBackOff: schemas.BackoffMs = 0
     variables: dict[str, Any] | None = None
     jobLeaseToken: str | None = None
-
-
-def lease_token(key: int, activation_count: int) -> str:
-    raw = f"{TOKEN_PREFIX}:{key}:{activation_count}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def activation_from_token(key: int, token: str) -> int:
-    """The activationCount a token carries; 400 if it is not a token for this job."""
-    try:
-        padded = token + "=" * (-len(token) % 4)
-        prefix, token_key, count = base64.urlsafe_b64decode(padded).decode().split(":")
-        if prefix != TOKEN_PREFIX or int(token_key) != key:
-            raise ValueError
-        return int(count)
-    except ValueError:
-        raise InvalidArgument(f"jobLeaseToken is not a lease token of job {key}") from None
 
 
 def camunda_job(row: Any, fetch: list[str] | None) -> dict[str, Any]:

@@ -12,11 +12,11 @@ from starlette.responses import Response
 
 from app.activation import ActivateRequest
 from app.api import schemas
-from app.api.parsing import body, check_payload_size, job_key, payload, validate
+from app.api.parsing import body, check_payload_size, fence, job_key, payload, validate
 from app.api.problems import JSON
 from app.domain import job_record, utcnow
 from app.errors import InvalidArgument, ResourceExhausted
-from app.jobs import JobChanges, check_no_lease_without_fence
+from app.jobs import JobChanges
 from app.store import NewJob
 from app.streaming import Stream, keep_alive_factory
 
@@ -208,11 +208,10 @@ async def fail_job(request: Request, key: str) -> Response:
 async def throw_error(request: Request, key: str) -> Response:
     k = job_key(key)
     spec = await body(request, schemas.ThrowError)
-    if spec.activationCount is None:
-        raise InvalidArgument("activationCount is required")
+    count = fence(k, spec.activationCount, spec.jobLeaseToken)
     [variables] = payload(request, spec.variables)
     await request.app.state.services.jobs.throw_error(
-        k, spec.activationCount, spec.errorCode, spec.errorMessage, variables, utcnow()
+        k, count, spec.errorCode, spec.errorMessage, variables, utcnow()
     )
     return Response(status_code=204)
 
@@ -225,6 +224,6 @@ async def update_job(request: Request, key: str) -> Response:
     if cs.retries is None and cs.timeout is None and cs.priority is None:
         raise InvalidArgument("changeset must set at least one of retries, timeout, priority")
     changes = JobChanges(retries=cs.retries, timeout_ms=cs.timeout, priority=cs.priority)
-    check_no_lease_without_fence(changes, spec.activationCount)
-    await request.app.state.services.jobs.update(k, changes, spec.activationCount, utcnow())
+    count = fence(k, spec.activationCount, spec.jobLeaseToken)
+    await request.app.state.services.jobs.update(k, changes, count, utcnow())
     return Response(status_code=204)

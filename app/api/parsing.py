@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -13,6 +14,7 @@ from app.errors import InvalidArgument
 
 M = TypeVar("M", bound=BaseModel)
 INT64_MAX = (1 << 63) - 1
+TOKEN_PREFIX = "jfl1"
 
 
 async def body(request: Request, model: type[M]) -> M:
@@ -98,3 +100,39 @@ def check_payload_size(
         return
     if len(orjson.dumps(variables)) + len(orjson.dumps(headers)) > limit:
         raise InvalidArgument(f"variables and customHeaders exceed {limit} bytes serialized")
+
+
+# -- fencing tokens -----------------------------------------------------------------------
+
+
+def lease_token(key: int, activation_count: int) -> str:
+    """The Camunda surface's ``jobLeaseToken``: an opaque spelling of the activationCount."""
+    raw = f"{TOKEN_PREFIX}:{key}:{activation_count}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def activation_from_token(key: int, token: str) -> int:
+    """The activationCount a token carries; 400 if it is not a token for this job."""
+    try:
+        padded = token + "=" * (-len(token) % 4)
+        prefix, token_key, count = base64.urlsafe_b64decode(padded).decode().split(":")
+        if prefix != TOKEN_PREFIX or int(token_key) != key:
+            raise ValueError
+        return int(count)
+    except ValueError:
+        raise InvalidArgument(f"jobLeaseToken is not a lease token of job {key}") from None
+
+
+def fence(key: int, activation_count: int | None, token: str | None) -> int | None:
+    """The activation a call on the shared routes (``/error``, ``PATCH``) is fenced by:
+    the native ``activationCount``, Camunda's ``jobLeaseToken``, or None when neither was
+    sent (then only a currently ACTIVATED job can be finished, as Camunda guarantees)."""
+    if token is None:
+        return activation_count
+    from_token = activation_from_token(key, token)
+    if activation_count is not None and activation_count != from_token:
+        raise InvalidArgument(
+            f"activationCount {activation_count} and jobLeaseToken (activation {from_token}) "
+            "disagree; send one of them"
+        )
+    return from_token

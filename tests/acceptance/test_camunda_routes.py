@@ -1,7 +1,8 @@
-"""Issue 4 (first slice): Camunda's activation/completion/failure routes, over HTTP.
+"""API.md "Camunda-compatible surface" over HTTP: shapes, strict bodies and fencing.
 
-The proof with Camunda's own SDKs is still to come; these tests hold the shapes and the
-fencing that API.md fixes for those routes."""
+The proof with Camunda's own SDKs is in test_camunda_sdk.py; these tests hold what
+API.md fixes for each route, including the two routes shared with the native surface
+(``/error`` and ``PATCH``), which take ``activationCount`` or ``jobLeaseToken`` or neither."""
 
 from __future__ import annotations
 
@@ -107,6 +108,95 @@ async def test_without_a_token_only_an_activated_job_can_be_finished(live):
     await _activate(c)
     assert (await c.post(f"/v2/jobs/{other}/completion")).status_code == 204
     assert_problem(await c.post(f"/v2/jobs/{other}/completion"), 409, "INVALID_STATE")
+
+
+async def test_error_takes_a_token_a_count_or_neither(live):
+    c = live.client
+    a, b, d = await enqueue(c, "cam", "acme", 3)
+    jobs = {j["jobKey"]: j for j in await _activate(c, timeout=1)}
+    await live.services.background.lease.run_once(utcnow() + timedelta(seconds=1))
+    again = {j["jobKey"]: j for j in await _activate(c)}
+    error = {"errorCode": "NO_STOCK", "errorMessage": "none left", "operationReference": 7}
+
+    stale = await c.post(
+        f"/v2/jobs/{a}/error", json={**error, "jobLeaseToken": jobs[a]["jobLeaseToken"]}
+    )
+    assert_problem(stale, 409, "INVALID_STATE")
+    assert (await c.get(f"/v2/jobs/{a}")).json()["state"] == "ACTIVATED"
+    by_token = await c.post(
+        f"/v2/jobs/{a}/error", json={**error, "jobLeaseToken": again[a]["jobLeaseToken"]}
+    )
+    assert by_token.status_code == 204, by_token.text
+    by_count = await c.post(f"/v2/jobs/{b}/error", json={**error, "activationCount": 2})
+    assert by_count.status_code == 204, by_count.text
+    unfenced = await c.post(f"/v2/jobs/{d}/error", json=error)
+    assert unfenced.status_code == 204, unfenced.text
+    for key in (a, b, d):
+        job = (await c.get(f"/v2/jobs/{key}")).json()
+        assert job["state"] == "ERROR_THROWN" and job["errorCode"] == "NO_STOCK", job
+    # Without a fence, a job that is no longer ACTIVATED cannot be finished again.
+    assert_problem(await c.post(f"/v2/jobs/{d}/error", json=error), 409, "INVALID_STATE")
+
+
+async def test_update_takes_a_token_a_count_or_neither(live):
+    c = live.client
+    [key] = await enqueue(c, "cam", "acme", 1)
+    unactivated = await c.patch(f"/v2/jobs/{key}", json={"changeset": {"timeout": 60_000}})
+    assert_problem(unactivated, 409, "INVALID_STATE")  # no lease to extend
+    [first] = await _activate(c, timeout=1)
+    await live.services.background.lease.run_once(utcnow() + timedelta(seconds=1))
+    [second] = await _activate(c, timeout=1000)
+    lease = (await c.get(f"/v2/jobs/{key}")).json()["deadline"]
+    stale = await c.patch(
+        f"/v2/jobs/{key}",
+        json={"changeset": {"timeout": 600_000}, "jobLeaseToken": first["jobLeaseToken"]},
+    )
+    assert_problem(stale, 409, "INVALID_STATE")
+    assert (await c.get(f"/v2/jobs/{key}")).json()["deadline"] == lease
+
+    extended = await c.patch(
+        f"/v2/jobs/{key}",
+        json={
+            "changeset": {"timeout": 600_000, "retries": 9},
+            "jobLeaseToken": second["jobLeaseToken"],
+            "operationReference": 1,
+        },
+    )
+    assert extended.status_code == 204, extended.text
+    assert await live.services.background.lease.run_once(utcnow() + timedelta(minutes=5)) == 0
+    # Camunda's own clients send no token: the current activation's lease is extended.
+    unfenced = await c.patch(f"/v2/jobs/{key}", json={"changeset": {"timeout": 1_200_000}})
+    assert unfenced.status_code == 204, unfenced.text
+    assert await live.services.background.lease.run_once(utcnow() + timedelta(minutes=15)) == 0
+    job = (await c.get(f"/v2/jobs/{key}")).json()
+    assert job["state"] == "ACTIVATED" and job["retries"] == 9 and job["activationCount"] == 2
+
+
+async def test_count_and_token_must_agree(live):
+    c = live.client
+    [key] = await enqueue(c, "cam", "acme", 1)
+    [job] = await _activate(c)
+    token = job["jobLeaseToken"]
+    other = (await enqueue(c, "cam", "acme", 1))[0]
+    cases = [
+        (
+            "post",
+            f"/v2/jobs/{key}/error",
+            {"errorCode": "E", "activationCount": 2, "jobLeaseToken": token},
+        ),
+        (
+            "patch",
+            f"/v2/jobs/{key}",
+            {"changeset": {"retries": 1}, "activationCount": 2, "jobLeaseToken": token},
+        ),
+        ("post", f"/v2/jobs/{other}/error", {"errorCode": "E", "jobLeaseToken": token}),
+        ("patch", f"/v2/jobs/{key}", {"changeset": {"retries": 1}, "jobLeaseToken": "not-a-token"}),
+        ("post", f"/v2/jobs/{key}/completion", {"jobLeaseToken": "bm9wZQ"}),
+    ]
+    for method, path, payload in cases:
+        assert_problem(await c.request(method.upper(), path, json=payload), 400, "INVALID_ARGUMENT")
+    after = (await c.get(f"/v2/jobs/{key}")).json()
+    assert after["state"] == "ACTIVATED" and after["retries"] == 3
 
 
 async def test_failure_defaults_to_no_retries_and_honours_back_off(live):

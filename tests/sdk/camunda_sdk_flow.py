@@ -1,37 +1,142 @@
-"""Run by tests/acceptance/test_camunda_sdk.py inside the Camunda SDK's own virtualenv.
+"""Run by tests/acceptance/test_camunda_sdk.py inside one of the Camunda SDK's own
+virtualenvs (the 9.x or the 10.x line of camunda-orchestration-sdk).
 
-Drives Camunda's Python SDK (camunda-orchestration-sdk) against the Jobfair whose
-address is in CAMUNDA_REST_ADDRESS, and prints one JSON line of what it saw.
+Drives Camunda's Python SDK against the Jobfair whose address is in CAMUNDA_REST_ADDRESS
+and prints one JSON line of what it saw.  ``flow`` exercises the client's job calls one by
+one; ``worker`` drains jobs with the SDK's own job worker and reports the order in which
+its handler saw the tenants.  The SDK validates every response strictly, so getting
+through either mode is itself part of the proof.
 """
 
+import asyncio
 import json
+import sys
 
+import attrs
 import camunda_orchestration_sdk as sdk
-from camunda_orchestration_sdk import CamundaClient
+from camunda_orchestration_sdk import CamundaAsyncClient, CamundaClient, WorkerConfig
 
-client = CamundaClient()
-seen = {}
-topology = client.get_topology()
-seen["clusterSize"] = topology.cluster_size
-jobs = client.activate_jobs(
-    data=sdk.JobActivationRequest(
-        type_="sdk", timeout=30000, max_jobs_to_activate=3, request_timeout=-1
+# The 10.x line knows job leases (jobLeaseToken); the 9.x line predates them.
+LEASES = any(f.name == "with_lease" for f in attrs.fields(sdk.JobActivationRequest))
+
+
+def activate(client, job_type, n, timeout=30_000, request_timeout=-1):
+    extra = {"with_lease": True} if LEASES else {}
+    return client.activate_jobs(
+        data=sdk.JobActivationRequest(
+            type_=job_type,
+            timeout=timeout,
+            max_jobs_to_activate=n,
+            request_timeout=request_timeout,
+            **extra,
+        )
+    ).jobs
+
+
+def outcome(call):
+    """The SDK's own name for how a call ended."""
+    try:
+        call()
+    except sdk.errors.ApiError as exc:
+        return type(exc).__name__
+    return "ok"
+
+
+def flow():
+    client = CamundaClient()
+    seen = {"leases": LEASES}
+    seen["clusterSize"] = client.get_topology().cluster_size
+
+    jobs = activate(client, "sdk", 4)
+    seen["activated"] = [j.job_key for j in jobs]
+    seen["firstVariables"] = jobs[0].variables.to_dict()
+    paid, declined, no_stock, slow = jobs
+    client.complete_job(paid.job_key, data=sdk.JobCompletionRequest(variables={"paid": True}))
+    client.fail_job(
+        declined.job_key,
+        data=sdk.JobFailRequest(retries=2, error_message="card declined", retry_back_off=60_000),
     )
-).jobs
-seen["activated"] = [j.job_key for j in jobs]
-seen["firstVariables"] = jobs[0].variables.to_dict()
-first, second, third = jobs
-client.complete_job(first.job_key, data=sdk.JobCompletionRequest(variables={"paid": True}))
-client.fail_job(
-    second.job_key,
-    data=sdk.JobFailRequest(retries=2, error_message="card declined", retry_back_off=60000),
-)
-try:
-    client.complete_job(first.job_key)
-    seen["secondComplete"] = "accepted"
-except sdk.errors.ConflictError:
-    seen["secondComplete"] = "ConflictError"
-result = client.search_jobs(data=sdk.JobSearchQuery(filter_=sdk.JobFilter(type_="sdk")))
-seen["search"] = sorted((i.job_key, i.state.value, i.retries) for i in result.items)
-seen["third"] = third.job_key
-print(json.dumps(seen))
+    client.throw_job_error(
+        no_stock.job_key,
+        data=sdk.JobErrorRequest(error_code="NO_STOCK", error_message="none left"),
+    )
+    client.update_job(
+        slow.job_key,
+        data=sdk.JobUpdateRequest(changeset=sdk.JobChangeset(retries=7, timeout=600_000)),
+    )
+    # Finishing a job twice: the conflict error the SDK knows.
+    seen["completeAgain"] = outcome(lambda: client.complete_job(paid.job_key))
+    seen["errorAgain"] = outcome(
+        lambda: client.throw_job_error(no_stock.job_key, data=sdk.JobErrorRequest(error_code="X"))
+    )
+    seen["missing"] = outcome(lambda: client.complete_job("4242"))
+
+    if LEASES:
+        # A stale worker: its lease ran out (1 ms) and the job went to someone else, whose
+        # long poll the lease sweep wakes.  The first worker's token is now refused.
+        [first] = activate(client, "lease", 1, timeout=1)
+        [second] = activate(client, "lease", 1, request_timeout=10_000)
+        assert second.job_key == first.job_key
+        seen["staleComplete"] = outcome(
+            lambda: client.complete_job(
+                first.job_key, data=sdk.JobCompletionRequest(job_lease_token=first.job_lease_token)
+            )
+        )
+        seen["currentComplete"] = outcome(
+            lambda: client.complete_job(
+                second.job_key,
+                data=sdk.JobCompletionRequest(job_lease_token=second.job_lease_token),
+            )
+        )
+
+    result = client.search_jobs(data=sdk.JobSearchQuery(filter_=sdk.JobFilter(type_="sdk")))
+    seen["search"] = sorted((i.job_key, i.state.value, i.retries) for i in result.items)
+    print(json.dumps(seen))
+
+
+async def worker(job_type, total, concurrency):
+    """Camunda's job worker draining ``total`` jobs; prints the tenants in handling order."""
+    order = []
+    drained = asyncio.Event()
+
+    async def handler(job):
+        order.append(job.tenant_id)
+        if len(order) >= total:
+            drained.set()
+        return {"handledBy": "camunda-sdk"}
+
+    extra = {"with_lease": True} if LEASES else {}
+    async with CamundaAsyncClient() as client:
+        client.create_job_worker(
+            config=WorkerConfig(
+                job_type=job_type,
+                job_timeout_milliseconds=60_000,
+                request_timeout_milliseconds=5_000,
+                max_concurrent_jobs=concurrency,
+                **extra,
+            ),
+            callback=handler,
+            execution_strategy="async",
+        )
+        running = asyncio.create_task(client.run_workers())
+        await asyncio.wait_for(drained.wait(), timeout=120)
+        # Let the last completions go out before the workers stop.
+        for _ in range(200):
+            left = await client.search_jobs(
+                data=sdk.JobSearchQuery(
+                    filter_=sdk.JobFilter(type_=job_type, state=sdk.JobStateExactMatch.CREATED)
+                )
+            )
+            if left.page.total_items == 0:
+                break
+            await asyncio.sleep(0.05)
+        running.cancel()  # run_workers stops its workers when cancelled
+        await asyncio.gather(running, return_exceptions=True)
+    print(json.dumps({"order": order}))
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "flow":
+        flow()
+    else:
+        asyncio.run(worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4])))
