@@ -24,7 +24,13 @@ CAMUNDA_SDKS := .jobfair/camunda-sdk-9/.stamp .jobfair/camunda-sdk-10/.stamp
 	$(@D)/bin/pip install --quiet camunda-orchestration-sdk==$*.0.1
 	@touch $@
 
-test: $(STAMP) $(CAMUNDA_SDKS)  ## every test, on embedded PostgreSQL
+# Camunda's JavaScript SDK (Node 20 and npm), driven by tests/acceptance/test_camunda_js_sdk.py.
+CAMUNDA_JS := .jobfair/camunda-js
+$(CAMUNDA_JS)/.stamp:
+	npm install --prefix $(CAMUNDA_JS) --no-audit --no-fund --loglevel=error @camunda8/sdk@8.8.13
+	@touch $@
+
+test: $(STAMP) $(CAMUNDA_SDKS) $(CAMUNDA_JS)/.stamp  ## every test, on embedded PostgreSQL
 	$(BIN)/pytest -q
 
 lint: $(STAMP)
