@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -27,10 +28,17 @@ def utcnow() -> datetime:
 
 
 def rfc3339(value: datetime | None) -> str | None:
-    if value is None:
-        return None
-    value = value.astimezone(UTC)
-    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+    """``2026-11-30T05:35:58.405Z``.  Memoised: the jobs of one batch share their
+    timestamps (activated together, created together), and formatting five per job was a
+    fifth of the server's time when activating 100 jobs at a time."""
+    return None if value is None else _rfc3339(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _rfc3339(value: datetime) -> str:
+    if value.tzinfo is not UTC:
+        value = value.astimezone(UTC)
+    return value.isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
 def public_state(state: str) -> str:
