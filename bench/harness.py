@@ -90,6 +90,42 @@ def server(url: str, workers: int = 1, pool: int = 20) -> Iterator[str]:
         log.close()
 
 
+@contextmanager
+def plain_server(app: str, workers: int = 1) -> Iterator[str]:
+    """Any ASGI app (``module:attr``) under uvicorn on a free port; yields its base URL."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            app,
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(base + "/", timeout=1)
+                break
+            except httpx.TransportError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"{app} did not start") from None
+                time.sleep(0.1)
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
 @asynccontextmanager
 async def client(base: str, connections: int = 64) -> AsyncIterator[httpx.AsyncClient]:
     limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)

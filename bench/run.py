@@ -19,7 +19,7 @@ import asyncpg
 import orjson
 
 from bench import delivery
-from bench.harness import ROOT, Postgres, median, percentile, server, table
+from bench.harness import ROOT, Postgres, median, percentile, plain_server, server, table
 from bench.wire import Connection
 
 RESULTS = ROOT / "bench" / "results"
@@ -349,6 +349,49 @@ def bench_fairness(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any
     return rows
 
 
+# -- 6. the machine's ceiling --------------------------------------------------------------
+
+
+async def _hammer(base: str, connections: int, seconds: float) -> float:
+    """Requests/s of ``POST /v2/jobs/1/complete`` from ``connections`` keep-alive clients."""
+    conns = [await Connection.open(base) for _ in range(connections)]
+    answered = 0
+    stop = time.perf_counter() + seconds
+
+    async def client(c: Connection) -> None:
+        nonlocal answered
+        while time.perf_counter() < stop:
+            await c.post("/v2/jobs/1/complete", {"activationCount": 1})
+            answered += 1
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(client(c) for c in conns))
+    elapsed = time.perf_counter() - t0
+    for c in conns:
+        await c.close()
+    return answered / elapsed
+
+
+def bench_ceiling(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """An empty FastAPI route under uvicorn, no database: the most requests/s this machine
+    answers with this load generator.  One complete call per job can never beat it."""
+    rows = []
+    for sw in args.server_workers:
+        runs = []
+        for _ in range(args.repeat):
+            with plain_server("bench.ceiling_app:app", workers=sw) as base:
+                runs.append(asyncio.run(_hammer(base, 32, args.ceiling_seconds)))
+        rows.append(
+            {
+                "app": "empty FastAPI route",
+                "serverWorkers": sw,
+                "requestsPerSec": median(runs),
+                "runs": runs,
+            }
+        )
+    return rows
+
+
 BENCHES = {
     "pickup": (delivery.bench_pickup, ["mode", "jobs", "ratePerSec", "p50Ms", "p95Ms", "p99Ms"]),
     "idle": (delivery.bench_idle, ["longPolls", "streams", "seconds", "serverCpuPctOfOneCore"]),
@@ -361,6 +404,7 @@ BENCHES = {
     "backlog": (bench_backlog, ["backlog", "maxJobs", "p50Ms", "p99Ms", "samples"]),
     "tenants": (bench_tenants, ["tenants", "workers", "maxJobs", "jobsPerSec", "vsOneTenant"]),
     "fairness": (bench_fairness, ["tenant", "weight", "configuredPct", "realizedPct", "errorPp"]),
+    "ceiling": (bench_ceiling, ["app", "serverWorkers", "requestsPerSec"]),
 }
 
 
@@ -381,6 +425,7 @@ def main() -> None:
     p.add_argument("--idle-polls", type=int, default=1000)
     p.add_argument("--idle-streams", type=int, default=1000)
     p.add_argument("--idle-seconds", type=float, default=60)
+    p.add_argument("--ceiling-seconds", type=float, default=10)
     args = p.parse_args()
     os.makedirs(ROOT / ".jobfair", exist_ok=True)
     pg = Postgres(ROOT / ".jobfair" / "bench")
