@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: serve test check lint typecheck bench clean
+.PHONY: serve test check lint typecheck bench clean openapi
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
@@ -39,6 +39,9 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy app
+
+openapi: $(STAMP)  ## regenerate clients/openapi.json (a test fails when it is stale)
+	$(BIN)/python -m app.api.openapi > clients/openapi.json
 
 check: lint typecheck test
 

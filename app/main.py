@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from fastapi import FastAPI, Request
 from starlette.responses import Response
 
-from app import migrations
+from app import __version__, migrations
 from app.activation import ActivationService
 from app.api import camunda as camunda_api
 from app.api import jobs as jobs_api
+from app.api import openapi, problems
 from app.api import operators as operators_api
-from app.api import problems
 from app.config import Settings
 from app.jobs import JobService
 from app.notifier import Notifier
@@ -131,8 +131,10 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
             await store.close()
 
     app = FastAPI(
-        title="Jobfair", version="0.1.0", lifespan=lifespan, docs_url="/docs", redoc_url=None
+        title="Jobfair", version=__version__, lifespan=lifespan, docs_url="/docs", redoc_url=None
     )
+    spec = openapi.build()
+    app.openapi = lambda: spec  # type: ignore[method-assign]
     app.state.settings = settings
     app.state.schema_head = migrations.head_revision()
     problems.install(app)

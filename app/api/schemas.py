@@ -11,14 +11,18 @@ from app.domain import (
     DEFAULT_PRIORITY,
     DEFAULT_RETRIES,
     DEFAULT_TENANT,
+    JOB_TYPE_RE,
     MAX_ACTIVATE_JOBS,
     MAX_COMPLETE_BATCH,
     MAX_LEASE_MS,
+    TENANT_ID_RE,
 )
 
 Int = Annotated[int, Field(strict=True)]
-TenantId = Annotated[str, StringConstraints(pattern=r"^(<default>|[A-Za-z0-9_.-]{1,31})$")]
-JobType = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._:/-]{1,128}$")]
+TENANT_ID_PATTERN = TENANT_ID_RE.pattern
+JOB_TYPE_PATTERN = JOB_TYPE_RE.pattern
+TenantId = Annotated[str, StringConstraints(pattern=TENANT_ID_PATTERN)]
+JobType = Annotated[str, StringConstraints(pattern=JOB_TYPE_PATTERN)]
 Priority = Annotated[int, Field(strict=True, ge=0, le=100)]
 Retries = Annotated[int, Field(strict=True, ge=0, le=1_000_000)]
 LeaseMs = Annotated[int, Field(strict=True, ge=1, le=MAX_LEASE_MS)]

@@ -1,0 +1,493 @@
+"""The OpenAPI description of API.md, built from the request models the routes validate with.
+
+The routes read their bodies themselves (``parsing.body``) so that every error is
+problem+json, which leaves FastAPI's generated description without bodies or errors.  This
+module states, once per route, what it takes and answers; ``tests/unit/test_openapi.py``
+fails when a route is missing here or ``clients/openapi.json`` is stale.  Regenerate with
+``make openapi`` (``python -m app.api.openapi > clients/openapi.json``).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, Field
+
+from app import __version__
+from app.api import camunda, schemas
+
+# -- answers (documentation models: the routes build these shapes as dicts) -------------
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details; ``type`` is stable per kind of error."""
+
+    type: str = Field(examples=["urn:jobfair:stale-activation"])
+    title: Literal["INVALID_ARGUMENT", "NOT_FOUND", "INVALID_STATE", "RESOURCE_EXHAUSTED"]
+    status: int
+    detail: str
+    instance: str
+
+
+class Job(BaseModel):
+    jobKey: str = Field(description="int64 as a decimal string")
+    type: str
+    tenantId: str
+    state: Literal["CREATED", "ACTIVATED", "COMPLETED", "FAILED", "ERROR_THROWN", "CANCELED"]
+    priority: int
+    effectivePriority: int
+    retries: int
+    activationCount: int = Field(description="the fencing token: +1 on every activation")
+    worker: str | None
+    deadline: str | None = Field(description="lease end while ACTIVATED (RFC 3339, UTC)")
+    runAt: str
+    variables: dict[str, Any]
+    customHeaders: dict[str, Any]
+    errorCode: str | None
+    errorMessage: str | None
+    createdAt: str
+    activatedAt: str | None
+    completedAt: str | None
+    idempotencyKey: str | None
+
+
+class Jobs(BaseModel):
+    jobs: list[Job]
+
+
+class JobKeys(BaseModel):
+    jobKeys: list[str]
+
+
+class CompleteResult(BaseModel):
+    jobKey: str
+    status: Literal[204, 404, 409]
+
+
+class CompleteResults(BaseModel):
+    results: list[CompleteResult]
+
+
+class Tenant(BaseModel):
+    tenantId: str
+    weight: int
+    maxActiveJobs: int | None
+
+
+class Tenants(BaseModel):
+    tenants: list[Tenant]
+
+
+class JobTypeConfig(BaseModel):
+    type: str
+    maxActiveJobs: int | None
+    agingIntervalMs: int
+    agingStep: int
+
+
+class JobTypes(BaseModel):
+    jobTypes: list[JobTypeConfig]
+
+
+class TenantStats(BaseModel):
+    tenantId: str
+    pending: int
+    active: int
+    oldestPendingAgeMs: int | None
+    activatedLastMinute: int
+    realizedShare: float
+    configuredShare: float
+
+
+class TypeStats(BaseModel):
+    type: str
+    pending: int
+    active: int
+    oldestPendingAgeMs: int | None
+    tenants: list[TenantStats]
+
+
+class Stats(BaseModel):
+    jobTypes: list[TypeStats]
+
+
+class CamundaJob(BaseModel):
+    jobKey: str
+    type: str
+    worker: str
+    retries: int
+    deadline: int = Field(description="epoch milliseconds")
+    variables: dict[str, Any]
+    customHeaders: dict[str, Any]
+    tenantId: str
+    kind: Literal["BPMN_ELEMENT"]
+    listenerEventType: Literal["UNSPECIFIED"]
+    processDefinitionId: str
+    processDefinitionVersion: int
+    processDefinitionKey: str
+    processInstanceKey: str
+    elementId: str
+    elementInstanceKey: str
+    userTask: None
+    tags: list[str]
+    rootProcessInstanceKey: None
+    priority: int
+    physicalTenantId: str
+    businessId: None
+    jobLeaseToken: str = Field(description="the fencing token; send it back to finish")
+
+
+class CamundaJobs(BaseModel):
+    jobs: list[CamundaJob]
+
+
+class Status(BaseModel):
+    status: str
+
+
+ANY_OBJECT: dict[str, Any] = {"type": "object", "additionalProperties": True}
+
+
+# -- the routes ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Op:
+    method: str
+    path: str
+    summary: str
+    tag: str
+    body: type[BaseModel] | None = None
+    status: int = 200
+    answer: type[BaseModel] | dict[str, Any] | None = None
+    errors: tuple[int, ...] = (400,)
+    query: tuple[tuple[str, str, bool], ...] = ()  # (name, JSON type, required)
+    media: str = "application/json"
+    body_optional: bool = False
+    notes: str = ""
+    also: dict[int, str] = field(default_factory=dict)
+
+
+JOB_KEY = "/v2/jobs/{jobKey}"
+OPS: tuple[Op, ...] = (
+    Op(
+        "post",
+        "/v2/jobs",
+        "Create a job",
+        "jobs",
+        schemas.CreateJob,
+        201,
+        Job,
+        also={200: "an existing job with the same idempotencyKey"},
+    ),
+    Op(
+        "post",
+        "/v2/jobs/batch",
+        "Create up to 10,000 jobs, all or nothing",
+        "jobs",
+        schemas.CreateBatch,
+        201,
+        JobKeys,
+    ),
+    Op("get", JOB_KEY, "Get a job", "jobs", answer=Job, errors=(400, 404)),
+    Op(
+        "post",
+        JOB_KEY + "/cancel",
+        "Cancel a CREATED job",
+        "jobs",
+        status=204,
+        errors=(400, 404, 409),
+    ),
+    Op(
+        "post",
+        "/v2/jobs/activate",
+        "Activate jobs (long polling)",
+        "jobs",
+        schemas.Activate,
+        200,
+        Jobs,
+        errors=(400, 503),
+        notes="Answers as soon as at least one job is activated, or with an empty list when "
+        "requestTimeout ends (0 or absent: the server default; negative: at once).",
+    ),
+    Op(
+        "get",
+        "/v2/jobs/stream",
+        "Stream activated jobs (Server-Sent Events)",
+        "jobs",
+        answer={"type": "string", "description": "event: job, id: <jobKey>, data: <Job>"},
+        errors=(400, 503),
+        media="text/event-stream",
+        query=(
+            ("type", "string", True),
+            ("maxJobs", "integer", True),
+            ("timeout", "integer", True),
+            ("worker", "string", False),
+            ("tenantIds", "string", False),
+            ("fetchVariables", "string", False),
+        ),
+        notes="maxJobs is the stream's credit: at most that many of its jobs ACTIVATED and "
+        "unfinished at once. tenantIds and fetchVariables are comma-separated.",
+    ),
+    Op(
+        "post",
+        JOB_KEY + "/complete",
+        "Complete a job",
+        "jobs",
+        schemas.Complete,
+        204,
+        errors=(400, 404, 409),
+    ),
+    Op(
+        "post",
+        JOB_KEY + "/fail",
+        "Fail a job (retry after a back-off, or FAILED)",
+        "jobs",
+        schemas.Fail,
+        204,
+        errors=(400, 404, 409),
+    ),
+    Op(
+        "post",
+        JOB_KEY + "/error",
+        "Throw a business error (terminal ERROR_THROWN)",
+        "jobs",
+        schemas.ThrowError,
+        204,
+        errors=(400, 404, 409),
+        notes="Shared with the Camunda surface: fenced by activationCount or jobLeaseToken; "
+        "with neither, only an ACTIVATED job.",
+    ),
+    Op(
+        "post",
+        "/v2/jobs/complete",
+        "Complete up to 1,000 jobs",
+        "jobs",
+        schemas.CompleteBatch,
+        200,
+        CompleteResults,
+    ),
+    Op(
+        "patch",
+        JOB_KEY,
+        "Update retries, lease (timeout) or priority",
+        "jobs",
+        schemas.UpdateJob,
+        204,
+        errors=(400, 404, 409),
+        notes="timeout extends the lease to now + timeout (a heartbeat).",
+    ),
+    Op(
+        "post",
+        "/v2/jobs/activation",
+        "Camunda: activate jobs",
+        "camunda",
+        camunda.CamundaActivate,
+        200,
+        CamundaJobs,
+        errors=(400, 503),
+    ),
+    Op(
+        "post",
+        JOB_KEY + "/completion",
+        "Camunda: complete a job",
+        "camunda",
+        camunda.CamundaComplete,
+        204,
+        errors=(400, 404, 409),
+        body_optional=True,
+    ),
+    Op(
+        "post",
+        JOB_KEY + "/failure",
+        "Camunda: fail a job (retries default to 0)",
+        "camunda",
+        camunda.CamundaFail,
+        204,
+        errors=(400, 404, 409),
+        body_optional=True,
+    ),
+    Op(
+        "post",
+        "/v2/jobs/search",
+        "Camunda: search jobs",
+        "camunda",
+        camunda.Search,
+        200,
+        ANY_OBJECT,
+        body_optional=True,
+    ),
+    Op("get", "/v2/topology", "Camunda: cluster topology", "camunda", answer=ANY_OBJECT, errors=()),
+    Op("get", "/v2/tenants", "List tenant configurations", "operators", answer=Tenants, errors=()),
+    Op(
+        "put",
+        "/v2/tenants/{tenantId}",
+        "Configure a tenant (weight, cap)",
+        "operators",
+        schemas.PutTenant,
+        200,
+        Tenant,
+    ),
+    Op("get", "/v2/tenants/{tenantId}", "A tenant's configuration", "operators", answer=Tenant),
+    Op(
+        "delete",
+        "/v2/tenants/{tenantId}",
+        "Reset a tenant to defaults",
+        "operators",
+        status=204,
+        errors=(400, 404),
+    ),
+    Op(
+        "get",
+        "/v2/job-types",
+        "List job type configurations",
+        "operators",
+        answer=JobTypes,
+        errors=(),
+    ),
+    Op(
+        "put",
+        "/v2/job-types/{type}",
+        "Configure a job type (cap, aging)",
+        "operators",
+        schemas.PutJobType,
+        200,
+        JobTypeConfig,
+    ),
+    Op(
+        "get",
+        "/v2/job-types/{type}",
+        "A job type's configuration",
+        "operators",
+        answer=JobTypeConfig,
+    ),
+    Op(
+        "get",
+        "/v2/stats",
+        "Pending, active and shares per type and tenant",
+        "operators",
+        answer=Stats,
+        errors=(),
+    ),
+    Op("get", "/healthz", "Liveness", "operators", answer=Status, errors=()),
+    Op(
+        "get",
+        "/readyz",
+        "Readiness (database reachable, migrations at head)",
+        "operators",
+        answer=Status,
+        errors=(503,),
+    ),
+    Op(
+        "get",
+        "/metrics",
+        "Prometheus metrics",
+        "operators",
+        answer={"type": "string"},
+        errors=(),
+        media="text/plain",
+    ),
+)
+
+PATH_PARAMS = {
+    "jobKey": {"type": "string", "pattern": "^[0-9]{1,19}$", "description": "int64, decimal"},
+    "tenantId": {"type": "string", "pattern": schemas.TENANT_ID_PATTERN},
+    "type": {"type": "string", "pattern": schemas.JOB_TYPE_PATTERN},
+}
+ERROR_TEXT = {
+    400: "Invalid input (nothing was changed)",
+    404: "No such job, tenant or job type",
+    409: "Stale activationCount or lease token, or the wrong state",
+    503: "Back pressure: retry after Retry-After seconds",
+}
+
+
+def build() -> dict[str, Any]:
+    """The whole OpenAPI 3.1 document."""
+    components: dict[str, Any] = {}
+
+    def ref(model: type[BaseModel]) -> dict[str, Any]:
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        for name, sub in schema.pop("$defs", {}).items():
+            components.setdefault(name, sub)
+        components[model.__name__] = schema
+        return {"$ref": f"#/components/schemas/{model.__name__}"}
+
+    problem = ref(Problem)
+    paths: dict[str, Any] = {}
+    for op in OPS:
+        params = [
+            {"name": name, "in": "path", "required": True, "schema": PATH_PARAMS[name]}
+            for name in PATH_PARAMS
+            if "{" + name + "}" in op.path
+        ] + [
+            {"name": name, "in": "query", "required": required, "schema": {"type": kind}}
+            for name, kind, required in op.query
+        ]
+        responses: dict[str, Any] = {}
+        if op.answer is None:
+            responses[str(op.status)] = {"description": "Done"}
+        else:
+            schema = op.answer if isinstance(op.answer, dict) else ref(op.answer)
+            responses[str(op.status)] = {
+                "description": "OK",
+                "content": {op.media: {"schema": schema}},
+            }
+        for status, text in op.also.items():
+            responses[str(status)] = {**responses[str(op.status)], "description": text}
+        for status in op.errors:
+            error: dict[str, Any] = {
+                "description": ERROR_TEXT[status],
+                "content": {"application/problem+json": {"schema": problem}},
+            }
+            if status == 503:
+                error["headers"] = {"Retry-After": {"schema": {"type": "integer"}}}
+            responses[str(status)] = error
+        operation: dict[str, Any] = {
+            "operationId": _operation_id(op),
+            "summary": op.summary,
+            "tags": [op.tag],
+            "responses": responses,
+        }
+        if op.notes:
+            operation["description"] = op.notes
+        if params:
+            operation["parameters"] = params
+        if op.body is not None:
+            operation["requestBody"] = {
+                "required": not op.body_optional,
+                "content": {"application/json": {"schema": ref(op.body)}},
+            }
+        paths.setdefault(op.path, {})[op.method] = operation
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Jobfair",
+            "version": __version__,
+            "description": "Fair job activation for multi-tenant back ends. The wire "
+            "contract is API.md; every error is application/problem+json.",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": dict(sorted(components.items())),
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{}, {"bearer": []}],
+    }
+
+
+def _operation_id(op: Op) -> str:
+    words = [w for w in op.path.replace("/v2/", "/").split("/") if w and not w.startswith("{")]
+    tail = "".join(w.title().replace("-", "") for w in words)
+    return op.method + tail + ("ByKey" if "{" in op.path else "")
+
+
+def render() -> bytes:
+    return orjson.dumps(build(), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.buffer.write(render())
