@@ -34,11 +34,12 @@ test: $(STAMP) $(CAMUNDA_SDKS) $(CAMUNDA_JS)/.stamp  ## every test, on embedded 
 	$(BIN)/pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check app tests bench
-	$(BIN)/ruff format --check app tests bench
+	$(BIN)/ruff check app tests bench clients/python
+	$(BIN)/ruff format --check app tests bench clients/python
 
 typecheck: $(STAMP)
 	$(BIN)/mypy app
+	$(BIN)/mypy --strict clients/python/jobfair_client
 
 openapi: $(STAMP)  ## regenerate clients/openapi.json (a test fails when it is stale)
 	$(BIN)/python -m app.api.openapi > clients/openapi.json

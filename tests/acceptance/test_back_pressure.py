@@ -8,7 +8,7 @@ import pytest
 
 from app.config import Settings
 from tests.acceptance.test_long_polling import POLL, until_waiting
-from tests.conftest import quiet_settings
+from tests.fixtures import quiet_settings
 from tests.helpers import assert_problem
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import quiet_settings
+from tests.fixtures import quiet_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 SDKS = {line: ROOT / ".jobfair" / f"camunda-sdk-{line}" / "bin" / "python" for line in (9, 10)}

@@ -6,7 +6,7 @@ import pytest
 
 from app.config import Settings
 from tests.acceptance.test_streams import Events
-from tests.conftest import quiet_settings
+from tests.fixtures import quiet_settings
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import asyncio
 
 import httpx
 
-from tests.conftest import wait_ready
+from tests.fixtures import wait_ready
 from tests.helpers import activate, complete, enqueue
 
 

@@ -10,7 +10,7 @@ import time
 
 import httpx
 
-from tests.conftest import wait_ready
+from tests.fixtures import wait_ready
 
 
 async def test_sigterm_during_load_leaves_no_job_activated_unreceived(spawn_server, store):

@@ -1,5 +1,6 @@
-"""Fixtures: one embedded PostgreSQL per test session, a migrated template database,
-and a fresh clone of it (CREATE DATABASE ... TEMPLATE) for every test."""
+"""Fixtures for every test in the repository, loaded with ``-p tests.fixtures`` (pyproject):
+one embedded PostgreSQL per test session, a migrated template database, and a fresh clone
+of it (CREATE DATABASE ... TEMPLATE) for every test."""
 
 from __future__ import annotations
 

@@ -1,0 +1,37 @@
+"""Jobfair's Python client: produce jobs and run workers over long polling or SSE."""
+
+from jobfair_client.client import AsyncJobfair, Backoff, Jobfair
+from jobfair_client.errors import (
+    Conflict,
+    Forbidden,
+    InvalidArgument,
+    JobfairError,
+    NotFound,
+    ProblemError,
+    ResourceExhausted,
+    StaleActivation,
+    Unauthorized,
+)
+from jobfair_client.models import BusinessError, Job, NewJob
+from jobfair_client.worker import AsyncWorker, Worker, WorkerStats
+
+__all__ = [
+    "AsyncJobfair",
+    "AsyncWorker",
+    "Backoff",
+    "BusinessError",
+    "Conflict",
+    "Forbidden",
+    "InvalidArgument",
+    "Job",
+    "Jobfair",
+    "JobfairError",
+    "NewJob",
+    "NotFound",
+    "ProblemError",
+    "ResourceExhausted",
+    "StaleActivation",
+    "Unauthorized",
+    "Worker",
+    "WorkerStats",
+]

@@ -1,0 +1,483 @@
+"""The HTTP calls of API.md, once, over an async (``AsyncJobfair``) or a blocking
+(``Jobfair``) transport.
+
+Each operation is described as a ``Call`` (method, path, body, whether it is safe to send
+twice); the two clients differ only in how they send it.  Back pressure (503/429 with
+``Retry-After``) and connection failures are retried with jittered exponential back-off;
+no other 4xx is retried.  A request that may have reached the server (a read error after
+sending) is retried only when sending it twice is harmless: reads, finish calls (fenced
+by ``activationCount``) and creations that carry an idempotency key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from jobfair_client.errors import ProblemError, problem
+from jobfair_client.models import Job, NewJob
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Jittered exponential back-off: ``base_ms * factor**attempt``, at most ``max_ms``,
+    drawn uniformly from the upper half of that (so retries spread out)."""
+
+    base_ms: int = 200
+    factor: float = 2.0
+    max_ms: int = 30_000
+
+    def exact_ms(self, attempt: int) -> int:
+        """Without jitter: the back-off before retry number ``attempt + 1``."""
+        return int(min(self.max_ms, self.base_ms * self.factor**attempt))
+
+    def delay_s(self, attempt: int, retry_after_s: float | None = None) -> float:
+        ceiling = min(self.max_ms, self.base_ms * self.factor**attempt) / 1000
+        delay = random.uniform(ceiling / 2, ceiling)
+        if retry_after_s:
+            # Never sooner than the server asked, spread over the next fifth after it.
+            delay = max(delay, retry_after_s * random.uniform(1.0, 1.2))
+        return delay
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    method: str
+    path: str
+    body: Any = None
+    params: dict[str, Any] | None = None
+    idempotent: bool = True
+    timeout_s: float | None = None
+
+
+def _finish(job: Job | tuple[str, int]) -> tuple[str, int]:
+    return (job.key, job.activation_count) if isinstance(job, Job) else job
+
+
+class _Calls:
+    """What each operation sends.  ``job`` arguments take a ``Job`` or ``(key, count)``."""
+
+    @staticmethod
+    def create_job(job: NewJob) -> Call:
+        return Call("POST", "/v2/jobs", job.to_json(), idempotent=job.idempotency_key is not None)
+
+    @staticmethod
+    def create_jobs(jobs: Sequence[NewJob]) -> Call:
+        safe = all(j.idempotency_key is not None for j in jobs)
+        return Call(
+            "POST", "/v2/jobs/batch", {"jobs": [j.to_json() for j in jobs]}, idempotent=safe
+        )
+
+    @staticmethod
+    def activate(
+        job_type: str,
+        max_jobs: int,
+        timeout_ms: int,
+        request_timeout_ms: int | None,
+        worker: str | None,
+        tenant_ids: Sequence[str] | None,
+        fetch_variables: Sequence[str] | None,
+    ) -> Call:
+        body: dict[str, Any] = {"type": job_type, "maxJobs": max_jobs, "timeout": timeout_ms}
+        if request_timeout_ms is not None:
+            body["requestTimeout"] = request_timeout_ms
+        if worker is not None:
+            body["worker"] = worker
+        if tenant_ids:
+            body["tenantIds"] = list(tenant_ids)
+        if fetch_variables:
+            body["fetchVariables"] = list(fetch_variables)
+        # The server holds the request up to requestTimeout (default 20 s): wait longer.
+        wait_s = (
+            60.0 if not request_timeout_ms or request_timeout_ms <= 0 else request_timeout_ms / 1000
+        )
+        return Call("POST", "/v2/jobs/activate", body, timeout_s=wait_s + 30)
+
+    @staticmethod
+    def complete(job: Job | tuple[str, int], variables: dict[str, Any] | None) -> Call:
+        key, count = _finish(job)
+        body: dict[str, Any] = {"activationCount": count}
+        if variables is not None:
+            body["variables"] = variables
+        return Call("POST", f"/v2/jobs/{key}/complete", body)
+
+    @staticmethod
+    def fail(
+        job: Job | tuple[str, int],
+        retries: int | None,
+        error_message: str | None,
+        retry_backoff_ms: int,
+        variables: dict[str, Any] | None,
+    ) -> Call:
+        key, count = _finish(job)
+        body: dict[str, Any] = {"activationCount": count, "retryBackOff": retry_backoff_ms}
+        if retries is not None:
+            body["retries"] = retries
+        if error_message is not None:
+            body["errorMessage"] = error_message[:10_000]
+        if variables is not None:
+            body["variables"] = variables
+        return Call("POST", f"/v2/jobs/{key}/fail", body)
+
+    @staticmethod
+    def throw_error(
+        job: Job | tuple[str, int],
+        code: str,
+        message: str | None,
+        variables: dict[str, Any] | None,
+    ) -> Call:
+        key, count = _finish(job)
+        body: dict[str, Any] = {"activationCount": count, "errorCode": code}
+        if message is not None:
+            body["errorMessage"] = message[:10_000]
+        if variables is not None:
+            body["variables"] = variables
+        return Call("POST", f"/v2/jobs/{key}/error", body)
+
+    @staticmethod
+    def extend_lease(job: Job | tuple[str, int], timeout_ms: int) -> Call:
+        key, count = _finish(job)
+        return Call(
+            "PATCH",
+            f"/v2/jobs/{key}",
+            {"activationCount": count, "changeset": {"timeout": timeout_ms}},
+        )
+
+    @staticmethod
+    def update(key: str, retries: int | None, priority: int | None) -> Call:
+        changes = {k: v for k, v in (("retries", retries), ("priority", priority)) if v is not None}
+        return Call("PATCH", f"/v2/jobs/{key}", {"changeset": changes})
+
+    @staticmethod
+    def stream_params(
+        job_type: str,
+        credit: int,
+        timeout_ms: int,
+        worker: str | None,
+        tenant_ids: Sequence[str] | None,
+    ) -> dict[str, Any]:
+        params: dict[str, Any] = {"type": job_type, "maxJobs": credit, "timeout": timeout_ms}
+        if worker is not None:
+            params["worker"] = worker
+        if tenant_ids:
+            params["tenantIds"] = ",".join(tenant_ids)
+        return params
+
+
+def _headers(api_key: str | None) -> dict[str, str]:
+    headers = {"User-Agent": "jobfair-client-python/0.1"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    return headers
+
+
+def _answer(response: httpx.Response) -> Any:
+    if response.status_code >= 400:
+        try:
+            body = response.json()
+        except ValueError:
+            body = response.text
+        raise problem(response.status_code, body, response.headers.get("Retry-After"))
+    if response.status_code == 204 or not response.content:
+        return None
+    return response.json()
+
+
+def _should_retry(exc: Exception, call: Call) -> float | None:
+    """None: give up.  Else the server's Retry-After (0 when it gave none)."""
+    if isinstance(exc, ProblemError):
+        return (exc.retry_after_s or 0.0) if exc.status in (429, 503) else None
+    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout):
+        return 0.0  # never reached the server
+    if isinstance(exc, httpx.TransportError) and call.idempotent:
+        return 0.0
+    return None
+
+
+def _sse_events(lines: Iterator[str] | list[str]) -> Iterator[tuple[str, str]]:
+    """(event, data) pairs from SSE lines; comments (keep-alives) are skipped."""
+    event, data = "message", list[str]()
+    for line in lines:
+        if line == "":
+            if data:
+                yield event, "\n".join(data)
+            event, data = "message", list[str]()
+        elif line.startswith(":"):
+            continue
+        else:
+            name, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if name == "event":
+                event = value
+            elif name == "data":
+                data.append(value)
+
+
+class AsyncJobfair:
+    """``async with AsyncJobfair("http://127.0.0.1:8080", api_key=...) as jf: ...``"""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        max_attempts: int = 6,
+        backoff: Backoff | None = None,
+        timeout_s: float = 30.0,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.max_attempts = max_attempts
+        self.backoff = backoff or Backoff()
+        self.retried = 0  # requests sent again after back pressure or a connection error
+        self._http = http or httpx.AsyncClient(
+            base_url=base_url.rstrip("/"),
+            headers=_headers(api_key),
+            timeout=timeout_s,
+            limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
+        )
+
+    async def __aenter__(self) -> AsyncJobfair:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def send(self, call: Call) -> Any:
+        attempt = 0
+        while True:
+            try:
+                response = await self._http.request(
+                    call.method,
+                    call.path,
+                    json=call.body,
+                    params=call.params,
+                    timeout=call.timeout_s
+                    if call.timeout_s is not None
+                    else httpx.USE_CLIENT_DEFAULT,
+                )
+                return _answer(response)
+            except (ProblemError, httpx.TransportError) as exc:
+                retry_after = _should_retry(exc, call)
+                attempt += 1
+                if retry_after is None or attempt >= self.max_attempts:
+                    raise
+                self.retried += 1
+                await asyncio.sleep(self.backoff.delay_s(attempt - 1, retry_after))
+
+    # -- producing ---------------------------------------------------------------------
+
+    async def create_job(self, job_type: str, **fields: Any) -> Job:
+        """``create_job("send-email", tenant_id="acme", variables={...})``"""
+        return Job.from_json(await self.send(_Calls.create_job(NewJob(job_type, **fields))))
+
+    async def create_jobs(self, jobs: Sequence[NewJob]) -> list[str]:
+        """Up to 10,000 jobs in one round trip, all or nothing; their keys in order."""
+        answer = await self.send(_Calls.create_jobs(jobs))
+        return list(answer["jobKeys"])
+
+    async def get_job(self, key: str) -> Job:
+        return Job.from_json(await self.send(Call("GET", f"/v2/jobs/{key}")))
+
+    async def cancel_job(self, key: str) -> None:
+        await self.send(Call("POST", f"/v2/jobs/{key}/cancel"))
+
+    async def update_job(
+        self, key: str, *, retries: int | None = None, priority: int | None = None
+    ) -> None:
+        await self.send(_Calls.update(key, retries, priority))
+
+    # -- working -----------------------------------------------------------------------
+
+    async def activate(
+        self,
+        job_type: str,
+        *,
+        max_jobs: int = 1,
+        timeout_ms: int = 60_000,
+        request_timeout_ms: int | None = None,
+        worker: str | None = None,
+        tenant_ids: Sequence[str] | None = None,
+        fetch_variables: Sequence[str] | None = None,
+    ) -> list[Job]:
+        call = _Calls.activate(
+            job_type, max_jobs, timeout_ms, request_timeout_ms, worker, tenant_ids, fetch_variables
+        )
+        answer = await self.send(call)
+        return [Job.from_json(j) for j in answer["jobs"]]
+
+    async def complete(
+        self, job: Job | tuple[str, int], variables: dict[str, Any] | None = None
+    ) -> None:
+        await self.send(_Calls.complete(job, variables))
+
+    async def fail(
+        self,
+        job: Job | tuple[str, int],
+        *,
+        retries: int | None = None,
+        error_message: str | None = None,
+        retry_backoff_ms: int = 0,
+        variables: dict[str, Any] | None = None,
+    ) -> None:
+        await self.send(_Calls.fail(job, retries, error_message, retry_backoff_ms, variables))
+
+    async def throw_error(
+        self,
+        job: Job | tuple[str, int],
+        code: str,
+        message: str | None = None,
+        variables: dict[str, Any] | None = None,
+    ) -> None:
+        await self.send(_Calls.throw_error(job, code, message, variables))
+
+    async def extend_lease(self, job: Job | tuple[str, int], timeout_ms: int) -> None:
+        """Heartbeat: the lease now ends ``timeout_ms`` from now."""
+        await self.send(_Calls.extend_lease(job, timeout_ms))
+
+    async def stream(
+        self,
+        job_type: str,
+        *,
+        credit: int,
+        timeout_ms: int = 60_000,
+        worker: str | None = None,
+        tenant_ids: Sequence[str] | None = None,
+    ) -> AsyncIterator[Job]:
+        """Jobs pushed over SSE; at most ``credit`` of them unfinished at once.  Closing
+        the iterator closes the stream (the server releases undelivered jobs)."""
+        params = _Calls.stream_params(job_type, credit, timeout_ms, worker, tenant_ids)
+        timeout = httpx.Timeout(30.0, read=None)
+        async with self._http.stream("GET", "/v2/jobs/stream", params=params, timeout=timeout) as r:
+            if r.status_code >= 400:
+                await r.aread()
+                _answer(r)
+            lines: list[str] = []
+            async for line in r.aiter_lines():
+                lines.append(line)
+                if line == "":
+                    for event, data in _sse_events(lines):
+                        if event == "job":
+                            yield Job.from_json(json.loads(data))
+                    lines = []
+
+
+class Jobfair:
+    """The blocking client: ``with Jobfair("http://127.0.0.1:8080") as jf: ...``"""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        max_attempts: int = 6,
+        backoff: Backoff | None = None,
+        timeout_s: float = 30.0,
+    ) -> None:
+        self.base_url = base_url
+        self.api_key = api_key
+        self.max_attempts = max_attempts
+        self.backoff = backoff or Backoff()
+        self.retried = 0
+        self._http = httpx.Client(
+            base_url=base_url.rstrip("/"), headers=_headers(api_key), timeout=timeout_s
+        )
+
+    def __enter__(self) -> Jobfair:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def send(self, call: Call) -> Any:
+        attempt = 0
+        while True:
+            try:
+                response = self._http.request(
+                    call.method,
+                    call.path,
+                    json=call.body,
+                    params=call.params,
+                    timeout=call.timeout_s
+                    if call.timeout_s is not None
+                    else httpx.USE_CLIENT_DEFAULT,
+                )
+                return _answer(response)
+            except (ProblemError, httpx.TransportError) as exc:
+                retry_after = _should_retry(exc, call)
+                attempt += 1
+                if retry_after is None or attempt >= self.max_attempts:
+                    raise
+                self.retried += 1
+                time.sleep(self.backoff.delay_s(attempt - 1, retry_after))
+
+    def create_job(self, job_type: str, **fields: Any) -> Job:
+        return Job.from_json(self.send(_Calls.create_job(NewJob(job_type, **fields))))
+
+    def create_jobs(self, jobs: Sequence[NewJob]) -> list[str]:
+        return list(self.send(_Calls.create_jobs(jobs))["jobKeys"])
+
+    def get_job(self, key: str) -> Job:
+        return Job.from_json(self.send(Call("GET", f"/v2/jobs/{key}")))
+
+    def cancel_job(self, key: str) -> None:
+        self.send(Call("POST", f"/v2/jobs/{key}/cancel"))
+
+    def update_job(
+        self, key: str, *, retries: int | None = None, priority: int | None = None
+    ) -> None:
+        self.send(_Calls.update(key, retries, priority))
+
+    def activate(
+        self,
+        job_type: str,
+        *,
+        max_jobs: int = 1,
+        timeout_ms: int = 60_000,
+        request_timeout_ms: int | None = None,
+        worker: str | None = None,
+        tenant_ids: Sequence[str] | None = None,
+        fetch_variables: Sequence[str] | None = None,
+    ) -> list[Job]:
+        call = _Calls.activate(
+            job_type, max_jobs, timeout_ms, request_timeout_ms, worker, tenant_ids, fetch_variables
+        )
+        return [Job.from_json(j) for j in self.send(call)["jobs"]]
+
+    def complete(self, job: Job | tuple[str, int], variables: dict[str, Any] | None = None) -> None:
+        self.send(_Calls.complete(job, variables))
+
+    def fail(
+        self,
+        job: Job | tuple[str, int],
+        *,
+        retries: int | None = None,
+        error_message: str | None = None,
+        retry_backoff_ms: int = 0,
+        variables: dict[str, Any] | None = None,
+    ) -> None:
+        self.send(_Calls.fail(job, retries, error_message, retry_backoff_ms, variables))
+
+    def throw_error(
+        self,
+        job: Job | tuple[str, int],
+        code: str,
+        message: str | None = None,
+        variables: dict[str, Any] | None = None,
+    ) -> None:
+        self.send(_Calls.throw_error(job, code, message, variables))
+
+    def extend_lease(self, job: Job | tuple[str, int], timeout_ms: int) -> None:
+        self.send(_Calls.extend_lease(job, timeout_ms))

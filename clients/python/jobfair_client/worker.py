@@ -1,0 +1,285 @@
+"""Job workers: a handler per job, bounded concurrency, over long polling or an SSE stream.
+
+The handler's return value completes the job (a dict becomes the job's variables); an
+exception fails it with ``retries - 1`` and an exponential back-off; a ``BusinessError``
+(returned or raised) throws a job error.  A 409 on finishing means this worker's
+activation is no longer current: it is logged and dropped, never retried.  Long handlers
+keep their lease by heartbeat.  ``stop()`` stops activating, lets handlers finish for
+``shutdown_grace_s`` and releases the jobs of those that do not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx
+
+from jobfair_client.client import AsyncJobfair, Backoff, Jobfair
+from jobfair_client.errors import Conflict, JobfairError, ProblemError
+from jobfair_client.models import BusinessError, Job
+
+log = logging.getLogger("jobfair_client")
+
+Result = dict[str, Any] | BusinessError | None
+AsyncHandler = Callable[[Job], Awaitable[Result]]
+SyncHandler = Callable[[Job], Result]
+
+
+@dataclass
+class WorkerStats:
+    completed: int = 0
+    failed: int = 0
+    errors_thrown: int = 0
+    conflicts: int = 0
+    released: int = 0
+
+
+class AsyncWorker:
+    def __init__(
+        self,
+        client: AsyncJobfair,
+        job_type: str,
+        handler: AsyncHandler,
+        *,
+        concurrency: int = 4,
+        mode: Literal["poll", "stream"] = "poll",
+        timeout_ms: int = 60_000,
+        request_timeout_ms: int | None = None,
+        name: str | None = None,
+        tenant_ids: Sequence[str] | None = None,
+        fail_backoff: Backoff | None = None,
+        heartbeat: bool = True,
+        shutdown_grace_s: float = 30.0,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.client = client
+        self.job_type = job_type
+        self.handler = handler
+        self.concurrency = concurrency
+        self.mode = mode
+        self.timeout_ms = timeout_ms
+        self.request_timeout_ms = request_timeout_ms
+        self.name = name
+        self.tenant_ids = tenant_ids
+        self.fail_backoff = fail_backoff or Backoff(base_ms=1_000, factor=2, max_ms=300_000)
+        self.heartbeat = heartbeat
+        self.shutdown_grace_s = shutdown_grace_s
+        self.stats = WorkerStats()
+        self._stopping = asyncio.Event()
+        self._slot_freed = asyncio.Event()
+        self._inflight: dict[asyncio.Task[None], Job] = {}
+
+    def stop(self) -> None:
+        """Stop activating; ``run()`` returns once in-flight jobs are finished or released."""
+        self._stopping.set()
+
+    async def run(self) -> None:
+        feed = self._poll() if self.mode == "poll" else self._stream()
+        feeder = asyncio.create_task(feed)
+        stopping = asyncio.create_task(self._stopping.wait())
+        try:
+            await asyncio.wait({feeder, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            # Cancelling an activation in flight drops the connection: the server releases
+            # whatever it activated for us and never delivered.
+            feeder.cancel()
+            stopping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await feeder
+            await self._drain()
+
+    # -- feeding -------------------------------------------------------------------------
+
+    async def _poll(self) -> None:
+        failures = 0
+        while True:
+            free = self.concurrency - len(self._inflight)
+            if free <= 0:
+                self._slot_freed.clear()
+                await self._slot_freed.wait()
+                continue
+            try:
+                jobs = await self.client.activate(
+                    self.job_type,
+                    max_jobs=free,
+                    timeout_ms=self.timeout_ms,
+                    request_timeout_ms=self.request_timeout_ms,
+                    worker=self.name,
+                    tenant_ids=self.tenant_ids,
+                )
+                failures = 0
+            except (JobfairError, httpx.HTTPError) as exc:
+                failures += 1
+                log.warning("activating %s failed (%s); backing off", self.job_type, exc)
+                await asyncio.sleep(self.client.backoff.delay_s(min(failures, 8)))
+                continue
+            for job in jobs:
+                self._start(job)
+
+    async def _stream(self) -> None:
+        failures = 0
+        while True:
+            try:
+                async for job in self.client.stream(
+                    self.job_type,
+                    credit=self.concurrency,
+                    timeout_ms=self.timeout_ms,
+                    worker=self.name,
+                    tenant_ids=self.tenant_ids,
+                ):
+                    failures = 0
+                    self._start(job)
+            except (JobfairError, httpx.HTTPError) as exc:
+                log.warning("stream of %s broke (%s); reconnecting", self.job_type, exc)
+            failures += 1
+            await asyncio.sleep(self.client.backoff.delay_s(min(failures, 8)))
+
+    def _start(self, job: Job) -> None:
+        task = asyncio.create_task(self._handle(job))
+        self._inflight[task] = job
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._inflight.pop(task, None)
+        self._slot_freed.set()
+
+    # -- one job -------------------------------------------------------------------------
+
+    async def _handle(self, job: Job) -> None:
+        beat = asyncio.create_task(self._heartbeat(job)) if self.heartbeat else None
+        try:
+            try:
+                result = await self.handler(job)
+            except BusinessError as exc:
+                result = exc
+            except Exception as exc:  # the handler failed: retry later, one attempt fewer
+                backoff = self.fail_backoff.exact_ms(max(0, job.activation_count - 1))
+                log.info("job %s failed: %r; retrying in %d ms", job.key, exc, backoff)
+                await self._finish(
+                    job,
+                    self.client.fail(
+                        job,
+                        retries=max(0, job.retries - 1),
+                        error_message=f"{type(exc).__name__}: {exc}",
+                        retry_backoff_ms=backoff,
+                    ),
+                )
+                self.stats.failed += 1
+                return
+        finally:
+            if beat is not None:
+                beat.cancel()
+        if isinstance(result, BusinessError):
+            await self._finish(
+                job, self.client.throw_error(job, result.code, result.message, result.variables)
+            )
+            self.stats.errors_thrown += 1
+        else:
+            if await self._finish(job, self.client.complete(job, result)):
+                self.stats.completed += 1
+
+    async def _finish(self, job: Job, call: Awaitable[None]) -> bool:
+        try:
+            await call
+            return True
+        except Conflict as exc:
+            # Our activation is no longer current (lease expired, job reactivated or
+            # finished elsewhere).  Retrying cannot help and must not be tried.
+            self.stats.conflicts += 1
+            log.warning("job %s: finishing refused (%s); dropped", job.key, exc.detail)
+        except (ProblemError, httpx.HTTPError) as exc:
+            log.error("job %s: finishing failed (%s); its lease will expire", job.key, exc)
+        return False
+
+    async def _heartbeat(self, job: Job) -> None:
+        interval = max(0.05, self.timeout_ms / 3000)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.client.extend_lease(job, self.timeout_ms)
+            except Conflict as exc:
+                log.warning("job %s: lease lost (%s)", job.key, exc.detail)
+                return
+            except (ProblemError, httpx.HTTPError) as exc:
+                log.warning("job %s: heartbeat failed (%s)", job.key, exc)
+
+    # -- shutdown ------------------------------------------------------------------------
+
+    async def _drain(self) -> None:
+        if not self._inflight:
+            return
+        _, late = await asyncio.wait(set(self._inflight), timeout=self.shutdown_grace_s)
+        for task in late:
+            job = self._inflight.get(task)
+            task.cancel()
+            if job is not None:
+                # Give the job back at once, without spending one of its retries.
+                await self._finish(
+                    job,
+                    self.client.fail(job, retries=job.retries, error_message="worker shut down"),
+                )
+                self.stats.released += 1
+        if late:
+            await asyncio.gather(*late, return_exceptions=True)
+
+
+class Worker:
+    """The blocking worker: handlers are plain functions run on ``concurrency`` threads;
+    ``run()`` blocks until ``stop()`` (from any thread, or a signal handler)."""
+
+    def __init__(
+        self, client: Jobfair, job_type: str, handler: SyncHandler, **options: Any
+    ) -> None:
+        self.client = client
+        self.job_type = job_type
+        self.handler = handler
+        self.options = options
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._worker: AsyncWorker | None = None
+        self._ready = threading.Event()
+        self._stop_requested = False
+
+    @property
+    def stats(self) -> WorkerStats:
+        return self._worker.stats if self._worker else WorkerStats()
+
+    def run(self) -> None:
+        asyncio.run(self._main())
+
+    def stop(self) -> None:
+        self._stop_requested = True
+        if self._ready.wait(timeout=60) and self._loop is not None and self._worker is not None:
+            self._loop.call_soon_threadsafe(self._worker.stop)
+
+    async def _main(self) -> None:
+        concurrency = int(self.options.get("concurrency", 4))
+        threads = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="jobfair-handler")
+        loop = asyncio.get_running_loop()
+
+        async def on_thread(job: Job) -> Result:
+            return await loop.run_in_executor(threads, functools.partial(self.handler, job))
+
+        async with AsyncJobfair(
+            self.client.base_url,
+            api_key=self.client.api_key,
+            max_attempts=self.client.max_attempts,
+            backoff=self.client.backoff,
+        ) as jf:
+            self._worker = AsyncWorker(jf, self.job_type, on_thread, **self.options)
+            self._loop = loop
+            self._ready.set()
+            if self._stop_requested:
+                self._worker.stop()
+            try:
+                await self._worker.run()
+            finally:
+                threads.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,258 @@
+"""jobfair_client against a live Jobfair (embedded PostgreSQL, sweepers on their timers)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import Counter
+
+import pytest
+from jobfair_client import (
+    AsyncJobfair,
+    AsyncWorker,
+    Backoff,
+    BusinessError,
+    Conflict,
+    InvalidArgument,
+    Job,
+    Jobfair,
+    NewJob,
+    NotFound,
+    StaleActivation,
+    Worker,
+)
+
+from tests.fixtures import quiet_settings
+
+
+@pytest.fixture
+def background():
+    return True  # the lease sweep must run for the heartbeat test to mean anything
+
+
+@pytest.fixture
+def settings():
+    return quiet_settings(lease_sweep_interval_ms=50, promote_interval_ms=50)
+
+
+@pytest.fixture
+async def jf(live):
+    async with AsyncJobfair(live.url) as client:
+        yield client
+
+
+async def states(jf: AsyncJobfair, keys: list[str]) -> Counter[str]:
+    return Counter([(await jf.get_job(k)).state for k in keys])
+
+
+async def test_producer_api_and_typed_errors(jf):
+    job = await jf.create_job("mail", tenant_id="acme", priority=70, variables={"to": "a@b"})
+    assert isinstance(job, Job) and job.state == "CREATED" and job.priority == 70
+    assert job.tenant_id == "acme" and job.variables == {"to": "a@b"}
+    again = await jf.create_job("mail", tenant_id="acme", idempotency_key="k1")
+    same = await jf.create_job("mail", tenant_id="acme", idempotency_key="k1")
+    assert again.key == same.key
+    keys = await jf.create_jobs([NewJob("mail", variables={"n": i}) for i in range(5)])
+    assert len(keys) == 5 and (await jf.get_job(keys[3])).variables == {"n": 3}
+    await jf.cancel_job(keys[0])
+    assert (await jf.get_job(keys[0])).state == "CANCELED"
+    with pytest.raises(Conflict):
+        await jf.cancel_job(keys[0])
+    with pytest.raises(NotFound) as missing:
+        await jf.get_job("4242")
+    assert missing.value.status == 404 and missing.value.type == "urn:jobfair:not-found"
+    with pytest.raises(InvalidArgument):
+        await jf.create_job("no spaces allowed")
+
+    [active] = await jf.activate("mail", max_jobs=1, request_timeout_ms=-1)
+    await jf.extend_lease(active, 120_000)
+    await jf.complete(active, {"sent": True})
+    with pytest.raises(StaleActivation):
+        await jf.complete((active.key, active.activation_count + 1))
+    with pytest.raises(Conflict):
+        await jf.complete(active)
+    done = await jf.get_job(active.key)
+    assert done.state == "COMPLETED" and done.variables["sent"] is True
+
+
+@pytest.mark.parametrize("mode", ["poll", "stream"])
+async def test_four_handlers_drain_1000_jobs_each_exactly_once(jf, mode):
+    keys = await jf.create_jobs([NewJob("drain", tenant_id=f"t{i % 3}") for i in range(1000)])
+    seen: Counter[str] = Counter()
+    running = 0
+    peak = 0
+    finished = asyncio.Event()
+
+    async def handler(job: Job) -> dict[str, int]:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        seen[job.key] += 1
+        await asyncio.sleep(0)
+        running -= 1
+        if sum(seen.values()) == 1000:
+            finished.set()
+        return {"handled": 1}
+
+    worker = AsyncWorker(jf, "drain", handler, concurrency=4, mode=mode, request_timeout_ms=1000)
+    run = asyncio.create_task(worker.run())
+    await asyncio.wait_for(finished.wait(), timeout=120)
+    worker.stop()
+    await run
+    assert set(seen) == set(keys) and set(seen.values()) == {1}
+    assert peak <= 4
+    assert worker.stats.completed == 1000 and worker.stats.conflicts == 0
+    assert await states(jf, keys) == Counter({"COMPLETED": 1000})
+
+
+async def test_a_handler_exception_fails_the_job_and_it_is_retried(jf):
+    job = await jf.create_job("flaky", retries=3)
+    attempts: list[int] = []
+    done = asyncio.Event()
+
+    async def handler(j: Job) -> dict[str, bool]:
+        attempts.append(j.activation_count)
+        if j.activation_count == 1:
+            raise RuntimeError("first try breaks")
+        done.set()
+        return {"ok": True}
+
+    worker = AsyncWorker(
+        jf, "flaky", handler, request_timeout_ms=500, fail_backoff=Backoff(base_ms=100, factor=2)
+    )
+    run = asyncio.create_task(worker.run())
+    await asyncio.wait_for(done.wait(), timeout=30)
+    worker.stop()
+    await run
+    after = await jf.get_job(job.key)
+    assert attempts == [1, 2]
+    assert after.state == "COMPLETED" and after.retries == 2
+    assert after.error_message == "RuntimeError: first try breaks"
+    assert worker.stats.failed == 1 and worker.stats.completed == 1
+
+
+async def test_a_business_error_result_throws_a_job_error(jf):
+    job = await jf.create_job("pay")
+    called = asyncio.Event()
+
+    async def handler(j: Job) -> BusinessError:
+        called.set()
+        return BusinessError("CARD_DECLINED", "insufficient funds", {"declined": True})
+
+    worker = AsyncWorker(jf, "pay", handler, request_timeout_ms=500)
+    run = asyncio.create_task(worker.run())
+    await asyncio.wait_for(called.wait(), timeout=30)
+    worker.stop()
+    await run  # returns once in-flight jobs are finished
+    assert worker.stats.errors_thrown == 1
+    after = await jf.get_job(job.key)
+    assert after.error_code == "CARD_DECLINED" and after.variables == {"declined": True}
+
+
+async def test_a_slow_handler_keeps_its_lease_by_heartbeat(jf):
+    """Lease 600 ms, handler 2.5 s, lease sweep every 50 ms: without the heartbeat the job
+    would be taken back and activated again (activationCount 2)."""
+    job = await jf.create_job("slow")
+    started = asyncio.Event()
+    done = asyncio.Event()
+
+    async def handler(j: Job) -> dict[str, int]:
+        started.set()
+        await asyncio.sleep(2.5)
+        done.set()
+        return {"count": j.activation_count}
+
+    worker = AsyncWorker(jf, "slow", handler, timeout_ms=600, request_timeout_ms=500)
+    rival_saw: list[Job] = []
+
+    async def rival() -> None:  # would get the job if its lease lapsed
+        while not done.is_set():
+            rival_saw.extend(await jf.activate("slow", timeout_ms=60_000, request_timeout_ms=200))
+
+    run = asyncio.create_task(worker.run())
+    await asyncio.wait_for(started.wait(), timeout=30)
+    await asyncio.gather(rival(), asyncio.wait_for(done.wait(), timeout=30))
+    worker.stop()
+    await run
+    after = await jf.get_job(job.key)
+    assert rival_saw == []
+    assert after.state == "COMPLETED" and after.activation_count == 1
+    assert after.variables == {"count": 1} and worker.stats.conflicts == 0
+
+
+async def test_shutdown_mid_drain_loses_nothing(jf):
+    keys = await jf.create_jobs([NewJob("shut") for _ in range(200)])
+    handled: Counter[str] = Counter()
+    twenty = asyncio.Event()
+    all_done = asyncio.Event()
+
+    async def handler(j: Job) -> None:
+        await asyncio.sleep(0.02)
+        handled[j.key] += 1
+        if sum(handled.values()) >= 20:
+            twenty.set()
+        if sum(handled.values()) == 200:
+            all_done.set()
+
+    first = AsyncWorker(jf, "shut", handler, concurrency=4, request_timeout_ms=500)
+    run = asyncio.create_task(first.run())
+    await asyncio.wait_for(twenty.wait(), timeout=30)
+    first.stop()
+    await run
+    after_stop = await states(jf, keys)
+    assert after_stop["ACTIVATED"] == 0, after_stop  # nothing stranded with a dead worker
+    assert after_stop["COMPLETED"] == first.stats.completed < 200
+
+    second = AsyncWorker(jf, "shut", handler, concurrency=4, request_timeout_ms=500)
+    run = asyncio.create_task(second.run())
+    await asyncio.wait_for(all_done.wait(), timeout=60)
+    second.stop()
+    await run
+    assert set(handled.values()) == {1} and len(handled) == 200
+    assert await states(jf, keys) == Counter({"COMPLETED": 200})
+
+
+async def test_shutdown_releases_a_job_whose_handler_outlives_the_grace(jf):
+    job = await jf.create_job("stuck", retries=3)
+    started = asyncio.Event()
+
+    async def handler(j: Job) -> None:
+        started.set()
+        await asyncio.sleep(3600)
+
+    worker = AsyncWorker(jf, "stuck", handler, request_timeout_ms=500, shutdown_grace_s=0.1)
+    run = asyncio.create_task(worker.run())
+    await asyncio.wait_for(started.wait(), timeout=30)
+    worker.stop()
+    await run
+    after = await jf.get_job(job.key)
+    assert after.state == "CREATED" and after.retries == 3 and worker.stats.released == 1
+
+
+async def test_sync_client_and_threaded_worker(live):
+    def produce() -> list[str]:
+        with Jobfair(live.url) as client:
+            return client.create_jobs([NewJob("sync") for _ in range(300)])
+
+    keys = await asyncio.to_thread(produce)
+    seen: Counter[str] = Counter()
+    lock = threading.Lock()
+    all_seen = threading.Event()
+
+    def handler(j: Job) -> dict[str, str]:
+        with lock:  # runs on one of the worker's threads
+            seen[j.key] += 1
+            if sum(seen.values()) == 300:
+                all_seen.set()
+        return {"thread": "yes"}
+
+    client = Jobfair(live.url)
+    worker = Worker(client, "sync", handler, concurrency=4, request_timeout_ms=500)
+    thread = asyncio.create_task(asyncio.to_thread(worker.run))
+    assert await asyncio.to_thread(all_seen.wait, 60)
+    await asyncio.to_thread(worker.stop)
+    await thread
+    client.close()
+    assert set(seen) == set(keys) and set(seen.values()) == {1}
+    async with AsyncJobfair(live.url) as jf:
+        assert await states(jf, keys) == Counter({"COMPLETED": 300})
