@@ -30,7 +30,13 @@ $(CAMUNDA_JS)/.stamp:
 	npm install --prefix $(CAMUNDA_JS) --no-audit --no-fund --loglevel=error @camunda8/sdk@8.8.13
 	@touch $@
 
-test: $(STAMP) $(CAMUNDA_SDKS) $(CAMUNDA_JS)/.stamp  ## every test, on embedded PostgreSQL
+# The TypeScript client: its compiler is its only (dev) dependency.
+TS_CLIENT := clients/typescript
+$(TS_CLIENT)/dist/.stamp: $(TS_CLIENT)/package.json $(TS_CLIENT)/tsconfig.json $(wildcard $(TS_CLIENT)/src/*.ts)
+	cd $(TS_CLIENT) && npm install --no-audit --no-fund --loglevel=error && npm run --silent build
+	@touch $@
+
+test: $(STAMP) $(CAMUNDA_SDKS) $(CAMUNDA_JS)/.stamp $(TS_CLIENT)/dist/.stamp  ## every test, on embedded PostgreSQL
 	$(BIN)/pytest -q
 
 lint: $(STAMP)

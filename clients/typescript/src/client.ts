@@ -1,0 +1,286 @@
+/**
+ * The HTTP calls of API.md over Node's fetch. Back pressure (503/429 with Retry-After)
+ * and connection failures are retried with jittered exponential back-off; no other 4xx
+ * is. A request that may have reached the server is sent again only when that is
+ * harmless: reads, finish calls (fenced by activationCount), and creations that carry
+ * an idempotency key.
+ */
+import { JobfairError, ProblemError, problem } from './errors.js'
+import { readSse } from './sse.js'
+import type { Job, JobRef, NewJob, Variables } from './types.js'
+
+export class Backoff {
+  constructor(
+    readonly baseMs = 200,
+    readonly factor = 2,
+    readonly maxMs = 30_000,
+  ) {}
+
+  /** Without jitter: the wait before retry number `attempt + 1`. */
+  exactMs(attempt: number): number {
+    return Math.min(this.maxMs, this.baseMs * this.factor ** attempt)
+  }
+
+  /** Jittered (upper half of the exact value), never sooner than Retry-After. */
+  delayMs(attempt: number, retryAfterS?: number): number {
+    const ceiling = this.exactMs(attempt)
+    let delay = ceiling / 2 + Math.random() * (ceiling / 2)
+    if (retryAfterS) delay = Math.max(delay, retryAfterS * 1000 * (1 + Math.random() * 0.2))
+    return delay
+  }
+}
+
+export interface ClientOptions {
+  /** Sent as `Authorization: Bearer <apiKey>`. */
+  apiKey?: string
+  maxAttempts?: number
+  backoff?: Backoff
+  /** Per-request timeout for everything but long polls and streams. */
+  timeoutMs?: number
+}
+
+export interface ActivateOptions {
+  maxJobs?: number
+  timeoutMs?: number
+  requestTimeoutMs?: number
+  worker?: string
+  tenantIds?: string[]
+  fetchVariables?: string[]
+  signal?: AbortSignal
+}
+
+export interface StreamOptions {
+  credit: number
+  timeoutMs?: number
+  worker?: string
+  tenantIds?: string[]
+  signal?: AbortSignal
+}
+
+export interface FailOptions {
+  retries?: number
+  errorMessage?: string
+  retryBackOffMs?: number
+  variables?: Variables
+}
+
+interface Call {
+  method: string
+  path: string
+  body?: unknown
+  idempotent?: boolean
+  timeoutMs?: number
+  signal?: AbortSignal
+}
+
+/** AbortSignal.any, which Node 18 lacks. */
+function anySignal(signals: AbortSignal[]): AbortSignal {
+  const controller = new AbortController()
+  for (const s of signals) {
+    if (s.aborted) {
+      controller.abort(s.reason)
+      break
+    }
+    s.addEventListener('abort', () => controller.abort(s.reason), { once: true })
+  }
+  return controller.signal
+}
+
+const sleep = (ms: number, signal?: AbortSignal) =>
+  new Promise<void>((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason)
+    const timer = setTimeout(resolve, ms)
+    signal?.addEventListener('abort', () => {
+      clearTimeout(timer)
+      reject(signal.reason)
+    }, { once: true })
+  })
+
+/** fetch's network failures: the request did not (necessarily) reach the server. */
+function isConnectError(err: unknown): boolean {
+  const cause = (err as { cause?: { code?: string } })?.cause
+  return cause?.code === 'ECONNREFUSED' || cause?.code === 'ENOTFOUND' || cause?.code === 'EAI_AGAIN'
+}
+
+export class Jobfair {
+  readonly baseUrl: string
+  readonly apiKey: string | undefined
+  readonly maxAttempts: number
+  readonly backoff: Backoff
+  readonly timeoutMs: number
+  /** Requests sent again after back pressure or a connection failure. */
+  retried = 0
+
+  constructor(baseUrl: string, options: ClientOptions = {}) {
+    this.baseUrl = baseUrl.replace(/\/+$/, '')
+    this.apiKey = options.apiKey
+    this.maxAttempts = options.maxAttempts ?? 6
+    this.backoff = options.backoff ?? new Backoff()
+    this.timeoutMs = options.timeoutMs ?? 30_000
+  }
+
+  private headers(json: boolean): Record<string, string> {
+    const headers: Record<string, string> = { 'user-agent': 'jobfair-client-typescript/0.1' }
+    if (json) headers['content-type'] = 'application/json'
+    if (this.apiKey) headers.authorization = `Bearer ${this.apiKey}`
+    return headers
+  }
+
+  async send<T>(call: Call): Promise<T> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.once<T>(call)
+      } catch (err) {
+        let retryAfter: number | undefined
+        if (err instanceof ProblemError) {
+          if (err.status !== 503 && err.status !== 429) throw err
+          retryAfter = err.retryAfterS
+        } else if (call.signal?.aborted) {
+          throw err
+        } else if (!isConnectError(err) && !(call.idempotent ?? true)) {
+          throw err
+        }
+        if (attempt >= this.maxAttempts) throw err
+        this.retried++
+        await sleep(this.backoff.delayMs(attempt - 1, retryAfter), call.signal)
+      }
+    }
+  }
+
+  private async once<T>(call: Call): Promise<T> {
+    const timeout = AbortSignal.timeout(call.timeoutMs ?? this.timeoutMs)
+    const signal = call.signal ? anySignal([call.signal, timeout]) : timeout
+    const response = await fetch(this.baseUrl + call.path, {
+      method: call.method,
+      headers: this.headers(call.body !== undefined),
+      body: call.body === undefined ? undefined : JSON.stringify(call.body),
+      signal,
+    })
+    const text = await response.text()
+    if (response.status >= 400) {
+      let body: unknown = text
+      try {
+        body = JSON.parse(text)
+      } catch {
+        /* not JSON: keep the text */
+      }
+      throw problem(response.status, body, response.headers.get('retry-after'))
+    }
+    return (text ? JSON.parse(text) : undefined) as T
+  }
+
+  // -- producing ---------------------------------------------------------------------
+
+  createJob(job: NewJob): Promise<Job> {
+    return this.send({ method: 'POST', path: '/v2/jobs', body: job, idempotent: job.idempotencyKey !== undefined })
+  }
+
+  /** Up to 10,000 jobs in one round trip, all or nothing; their keys in order. */
+  async createJobs(jobs: NewJob[]): Promise<string[]> {
+    const safe = jobs.every((j) => j.idempotencyKey !== undefined)
+    const answer = await this.send<{ jobKeys: string[] }>({ method: 'POST', path: '/v2/jobs/batch', body: { jobs }, idempotent: safe })
+    return answer.jobKeys
+  }
+
+  getJob(key: string): Promise<Job> {
+    return this.send({ method: 'GET', path: `/v2/jobs/${key}` })
+  }
+
+  async cancelJob(key: string): Promise<void> {
+    await this.send({ method: 'POST', path: `/v2/jobs/${key}/cancel` })
+  }
+
+  async updateJob(key: string, changeset: { retries?: number; priority?: number }): Promise<void> {
+    await this.send({ method: 'PATCH', path: `/v2/jobs/${key}`, body: { changeset } })
+  }
+
+  // -- working -----------------------------------------------------------------------
+
+  async activate(type: string, options: ActivateOptions = {}): Promise<Job[]> {
+    const body: Record<string, unknown> = {
+      type,
+      maxJobs: options.maxJobs ?? 1,
+      timeout: options.timeoutMs ?? 60_000,
+    }
+    if (options.requestTimeoutMs !== undefined) body.requestTimeout = options.requestTimeoutMs
+    if (options.worker !== undefined) body.worker = options.worker
+    if (options.tenantIds?.length) body.tenantIds = options.tenantIds
+    if (options.fetchVariables?.length) body.fetchVariables = options.fetchVariables
+    const waitMs = options.requestTimeoutMs && options.requestTimeoutMs > 0 ? options.requestTimeoutMs : 60_000
+    const answer = await this.send<{ jobs: Job[] }>({
+      method: 'POST', path: '/v2/jobs/activate', body, timeoutMs: waitMs + 30_000, signal: options.signal,
+    })
+    return answer.jobs
+  }
+
+  async complete(job: JobRef, variables?: Variables): Promise<void> {
+    const body: Record<string, unknown> = { activationCount: job.activationCount }
+    if (variables !== undefined) body.variables = variables
+    await this.send({ method: 'POST', path: `/v2/jobs/${job.jobKey}/complete`, body })
+  }
+
+  async fail(job: JobRef, options: FailOptions = {}): Promise<void> {
+    const body: Record<string, unknown> = {
+      activationCount: job.activationCount,
+      retryBackOff: options.retryBackOffMs ?? 0,
+    }
+    if (options.retries !== undefined) body.retries = options.retries
+    if (options.errorMessage !== undefined) body.errorMessage = options.errorMessage.slice(0, 10_000)
+    if (options.variables !== undefined) body.variables = options.variables
+    await this.send({ method: 'POST', path: `/v2/jobs/${job.jobKey}/fail`, body })
+  }
+
+  async throwError(job: JobRef, code: string, message?: string, variables?: Variables): Promise<void> {
+    const body: Record<string, unknown> = { activationCount: job.activationCount, errorCode: code }
+    if (message !== undefined) body.errorMessage = message.slice(0, 10_000)
+    if (variables !== undefined) body.variables = variables
+    await this.send({ method: 'POST', path: `/v2/jobs/${job.jobKey}/error`, body })
+  }
+
+  /** Heartbeat: the lease now ends `timeoutMs` from now. */
+  async extendLease(job: JobRef, timeoutMs: number): Promise<void> {
+    await this.send({
+      method: 'PATCH',
+      path: `/v2/jobs/${job.jobKey}`,
+      body: { activationCount: job.activationCount, changeset: { timeout: timeoutMs } },
+    })
+  }
+
+  /**
+   * Jobs pushed over SSE, at most `credit` of them unfinished at once. Abort the signal
+   * (or stop iterating) to close the stream; the server releases undelivered jobs.
+   */
+  async *stream(type: string, options: StreamOptions): AsyncGenerator<Job> {
+    const params = new URLSearchParams({
+      type,
+      maxJobs: String(options.credit),
+      timeout: String(options.timeoutMs ?? 60_000),
+    })
+    if (options.worker !== undefined) params.set('worker', options.worker)
+    if (options.tenantIds?.length) params.set('tenantIds', options.tenantIds.join(','))
+    const controller = new AbortController()
+    const signal = options.signal ? anySignal([options.signal, controller.signal]) : controller.signal
+    const response = await fetch(`${this.baseUrl}/v2/jobs/stream?${params}`, {
+      headers: { ...this.headers(false), accept: 'text/event-stream' },
+      signal,
+    })
+    if (response.status >= 400 || !response.body) {
+      const text = await response.text()
+      let body: unknown = text
+      try {
+        body = JSON.parse(text)
+      } catch {
+        /* keep the text */
+      }
+      throw problem(response.status, body, response.headers.get('retry-after'))
+    }
+    try {
+      for await (const event of readSse(response.body)) {
+        if (event.event === 'job') yield JSON.parse(event.data) as Job
+      }
+    } finally {
+      controller.abort()
+    }
+    throw new JobfairError('the server ended the stream')
+  }
+}

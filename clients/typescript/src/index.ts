@@ -1,0 +1,19 @@
+export { Backoff, Jobfair } from './client.js'
+export type { ActivateOptions, ClientOptions, FailOptions, StreamOptions } from './client.js'
+export {
+  Conflict,
+  Forbidden,
+  InvalidArgument,
+  JobfairError,
+  NotFound,
+  ProblemError,
+  ResourceExhausted,
+  StaleActivation,
+  Unauthorized,
+} from './errors.js'
+export { readSse } from './sse.js'
+export type { SseEvent } from './sse.js'
+export { BusinessError } from './types.js'
+export type { Job, JobRef, JobState, NewJob, Variables } from './types.js'
+export { Worker } from './worker.js'
+export type { Handler, HandlerResult, Logger, WorkerOptions, WorkerStats } from './worker.js'

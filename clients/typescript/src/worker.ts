@@ -1,0 +1,238 @@
+/**
+ * A job worker: a handler per job, bounded concurrency, over long polling or an SSE stream.
+ *
+ * The handler's return value completes the job (an object becomes its variables); a
+ * thrown error fails it with `retries - 1` and an exponential back-off; a
+ * `BusinessError` (returned or thrown) throws a job error. A 409 on finishing means this
+ * worker's activation is no longer current: logged and dropped, never retried. Long
+ * handlers keep their lease by heartbeat. `stop()` stops activating, gives handlers
+ * `shutdownGraceMs` and releases the jobs of those still running.
+ */
+import { Backoff, Jobfair } from './client.js'
+import { Conflict, ProblemError } from './errors.js'
+import { BusinessError, type Job, type Variables } from './types.js'
+
+export type HandlerResult = Variables | BusinessError | undefined | void
+export type Handler = (job: Job, signal: AbortSignal) => Promise<HandlerResult> | HandlerResult
+
+export interface Logger {
+  info(message: string): void
+  warn(message: string): void
+  error(message: string): void
+}
+
+export interface WorkerOptions {
+  concurrency?: number
+  mode?: 'poll' | 'stream'
+  timeoutMs?: number
+  requestTimeoutMs?: number
+  name?: string
+  tenantIds?: string[]
+  failBackoff?: Backoff
+  heartbeat?: boolean
+  shutdownGraceMs?: number
+  logger?: Logger
+}
+
+export interface WorkerStats {
+  completed: number
+  failed: number
+  errorsThrown: number
+  conflicts: number
+  released: number
+}
+
+const quiet: Logger = { info() {}, warn() {}, error() {} }
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
+
+export class Worker {
+  readonly stats: WorkerStats = { completed: 0, failed: 0, errorsThrown: 0, conflicts: 0, released: 0 }
+  private readonly concurrency: number
+  private readonly mode: 'poll' | 'stream'
+  private readonly timeoutMs: number
+  private readonly failBackoff: Backoff
+  private readonly log: Logger
+  private readonly inflight = new Map<Promise<void>, { job: Job; abort: AbortController }>()
+  private readonly stopping = new AbortController()
+  private slotFreed: (() => void) | undefined
+
+  constructor(
+    private readonly client: Jobfair,
+    private readonly type: string,
+    private readonly handler: Handler,
+    private readonly options: WorkerOptions = {},
+  ) {
+    this.concurrency = options.concurrency ?? 4
+    if (this.concurrency < 1) throw new RangeError('concurrency must be at least 1')
+    this.mode = options.mode ?? 'poll'
+    this.timeoutMs = options.timeoutMs ?? 60_000
+    this.failBackoff = options.failBackoff ?? new Backoff(1_000, 2, 300_000)
+    this.log = options.logger ?? quiet
+  }
+
+  /** Stop activating; `run()` resolves once in-flight jobs are finished or released. */
+  stop(): void {
+    this.stopping.abort(new Error('worker stopped'))
+    this.slotFreed?.()
+  }
+
+  async run(): Promise<void> {
+    try {
+      if (this.mode === 'poll') await this.poll()
+      else await this.streamJobs()
+    } finally {
+      await this.drain()
+    }
+  }
+
+  private get stopped(): boolean {
+    return this.stopping.signal.aborted
+  }
+
+  private async poll(): Promise<void> {
+    let failures = 0
+    while (!this.stopped) {
+      const free = this.concurrency - this.inflight.size
+      if (free <= 0) {
+        await new Promise<void>((resolve) => (this.slotFreed = resolve))
+        continue
+      }
+      let jobs: Job[]
+      try {
+        jobs = await this.client.activate(this.type, {
+          maxJobs: free,
+          timeoutMs: this.timeoutMs,
+          requestTimeoutMs: this.options.requestTimeoutMs,
+          worker: this.options.name,
+          tenantIds: this.options.tenantIds,
+          // Aborting drops the connection: the server releases what it activated for us.
+          signal: this.stopping.signal,
+        })
+        failures = 0
+      } catch (err) {
+        if (this.stopped) return
+        failures++
+        this.log.warn(`activating ${this.type} failed (${(err as Error).message}); backing off`)
+        await sleep(this.client.backoff.delayMs(Math.min(failures, 8)))
+        continue
+      }
+      for (const job of jobs) this.start(job)
+    }
+  }
+
+  private async streamJobs(): Promise<void> {
+    let failures = 0
+    while (!this.stopped) {
+      try {
+        for await (const job of this.client.stream(this.type, {
+          credit: this.concurrency,
+          timeoutMs: this.timeoutMs,
+          worker: this.options.name,
+          tenantIds: this.options.tenantIds,
+          signal: this.stopping.signal,
+        })) {
+          failures = 0
+          this.start(job)
+        }
+      } catch (err) {
+        if (this.stopped) return
+        this.log.warn(`stream of ${this.type} broke (${(err as Error).message}); reconnecting`)
+      }
+      failures++
+      await sleep(this.client.backoff.delayMs(Math.min(failures, 8)))
+    }
+  }
+
+  private start(job: Job): void {
+    const abort = new AbortController()
+    const task: Promise<void> = this.handle(job, abort.signal).finally(() => {
+      this.inflight.delete(task)
+      this.slotFreed?.()
+    })
+    this.inflight.set(task, { job, abort })
+  }
+
+  private async handle(job: Job, signal: AbortSignal): Promise<void> {
+    const beat = this.options.heartbeat === false ? undefined : this.heartbeat(job)
+    let result: HandlerResult
+    try {
+      result = await this.handler(job, signal)
+    } catch (err) {
+      if (signal.aborted) return // released at shutdown
+      if (err instanceof BusinessError) {
+        result = err
+      } else {
+        const backoff = this.failBackoff.exactMs(Math.max(0, job.activationCount - 1))
+        const message = err instanceof Error ? `${err.name}: ${err.message}` : String(err)
+        this.log.info(`job ${job.jobKey} failed: ${message}; retrying in ${backoff} ms`)
+        if (await this.finish(job, () => this.client.fail(job, {
+          retries: Math.max(0, job.retries - 1), errorMessage: message, retryBackOffMs: backoff,
+        }))) this.stats.failed++
+        return
+      }
+    } finally {
+      beat?.stop()
+    }
+    if (signal.aborted) return
+    if (result instanceof BusinessError) {
+      if (await this.finish(job, () => this.client.throwError(job, result.code, result.message, result.variables))) {
+        this.stats.errorsThrown++
+      }
+    } else if (await this.finish(job, () => this.client.complete(job, result ?? undefined))) {
+      this.stats.completed++
+    }
+  }
+
+  private async finish(job: Job, call: () => Promise<void>): Promise<boolean> {
+    try {
+      await call()
+      return true
+    } catch (err) {
+      if (err instanceof Conflict) {
+        // Our activation is no longer current; retrying cannot help and must not happen.
+        this.stats.conflicts++
+        this.log.warn(`job ${job.jobKey}: finishing refused (${err.detail}); dropped`)
+      } else {
+        this.log.error(`job ${job.jobKey}: finishing failed (${(err as Error).message}); its lease will expire`)
+      }
+      return false
+    }
+  }
+
+  private heartbeat(job: Job): { stop(): void } {
+    const every = Math.max(50, this.timeoutMs / 3)
+    let busy = false
+    const timer = setInterval(async () => {
+      if (busy) return
+      busy = true
+      try {
+        await this.client.extendLease(job, this.timeoutMs)
+      } catch (err) {
+        if (err instanceof Conflict) {
+          this.log.warn(`job ${job.jobKey}: lease lost (${err.detail})`)
+          clearInterval(timer)
+        } else if (err instanceof ProblemError || err instanceof Error) {
+          this.log.warn(`job ${job.jobKey}: heartbeat failed (${err.message})`)
+        }
+      } finally {
+        busy = false
+      }
+    }, every)
+    return { stop: () => clearInterval(timer) }
+  }
+
+  private async drain(): Promise<void> {
+    if (this.inflight.size === 0) return
+    const grace = this.options.shutdownGraceMs ?? 30_000
+    const all = Promise.allSettled([...this.inflight.keys()])
+    const timedOut = await Promise.race([all.then(() => false), sleep(grace).then(() => true)])
+    if (!timedOut) return
+    for (const { job, abort } of [...this.inflight.values()]) {
+      abort.abort(new Error('worker shut down'))
+      // Give the job back at once, without spending one of its retries.
+      if (await this.finish(job, () => this.client.fail(job, { retries: job.retries, errorMessage: 'worker shut down' }))) {
+        this.stats.released++
+      }
+    }
+  }
+}

@@ -1,0 +1,218 @@
+// The TypeScript client against a live Jobfair whose address is in JOBFAIR_URL (started,
+// with embedded PostgreSQL, by tests/acceptance/test_client_typescript.py). The server
+// runs its lease sweep and promotion every 50 ms and admits 3 waiting long polls.
+import assert from 'node:assert/strict'
+import http from 'node:http'
+import { test } from 'node:test'
+
+import { BusinessError, Conflict, InvalidArgument, Jobfair, NotFound, ResourceExhausted, StaleActivation, Worker, Backoff } from '../dist/index.js'
+
+const URL = process.env.JOBFAIR_URL
+assert.ok(URL, 'JOBFAIR_URL must point at a running Jobfair')
+const jf = new Jobfair(URL)
+
+async function statesOf(keys) {
+  const counts = {}
+  for (const k of keys) {
+    const { state } = await jf.getJob(k)
+    counts[state] = (counts[state] ?? 0) + 1
+  }
+  return counts
+}
+
+/** Until the server holds `n` long polls (its /metrics gauge; there is no event to await). */
+async function untilWaiting(n) {
+  for (;;) {
+    const metrics = await (await fetch(`${URL}/metrics`)).text()
+    if (Number(/^jobfair_waiters (\d+)$/m.exec(metrics)?.[1]) >= n) return
+    await new Promise((r) => setTimeout(r, 10))
+  }
+}
+
+function deferred() {
+  let resolve
+  const promise = new Promise((r) => (resolve = r))
+  return { promise, resolve }
+}
+
+test('producer API and typed errors', async () => {
+  const job = await jf.createJob({ type: 'ts-mail', tenantId: 'acme', priority: 70, variables: { to: 'a@b' } })
+  assert.equal(job.state, 'CREATED')
+  assert.equal(job.priority, 70)
+  const a = await jf.createJob({ type: 'ts-mail', idempotencyKey: 'k1' })
+  const b = await jf.createJob({ type: 'ts-mail', idempotencyKey: 'k1' })
+  assert.equal(a.jobKey, b.jobKey)
+  const keys = await jf.createJobs([0, 1, 2].map((n) => ({ type: 'ts-mail', variables: { n } })))
+  assert.deepEqual((await jf.getJob(keys[2])).variables, { n: 2 })
+  await jf.cancelJob(keys[0])
+  assert.equal((await jf.getJob(keys[0])).state, 'CANCELED')
+  await assert.rejects(jf.cancelJob(keys[0]), Conflict)
+  await assert.rejects(jf.getJob('4242'), (err) => err instanceof NotFound && err.type === 'urn:jobfair:not-found')
+  await assert.rejects(jf.createJob({ type: 'no spaces' }), InvalidArgument)
+
+  const [active] = await jf.activate('ts-mail', { requestTimeoutMs: -1 })
+  await jf.extendLease(active, 120_000)
+  await jf.complete(active, { sent: true })
+  await assert.rejects(jf.complete({ jobKey: active.jobKey, activationCount: active.activationCount + 1 }), StaleActivation)
+  await assert.rejects(jf.complete(active), Conflict)
+  assert.equal((await jf.getJob(active.jobKey)).state, 'COMPLETED')
+})
+
+for (const mode of ['poll', 'stream']) {
+  test(`4 handlers drain 1,000 jobs, each exactly once (${mode})`, async () => {
+    const type = `ts-drain-${mode}`
+    const keys = await jf.createJobs(Array.from({ length: 1000 }, (_, i) => ({ type, tenantId: `t${i % 3}` })))
+    const seen = new Map()
+    let running = 0
+    let peak = 0
+    const all = deferred()
+    const worker = new Worker(jf, type, async (job) => {
+      running++
+      peak = Math.max(peak, running)
+      seen.set(job.jobKey, (seen.get(job.jobKey) ?? 0) + 1)
+      await new Promise((r) => setImmediate(r))
+      running--
+      if (seen.size === 1000) all.resolve()
+      return { handled: 1 }
+    }, { concurrency: 4, mode, requestTimeoutMs: 1000 })
+    const run = worker.run()
+    await all.promise
+    worker.stop()
+    await run
+    assert.equal(seen.size, 1000)
+    assert.deepEqual(new Set(seen.values()), new Set([1]))
+    assert.deepEqual(new Set(seen.keys()), new Set(keys))
+    assert.ok(peak <= 4, `peak ${peak}`)
+    assert.equal(worker.stats.completed, 1000)
+    assert.deepEqual(await statesOf(keys), { COMPLETED: 1000 })
+  })
+}
+
+test('a handler exception fails the job and it is retried', async () => {
+  const job = await jf.createJob({ type: 'ts-flaky', retries: 3 })
+  const attempts = []
+  const done = deferred()
+  const worker = new Worker(jf, 'ts-flaky', (j) => {
+    attempts.push(j.activationCount)
+    if (j.activationCount === 1) throw new Error('first try breaks')
+    done.resolve()
+    return { ok: true }
+  }, { requestTimeoutMs: 500, failBackoff: new Backoff(100, 2, 1000) })
+  const run = worker.run()
+  await done.promise
+  worker.stop()
+  await run
+  const after = await jf.getJob(job.jobKey)
+  assert.deepEqual(attempts, [1, 2])
+  assert.equal(after.state, 'COMPLETED')
+  assert.equal(after.retries, 2)
+  assert.equal(after.errorMessage, 'Error: first try breaks')
+})
+
+test('a BusinessError result throws a job error', async () => {
+  const job = await jf.createJob({ type: 'ts-pay' })
+  const called = deferred()
+  const worker = new Worker(jf, 'ts-pay', () => {
+    called.resolve()
+    return new BusinessError('CARD_DECLINED', 'insufficient funds', { declined: true })
+  }, { requestTimeoutMs: 500 })
+  const run = worker.run()
+  await called.promise
+  worker.stop()
+  await run
+  const after = await jf.getJob(job.jobKey)
+  assert.equal(after.state, 'ERROR_THROWN')
+  assert.equal(after.errorCode, 'CARD_DECLINED')
+})
+
+test('a slow handler keeps its lease by heartbeat', async () => {
+  // Lease 600 ms, handler 2.5 s, lease sweep every 50 ms: without the heartbeat a rival
+  // polling for the job would get it.
+  const job = await jf.createJob({ type: 'ts-slow' })
+  const started = deferred()
+  let finished = false
+  const worker = new Worker(jf, 'ts-slow', async (j) => {
+    started.resolve()
+    await new Promise((r) => setTimeout(r, 2500))
+    finished = true
+    return { count: j.activationCount }
+  }, { timeoutMs: 600, requestTimeoutMs: 500 })
+  const run = worker.run()
+  await started.promise
+  const rivalSaw = []
+  while (!finished) rivalSaw.push(...(await jf.activate('ts-slow', { requestTimeoutMs: 200 })))
+  worker.stop()
+  await run
+  const after = await jf.getJob(job.jobKey)
+  assert.deepEqual(rivalSaw, [])
+  assert.equal(after.state, 'COMPLETED')
+  assert.equal(after.activationCount, 1)
+  assert.equal(worker.stats.conflicts, 0)
+})
+
+test('shutdown mid-drain loses nothing', async () => {
+  const keys = await jf.createJobs(Array.from({ length: 200 }, () => ({ type: 'ts-shut' })))
+  const handled = new Map()
+  const twenty = deferred()
+  const everything = deferred()
+  const handler = async (j) => {
+    await new Promise((r) => setTimeout(r, 20))
+    handled.set(j.jobKey, (handled.get(j.jobKey) ?? 0) + 1)
+    if (handled.size >= 20) twenty.resolve()
+    if (handled.size === 200) everything.resolve()
+  }
+  const first = new Worker(jf, 'ts-shut', handler, { concurrency: 4, requestTimeoutMs: 500 })
+  const run1 = first.run()
+  await twenty.promise
+  first.stop()
+  await run1
+  const afterStop = await statesOf(keys)
+  assert.equal(afterStop.ACTIVATED, undefined, JSON.stringify(afterStop))
+  assert.ok(first.stats.completed < 200)
+  const second = new Worker(jf, 'ts-shut', handler, { concurrency: 4, requestTimeoutMs: 500 })
+  const run2 = second.run()
+  await everything.promise
+  second.stop()
+  await run2
+  assert.deepEqual(new Set(handled.values()), new Set([1]))
+  assert.deepEqual(await statesOf(keys), { COMPLETED: 200 })
+})
+
+test('a 503 is retried no sooner than Retry-After; other 4xx are not', async () => {
+  // The server admits 3 waiting long polls: hold them all for 1.5 s.
+  const hold = () => fetch(`${URL}/v2/jobs/activate`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ type: 'ts-idle', maxJobs: 1, timeout: 1000, requestTimeout: 1500 }),
+  }).then((r) => r.json())
+  const holders = [hold(), hold(), hold()]
+  await untilWaiting(3)
+  const impatient = new Jobfair(URL, { maxAttempts: 1 })
+  await assert.rejects(impatient.activate('ts-later', { requestTimeoutMs: 5000 }), (err) => err instanceof ResourceExhausted && err.retryAfterS === 1)
+  const patient = new Jobfair(URL)
+  const later = patient.activate('ts-later', { requestTimeoutMs: 10_000 })
+  assert.deepEqual(await Promise.all(holders), [{ jobs: [] }, { jobs: [] }, { jobs: [] }])
+  await jf.createJob({ type: 'ts-later' })
+  const jobs = await later
+  assert.equal(jobs.length, 1)
+  assert.ok(patient.retried >= 1)
+  const strict = new Jobfair(URL)
+  await assert.rejects(strict.activate('bad type!'), InvalidArgument)
+  assert.equal(strict.retried, 0)
+})
+
+test('the API key is sent as a bearer token', async () => {
+  // Jobfair's own auth is not built yet: a plain HTTP server records the header.
+  let seen
+  const server = http.createServer((req, res) => {
+    seen = req.headers.authorization
+    req.resume()
+    req.on('end', () => res.writeHead(200, { 'content-type': 'application/json' }).end('{"jobs": []}'))
+  })
+  await new Promise((r) => server.listen(0, '127.0.0.1', r))
+  const { port } = server.address()
+  const keyed = new Jobfair(`http://127.0.0.1:${port}`, { apiKey: 'jf_secret' })
+  assert.deepEqual(await keyed.activate('t', { requestTimeoutMs: -1 }), [])
+  server.close()
+  assert.equal(seen, 'Bearer jf_secret')
+})
