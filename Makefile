@@ -36,7 +36,15 @@ $(TS_CLIENT)/dist/.stamp: $(TS_CLIENT)/package.json $(TS_CLIENT)/tsconfig.json $
 	cd $(TS_CLIENT) && npm install --no-audit --no-fund --loglevel=error && npm run --silent build
 	@touch $@
 
-test: $(STAMP) $(CAMUNDA_SDKS) $(CAMUNDA_JS)/.stamp $(TS_CLIENT)/dist/.stamp  ## every test, on embedded PostgreSQL
+# The Java client's tests run on JUnit 5 from Debian's junit5 package (Maven cannot reach
+# its registry here); installed once, as root or through sudo.
+JUNIT_JAR := /usr/share/java/junit-platform-console-standalone.jar
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+$(JUNIT_JAR):
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq junit5
+
+test: $(STAMP) $(CAMUNDA_SDKS) $(CAMUNDA_JS)/.stamp $(TS_CLIENT)/dist/.stamp $(JUNIT_JAR)  ## every test, on embedded PostgreSQL
 	$(BIN)/pytest -q
 
 lint: $(STAMP)

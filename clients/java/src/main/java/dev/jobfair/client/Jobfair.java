@@ -1,0 +1,273 @@
+package dev.jobfair.client;
+
+import java.io.IOException;
+import java.net.ConnectException;
+import java.net.URI;
+import java.net.URLEncoder;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Iterator;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CancellationException;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.Consumer;
+import java.util.stream.Stream;
+
+/**
+ * The HTTP calls of API.md over {@code java.net.http}. Back pressure (503/429 with
+ * Retry-After) and connection failures are retried with jittered exponential back-off; no
+ * other 4xx is. A request that may have reached the server is sent again only when that
+ * is harmless: reads, finish calls (fenced by activationCount) and creations carrying an
+ * idempotency key.
+ */
+public final class Jobfair {
+    private final String baseUrl;
+    private final String apiKey;
+    private final int maxAttempts;
+    private final Backoff backoff;
+    private final HttpClient http;
+    /** Requests sent again after back pressure or a connection failure. */
+    public final AtomicInteger retried = new AtomicInteger();
+
+    public Jobfair(String baseUrl) {
+        this(baseUrl, null, 6, Backoff.DEFAULT);
+    }
+
+    /** @param apiKey sent as {@code Authorization: Bearer <apiKey>}, or null */
+    public Jobfair(String baseUrl, String apiKey, int maxAttempts, Backoff backoff) {
+        this.baseUrl = baseUrl.replaceAll("/+$", "");
+        this.apiKey = apiKey;
+        this.maxAttempts = maxAttempts;
+        this.backoff = backoff;
+        // HTTP/1.1: an h2c upgrade offer on every request buys nothing from a plain-HTTP server.
+        this.http = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1)
+                .connectTimeout(Duration.ofSeconds(10)).build();
+    }
+
+    public Backoff backoff() {
+        return backoff;
+    }
+
+    // -- transport ---------------------------------------------------------------------
+
+    private HttpRequest.Builder request(String path, Duration timeout) {
+        HttpRequest.Builder b = HttpRequest.newBuilder(URI.create(baseUrl + path))
+                .timeout(timeout)
+                .header("User-Agent", "jobfair-client-java/0.1");
+        if (apiKey != null) b.header("Authorization", "Bearer " + apiKey);
+        return b;
+    }
+
+    private HttpRequest build(String method, String path, Object body, Duration timeout) {
+        HttpRequest.Builder b = request(path, timeout);
+        if (body == null) {
+            b.method(method, HttpRequest.BodyPublishers.noBody());
+        } else {
+            b.header("Content-Type", "application/json");
+            b.method(method, HttpRequest.BodyPublishers.ofString(Json.write(body)));
+        }
+        return b.build();
+    }
+
+    /** Sends with retries; {@code onStart} receives the in-flight future so it can be cancelled. */
+    Object send(String method, String path, Object body, boolean idempotent, Duration timeout,
+                Consumer<CompletableFuture<?>> onStart) {
+        for (int attempt = 1; ; attempt++) {
+            double retryAfter = -1;
+            RuntimeException failure;
+            try {
+                CompletableFuture<HttpResponse<String>> call =
+                        http.sendAsync(build(method, path, body, timeout), HttpResponse.BodyHandlers.ofString());
+                if (onStart != null) onStart.accept(call);
+                HttpResponse<String> response = call.get();
+                return answer(response.statusCode(), response.body(),
+                        response.headers().firstValue("Retry-After").orElse(null));
+            } catch (ProblemException e) {
+                if (e.status != 503 && e.status != 429) throw e;
+                retryAfter = e.retryAfterS;
+                failure = e;
+            } catch (CancellationException e) {
+                throw new JobfairException("request cancelled", e);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                throw new JobfairException("interrupted", e);
+            } catch (ExecutionException e) {
+                Throwable cause = e.getCause();
+                boolean neverSent = cause instanceof ConnectException;
+                failure = new JobfairException("request to " + path + " failed: " + cause, cause);
+                if (!neverSent && !(idempotent && cause instanceof IOException)) throw failure;
+            }
+            if (attempt >= maxAttempts) throw failure;
+            retried.incrementAndGet();
+            try {
+                Thread.sleep(backoff.delayMs(attempt - 1, retryAfter));
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                throw new JobfairException("interrupted", e);
+            }
+        }
+    }
+
+    private Object send(String method, String path, Object body, boolean idempotent) {
+        return send(method, path, body, idempotent, Duration.ofSeconds(30), null);
+    }
+
+    private static Object answer(int status, String text, String retryAfter) {
+        if (status >= 400) throw ProblemException.of(status, text, retryAfter);
+        return text == null || text.isEmpty() ? null : Json.parse(text);
+    }
+
+    @SuppressWarnings("unchecked")
+    private static Map<String, Object> obj(Object o) {
+        return (Map<String, Object>) o;
+    }
+
+    private static Map<String, Object> fence(Job job) {
+        Map<String, Object> body = new LinkedHashMap<>();
+        body.put("activationCount", job.activationCount());
+        return body;
+    }
+
+    // -- producing ---------------------------------------------------------------------
+
+    public Job createJob(NewJob job) {
+        return Job.fromJson(obj(send("POST", "/v2/jobs", job.toJson(), job.hasIdempotencyKey())));
+    }
+
+    /** Up to 10,000 jobs in one round trip, all or nothing; their keys in order. */
+    @SuppressWarnings("unchecked")
+    public List<String> createJobs(List<NewJob> jobs) {
+        List<Object> items = new ArrayList<>();
+        boolean safe = true;
+        for (NewJob j : jobs) {
+            items.add(j.toJson());
+            safe &= j.hasIdempotencyKey();
+        }
+        Object answer = send("POST", "/v2/jobs/batch", Map.of("jobs", items), safe);
+        return (List<String>) obj(answer).get("jobKeys");
+    }
+
+    public Job getJob(String key) {
+        return Job.fromJson(obj(send("GET", "/v2/jobs/" + key, null, true)));
+    }
+
+    public void cancelJob(String key) {
+        send("POST", "/v2/jobs/" + key + "/cancel", null, true);
+    }
+
+    // -- working -----------------------------------------------------------------------
+
+    /** Options of one activation; {@code requestTimeoutMs} null = the server default. */
+    public record Activate(int maxJobs, long timeoutMs, Long requestTimeoutMs, String worker, List<String> tenantIds) {
+        public Activate(int maxJobs, long timeoutMs, Long requestTimeoutMs) {
+            this(maxJobs, timeoutMs, requestTimeoutMs, null, null);
+        }
+    }
+
+    public List<Job> activate(String type, Activate options) {
+        return activate(type, options, null);
+    }
+
+    @SuppressWarnings("unchecked")
+    List<Job> activate(String type, Activate o, Consumer<CompletableFuture<?>> onStart) {
+        Map<String, Object> body = new LinkedHashMap<>();
+        body.put("type", type);
+        body.put("maxJobs", o.maxJobs());
+        body.put("timeout", o.timeoutMs());
+        if (o.requestTimeoutMs() != null) body.put("requestTimeout", o.requestTimeoutMs());
+        if (o.worker() != null) body.put("worker", o.worker());
+        if (o.tenantIds() != null && !o.tenantIds().isEmpty()) body.put("tenantIds", o.tenantIds());
+        long waitMs = o.requestTimeoutMs() != null && o.requestTimeoutMs() > 0 ? o.requestTimeoutMs() : 60_000;
+        Object answer = send("POST", "/v2/jobs/activate", body, true, Duration.ofMillis(waitMs + 30_000), onStart);
+        List<Job> jobs = new ArrayList<>();
+        for (Object j : (List<Object>) obj(answer).get("jobs")) jobs.add(Job.fromJson(obj(j)));
+        return jobs;
+    }
+
+    public void complete(Job job, Map<String, Object> variables) {
+        Map<String, Object> body = fence(job);
+        if (variables != null) body.put("variables", variables);
+        send("POST", "/v2/jobs/" + job.key() + "/complete", body, true);
+    }
+
+    public void fail(Job job, Integer retries, String errorMessage, long retryBackOffMs) {
+        Map<String, Object> body = fence(job);
+        if (retries != null) body.put("retries", retries);
+        if (errorMessage != null) body.put("errorMessage", errorMessage.length() > 10_000 ? errorMessage.substring(0, 10_000) : errorMessage);
+        body.put("retryBackOff", retryBackOffMs);
+        send("POST", "/v2/jobs/" + job.key() + "/fail", body, true);
+    }
+
+    public void throwError(Job job, String code, String message, Map<String, Object> variables) {
+        Map<String, Object> body = fence(job);
+        body.put("errorCode", code);
+        if (message != null) body.put("errorMessage", message);
+        if (variables != null) body.put("variables", variables);
+        send("POST", "/v2/jobs/" + job.key() + "/error", body, true);
+    }
+
+    /** Heartbeat: the lease now ends {@code timeoutMs} from now. */
+    public void extendLease(Job job, long timeoutMs) {
+        Map<String, Object> body = fence(job);
+        body.put("changeset", Map.of("timeout", timeoutMs));
+        send("PATCH", "/v2/jobs/" + job.key(), body, true);
+    }
+
+    /**
+     * An SSE stream of activated jobs, at most {@code credit} unfinished at once. Each job
+     * goes to {@code onJob} on the calling thread; returns when the server ends the stream
+     * or {@link Stream#close()} is called on the handle given to {@code onOpen}.
+     */
+    public void stream(String type, int credit, long timeoutMs, String worker,
+                       Consumer<Job> onJob, Consumer<AutoCloseable> onOpen) {
+        StringBuilder q = new StringBuilder("?type=").append(URLEncoder.encode(type, StandardCharsets.UTF_8))
+                .append("&maxJobs=").append(credit).append("&timeout=").append(timeoutMs);
+        if (worker != null) q.append("&worker=").append(URLEncoder.encode(worker, StandardCharsets.UTF_8));
+        HttpRequest req = request("/v2/jobs/stream" + q, Duration.ofDays(365))
+                .header("Accept", "text/event-stream").GET().build();
+        HttpResponse<Stream<String>> response;
+        try {
+            response = http.send(req, HttpResponse.BodyHandlers.ofLines());
+        } catch (IOException e) {
+            throw new JobfairException("stream failed: " + e, e);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new JobfairException("interrupted", e);
+        }
+        try (Stream<String> lines = response.body()) {
+            if (response.statusCode() >= 400) {
+                throw ProblemException.of(response.statusCode(), String.join("\n", lines.toList()),
+                        response.headers().firstValue("Retry-After").orElse(null));
+            }
+            if (onOpen != null) onOpen.accept(lines::close);
+            String event = "message";
+            StringBuilder data = new StringBuilder();
+            Iterator<String> it = lines.iterator();
+            while (it.hasNext()) {
+                String line = it.next();
+                if (line.isEmpty()) {
+                    if (data.length() > 0 && event.equals("job")) onJob.accept(Job.fromJson(Json.parseObject(data.toString())));
+                    event = "message";
+                    data.setLength(0);
+                } else if (line.startsWith(":")) {
+                    continue;
+                } else if (line.startsWith("event:")) {
+                    event = line.substring(6).trim();
+                } else if (line.startsWith("data:")) {
+                    if (data.length() > 0) data.append('\n');
+                    data.append(line.substring(5).stripLeading());
+                }
+            }
+        } catch (java.io.UncheckedIOException e) {
+            throw new JobfairException("stream broke: " + e.getMessage(), e);
+        }
+    }
+}
