@@ -73,17 +73,23 @@ interface Call {
   signal?: AbortSignal
 }
 
-/** AbortSignal.any, which Node 18 lacks. */
-function anySignal(signals: AbortSignal[]): AbortSignal {
+/**
+ * AbortSignal.any, which Node 18 lacks; `release()` removes its listeners from the inputs
+ * (a worker's long-lived stop signal would otherwise collect one per request).
+ */
+function anySignal(signals: AbortSignal[]): { signal: AbortSignal; release(): void } {
   const controller = new AbortController()
+  const undo: (() => void)[] = []
   for (const s of signals) {
     if (s.aborted) {
       controller.abort(s.reason)
       break
     }
-    s.addEventListener('abort', () => controller.abort(s.reason), { once: true })
+    const onAbort = () => controller.abort(s.reason)
+    s.addEventListener('abort', onAbort, { once: true })
+    undo.push(() => s.removeEventListener('abort', onAbort))
   }
-  return controller.signal
+  return { signal: controller.signal, release: () => undo.forEach((f) => f()) }
 }
 
 const sleep = (ms: number, signal?: AbortSignal) =>
@@ -149,14 +155,20 @@ export class Jobfair {
 
   private async once<T>(call: Call): Promise<T> {
     const timeout = AbortSignal.timeout(call.timeoutMs ?? this.timeoutMs)
-    const signal = call.signal ? anySignal([call.signal, timeout]) : timeout
-    const response = await fetch(this.baseUrl + call.path, {
-      method: call.method,
-      headers: this.headers(call.body !== undefined),
-      body: call.body === undefined ? undefined : JSON.stringify(call.body),
-      signal,
-    })
-    const text = await response.text()
+    const combined = call.signal ? anySignal([call.signal, timeout]) : undefined
+    let response: Response
+    let text: string
+    try {
+      response = await fetch(this.baseUrl + call.path, {
+        method: call.method,
+        headers: this.headers(call.body !== undefined),
+        body: call.body === undefined ? undefined : JSON.stringify(call.body),
+        signal: combined?.signal ?? timeout,
+      })
+      text = await response.text()
+    } finally {
+      combined?.release()
+    }
     if (response.status >= 400) {
       let body: unknown = text
       try {
@@ -259,12 +271,20 @@ export class Jobfair {
     if (options.worker !== undefined) params.set('worker', options.worker)
     if (options.tenantIds?.length) params.set('tenantIds', options.tenantIds.join(','))
     const controller = new AbortController()
-    const signal = options.signal ? anySignal([options.signal, controller.signal]) : controller.signal
-    const response = await fetch(`${this.baseUrl}/v2/jobs/stream?${params}`, {
-      headers: { ...this.headers(false), accept: 'text/event-stream' },
-      signal,
-    })
+    const combined = options.signal ? anySignal([options.signal, controller.signal]) : undefined
+    const signal = combined?.signal ?? controller.signal
+    let response: Response
+    try {
+      response = await fetch(`${this.baseUrl}/v2/jobs/stream?${params}`, {
+        headers: { ...this.headers(false), accept: 'text/event-stream' },
+        signal,
+      })
+    } catch (err) {
+      combined?.release()
+      throw err
+    }
     if (response.status >= 400 || !response.body) {
+      combined?.release()
       const text = await response.text()
       let body: unknown = text
       try {
@@ -280,6 +300,7 @@ export class Jobfair {
       }
     } finally {
       controller.abort()
+      combined?.release()
     }
     throw new JobfairError('the server ended the stream')
   }

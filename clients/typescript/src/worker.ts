@@ -224,8 +224,12 @@ export class Worker {
   private async drain(): Promise<void> {
     if (this.inflight.size === 0) return
     const grace = this.options.shutdownGraceMs ?? 30_000
-    const all = Promise.allSettled([...this.inflight.keys()])
-    const timedOut = await Promise.race([all.then(() => false), sleep(grace).then(() => true)])
+    let timer: NodeJS.Timeout | undefined
+    const timedOut = await Promise.race([
+      Promise.allSettled([...this.inflight.keys()]).then(() => false),
+      new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(true), grace))),
+    ])
+    clearTimeout(timer) // a pending grace timer would keep the process alive
     if (!timedOut) return
     for (const { job, abort } of [...this.inflight.values()]) {
       abort.abort(new Error('worker shut down'))
