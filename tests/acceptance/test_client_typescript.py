@@ -48,4 +48,4 @@ async def test_typescript_client_suite(live):
     report = out.decode()
     assert proc.returncode == 0, report[-6000:]
     assert "# fail 0" in report or "ℹ fail 0" in report, report[-3000:]
-    assert "ℹ pass 9" in report, report[-3000:]
+    assert "ℹ pass 10" in report, report[-3000:]

@@ -28,6 +28,7 @@ from jobfair_client.models import BusinessError, Job
 
 log = logging.getLogger("jobfair_client")
 
+STOP_ABORT_DELAY_S = 0.25
 Result = dict[str, Any] | BusinessError | None
 AsyncHandler = Callable[[Job], Awaitable[Result]]
 SyncHandler = Callable[[Job], Result]
@@ -81,6 +82,7 @@ class AsyncWorker:
     def stop(self) -> None:
         """Stop activating; ``run()`` returns once in-flight jobs are finished or released."""
         self._stopping.set()
+        self._slot_freed.set()
 
     async def run(self) -> None:
         feed = self._poll() if self.mode == "poll" else self._stream()
@@ -88,9 +90,13 @@ class AsyncWorker:
         stopping = asyncio.create_task(self._stopping.wait())
         try:
             await asyncio.wait({feeder, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            # An activation answered this instant carries jobs the server counts as
+            # delivered: cutting the connection then would strand them until their lease
+            # ends.  So a request in flight gets a moment to come back (its jobs are then
+            # handled); one still waiting after that is cut, and the server releases what
+            # it activates for us meanwhile.
+            await asyncio.wait({feeder}, timeout=STOP_ABORT_DELAY_S)
         finally:
-            # Cancelling an activation in flight drops the connection: the server releases
-            # whatever it activated for us and never delivered.
             feeder.cancel()
             stopping.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -101,7 +107,7 @@ class AsyncWorker:
 
     async def _poll(self) -> None:
         failures = 0
-        while True:
+        while not self._stopping.is_set():
             free = self.concurrency - len(self._inflight)
             if free <= 0:
                 self._slot_freed.clear()
@@ -138,6 +144,8 @@ class AsyncWorker:
                 ):
                     failures = 0
                     self._start(job)
+                    if self._stopping.is_set():
+                        return
             except (JobfairError, httpx.HTTPError) as exc:
                 log.warning("stream of %s broke (%s); reconnecting", self.job_type, exc)
             failures += 1

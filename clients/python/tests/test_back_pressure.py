@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import pytest
-from jobfair_client import AsyncJobfair, InvalidArgument, ResourceExhausted
+from jobfair_client import AsyncJobfair, Backoff, InvalidArgument, ResourceExhausted
 
 from tests.fixtures import quiet_settings
 
@@ -91,3 +92,34 @@ async def test_the_api_key_is_sent_as_a_bearer_token():
     async with server, AsyncJobfair(f"http://127.0.0.1:{port}", api_key="jf_secret") as jf:
         assert await jf.activate("t", request_timeout_ms=-1) == []
     assert b"authorization: Bearer jf_secret" in seen[0].lower().replace(b"bearer", b"Bearer")
+
+
+async def test_connection_errors_are_retried_until_the_server_is_up():
+    """Nothing listens at first; the server comes up after the client's first failures."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(
+            next(h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")).split(
+                b":"
+            )[1]
+        )
+        await reader.readexactly(length)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 12\r\n\r\n"
+        )
+        writer.write(b'{"jobs": []}')
+        await writer.drain()
+        writer.close()
+
+    async with AsyncJobfair(f"http://127.0.0.1:{port}", backoff=Backoff(base_ms=100)) as jf:
+        call = asyncio.create_task(jf.activate("t", request_timeout_ms=-1))
+        while jf.retried < 1:  # noqa: ASYNC110 - the client's counter; there is no event
+            await asyncio.sleep(0.01)
+        server = await asyncio.start_server(answer, "127.0.0.1", port)
+        async with server:
+            assert await call == []
+    assert jf.retried >= 1

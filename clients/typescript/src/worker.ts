@@ -42,6 +42,7 @@ export interface WorkerStats {
   released: number
 }
 
+const STOP_ABORT_DELAY_MS = 250
 const quiet: Logger = { info() {}, warn() {}, error() {} }
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 
@@ -54,6 +55,8 @@ export class Worker {
   private readonly log: Logger
   private readonly inflight = new Map<Promise<void>, { job: Job; abort: AbortController }>()
   private readonly stopping = new AbortController()
+  private stopRequested = false
+  private abortTimer: NodeJS.Timeout | undefined
   private slotFreed: (() => void) | undefined
 
   constructor(
@@ -72,8 +75,14 @@ export class Worker {
 
   /** Stop activating; `run()` resolves once in-flight jobs are finished or released. */
   stop(): void {
-    this.stopping.abort(new Error('worker stopped'))
+    if (this.stopped || this.stopRequested) return
+    this.stopRequested = true
     this.slotFreed?.()
+    // An activation answered this instant carries jobs the server counts as delivered:
+    // cutting the connection then would strand them until their lease ends. So a request
+    // in flight gets a moment to come back (its jobs are then handled); one still waiting
+    // after that is cut, and the server releases what it activates for us meanwhile.
+    this.abortTimer = setTimeout(() => this.stopping.abort(new Error('worker stopped')), STOP_ABORT_DELAY_MS)
   }
 
   async run(): Promise<void> {
@@ -81,12 +90,13 @@ export class Worker {
       if (this.mode === 'poll') await this.poll()
       else await this.streamJobs()
     } finally {
+      clearTimeout(this.abortTimer) // the feed came back by itself: nothing left to cut
       await this.drain()
     }
   }
 
   private get stopped(): boolean {
-    return this.stopping.signal.aborted
+    return this.stopRequested || this.stopping.signal.aborted
   }
 
   private async poll(): Promise<void> {

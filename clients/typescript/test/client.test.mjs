@@ -10,6 +10,8 @@ import { BusinessError, Conflict, InvalidArgument, Jobfair, NotFound, ResourceEx
 const URL = process.env.JOBFAIR_URL
 assert.ok(URL, 'JOBFAIR_URL must point at a running Jobfair')
 const jf = new Jobfair(URL)
+// A suffix per run: job types of an earlier run against the same server never mix in.
+const RUN = Date.now().toString(36)
 
 async function statesOf(keys) {
   const counts = {}
@@ -36,13 +38,13 @@ function deferred() {
 }
 
 test('producer API and typed errors', async () => {
-  const job = await jf.createJob({ type: 'ts-mail', tenantId: 'acme', priority: 70, variables: { to: 'a@b' } })
+  const job = await jf.createJob({ type: `ts-mail-${RUN}`, tenantId: 'acme', priority: 70, variables: { to: 'a@b' } })
   assert.equal(job.state, 'CREATED')
   assert.equal(job.priority, 70)
-  const a = await jf.createJob({ type: 'ts-mail', idempotencyKey: 'k1' })
-  const b = await jf.createJob({ type: 'ts-mail', idempotencyKey: 'k1' })
+  const a = await jf.createJob({ type: `ts-mail-${RUN}`, idempotencyKey: 'k1' })
+  const b = await jf.createJob({ type: `ts-mail-${RUN}`, idempotencyKey: 'k1' })
   assert.equal(a.jobKey, b.jobKey)
-  const keys = await jf.createJobs([0, 1, 2].map((n) => ({ type: 'ts-mail', variables: { n } })))
+  const keys = await jf.createJobs([0, 1, 2].map((n) => ({ type: `ts-mail-${RUN}`, variables: { n } })))
   assert.deepEqual((await jf.getJob(keys[2])).variables, { n: 2 })
   await jf.cancelJob(keys[0])
   assert.equal((await jf.getJob(keys[0])).state, 'CANCELED')
@@ -50,7 +52,7 @@ test('producer API and typed errors', async () => {
   await assert.rejects(jf.getJob('4242'), (err) => err instanceof NotFound && err.type === 'urn:jobfair:not-found')
   await assert.rejects(jf.createJob({ type: 'no spaces' }), InvalidArgument)
 
-  const [active] = await jf.activate('ts-mail', { requestTimeoutMs: -1 })
+  const [active] = await jf.activate(`ts-mail-${RUN}`, { requestTimeoutMs: -1 })
   await jf.extendLease(active, 120_000)
   await jf.complete(active, { sent: true })
   await assert.rejects(jf.complete({ jobKey: active.jobKey, activationCount: active.activationCount + 1 }), StaleActivation)
@@ -60,7 +62,7 @@ test('producer API and typed errors', async () => {
 
 for (const mode of ['poll', 'stream']) {
   test(`4 handlers drain 1,000 jobs, each exactly once (${mode})`, async () => {
-    const type = `ts-drain-${mode}`
+    const type = `ts-drain-${mode}-${RUN}`
     const keys = await jf.createJobs(Array.from({ length: 1000 }, (_, i) => ({ type, tenantId: `t${i % 3}` })))
     const seen = new Map()
     let running = 0
@@ -89,10 +91,10 @@ for (const mode of ['poll', 'stream']) {
 }
 
 test('a handler exception fails the job and it is retried', async () => {
-  const job = await jf.createJob({ type: 'ts-flaky', retries: 3 })
+  const job = await jf.createJob({ type: `ts-flaky-${RUN}`, retries: 3 })
   const attempts = []
   const done = deferred()
-  const worker = new Worker(jf, 'ts-flaky', (j) => {
+  const worker = new Worker(jf, `ts-flaky-${RUN}`, (j) => {
     attempts.push(j.activationCount)
     if (j.activationCount === 1) throw new Error('first try breaks')
     done.resolve()
@@ -110,9 +112,9 @@ test('a handler exception fails the job and it is retried', async () => {
 })
 
 test('a BusinessError result throws a job error', async () => {
-  const job = await jf.createJob({ type: 'ts-pay' })
+  const job = await jf.createJob({ type: `ts-pay-${RUN}` })
   const called = deferred()
-  const worker = new Worker(jf, 'ts-pay', () => {
+  const worker = new Worker(jf, `ts-pay-${RUN}`, () => {
     called.resolve()
     return new BusinessError('CARD_DECLINED', 'insufficient funds', { declined: true })
   }, { requestTimeoutMs: 500 })
@@ -128,10 +130,10 @@ test('a BusinessError result throws a job error', async () => {
 test('a slow handler keeps its lease by heartbeat', async () => {
   // Lease 600 ms, handler 2.5 s, lease sweep every 50 ms: without the heartbeat a rival
   // polling for the job would get it.
-  const job = await jf.createJob({ type: 'ts-slow' })
+  const job = await jf.createJob({ type: `ts-slow-${RUN}` })
   const started = deferred()
   let finished = false
-  const worker = new Worker(jf, 'ts-slow', async (j) => {
+  const worker = new Worker(jf, `ts-slow-${RUN}`, async (j) => {
     started.resolve()
     await new Promise((r) => setTimeout(r, 2500))
     finished = true
@@ -140,7 +142,7 @@ test('a slow handler keeps its lease by heartbeat', async () => {
   const run = worker.run()
   await started.promise
   const rivalSaw = []
-  while (!finished) rivalSaw.push(...(await jf.activate('ts-slow', { requestTimeoutMs: 200 })))
+  while (!finished) rivalSaw.push(...(await jf.activate(`ts-slow-${RUN}`, { requestTimeoutMs: 200 })))
   worker.stop()
   await run
   const after = await jf.getJob(job.jobKey)
@@ -151,7 +153,7 @@ test('a slow handler keeps its lease by heartbeat', async () => {
 })
 
 test('shutdown mid-drain loses nothing', async () => {
-  const keys = await jf.createJobs(Array.from({ length: 200 }, () => ({ type: 'ts-shut' })))
+  const keys = await jf.createJobs(Array.from({ length: 200 }, () => ({ type: `ts-shut-${RUN}` })))
   const handled = new Map()
   const twenty = deferred()
   const everything = deferred()
@@ -161,7 +163,7 @@ test('shutdown mid-drain loses nothing', async () => {
     if (handled.size >= 20) twenty.resolve()
     if (handled.size === 200) everything.resolve()
   }
-  const first = new Worker(jf, 'ts-shut', handler, { concurrency: 4, requestTimeoutMs: 500 })
+  const first = new Worker(jf, `ts-shut-${RUN}`, handler, { concurrency: 4, requestTimeoutMs: 500 })
   const run1 = first.run()
   await twenty.promise
   first.stop()
@@ -169,7 +171,7 @@ test('shutdown mid-drain loses nothing', async () => {
   const afterStop = await statesOf(keys)
   assert.equal(afterStop.ACTIVATED, undefined, JSON.stringify(afterStop))
   assert.ok(first.stats.completed < 200)
-  const second = new Worker(jf, 'ts-shut', handler, { concurrency: 4, requestTimeoutMs: 500 })
+  const second = new Worker(jf, `ts-shut-${RUN}`, handler, { concurrency: 4, requestTimeoutMs: 500 })
   const run2 = second.run()
   await everything.promise
   second.stop()
@@ -185,16 +187,16 @@ test('a 503 is retried no sooner than Retry-After; other 4xx are not', async () 
   const hold = () => fetch(`${URL}/v2/jobs/activate`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ type: 'ts-idle', maxJobs: 1, timeout: 1000, requestTimeout: 1500 }),
+    body: JSON.stringify({ type: `ts-idle-${RUN}`, maxJobs: 1, timeout: 1000, requestTimeout: 1500 }),
   }).then((r) => r.json())
   const holders = [hold(), hold(), hold()]
   await untilWaiting(3)
   const impatient = new Jobfair(URL, { maxAttempts: 1 })
-  await assert.rejects(impatient.activate('ts-later', { requestTimeoutMs: 5000 }), (err) => err instanceof ResourceExhausted && err.retryAfterS === 1)
+  await assert.rejects(impatient.activate(`ts-later-${RUN}`, { requestTimeoutMs: 5000 }), (err) => err instanceof ResourceExhausted && err.retryAfterS === 1)
   const patient = new Jobfair(URL)
-  const later = patient.activate('ts-later', { requestTimeoutMs: 10_000 })
+  const later = patient.activate(`ts-later-${RUN}`, { requestTimeoutMs: 10_000 })
   assert.deepEqual(await Promise.all(holders), [{ jobs: [] }, { jobs: [] }, { jobs: [] }])
-  await jf.createJob({ type: 'ts-later' })
+  await jf.createJob({ type: `ts-later-${RUN}` })
   const jobs = await later
   assert.equal(jobs.length, 1)
   assert.ok(patient.retried >= 1)
@@ -217,4 +219,22 @@ test('the API key is sent as a bearer token', async () => {
   assert.deepEqual(await keyed.activate('t', { requestTimeoutMs: -1 }), [])
   server.close()
   assert.equal(seen, 'Bearer jf_secret')
+})
+
+test('connection errors are retried until the server is up', async () => {
+  const probe = http.createServer()
+  await new Promise((r) => probe.listen(0, '127.0.0.1', r))
+  const { port } = probe.address()
+  await new Promise((r) => probe.close(r)) // nothing listens there now
+  const client = new Jobfair(`http://127.0.0.1:${port}`, { backoff: new Backoff(100, 2, 1000) })
+  const call = client.activate('t', { requestTimeoutMs: -1 })
+  while (client.retried < 1) await new Promise((r) => setTimeout(r, 10)) // the client's counter
+  const server = http.createServer((req, res) => {
+    req.resume()
+    req.on('end', () => res.writeHead(200, { 'content-type': 'application/json' }).end('{"jobs": []}'))
+  })
+  await new Promise((r) => server.listen(port, '127.0.0.1', r))
+  assert.deepEqual(await call, [])
+  server.close()
+  assert.ok(client.retried >= 1)
 })

@@ -67,6 +67,7 @@ public final class Worker {
     }
 
     private static final Logger LOG = Logger.getLogger("dev.jobfair.client");
+    private static final long STOP_ABORT_DELAY_MS = 250;
 
     public final Stats stats = new Stats();
     private final Jobfair client;
@@ -101,9 +102,19 @@ public final class Worker {
 
     /** Stop activating; {@link #run()} returns once in-flight jobs are finished or released. */
     public void stop() {
+        if (stopping) return;
         stopping = true;
+        slots.release(); // wake a poller waiting for a free slot
+        // An activation answered this instant carries jobs the server counts as delivered:
+        // cutting the connection then would strand them until their lease ends. So a request
+        // in flight gets a moment to come back (its jobs are then handled); one still waiting
+        // after that is cut, and the server releases what it activates for us meanwhile.
+        beats.schedule(this::cutConnections, STOP_ABORT_DELAY_MS, TimeUnit.MILLISECONDS);
+    }
+
+    private void cutConnections() {
         CompletableFuture<?> pending = activation.get();
-        if (pending != null) pending.cancel(true); // the server releases what it activated for us
+        if (pending != null) pending.cancel(true);
         AutoCloseable open = stream.get();
         if (open != null) {
             try {
@@ -112,7 +123,6 @@ public final class Worker {
                 // closing a broken stream: nothing more to release
             }
         }
-        slots.release(); // wake a poller waiting for a free slot
     }
 
     /** Blocks until {@link #stop()} has been called and in-flight jobs are done. */
@@ -154,7 +164,10 @@ public final class Worker {
         int failures = 0;
         while (!stopping) {
             try {
-                client.stream(type, o.concurrency, o.timeoutMs, o.name, this::start, stream::set);
+                client.stream(type, o.concurrency, o.timeoutMs, o.name, job -> {
+                    start(job);
+                    if (stopping) cutConnections();
+                }, stream::set);
             } catch (JobfairException e) {
                 if (stopping) return;
                 LOG.log(Level.WARNING, "stream of {0} broke ({1}); reconnecting", new Object[] {type, e.getMessage()});

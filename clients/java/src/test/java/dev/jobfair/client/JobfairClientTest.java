@@ -36,6 +36,8 @@ import org.junit.jupiter.api.Timeout;
 @Timeout(value = 120, unit = TimeUnit.SECONDS)
 class JobfairClientTest {
     static final String URL = System.getenv("JOBFAIR_URL");
+    /** A suffix per run: job types of an earlier run against the same server never mix in. */
+    static final String RUN = Long.toString(System.currentTimeMillis(), 36);
     final Jobfair jf = new Jobfair(URL);
 
     Map<String, Integer> states(List<String> keys) {
@@ -52,15 +54,15 @@ class JobfairClientTest {
 
     @Test
     void producerApiAndTypedErrors() {
-        Job job = jf.createJob(new NewJob("java-mail").tenantId("acme").priority(70).variables(Map.of("to", "a@b")));
+        Job job = jf.createJob(new NewJob("java-mail-" + RUN).tenantId("acme").priority(70).variables(Map.of("to", "a@b")));
         assertEquals("CREATED", job.state());
         assertEquals(70, job.priority());
-        Job a = jf.createJob(new NewJob("java-mail").idempotencyKey("k1"));
-        Job b = jf.createJob(new NewJob("java-mail").idempotencyKey("k1"));
+        Job a = jf.createJob(new NewJob("java-mail-" + RUN).idempotencyKey("k1"));
+        Job b = jf.createJob(new NewJob("java-mail-" + RUN).idempotencyKey("k1"));
         assertEquals(a.key(), b.key());
         List<String> keys = jf.createJobs(List.of(
-                new NewJob("java-mail").variables(Map.of("n", 0)),
-                new NewJob("java-mail").variables(Map.of("n", 1))));
+                new NewJob("java-mail-" + RUN).variables(Map.of("n", 0)),
+                new NewJob("java-mail-" + RUN).variables(Map.of("n", 1))));
         assertEquals(Map.of("n", 1L), jf.getJob(keys.get(1)).variables());
         jf.cancelJob(keys.get(0));
         assertEquals("CANCELED", jf.getJob(keys.get(0)).state());
@@ -69,7 +71,7 @@ class JobfairClientTest {
         assertEquals("urn:jobfair:not-found", missing.type);
         assertThrows(ProblemException.InvalidArgument.class, () -> jf.createJob(new NewJob("no spaces")));
 
-        Job active = jf.activate("java-mail", new Jobfair.Activate(1, 60_000, -1L)).get(0);
+        Job active = jf.activate("java-mail-" + RUN, new Jobfair.Activate(1, 60_000, -1L)).get(0);
         jf.extendLease(active, 120_000);
         jf.complete(active, Map.of("sent", true));
         Job stale = new Job(active.key(), active.type(), active.tenantId(), active.state(), 0, 0, 0,
@@ -80,7 +82,7 @@ class JobfairClientTest {
     }
 
     void drain(Worker.Mode mode) throws Exception {
-        String type = "java-drain-" + mode;
+        String type = "java-drain-" + mode + "-" + RUN;
         List<NewJob> batch = new ArrayList<>();
         for (int i = 0; i < 1000; i++) batch.add(new NewJob(type).tenantId("t" + (i % 3)));
         List<String> keys = jf.createJobs(batch);
@@ -118,10 +120,10 @@ class JobfairClientTest {
 
     @Test
     void aHandlerExceptionFailsTheJobAndItIsRetried() throws Exception {
-        Job job = jf.createJob(new NewJob("java-flaky").retries(3));
+        Job job = jf.createJob(new NewJob("java-flaky-" + RUN).retries(3));
         List<Integer> attempts = new ArrayList<>();
         CountDownLatch done = new CountDownLatch(1);
-        Worker w = new Worker(jf, "java-flaky", j -> {
+        Worker w = new Worker(jf, "java-flaky-" + RUN, j -> {
             synchronized (attempts) {
                 attempts.add(j.activationCount());
             }
@@ -142,9 +144,9 @@ class JobfairClientTest {
 
     @Test
     void aBusinessErrorThrowsAJobError() throws Exception {
-        Job job = jf.createJob(new NewJob("java-pay"));
+        Job job = jf.createJob(new NewJob("java-pay-" + RUN));
         CountDownLatch called = new CountDownLatch(1);
-        Worker w = new Worker(jf, "java-pay", j -> {
+        Worker w = new Worker(jf, "java-pay-" + RUN, j -> {
             called.countDown();
             throw new BusinessError("CARD_DECLINED", "insufficient funds", Map.of("declined", true));
         }, new Worker.Options().requestTimeoutMs(500));
@@ -162,10 +164,10 @@ class JobfairClientTest {
     void aSlowHandlerKeepsItsLeaseByHeartbeat() throws Exception {
         // Lease 600 ms, handler 2.5 s, lease sweep every 50 ms: without the heartbeat a rival
         // polling for the job would get it.
-        Job job = jf.createJob(new NewJob("java-slow"));
+        Job job = jf.createJob(new NewJob("java-slow-" + RUN));
         CountDownLatch started = new CountDownLatch(1);
         CountDownLatch finished = new CountDownLatch(1);
-        Worker w = new Worker(jf, "java-slow", j -> {
+        Worker w = new Worker(jf, "java-slow-" + RUN, j -> {
             started.countDown();
             Thread.sleep(2500);
             finished.countDown();
@@ -174,7 +176,7 @@ class JobfairClientTest {
         Thread t = runInBackground(w);
         assertTrue(started.await(30, TimeUnit.SECONDS));
         List<Job> rivalSaw = new ArrayList<>();
-        while (finished.getCount() > 0) rivalSaw.addAll(jf.activate("java-slow", new Jobfair.Activate(1, 60_000, 200L)));
+        while (finished.getCount() > 0) rivalSaw.addAll(jf.activate("java-slow-" + RUN, new Jobfair.Activate(1, 60_000, 200L)));
         w.stop();
         t.join();
         Job after = jf.getJob(job.key());
@@ -187,7 +189,7 @@ class JobfairClientTest {
     @Test
     void shutdownMidDrainLosesNothing() throws Exception {
         List<NewJob> batch = new ArrayList<>();
-        for (int i = 0; i < 200; i++) batch.add(new NewJob("java-shut"));
+        for (int i = 0; i < 200; i++) batch.add(new NewJob("java-shut-" + RUN));
         List<String> keys = jf.createJobs(batch);
         Map<String, AtomicInteger> handled = new ConcurrentHashMap<>();
         CountDownLatch twenty = new CountDownLatch(20);
@@ -199,7 +201,7 @@ class JobfairClientTest {
             everything.countDown();
             return null;
         };
-        Worker first = new Worker(jf, "java-shut", handler, new Worker.Options().concurrency(4).requestTimeoutMs(500));
+        Worker first = new Worker(jf, "java-shut-" + RUN, handler, new Worker.Options().concurrency(4).requestTimeoutMs(500));
         Thread t1 = runInBackground(first);
         assertTrue(twenty.await(30, TimeUnit.SECONDS));
         first.stop();
@@ -207,7 +209,7 @@ class JobfairClientTest {
         Map<String, Integer> afterStop = states(keys);
         assertEquals(null, afterStop.get("ACTIVATED"), afterStop.toString());
         assertTrue(first.stats.completed.get() < 200);
-        Worker second = new Worker(jf, "java-shut", handler, new Worker.Options().concurrency(4).requestTimeoutMs(500));
+        Worker second = new Worker(jf, "java-shut-" + RUN, handler, new Worker.Options().concurrency(4).requestTimeoutMs(500));
         Thread t2 = runInBackground(second);
         assertTrue(everything.await(60, TimeUnit.SECONDS));
         second.stop();
@@ -231,20 +233,20 @@ class JobfairClientTest {
         HttpRequest hold = HttpRequest.newBuilder(URI.create(URL + "/v2/jobs/activate"))
                 .header("Content-Type", "application/json")
                 .POST(HttpRequest.BodyPublishers.ofString(
-                        "{\"type\":\"java-idle\",\"maxJobs\":1,\"timeout\":1000,\"requestTimeout\":1500}"))
+                        "{\"type\":\"java-idle-" + RUN + "\",\"maxJobs\":1,\"timeout\":1000,\"requestTimeout\":1500}"))
                 .build();
         List<CompletableFuture<HttpResponse<String>>> holders = new ArrayList<>();
         for (int i = 0; i < 3; i++) holders.add(http.sendAsync(hold, HttpResponse.BodyHandlers.ofString()));
         while (waiting() < 3) Thread.sleep(10); // the server's gauge; there is no event to await
         Jobfair impatient = new Jobfair(URL, null, 1, Backoff.DEFAULT);
         ProblemException.ResourceExhausted refused = assertThrows(ProblemException.ResourceExhausted.class,
-                () -> impatient.activate("java-later", new Jobfair.Activate(1, 60_000, 5_000L)));
+                () -> impatient.activate("java-later-" + RUN, new Jobfair.Activate(1, 60_000, 5_000L)));
         assertEquals(1.0, refused.retryAfterS);
         Jobfair patient = new Jobfair(URL);
         CompletableFuture<List<Job>> later = CompletableFuture.supplyAsync(
-                () -> patient.activate("java-later", new Jobfair.Activate(1, 60_000, 10_000L)));
+                () -> patient.activate("java-later-" + RUN, new Jobfair.Activate(1, 60_000, 10_000L)));
         for (CompletableFuture<HttpResponse<String>> h : holders) assertEquals("{\"jobs\":[]}", h.get().body());
-        jf.createJob(new NewJob("java-later"));
+        jf.createJob(new NewJob("java-later-" + RUN));
         assertEquals(1, later.get(30, TimeUnit.SECONDS).size());
         assertTrue(patient.retried.get() >= 1);
         Jobfair strict = new Jobfair(URL);
@@ -276,6 +278,33 @@ class JobfairClientTest {
         }
         assertNotNull(seen.get());
         assertEquals("Bearer jf_secret", seen.get());
+    }
+
+    @Test
+    void connectionErrorsAreRetriedUntilTheServerIsUp() throws Exception {
+        int port;
+        try (java.net.ServerSocket probe = new java.net.ServerSocket(0)) {
+            port = probe.getLocalPort(); // nothing listens there once it is closed
+        }
+        Jobfair client = new Jobfair("http://127.0.0.1:" + port, null, 20, new Backoff(100, 2, 1000));
+        CompletableFuture<List<Job>> call = CompletableFuture.supplyAsync(
+                () -> client.activate("t", new Jobfair.Activate(1, 1000, -1L)));
+        while (client.retried.get() < 1) Thread.sleep(10); // the client's counter
+        HttpServer server = HttpServer.create(new InetSocketAddress("127.0.0.1", port), 0);
+        server.createContext("/", exchange -> {
+            exchange.getRequestBody().readAllBytes();
+            byte[] body = "{\"jobs\": []}".getBytes(StandardCharsets.UTF_8);
+            exchange.sendResponseHeaders(200, body.length);
+            exchange.getResponseBody().write(body);
+            exchange.close();
+        });
+        server.start();
+        try {
+            assertEquals(List.of(), call.get(30, TimeUnit.SECONDS));
+        } finally {
+            server.stop(0);
+        }
+        assertTrue(client.retried.get() >= 1);
     }
 
     @Test
