@@ -15,6 +15,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -44,86 +45,52 @@ def free_port() -> int:
 
 
 @contextmanager
-def server(url: str, workers: int = 1, pool: int = 20) -> Iterator[str]:
-    """A ``jobfair serve`` process tree on a free port; yields its base URL."""
-    port = free_port()
-    env = {**os.environ, "JOBFAIR_DB_POOL_SIZE": str(pool)}
-    log = open(ROOT / ".jobfair" / f"bench-server-{port}.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "app.cli",
-            "serve",
-            "--database-url",
-            url,
-            "--port",
-            str(port),
-            "--workers",
-            str(workers),
-            "--log-level",
-            "warning",
-        ],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        cwd=ROOT,
-    )
+def _running(command: list[str], port: int, ready: str, **popen: Any) -> Iterator[str]:
+    """A server process on ``port``: yields its base URL once ``GET ready`` answers 200."""
+    proc = subprocess.Popen(command, cwd=ROOT, **popen)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"server exited: see {log.name}")
+                raise RuntimeError(f"{command[2:4]} exited with {proc.returncode}")
             try:
-                if httpx.get(base + "/readyz", timeout=1).status_code == 200:
+                if httpx.get(base + ready, timeout=1).status_code == 200:
                     break
             except httpx.TransportError:
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError("server did not become ready")
+                raise RuntimeError(f"{command[2:4]} did not become ready")
             time.sleep(0.1)
         yield base
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-        log.close()
+
+
+@contextmanager
+def server(url: str, workers: int = 1, pool: int = 20) -> Iterator[str]:
+    """A ``jobfair serve`` process tree on a free port; yields its base URL."""
+    port = free_port()
+    env = {**os.environ, "JOBFAIR_DB_POOL_SIZE": str(pool)}
+    command = [sys.executable, "-m", "app.cli", "serve", "--database-url", url]
+    command += ["--port", str(port), "--workers", str(workers), "--log-level", "warning"]
+    with (
+        open(ROOT / ".jobfair" / f"bench-server-{port}.log", "wb") as log,
+        _running(command, port, "/readyz", env=env, stdout=log, stderr=subprocess.STDOUT) as base,
+    ):
+        yield base
 
 
 @contextmanager
 def plain_server(app: str, workers: int = 1) -> Iterator[str]:
-    """Any ASGI app (``module:attr``) under uvicorn on a free port; yields its base URL."""
+    """Any ASGI app (``module:attr``) under uvicorn on a free port; yields its base URL.
+    It must answer ``GET /openapi.json`` (FastAPI apps do) to be seen ready."""
     port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            app,
-            "--port",
-            str(port),
-            "--workers",
-            str(workers),
-            "--log-level",
-            "warning",
-        ],
-        cwd=ROOT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.get(base + "/", timeout=1)
-                break
-            except httpx.TransportError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"{app} did not start") from None
-                time.sleep(0.1)
+    command = [sys.executable, "-m", "uvicorn", app, "--port", str(port)]
+    command += ["--workers", str(workers), "--log-level", "warning"]
+    with _running(command, port, "/openapi.json") as base:
         yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 @asynccontextmanager

@@ -201,6 +201,35 @@ def _should_retry(exc: Exception, call: Call) -> float | None:
     return None
 
 
+def _request_args(call: Call) -> dict[str, Any]:
+    timeout = call.timeout_s if call.timeout_s is not None else httpx.USE_CLIENT_DEFAULT
+    return {
+        "method": call.method,
+        "url": call.path,
+        "json": call.body,
+        "params": call.params,
+        "timeout": timeout,
+    }
+
+
+class _Attempts:
+    """The retry policy of one call, for either client: how long to wait before sending
+    it again, or the failure re-raised when it must not be (or no longer be) retried."""
+
+    def __init__(self, client: AsyncJobfair | Jobfair, call: Call) -> None:
+        self.client = client
+        self.call = call
+        self.failed = 0
+
+    def wait_before_next(self, exc: Exception) -> float:
+        retry_after = _should_retry(exc, self.call)
+        self.failed += 1
+        if retry_after is None or self.failed >= self.client.max_attempts:
+            raise exc
+        self.client.retried += 1
+        return self.client.backoff.delay_s(self.failed - 1, retry_after)
+
+
 def _sse_events(lines: Iterator[str] | list[str]) -> Iterator[tuple[str, str]]:
     """(event, data) pairs from SSE lines; comments (keep-alives) are skipped."""
     event, data = "message", list[str]()
@@ -253,26 +282,12 @@ class AsyncJobfair:
         await self._http.aclose()
 
     async def send(self, call: Call) -> Any:
-        attempt = 0
+        attempts = _Attempts(self, call)
         while True:
             try:
-                response = await self._http.request(
-                    call.method,
-                    call.path,
-                    json=call.body,
-                    params=call.params,
-                    timeout=call.timeout_s
-                    if call.timeout_s is not None
-                    else httpx.USE_CLIENT_DEFAULT,
-                )
-                return _answer(response)
+                return _answer(await self._http.request(**_request_args(call)))
             except (ProblemError, httpx.TransportError) as exc:
-                retry_after = _should_retry(exc, call)
-                attempt += 1
-                if retry_after is None or attempt >= self.max_attempts:
-                    raise
-                self.retried += 1
-                await asyncio.sleep(self.backoff.delay_s(attempt - 1, retry_after))
+                await asyncio.sleep(attempts.wait_before_next(exc))
 
     # -- producing ---------------------------------------------------------------------
 
@@ -402,26 +417,12 @@ class Jobfair:
         self._http.close()
 
     def send(self, call: Call) -> Any:
-        attempt = 0
+        attempts = _Attempts(self, call)
         while True:
             try:
-                response = self._http.request(
-                    call.method,
-                    call.path,
-                    json=call.body,
-                    params=call.params,
-                    timeout=call.timeout_s
-                    if call.timeout_s is not None
-                    else httpx.USE_CLIENT_DEFAULT,
-                )
-                return _answer(response)
+                return _answer(self._http.request(**_request_args(call)))
             except (ProblemError, httpx.TransportError) as exc:
-                retry_after = _should_retry(exc, call)
-                attempt += 1
-                if retry_after is None or attempt >= self.max_attempts:
-                    raise
-                self.retried += 1
-                time.sleep(self.backoff.delay_s(attempt - 1, retry_after))
+                time.sleep(attempts.wait_before_next(exc))
 
     def create_job(self, job_type: str, **fields: Any) -> Job:
         return Job.from_json(self.send(_Calls.create_job(NewJob(job_type, **fields))))

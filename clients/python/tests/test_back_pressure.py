@@ -16,22 +16,23 @@ def settings():
     return quiet_settings(max_waiters=1)  # a second waiting long poll is refused with 503
 
 
-async def until_waiting(live, n: int) -> None:
-    """Until the server holds ``n`` long polls (it exposes a counter, not an event)."""
-    while live.services.waiters.waiting < n:  # noqa: ASYNC110
+async def hold_the_waiter_slot(live, ms: int) -> asyncio.Task:
+    """A long poll on an empty type that takes the only waiter slot for ``ms``; returns
+    once the server holds it (it exposes a counter, not an event)."""
+    holder = asyncio.create_task(
+        live.client.post(
+            "/v2/jobs/activate",
+            json={"type": "idle", "maxJobs": 1, "timeout": 1000, "requestTimeout": ms},
+        )
+    )
+    while live.services.waiters.waiting < 1:  # noqa: ASYNC110
         await asyncio.sleep(0.01)
+    return holder
 
 
 async def test_a_503_is_retried_after_retry_after(live):
     c = live.client
-    # The only waiter slot is taken for 1.5 s by a long poll on an empty type.
-    holder = asyncio.create_task(
-        c.post(
-            "/v2/jobs/activate",
-            json={"type": "idle", "maxJobs": 1, "timeout": 1000, "requestTimeout": 1500},
-        )
-    )
-    await until_waiting(live, 1)
+    holder = await hold_the_waiter_slot(live, 1500)
     async with AsyncJobfair(live.url) as jf:
         # A long poll now is refused (503, Retry-After: 1) and retried until the slot frees;
         # the job it then waits for is created only after the holder has gone.
@@ -44,14 +45,7 @@ async def test_a_503_is_retried_after_retry_after(live):
 
 
 async def test_back_pressure_surfaces_once_attempts_run_out(live):
-    c = live.client
-    holder = asyncio.create_task(
-        c.post(
-            "/v2/jobs/activate",
-            json={"type": "idle", "maxJobs": 1, "timeout": 1000, "requestTimeout": 3000},
-        )
-    )
-    await until_waiting(live, 1)
+    holder = await hold_the_waiter_slot(live, 3000)
     async with AsyncJobfair(live.url, max_attempts=1) as jf:
         with pytest.raises(ResourceExhausted) as refused:
             await jf.activate("other", request_timeout_ms=5000)
