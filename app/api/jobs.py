@@ -12,7 +12,15 @@ from starlette.responses import Response
 
 from app.activation import ActivateRequest
 from app.api import schemas
-from app.api.parsing import body, check_payload_size, fence, job_key, payload, validate
+from app.api.parsing import (
+    body,
+    check_payload_size,
+    fence,
+    job_key,
+    payload,
+    payload_limit,
+    validate,
+)
 from app.api.problems import JSON
 from app.domain import job_record, utcnow
 from app.errors import InvalidArgument, ResourceExhausted
@@ -23,13 +31,18 @@ from app.streaming import Stream, keep_alive_factory
 router = APIRouter(prefix="/v2/jobs", tags=["jobs"])
 
 
-def _new_job(request: Request, job: schemas.CreateJob, now: datetime) -> NewJob:
-    if job.runAt is not None and job.delay is not None:
-        raise InvalidArgument("give runAt or delay, not both")
-    run_at = job.run_at() or now
-    if job.delay is not None:
+def _new_job(job: schemas.CreateJob, now: datetime, payload_limit: int | None) -> NewJob:
+    """``payload_limit``: check this job's variables + customHeaders against it, or None
+    when the whole body is under it (then no job in it can be over: the usual case)."""
+    run_at = now
+    if job.runAt is not None:
+        if job.delay is not None:
+            raise InvalidArgument("give runAt or delay, not both")
+        run_at = job.run_at() or now
+    elif job.delay is not None:
         run_at = now + timedelta(milliseconds=job.delay)
-    check_payload_size(request, job.variables, job.customHeaders)
+    if payload_limit is not None:
+        check_payload_size(payload_limit, job.variables, job.customHeaders)
     return NewJob(
         job.type,
         job.tenantId,
@@ -47,7 +60,8 @@ async def create_job(request: Request) -> Response:
     spec = await body(request, schemas.CreateJob)
     now = utcnow()
     services = request.app.state.services
-    [inserted] = await services.jobs.create([_new_job(request, spec, now)], now)
+    new = _new_job(spec, now, payload_limit(request))
+    [inserted] = await services.jobs.create([new], now)
     record = await services.jobs.get(inserted.job_key, now)
     return JSON(record, status_code=201 if inserted.created else 200)
 
@@ -59,7 +73,8 @@ async def create_batch(request: Request) -> Response:
     if len(spec.jobs) > limit:
         raise InvalidArgument(f"jobs: at most {limit} jobs per batch, got {len(spec.jobs)}")
     now = utcnow()
-    new = [_new_job(request, j, now) for j in spec.jobs]
+    limit = payload_limit(request)
+    new = [_new_job(j, now, limit) for j in spec.jobs]
     inserted = await request.app.state.services.jobs.create(new, now)
     return JSON({"jobKeys": [str(i.job_key) for i in inserted]}, status_code=201)
 

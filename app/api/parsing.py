@@ -89,15 +89,18 @@ def payload(request: Request, *parts: dict[str, Any] | None) -> list[str | None]
     return out
 
 
-def check_payload_size(
-    request: Request, variables: dict[str, Any], headers: dict[str, Any]
-) -> None:
-    """variables + customHeaders of one job, serialized, within the limit.  A body that is
-    itself under the limit cannot hold a job over it, so most requests skip the work."""
-    limit = request.app.state.settings.max_payload_bytes
+def payload_limit(request: Request) -> int | None:
+    """The per-job payload limit to check each job against, or None when the request's
+    body is itself under it: then no job in it can be over, and the work is skipped."""
+    limit: int = request.app.state.settings.max_payload_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) <= limit:
-        return
+        return None
+    return limit
+
+
+def check_payload_size(limit: int, variables: dict[str, Any], headers: dict[str, Any]) -> None:
+    """variables + customHeaders of one job, serialized, within the limit."""
     if len(orjson.dumps(variables)) + len(orjson.dumps(headers)) > limit:
         raise InvalidArgument(f"variables and customHeaders exceed {limit} bytes serialized")
 
