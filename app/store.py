@@ -34,7 +34,7 @@ import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, NamedTuple, ParamSpec, TypeVar
 
 import asyncpg
 import orjson
@@ -560,8 +560,9 @@ def _lock_sql(fn: str, klass: int, keys: Sequence[int]) -> str:
     return f"SELECT {calls}"
 
 
-@dataclass(frozen=True, slots=True)
-class NewJob:
+class NewJob(NamedTuple):
+    """A job to insert (tuples: a batch builds thousands of them per request)."""
+
     job_type: str
     tenant_id: str
     priority: int
@@ -590,8 +591,7 @@ def _batch_json(new: Sequence[NewJob], now: datetime) -> str:
     ).decode()
 
 
-@dataclass(frozen=True, slots=True)
-class Inserted:
+class Inserted(NamedTuple):
     job_key: int
     created: bool
 
