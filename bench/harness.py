@@ -70,16 +70,19 @@ def _running(command: list[str], port: int, ready: str, **popen: Any) -> Iterato
 
 @contextmanager
 def server(url: str, workers: int = 1, pool: int = 20) -> Iterator[str]:
-    """A ``jobfair serve`` process tree on a free port; yields its base URL."""
+    """A ``jobfair serve`` process tree on a free port; yields its base URL.  Its log is
+    kept under .jobfair/ only when the benchmark using it failed."""
     port = free_port()
     env = {**os.environ, "JOBFAIR_DB_POOL_SIZE": str(pool)}
     command = [sys.executable, "-m", "app.cli", "serve", "--database-url", url]
     command += ["--port", str(port), "--workers", str(workers), "--log-level", "warning"]
+    path = ROOT / ".jobfair" / f"bench-server-{port}.log"
     with (
-        open(ROOT / ".jobfair" / f"bench-server-{port}.log", "wb") as log,
+        open(path, "wb") as log,
         _running(command, port, "/readyz", env=env, stdout=log, stderr=subprocess.STDOUT) as base,
     ):
         yield base
+    path.unlink()
 
 
 @contextmanager
