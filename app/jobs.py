@@ -103,7 +103,10 @@ class JobService:
                 f"job {job_key} is {row['state']}; only a CREATED job can be canceled"
             )
 
-    async def complete(self, job_key: int, activation_count: int, variables: str | None) -> None:
+    async def complete(
+        self, job_key: int, activation_count: int | None, variables: str | None
+    ) -> None:
+        activation_count = await self._fence(job_key, activation_count)
         if not await self.group_commit.complete((job_key, activation_count, variables)):
             await self._explain_fenced(job_key, activation_count)
 
@@ -120,7 +123,7 @@ class JobService:
     async def fail(
         self,
         job_key: int,
-        activation_count: int,
+        activation_count: int | None,
         *,
         retries: int | None,
         error_message: str | None,
@@ -128,6 +131,7 @@ class JobService:
         variables: str | None,
         now: datetime,
     ) -> None:
+        activation_count = await self._fence(job_key, activation_count)
         row = await self.store.fail_job(
             job_key,
             activation_count,
@@ -149,8 +153,7 @@ class JobService:
         variables: str | None,
         now: datetime,
     ) -> None:
-        if activation_count is None:
-            activation_count = await self.current_activation(job_key)
+        activation_count = await self._fence(job_key, activation_count)
         if not await self.store.throw_error(
             job_key, activation_count, error_code, error_message, variables, now
         ):
@@ -189,7 +192,12 @@ class JobService:
             raise NotFound(f"job {job_key} does not exist")
         return rows[job_key]
 
-    async def current_activation(self, job_key: int) -> int:
+    async def _fence(self, job_key: int, activation_count: int | None) -> int:
+        """The activation a finish call is fenced by: the caller's, or, when it sent none
+        (Camunda's clients without a lease token), the current one of an ACTIVATED job,
+        the guarantee Camunda itself gives."""
+        if activation_count is not None:
+            return activation_count
         row = await self._existing(job_key)
         if row["state"] != "ACTIVATED":
             raise InvalidState(f"job {job_key} is {row['state']}, not ACTIVATED")

@@ -14,17 +14,10 @@ from starlette.responses import Response
 
 from app.activation import ActivateRequest
 from app.api import schemas
-from app.api.jobs import long_poll
-from app.api.parsing import (
-    activation_from_token,
-    body,
-    job_key,
-    lease_token,
-    optional_body,
-    payload,
-)
+from app.api.jobs import fail, long_poll
+from app.api.parsing import body, fence, job_key, lease_token, optional_body, payload
 from app.api.problems import JSON
-from app.domain import MAX_ACTIVATE_JOBS, rfc3339, utcnow, visible_variables
+from app.domain import MAX_ACTIVATE_JOBS, rfc3339, visible_variables
 from app.errors import InvalidArgument
 
 router = APIRouter(prefix="/v2/jobs", tags=["camunda"])
@@ -99,20 +92,12 @@ async def activation(request: Request) -> Response:
     return JSON({"jobs": [camunda_job(r, spec.fetchVariable) for r in rows]})
 
 
-async def _fence(request: Request, key: int, token: str | None) -> int:
-    """With a token, its activation; without, the current one (the job must be
-    ACTIVATED: the guarantee Camunda itself gives)."""
-    if token is not None:
-        return activation_from_token(key, token)
-    return await request.app.state.services.jobs.current_activation(key)
-
-
 @router.post("/{key}/completion", status_code=204)
 async def completion(request: Request, key: str) -> Response:
     k = job_key(key)
     spec = await optional_body(request, CamundaComplete)
-    count = await _fence(request, k, spec.jobLeaseToken)
     [variables] = payload(request, spec.variables)
+    count = fence(k, None, spec.jobLeaseToken)
     await request.app.state.services.jobs.complete(k, count, variables)
     return Response(status_code=204)
 
@@ -121,17 +106,7 @@ async def completion(request: Request, key: str) -> Response:
 async def failure(request: Request, key: str) -> Response:
     k = job_key(key)
     spec = await optional_body(request, CamundaFail)
-    count = await _fence(request, k, spec.jobLeaseToken)
-    [variables] = payload(request, spec.variables)
-    await request.app.state.services.jobs.fail(
-        k,
-        count,
-        retries=spec.retries,
-        error_message=spec.errorMessage,
-        retry_backoff_ms=spec.retryBackOff,
-        variables=variables,
-        now=utcnow(),
-    )
+    await fail(request, k, fence(k, None, spec.jobLeaseToken), spec)
     return Response(status_code=204)
 
 

@@ -206,17 +206,22 @@ async def complete_job(request: Request, key: str) -> Response:
 async def fail_job(request: Request, key: str) -> Response:
     k = job_key(key)
     spec = await body(request, schemas.Fail)
+    await fail(request, k, spec.activationCount, spec)
+    return Response(status_code=204)
+
+
+async def fail(request: Request, key: int, count: int | None, spec: schemas.FailFields) -> None:
+    """A failure from either surface (they differ in the fence and the default retries)."""
     [variables] = payload(request, spec.variables)
     await request.app.state.services.jobs.fail(
-        k,
-        spec.activationCount,
+        key,
+        count,
         retries=spec.retries,
         error_message=spec.errorMessage,
         retry_backoff_ms=spec.retryBackOff,
         variables=variables,
         now=utcnow(),
     )
-    return Response(status_code=204)
 
 
 @router.post("/{key}/error", status_code=204)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
@@ -93,6 +93,19 @@ class Fail(Strict):
     errorMessage: ShortText | None = None
     retryBackOff: BackoffMs = 0
     variables: dict[str, Any] | None = None
+
+
+class FailFields(Protocol):
+    """What a failure carries on either surface (``Fail`` here, ``CamundaFail``)."""
+
+    @property
+    def retries(self) -> int | None: ...
+    @property
+    def errorMessage(self) -> str | None: ...
+    @property
+    def retryBackOff(self) -> int: ...
+    @property
+    def variables(self) -> dict[str, Any] | None: ...
 
 
 class ThrowError(Strict):
