@@ -133,8 +133,7 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
     app = FastAPI(
         title="Jobfair", version=__version__, lifespan=lifespan, docs_url="/docs", redoc_url=None
     )
-    spec = openapi.build()
-    app.openapi = lambda: spec  # type: ignore[method-assign]
+    app.openapi = openapi.build  # type: ignore[method-assign]
     app.state.settings = settings
     app.state.schema_head = migrations.head_revision()
     problems.install(app)

@@ -9,6 +9,7 @@ fails when a route is missing here or ``clients/openapi.json`` is stale.  Regene
 
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -405,8 +406,9 @@ ERROR_TEXT = {
 }
 
 
+@functools.cache
 def build() -> dict[str, Any]:
-    """The whole OpenAPI 3.1 document."""
+    """The whole OpenAPI 3.1 document: built on first request (not at start-up), once."""
     components: dict[str, Any] = {}
 
     def ref(model: type[BaseModel]) -> dict[str, Any]:
