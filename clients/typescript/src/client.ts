@@ -92,7 +92,8 @@ function anySignal(signals: AbortSignal[]): { signal: AbortSignal; release(): vo
   return { signal: controller.signal, release: () => undo.forEach((f) => f()) }
 }
 
-const sleep = (ms: number, signal?: AbortSignal) =>
+/** Waits `ms`; rejects early when `signal` aborts. */
+export const sleep = (ms: number, signal?: AbortSignal) =>
   new Promise<void>((resolve, reject) => {
     if (signal?.aborted) return reject(signal.reason)
     const timer = setTimeout(resolve, ms)

@@ -8,7 +8,7 @@
  * handlers keep their lease by heartbeat. `stop()` stops activating, gives handlers
  * `shutdownGraceMs` and releases the jobs of those still running.
  */
-import { Backoff, Jobfair } from './client.js'
+import { Backoff, Jobfair, sleep } from './client.js'
 import { Conflict, ProblemError } from './errors.js'
 import { BusinessError, type Job, type Variables } from './types.js'
 
@@ -44,7 +44,6 @@ export interface WorkerStats {
 
 const STOP_ABORT_DELAY_MS = 250
 const quiet: Logger = { info() {}, warn() {}, error() {} }
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 
 export class Worker {
   readonly stats: WorkerStats = { completed: 0, failed: 0, errorsThrown: 0, conflicts: 0, released: 0 }
@@ -123,7 +122,7 @@ export class Worker {
         if (this.stopped) return
         failures++
         this.log.warn(`activating ${this.type} failed (${(err as Error).message}); backing off`)
-        await sleep(this.client.backoff.delayMs(Math.min(failures, 8)))
+        await this.pause(failures)
         continue
       }
       for (const job of jobs) this.start(job)
@@ -149,8 +148,13 @@ export class Worker {
         this.log.warn(`stream of ${this.type} broke (${(err as Error).message}); reconnecting`)
       }
       failures++
-      await sleep(this.client.backoff.delayMs(Math.min(failures, 8)))
+      await this.pause(failures)
     }
+  }
+
+  /** Back off after a failed activation or a broken stream; stop() cuts it short. */
+  private async pause(failures: number): Promise<void> {
+    await sleep(this.client.backoff.delayMs(Math.min(failures, 8)), this.stopping.signal).catch(() => {})
   }
 
   private start(job: Job): void {
