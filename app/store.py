@@ -31,6 +31,7 @@ import contextlib
 import functools
 import logging
 import zlib
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -233,7 +234,8 @@ FROM unnest($1::text[], $2::int[]) AS c(tenant_id, cap)
 #   those heads are the lane's best k jobs.  Cost O(k x P x log N), never a backlog scan.
 # Locks: FOR UPDATE SKIP LOCKED on the head rows, so concurrent activators of the same
 #   lane pass each other (each takes the next unlocked rows) instead of queueing; the
-#   heads not chosen are released at commit; then the charged lanes, briefly.
+#   heads not chosen are released at commit.  No lane row is locked here: charging is
+#   charge_lanes, after this statement has committed.
 CLAIM = """
 WITH RECURSIVE alloc AS (
     SELECT * FROM unnest($2::text[], $3::int[]) AS a(tenant_id, k)
@@ -284,25 +286,30 @@ activated AS (
     -- planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
     WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM chosen))
     RETURNING j.*
-),
-charged AS (
-    -- Charge each lane (jobs claimed) x stride of virtual time.  The lane rows are
-    -- locked here, after the claim, in tenant order (the sub-select's sort sits below
-    -- its row locking), and held only until this statement commits: concurrent
-    -- activators of the same lanes each add their own charge.
-    UPDATE lanes l
-    SET vtime = l.vtime + c.n * s.stride, activated_total = l.activated_total + c.n
-    FROM (SELECT tenant_id, count(*) AS n FROM activated GROUP BY tenant_id) c
-    JOIN unnest($2::text[], $10::float8[]) AS s(tenant_id, stride) ON s.tenant_id = c.tenant_id
-    WHERE l.job_type = $1 AND l.tenant_id = c.tenant_id
-      AND l.tenant_id IN (
-          SELECT x.tenant_id FROM lanes x
-          WHERE x.job_type = $1 AND x.tenant_id IN (SELECT tenant_id FROM activated)
-          ORDER BY x.tenant_id
-          FOR NO KEY UPDATE)
-    RETURNING 1
 )
-SELECT *, (SELECT count(*) FROM charged) AS _lanes_charged FROM activated
+SELECT * FROM activated
+"""
+
+# -- name: charge_lanes
+# Charges each lane (jobs claimed) x stride of virtual time, after the claim committed.
+# Locks: the lane rows, in tenant order (the sub-select's sort sits below its row
+# locking), until this statement commits.  Inside the claim these locks were held across
+# the claim's durable commit, and concurrent activators of the same lanes queued behind
+# that WAL flush (ADR 001).  This statement commits asynchronously
+# (synchronous_commit = off for its own transaction only): a crash can forget the last
+# few hundred milliseconds of charges, which costs fairness nothing measurable and
+# fences nothing -- the claim it accounts for was durable before it ran.
+CHARGE_LANES = """
+UPDATE lanes l
+SET vtime = l.vtime + c.n * c.stride, activated_total = l.activated_total + c.n
+FROM unnest($2::text[], $3::int[], $4::float8[]) AS c(tenant_id, n, stride)
+WHERE l.job_type = $1 AND l.tenant_id = c.tenant_id
+  AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
+  AND l.tenant_id IN (
+      SELECT x.tenant_id FROM lanes x
+      WHERE x.job_type = $1 AND x.tenant_id = ANY($2::text[])
+      ORDER BY x.tenant_id
+      FOR NO KEY UPDATE)
 """
 
 # -- name: park_lanes
@@ -788,7 +795,6 @@ class Store:
             return TypeConfig(None, None, None)
         return TypeConfig(row[0], row[1], row[2])
 
-    @retry_deadlock
     async def claim(
         self,
         job_type: str,
@@ -805,7 +811,7 @@ class Store:
         tenant_caps: dict[str, int],
         headroom: Callable[[int | None, dict[str, int]], dict[str, int]],
     ) -> list[asyncpg.Record]:
-        """Claim ``counts`` jobs per tenant lane and charge the lanes, in one statement.
+        """Claim ``counts`` jobs per tenant lane, then charge the lanes (charge_lanes).
 
         Without caps the claim is one autocommit statement.  With caps, the cap locks
         are taken first (type, then tenants by key: one global order, so no deadlock),
@@ -815,16 +821,44 @@ class Store:
         """
         deadline = now + timedelta(milliseconds=lease_ms)
         args = (now, worker, deadline, aging_step, aging_interval_ms, via_stream)
+        rows = await self._claim(job_type, counts, type_cap, tenant_caps, headroom, args)
+        if rows:
+            try:
+                await self._charge(job_type, Counter(r["tenant_id"] for r in rows), strides)
+            except Exception as exc:  # noqa: BLE001 -- whatever went wrong, see below
+                # The jobs are activated and must reach the caller; an uncharged lane
+                # only gets these few jobs for free.
+                log.warning("charging lanes of %s failed: %r", job_type, exc)
+        return rows
+
+    @retry_deadlock
+    async def _claim(
+        self,
+        job_type: str,
+        counts: dict[str, int],
+        type_cap: int | None,
+        tenant_caps: dict[str, int],
+        headroom: Callable[[int | None, dict[str, int]], dict[str, int]],
+        args: tuple[Any, ...],
+    ) -> list[asyncpg.Record]:
         if type_cap is None and not tenant_caps:
             return await self.pool.fetch(
-                CLAIM,
-                job_type,
-                list(counts),
-                list(counts.values()),
-                *args,
-                [strides[t] for t in counts],
+                CLAIM, job_type, list(counts), list(counts.values()), *args
             )
-        return await self._claim_capped(job_type, type_cap, tenant_caps, headroom, args, strides)
+        return await self._claim_capped(job_type, type_cap, tenant_caps, headroom, args)
+
+    @retry_deadlock
+    async def _charge(
+        self, job_type: str, claimed: Counter[str], strides: dict[str, float]
+    ) -> None:
+        tenants = sorted(claimed)
+        await self.pool.execute(
+            CHARGE_LANES,
+            job_type,
+            tenants,
+            [claimed[t] for t in tenants],
+            [strides[t] for t in tenants],
+        )
 
     async def _claim_capped(
         self,
@@ -833,7 +867,6 @@ class Store:
         tenant_caps: dict[str, int],
         headroom: Callable[[int | None, dict[str, int]], dict[str, int]],
         args: tuple[Any, ...],
-        strides: dict[str, float],
     ) -> list[asyncpg.Record]:
         async with self.pool.acquire() as conn:
             async with conn.transaction():
@@ -857,14 +890,7 @@ class Store:
                 counts = {t: k for t, k in headroom(type_active, tenant_active).items() if k > 0}
                 if not counts:
                     return []
-                return await conn.fetch(
-                    CLAIM,
-                    job_type,
-                    list(counts),
-                    list(counts.values()),
-                    *args,
-                    [strides[t] for t in counts],
-                )
+                return await conn.fetch(CLAIM, job_type, list(counts), list(counts.values()), *args)
 
     @retry_deadlock
     async def park_lanes(self, job_type: str, tenant_ids: Sequence[str]) -> list[str]:
