@@ -49,20 +49,42 @@ class ActivationService:
         # records can be rendered without another round trip.
         self.aging_seen: dict[str, Aging] = {}
         self._pending: set[asyncio.Task[Any]] = set()
+        # Lane charges in flight, per job type (see _charge).
+        self._charging: defaultdict[str, set[asyncio.Task[Any]]] = defaultdict(set)
 
-    def _spawn(self, coro: Awaitable[Any]) -> None:
+    def _spawn(self, coro: Awaitable[Any], what: str) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
         self._pending.add(task)
-        task.add_done_callback(self._done)
+        task.add_done_callback(lambda t: self._done(t, what))
+        return task
 
-    def _done(self, task: asyncio.Task[Any]) -> None:
+    def _done(self, task: asyncio.Task[Any], what: str) -> None:
         self._pending.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            # A lane left active costs the next call one probe; nothing is lost.
-            log.warning("parking lanes failed: %r", task.exception())
+            # A lane left active costs the next call one probe; an uncharged lane got a
+            # few jobs for free.  Nothing is lost either way.
+            log.warning("%s failed: %r", what, task.exception())
+
+    def _charge(self, job_type: str, claimed: Counter[str], strides: dict[str, float]) -> None:
+        """Charge the lanes after the claim, off the response path: the jobs go out while
+        the charge commits.  The next read of this type's lanes in this process waits for
+        it (_charged), so one activator calling in sequence always sees its own charges;
+        activators in other processes may read a lane a moment before its charge, as they
+        may read it while a claim is in flight."""
+        pending = self._charging[job_type]
+        task = self._spawn(self.store.charge_lanes(job_type, claimed, strides), "charging lanes")
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+
+    async def _charged(self, job_type: str) -> None:
+        pending = self._charging.get(job_type)
+        if pending:
+            await asyncio.wait(list(pending))
+        elif pending is not None:
+            del self._charging[job_type]
 
     async def settle(self) -> None:
-        """Wait for follow-up work (lane parking) of finished activations."""
+        """Wait for follow-up work (lane charges and parking) of finished activations."""
         while self._pending:
             await asyncio.gather(*list(self._pending), return_exceptions=True)
 
@@ -93,6 +115,7 @@ class ActivationService:
         remaining = req.max_jobs
         for _ in range(MAX_ROUNDS):
             self.queries += 1
+            await self._charged(req.job_type)
             cfg, rows = await self.store.read_lanes(
                 req.job_type, remaining + LANE_SLACK, sorted(exclude), req.tenant_ids
             )
@@ -103,7 +126,6 @@ class ActivationService:
             got = await self.store.claim(
                 req.job_type,
                 plan.preliminary(),
-                plan.strides,
                 now=now,
                 worker=req.worker,
                 via_stream=req.via_stream,
@@ -118,6 +140,8 @@ class ActivationService:
             picks.extend(plan.final.picks)
             remaining -= len(got)
             per_lane = Counter(r["tenant_id"] for r in got)
+            if got:
+                self._charge(req.job_type, per_lane, plan.strides)
             round_short = {t for t, k in plan.final.counts.items() if per_lane[t] < k}
             short |= round_short
             exclude |= round_short | plan.capped_out
@@ -127,7 +151,7 @@ class ActivationService:
                 break
         if short:
             # Parking only saves later calls a probe; it need not delay this answer.
-            self._spawn(self.store.park_lanes(req.job_type, sorted(short)))
+            self._spawn(self.store.park_lanes(req.job_type, sorted(short)), "parking lanes")
         if aging is None:  # defensive: maxJobs >= 1 always runs a round
             aging = await self.aging_for(req.job_type)
         self.aging_seen[req.job_type] = aging

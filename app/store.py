@@ -795,11 +795,11 @@ class Store:
             return TypeConfig(None, None, None)
         return TypeConfig(row[0], row[1], row[2])
 
+    @retry_deadlock
     async def claim(
         self,
         job_type: str,
         counts: dict[str, int],
-        strides: dict[str, float],
         *,
         now: datetime,
         worker: str | None,
@@ -811,7 +811,7 @@ class Store:
         tenant_caps: dict[str, int],
         headroom: Callable[[int | None, dict[str, int]], dict[str, int]],
     ) -> list[asyncpg.Record]:
-        """Claim ``counts`` jobs per tenant lane, then charge the lanes (charge_lanes).
+        """Claim ``counts`` jobs per tenant lane.  The caller charges the lanes after.
 
         Without caps the claim is one autocommit statement.  With caps, the cap locks
         are taken first (type, then tenants by key: one global order, so no deadlock),
@@ -821,26 +821,6 @@ class Store:
         """
         deadline = now + timedelta(milliseconds=lease_ms)
         args = (now, worker, deadline, aging_step, aging_interval_ms, via_stream)
-        rows = await self._claim(job_type, counts, type_cap, tenant_caps, headroom, args)
-        if rows:
-            try:
-                await self._charge(job_type, Counter(r["tenant_id"] for r in rows), strides)
-            except Exception as exc:  # noqa: BLE001 -- whatever went wrong, see below
-                # The jobs are activated and must reach the caller; an uncharged lane
-                # only gets these few jobs for free.
-                log.warning("charging lanes of %s failed: %r", job_type, exc)
-        return rows
-
-    @retry_deadlock
-    async def _claim(
-        self,
-        job_type: str,
-        counts: dict[str, int],
-        type_cap: int | None,
-        tenant_caps: dict[str, int],
-        headroom: Callable[[int | None, dict[str, int]], dict[str, int]],
-        args: tuple[Any, ...],
-    ) -> list[asyncpg.Record]:
         if type_cap is None and not tenant_caps:
             return await self.pool.fetch(
                 CLAIM, job_type, list(counts), list(counts.values()), *args
@@ -848,9 +828,10 @@ class Store:
         return await self._claim_capped(job_type, type_cap, tenant_caps, headroom, args)
 
     @retry_deadlock
-    async def _charge(
+    async def charge_lanes(
         self, job_type: str, claimed: Counter[str], strides: dict[str, float]
     ) -> None:
+        """Charge each lane its claimed jobs x stride (charge_lanes), after the claim."""
         tenants = sorted(claimed)
         await self.pool.execute(
             CHARGE_LANES,
