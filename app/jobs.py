@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -14,7 +14,7 @@ from app import scheduler
 from app.activation import ActivationService
 from app.domain import MAX_LEASE_MS, job_record, utcnow
 from app.errors import InvalidState, NotFound, StaleActivation
-from app.store import Inserted, NewJob, Store
+from app.store import Inserted, Store
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +86,7 @@ class JobService:
         self.activation = activation
         self.group_commit = GroupCommit(store)
 
-    async def create(self, jobs: Sequence[NewJob], now: datetime) -> list[Inserted]:
+    async def create(self, jobs: Sequence[Mapping[str, Any]], now: datetime) -> list[Inserted]:
         return await self.store.insert_jobs(jobs, now)
 
     async def get(self, job_key: int, now: datetime) -> dict[str, Any]:

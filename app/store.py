@@ -32,7 +32,7 @@ import functools
 import logging
 import zlib
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple, ParamSpec, TypeVar
@@ -40,6 +40,7 @@ from typing import Any, NamedTuple, ParamSpec, TypeVar
 import asyncpg
 import orjson
 
+from app.domain import DEFAULT_PRIORITY, DEFAULT_RETRIES, DEFAULT_TENANT
 from app.errors import ResourceExhausted
 
 log = logging.getLogger(__name__)
@@ -113,21 +114,29 @@ notified AS (
 """
 
 # -- name: insert_jobs
-# Inserts a batch of jobs in one round trip (unnest), marks their lanes backlogged and
-# notifies once per job type.  Keys are drawn before the insert so that results map back
-# to input order.  Idempotency: jobs_idempotency_idx, ON CONFLICT DO NOTHING.
-# The batch travels as one JSON array parsed by PostgreSQL: one parameter to encode
-# instead of 8,000 array elements (asyncpg encodes those at ~1 us each).
+# Inserts a batch of jobs in one round trip, marks their lanes backlogged and notifies
+# once per job type.  Keys are drawn before the insert so that results map back to input
+# order.  Idempotency: jobs_idempotency_idx, ON CONFLICT DO NOTHING.
+# The batch travels as one JSON array of jobs spelled as the API spells them (validated
+# by the caller), parsed by PostgreSQL: one parameter to encode instead of 8,000 array
+# elements (asyncpg encodes those at ~1 us each).  Fields left out take the defaults
+# $3 (tenantId), $4 (priority), $5 (retries).  Answers one row: every job's key in input
+# order, and the (1-based) positions of jobs not inserted because their idempotency key
+# was taken.
 # Locks: the caller holds the shared lane-bucket locks (see module docstring).
 INSERT_JOBS = f"""
 WITH input AS MATERIALIZED (
     SELECT x.ord, nextval('job_key_seq') AS job_key,
-           x.e->>'type' AS job_type, x.e->>'tenantId' AS tenant_id,
-           (x.e->>'priority')::int AS priority, (x.e->>'retries')::int AS retries,
-           x.e->'variables' AS variables, x.e->'customHeaders' AS custom_headers,
+           x.e->>'type' AS job_type, COALESCE(x.e->>'tenantId', $3) AS tenant_id,
+           COALESCE((x.e->>'priority')::int, $4) AS priority,
+           COALESCE((x.e->>'retries')::int, $5) AS retries,
+           COALESCE(x.e->'variables', '{{}}') AS variables,
+           COALESCE(x.e->'customHeaders', '{{}}') AS custom_headers,
            x.e->>'idempotencyKey' AS idempotency_key,
-           COALESCE($2::timestamptz + (x.e->>'delayMs')::float8 * interval '1 millisecond',
-                    $2::timestamptz) AS run_at
+           CASE WHEN x.e->>'runAt' IS NOT NULL THEN (x.e->>'runAt')::timestamptz
+                WHEN x.e->>'delay' IS NOT NULL
+                  THEN $2::timestamptz + (x.e->>'delay')::float8 * interval '1 millisecond'
+                ELSE $2::timestamptz END AS run_at
     FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS x(e, ord)
 ),
 ins AS (
@@ -144,12 +153,11 @@ ins AS (
 ready_lanes AS (
     SELECT DISTINCT job_type, tenant_id FROM ins WHERE state = 'CREATED'
 ),
-{_WAKE_CTES}SELECT i.job_key, (ins.job_key IS NOT NULL) AS created, i.tenant_id,
-       i.idempotency_key,
+{_WAKE_CTES}SELECT ARRAY(SELECT job_key FROM input ORDER BY ord) AS job_keys,
+       ARRAY(SELECT i.ord FROM input i LEFT JOIN ins ON ins.job_key = i.job_key
+             WHERE ins.job_key IS NULL ORDER BY i.ord) AS not_inserted,
        (SELECT count(*) FROM notified) + (SELECT count(*) FROM new_lanes)
          + (SELECT count(*) FROM woken) AS _side_effects
-FROM input i LEFT JOIN ins ON ins.job_key = i.job_key
-ORDER BY i.ord
 """
 
 # -- name: find_idempotent
@@ -567,35 +575,12 @@ def _lock_sql(fn: str, klass: int, keys: Sequence[int]) -> str:
     return f"SELECT {calls}"
 
 
-class NewJob(NamedTuple):
-    """A job to insert (tuples: a batch builds thousands of them per request)."""
-
-    job_type: str
-    tenant_id: str
-    priority: int
-    retries: int
-    variables: dict[str, Any]
-    custom_headers: dict[str, Any]
-    run_at: datetime
-    idempotency_key: str | None
-
-
-def _batch_json(new: Sequence[NewJob], now: datetime) -> str:
-    return orjson.dumps(
-        [
-            {
-                "type": j.job_type,
-                "tenantId": j.tenant_id,
-                "priority": j.priority,
-                "retries": j.retries,
-                "variables": j.variables,
-                "customHeaders": j.custom_headers,
-                "idempotencyKey": j.idempotency_key,
-                "delayMs": None if j.run_at == now else (j.run_at - now).total_seconds() * 1000,
-            }
-            for j in new
-        ]
-    ).decode()
+def _ready_at_once(job: Mapping[str, Any], now: datetime) -> bool:
+    """Whether a job to insert is CREATED (not SCHEDULED) at ``now``."""
+    run_at = job.get("runAt")
+    if run_at is not None:
+        return datetime.fromisoformat(run_at) <= now
+    return not job.get("delay")
 
 
 class Inserted(NamedTuple):
@@ -738,31 +723,44 @@ class Store:
     # -- producers -------------------------------------------------------------------
 
     @retry_deadlock
-    async def insert_jobs(self, new: Sequence[NewJob], now: datetime) -> list[Inserted]:
-        buckets = sorted({lane_bucket(j.job_type, j.tenant_id) for j in new if j.run_at <= now})
+    async def insert_jobs(self, jobs: Sequence[Mapping[str, Any]], now: datetime) -> list[Inserted]:
+        """Insert jobs given as the API spells them (validated ``schemas.CreateJob``
+        dicts: a field left out takes its default here, in SQL)."""
+        buckets = sorted(
+            {
+                lane_bucket(j["type"], j.get("tenantId", DEFAULT_TENANT))
+                for j in jobs
+                if _ready_at_once(j, now)
+            }
+        )
         async with self.pool.acquire() as conn:
             async with conn.transaction():
                 if buckets:
                     await conn.execute(
                         _lock_sql("pg_advisory_xact_lock_shared", LANE_LOCK_CLASS, buckets)
                     )
-                rows = await conn.fetch(INSERT_JOBS, _batch_json(new, now), now)
-            missing = [r for r in rows if not r["created"]]
-            existing: dict[tuple[str, str], int] = {}
-            if missing:
-                # A new statement sees jobs committed concurrently under the same key.
+                keys, not_inserted, _ = await conn.fetchrow(
+                    INSERT_JOBS,
+                    orjson.dumps(jobs).decode(),
+                    now,
+                    DEFAULT_TENANT,
+                    DEFAULT_PRIORITY,
+                    DEFAULT_RETRIES,
+                )
+            out = [Inserted(key, True) for key in keys]
+            if not_inserted:
+                # Their idempotency key was taken: answer with the job that holds it.  A
+                # new statement sees jobs committed concurrently under the same key.
+                taken = [jobs[o - 1] for o in not_inserted]
                 found = await conn.fetch(
                     FIND_IDEMPOTENT,
-                    [r["tenant_id"] for r in missing],
-                    [r["idempotency_key"] for r in missing],
+                    [j.get("tenantId", DEFAULT_TENANT) for j in taken],
+                    [j["idempotencyKey"] for j in taken],
                 )
                 existing = {(f["tenant_id"], f["idempotency_key"]): f["job_key"] for f in found}
-        out: list[Inserted] = []
-        for r in rows:
-            if r["created"]:
-                out.append(Inserted(r["job_key"], True))
-            else:
-                out.append(Inserted(existing[(r["tenant_id"], r["idempotency_key"])], False))
+                for o, j in zip(not_inserted, taken, strict=True):
+                    key = existing[(j.get("tenantId", DEFAULT_TENANT), j["idempotencyKey"])]
+                    out[o - 1] = Inserted(key, False)
         return out
 
     async def get_job(self, job_key: int) -> asyncpg.Record | None:

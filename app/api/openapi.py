@@ -15,10 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, TypeAdapter
 
 from app import __version__
 from app.api import camunda, schemas
+
+# The TypedDict request bodies (pydantic validates them through a TypeAdapter).
+TypedDictBody = schemas.CreateJob | schemas.CreateBatch
 
 # -- answers (documentation models: the routes build these shapes as dicts) -------------
 
@@ -161,7 +164,7 @@ class Op:
     path: str
     summary: str
     tag: str
-    body: type[BaseModel] | None = None
+    body: type[BaseModel] | type[TypedDictBody] | None = None
     status: int = 200
     answer: type[BaseModel] | dict[str, Any] | None = None
     errors: tuple[int, ...] = (400,)
@@ -411,8 +414,12 @@ def build() -> dict[str, Any]:
     """The whole OpenAPI 3.1 document: built on first request (not at start-up), once."""
     components: dict[str, Any] = {}
 
-    def ref(model: type[BaseModel]) -> dict[str, Any]:
-        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+    def ref(model: type[BaseModel] | type[TypedDictBody]) -> dict[str, Any]:
+        template = "#/components/schemas/{model}"
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            schema = model.model_json_schema(ref_template=template)
+        else:  # a TypedDict body (schemas.CreateJob)
+            schema = TypeAdapter(model).json_schema(ref_template=template)
         for name, sub in schema.pop("$defs", {}).items():
             components.setdefault(name, sub)
         components[model.__name__] = schema

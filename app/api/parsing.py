@@ -4,20 +4,27 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import orjson
 from fastapi import Request
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from app.errors import InvalidArgument
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 INT64_MAX = (1 << 63) - 1
 TOKEN_PREFIX = "jfl1"
 
 
-async def body(request: Request, model: type[M]) -> M:
+@overload
+async def body(request: Request, model: type[M]) -> M: ...
+@overload
+async def body(request: Request, model: TypeAdapter[T]) -> T: ...
+async def body(request: Request, model: type[M] | TypeAdapter[T]) -> M | T:
+    """The request's JSON body validated as ``model`` (a pydantic model, or a TypeAdapter
+    for the TypedDict bodies); 400 if it is too large, empty or invalid."""
     limit = request.app.state.settings.max_body_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -28,6 +35,8 @@ async def body(request: Request, model: type[M]) -> M:
     if not raw:
         raise InvalidArgument("request body is empty; expected a JSON object")
     try:
+        if isinstance(model, TypeAdapter):
+            return model.validate_json(raw)
         return model.model_validate_json(raw)
     except ValidationError as exc:
         raise InvalidArgument(describe(exc)) from None

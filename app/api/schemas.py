@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Any, NotRequired, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    with_config,
+)
+from typing_extensions import TypedDict
 
 from app.domain import (
     DEFAULT_PRIORITY,
@@ -36,39 +44,43 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class CreateJob(Strict):
+def _instant(v: str) -> str:
+    """An RFC 3339 instant with a zone, respelled as Python's isoformat: the one
+    spelling both this server and PostgreSQL read the same way."""
+    try:
+        parsed = datetime.fromisoformat(v.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise ValueError("runAt must be an RFC 3339 instant, e.g. 2026-11-30T02:18:41Z") from exc
+    if parsed.tzinfo is None:
+        raise ValueError("runAt must carry a time zone (use Z for UTC)")
+    return parsed.isoformat()
+
+
+def _defaults_to(value: int | str | dict[str, Any]) -> Any:
+    """A TypedDict field has no default; the store fills it in.  Documented here."""
+    return Field(json_schema_extra={"default": value})
+
+
+# A job as producers send it, validated but kept as the client spelled it: a dict, not a
+# model, because a 10,000-job batch validates three times faster that way, and the store
+# hands it to PostgreSQL as it is (store.INSERT_JOBS fills in the defaults).
+@with_config(ConfigDict(extra="forbid"))
+class CreateJob(TypedDict):
     type: JobType
-    tenantId: TenantId = DEFAULT_TENANT
-    priority: Priority = DEFAULT_PRIORITY
-    retries: Retries = DEFAULT_RETRIES
-    variables: dict[str, Any] = Field(default_factory=dict)
-    customHeaders: dict[str, Any] = Field(default_factory=dict)
-    runAt: str | None = None
-    delay: Annotated[int, Field(strict=True, ge=0, le=MAX_LEASE_MS * 3650)] | None = None
-    idempotencyKey: Annotated[str, StringConstraints(min_length=1, max_length=255)] | None = None
-
-    @field_validator("runAt")
-    @classmethod
-    def _rfc3339(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        try:
-            parsed = datetime.fromisoformat(v.replace("Z", "+00:00"))
-        except ValueError as exc:
-            raise ValueError(
-                "runAt must be an RFC 3339 instant, e.g. 2026-11-30T02:18:41Z"
-            ) from exc
-        if parsed.tzinfo is None:
-            raise ValueError("runAt must carry a time zone (use Z for UTC)")
-        return v
-
-    def run_at(self) -> datetime | None:
-        if self.runAt is None:
-            return None
-        return datetime.fromisoformat(self.runAt.replace("Z", "+00:00"))
+    tenantId: NotRequired[Annotated[TenantId, _defaults_to(DEFAULT_TENANT)]]
+    priority: NotRequired[Annotated[Priority, _defaults_to(DEFAULT_PRIORITY)]]
+    retries: NotRequired[Annotated[Retries, _defaults_to(DEFAULT_RETRIES)]]
+    variables: NotRequired[Annotated[dict[str, Any], _defaults_to({})]]
+    customHeaders: NotRequired[Annotated[dict[str, Any], _defaults_to({})]]
+    runAt: NotRequired[Annotated[str, AfterValidator(_instant)] | None]
+    delay: NotRequired[Annotated[int, Field(strict=True, ge=0, le=MAX_LEASE_MS * 3650)] | None]
+    idempotencyKey: NotRequired[
+        Annotated[str, StringConstraints(min_length=1, max_length=255)] | None
+    ]
 
 
-class CreateBatch(Strict):
+@with_config(ConfigDict(extra="forbid"))
+class CreateBatch(TypedDict):
     jobs: Annotated[list[CreateJob], Field(min_length=1)]
 
 

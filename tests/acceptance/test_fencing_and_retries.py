@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import timedelta, timezone
 
 from app.domain import utcnow
 from tests.helpers import activate, assert_problem, complete
@@ -173,6 +173,25 @@ async def test_delayed_job_waits_for_run_at(live):
     await live.services.background.promoter.run_once(utcnow() + timedelta(seconds=31))
     [a] = await activate(c, "f")
     assert a["jobKey"] == job["jobKey"]
+
+
+async def test_run_at_is_honoured_as_spelled_in_any_zone(live):
+    """runAt in another zone names the same instant; one in the past is ready at once.
+    Defaults (tenant, priority, retries) are filled in for fields left out."""
+    c = live.client
+    due = utcnow().replace(microsecond=0) + timedelta(seconds=30)
+    kolkata = timezone(timedelta(hours=5, minutes=30))
+    later = await _one(c, "ra", runAt=due.astimezone(kolkata).isoformat())
+    past = await _one(c, "ra", runAt="2020-01-01T00:00:00Z", priority=7)
+    [ready] = await activate(c, "ra", 10)
+    assert ready["jobKey"] == past["jobKey"]
+    assert (ready["tenantId"], ready["priority"], ready["retries"]) == ("<default>", 7, 3)
+    promoter = live.services.background.promoter
+    await promoter.run_once(due - timedelta(seconds=1))
+    assert await activate(c, "ra", 10) == []
+    await promoter.run_once(due)
+    [a] = await activate(c, "ra", 10)
+    assert a["jobKey"] == later["jobKey"] and a["priority"] == 50
 
 
 async def test_concurrent_single_completions_are_each_judged_once(live):

@@ -7,9 +7,10 @@ import asyncio
 import random
 
 from app.activation import ActivateRequest, ActivationService
+from app.api.schemas import CreateJob
 from app.config import Settings
 from app.domain import utcnow
-from app.store import NewJob, lane_bucket
+from app.store import lane_bucket
 
 NO_PARKED_LANE_WITH_JOBS = """
 SELECT l.tenant_id FROM lanes l
@@ -19,8 +20,8 @@ WHERE NOT l.active AND EXISTS (
 """
 
 
-def _job(tenant: str) -> NewJob:
-    return NewJob("race", tenant, 50, 3, {}, {}, utcnow(), None)
+def _job(tenant: str) -> CreateJob:
+    return {"type": "race", "tenantId": tenant}
 
 
 async def test_parking_skips_a_lane_whose_producer_holds_the_bucket(store):
