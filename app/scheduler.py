@@ -31,8 +31,10 @@ class Aging:
 
 def effective_priority(priority: int, queued_at: datetime, now: datetime, aging: Aging) -> int:
     """``min(100, priority + step * floor(wait / interval))``; never below ``priority``."""
-    wait_ms = max(0.0, (now - queued_at).total_seconds() * 1000.0)
-    boost = aging.step * math.floor(wait_ms / aging.interval_ms)
+    # Whole microseconds, not float seconds: 4.007 s * 1000 is 4006.9999999999995 ms, and
+    # the job would age one interval late (SQL's numeric arithmetic does not).
+    wait_us = max(0, (now - queued_at) // timedelta(microseconds=1))
+    boost = aging.step * (wait_us // (aging.interval_ms * 1000))
     return min(MAX_PRIORITY, priority + boost) if priority < MAX_PRIORITY else priority
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from app.scheduler import (
@@ -97,6 +97,7 @@ def test_capped_lane_keeps_its_place():
 
 @settings(max_examples=300, deadline=None)
 @given(st.integers(0, 100), st.integers(1, 10_000), st.integers(1, 100), st.integers(0, 10_000_000))
+@example(priority=0, interval_ms=4007, step=1, wait_ms=4007)  # float ms: 4006.9999999999995
 def test_aging_bound_holds(priority, interval_ms, step, wait_ms):
     aging = Aging(interval_ms, step)
     now = T0 + timedelta(milliseconds=wait_ms)
