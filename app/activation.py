@@ -116,11 +116,15 @@ class ActivationService:
         for _ in range(MAX_ROUNDS):
             self.queries += 1
             await self._charged(req.job_type)
-            cfg, rows = await self.store.read_lanes(
+            cfg, rows, empty = await self.store.read_lanes(
                 req.job_type, remaining + LANE_SLACK, sorted(exclude), req.tenant_ids
             )
             aging = self.resolve_aging(cfg.aging_interval_ms, cfg.aging_step)
+            short.update(empty)
+            exclude.update(empty)
             if not rows:
+                if empty:
+                    continue  # every lane read was empty: read on past them
                 break
             plan = _Plan(rows, remaining, cfg.max_active_jobs)
             got = await self.store.claim(

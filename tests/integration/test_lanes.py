@@ -88,4 +88,26 @@ async def test_drained_lane_is_parked_and_costs_nothing_later(store):
     assert len(rows) == 1
     await service.settle()
     assert not await store.pool.fetchval("SELECT active FROM lanes WHERE tenant_id = 'gone'")
-    assert (await store.read_lanes("race", 10, [], None))[1] == []
+    _, ready, empty = await store.read_lanes("race", 10, [], None)
+    assert ready == [] and empty == []
+
+
+async def test_an_active_lane_without_jobs_costs_no_claim_round(store):
+    """Lanes drained a moment ago are still active (nobody parked them yet).  An
+    activation asking for one job must not spend a claim round on each of them before
+    it reaches the lane that has one; it parks them on the way."""
+    service = ActivationService(store, Settings())
+    await store.insert_jobs([_job(f"drained-{i}") for i in range(3)], utcnow())
+    # Drained behind the scheduler's back: their lanes stay active, at low vtimes.
+    await store.pool.execute("UPDATE jobs SET state = 'COMPLETED', completed_at = now()")
+    await store.pool.execute("UPDATE lanes SET vtime = -1 WHERE tenant_id LIKE 'drained-%'")
+    [job] = await store.insert_jobs([_job("z-busy")], utcnow())  # last among ties
+    rounds = service.queries
+    rows, _ = await service.activate(ActivateRequest("race", 1, 60_000), utcnow())
+    assert [r["job_key"] for r in rows] == [job.job_key]
+    assert service.queries - rounds == 1
+    await service.settle()
+    parked = await store.pool.fetchval(
+        "SELECT count(*) FROM lanes WHERE tenant_id LIKE 'drained-%' AND NOT active"
+    )
+    assert parked == 3
