@@ -21,6 +21,7 @@ import random
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -201,21 +202,24 @@ class WaiterHub:
                 return
             self.wake_queries += len(batch)
             now = utcnow()
-            results = await asyncio.gather(*(self.activation.activate(w.req, now) for w in batch))
-            all_full = True
-            for w, (rows, _) in zip(batch, results, strict=True):
-                if len(rows) < w.req.max_jobs:
+            full = await asyncio.gather(*(self._serve_one(q, w, now) for w in batch))
+            for w, got_all in zip(batch, full, strict=True):
+                if not got_all:
                     dry.add(w.filter_key)
-                    all_full = False
-                if not rows:
-                    continue
-                if w.future.done():
-                    # The client left while we were activating: give the jobs back now.
-                    await self.release(rows)
-                    q.wake.set()
-                    continue
-                q.waiters.remove(w)
-                w.future.set_result(rows)
-            full_rounds = full_rounds + 1 if all_full else 0
+            full_rounds = full_rounds + 1 if all(full) else 0
             if full_rounds >= 2:
                 parallel = min(parallel * 2, MAX_PARALLEL)
+
+    async def _serve_one(self, q: _TypeQueue, w: Waiter, now: datetime) -> bool:
+        """Activate for one waiter and hand its jobs over the moment they are claimed (not
+        when the round's slowest activation is done).  True if it got all it asked for."""
+        rows, _ = await self.activation.activate(w.req, now)
+        if rows:
+            if w.future.done():
+                # The client left while we were activating: give the jobs back now.
+                await self.release(rows)
+                q.wake.set()
+            else:
+                q.waiters.remove(w)
+                w.future.set_result(rows)
+        return len(rows) >= w.req.max_jobs
