@@ -188,7 +188,7 @@ WITH ready_lanes AS (
 # (until an activation parks it); ``ready`` keeps allocation off such lanes, which would
 # otherwise cost a claim round each.  Index: lanes_type_vtime_idx (job_type, active,
 # vtime, tenant_id), a range scan of at most $2 + len($3) rows, and one probe of
-# jobs_ready_idx per lane read.  No locks.
+# jobs_ready_idx for each of the first PROBED_LANES (the rest count as ready).  No locks.
 _READ_LANES = """
 SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
        NULL::int AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
@@ -196,22 +196,30 @@ SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
 FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1
 UNION ALL
 (SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1), t.max_active_jobs, NULL, NULL, NULL,
+        CASE WHEN row_number() OVER (ORDER BY l.vtime, l.tenant_id) <= {probed}
         -- max(), not EXISTS: the min/max rewrite always descends jobs_ready_idx, where
         -- EXISTS let the generic plan scan the heap for a first match (660 ms at 1M).
-        (SELECT max(j.priority) FROM jobs j
-         WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = l.tenant_id)
-          IS NOT NULL
+        THEN (SELECT max(j.priority) FROM jobs j
+              WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = l.tenant_id)
+               IS NOT NULL
+        ELSE true END
  FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
  WHERE l.job_type = $1 AND l.active AND l.tenant_id <> ALL($3::text[]) {tenants}
  ORDER BY l.vtime, l.tenant_id
  LIMIT $2)
 """
-READ_LANES = _READ_LANES.format(tenants="")
+# Lanes probed for a ready job per read: the ones small activations (long polls, streams)
+# pick from.  Probing all 108 lanes a 100-job read of 10,000 tenants takes cost ~7 % of
+# drain throughput, and there an empty lane only shortens a round.
+PROBED_LANES = 16
+READ_LANES = _READ_LANES.format(tenants="", probed=PROBED_LANES)
 
 # -- name: read_lanes_of_tenants
 # As read_lanes, restricted to the caller's tenantIds.  A statement of its own (not an
 # "$4 IS NULL OR" branch) so that its generic plan can use lanes pkey.
-READ_LANES_OF_TENANTS = _READ_LANES.format(tenants="AND l.tenant_id = ANY($4::text[])")
+READ_LANES_OF_TENANTS = _READ_LANES.format(
+    tenants="AND l.tenant_id = ANY($4::text[])", probed=PROBED_LANES
+)
 
 # -- name: type_config
 TYPE_CONFIG = """
