@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -55,9 +55,6 @@ class _TypeQueue:
         # Waiters still waiting (futures not done); kept by callbacks so the checks on
         # every long poll are O(1) however many wait.
         self.live = 0
-        # Live waiters per tenant filter: a newcomer whose filter already waits brings
-        # the dispatcher nothing new to look for (see enqueue).
-        self.filters: Counter[tuple[str, ...] | None] = Counter()
         self.wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
 
@@ -105,28 +102,19 @@ class WaiterHub:
         if q is None:
             q = self.queues[req.job_type] = _TypeQueue()
         waiter = Waiter(req)
-        key = waiter.filter_key
         q.waiters.append(waiter)
         q.live += 1
         self.live += 1
-        q.filters[key] += 1
-        waiter.future.add_done_callback(lambda _: self._left(q, key))
+        waiter.future.add_done_callback(lambda _: self._left(q))
         if q.task is None or q.task.done():
             q.task = asyncio.create_task(self._dispatch(req.job_type, q))
-        if q.filters[key] == 1:
-            # Waiters with this filter already wait only because the dispatcher's last
-            # pass found nothing for it, or it is serving them now; either way a query
-            # for the newcomer would find nothing new.  New work wakes them all.
-            q.wake.set()
+        q.wake.set()
         return waiter
 
-    def _left(self, q: _TypeQueue, key: tuple[str, ...] | None) -> None:
+    def _left(self, q: _TypeQueue) -> None:
         """A waiter was served, timed out or went away."""
         q.live -= 1
         self.live -= 1
-        q.filters[key] -= 1
-        if not q.filters[key]:
-            del q.filters[key]
 
     async def long_poll(self, req: ActivateRequest, timeout_s: float, gone: asyncio.Event) -> Rows:
         """Activate now if nobody waits ahead; else (or if nothing was there) wait up to

@@ -83,37 +83,6 @@ async def test_one_job_wakes_one_of_200_waiters_with_bounded_queries(live):
         await asyncio.gather(*pending, return_exceptions=True)
 
 
-async def test_joining_waiters_of_a_waiting_filter_cost_no_query(live):
-    """A long poll that joins waiters with its own tenant filter learns nothing a query
-    would tell: the dispatcher's last pass found nothing for that filter, and new work
-    wakes every waiter.  A new filter is looked for at once."""
-    limits = httpx.Limits(max_connections=20, max_keepalive_connections=20)
-    async with httpx.AsyncClient(base_url=live.url, timeout=60, limits=limits) as many:
-        body = {**POLL, "requestTimeout": 60_000}
-        polls = [asyncio.create_task(many.post("/v2/jobs/activate", json=body))]
-        await until_waiting(live.client, 1)
-        before = await metric(live.client, "jobfair_wake_queries_total")
-        for n in range(2, 12):  # one at a time: each join finds the dispatcher idle
-            polls.append(asyncio.create_task(many.post("/v2/jobs/activate", json=body)))
-            await until_waiting(live.client, n)
-        joined = await metric(live.client, "jobfair_wake_queries_total")
-        # At most a jittered backup poll (~1 s apart) in between.
-        assert joined - before <= 1, joined - before
-        other = {**body, "tenantIds": ["elsewhere"]}
-        polls.append(asyncio.create_task(many.post("/v2/jobs/activate", json=other)))
-        await until_waiting(live.client, 12)
-        deadline = time.monotonic() + 5
-        while await metric(live.client, "jobfair_wake_queries_total") == joined:
-            assert time.monotonic() < deadline, "a new filter was not looked for"
-            await asyncio.sleep(0.02)
-        job = (await live.client.post("/v2/jobs", json={"type": "lp"})).json()
-        done, pending = await asyncio.wait(polls, return_when=asyncio.FIRST_COMPLETED)
-        assert [j["jobKey"] for d in done for j in d.result().json()["jobs"]] == [job["jobKey"]]
-        for p in pending:
-            p.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-
-
 async def test_waiters_are_served_in_arrival_order(live):
     c = live.client
     first = asyncio.create_task(
