@@ -197,9 +197,11 @@ FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1
 UNION ALL
 (SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1), t.max_active_jobs, NULL, NULL, NULL,
         CASE WHEN $2 <= {probed}
-        -- max(), not EXISTS: the min/max rewrite always descends jobs_ready_idx, where
+        -- min(), not EXISTS: the min/max rewrite always descends jobs_ready_idx, where
         -- EXISTS let the generic plan scan the heap for a first match (660 ms at 1M).
-        THEN (SELECT max(j.priority) FROM jobs j
+        -- min(), not max(): it reads the lane's youngest entry, not its head, where
+        -- draining activators leave entries of jobs just claimed (dead, not yet pruned).
+        THEN (SELECT min(j.priority) FROM jobs j
               WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = l.tenant_id)
                IS NOT NULL
         ELSE true END
