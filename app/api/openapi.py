@@ -415,11 +415,8 @@ def build() -> dict[str, Any]:
     components: dict[str, Any] = {}
 
     def ref(model: type[BaseModel] | type[TypedDictBody]) -> dict[str, Any]:
-        template = "#/components/schemas/{model}"
-        if isinstance(model, type) and issubclass(model, BaseModel):
-            schema = model.model_json_schema(ref_template=template)
-        else:  # a TypedDict body (schemas.CreateJob)
-            schema = TypeAdapter(model).json_schema(ref_template=template)
+        # A TypeAdapter describes models and the TypedDict bodies alike.
+        schema = TypeAdapter(model).json_schema(ref_template="#/components/schemas/{model}")
         for name, sub in schema.pop("$defs", {}).items():
             components.setdefault(name, sub)
         components[model.__name__] = schema
