@@ -80,8 +80,6 @@ class ActivationService:
         pending = self._charging.get(job_type)
         if pending:
             await asyncio.wait(list(pending))
-        elif pending is not None:
-            del self._charging[job_type]
 
     async def settle(self) -> None:
         """Wait for follow-up work (lane charges and parking) of finished activations."""

@@ -318,14 +318,12 @@ SELECT * FROM activated
 """
 
 # -- name: charge_lanes
-# Charges each lane (jobs claimed) x stride of virtual time, after the claim committed.
+# Charges each lane (jobs claimed) x stride of virtual time, after the claim committed
+# (so no claim holds lane rows across its WAL flush; ADR 001).
 # Locks: the lane rows, in tenant order (the sub-select's sort sits below its row
-# locking), until this statement commits.  Inside the claim these locks were held across
-# the claim's durable commit, and concurrent activators of the same lanes queued behind
-# that WAL flush (ADR 001).  This statement commits asynchronously
-# (synchronous_commit = off for its own transaction only): a crash can forget the last
-# few hundred milliseconds of charges, which costs fairness nothing measurable and
-# fences nothing -- the claim it accounts for was durable before it ran.
+# locking), until this statement commits -- asynchronously (synchronous_commit = off for
+# its own transaction only): a crash can forget the last few hundred milliseconds of
+# charges, which fences nothing; the claim it accounts for was durable before it ran.
 CHARGE_LANES = """
 UPDATE lanes l
 SET vtime = l.vtime + c.n * c.stride, activated_total = l.activated_total + c.n
@@ -594,6 +592,12 @@ def _lock_sql(fn: str, klass: int, keys: Sequence[int]) -> str:
     return f"SELECT {calls}"
 
 
+def _tenant(job: Mapping[str, Any]) -> str:
+    """A job to insert's tenant (INSERT_JOBS fills the same default in SQL)."""
+    tenant: str = job.get("tenantId", DEFAULT_TENANT)
+    return tenant
+
+
 def _ready_at_once(job: Mapping[str, Any], now: datetime) -> bool:
     """Whether a job to insert is CREATED (not SCHEDULED) at ``now``."""
     run_at = job.get("runAt")
@@ -746,11 +750,7 @@ class Store:
         """Insert jobs given as the API spells them (validated ``schemas.CreateJob``
         dicts: a field left out takes its default here, in SQL)."""
         buckets = sorted(
-            {
-                lane_bucket(j["type"], j.get("tenantId", DEFAULT_TENANT))
-                for j in jobs
-                if _ready_at_once(j, now)
-            }
+            {lane_bucket(j["type"], _tenant(j)) for j in jobs if _ready_at_once(j, now)}
         )
         async with self.pool.acquire() as conn:
             async with conn.transaction():
@@ -773,12 +773,12 @@ class Store:
                 taken = [jobs[o - 1] for o in not_inserted]
                 found = await conn.fetch(
                     FIND_IDEMPOTENT,
-                    [j.get("tenantId", DEFAULT_TENANT) for j in taken],
+                    [_tenant(j) for j in taken],
                     [j["idempotencyKey"] for j in taken],
                 )
                 existing = {(f["tenant_id"], f["idempotency_key"]): f["job_key"] for f in found}
                 for o, j in zip(not_inserted, taken, strict=True):
-                    key = existing[(j.get("tenantId", DEFAULT_TENANT), j["idempotencyKey"])]
+                    key = existing[(_tenant(j), j["idempotencyKey"])]
                     out[o - 1] = Inserted(key, False)
         return out
 
