@@ -20,6 +20,7 @@ from app.api import camunda as camunda_api
 from app.api import jobs as jobs_api
 from app.api import openapi, problems
 from app.api import operators as operators_api
+from app.api.direct import DirectRoutes
 from app.config import Settings
 from app.jobs import JobService
 from app.notifier import Notifier
@@ -30,6 +31,20 @@ from app.sweepers import Background
 from app.waiting import WaiterHub
 
 log = logging.getLogger(__name__)
+
+
+# In the order FastAPI tries them: Camunda's first, so /v2/jobs/activation is not taken
+# for a job key.
+ROUTERS = (camunda_api.router, camunda_api.topology_router, jobs_api.router, operators_api.router)
+# What a worker calls per job or per activation, answered without FastAPI's per-request
+# cost (ADR 008).
+HOT_ENDPOINTS = (
+    jobs_api.activate,
+    jobs_api.complete_job,
+    jobs_api.complete_batch,
+    jobs_api.fail_job,
+    jobs_api.throw_error,
+)
 
 
 @dataclass
@@ -141,17 +156,9 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unhandled error on %s", request.url.path)
-        return problems.problem(
-            500,
-            "urn:jobfair:internal",
-            "INTERNAL",
-            "an unexpected error occurred; it has been logged",
-            request.url.path,
-        )
+        return problems.internal(request.url.path)
 
-    # Camunda's routes first: /v2/jobs/activation must not be taken for a job key.
-    app.include_router(camunda_api.router)
-    app.include_router(camunda_api.topology_router)
-    app.include_router(jobs_api.router)
-    app.include_router(operators_api.router)
+    for router in ROUTERS:
+        app.include_router(router)
+    app.add_middleware(DirectRoutes, routers=ROUTERS, endpoints=HOT_ENDPOINTS)
     return app

@@ -132,13 +132,28 @@ def bench_enqueue(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]
 # -- 2. drain ---------------------------------------------------------------------------
 
 
-async def _drain(base: str, workers: int, max_jobs: int, batch_complete: bool, total: int) -> float:
+HANDLERS = 10  # a worker's handler pool in the "parallel" completion mode
+
+
+async def _drain(base: str, workers: int, max_jobs: int, completion: str, total: int) -> float:
+    """Jobs/s of ``workers`` activate-and-complete loops.  ``completion``: "batch" (one
+    ``POST /v2/jobs/complete`` per activation), "single" (one call per job, one after the
+    other) or "parallel" (one call per job, made by a pool of ``HANDLERS`` connections at
+    once, as a worker running its jobs' handlers concurrently does)."""
     done = 0
-    conns = [await Connection.open(base) for _ in range(workers)]
+    pool = HANDLERS if completion == "parallel" else 1
+    conns = [[await Connection.open(base) for _ in range(pool)] for _ in range(workers)]
+
+    async def complete_each(c: Connection, jobs: list[dict[str, Any]]) -> None:
+        for j in jobs:
+            r = await c.post(
+                f"/v2/jobs/{j['jobKey']}/complete", {"activationCount": j["activationCount"]}
+            )
+            assert r.status == 204, r.body
 
     async def worker(i: int) -> None:
         nonlocal done
-        c = conns[i]
+        c = conns[i][0]
         activate = {
             "type": "bench",
             "maxJobs": max_jobs,
@@ -150,30 +165,22 @@ async def _drain(base: str, workers: int, max_jobs: int, batch_complete: bool, t
             jobs = (await c.post("/v2/jobs/activate", activate)).json()["jobs"]
             if not jobs:
                 return
-            if batch_complete:
-                r = await c.post(
-                    "/v2/jobs/complete",
-                    {
-                        "jobs": [
-                            {"jobKey": j["jobKey"], "activationCount": j["activationCount"]}
-                            for j in jobs
-                        ]
-                    },
-                )
+            if completion == "batch":
+                finished = [
+                    {"jobKey": j["jobKey"], "activationCount": j["activationCount"]} for j in jobs
+                ]
+                r = await c.post("/v2/jobs/complete", {"jobs": finished})
                 assert r.status == 200
             else:
-                for j in jobs:
-                    r = await c.post(
-                        f"/v2/jobs/{j['jobKey']}/complete",
-                        {"activationCount": j["activationCount"]},
-                    )
-                    assert r.status == 204, r.body
+                await asyncio.gather(
+                    *(complete_each(h, jobs[k::pool]) for k, h in enumerate(conns[i]))
+                )
             done += len(jobs)
 
     t0 = time.perf_counter()
     await asyncio.gather(*(worker(i) for i in range(workers)))
     elapsed = time.perf_counter() - t0
-    for c in conns:
+    for c in (c for pool_ in conns for c in pool_):
         await c.close()
     assert done == total, (done, total)
     return done / elapsed
@@ -183,9 +190,9 @@ def bench_drain(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
     for workers in args.drain_workers:
         for max_jobs in (10, 100):
-            for batch_complete in (False, True):
+            for completion in args.completions:
                 for sw in args.server_workers:
-                    total = args.drain_jobs if batch_complete else args.drain_jobs // 2
+                    total = args.drain_jobs if completion == "batch" else args.drain_jobs // 2
                     runs = []
                     for _ in range(args.repeat):
                         url = pg.fresh_db("bench_drain")
@@ -194,13 +201,13 @@ def bench_drain(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]]:
                         )
                         with server(url, workers=sw) as base:
                             runs.append(
-                                asyncio.run(_drain(base, workers, max_jobs, batch_complete, total))
+                                asyncio.run(_drain(base, workers, max_jobs, completion, total))
                             )
                     rows.append(
                         {
                             "workers": workers,
                             "maxJobs": max_jobs,
-                            "completion": "batch" if batch_complete else "single",
+                            "completion": completion,
                             "serverWorkers": sw,
                             "jobsPerSec": median(runs),
                             "runs": runs,
@@ -270,7 +277,9 @@ def bench_tenants(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]
             url = pg.fresh_db("bench_tenants")
             asyncio.run(preload_many_tenants(url, "bench", tenants, max(1, total // tenants)))
             with server(url) as base:
-                runs.append(asyncio.run(_drain(base, 8, 100, True, (total // tenants) * tenants)))
+                runs.append(
+                    asyncio.run(_drain(base, 8, 100, "batch", (total // tenants) * tenants))
+                )
         rows.append(
             {
                 "tenants": tenants,
@@ -373,22 +382,20 @@ async def _hammer(base: str, connections: int, seconds: float) -> float:
 
 
 def bench_ceiling(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """An empty FastAPI route under uvicorn, no database: the most requests/s this machine
-    answers with this load generator.  One complete call per job can never beat it."""
+    """An empty route under uvicorn, no database, as FastAPI and as bare ASGI: the most
+    requests/s this machine answers with this load generator.  One complete call per job
+    can never beat it."""
     rows = []
-    for sw in args.server_workers:
-        runs = []
-        for _ in range(args.repeat):
-            with plain_server("bench.ceiling_app:app", workers=sw) as base:
-                runs.append(asyncio.run(_hammer(base, 32, args.ceiling_seconds)))
-        rows.append(
-            {
-                "app": "empty FastAPI route",
-                "serverWorkers": sw,
-                "requestsPerSec": median(runs),
-                "runs": runs,
-            }
-        )
+    apps = {"empty FastAPI route": "bench.ceiling_app:app", "bare ASGI": "bench.ceiling_app:bare"}
+    for name, target in apps.items():
+        for sw in args.server_workers:
+            runs = []
+            for _ in range(args.repeat):
+                with plain_server(target, workers=sw) as base:
+                    runs.append(asyncio.run(_hammer(base, 32, args.ceiling_seconds)))
+            rows.append(
+                {"app": name, "serverWorkers": sw, "requestsPerSec": median(runs), "runs": runs}
+            )
     return rows
 
 
@@ -416,6 +423,12 @@ def main() -> None:
     p.add_argument("--enqueue-batches", type=int, default=40)
     p.add_argument("--drain-workers", type=int, nargs="+", default=[1, 8, 32])
     p.add_argument("--drain-jobs", type=int, default=40_000)
+    p.add_argument(
+        "--completions",
+        nargs="+",
+        default=["single", "parallel", "batch"],
+        choices=["single", "parallel", "batch"],
+    )
     p.add_argument("--big-backlog", type=int, default=1_000_000)
     p.add_argument("--latency-calls", type=int, default=2000)
     p.add_argument("--tenant-jobs", type=int, default=100_000)

@@ -35,13 +35,23 @@ def problem(
     return Response(orjson.dumps(body), status_code=status, media_type=PROBLEM, headers=headers)
 
 
+def from_error(exc: JobfairError, instance: str) -> Response:
+    headers = None
+    if exc.retry_after_s is not None:
+        headers = {"Retry-After": str(exc.retry_after_s)}
+    return problem(exc.status, exc.type, exc.title, exc.detail, instance, headers)
+
+
+def internal(instance: str) -> Response:
+    """A bug's answer; the caller logs the exception."""
+    detail = "an unexpected error occurred; it has been logged"
+    return problem(500, "urn:jobfair:internal", "INTERNAL", detail, instance)
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(JobfairError)
     async def _domain(request: Request, exc: JobfairError) -> Response:
-        headers = None
-        if exc.retry_after_s is not None:
-            headers = {"Retry-After": str(exc.retry_after_s)}
-        return problem(exc.status, exc.type, exc.title, exc.detail, request.url.path, headers)
+        return from_error(exc, request.url.path)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> Response:

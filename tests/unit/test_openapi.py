@@ -8,12 +8,9 @@ from pathlib import Path
 
 from openapi_spec_validator import validate
 
-from app.api import camunda as camunda_api
-from app.api import jobs as jobs_api
 from app.api import openapi
-from app.api import operators as operators_api
 from app.config import Settings
-from app.main import create_app
+from app.main import ROUTERS, create_app
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "clients" / "openapi.json"
@@ -23,13 +20,7 @@ NOT_API = {"/docs", "/docs/oauth2-redirect", "/openapi.json"}
 
 def _routes() -> set[tuple[str, str]]:
     found = set()
-    routers = (
-        camunda_api.router,
-        camunda_api.topology_router,
-        jobs_api.router,
-        operators_api.router,
-    )
-    for route in [r for router in routers for r in router.routes]:
+    for route in [r for router in ROUTERS for r in router.routes]:
         path = getattr(route, "path", None)
         if path is None or path in NOT_API:
             continue

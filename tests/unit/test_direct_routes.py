@@ -1,0 +1,117 @@
+"""DirectRoutes answers exactly the requests FastAPI would have sent to the same endpoints,
+with the same problem+json, and leaves every other request to FastAPI.  (The real hot
+routes are exercised through it by every acceptance test that activates or finishes.)"""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from fastapi import APIRouter, FastAPI, Request
+from starlette.responses import Response
+
+from app.api import problems
+from app.api.direct import DirectRoutes
+from app.errors import InvalidArgument, ResourceExhausted
+from app.main import HOT_ENDPOINTS, ROUTERS
+
+first = APIRouter(prefix="/things")
+second = APIRouter(prefix="/things")
+served_by: list[str] = []
+
+
+@first.post("/special/poke")
+async def special(request: Request) -> Response:
+    served_by.append("fastapi:special")
+    return Response(b"special", status_code=200)
+
+
+@second.post("/{key}/poke")
+async def poke(request: Request, key: str) -> Response:
+    served_by.append(f"direct:{key}:{request.url.path}")
+    if key == "bad":
+        raise InvalidArgument("key must not be bad")
+    if key == "busy":
+        raise ResourceExhausted("too busy", retry_after_s=3)
+    if key == "bug":
+        raise RuntimeError("a bug")
+    return Response(await request.body(), status_code=201)
+
+
+@second.get("/{key}")
+async def get_thing(request: Request, key: str) -> Response:
+    served_by.append("fastapi:get")
+    return Response(b"got", status_code=200)
+
+
+def make_app() -> FastAPI:
+    app = FastAPI()
+    problems.install(app)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> Response:
+        return problems.internal(request.url.path)
+
+    for router in (first, second):
+        app.include_router(router)
+    app.add_middleware(DirectRoutes, routers=(first, second), endpoints=(poke,))
+    return app
+
+
+@pytest.fixture
+async def client():
+    served_by.clear()
+    transport = httpx.ASGITransport(app=make_app(), raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+        yield c
+
+
+async def test_a_direct_route_gets_its_path_parameters_and_body(client):
+    r = await client.post("/things/42/poke", content=b"hello")
+    assert (r.status_code, r.content) == (201, b"hello")
+    assert served_by == ["direct:42:/things/42/poke"]
+
+
+async def test_a_path_an_earlier_route_matches_stays_with_that_route(client):
+    r = await client.post("/things/special/poke")
+    assert (r.status_code, r.content) == (200, b"special")
+    assert served_by == ["fastapi:special"]
+
+
+async def test_other_methods_and_paths_go_on_to_fastapi(client):
+    assert (await client.get("/things/42")).status_code == 200
+    assert served_by == ["fastapi:get"]
+    r = await client.put("/things/42/poke")  # FastAPI's own 405, through its handler
+    assert r.status_code == 405
+    assert r.headers["content-type"] == problems.PROBLEM
+
+
+@pytest.mark.parametrize(
+    ("key", "status", "title", "retry_after"),
+    [("bad", 400, "INVALID_ARGUMENT", None), ("busy", 503, "RESOURCE_EXHAUSTED", "3")],
+)
+async def test_domain_errors_are_the_same_problems(client, key, status, title, retry_after):
+    r = await client.post(f"/things/{key}/poke")
+    assert r.status_code == status
+    assert r.headers["content-type"] == problems.PROBLEM
+    assert r.json()["title"] == title
+    assert r.json()["instance"] == f"/things/{key}/poke"
+    assert r.headers.get("retry-after") == retry_after
+
+
+async def test_a_bug_is_a_500_problem_not_a_dropped_connection(client):
+    r = await client.post("/things/bug/poke")
+    assert r.status_code == 500
+    assert r.json()["title"] == "INTERNAL"
+
+
+def test_an_endpoint_no_router_routes_is_refused_at_start():
+    async def stray(request: Request) -> Response:
+        return Response()
+
+    with pytest.raises(ValueError, match="stray"):
+        DirectRoutes(make_app(), routers=(first, second), endpoints=(stray,))
+
+
+def test_the_apps_hot_endpoints_are_all_routed():
+    direct = DirectRoutes(FastAPI(), routers=ROUTERS, endpoints=HOT_ENDPOINTS)
+    assert {r.endpoint for r in direct.routes} == set(HOT_ENDPOINTS)
