@@ -259,29 +259,34 @@ FROM unnest($1::text[], $2::int[]) AS c(tenant_id, cap)
 #   priorities (one index descent each, at most 101); each priority's head yields up to k
 #   rows in FIFO order, which within one priority is also aging order.  The best k of
 #   those heads are the lane's best k jobs.  Cost O(k x P x log N), never a backlog scan.
-# Locks: FOR UPDATE SKIP LOCKED on the head rows, so concurrent activators of the same
-#   lane pass each other (each takes the next unlocked rows) instead of queueing; the
-#   heads not chosen are released at commit.  No lane row is locked here: charging is
-#   charge_lanes, after this statement has committed.
+# Locks: FOR UPDATE SKIP LOCKED, so concurrent activators of the same lane pass each
+#   other (each takes the next unlocked rows) instead of queueing.  Only the top
+#   priority's heads are locked as they are read; lower priorities' heads are read
+#   without locks and, when aging promotes some of them into the best k, that many rows
+#   of their priority are locked from its head (promoted).  Locking every priority's k
+#   heads made concurrent claims skip rows that were never going to be taken, and hand
+#   out younger jobs while older ones sat locked by a claim that would not take them
+#   (ADR 003; tests/integration/test_claim.py).  No lane row is locked here: charging
+#   is charge_lanes, after this statement has committed.
 CLAIM = """
 WITH RECURSIVE alloc AS (
     SELECT * FROM unnest($2::text[], $3::int[]) AS a(tenant_id, k)
 ),
 prios AS (
-    SELECT a.tenant_id, a.k,
+    SELECT a.tenant_id, a.k, true AS top,
            (SELECT max(j.priority) FROM jobs j
              WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = a.tenant_id)
              AS priority
     FROM alloc a
   UNION ALL
-    SELECT p.tenant_id, p.k,
+    SELECT p.tenant_id, p.k, false,
            (SELECT max(j.priority) FROM jobs j
              WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
                AND j.priority < p.priority)
     FROM prios p WHERE p.priority IS NOT NULL
 ),
 heads AS (
-    SELECT h.job_key, p.tenant_id, p.k, h.queued_at,
+    SELECT h.job_key, p.tenant_id, p.priority, p.k, p.top, h.queued_at,
            LEAST(100, h.priority + $7::int * floor(
                GREATEST(0, extract(epoch FROM ($4::timestamptz - h.queued_at)) * 1000)
                / $8::int)) AS eff
@@ -294,16 +299,46 @@ heads AS (
         LIMIT p.k
         FOR UPDATE SKIP LOCKED
     ) h
-    WHERE p.priority IS NOT NULL
+    WHERE p.top AND p.priority IS NOT NULL
+  UNION ALL
+    SELECT h.job_key, p.tenant_id, p.priority, p.k, p.top, h.queued_at,
+           LEAST(100, h.priority + $7::int * floor(
+               GREATEST(0, extract(epoch FROM ($4::timestamptz - h.queued_at)) * 1000)
+               / $8::int)) AS eff
+    FROM prios p
+    CROSS JOIN LATERAL (
+        SELECT j.job_key, j.priority, j.queued_at FROM jobs j
+        WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
+          AND j.priority = p.priority
+        ORDER BY j.queued_at, j.job_key
+        LIMIT p.k
+    ) h
+    WHERE NOT p.top AND p.priority IS NOT NULL
 ),
 chosen AS (
-    SELECT job_key FROM (
-        SELECT job_key, k,
+    SELECT job_key, tenant_id, priority, top FROM (
+        SELECT job_key, tenant_id, priority, k, top,
                row_number() OVER (PARTITION BY tenant_id
                                   ORDER BY eff DESC, queued_at, job_key) AS rn
         FROM heads
     ) ranked
     WHERE rn <= k
+),
+promoted AS (
+    SELECT h.job_key
+    FROM (SELECT tenant_id, priority, count(*)::int AS n FROM chosen WHERE NOT top
+          GROUP BY tenant_id, priority) s
+    CROSS JOIN LATERAL (
+        SELECT j.job_key FROM jobs j
+        WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = s.tenant_id
+          AND j.priority = s.priority
+        ORDER BY j.queued_at, j.job_key
+        LIMIT s.n
+        FOR UPDATE SKIP LOCKED
+    ) h
+),
+taken AS (
+    SELECT job_key FROM chosen WHERE top UNION ALL SELECT job_key FROM promoted
 ),
 activated AS (
     UPDATE jobs j
@@ -311,7 +346,7 @@ activated AS (
         deadline = $6, activated_at = $4, via_stream = $9
     -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join lets the
     -- planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
-    WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM chosen))
+    WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken))
     RETURNING j.*
 )
 SELECT * FROM activated
