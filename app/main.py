@@ -20,7 +20,7 @@ from app.api import camunda as camunda_api
 from app.api import jobs as jobs_api
 from app.api import openapi, problems
 from app.api import operators as operators_api
-from app.api.direct import DirectRoutes
+from app.api.direct import App, DirectRoutes
 from app.config import Settings
 from app.jobs import JobService
 from app.notifier import Notifier
@@ -145,7 +145,7 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
             await notifier.stop()
             await store.close()
 
-    app = FastAPI(
+    app = App(
         title="Jobfair", version=__version__, lifespan=lifespan, docs_url="/docs", redoc_url=None
     )
     app.openapi = openapi.build  # type: ignore[method-assign]
@@ -160,5 +160,5 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
 
     for router in ROUTERS:
         app.include_router(router)
-    app.add_middleware(DirectRoutes, routers=ROUTERS, endpoints=HOT_ENDPOINTS)
+    app.direct = DirectRoutes(ROUTERS, HOT_ENDPOINTS)
     return app

@@ -3,7 +3,7 @@
 A worker finishing jobs one at a time makes one request per job.  FastAPI's route search,
 endpoint wrapper and exception middleware cost more per request here than the finish
 itself: an empty FastAPI route answers ~3,500 requests/s on this machine, the same route as
-bare ASGI ~18,000 (``python -m bench.run ceiling``).  This middleware answers the hot routes
+bare ASGI ~18,000 (``python -m bench.run ceiling``).  ``App`` answers the hot routes
 by calling the very endpoint functions the routers declare, with the same problem+json
 mapping; every other request goes on to FastAPI, and the routes stay declared in the
 routers, so the OpenAPI document and the behaviour do not change.
@@ -16,11 +16,11 @@ import re
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from fastapi import APIRouter
+from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from app.api import problems
 from app.errors import JobfairError
@@ -59,28 +59,40 @@ def _routes(routers: Sequence[APIRouter], endpoints: Iterable[Endpoint]) -> list
 
 
 class DirectRoutes:
-    """ASGI middleware: ``endpoints`` (``async def f(request, **path_params)`` functions
-    routed by ``routers``, given in the order the app includes them) are called directly;
-    the rest goes to ``next_app``."""
+    """``endpoints`` (``async def f(request, **path_params)`` functions routed by
+    ``routers``, given in the order the app includes them), called directly."""
 
-    def __init__(
-        self, next_app: ASGIApp, routers: Sequence[APIRouter], endpoints: Iterable[Endpoint]
-    ) -> None:
-        self.next_app = next_app
+    def __init__(self, routers: Sequence[APIRouter], endpoints: Iterable[Endpoint]) -> None:
         self.routes = _routes(routers, endpoints)
 
+    async def serve(self, scope: Scope, receive: Receive, send: Send) -> bool:
+        """Answer the request if it is one of ours; False leaves it to the caller."""
+        if scope["type"] != "http":
+            return False
+        for route in self.routes:
+            if scope["method"] != route.method:
+                continue
+            match = route.pattern.match(scope["path"])
+            if match is None or any(s.match(scope["path"]) for s in route.shadowed_by):
+                continue
+            response = await _answer(route.endpoint, Request(scope, receive), match)
+            await response(scope, receive, send)
+            return True
+        return False
+
+
+class App(FastAPI):
+    """FastAPI, with ``direct`` routes answered before any of FastAPI's own machinery
+    (its telemetry check and middleware stack, not only its routing)."""
+
+    direct: DirectRoutes | None = None
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            for route in self.routes:
-                if scope["method"] != route.method:
-                    continue
-                match = route.pattern.match(scope["path"])
-                if match is None or any(s.match(scope["path"]) for s in route.shadowed_by):
-                    continue
-                response = await _answer(route.endpoint, Request(scope, receive), match)
-                await response(scope, receive, send)
+        if self.direct is not None:
+            scope["app"] = self  # what Request.app reads, as Starlette sets it
+            if await self.direct.serve(scope, receive, send):
                 return
-        await self.next_app(scope, receive, send)
+        await super().__call__(scope, receive, send)
 
 
 async def _answer(endpoint: Endpoint, request: Request, match: re.Match[str]) -> Response:

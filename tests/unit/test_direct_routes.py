@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.api import problems
-from app.api.direct import DirectRoutes
+from app.api.direct import App, DirectRoutes
 from app.errors import InvalidArgument, ResourceExhausted
 from app.main import HOT_ENDPOINTS, ROUTERS
 
@@ -43,8 +43,8 @@ async def get_thing(request: Request, key: str) -> Response:
     return Response(b"got", status_code=200)
 
 
-def make_app() -> FastAPI:
-    app = FastAPI()
+def make_app() -> App:
+    app = App()
     problems.install(app)
 
     @app.exception_handler(Exception)
@@ -53,7 +53,7 @@ def make_app() -> FastAPI:
 
     for router in (first, second):
         app.include_router(router)
-    app.add_middleware(DirectRoutes, routers=(first, second), endpoints=(poke,))
+    app.direct = DirectRoutes((first, second), (poke,))
     return app
 
 
@@ -109,9 +109,9 @@ def test_an_endpoint_no_router_routes_is_refused_at_start():
         return Response()
 
     with pytest.raises(ValueError, match="stray"):
-        DirectRoutes(make_app(), routers=(first, second), endpoints=(stray,))
+        DirectRoutes((first, second), (stray,))
 
 
 def test_the_apps_hot_endpoints_are_all_routed():
-    direct = DirectRoutes(FastAPI(), routers=ROUTERS, endpoints=HOT_ENDPOINTS)
+    direct = DirectRoutes(ROUTERS, HOT_ENDPOINTS)
     assert {r.endpoint for r in direct.routes} == set(HOT_ENDPOINTS)
