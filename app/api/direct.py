@@ -35,9 +35,9 @@ class _Route:
     method: str
     pattern: re.Pattern[str]
     endpoint: Endpoint
-    # Routes FastAPI would try first for the same method: a path one of them matches is
-    # theirs, exactly as in FastAPI's own in-order search.
-    shadowed_by: tuple[re.Pattern[str], ...]
+    # The routes FastAPI would try first for the same method, as one pattern: a path it
+    # matches is theirs, exactly as in FastAPI's own in-order search.
+    shadowed_by: re.Pattern[str] | None
 
 
 def _routes(routers: Sequence[APIRouter], endpoints: Iterable[Endpoint]) -> list[_Route]:
@@ -49,13 +49,22 @@ def _routes(routers: Sequence[APIRouter], endpoints: Iterable[Endpoint]) -> list
             continue
         if route.endpoint in wanted:
             [method] = list(route.methods or ())
-            shadows = tuple(r.path_regex for r in earlier if method in (r.methods or ()))
-            found.append(_Route(method, route.path_regex, route.endpoint, shadows))
+            shadows = [r.path_regex for r in earlier if method in (r.methods or ())]
+            found.append(_Route(method, route.path_regex, route.endpoint, _any_of(shadows)))
         earlier.append(route)
     missing = wanted - {r.endpoint for r in found}
     if missing:
         raise ValueError(f"not routes of these routers: {sorted(e.__name__ for e in missing)}")
     return found
+
+
+def _any_of(patterns: Sequence[re.Pattern[str]]) -> re.Pattern[str] | None:
+    """One pattern matching what any of ``patterns`` matches (their group names dropped:
+    a name may not repeat in one pattern)."""
+    if not patterns:
+        return None
+    unnamed = (re.sub(r"\(\?P<\w+>", "(?:", p.pattern) for p in patterns)
+    return re.compile("|".join(f"(?:{p})" for p in unnamed))
 
 
 class DirectRoutes:
@@ -73,7 +82,7 @@ class DirectRoutes:
             if scope["method"] != route.method:
                 continue
             match = route.pattern.match(scope["path"])
-            if match is None or any(s.match(scope["path"]) for s in route.shadowed_by):
+            if match is None or (route.shadowed_by and route.shadowed_by.match(scope["path"])):
                 continue
             response = await _answer(route.endpoint, Request(scope, receive), match)
             await response(scope, receive, send)
