@@ -40,6 +40,38 @@ class ActivateRequest:
     via_stream: bool = False
 
 
+class _Charges:
+    """One job type's lane charges not yet written.  Charges that arrive while a write
+    runs go into the next one, as GroupCommit does for completions: under load one
+    statement carries the charges of many activations."""
+
+    def __init__(self) -> None:
+        self.claimed: Counter[str] = Counter()
+        self.strides: dict[str, float] = {}
+        self.writer: asyncio.Task[Any] | None = None
+        self._next: asyncio.Future[None] | None = None  # done when `claimed` is written
+        self._writing: asyncio.Future[None] | None = None  # done when the write in flight is
+
+    def add(self, claimed: Counter[str], strides: dict[str, float]) -> None:
+        if self._next is None:
+            self._next = asyncio.get_running_loop().create_future()
+        self.claimed.update(claimed)
+        self.strides.update(strides)
+
+    def take(self) -> tuple[Counter[str], dict[str, float], asyncio.Future[None]]:
+        """The charges to write now, and the future to resolve once they are written."""
+        assert self._next is not None
+        taken = (self.claimed, self.strides, self._next)
+        self.claimed, self.strides, self._next, self._writing = Counter(), {}, None, self._next
+        return taken
+
+    async def written(self) -> None:
+        """Until every charge added so far has been written (or has failed)."""
+        waits = [f for f in (self._writing, self._next) if f is not None and not f.done()]
+        if waits:
+            await asyncio.wait(waits)
+
+
 class ActivationService:
     def __init__(self, store: Store, settings: Settings) -> None:
         self.store = store
@@ -49,8 +81,8 @@ class ActivationService:
         # records can be rendered without another round trip.
         self.aging_seen: dict[str, Aging] = {}
         self._pending: set[asyncio.Task[Any]] = set()
-        # Lane charges in flight, per job type (see _charge).
-        self._charging: defaultdict[str, set[asyncio.Task[Any]]] = defaultdict(set)
+        # Lane charges not yet written, per job type (see _charge).
+        self._charges: defaultdict[str, _Charges] = defaultdict(_Charges)
 
     def _spawn(self, coro: Awaitable[Any], what: str) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
@@ -71,15 +103,28 @@ class ActivationService:
         it (_charged), so one activator calling in sequence always sees its own charges;
         activators in other processes may read a lane a moment before its charge, as they
         may read it while a claim is in flight."""
-        pending = self._charging[job_type]
-        task = self._spawn(self.store.charge_lanes(job_type, claimed, strides), "charging lanes")
-        pending.add(task)
-        task.add_done_callback(pending.discard)
+        charges = self._charges[job_type]
+        charges.add(claimed, strides)
+        if charges.writer is None:
+            charges.writer = self._spawn(self._write_charges(job_type, charges), "charging")
+
+    async def _write_charges(self, job_type: str, charges: _Charges) -> None:
+        try:
+            while charges.claimed:
+                claimed, strides, done = charges.take()
+                try:
+                    await self.store.charge_lanes(job_type, claimed, strides)
+                except Exception as exc:  # uncharged lanes got a few jobs free; that is all
+                    log.warning("charging lanes failed: %r", exc)
+                finally:
+                    done.set_result(None)
+        finally:
+            charges.writer = None
 
     async def _charged(self, job_type: str) -> None:
-        pending = self._charging.get(job_type)
-        if pending:
-            await asyncio.wait(list(pending))
+        charges = self._charges.get(job_type)
+        if charges is not None:
+            await charges.written()
 
     async def settle(self) -> None:
         """Wait for follow-up work (lane charges and parking) of finished activations."""
