@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections import Counter
 
 from app.activation import ActivateRequest, ActivationService
 from app.api.schemas import CreateJob
@@ -111,3 +112,16 @@ async def test_an_active_lane_without_jobs_costs_no_claim_round(store):
         "SELECT count(*) FROM lanes WHERE tenant_id LIKE 'drained-%' AND NOT active"
     )
     assert parked == 3
+
+
+async def test_charges_made_while_one_is_written_are_all_written_before_the_next_read(store):
+    service = ActivationService(store, Settings())
+    await store.insert_jobs([_job(t) for t in ("a", "b") for _ in range(40)], utcnow())
+    results = await asyncio.gather(
+        *(service.activate(ActivateRequest("race", 2, 60_000), utcnow()) for _ in range(20))
+    )
+    claimed = Counter(r["tenant_id"] for rows, _ in results for r in rows)
+    assert sum(claimed.values()) == 40
+    await service._charged("race")  # what the next read of this job type waits for
+    rows = await store.pool.fetch("SELECT tenant_id, activated_total FROM lanes")
+    assert {r["tenant_id"]: r["activated_total"] for r in rows} == dict(claimed)
