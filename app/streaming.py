@@ -115,7 +115,9 @@ class Stream:
         if self.outstanding:
             timeout = self.check_ms / 1000 * (0.75 + 0.5 * random.random())
         try:
-            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(
+                waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
             for w in waits[:2]:
                 w.cancel()
@@ -123,8 +125,8 @@ class Stream:
         if self.waiter is not None and self.waiter.future.done():
             waiter, self.waiter = self.waiter, None
             return waiter.future.result() if not waiter.future.cancelled() else None
-        if not self.registry.shutdown.is_set():
-            await self._check_outstanding()
+        if not done and not self.registry.shutdown.is_set():
+            await self._check_outstanding()  # the timer ran out: nothing else woke us
         return None
 
     def _request(self) -> ActivateRequest:
