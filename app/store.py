@@ -113,6 +113,15 @@ notified AS (
 )
 """
 
+# The jobs of insert_jobs' input CTE, as rows of jobs.
+_INSERT_INPUT = """INSERT INTO jobs (job_key, job_type, tenant_id, state, priority, retries, run_at,
+                      queued_at, variables, custom_headers, created_at, idempotency_key)
+    SELECT job_key, job_type, tenant_id,
+           CASE WHEN run_at > $2 THEN 'SCHEDULED' ELSE 'CREATED' END,
+           priority, retries, run_at, GREATEST(run_at, $2), variables,
+           custom_headers, $2, idempotency_key
+    FROM input"""
+
 # -- name: insert_jobs
 # Inserts a batch of jobs in one round trip, marks their lanes backlogged and notifies
 # once per job type.  Keys are drawn before the insert so that results map back to input
@@ -139,16 +148,19 @@ WITH input AS MATERIALIZED (
                 ELSE $2::timestamptz END AS run_at
     FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS x(e, ord)
 ),
-ins AS (
-    INSERT INTO jobs (job_key, job_type, tenant_id, state, priority, retries, run_at,
-                      queued_at, variables, custom_headers, created_at, idempotency_key)
-    SELECT job_key, job_type, tenant_id,
-           CASE WHEN run_at > $2 THEN 'SCHEDULED' ELSE 'CREATED' END,
-           priority, retries, run_at, GREATEST(run_at, $2), variables,
-           custom_headers, $2, idempotency_key
-    FROM input ORDER BY ord
+-- Jobs without an idempotency key are inserted apart: ON CONFLICT makes every row a
+-- speculative insertion (a lock and an extra WAL record each), ~10 % of the statement.
+ins_plain AS (
+    {_INSERT_INPUT} WHERE idempotency_key IS NULL ORDER BY ord
+    RETURNING job_key, job_type, tenant_id, state
+),
+ins_keyed AS (
+    {_INSERT_INPUT} WHERE idempotency_key IS NOT NULL ORDER BY ord
     ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING job_key, job_type, tenant_id, state
+),
+ins AS (
+    SELECT * FROM ins_plain UNION ALL SELECT * FROM ins_keyed
 ),
 ready_lanes AS (
     SELECT DISTINCT job_type, tenant_id FROM ins WHERE state = 'CREATED'

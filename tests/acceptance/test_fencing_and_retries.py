@@ -163,6 +163,12 @@ async def test_idempotency_key_returns_the_same_job(live):
     keys = batch.json()["jobKeys"]
     assert keys[0] == keys[1] == r1.json()["jobKey"] and keys[2] != keys[0]
     assert len(await activate(c, "f", 10)) == 3
+    # A key new to the database, twice in one batch beside a job without a key.
+    fresh = {**body, "idempotencyKey": "order-2"}
+    batch = await c.post("/v2/jobs/batch", json={"jobs": [{"type": "f"}, fresh, fresh]})
+    keys = batch.json()["jobKeys"]
+    assert keys[1] == keys[2] and len({keys[0], keys[1]}) == 2
+    assert sorted(j["jobKey"] for j in await activate(c, "f", 10)) == sorted(set(keys))
 
 
 async def test_delayed_job_waits_for_run_at(live):
