@@ -434,10 +434,11 @@ ended AS (
     SET state = 'COMPLETED', completed_at = $4, deadline = NULL,
         variables = j.variables || COALESCE(i.variables, '{{}}'::jsonb)
     FROM input i
-    -- job_key = ANY($1) steers the planner to the primary key rather than a scan of
-    -- every ACTIVATED row through jobs_active_type_idx.
-    WHERE j.job_key = ANY($1::bigint[]) AND j.job_key = i.job_key AND j.state = 'ACTIVATED'
-      AND j.activation_count = i.activation_count
+    -- A primary-key probe per job.  The state test is spelled IS TRUE so that no partial
+    -- index on ACTIVATED rows matches it: the generic plan otherwise read every ACTIVATED
+    -- job of the type through jobs_active_type_idx (7 ms instead of 4 at 4,000 leases).
+    WHERE j.job_key = ANY($1::bigint[]) AND j.job_key = i.job_key
+      AND (j.state = 'ACTIVATED') IS TRUE AND j.activation_count = i.activation_count
     RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream
 ),
 {_CREDIT_NOTIFY},
@@ -533,7 +534,9 @@ SELECT job_key, job_type, tenant_id, (SELECT count(*) FROM credited) AS _n FROM 
 RELEASE_JOBS = """
 UPDATE jobs j SET state = 'CREATED', deadline = NULL
 FROM unnest($1::bigint[], $2::int[]) AS r(job_key, activation_count)
-WHERE j.job_key = r.job_key AND j.state = 'ACTIVATED' AND j.activation_count = r.activation_count
+-- IS TRUE: a primary-key probe per job, as in complete_jobs.
+WHERE j.job_key = ANY($1::bigint[]) AND j.job_key = r.job_key
+  AND (j.state = 'ACTIVATED') IS TRUE AND j.activation_count = r.activation_count
 RETURNING j.job_key, j.job_type, j.tenant_id
 """
 

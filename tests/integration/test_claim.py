@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import orjson
+import pytest
+
 from app.domain import utcnow
-from app.store import CLAIM
+from app.store import CLAIM, COMPLETE_JOBS, RELEASE_JOBS
 
 
 async def _insert(store, priority: int, n: int) -> list[int]:
@@ -41,3 +44,42 @@ async def test_a_claim_passes_rows_held_by_another_and_tops_up_from_the_next_pri
         await tx.rollback()
     # The share the held priority could not give comes from the next one, oldest first.
     assert sorted(r["job_key"] for r in got) == low[:3]
+
+
+async def _generic_plan_scans(store, query: str, *args) -> set[str]:
+    """The indexes of jobs the pool's (generic) plan of ``query`` reads."""
+    async with store.pool.acquire() as conn:
+        tx = conn.transaction()
+        await tx.start()
+        try:
+            [[plan]] = await conn.fetch("EXPLAIN (FORMAT JSON) " + query, *args)
+        finally:
+            await tx.rollback()
+    found: set[str] = set()
+
+    def walk(node) -> None:
+        if node.get("Relation Name") == "jobs" and "Scan" in node["Node Type"]:
+            found.add(node.get("Index Name", node["Node Type"]))
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk(orjson.loads(plan)[0]["Plan"])
+    return found
+
+
+@pytest.mark.parametrize(
+    "query",
+    [COMPLETE_JOBS, RELEASE_JOBS],
+    ids=["complete_jobs", "release_jobs"],
+)
+async def test_finishing_a_few_jobs_probes_them_by_key_however_many_are_leased(store, query):
+    await _insert(store, 0, 2_000)
+    await store.pool.execute("ANALYZE jobs")  # statistics that saw no lease at all
+    now = utcnow()
+    leased = await store.pool.fetch(
+        CLAIM, "claim", ["t"], [1_500], now, "w", now + timedelta(minutes=1), 10, 60_000, False
+    )
+    keys = [r["job_key"] for r in leased[:10]]
+    counts = [r["activation_count"] for r in leased[:10]]
+    args = (keys, counts, [None] * 10, now) if query is COMPLETE_JOBS else (keys, counts)
+    assert await _generic_plan_scans(store, query, *args) == {"jobs_pkey"}
