@@ -464,7 +464,8 @@ WITH ended AS (
         variables = j.variables || COALESCE($6::jsonb, '{{}}'::jsonb)
     FROM jobs cur
     CROSS JOIN LATERAL (SELECT COALESCE($3::int, GREATEST(0, cur.retries - 1)) AS retries) r
-    WHERE j.job_key = $1 AND cur.job_key = $1 AND j.state = 'ACTIVATED'
+    -- IS TRUE: a primary-key probe, as in complete_jobs.
+    WHERE j.job_key = $1 AND cur.job_key = $1 AND (j.state = 'ACTIVATED') IS TRUE
       AND j.activation_count = $2
     RETURNING j.job_key, j.job_type, j.tenant_id, j.state, j.via_stream
 ),
@@ -482,7 +483,8 @@ WITH ended AS (
     UPDATE jobs j
     SET state = 'ERROR_THROWN', error_code = $3, error_message = $4, deadline = NULL,
         completed_at = $6, variables = j.variables || COALESCE($5::jsonb, '{{}}'::jsonb)
-    WHERE j.job_key = $1 AND j.state = 'ACTIVATED' AND j.activation_count = $2
+    -- IS TRUE: a primary-key probe, as in complete_jobs.
+    WHERE j.job_key = $1 AND (j.state = 'ACTIVATED') IS TRUE AND j.activation_count = $2
     RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream
 ),
 {_CREDIT_NOTIFY},

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from app.domain import utcnow
-from app.store import CLAIM, COMPLETE_JOBS, RELEASE_JOBS
+from app.store import CLAIM, COMPLETE_JOBS, FAIL_JOB, RELEASE_JOBS, THROW_ERROR
 
 
 async def _insert(store, priority: int, n: int) -> list[int]:
@@ -67,12 +67,20 @@ async def _generic_plan_scans(store, query: str, *args) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize(
-    "query",
-    [COMPLETE_JOBS, RELEASE_JOBS],
-    ids=["complete_jobs", "release_jobs"],
-)
-async def test_finishing_a_few_jobs_probes_them_by_key_however_many_are_leased(store, query):
+FINISHING = {
+    "complete_jobs": (COMPLETE_JOBS, lambda keys, counts, now: (keys, counts, [None] * 10, now)),
+    "release_jobs": (RELEASE_JOBS, lambda keys, counts, now: (keys, counts)),
+    "fail_job": (FAIL_JOB, lambda keys, counts, now: (keys[0], counts[0], 1, "x", now, None, now)),
+    "throw_error": (
+        THROW_ERROR,
+        lambda keys, counts, now: (keys[0], counts[0], "E", "x", None, now),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", FINISHING)
+async def test_finishing_jobs_probes_them_by_key_however_many_are_leased(store, name):
+    query, args = FINISHING[name]
     await _insert(store, 0, 2_000)
     await store.pool.execute("ANALYZE jobs")  # statistics that saw no lease at all
     now = utcnow()
@@ -81,5 +89,4 @@ async def test_finishing_a_few_jobs_probes_them_by_key_however_many_are_leased(s
     )
     keys = [r["job_key"] for r in leased[:10]]
     counts = [r["activation_count"] for r in leased[:10]]
-    args = (keys, counts, [None] * 10, now) if query is COMPLETE_JOBS else (keys, counts)
-    assert await _generic_plan_scans(store, query, *args) == {"jobs_pkey"}
+    assert await _generic_plan_scans(store, query, *args(keys, counts, now)) == {"jobs_pkey"}
