@@ -263,6 +263,20 @@ SELECT c.tenant_id, (
 FROM unnest($1::text[], $2::int[]) AS c(tenant_id, cap)
 """
 
+# Up to k heads of each priority of claim's prios, FIFO (also aging order within one
+# priority): locked ({lock}) for the top priority, read for the others.
+_PRIORITY_HEADS = """SELECT h.job_key, p.tenant_id, p.priority, p.k, p.top, h.queued_at
+          FROM prios p
+          CROSS JOIN LATERAL (
+              SELECT j.job_key, j.queued_at FROM jobs j
+              WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
+                AND j.priority = p.priority
+              ORDER BY j.queued_at, j.job_key
+              LIMIT p.k
+              {lock}
+          ) h
+          WHERE {which} AND p.priority IS NOT NULL"""
+
 # -- name: claim
 # Activates up to k jobs from each allotted lane of one job type, best effective
 # priority first.
@@ -280,7 +294,7 @@ FROM unnest($1::text[], $2::int[]) AS c(tenant_id, cap)
 #   out younger jobs while older ones sat locked by a claim that would not take them
 #   (ADR 003; tests/integration/test_claim.py).  No lane row is locked here: charging
 #   is charge_lanes, after this statement has committed.
-CLAIM = """
+CLAIM = f"""
 WITH RECURSIVE alloc AS (
     SELECT * FROM unnest($2::text[], $3::int[]) AS a(tenant_id, k)
 ),
@@ -298,34 +312,13 @@ prios AS (
     FROM prios p WHERE p.priority IS NOT NULL
 ),
 heads AS (
-    SELECT h.job_key, p.tenant_id, p.priority, p.k, p.top, h.queued_at,
-           LEAST(100, h.priority + $7::int * floor(
-               GREATEST(0, extract(epoch FROM ($4::timestamptz - h.queued_at)) * 1000)
+    SELECT u.*,
+           LEAST(100, u.priority + $7::int * floor(
+               GREATEST(0, extract(epoch FROM ($4::timestamptz - u.queued_at)) * 1000)
                / $8::int)) AS eff
-    FROM prios p
-    CROSS JOIN LATERAL (
-        SELECT j.job_key, j.priority, j.queued_at FROM jobs j
-        WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
-          AND j.priority = p.priority
-        ORDER BY j.queued_at, j.job_key
-        LIMIT p.k
-        FOR UPDATE SKIP LOCKED
-    ) h
-    WHERE p.top AND p.priority IS NOT NULL
-  UNION ALL
-    SELECT h.job_key, p.tenant_id, p.priority, p.k, p.top, h.queued_at,
-           LEAST(100, h.priority + $7::int * floor(
-               GREATEST(0, extract(epoch FROM ($4::timestamptz - h.queued_at)) * 1000)
-               / $8::int)) AS eff
-    FROM prios p
-    CROSS JOIN LATERAL (
-        SELECT j.job_key, j.priority, j.queued_at FROM jobs j
-        WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
-          AND j.priority = p.priority
-        ORDER BY j.queued_at, j.job_key
-        LIMIT p.k
-    ) h
-    WHERE NOT p.top AND p.priority IS NOT NULL
+    FROM ({_PRIORITY_HEADS.format(lock="FOR UPDATE SKIP LOCKED", which="p.top")}
+      UNION ALL
+          {_PRIORITY_HEADS.format(lock="", which="NOT p.top")}) u
 ),
 chosen AS (
     SELECT job_key, tenant_id, priority, top FROM (
