@@ -25,7 +25,10 @@ async def body(request: Request, model: TypeAdapter[T]) -> T: ...
 async def body(request: Request, model: type[M] | TypeAdapter[T]) -> M | T:
     """The request's JSON body validated as ``model`` (a pydantic model, or a TypeAdapter
     for the TypedDict bodies); 400 if it is too large, empty or invalid."""
-    raw = await raw_body(request)
+    return _parse(await _raw_body(request), model)
+
+
+def _parse(raw: bytes, model: type[M] | TypeAdapter[T]) -> M | T:
     if not raw:
         raise InvalidArgument("request body is empty; expected a JSON object")
     try:
@@ -36,13 +39,10 @@ async def body(request: Request, model: type[M] | TypeAdapter[T]) -> M | T:
         raise InvalidArgument(describe(exc)) from None
 
 
-async def raw_body(request: Request) -> bytes:
+async def _raw_body(request: Request) -> bytes:
     """The request's body, read no further than the size limit: a body sent in chunks
     (no Content-Length) gets its 400 at the limit, not after the server buffered all of
     it, however long the client keeps sending."""
-    cached: bytes | None = getattr(request.state, "raw_body", None)
-    if cached is not None:
-        return cached
     limit = request.app.state.settings.max_body_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -54,8 +54,7 @@ async def raw_body(request: Request) -> bytes:
         if size > limit:
             raise InvalidArgument(f"request body is larger than {limit} bytes")
         chunks.append(chunk)
-    raw = request.state.raw_body = b"".join(chunks)
-    return raw
+    return b"".join(chunks)
 
 
 def validate(model: type[M], data: dict[str, Any]) -> M:
@@ -67,9 +66,10 @@ def validate(model: type[M], data: dict[str, Any]) -> M:
 
 async def optional_body(request: Request, model: type[M]) -> M:
     """A body the caller may leave out entirely (Camunda's completion, failure, search)."""
-    if not (await raw_body(request)).strip():
+    raw = await _raw_body(request)
+    if not raw.strip():
         return model()
-    return await body(request, model)
+    return _parse(raw, model)
 
 
 def describe(exc: ValidationError) -> str:
