@@ -149,8 +149,13 @@ class ActivationService:
 
     async def activate(
         self, req: ActivateRequest, now: datetime
-    ) -> tuple[list[asyncpg.Record], Aging]:
+    ) -> tuple[list[asyncpg.Record], bool]:
+        """The jobs activated, and whether the call ended knowing that the type had no
+        ready job left for the request's tenants (every active lane was read and none
+        had one), as opposed to stopping with all it asked for, at a cap, or after
+        lanes that came up short because another activator held their heads."""
         aging: Aging | None = None
+        dry = held_back = False
         claimed: list[asyncpg.Record] = []
         picks: list[str] = []
         exclude: set[str] = set()
@@ -159,15 +164,22 @@ class ActivationService:
         for _ in range(MAX_ROUNDS):
             self.queries += 1
             await self._charged(req.job_type)
+            limit = remaining + LANE_SLACK
             cfg, rows, empty = await self.store.read_lanes(
-                req.job_type, remaining + LANE_SLACK, sorted(exclude), req.tenant_ids
+                req.job_type, limit, sorted(exclude), req.tenant_ids
             )
             aging = self.resolve_aging(cfg.aging_interval_ms, cfg.aging_step)
-            short.update(empty)
+            if len(rows) + len(empty) >= limit:
+                # Empty lanes crowd the read: park them, so that later reads skip them.
+                # In a read with room to spare they cost a probe each, less than a park.
+                short.update(empty)
             exclude.update(empty)
             if not rows:
-                if empty:
-                    continue  # every lane read was empty: read on past them
+                if len(empty) >= limit:
+                    continue  # every lane read was empty, and there may be more: read on
+                # Every active lane not excluded was read and none has a ready job; the
+                # type is dry unless a lane was excluded that may still have some.
+                dry = not held_back
                 break
             plan = _Plan(rows, remaining, cfg.max_active_jobs)
             got = await self.store.claim(
@@ -192,6 +204,8 @@ class ActivationService:
             round_short = {t for t, k in plan.final.counts.items() if per_lane[t] < k}
             short |= round_short
             exclude |= round_short | plan.capped_out
+            # Short because drained, or because another activator held the heads; at cap.
+            held_back = held_back or bool(round_short or plan.capped_out)
             if remaining <= 0 or plan.type_full:
                 break
             if not round_short and not plan.capped_out:
@@ -202,7 +216,7 @@ class ActivationService:
         if aging is None:  # defensive: maxJobs >= 1 always runs a round
             aging = await self.aging_for(req.job_type)
         self.aging_seen[req.job_type] = aging
-        return _in_pick_order(claimed, picks), aging
+        return _in_pick_order(claimed, picks), dry
 
 
 class _Plan:

@@ -98,8 +98,9 @@ class Stream:
         """Jobs for the free credit, or None when there is nothing yet (woken by a
         returned credit, the periodic check or shutdown)."""
         if self.credit > 0 and self.waiter is None:
-            if not self.hub.has_waiters(self.req.job_type):
-                rows, _ = await self.activation.activate(self._request(), utcnow())
+            request = self._request()
+            if not self.hub.has_waiters(request.job_type) and not self.hub.known_dry(request):
+                rows = await self.hub.activate(request)
                 if rows:
                     return rows
             self.waiter = self.hub.enqueue(self._request())

@@ -18,10 +18,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -45,8 +45,15 @@ class Waiter:
     )
 
     @property
-    def filter_key(self) -> tuple[str, ...] | None:
-        return None if self.req.tenant_ids is None else tuple(sorted(self.req.tenant_ids))
+    def filter_key(self) -> Filter:
+        return filter_key(self.req)
+
+
+Filter = tuple[str, ...] | None
+
+
+def filter_key(req: ActivateRequest) -> Filter:
+    return None if req.tenant_ids is None else tuple(sorted(req.tenant_ids))
 
 
 class _TypeQueue:
@@ -76,19 +83,49 @@ class WaiterHub:
         self.wake_queries = 0  # activation queries made by dispatchers (for /metrics)
         self.live = 0  # waiters still waiting, across job types
         self.closed = False
+        # Dry marks: when an activation last found no ready job for a type and filter.
+        # Valid until the next wake-up of the type (or of all types), and for at most a
+        # backup poll interval, which bounds what a lost notification can cost.  A
+        # request that would wait anyway then joins the queue without asking again.
+        self._dry: dict[str, dict[Filter, float]] = {}
+        self._wakes = 0  # wake-ups seen, of any type (an activation that saw none
+        # while it ran may leave a dry mark)
 
     @property
     def waiting(self) -> int:
         return self.live
 
     def notify(self, job_type: str) -> None:
+        self._wakes += 1
+        self._dry.pop(job_type, None)
         q = self.queues.get(job_type)
         if q is not None:
             q.wake.set()
 
     def notify_all(self) -> None:
+        self._wakes += 1
+        self._dry.clear()
         for q in self.queues.values():
             q.wake.set()
+
+    async def activate(self, req: ActivateRequest) -> Rows:
+        """Activate now, and remember whether that found the type dry for the filter."""
+        wakes = self._wakes
+        rows, dry = await self.activation.activate(req, utcnow())
+        marks = self._dry.get(req.job_type)
+        if dry and wakes == self._wakes:  # no wake-up since the read began
+            if marks is None:
+                marks = self._dry[req.job_type] = {}
+            marks[filter_key(req)] = time.monotonic()
+        elif marks is not None:
+            marks.pop(filter_key(req), None)
+        return rows
+
+    def known_dry(self, req: ActivateRequest) -> bool:
+        """Did the latest activation for this type and filter find nothing, with no
+        wake-up since?  Then a new request that is willing to wait need not ask."""
+        at = self._dry.get(req.job_type, {}).get(filter_key(req))
+        return at is not None and time.monotonic() - at < self.backup_poll_ms / 1000
 
     def enqueue(self, req: ActivateRequest) -> Waiter:
         if self.closed:
@@ -108,7 +145,8 @@ class WaiterHub:
         waiter.future.add_done_callback(lambda _: self._left(q))
         if q.task is None or q.task.done():
             q.task = asyncio.create_task(self._dispatch(req.job_type, q))
-        q.wake.set()
+        if not self.known_dry(req):
+            q.wake.set()
         return waiter
 
     def _left(self, q: _TypeQueue) -> None:
@@ -120,12 +158,13 @@ class WaiterHub:
         """Activate now if nobody waits ahead; else (or if nothing was there) wait up to
         ``timeout_s`` for the dispatcher to hand this request jobs.  Returns [] on timeout
         or when ``gone`` (the client disconnected) is set first."""
-        if not self.has_waiters(req.job_type):
-            rows, _ = await self.activation.activate(req, utcnow())
-            if rows or timeout_s <= 0:
+        if timeout_s <= 0:
+            # Not waiting: ask now, unless others wait (they are owed what there is).
+            return [] if self.has_waiters(req.job_type) else await self.activate(req)
+        if not self.has_waiters(req.job_type) and not self.known_dry(req):
+            rows = await self.activate(req)
+            if rows:
                 return rows
-        elif timeout_s <= 0:
-            return []
         waiter = self.enqueue(req)
         gone_task: asyncio.Future[Any] = asyncio.ensure_future(gone.wait())
         pending: set[asyncio.Future[Any]] = {waiter.future, gone_task}
@@ -164,7 +203,13 @@ class WaiterHub:
             except TimeoutError:
                 pass  # the backup poll: covers a lost NOTIFY or a dead LISTEN connection
             q.wake.clear()
-            await self._serve(q)
+            try:
+                await self._serve(q)
+            except Exception as exc:
+                # The database failed this round (pool exhausted, connection lost): the
+                # waiters stay queued for the next wake-up or backup poll.  A dispatcher
+                # that died here would strand them, and a stream's waiter for good.
+                log.warning("serving the waiters of %r failed: %r", job_type, exc)
         # No await since the loop test: no waiter can have slipped in.
         if self.queues.get(job_type) is q:
             del self.queues[job_type]
@@ -189,8 +234,7 @@ class WaiterHub:
             if not batch:
                 return
             self.wake_queries += len(batch)
-            now = utcnow()
-            full = await asyncio.gather(*(self._serve_one(q, w, now) for w in batch))
+            full = await asyncio.gather(*(self._serve_one(q, w) for w in batch))
             for w, got_all in zip(batch, full, strict=True):
                 if not got_all:
                     dry.add(w.filter_key)
@@ -198,10 +242,10 @@ class WaiterHub:
             if full_rounds >= 2:
                 parallel = min(parallel * 2, MAX_PARALLEL)
 
-    async def _serve_one(self, q: _TypeQueue, w: Waiter, now: datetime) -> bool:
+    async def _serve_one(self, q: _TypeQueue, w: Waiter) -> bool:
         """Activate for one waiter and hand its jobs over the moment they are claimed (not
         when the round's slowest activation is done).  True if it got all it asked for."""
-        rows, _ = await self.activation.activate(w.req, now)
+        rows = await self.activate(w.req)
         if rows:
             if w.future.done():
                 # The client left while we were activating: give the jobs back now.

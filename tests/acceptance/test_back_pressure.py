@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
 from app.config import Settings
+from app.domain import utcnow
+from app.store import Store
 from tests.acceptance.test_long_polling import POLL, until_waiting
 from tests.fixtures import quiet_settings
 from tests.helpers import assert_problem
@@ -46,3 +49,28 @@ class TestExhaustedPool:
             assert_problem(r, 503, "RESOURCE_EXHAUSTED")
             assert int(r.headers["retry-after"]) >= 1
         assert (await live.client.post("/v2/jobs", json={"type": "x"})).status_code == 201
+
+    async def test_a_wake_up_that_finds_the_pool_exhausted_strands_no_waiter(
+        self, live, db_url, caplog
+    ):
+        """The job's NOTIFY wakes the dispatcher while every connection is busy: that
+        round fails; the waiter stays queued and the backup poll (~1 s) serves it."""
+        c = live.client
+        poll = asyncio.create_task(
+            c.post("/v2/jobs/activate", json={**POLL, "requestTimeout": 10_000})
+        )
+        await until_waiting(c, 1)
+        pool = live.services.store.pool
+        other = await Store.connect(db_url, size=1)  # another process's producer
+        try:
+            async with pool.acquire(), pool.acquire():  # every connection busy
+                [job] = await other.insert_jobs([{"type": "lp"}], utcnow())
+                # The wake-up's round waits out the acquire timeout (0.2 s), then fails.
+                deadline = time.monotonic() + 5
+                while not any("waiters of 'lp' failed" in r.message for r in caplog.records):
+                    assert time.monotonic() < deadline, "the wake-up round never failed"
+                    await asyncio.sleep(0.01)
+        finally:
+            await other.close()
+        r = await poll
+        assert [j["jobKey"] for j in r.json()["jobs"]] == [str(job.job_key)]

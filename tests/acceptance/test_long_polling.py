@@ -83,6 +83,33 @@ async def test_one_job_wakes_one_of_200_waiters_with_bounded_queries(live):
         await asyncio.gather(*pending, return_exceptions=True)
 
 
+async def test_polls_joining_a_type_found_empty_ask_the_database_nothing(live):
+    """The first poll found the type empty; until a job of the type is announced, later
+    polls join the queue without an activation query of their own (before, each one
+    cost a query that could only come back empty)."""
+    c = live.client
+    first = asyncio.create_task(
+        c.post("/v2/jobs/activate", json={**POLL, "requestTimeout": 20_000})
+    )
+    await until_waiting(c, 1)
+    before = await metric(c, "jobfair_activation_queries_total")
+    later = []
+    for i in range(20):
+        later.append(
+            asyncio.create_task(
+                c.post("/v2/jobs/activate", json={**POLL, "requestTimeout": 20_000})
+            )
+        )
+        await until_waiting(c, 2 + i)
+    # A jittered backup poll (every ~1 s) may have run meanwhile: one round.
+    assert await metric(c, "jobfair_activation_queries_total") - before <= 1
+    job = (await c.post("/v2/jobs", json={"type": "lp"})).json()
+    assert [j["jobKey"] for j in (await first).json()["jobs"]] == [job["jobKey"]]
+    for p in later:
+        p.cancel()
+    await asyncio.gather(*later, return_exceptions=True)
+
+
 async def test_waiters_are_served_in_arrival_order(live):
     c = live.client
     first = asyncio.create_task(

@@ -7,7 +7,7 @@ import asyncio
 import random
 from collections import Counter
 
-from app.activation import ActivateRequest, ActivationService
+from app.activation import LANE_SLACK, ActivateRequest, ActivationService
 from app.api.schemas import CreateJob
 from app.config import Settings
 from app.domain import utcnow
@@ -93,25 +93,80 @@ async def test_drained_lane_is_parked_and_costs_nothing_later(store):
     assert ready == [] and empty == []
 
 
-async def test_an_active_lane_without_jobs_costs_no_claim_round(store):
-    """Lanes drained a moment ago are still active (nobody parked them yet).  An
-    activation asking for one job must not spend a claim round on each of them before
-    it reaches the lane that has one; it parks them on the way."""
-    service = ActivationService(store, Settings())
-    await store.insert_jobs([_job(f"drained-{i}") for i in range(3)], utcnow())
-    # Drained behind the scheduler's back: their lanes stay active, at low vtimes.
+async def _drained_lanes(store, n: int) -> int:
+    """``n`` lanes drained behind the scheduler's back (still active, at low vtimes)
+    and one busy lane, last among them; the busy lane's job key."""
+    await store.insert_jobs([_job(f"drained-{i:02}") for i in range(n)], utcnow())
     await store.pool.execute("UPDATE jobs SET state = 'COMPLETED', completed_at = now()")
     await store.pool.execute("UPDATE lanes SET vtime = -1 WHERE tenant_id LIKE 'drained-%'")
     [job] = await store.insert_jobs([_job("z-busy")], utcnow())  # last among ties
-    rounds = service.queries
-    rows, _ = await service.activate(ActivateRequest("race", 1, 60_000), utcnow())
-    assert [r["job_key"] for r in rows] == [job.job_key]
-    assert service.queries - rounds == 1
-    await service.settle()
-    parked = await store.pool.fetchval(
+    return job.job_key
+
+
+async def _parked(store) -> int:
+    return await store.pool.fetchval(
         "SELECT count(*) FROM lanes WHERE tenant_id LIKE 'drained-%' AND NOT active"
     )
-    assert parked == 3
+
+
+async def test_an_active_lane_without_jobs_costs_no_claim_round(store):
+    """Lanes drained a moment ago are still active (nobody parked them yet).  An
+    activation asking for one job must not spend a claim round on each of them before
+    it reaches the lane that has one.  A few of them fit in its read beside the busy
+    lane and cost a probe each, less than parking them would: they stay active."""
+    service = ActivationService(store, Settings())
+    busy = await _drained_lanes(store, 3)
+    rounds = service.queries
+    rows, _ = await service.activate(ActivateRequest("race", 1, 60_000), utcnow())
+    assert [r["job_key"] for r in rows] == [busy]
+    assert service.queries - rounds == 1
+    await service.settle()
+    assert await _parked(store) == 0
+
+
+async def test_empty_lanes_that_fill_a_read_are_parked(store):
+    """More drained lanes than one read holds (1 job + LANE_SLACK lanes): the
+    activation reads on past them, parks those that filled its read, and the next
+    activation reaches the busy lane in one round."""
+    service = ActivationService(store, Settings())
+    limit = 1 + LANE_SLACK
+    await _drained_lanes(store, limit + 2)
+    rows, dry = await service.activate(ActivateRequest("race", 1, 60_000), utcnow())
+    assert len(rows) == 1 and not dry
+    await service.settle()
+    assert await _parked(store) == limit  # the first read's lanes; the rest fit the next
+    await store.insert_jobs([_job("z-busy")], utcnow())
+    rounds = service.queries
+    rows, _ = await service.activate(ActivateRequest("race", 1, 60_000), utcnow())
+    assert len(rows) == 1 and service.queries - rounds == 1
+
+
+async def test_an_activation_that_read_every_lane_empty_says_the_type_is_dry(store):
+    service = ActivationService(store, Settings())
+    await _drained_lanes(store, 3)
+    rows, dry = await service.activate(ActivateRequest("race", 5, 60_000), utcnow())
+    # Its lane came up short: drained, or held by another activator; it cannot tell.
+    assert len(rows) == 1 and not dry
+    rows, dry = await service.activate(ActivateRequest("race", 5, 60_000), utcnow())
+    assert rows == [] and dry  # read every lane: none has a ready job
+    await store.insert_jobs([_job("z-busy") for _ in range(5)], utcnow())
+    rows, dry = await service.activate(ActivateRequest("race", 5, 60_000), utcnow())
+    assert len(rows) == 5 and not dry  # got all it asked for: there may be more
+
+
+async def test_jobs_held_by_another_activator_do_not_make_the_type_dry(store):
+    service = ActivationService(store, Settings())
+    await store.insert_jobs([_job("held") for _ in range(3)], utcnow())
+    async with store.pool.acquire() as other:
+        tx = other.transaction()
+        await tx.start()
+        # Another activator's claim holds every job, not yet committed.
+        await other.execute("SELECT 1 FROM jobs WHERE tenant_id = 'held' FOR UPDATE")
+        rows, dry = await service.activate(ActivateRequest("race", 2, 60_000), utcnow())
+        assert rows == [] and not dry
+        await tx.rollback()  # it took none of them after all
+    rows, _ = await service.activate(ActivateRequest("race", 2, 60_000), utcnow())
+    assert len(rows) == 2
 
 
 async def test_charges_made_while_one_is_written_are_all_written_before_the_next_read(store):
