@@ -148,12 +148,19 @@ class ActivationService:
         )
 
     async def activate(
-        self, req: ActivateRequest, now: datetime
+        self, req: ActivateRequest, now: datetime, *, fill: bool = True
     ) -> tuple[list[asyncpg.Record], bool]:
         """The jobs activated, and whether the call ended knowing that the type had no
         ready job left for the request's tenants (every active lane was read and none
         had one), as opposed to stopping with all it asked for, at a cap, or after
-        lanes that came up short because another activator held their heads."""
+        lanes that came up short because another activator held their heads.
+
+        Lanes that come up short are made up from other lanes in further rounds.
+        ``fill`` runs them until ``maxJobs`` is reached, for a caller that asked now
+        and is answered once (a fuller batch saves it a request).  Without ``fill`` the
+        call ends after its first round that claimed anything: a waiter or a stream is
+        owed those jobs now, and each further round (charge, read, claim) held them back
+        ~5 ms at 200 jobs/s while jobs arriving meanwhile kept the rounds going."""
         aging: Aging | None = None
         dry = held_back = False
         claimed: list[asyncpg.Record] = []
@@ -206,7 +213,7 @@ class ActivationService:
             exclude |= round_short | plan.capped_out
             # Short because drained, or because another activator held the heads; at cap.
             held_back = held_back or bool(round_short or plan.capped_out)
-            if remaining <= 0 or plan.type_full:
+            if remaining <= 0 or plan.type_full or (claimed and not fill):
                 break
             if not round_short and not plan.capped_out:
                 break

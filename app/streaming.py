@@ -100,7 +100,7 @@ class Stream:
         if self.credit > 0 and self.waiter is None:
             request = self._request()
             if not self.hub.has_waiters(request.job_type) and not self.hub.known_dry(request):
-                rows = await self.hub.activate(request)
+                rows = await self.hub.activate(request, fill=False)
                 if rows:
                     return rows
             self.waiter = self.hub.enqueue(self._request())

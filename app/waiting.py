@@ -108,10 +108,11 @@ class WaiterHub:
         for q in self.queues.values():
             q.wake.set()
 
-    async def activate(self, req: ActivateRequest) -> Rows:
-        """Activate now, and remember whether that found the type dry for the filter."""
+    async def activate(self, req: ActivateRequest, *, fill: bool) -> Rows:
+        """Activate now (``fill``: see ActivationService.activate), and remember whether
+        that found the type dry for the filter."""
         wakes = self._wakes
-        rows, dry = await self.activation.activate(req, utcnow())
+        rows, dry = await self.activation.activate(req, utcnow(), fill=fill)
         marks = self._dry.get(req.job_type)
         if dry and wakes == self._wakes:  # no wake-up since the read began
             if marks is None:
@@ -160,9 +161,11 @@ class WaiterHub:
         or when ``gone`` (the client disconnected) is set first."""
         if timeout_s <= 0:
             # Not waiting: ask now, unless others wait (they are owed what there is).
-            return [] if self.has_waiters(req.job_type) else await self.activate(req)
+            if self.has_waiters(req.job_type):
+                return []
+            return await self.activate(req, fill=True)
         if not self.has_waiters(req.job_type) and not self.known_dry(req):
-            rows = await self.activate(req)
+            rows = await self.activate(req, fill=True)
             if rows:
                 return rows
         waiter = self.enqueue(req)
@@ -218,11 +221,14 @@ class WaiterHub:
         """Hand out jobs to waiters in arrival order until a filter's lanes run dry.
 
         The first round activates for the head waiter alone, so a single new job costs
-        one query (two if the head took it whole: the next waiter then finds nothing).
-        While waiters keep coming back with all they asked for there is a backlog, and
-        rounds serve more waiters at once (1, 1, 2, 4, ... up to MAX_PARALLEL).
+        one query (two if the head took it: the next waiter then finds nothing).  A
+        waiter's activation stops at its first round that claims anything (its jobs go
+        out now), so one that got some but not all may leave more behind: the next
+        waiter is tried until one gets nothing.  While waiters keep coming back with all
+        they asked for there is a backlog, and rounds serve more waiters at once (1, 1,
+        2, 4, ... up to MAX_PARALLEL).
         """
-        dry: set[tuple[str, ...] | None] = set()  # filters whose lanes came up short
+        dry: set[Filter] = set()  # filters whose lanes gave a waiter nothing
         parallel, full_rounds = 1, 0
         while None not in dry:
             batch: list[Waiter] = []
@@ -234,18 +240,19 @@ class WaiterHub:
             if not batch:
                 return
             self.wake_queries += len(batch)
-            full = await asyncio.gather(*(self._serve_one(q, w) for w in batch))
-            for w, got_all in zip(batch, full, strict=True):
-                if not got_all:
+            got = await asyncio.gather(*(self._serve_one(q, w) for w in batch))
+            for w, n in zip(batch, got, strict=True):
+                if n == 0:
                     dry.add(w.filter_key)
-            full_rounds = full_rounds + 1 if all(full) else 0
+            full = all(n >= w.req.max_jobs for w, n in zip(batch, got, strict=True))
+            full_rounds = full_rounds + 1 if full else 0
             if full_rounds >= 2:
                 parallel = min(parallel * 2, MAX_PARALLEL)
 
-    async def _serve_one(self, q: _TypeQueue, w: Waiter) -> bool:
+    async def _serve_one(self, q: _TypeQueue, w: Waiter) -> int:
         """Activate for one waiter and hand its jobs over the moment they are claimed (not
-        when the round's slowest activation is done).  True if it got all it asked for."""
-        rows = await self.activate(w.req)
+        when the round's slowest activation is done).  How many it got."""
+        rows = await self.activate(w.req, fill=False)
         if rows:
             if w.future.done():
                 # The client left while we were activating: give the jobs back now.
@@ -254,4 +261,4 @@ class WaiterHub:
             else:
                 q.waiters.remove(w)
                 w.future.set_result(rows)
-        return len(rows) >= w.req.max_jobs
+        return len(rows)

@@ -169,6 +169,25 @@ async def test_jobs_held_by_another_activator_do_not_make_the_type_dry(store):
     assert len(rows) == 2
 
 
+async def test_a_waiter_gets_the_first_round_that_claims_anything_and_a_caller_a_full_batch(
+    store,
+):
+    """Lane a's jobs are held by another activator: the first round gets b's share only.
+    A caller asking now (fill) is made up from b in a second round; a waiter or stream
+    (no fill) gets the first round's jobs at once."""
+    service = ActivationService(store, Settings())
+    await store.insert_jobs([_job(t) for t in ("a", "b") for _ in range(6)], utcnow())
+    async with store.pool.acquire() as other:
+        tx = other.transaction()
+        await tx.start()
+        await other.execute("SELECT 1 FROM jobs WHERE tenant_id = 'a' FOR UPDATE")
+        rows, _ = await service.activate(ActivateRequest("race", 4, 60_000), utcnow(), fill=False)
+        assert [r["tenant_id"] for r in rows] == ["b", "b"]
+        rows, _ = await service.activate(ActivateRequest("race", 4, 60_000), utcnow())
+        assert [r["tenant_id"] for r in rows] == ["b"] * 4
+        await tx.rollback()
+
+
 async def test_charges_made_while_one_is_written_are_all_written_before_the_next_read(store):
     service = ActivationService(store, Settings())
     await store.insert_jobs([_job(t) for t in ("a", "b") for _ in range(40)], utcnow())
