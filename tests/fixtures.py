@@ -20,6 +20,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from app import embedded, migrations
+from app.cli import IDLE_CONNECTION_TIMEOUT_S
 from app.config import Settings
 from app.main import Services, create_app
 from app.store import Store
@@ -113,7 +114,13 @@ async def live(db_url: str, settings: Settings, background: bool) -> AsyncIterat
     app = create_app(settings, db_url, background=background)
     port = free_port()
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", loop="asyncio"
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        loop="asyncio",
+        timeout_keep_alive=IDLE_CONNECTION_TIMEOUT_S,  # as `jobfair serve`
     )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
