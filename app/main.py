@@ -36,9 +36,11 @@ log = logging.getLogger(__name__)
 # In the order FastAPI tries them: Camunda's first, so /v2/jobs/activation is not taken
 # for a job key.
 ROUTERS = (camunda_api.router, camunda_api.topology_router, jobs_api.router, operators_api.router)
-# What a worker calls per job or per activation, answered without FastAPI's per-request
-# cost (ADR 008).
+# What a producer calls per job or batch and a worker per job or per activation, answered
+# without FastAPI's per-request cost (ADR 008).
 HOT_ENDPOINTS = (
+    jobs_api.create_job,
+    jobs_api.create_batch,
     jobs_api.activate,
     jobs_api.complete_job,
     jobs_api.complete_batch,

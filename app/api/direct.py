@@ -1,6 +1,7 @@
-"""The calls a busy worker makes per job, answered without FastAPI's per-request machinery.
+"""The calls made per job, answered without FastAPI's per-request machinery.
 
-A worker finishing jobs one at a time makes one request per job.  FastAPI's route search,
+A worker finishing jobs one at a time makes one request per job, and so does a producer
+creating them one at a time.  FastAPI's route search,
 endpoint wrapper and exception middleware cost more per request here than the finish
 itself: an empty FastAPI route answers ~3,500 requests/s on this machine, the same route as
 bare ASGI ~18,000 (``python -m bench.run ceiling``).  ``App`` answers the hot routes
