@@ -3,10 +3,13 @@
 Each job type has a FIFO queue of waiters (long polls and streams with credit) and one
 dispatcher task.  A wake-up (NOTIFY, an in-process event, or the jittered backup poll)
 makes the dispatcher activate for the waiter at the head of the queue: if it gets jobs
-they are handed over and, when it got all it asked for (there may be more), the next
-waiter is tried; if it gets nothing, the dispatcher goes back to sleep.  So one new job
-costs one activation query however many requests wait, waiters are served in arrival
-order, and every hand-out goes through the same scheduler as an immediate activation.
+they are handed over and (there may be more) the next waiter is tried; if it gets
+nothing, the dispatcher goes back to sleep.  So one new job costs one or two activation
+queries however many requests wait, waiters are served in arrival order, and every
+hand-out goes through the same scheduler as an immediate activation.
+
+A request that finds the type known to be dry (see ``WaiterHub.known_dry``) queues
+without asking the database at all.
 
 A waiter that comes back empty for a tenant filter is not the last word for waiters with
 another filter: each distinct filter is tried once per wake-up (bounded by the number of
@@ -88,8 +91,9 @@ class WaiterHub:
         # backup poll interval, which bounds what a lost notification can cost.  A
         # request that would wait anyway then joins the queue without asking again.
         self._dry: dict[str, dict[Filter, float]] = {}
-        self._wakes = 0  # wake-ups seen, of any type (an activation that saw none
-        # while it ran may leave a dry mark)
+        # Wake-ups seen, of any type: only an activation that saw none while it ran may
+        # leave a dry mark.
+        self._wakes = 0
 
     @property
     def waiting(self) -> int:
