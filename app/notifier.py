@@ -3,7 +3,8 @@
 Channels (payloads are sent by the store's statements, once per statement):
 
 * ``jobfair``       — a job type whose jobs became activatable (created, released,
-                      promoted, retried) or whose capacity was freed.
+                      promoted, retried: "type n", n of them) or whose capacity was
+                      freed ("type").
 * ``jobfair_done``  — comma-separated keys of stream-activated jobs that finished or
                       whose lease expired: each returns one credit to its stream.
 
@@ -32,7 +33,7 @@ class Notifier:
     def __init__(
         self,
         database_url: str,
-        on_ready: Callable[[str], None],
+        on_ready: Callable[[str, int | None], None],
         on_done: Callable[[list[int]], None],
         on_reconnect: Callable[[], None],
     ) -> None:
@@ -61,7 +62,8 @@ class Notifier:
             await self.conn.close()
 
     def _ready(self, conn: object, pid: int, channel: str, payload: str) -> None:
-        self.on_ready(payload)
+        job_type, _, count = payload.partition(" ")  # a job type has no space
+        self.on_ready(job_type, int(count) if count else None)
 
     def _done(self, conn: object, pid: int, channel: str, payload: str) -> None:
         self.on_done([int(k) for k in payload.split(",") if k])

@@ -84,9 +84,10 @@ _REENTRY_VTIME = """COALESCE(
     (SELECT max(x.vtime) FROM lanes x WHERE x.job_type = {t}),
     0)"""
 
-# Marks the lanes in ``ready_lanes`` backlogged: creates missing lanes at the re-entry
-# virtual time, wakes parked ones (a lane already active matches nothing and is not
-# written: no hot row), and notifies once per job type.  Index: lanes pkey.
+# Marks the lanes in ``ready_lanes`` (job_type, tenant_id, n: how many of its jobs became
+# ready) backlogged: creates missing lanes at the re-entry virtual time, wakes parked ones
+# (a lane already active matches nothing and is not written: no hot row), and notifies
+# once per job type with how many of its jobs became ready ("type n").  Index: lanes pkey.
 _WAKE_CTES = f"""new_lanes AS (
     INSERT INTO lanes (job_type, tenant_id, vtime, active)
     SELECT r.job_type, r.tenant_id, {_REENTRY_VTIME.format(t="r.job_type")}, true
@@ -108,8 +109,8 @@ woken AS (
     RETURNING 1
 ),
 notified AS (
-    SELECT pg_notify('{NOTIFY_CHANNEL}', job_type)
-    FROM (SELECT DISTINCT job_type FROM ready_lanes) d
+    SELECT pg_notify('{NOTIFY_CHANNEL}', job_type || ' ' || sum(n))
+    FROM ready_lanes GROUP BY job_type
 )
 """
 
@@ -163,7 +164,8 @@ ins AS (
     SELECT * FROM ins_plain UNION ALL SELECT * FROM ins_keyed
 ),
 ready_lanes AS (
-    SELECT DISTINCT job_type, tenant_id FROM ins WHERE state = 'CREATED'
+    SELECT job_type, tenant_id, count(*) AS n FROM ins WHERE state = 'CREATED'
+    GROUP BY job_type, tenant_id
 ),
 {_WAKE_CTES}SELECT ARRAY(SELECT job_key FROM input ORDER BY ord) AS job_keys,
        ARRAY(SELECT i.ord FROM input i LEFT JOIN ins ON ins.job_key = i.job_key
@@ -181,13 +183,15 @@ JOIN jobs j ON j.tenant_id = k.tenant_id AND j.idempotency_key = k.idempotency_k
 """
 
 # -- name: wake_lanes
-# Marks lanes backlogged after jobs became ready (retry, lease expiry, promotion, revive)
-# and notifies their job types.  Writes only lanes that were parked.  Index: lanes pkey.
+# Marks lanes backlogged after jobs became ready (retry, lease expiry, promotion, revive;
+# one (type, tenant) pair per job) and notifies their job types with how many.  Writes
+# only lanes that were parked.  Index: lanes pkey.
 # Locks: caller holds the shared lane-bucket locks.
 WAKE_LANES = f"""
 WITH ready_lanes AS (
-    SELECT DISTINCT job_type, tenant_id
+    SELECT job_type, tenant_id, count(*) AS n
     FROM unnest($1::text[], $2::text[]) AS r(job_type, tenant_id)
+    GROUP BY job_type, tenant_id
 ),
 {_WAKE_CTES}SELECT (SELECT count(*) FROM notified) + (SELECT count(*) FROM new_lanes)
        + (SELECT count(*) FROM woken)

@@ -4,9 +4,10 @@ Each job type has a FIFO queue of waiters (long polls and streams with credit) a
 dispatcher task.  A wake-up (NOTIFY, an in-process event, or the jittered backup poll)
 makes the dispatcher activate for the waiter at the head of the queue: if it gets jobs
 they are handed over and (there may be more) the next waiter is tried; if it gets
-nothing, the dispatcher goes back to sleep.  So one new job costs one or two activation
-queries however many requests wait, waiters are served in arrival order, and every
-hand-out goes through the same scheduler as an immediate activation.
+nothing, the dispatcher goes back to sleep.  So one new job costs one activation query
+(two when the type's count of announced jobs is not known) however many requests wait,
+waiters are served in arrival order, and every hand-out goes through the same scheduler
+as an immediate activation.
 
 A request that finds the type known to be dry (see ``WaiterHub.known_dry``) queues
 without asking the database at all.
@@ -94,14 +95,29 @@ class WaiterHub:
         # Wake-ups seen, of any type: only an activation that saw none while it ran may
         # leave a dry mark.
         self._wakes = 0
+        # Per type since its last unfiltered dry mark, while every wake-up said how many
+        # jobs it announced: [jobs announced, jobs activated here].  Once this process
+        # has activated as many as were announced, the type is dry again without a read
+        # to prove it (the dispatcher's trailing "next waiter" read, one per job of a
+        # trickle).  A job activated here before its own announcement arrived can end
+        # the count early; its announcement then wakes the type and it is read as usual.
+        self._tally: dict[str, list[int]] = {}
 
     @property
     def waiting(self) -> int:
         return self.live
 
-    def notify(self, job_type: str) -> None:
+    def notify(self, job_type: str, count: int | None = None) -> None:
+        """Jobs of ``job_type`` became activatable (``count`` of them, if known) or its
+        capacity was freed."""
         self._wakes += 1
         self._dry.pop(job_type, None)
+        tally = self._tally.get(job_type)
+        if tally is not None:
+            if count is None:
+                del self._tally[job_type]
+            else:
+                tally[0] += count
         q = self.queues.get(job_type)
         if q is not None:
             q.wake.set()
@@ -109,6 +125,7 @@ class WaiterHub:
     def notify_all(self) -> None:
         self._wakes += 1
         self._dry.clear()
+        self._tally.clear()
         for q in self.queues.values():
             q.wake.set()
 
@@ -117,19 +134,31 @@ class WaiterHub:
         that found the type dry for the filter."""
         wakes = self._wakes
         rows, dry = await self.activation.activate(req, utcnow(), fill=fill)
-        marks = self._dry.get(req.job_type)
+        job_type, key = req.job_type, filter_key(req)
+        tally = self._tally.get(job_type)
+        if tally is not None:
+            tally[1] += len(rows)
+            if tally[1] >= tally[0]:
+                dry, key = True, None  # every job announced since the mark is out
+        marks = self._dry.get(job_type)
         if dry and wakes == self._wakes:  # no wake-up since the read began
             if marks is None:
-                marks = self._dry[req.job_type] = {}
-            marks[filter_key(req)] = time.monotonic()
+                marks = self._dry[job_type] = {}
+            marks[key] = time.monotonic()
+            if key is None:
+                self._tally[job_type] = [0, 0]
         elif marks is not None:
-            marks.pop(filter_key(req), None)
+            marks.pop(key, None)
         return rows
 
     def known_dry(self, req: ActivateRequest) -> bool:
         """Did the latest activation for this type and filter find nothing, with no
         wake-up since?  Then a new request that is willing to wait need not ask."""
-        at = self._dry.get(req.job_type, {}).get(filter_key(req))
+        # Every lane empty (no filter) is every filter's lanes empty.
+        return self._known_dry(req.job_type, filter_key(req)) or self._known_dry(req.job_type, None)
+
+    def _known_dry(self, job_type: str, key: Filter) -> bool:
+        at = self._dry.get(job_type, {}).get(key)
         return at is not None and time.monotonic() - at < self.backup_poll_ms / 1000
 
     def enqueue(self, req: ActivateRequest) -> Waiter:
@@ -211,7 +240,7 @@ class WaiterHub:
                 pass  # the backup poll: covers a lost NOTIFY or a dead LISTEN connection
             q.wake.clear()
             try:
-                await self._serve(q)
+                await self._serve(job_type, q)
             except Exception as exc:
                 # The database failed this round (pool exhausted, connection lost): the
                 # waiters stay queued for the next wake-up or backup poll.  A dispatcher
@@ -221,16 +250,16 @@ class WaiterHub:
         if self.queues.get(job_type) is q:
             del self.queues[job_type]
 
-    async def _serve(self, q: _TypeQueue) -> None:
+    async def _serve(self, job_type: str, q: _TypeQueue) -> None:
         """Hand out jobs to waiters in arrival order until a filter's lanes run dry.
 
         The first round activates for the head waiter alone, so a single new job costs
-        one query (two if the head took it: the next waiter then finds nothing).  A
-        waiter's activation stops at its first round that claims anything (its jobs go
-        out now), so one that got some but not all may leave more behind: the next
-        waiter is tried until one gets nothing.  While waiters keep coming back with all
-        they asked for there is a backlog, and rounds serve more waiters at once (1, 1,
-        2, 4, ... up to MAX_PARALLEL).
+        one query.  A waiter's activation stops at its first round that claims anything
+        (its jobs go out now), so one that got some but not all may leave more behind:
+        the next waiter is tried until one gets nothing, or until the type is known to
+        be dry again (every job announced since it was last dry is out).  While waiters
+        keep coming back with all they asked for there is a backlog, and rounds serve
+        more waiters at once (1, 1, 2, 4, ... up to MAX_PARALLEL).
         """
         dry: set[Filter] = set()  # filters whose lanes gave a waiter nothing
         parallel, full_rounds = 1, 0
@@ -248,6 +277,8 @@ class WaiterHub:
             for w, n in zip(batch, got, strict=True):
                 if n == 0:
                     dry.add(w.filter_key)
+            if self._known_dry(job_type, None):
+                return
             full = all(n >= w.req.max_jobs for w, n in zip(batch, got, strict=True))
             full_rounds = full_rounds + 1 if full else 0
             if full_rounds >= 2:

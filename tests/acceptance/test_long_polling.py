@@ -110,6 +110,29 @@ async def test_polls_joining_a_type_found_empty_ask_the_database_nothing(live):
     await asyncio.gather(*later, return_exceptions=True)
 
 
+async def test_a_trickle_of_jobs_costs_one_activation_round_each(live):
+    """Each NOTIFY says how many jobs it announces: once the head waiter took the one
+    job, the dispatcher knows the type is dry again and does not read to find out
+    (before, every job cost a second round for the next waiter, which found nothing)."""
+    c = live.client
+    polls = []
+    for i in range(4):
+        polls.append(
+            asyncio.create_task(
+                c.post("/v2/jobs/activate", json={**POLL, "requestTimeout": 20_000})
+            )
+        )
+        await until_waiting(c, i + 1)
+    before = await metric(c, "jobfair_activation_queries_total")
+    for poll in polls[:3]:
+        job = (await c.post("/v2/jobs", json={"type": "lp"})).json()
+        assert [j["jobKey"] for j in (await poll).json()["jobs"]] == [job["jobKey"]]
+    # One round per job; a jittered backup poll (every ~1 s) may add one.
+    assert await metric(c, "jobfair_activation_queries_total") - before <= 3 + 1
+    polls[3].cancel()
+    await asyncio.gather(polls[3], return_exceptions=True)
+
+
 async def test_waiters_are_served_in_arrival_order(live):
     c = live.client
     first = asyncio.create_task(
