@@ -176,13 +176,14 @@ class ActivationService:
                 req.job_type, limit, sorted(exclude), req.tenant_ids
             )
             aging = self.resolve_aging(cfg.aging_interval_ms, cfg.aging_step)
-            if len(rows) + len(empty) >= limit:
+            full_read = len(rows) + len(empty) >= limit  # else it saw every active lane
+            if full_read:
                 # Empty lanes crowd the read: park them, so that later reads skip them.
                 # In a read with room to spare they cost a probe each, less than a park.
                 short.update(empty)
             exclude.update(empty)
             if not rows:
-                if len(empty) >= limit:
+                if full_read:
                     continue  # every lane read was empty, and there may be more: read on
                 # Every active lane not excluded was read and none has a ready job; the
                 # type is dry unless a lane was excluded that may still have some.

@@ -17,6 +17,13 @@ from app.config import Settings, is_loopback
 cli = typer.Typer(add_completion=False, no_args_is_help=True, help="Jobfair job activation service")
 
 
+# How long an idle keep-alive connection stays open.  Longer than the clients' own idle
+# expiry (httpx 5 s, as in Camunda's Python SDK; Node's agent 4-5 s; Java clients up to
+# 60 s): a server that closes first races a client reusing the connection at that moment,
+# and a worker's complete call that loses that race fails (uvicorn's default is 5 s).
+IDLE_CONNECTION_TIMEOUT_S = 75
+
+
 def _settings(**overrides: Any) -> Settings:
     return Settings(**{k: v for k, v in overrides.items() if v is not None})
 
@@ -82,13 +89,6 @@ def serve(
         timeout_graceful_shutdown=10,
         timeout_keep_alive=IDLE_CONNECTION_TIMEOUT_S,
     )
-
-
-# How long an idle keep-alive connection stays open.  Longer than the clients' own idle
-# expiry (httpx 5 s, as in Camunda's Python SDK; Node's agent 4-5 s; Java clients up to
-# 60 s): a server that closes first races a client reusing the connection at that moment,
-# and a worker's complete call that loses that race fails (uvicorn's default is 5 s).
-IDLE_CONNECTION_TIMEOUT_S = 75
 
 
 def _exit_cleanly(signum: int, frame: object) -> None:

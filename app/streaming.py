@@ -103,7 +103,7 @@ class Stream:
                 rows = await self.hub.activate(request, fill=False)
                 if rows:
                     return rows
-            self.waiter = self.hub.enqueue(self._request())
+            self.waiter = self.hub.enqueue(self._request())  # credit may have come back
         waits: list[asyncio.Future[Any]] = [
             asyncio.ensure_future(self.credit_back.wait()),
             asyncio.ensure_future(self.registry.shutdown.wait()),

@@ -60,6 +60,24 @@ def filter_key(req: ActivateRequest) -> Filter:
     return None if req.tenant_ids is None else tuple(sorted(req.tenant_ids))
 
 
+@dataclass
+class _Tally:
+    """Jobs of a type announced (NOTIFY counts) and activated in this process since
+    the type was last known dry.  Once as many were activated as were announced, the
+    type is dry again without a read to prove it (the dispatcher's trailing "next
+    waiter" read, one per job of a trickle).  A job activated here before its own
+    announcement arrived can end the count early; that announcement then wakes the type
+    and it is read as usual."""
+
+    announced: int = 0
+    activated: int = 0
+
+    def all_out(self, activated_now: int) -> bool:
+        """Count ``activated_now`` more jobs activated: are all announced ones out?"""
+        self.activated += activated_now
+        return self.activated >= self.announced
+
+
 class _TypeQueue:
     def __init__(self) -> None:
         self.waiters: deque[Waiter] = deque()
@@ -96,12 +114,8 @@ class WaiterHub:
         # leave a dry mark.
         self._wakes = 0
         # Per type since its last unfiltered dry mark, while every wake-up said how many
-        # jobs it announced: [jobs announced, jobs activated here].  Once this process
-        # has activated as many as were announced, the type is dry again without a read
-        # to prove it (the dispatcher's trailing "next waiter" read, one per job of a
-        # trickle).  A job activated here before its own announcement arrived can end
-        # the count early; its announcement then wakes the type and it is read as usual.
-        self._tally: dict[str, list[int]] = {}
+        # jobs it announced (see _Tally).
+        self._tally: dict[str, _Tally] = {}
 
     @property
     def waiting(self) -> int:
@@ -117,7 +131,7 @@ class WaiterHub:
             if count is None:
                 del self._tally[job_type]
             else:
-                tally[0] += count
+                tally.announced += count
         q = self.queues.get(job_type)
         if q is not None:
             q.wake.set()
@@ -136,17 +150,15 @@ class WaiterHub:
         rows, dry = await self.activation.activate(req, utcnow(), fill=fill)
         job_type, key = req.job_type, filter_key(req)
         tally = self._tally.get(job_type)
-        if tally is not None:
-            tally[1] += len(rows)
-            if tally[1] >= tally[0]:
-                dry, key = True, None  # every job announced since the mark is out
+        if tally is not None and tally.all_out(len(rows)):
+            dry, key = True, None  # dry for every filter, without a read to prove it
         marks = self._dry.get(job_type)
         if dry and wakes == self._wakes:  # no wake-up since the read began
             if marks is None:
                 marks = self._dry[job_type] = {}
             marks[key] = time.monotonic()
             if key is None:
-                self._tally[job_type] = [0, 0]
+                self._tally[job_type] = _Tally()
         elif marks is not None:
             marks.pop(key, None)
         return rows

@@ -1,13 +1,13 @@
 """The calls made per job, answered without FastAPI's per-request machinery.
 
 A worker finishing jobs one at a time makes one request per job, and so does a producer
-creating them one at a time.  FastAPI's route search,
-endpoint wrapper and exception middleware cost more per request here than the finish
-itself: an empty FastAPI route answers ~3,500 requests/s on this machine, the same route as
-bare ASGI ~18,000 (``python -m bench.run ceiling``).  ``App`` answers the hot routes
-by calling the very endpoint functions the routers declare, with the same problem+json
-mapping; every other request goes on to FastAPI, and the routes stay declared in the
-routers, so the OpenAPI document and the behaviour do not change.
+creating them one at a time.  FastAPI's route search, endpoint wrapper and exception
+middleware cost more per request here than the work itself: an empty FastAPI route
+answers ~3,500 requests/s on this machine, the same route as bare ASGI ~18,000
+(``python -m bench.run ceiling``).  ``App`` answers the hot routes by calling the very
+endpoint functions the routers declare, with the same problem+json mapping; every other
+request goes on to FastAPI, and the routes stay declared in the routers, so the OpenAPI
+document and the behaviour do not change.
 """
 
 from __future__ import annotations
