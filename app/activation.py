@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import asyncpg
 
 from app.config import Settings
+from app.domain import utcnow
 from app.scheduler import Aging, Lane, allocate
-from app.store import LaneRow, Store
+from app.store import LaneRow, Share, Store
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 MAX_ROUNDS = 4
 # Lanes read beyond maxJobs, to cover lanes that turn out empty or capped.
 LANE_SLACK = 8
+# Callers activated together ask for at most this many jobs in all (one caller alone may
+# ask for up to 1,000, the most maxJobs allows).
+MAX_TOGETHER = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +86,8 @@ class ActivationService:
         self._pending: set[asyncio.Task[Any]] = set()
         # Lane charges not yet written, per job type (see _charge).
         self._charges: defaultdict[str, _Charges] = defaultdict(_Charges)
+        # Callers asking now, per type and tenant filter, activated together (activate).
+        self._together: dict[_GroupKey, _Together] = {}
 
     def _spawn(self, coro: Awaitable[Any], what: str) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
@@ -148,7 +153,7 @@ class ActivationService:
         )
 
     async def activate(
-        self, req: ActivateRequest, now: datetime, *, fill: bool = True
+        self, req: ActivateRequest, *, fill: bool = True
     ) -> tuple[list[asyncpg.Record], bool]:
         """The jobs activated, and whether the call ended knowing that the type had no
         ready job left for the request's tenants (every active lane was read and none
@@ -160,20 +165,70 @@ class ActivationService:
         and is answered once (a fuller batch saves it a request).  Without ``fill`` the
         call ends after its first round that claimed anything: a waiter or a stream is
         owed those jobs now, and each further round (charge, read, claim) held them back
-        ~5 ms at 200 jobs/s while jobs arriving meanwhile kept the rounds going."""
+        ~5 ms at 200 jobs/s while jobs arriving meanwhile kept the rounds going.
+
+        Callers that ask now (``fill``) for the same type and tenants while such an
+        activation runs are activated together in the next one (ADR 009)."""
+        if not fill:
+            [rows], dry = await self._activate([req], fill=False)
+            return rows, dry
+        key = (req.job_type, None if req.tenant_ids is None else tuple(req.tenant_ids))
+        together = self._together.get(key)
+        if together is None:
+            together = self._together[key] = _Together()
+        asked: asyncio.Future[tuple[list[asyncpg.Record], bool]]
+        asked = asyncio.get_running_loop().create_future()
+        together.pending.append((req, asked))
+        if together.runner is None:
+            together.runner = self._spawn(self._run_together(key, together), "activating")
+        return await asked
+
+    async def _run_together(self, key: _GroupKey, together: _Together) -> None:
+        try:
+            while together.pending:
+                batch = together.take(MAX_TOGETHER)
+                try:
+                    claimed, dry = await self._activate([req for req, _ in batch], fill=True)
+                except Exception as exc:  # every caller in the activation sees its failure
+                    for _, asked in batch:
+                        if not asked.done():
+                            asked.set_exception(exc)
+                    continue
+                unwanted: list[asyncpg.Record] = []
+                for (_, asked), rows in zip(batch, claimed, strict=True):
+                    if asked.done():  # the caller was cancelled while it waited
+                        unwanted.extend(rows)
+                    else:
+                        asked.set_result((rows, dry))
+                if unwanted:
+                    self._spawn(self.store.release_jobs(unwanted), "releasing")
+        finally:
+            together.runner = None
+            if not together.pending:
+                self._together.pop(key, None)
+
+    async def _activate(
+        self, reqs: Sequence[ActivateRequest], *, fill: bool
+    ) -> tuple[list[list[asyncpg.Record]], bool]:
+        """Activate for ``reqs`` (one type and tenant filter) in shared rounds: each
+        claim's jobs are shared out in request order, each taking up to what it still
+        lacks.  The jobs per request, and whether the type was found dry (as above)."""
+        first = reqs[0]
+        job_type = first.job_type
         aging: Aging | None = None
         dry = held_back = False
-        claimed: list[asyncpg.Record] = []
+        claimed: list[list[asyncpg.Record]] = [[] for _ in reqs]
         picks: list[str] = []
         exclude: set[str] = set()
         short: set[str] = set()
-        remaining = req.max_jobs
+        lacking = [req.max_jobs for req in reqs]
         for _ in range(MAX_ROUNDS):
             self.queries += 1
-            await self._charged(req.job_type)
+            await self._charged(job_type)
+            remaining = sum(lacking)
             limit = remaining + LANE_SLACK
             cfg, rows, empty = await self.store.read_lanes(
-                req.job_type, limit, sorted(exclude), req.tenant_ids
+                job_type, limit, sorted(exclude), first.tenant_ids
             )
             aging = self.resolve_aging(cfg.aging_interval_ms, cfg.aging_step)
             full_read = len(rows) + len(empty) >= limit  # else it saw every active lane
@@ -190,41 +245,66 @@ class ActivationService:
                 dry = not held_back
                 break
             plan = _Plan(rows, remaining, cfg.max_active_jobs)
+            sharing = [i for i, n in enumerate(lacking) if n > 0]
             got = await self.store.claim(
-                req.job_type,
+                job_type,
                 plan.preliminary(),
-                now=now,
-                worker=req.worker,
-                via_stream=req.via_stream,
-                lease_ms=req.lease_ms,
+                now=utcnow(),
+                shares=[Share(reqs[i].worker, reqs[i].lease_ms, lacking[i]) for i in sharing],
+                via_stream=first.via_stream,
                 aging_step=aging.step,
                 aging_interval_ms=aging.interval_ms,
                 type_cap=cfg.max_active_jobs,
                 tenant_caps=plan.tenant_caps(),
                 headroom=plan.with_headroom,
             )
-            claimed.extend(got)
+            for row in got:
+                i = sharing[row["share"] - 1]
+                claimed[i].append(row)
+                lacking[i] -= 1
             picks.extend(plan.final.picks)
-            remaining -= len(got)
             per_lane = Counter(r["tenant_id"] for r in got)
             if got:
-                self._charge(req.job_type, per_lane, plan.strides)
+                self._charge(job_type, per_lane, plan.strides)
             round_short = {t for t, k in plan.final.counts.items() if per_lane[t] < k}
             short |= round_short
             exclude |= round_short | plan.capped_out
             # Short because drained, or because another activator held the heads; at cap.
             held_back = held_back or bool(round_short or plan.capped_out)
-            if remaining <= 0 or plan.type_full or (claimed and not fill):
+            if remaining <= len(got) or plan.type_full or (got and not fill):
                 break
             if not round_short and not plan.capped_out:
                 break
         if short:
             # Parking only saves later calls a probe; it need not delay this answer.
-            self._spawn(self.store.park_lanes(req.job_type, sorted(short)), "parking lanes")
+            self._spawn(self.store.park_lanes(job_type, sorted(short)), "parking lanes")
         if aging is None:  # defensive: maxJobs >= 1 always runs a round
-            aging = await self.aging_for(req.job_type)
-        self.aging_seen[req.job_type] = aging
-        return _in_pick_order(claimed, picks), dry
+            aging = await self.aging_for(job_type)
+        self.aging_seen[job_type] = aging
+        return [_in_pick_order(rows, picks) for rows in claimed], dry
+
+
+_GroupKey = tuple[str, tuple[str, ...] | None]
+
+
+class _Together:
+    """Callers of one type and tenant filter waiting to be activated together."""
+
+    def __init__(self) -> None:
+        self.pending: deque[tuple[ActivateRequest, asyncio.Future[Any]]] = deque()
+        self.runner: asyncio.Task[Any] | None = None
+
+    def take(self, most: int) -> list[tuple[ActivateRequest, asyncio.Future[Any]]]:
+        """The callers still waiting, in arrival order, up to ``most`` jobs asked (and
+        always at least one caller)."""
+        batch: list[tuple[ActivateRequest, asyncio.Future[Any]]] = []
+        asked = 0
+        while self.pending and (not batch or asked + self.pending[0][0].max_jobs <= most):
+            req, future = self.pending.popleft()
+            if not future.done():
+                batch.append((req, future))
+                asked += req.max_jobs
+        return batch
 
 
 class _Plan:

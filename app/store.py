@@ -347,16 +347,21 @@ promoted AS (
     ) h
 ),
 taken AS (
-    SELECT job_key FROM chosen WHERE top UNION ALL SELECT job_key FROM promoted
+    -- The taken rows shared out among the requests: the i-th gets row numbers from
+    -- $10[i] up to the next one's start ($5, $6: each request's worker and deadline).
+    SELECT t.job_key, width_bucket(row_number() OVER (), $10::int[]) AS share
+    FROM (SELECT job_key FROM chosen WHERE top UNION ALL SELECT job_key FROM promoted) t
 ),
 activated AS (
     UPDATE jobs j
-    SET state = 'ACTIVATED', activation_count = j.activation_count + 1, worker = $5,
-        deadline = $6, activated_at = $4, via_stream = $9
-    -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join lets the
-    -- planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
-    WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken))
-    RETURNING j.*
+    SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
+        worker = ($5::text[])[t.share], deadline = ($6::timestamptz[])[t.share],
+        activated_at = $4, via_stream = $9
+    FROM taken t
+    -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join alone lets
+    -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
+    WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
+    RETURNING j.*, t.share
 )
 SELECT * FROM activated
 """
@@ -669,6 +674,14 @@ class LaneRow:
     max_active_jobs: int | None
 
 
+class Share(NamedTuple):
+    """One request's part in a claim: up to ``n`` jobs, leased to ``worker``."""
+
+    worker: str | None
+    lease_ms: int
+    n: int
+
+
 @dataclass(frozen=True, slots=True)
 class TypeConfig:
     max_active_jobs: int | None
@@ -879,9 +892,8 @@ class Store:
         counts: dict[str, int],
         *,
         now: datetime,
-        worker: str | None,
+        shares: Sequence[Share],
         via_stream: bool = False,
-        lease_ms: int,
         aging_step: int,
         aging_interval_ms: int,
         type_cap: int | None,
@@ -890,14 +902,22 @@ class Store:
     ) -> list[asyncpg.Record]:
         """Claim ``counts`` jobs per tenant lane.  The caller charges the lanes after.
 
+        The jobs claimed are shared out among ``shares`` in order, each taking up to its
+        ``n`` (under its worker name and lease); a row's ``share`` is its index there.
+
         Without caps the claim is one autocommit statement.  With caps, the cap locks
         are taken first (type, then tenants by key: one global order, so no deadlock),
         the active jobs are counted *in a later statement* (so it sees every activation
         that committed before we got the lock), ``headroom(type_active, tenant_active)``
         trims the allocation, and the claim commits before the locks are released.
         """
-        deadline = now + timedelta(milliseconds=lease_ms)
-        args = (now, worker, deadline, aging_step, aging_interval_ms, via_stream)
+        starts, deadlines, at = [], [], 1
+        for share in shares:
+            starts.append(at)
+            deadlines.append(now + timedelta(milliseconds=share.lease_ms))
+            at += share.n
+        workers = [share.worker for share in shares]
+        args = (now, workers, deadlines, aging_step, aging_interval_ms, via_stream, starts)
         if type_cap is None and not tenant_caps:
             return await self.pool.fetch(
                 CLAIM, job_type, list(counts), list(counts.values()), *args

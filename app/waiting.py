@@ -31,7 +31,6 @@ from typing import Any
 import asyncpg
 
 from app.activation import ActivateRequest, ActivationService
-from app.domain import utcnow
 from app.errors import ResourceExhausted
 
 log = logging.getLogger(__name__)
@@ -147,7 +146,7 @@ class WaiterHub:
         """Activate now (``fill``: see ActivationService.activate), and remember whether
         that found the type dry for the filter."""
         wakes = self._wakes
-        rows, dry = await self.activation.activate(req, utcnow(), fill=fill)
+        rows, dry = await self.activation.activate(req, fill=fill)
         job_type, key = req.job_type, filter_key(req)
         tally = self._tally.get(job_type)
         if tally is not None and tally.all_out(len(rows)):

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from app.domain import utcnow
-from app.store import CLAIM, COMPLETE_JOBS, FAIL_JOB, RELEASE_JOBS, THROW_ERROR
+from app.store import CLAIM, COMPLETE_JOBS, FAIL_JOB, RELEASE_JOBS, THROW_ERROR, Share
 
 
 async def _insert(store, priority: int, n: int) -> list[int]:
@@ -17,11 +17,16 @@ async def _insert(store, priority: int, n: int) -> list[int]:
     return [i.job_key for i in await store.insert_jobs(jobs, utcnow())]
 
 
+def _claim_args(now) -> tuple:
+    """CLAIM's arguments after the lanes: one share, worker "w", a minute's lease."""
+    return (now, ["w"], [now + timedelta(minutes=1)], 10, 60_000, False, [1])
+
+
 async def test_a_claim_passes_rows_held_by_another_and_tops_up_from_the_next_priority(store):
     high = await _insert(store, 50, 3)
     low = await _insert(store, 0, 5)
     now = utcnow()
-    args = (now, "w", now + timedelta(minutes=1), 10, 60_000, False)
+    args = _claim_args(now)
     async with store.pool.acquire() as other:
         tx = other.transaction()
         await tx.start()
@@ -33,8 +38,7 @@ async def test_a_claim_passes_rows_held_by_another_and_tops_up_from_the_next_pri
             "claim",
             {"t": 3},
             now=now,
-            worker="w2",
-            lease_ms=60_000,
+            shares=[Share("w2", 60_000, 3)],
             aging_step=10,
             aging_interval_ms=60_000,
             type_cap=None,
@@ -84,9 +88,18 @@ async def test_finishing_jobs_probes_them_by_key_however_many_are_leased(store, 
     await _insert(store, 0, 2_000)
     await store.pool.execute("ANALYZE jobs")  # statistics that saw no lease at all
     now = utcnow()
-    leased = await store.pool.fetch(
-        CLAIM, "claim", ["t"], [1_500], now, "w", now + timedelta(minutes=1), 10, 60_000, False
-    )
+    leased = await store.pool.fetch(CLAIM, "claim", ["t"], [1_500], *_claim_args(now))
     keys = [r["job_key"] for r in leased[:10]]
     counts = [r["activation_count"] for r in leased[:10]]
     assert await _generic_plan_scans(store, query, *args(keys, counts, now)) == {"jobs_pkey"}
+
+
+async def test_a_claim_shared_among_requests_still_takes_its_jobs_by_key(store):
+    """The jobs a claim shares out are joined to their shares; the update must still
+    probe them by key, not scan jobs (the generic plan, as the pool runs it)."""
+    await _insert(store, 0, 2_000)
+    await store.pool.execute("ANALYZE jobs")
+    now = utcnow()
+    args = (now, ["a", "b"], [now, now], 10, 60_000, False, [1, 6])
+    scans = await _generic_plan_scans(store, CLAIM, "claim", ["t"], [10], *args)
+    assert scans == {"jobs_ready_idx", "jobs_pkey"}

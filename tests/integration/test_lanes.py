@@ -66,7 +66,7 @@ async def test_no_lost_wake_up_under_racing_producers_and_activators(store):
 
     async def activator() -> None:
         while not stop.is_set():
-            await service.activate(ActivateRequest("race", rng.randint(1, 8), 60_000), utcnow())
+            await service.activate(ActivateRequest("race", rng.randint(1, 8), 60_000))
 
     activators = [asyncio.create_task(activator()) for _ in range(4)]
     await asyncio.gather(*(producer() for _ in range(4)))
@@ -77,7 +77,7 @@ async def test_no_lost_wake_up_under_racing_producers_and_activators(store):
     # And what is left is still reachable: one more drain takes every ready job.
     left = await store.pool.fetchval("SELECT count(*) FROM jobs WHERE state = 'CREATED'")
     got = 0
-    while rows := (await service.activate(ActivateRequest("race", 1000, 60_000), utcnow()))[0]:
+    while rows := (await service.activate(ActivateRequest("race", 1000, 60_000)))[0]:
         got += len(rows)
     assert got == left
 
@@ -85,7 +85,7 @@ async def test_no_lost_wake_up_under_racing_producers_and_activators(store):
 async def test_drained_lane_is_parked_and_costs_nothing_later(store):
     service = ActivationService(store, Settings())
     await store.insert_jobs([_job("gone")], utcnow())
-    rows, _ = await service.activate(ActivateRequest("race", 5, 60_000), utcnow())
+    rows, _ = await service.activate(ActivateRequest("race", 5, 60_000))
     assert len(rows) == 1
     await service.settle()
     assert not await store.pool.fetchval("SELECT active FROM lanes WHERE tenant_id = 'gone'")
@@ -117,7 +117,7 @@ async def test_an_active_lane_without_jobs_costs_no_claim_round(store):
     service = ActivationService(store, Settings())
     busy = await _drained_lanes(store, 3)
     rounds = service.queries
-    rows, _ = await service.activate(ActivateRequest("race", 1, 60_000), utcnow())
+    rows, _ = await service.activate(ActivateRequest("race", 1, 60_000))
     assert [r["job_key"] for r in rows] == [busy]
     assert service.queries - rounds == 1
     await service.settle()
@@ -131,26 +131,26 @@ async def test_empty_lanes_that_fill_a_read_are_parked(store):
     service = ActivationService(store, Settings())
     limit = 1 + LANE_SLACK
     await _drained_lanes(store, limit + 2)
-    rows, dry = await service.activate(ActivateRequest("race", 1, 60_000), utcnow())
+    rows, dry = await service.activate(ActivateRequest("race", 1, 60_000))
     assert len(rows) == 1 and not dry
     await service.settle()
     assert await _parked(store) == limit  # the first read's lanes; the rest fit the next
     await store.insert_jobs([_job("z-busy")], utcnow())
     rounds = service.queries
-    rows, _ = await service.activate(ActivateRequest("race", 1, 60_000), utcnow())
+    rows, _ = await service.activate(ActivateRequest("race", 1, 60_000))
     assert len(rows) == 1 and service.queries - rounds == 1
 
 
 async def test_an_activation_that_read_every_lane_empty_says_the_type_is_dry(store):
     service = ActivationService(store, Settings())
     await _drained_lanes(store, 3)
-    rows, dry = await service.activate(ActivateRequest("race", 5, 60_000), utcnow())
+    rows, dry = await service.activate(ActivateRequest("race", 5, 60_000))
     # Its lane came up short: drained, or held by another activator; it cannot tell.
     assert len(rows) == 1 and not dry
-    rows, dry = await service.activate(ActivateRequest("race", 5, 60_000), utcnow())
+    rows, dry = await service.activate(ActivateRequest("race", 5, 60_000))
     assert rows == [] and dry  # read every lane: none has a ready job
     await store.insert_jobs([_job("z-busy") for _ in range(5)], utcnow())
-    rows, dry = await service.activate(ActivateRequest("race", 5, 60_000), utcnow())
+    rows, dry = await service.activate(ActivateRequest("race", 5, 60_000))
     assert len(rows) == 5 and not dry  # got all it asked for: there may be more
 
 
@@ -162,10 +162,10 @@ async def test_jobs_held_by_another_activator_do_not_make_the_type_dry(store):
         await tx.start()
         # Another activator's claim holds every job, not yet committed.
         await other.execute("SELECT 1 FROM jobs WHERE tenant_id = 'held' FOR UPDATE")
-        rows, dry = await service.activate(ActivateRequest("race", 2, 60_000), utcnow())
+        rows, dry = await service.activate(ActivateRequest("race", 2, 60_000))
         assert rows == [] and not dry
         await tx.rollback()  # it took none of them after all
-    rows, _ = await service.activate(ActivateRequest("race", 2, 60_000), utcnow())
+    rows, _ = await service.activate(ActivateRequest("race", 2, 60_000))
     assert len(rows) == 2
 
 
@@ -181,9 +181,9 @@ async def test_a_waiter_gets_the_first_round_that_claims_anything_and_a_caller_a
         tx = other.transaction()
         await tx.start()
         await other.execute("SELECT 1 FROM jobs WHERE tenant_id = 'a' FOR UPDATE")
-        rows, _ = await service.activate(ActivateRequest("race", 4, 60_000), utcnow(), fill=False)
+        rows, _ = await service.activate(ActivateRequest("race", 4, 60_000), fill=False)
         assert [r["tenant_id"] for r in rows] == ["b", "b"]
-        rows, _ = await service.activate(ActivateRequest("race", 4, 60_000), utcnow())
+        rows, _ = await service.activate(ActivateRequest("race", 4, 60_000))
         assert [r["tenant_id"] for r in rows] == ["b"] * 4
         await tx.rollback()
 
@@ -192,7 +192,7 @@ async def test_charges_made_while_one_is_written_are_all_written_before_the_next
     service = ActivationService(store, Settings())
     await store.insert_jobs([_job(t) for t in ("a", "b") for _ in range(40)], utcnow())
     results = await asyncio.gather(
-        *(service.activate(ActivateRequest("race", 2, 60_000), utcnow()) for _ in range(20))
+        *(service.activate(ActivateRequest("race", 2, 60_000)) for _ in range(20))
     )
     claimed = Counter(r["tenant_id"] for rows, _ in results for r in rows)
     assert sum(claimed.values()) == 40

@@ -1,0 +1,99 @@
+"""Callers asking at once for one job type are activated together (ADR 009), on real
+PostgreSQL: one claim shared out in arrival order, each caller's jobs under its own worker
+name and lease, and nothing left activated for a caller that went away."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from datetime import timedelta
+
+from app.activation import ActivateRequest, ActivationService
+from app.config import Settings
+from app.domain import utcnow
+from app.store import TYPE_CAP_LOCK_CLASS, _int4, cap_key
+
+ACTIVATED_BY_WORKER = """
+SELECT worker, count(*) AS n FROM jobs WHERE state = 'ACTIVATED' GROUP BY worker
+"""
+
+
+async def _backlog(store, tenants: str, per_tenant: int) -> None:
+    jobs = [{"type": "together", "tenantId": t} for t in tenants for _ in range(per_tenant)]
+    await store.insert_jobs(jobs, utcnow())
+
+
+def _callers(n: int) -> list[ActivateRequest]:
+    """Caller i asks for i + 1 jobs, leased for i + 1 minutes, as worker "w<i>"."""
+    return [ActivateRequest("together", i + 1, 60_000 * (i + 1), worker=f"w{i}") for i in range(n)]
+
+
+async def test_callers_asking_at_once_share_one_claim_each_under_its_own_lease(store):
+    service = ActivationService(store, Settings())
+    await _backlog(store, "abc", 20)
+    callers = _callers(8)  # 36 jobs asked in all
+    results = await asyncio.gather(*(service.activate(req) for req in callers))
+    # One read and one claim served all eight (each alone would have cost one).
+    assert service.queries == 1
+    for req, (rows, dry) in zip(callers, results, strict=True):
+        assert len(rows) == req.max_jobs and not dry
+        for row in rows:
+            assert row["worker"] == req.worker
+            assert row["deadline"] - row["activated_at"] == timedelta(milliseconds=req.lease_ms)
+    keys = [row["job_key"] for rows, _ in results for row in rows]
+    assert len(keys) == len(set(keys)) == 36
+    # The shared claim was fair between the tenants, as one caller's would have been.
+    assert Counter(r["tenant_id"] for rows, _ in results for r in rows) == {
+        "a": 12,
+        "b": 12,
+        "c": 12,
+    }
+    in_db = {r["worker"]: r["n"] for r in await store.pool.fetch(ACTIVATED_BY_WORKER)}
+    assert in_db == {req.worker: req.max_jobs for req in callers}
+
+
+async def test_callers_beyond_the_backlog_are_served_in_arrival_order(store):
+    service = ActivationService(store, Settings())
+    await _backlog(store, "ab", 2)
+    callers = _callers(3)  # 1 + 2 + 3 jobs asked, 4 there
+    results = await asyncio.gather(*(service.activate(req) for req in callers))
+    assert [len(rows) for rows, _ in results] == [1, 2, 1]
+    results = await asyncio.gather(*(service.activate(req) for req in callers))
+    # Nothing left: every caller is told so, and that the type is dry.
+    assert results == [([], True)] * 3
+
+
+async def test_a_caller_that_leaves_while_its_claim_runs_leaves_no_job_activated(
+    store, monkeypatch
+):
+    """A caller cancelled while the claim it shares is in flight: its share goes back to
+    CREATED at once; the callers that stayed keep theirs."""
+    await store.upsert_job_type("together", 1_000, None, None)  # a cap: claims lock it
+    service = ActivationService(store, Settings())
+    await _backlog(store, "ab", 10)
+    stay, leave = _callers(2)
+    claiming = asyncio.Event()
+    claim = store.claim
+
+    async def observed_claim(*args, **kwargs):
+        claiming.set()
+        return await claim(*args, **kwargs)
+
+    monkeypatch.setattr(store, "claim", observed_claim)
+    lock = f"pg_advisory_xact_lock({_int4(TYPE_CAP_LOCK_CLASS)}, {cap_key('together')})"
+    async with store.pool.acquire() as holder:
+        tx = holder.transaction()
+        await tx.start()
+        await holder.execute(f"SELECT {lock}")
+        staying = asyncio.create_task(service.activate(stay))
+        leaving = asyncio.create_task(service.activate(leave))
+        # The shared claim has begun; it cannot end before the holder lets the lock go.
+        await claiming.wait()
+        leaving.cancel()
+        await tx.rollback()
+    rows, _ = await staying
+    assert len(rows) == stay.max_jobs
+    await service.settle()  # the release of the leaver's share
+    in_db = {r["worker"]: r["n"] for r in await store.pool.fetch(ACTIVATED_BY_WORKER)}
+    assert in_db == {stay.worker: stay.max_jobs}
+    assert leaving.cancelled()
