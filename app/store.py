@@ -374,16 +374,23 @@ SELECT * FROM activated
 # its own transaction only): a crash can forget the last few hundred milliseconds of
 # charges, which fences nothing; the claim it accounts for was durable before it ran.
 CHARGE_LANES = """
+WITH charge AS (
+    -- Each charged lane found by key and locked, in tenant order.
+    SELECT x.tenant_id, c.n, c.stride
+    FROM unnest($2::text[], $3::int[], $4::float8[]) AS c(tenant_id, n, stride)
+    JOIN lanes x ON x.job_type = $1 AND x.tenant_id = c.tenant_id
+    ORDER BY x.tenant_id
+    FOR NO KEY UPDATE OF x
+)
 UPDATE lanes l
 SET vtime = l.vtime + c.n * c.stride, activated_total = l.activated_total + c.n
-FROM unnest($2::text[], $3::int[], $4::float8[]) AS c(tenant_id, n, stride)
-WHERE l.job_type = $1 AND l.tenant_id = c.tenant_id
+FROM charge c
+-- ANY(ARRAY(...)) keeps the update to one lanes_pkey probe per charged lane, as in the
+-- claim.  (An IN (...) of the locked keys made the generic plan a semi join comparing
+-- every charged lane with every other: 21 ms for 400 lanes, against 15 ms by key.)
+WHERE l.job_type = $1 AND l.tenant_id = ANY(ARRAY(SELECT tenant_id FROM charge))
+  AND l.tenant_id = c.tenant_id
   AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
-  AND l.tenant_id IN (
-      SELECT x.tenant_id FROM lanes x
-      WHERE x.job_type = $1 AND x.tenant_id = ANY($2::text[])
-      ORDER BY x.tenant_id
-      FOR NO KEY UPDATE)
 """
 
 # -- name: park_lanes

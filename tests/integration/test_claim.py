@@ -9,7 +9,15 @@ import orjson
 import pytest
 
 from app.domain import utcnow
-from app.store import CLAIM, COMPLETE_JOBS, FAIL_JOB, RELEASE_JOBS, THROW_ERROR, Share
+from app.store import (
+    CHARGE_LANES,
+    CLAIM,
+    COMPLETE_JOBS,
+    FAIL_JOB,
+    RELEASE_JOBS,
+    THROW_ERROR,
+    Share,
+)
 
 
 async def _insert(store, priority: int, n: int) -> list[int]:
@@ -103,3 +111,42 @@ async def test_a_claim_shared_among_requests_still_takes_its_jobs_by_key(store):
     args = (now, ["a", "b"], [now, now], 10, 60_000, False, [1, 6])
     scans = await _generic_plan_scans(store, CLAIM, "claim", ["t"], [10], *args)
     assert scans == {"jobs_ready_idx", "jobs_pkey"}
+
+
+async def test_charging_many_lanes_costs_linear_time(store):
+    """The charge's generic plan is linear in the lanes charged.  The plan it replaced
+    matched each lane against a materialised list of all the others: 21 ms for 400
+    lanes of 10,000, against 15 ms."""
+    tenants = [f"t{i:05}" for i in range(10_000)]
+    await store.pool.execute(
+        "INSERT INTO lanes (job_type, tenant_id) SELECT 'claim', unnest($1::text[])", tenants
+    )
+    await store.pool.execute("ANALYZE lanes")
+    charged = "{" + ",".join(tenants[::25]) + "}"
+    async with store.pool.acquire() as conn:
+        tx = conn.transaction()
+        await tx.start()
+        try:
+            await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            await conn.execute(f"PREPARE charge(text, text[], int[], float8[]) AS {CHARGE_LANES}")
+            [[plan]] = await conn.fetch(
+                f"EXPLAIN (FORMAT JSON) EXECUTE charge('claim', '{charged}',"
+                " array_fill(1, ARRAY[400]), array_fill(1.0::float8, ARRAY[400]))"
+            )
+        finally:
+            await tx.rollback()
+            await conn.execute("DEALLOCATE ALL")
+    nodes: list[dict] = []
+
+    def walk(node) -> None:
+        nodes.append(node)
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk(orjson.loads(plan)[0]["Plan"])
+    # Whatever the planner picks for this table's size: no list materialised for
+    # rescans, and a nested loop's inner side is a probe by key.
+    assert not [n for n in nodes if n["Node Type"] == "Materialize"]
+    for loop in (n for n in nodes if n["Node Type"] == "Nested Loop"):
+        inner = next(c for c in loop["Plans"] if c["Parent Relationship"] == "Inner")
+        assert inner["Node Type"] in ("Index Scan", "Index Only Scan"), inner["Node Type"]
