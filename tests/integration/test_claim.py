@@ -58,8 +58,8 @@ async def test_a_claim_passes_rows_held_by_another_and_tops_up_from_the_next_pri
     assert sorted(r["job_key"] for r in got) == low[:3]
 
 
-async def _generic_plan_scans(store, query: str, *args) -> set[str]:
-    """The indexes of jobs the pool's (generic) plan of ``query`` reads."""
+async def _plan(store, query: str, *args) -> list[dict]:
+    """Every node of the plan the pool's connection makes of ``query``."""
     async with store.pool.acquire() as conn:
         tx = conn.transaction()
         await tx.start()
@@ -67,16 +67,29 @@ async def _generic_plan_scans(store, query: str, *args) -> set[str]:
             [[plan]] = await conn.fetch("EXPLAIN (FORMAT JSON) " + query, *args)
         finally:
             await tx.rollback()
-    found: set[str] = set()
+    return _nodes(orjson.loads(plan)[0]["Plan"])
 
-    def walk(node) -> None:
-        if node.get("Relation Name") == "jobs" and "Scan" in node["Node Type"]:
-            found.add(node.get("Index Name", node["Node Type"]))
-        for child in node.get("Plans", []):
-            walk(child)
 
-    walk(orjson.loads(plan)[0]["Plan"])
-    return found
+def _nodes(node: dict) -> list[dict]:
+    return [node, *(n for child in node.get("Plans", []) for n in _nodes(child))]
+
+
+def _jobs_scans(nodes: list[dict]) -> set[str]:
+    """The indexes (or scans) by which a plan reads jobs."""
+    return {
+        n.get("Index Name", n["Node Type"])
+        for n in nodes
+        if n.get("Relation Name") == "jobs" and "Scan" in n["Node Type"]
+    }
+
+
+def _assert_linear(nodes: list[dict]) -> None:
+    """No list materialised for rescans, and a nested loop's inner side is a probe by
+    key: the plan's cost grows with the rows it is given, not with their square."""
+    assert not [n for n in nodes if n["Node Type"] == "Materialize"]
+    for loop in (n for n in nodes if n["Node Type"] == "Nested Loop"):
+        inner = next(c for c in loop["Plans"] if c["Parent Relationship"] == "Inner")
+        assert inner["Node Type"] in ("Index Scan", "Index Only Scan"), inner["Node Type"]
 
 
 FINISHING = {
@@ -99,7 +112,9 @@ async def test_finishing_jobs_probes_them_by_key_however_many_are_leased(store, 
     leased = await store.pool.fetch(CLAIM, "claim", ["t"], [1_500], *_claim_args(now))
     keys = [r["job_key"] for r in leased[:10]]
     counts = [r["activation_count"] for r in leased[:10]]
-    assert await _generic_plan_scans(store, query, *args(keys, counts, now)) == {"jobs_pkey"}
+    nodes = await _plan(store, query, *args(keys, counts, now))
+    assert _jobs_scans(nodes) == {"jobs_pkey"}
+    _assert_linear(nodes)
 
 
 async def test_a_claim_shared_among_requests_still_takes_its_jobs_by_key(store):
@@ -109,8 +124,10 @@ async def test_a_claim_shared_among_requests_still_takes_its_jobs_by_key(store):
     await store.pool.execute("ANALYZE jobs")
     now = utcnow()
     args = (now, ["a", "b"], [now, now], 10, 60_000, False, [1, 6])
-    scans = await _generic_plan_scans(store, CLAIM, "claim", ["t"], [10], *args)
-    assert scans == {"jobs_ready_idx", "jobs_pkey"}
+    nodes = await _plan(store, CLAIM, "claim", ["t"], [10], *args)
+    assert _jobs_scans(nodes) == {"jobs_ready_idx", "jobs_pkey"}
+    activated = next(n for n in nodes if n["Node Type"] == "ModifyTable")
+    _assert_linear(_nodes(activated))
 
 
 async def test_charging_many_lanes_costs_linear_time(store):
@@ -136,17 +153,4 @@ async def test_charging_many_lanes_costs_linear_time(store):
         finally:
             await tx.rollback()
             await conn.execute("DEALLOCATE ALL")
-    nodes: list[dict] = []
-
-    def walk(node) -> None:
-        nodes.append(node)
-        for child in node.get("Plans", []):
-            walk(child)
-
-    walk(orjson.loads(plan)[0]["Plan"])
-    # Whatever the planner picks for this table's size: no list materialised for
-    # rescans, and a nested loop's inner side is a probe by key.
-    assert not [n for n in nodes if n["Node Type"] == "Materialize"]
-    for loop in (n for n in nodes if n["Node Type"] == "Nested Loop"):
-        inner = next(c for c in loop["Plans"] if c["Parent Relationship"] == "Inner")
-        assert inner["Node Type"] in ("Index Scan", "Index Only Scan"), inner["Node Type"]
+    _assert_linear(_nodes(orjson.loads(plan)[0]["Plan"]))
