@@ -187,6 +187,8 @@ class ActivationService:
         try:
             while together.pending:
                 batch = together.take(MAX_TOGETHER)
+                if not batch:  # every caller still pending had gone
+                    continue
                 try:
                     claimed, dry = await self._activate([req for req, _ in batch], fill=True)
                 except Exception as exc:  # every caller in the activation sees its failure

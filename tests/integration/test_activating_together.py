@@ -97,3 +97,25 @@ async def test_a_caller_that_leaves_while_its_claim_runs_leaves_no_job_activated
     in_db = {r["worker"]: r["n"] for r in await store.pool.fetch(ACTIVATED_BY_WORKER)}
     assert in_db == {stay.worker: stay.max_jobs}
     assert leaving.cancelled()
+
+
+async def test_an_activation_that_fails_fails_each_caller_in_it_and_not_the_next(
+    store, monkeypatch
+):
+    service = ActivationService(store, Settings())
+    await _backlog(store, "ab", 5)
+    claim = store.claim
+    failures = iter([ConnectionResetError("the database went away")])
+
+    async def failing_once(*args, **kwargs):
+        for exc in failures:
+            raise exc
+        return await claim(*args, **kwargs)
+
+    monkeypatch.setattr(store, "claim", failing_once)
+    first = await asyncio.gather(
+        *(service.activate(req) for req in _callers(3)), return_exceptions=True
+    )
+    assert [type(r) for r in first] == [ConnectionResetError] * 3
+    rows, _ = await service.activate(_callers(1)[0])
+    assert len(rows) == 1
