@@ -283,7 +283,7 @@ class ActivationService:
         if aging is None:  # defensive: maxJobs >= 1 always runs a round
             aging = await self.aging_for(job_type)
         self.aging_seen[job_type] = aging
-        return [_in_pick_order(rows, picks) for rows in claimed], dry
+        return [_in_pick_order(theirs, picks) for theirs in claimed], dry
 
 
 _GroupKey = tuple[str, tuple[str, ...] | None]
