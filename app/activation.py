@@ -86,7 +86,7 @@ class ActivationService:
         self._pending: set[asyncio.Task[Any]] = set()
         # Lane charges not yet written, per job type (see _charge).
         self._charges: defaultdict[str, _Charges] = defaultdict(_Charges)
-        # Callers asking now, per type and tenant filter, activated together (activate).
+        # Callers asking now, per type, tenant filter and via_stream, activated together.
         self._together: dict[_GroupKey, _Together] = {}
 
     def _spawn(self, coro: Awaitable[Any], what: str) -> asyncio.Task[Any]:
@@ -172,7 +172,8 @@ class ActivationService:
         if not fill:
             [rows], dry = await self._activate([req], fill=False)
             return rows, dry
-        key = (req.job_type, None if req.tenant_ids is None else tuple(req.tenant_ids))
+        tenants = None if req.tenant_ids is None else tuple(req.tenant_ids)
+        key = (req.job_type, tenants, req.via_stream)
         together = self._together.get(key)
         if together is None:
             together = self._together[key] = _Together()
@@ -286,7 +287,9 @@ class ActivationService:
         return [_in_pick_order(theirs, picks) for theirs in claimed], dry
 
 
-_GroupKey = tuple[str, tuple[str, ...] | None]
+# Callers activated together share a job type, a tenant filter and whether the jobs go
+# to a stream (one claim writes one via_stream).
+_GroupKey = tuple[str, tuple[str, ...] | None, bool]
 
 
 class _Together:
