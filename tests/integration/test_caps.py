@@ -6,6 +6,9 @@ import asyncio
 
 import httpx
 
+from app.activation import ActivateRequest, ActivationService
+from app.config import Settings
+from app.domain import utcnow
 from tests.fixtures import wait_ready
 from tests.helpers import activate, complete, enqueue
 
@@ -45,6 +48,22 @@ async def test_job_type_cap_holds_across_tenants(live, store):
     assert sum(len(r) for r in results) == 7
     assert await _active(store, "job_type", "render") == 7
     assert await activate(c, "render", 10) == []
+
+
+async def test_job_type_cap_holds_when_20_activators_race_on_their_own_connections(store):
+    """One process activates callers of a type together (ADR 009), so 20 calls to one
+    server may make a single claim.  Twenty activation services, as twenty processes
+    would, each claim on its own pooled connection at once."""
+    await store.upsert_job_type("render", 7, None, None)
+    await store.insert_jobs(
+        [{"type": "render", "tenantId": t} for t in "abc" for _ in range(50)], utcnow()
+    )
+    services = [ActivationService(store, Settings()) for _ in range(20)]
+    results = await asyncio.gather(
+        *(s.activate(ActivateRequest("render", 4, 60_000)) for s in services)
+    )
+    assert sum(len(rows) for rows, _ in results) == 7
+    assert await _active(store, "job_type", "render") == 7
 
 
 async def test_capped_tenant_is_skipped_and_others_served(live):
