@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter, defaultdict, deque
+from collections import Counter, defaultdict
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
 
+from app.coalescing import Coalescer
 from app.config import Settings
 from app.domain import utcnow
 from app.scheduler import Aging, Lane, allocate
@@ -87,7 +88,7 @@ class ActivationService:
         # Lane charges not yet written, per job type (see _charge).
         self._charges: defaultdict[str, _Charges] = defaultdict(_Charges)
         # Callers asking now, per type, tenant filter and via_stream, activated together.
-        self._together: dict[_GroupKey, _Together] = {}
+        self._together: dict[_GroupKey, Coalescer[ActivateRequest, _Answer]] = {}
 
     def _spawn(self, coro: Awaitable[Any], what: str) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
@@ -176,39 +177,27 @@ class ActivationService:
         key = (req.job_type, tenants, req.via_stream)
         together = self._together.get(key)
         if together is None:
-            together = self._together[key] = _Together()
-        asked: asyncio.Future[tuple[list[asyncpg.Record], bool]]
-        asked = asyncio.get_running_loop().create_future()
-        together.pending.append((req, asked))
-        if together.runner is None:
-            together.runner = self._spawn(self._run_together(key, together), "activating")
-        return await asked
-
-    async def _run_together(self, key: _GroupKey, together: _Together) -> None:
+            together = self._together[key] = Coalescer(
+                self._activate_together,
+                _take_together,
+                unwanted=self._release,
+                spawn=lambda runner: self._spawn(runner, "activating"),
+            )
         try:
-            while together.pending:
-                batch = together.take(MAX_TOGETHER)
-                if not batch:  # every caller still pending had gone
-                    continue
-                try:
-                    claimed, dry = await self._activate([req for req, _ in batch], fill=True)
-                except Exception as exc:  # every caller in the activation sees its failure
-                    for _, asked in batch:
-                        if not asked.done():
-                            asked.set_exception(exc)
-                    continue
-                unwanted: list[asyncpg.Record] = []
-                for (_, asked), rows in zip(batch, claimed, strict=True):
-                    if asked.done():  # the caller was cancelled while it waited
-                        unwanted.extend(rows)
-                    else:
-                        asked.set_result((rows, dry))
-                if unwanted:
-                    self._spawn(self.store.release_jobs(unwanted), "releasing")
+            return await together.submit(req)
         finally:
-            together.runner = None
-            if not together.pending:
-                self._together.pop(key, None)
+            if together.idle and self._together.get(key) is together:
+                del self._together[key]  # no caller left: keys of one-off filters go
+
+    async def _activate_together(self, reqs: list[ActivateRequest]) -> list[_Answer]:
+        claimed, dry = await self._activate(reqs, fill=True)
+        return [(rows, dry) for rows in claimed]
+
+    def _release(self, unwanted: list[_Answer]) -> None:
+        """Give back at once what was activated for callers that went away meanwhile."""
+        rows = [row for theirs, _ in unwanted for row in theirs]
+        if rows:
+            self._spawn(self.store.release_jobs(rows), "releasing")
 
     async def _activate(
         self, reqs: Sequence[ActivateRequest], *, fill: bool
@@ -290,26 +279,19 @@ class ActivationService:
 # Callers activated together share a job type, a tenant filter and whether the jobs go
 # to a stream (one claim writes one via_stream).
 _GroupKey = tuple[str, tuple[str, ...] | None, bool]
+# What one caller gets: its jobs, and whether the type was found dry.
+_Answer = tuple[list[asyncpg.Record], bool]
 
 
-class _Together:
-    """Callers of one type and tenant filter waiting to be activated together."""
-
-    def __init__(self) -> None:
-        self.pending: deque[tuple[ActivateRequest, asyncio.Future[Any]]] = deque()
-        self.runner: asyncio.Task[Any] | None = None
-
-    def take(self, most: int) -> list[tuple[ActivateRequest, asyncio.Future[Any]]]:
-        """The callers still waiting, in arrival order, up to ``most`` jobs asked (and
-        always at least one caller)."""
-        batch: list[tuple[ActivateRequest, asyncio.Future[Any]]] = []
-        asked = 0
-        while self.pending and (not batch or asked + self.pending[0][0].max_jobs <= most):
-            req, future = self.pending.popleft()
-            if not future.done():
-                batch.append((req, future))
-                asked += req.max_jobs
-        return batch
+def _take_together(reqs: Sequence[ActivateRequest]) -> list[bool]:
+    """The callers waiting, in arrival order, while their asks total at most
+    MAX_TOGETHER jobs (the first always)."""
+    chosen: list[bool] = []
+    asked = 0
+    for req in reqs:
+        asked += req.max_jobs
+        chosen.append(not chosen or (chosen[-1] and asked <= MAX_TOGETHER))
+    return chosen
 
 
 class _Plan:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -12,6 +11,7 @@ import asyncpg
 
 from app import scheduler
 from app.activation import ActivationService
+from app.coalescing import Coalescer
 from app.domain import MAX_LEASE_MS, job_record, utcnow
 from app.errors import InvalidState, NotFound, StaleActivation
 from app.store import Inserted, Store
@@ -22,9 +22,6 @@ class JobChanges:
     retries: int | None = None
     timeout_ms: int | None = None
     priority: int | None = None
-
-
-_Pending = tuple[tuple[int, int, str | None], "asyncio.Future[bool]"]
 
 
 class GroupCommit:
@@ -41,43 +38,28 @@ class GroupCommit:
     def __init__(self, store: Store, max_batch: int = 1000) -> None:
         self.store = store
         self.max_batch = max_batch
-        self._pending: list[_Pending] = []
-        self._flusher: asyncio.Task[None] | None = None
+        self._writes: Coalescer[tuple[int, int, str | None], bool] = Coalescer(
+            self._write, self._one_statement
+        )
 
     async def complete(self, item: tuple[int, int, str | None]) -> bool:
         """True if this (key, activationCount) completed the job."""
-        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._pending.append((item, done))
-        if self._flusher is None:
-            self._flusher = asyncio.create_task(self._flush())
-        return await done
+        return await self._writes.submit(item)
 
-    async def _flush(self) -> None:
-        try:
-            while self._pending:
-                batch: list[_Pending] = []
-                rest: list[_Pending] = []
-                keys: set[int] = set()
-                for entry in self._pending:
-                    key = entry[0][0]
-                    if key in keys or len(batch) >= self.max_batch:
-                        rest.append(entry)
-                    else:
-                        keys.add(key)
-                        batch.append(entry)
-                self._pending = rest
-                try:
-                    completed = await self.store.complete_jobs([i for i, _ in batch], utcnow())
-                except Exception as exc:  # every caller in the statement sees its failure
-                    for _, done in batch:
-                        if not done.done():
-                            done.set_exception(exc)
-                else:
-                    for (key, _, _), done in batch:
-                        if not done.done():
-                            done.set_result(key in completed)
-        finally:
-            self._flusher = None
+    def _one_statement(self, items: Sequence[tuple[int, int, str | None]]) -> list[bool]:
+        """Each key once, and at most ``max_batch`` items."""
+        keys: set[int] = set()
+        chosen = []
+        for key, _, _ in items:
+            fits = key not in keys and len(keys) < self.max_batch
+            if fits:
+                keys.add(key)
+            chosen.append(fits)
+        return chosen
+
+    async def _write(self, items: list[tuple[int, int, str | None]]) -> list[bool]:
+        completed = await self.store.complete_jobs(items, utcnow())
+        return [key in completed for key, _, _ in items]
 
 
 class JobService:
