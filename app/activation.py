@@ -43,6 +43,14 @@ class ActivateRequest:
     tenant_ids: Sequence[str] | None = None
     via_stream: bool = False
 
+    @property
+    def tenant_filter(self) -> TenantFilter:
+        """The tenants asked for, as a key: None for all, else sorted and hashable."""
+        return None if self.tenant_ids is None else tuple(sorted(self.tenant_ids))
+
+
+TenantFilter = tuple[str, ...] | None
+
 
 class _Charges:
     """One job type's lane charges not yet written.  Charges that arrive while a write
@@ -173,8 +181,7 @@ class ActivationService:
         if not fill:
             [rows], dry = await self._activate([req], fill=False)
             return rows, dry
-        tenants = None if req.tenant_ids is None else tuple(req.tenant_ids)
-        key = (req.job_type, tenants, req.via_stream)
+        key = (req.job_type, req.tenant_filter, req.via_stream)
         together = self._together.get(key)
         if together is None:
             together = self._together[key] = Coalescer(
@@ -278,7 +285,7 @@ class ActivationService:
 
 # Callers activated together share a job type, a tenant filter and whether the jobs go
 # to a stream (one claim writes one via_stream).
-_GroupKey = tuple[str, tuple[str, ...] | None, bool]
+_GroupKey = tuple[str, TenantFilter, bool]
 # What one caller gets: its jobs, and whether the type was found dry.
 _Answer = tuple[list[asyncpg.Record], bool]
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import asyncpg
 
-from app.activation import ActivateRequest, ActivationService
+from app.activation import ActivateRequest, ActivationService, TenantFilter
 from app.errors import ResourceExhausted
 
 log = logging.getLogger(__name__)
@@ -46,17 +46,6 @@ class Waiter:
     future: asyncio.Future[Rows] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
-
-    @property
-    def filter_key(self) -> Filter:
-        return filter_key(self.req)
-
-
-Filter = tuple[str, ...] | None
-
-
-def filter_key(req: ActivateRequest) -> Filter:
-    return None if req.tenant_ids is None else tuple(sorted(req.tenant_ids))
 
 
 @dataclass
@@ -108,7 +97,7 @@ class WaiterHub:
         # Valid until the next wake-up of the type (or of all types), and for at most a
         # backup poll interval, which bounds what a lost notification can cost.  A
         # request that would wait anyway then joins the queue without asking again.
-        self._dry: dict[str, dict[Filter, float]] = {}
+        self._dry: dict[str, dict[TenantFilter, float]] = {}
         # Wake-ups seen, of any type: only an activation that saw none while it ran may
         # leave a dry mark.
         self._wakes = 0
@@ -147,7 +136,7 @@ class WaiterHub:
         that found the type dry for the filter."""
         wakes = self._wakes
         rows, dry = await self.activation.activate(req, fill=fill)
-        job_type, key = req.job_type, filter_key(req)
+        job_type, key = req.job_type, req.tenant_filter
         tally = self._tally.get(job_type)
         if tally is not None and tally.all_out(len(rows)):
             dry, key = True, None  # dry for every filter, without a read to prove it
@@ -166,9 +155,11 @@ class WaiterHub:
         """Did the latest activation for this type and filter find nothing, with no
         wake-up since?  Then a new request that is willing to wait need not ask."""
         # Every lane empty (no filter) is every filter's lanes empty.
-        return self._known_dry(req.job_type, filter_key(req)) or self._known_dry(req.job_type, None)
+        return self._known_dry(req.job_type, req.tenant_filter) or self._known_dry(
+            req.job_type, None
+        )
 
-    def _known_dry(self, job_type: str, key: Filter) -> bool:
+    def _known_dry(self, job_type: str, key: TenantFilter) -> bool:
         at = self._dry.get(job_type, {}).get(key)
         return at is not None and time.monotonic() - at < self.backup_poll_ms / 1000
 
@@ -272,14 +263,14 @@ class WaiterHub:
         keep coming back with all they asked for there is a backlog, and rounds serve
         more waiters at once (1, 1, 2, 4, ... up to MAX_PARALLEL).
         """
-        dry: set[Filter] = set()  # filters whose lanes gave a waiter nothing
+        dry: set[TenantFilter] = set()  # filters whose lanes gave a waiter nothing
         parallel, full_rounds = 1, 0
         while None not in dry:
             batch: list[Waiter] = []
             for w in list(q.waiters):
                 if w.future.done():  # timed out or disconnected while queued
                     q.waiters.remove(w)
-                elif w.filter_key not in dry and len(batch) < parallel:
+                elif w.req.tenant_filter not in dry and len(batch) < parallel:
                     batch.append(w)
             if not batch:
                 return
@@ -287,7 +278,7 @@ class WaiterHub:
             got = await asyncio.gather(*(self._serve_one(q, w) for w in batch))
             for w, n in zip(batch, got, strict=True):
                 if n == 0:
-                    dry.add(w.filter_key)
+                    dry.add(w.req.tenant_filter)
             if self._known_dry(job_type, None):
                 return
             full = all(n >= w.req.max_jobs for w, n in zip(batch, got, strict=True))
