@@ -69,11 +69,14 @@ def _running(command: list[str], port: int, ready: str, **popen: Any) -> Iterato
 
 
 @contextmanager
-def server(url: str, workers: int = 1, pool: int = 20) -> Iterator[str]:
-    """A ``jobfair serve`` process tree on a free port; yields its base URL.  Its log is
-    kept under .jobfair/ only when the benchmark using it failed."""
+def server(
+    url: str, workers: int = 1, pool: int = 20, env: dict[str, str] | None = None
+) -> Iterator[str]:
+    """A ``jobfair serve`` process tree on a free port (``env``: more JOBFAIR_* settings);
+    yields its base URL.  Its log is kept under .jobfair/ only when the benchmark using it
+    failed."""
     port = free_port()
-    env = {**os.environ, "JOBFAIR_DB_POOL_SIZE": str(pool)}
+    env = {**os.environ, "JOBFAIR_DB_POOL_SIZE": str(pool), **(env or {})}
     command = [sys.executable, "-m", "app.cli", "serve", "--database-url", url]
     command += ["--port", str(port), "--workers", str(workers), "--log-level", "warning"]
     path = ROOT / ".jobfair" / f"bench-server-{port}.log"

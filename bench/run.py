@@ -18,7 +18,7 @@ from typing import Any
 import asyncpg
 import orjson
 
-from bench import delivery
+from bench import delivery, soak
 from bench.harness import ROOT, Postgres, median, percentile, plain_server, server, table
 from bench.wire import Connection
 
@@ -412,6 +412,23 @@ BENCHES = {
     "tenants": (bench_tenants, ["tenants", "workers", "maxJobs", "jobsPerSec", "vsOneTenant"]),
     "fairness": (bench_fairness, ["tenant", "weight", "configuredPct", "realizedPct", "errorPp"]),
     "ceiling": (bench_ceiling, ["app", "serverWorkers", "requestsPerSec"]),
+    "soak": (
+        soak.bench_soak,
+        [
+            "atS",
+            "jobsPerSec",
+            "activateP50Ms",
+            "activateP99Ms",
+            "completeP99Ms",
+            "pending",
+            "jobsDeadTuples",
+            "lanesDeadTuples",
+            "jobsAutovacuums",
+            "jobsMB",
+            "readyIndexMB",
+            "pkeyMB",
+        ],
+    ),
 }
 
 
@@ -439,6 +456,13 @@ def main() -> None:
     p.add_argument("--idle-streams", type=int, default=1000)
     p.add_argument("--idle-seconds", type=float, default=60)
     p.add_argument("--ceiling-seconds", type=float, default=10)
+    p.add_argument("--soak-seconds", type=float, default=300)
+    p.add_argument("--soak-rate", type=int, default=1000, help="jobs/s produced and finished")
+    p.add_argument("--soak-interval", type=float, default=30, help="seconds per reported row")
+    p.add_argument("--soak-backlog", type=int, default=100_000)
+    p.add_argument(
+        "--soak-retention-s", type=int, default=None, help="server's JOBFAIR_RETENTION_S"
+    )
     args = p.parse_args()
     os.makedirs(ROOT / ".jobfair", exist_ok=True)
     pg = Postgres(ROOT / ".jobfair" / "bench")
