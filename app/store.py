@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import time
 import zlib
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -746,31 +747,59 @@ def retry_deadlock(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
     return wrapper
 
 
+# What a database that cannot be reached right now raises: refused, reset or missing
+# socket (OSError), a connection lost in the middle of a call (class 08), a server
+# starting up or shutting down (57P01-57P03), no connection slots left (53300).
+DATABASE_UNAVAILABLE: tuple[type[Exception], ...] = (
+    OSError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
+    asyncpg.TooManyConnectionsError,
+)
+UNAVAILABLE_LOG_EVERY_S = 5.0
+
+
 class BoundedPool:
     """The asyncpg pool, but waiting at most ``timeout_s`` for a connection: an exhausted
-    pool is back pressure (503 RESOURCE_EXHAUSTED), not an unbounded queue."""
+    pool is back pressure (503 RESOURCE_EXHAUSTED), not an unbounded queue.  So is a
+    database that cannot be reached: the call is answered 503 with ``Retry-After``, and
+    the pool reconnects by itself on a later call once the database is back."""
 
     def __init__(self, pool: asyncpg.Pool, timeout_s: float) -> None:
         self._pool = pool
         self.timeout_s = timeout_s
+        self._unavailable_logged = -UNAVAILABLE_LOG_EVERY_S
 
     @contextlib.asynccontextmanager
     async def acquire(self) -> AsyncIterator[asyncpg.Connection]:
-        if self._pool.get_idle_size():
-            # Nothing to wait for, so no timeout: arming one costs a few percent of the
-            # server's CPU on the hot path.
-            conn = await self._pool.acquire()
-        else:
-            try:
+        try:
+            if self._pool.get_idle_size():
+                # Nothing to wait for, so no timeout: arming one costs a few percent of
+                # the server's CPU on the hot path.
+                conn = await self._pool.acquire()
+            else:
                 conn = await self._pool.acquire(timeout=self.timeout_s)
-            except TimeoutError:
-                raise ResourceExhausted(
-                    "all database connections are busy", retry_after_s=1
-                ) from None
+        except TimeoutError:
+            raise ResourceExhausted("all database connections are busy", retry_after_s=1) from None
+        except DATABASE_UNAVAILABLE as exc:
+            raise self._unavailable(exc) from exc
         try:
             yield conn
+        except DATABASE_UNAVAILABLE as exc:
+            raise self._unavailable(exc) from exc
         finally:
             await self._pool.release(conn)
+
+    def _unavailable(self, exc: Exception) -> ResourceExhausted:
+        """The client's answer names no host or port; the log says what failed (at most
+        every few seconds: an outage fails every call)."""
+        now = time.monotonic()
+        if now - self._unavailable_logged >= UNAVAILABLE_LOG_EVERY_S:
+            self._unavailable_logged = now
+            log.warning("database unavailable: %r", exc)
+        return ResourceExhausted("the database is unavailable; retry later", retry_after_s=1)
 
     async def fetch(self, query: str, *args: Any) -> list[asyncpg.Record]:
         async with self.acquire() as conn:

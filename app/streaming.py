@@ -10,6 +10,7 @@ credit back when one of its jobs is completed, failed, errored or times out: fro
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import random
@@ -21,6 +22,7 @@ import orjson
 
 from app.activation import ActivateRequest, ActivationService
 from app.domain import job_record, utcnow
+from app.errors import ResourceExhausted
 from app.store import Store
 from app.waiting import Waiter, WaiterHub
 
@@ -78,7 +80,13 @@ class Stream:
         self.registry.streams.add(self)
         try:
             while not self.registry.shutdown.is_set():
-                rows = await self._next_jobs()
+                try:
+                    rows = await self._next_jobs()
+                except ResourceExhausted:
+                    # The database is unreachable (or the pool busy).  A stream is a
+                    # subscription: it stays open and asks again one check later.
+                    await self._pause()
+                    continue
                 if rows is None:
                     continue
                 self.undelivered = list(rows)
@@ -130,6 +138,12 @@ class Stream:
             await self._check_outstanding()  # the timer ran out: nothing else woke us
         return None
 
+    async def _pause(self) -> None:
+        """One jittered check interval, or less if the server shuts down."""
+        timeout = self.check_ms / 1000 * (0.75 + 0.5 * random.random())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.registry.shutdown.wait(), timeout)
+
     def _request(self) -> ActivateRequest:
         return dataclasses.replace(self.req, max_jobs=self.credit)
 
@@ -150,7 +164,12 @@ class Stream:
             self.waiter.future.cancel()  # the dispatcher releases anything it got for us
         if self.undelivered:
             # Activated for us but never written: back to the queue now, not at timeout.
-            await asyncio.shield(self.store.release_jobs(self.undelivered))
+            try:
+                await asyncio.shield(self.store.release_jobs(self.undelivered))
+            except ResourceExhausted:
+                log.warning(
+                    "%d undelivered jobs return at their lease expiry", len(self.undelivered)
+                )
             self.undelivered = []
         for key in self.outstanding:
             self.registry.by_key.pop(key, None)

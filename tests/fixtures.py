@@ -5,6 +5,7 @@ of it (CREATE DATABASE ... TEMPLATE) for every test."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import socket
@@ -111,7 +112,13 @@ def background() -> bool:
 
 @pytest.fixture
 async def live(db_url: str, settings: Settings, background: bool) -> AsyncIterator[Live]:
-    app = create_app(settings, db_url, background=background)
+    async with serving(create_app(settings, db_url, background=background)) as server:
+        yield server
+
+
+@contextlib.asynccontextmanager
+async def serving(app: FastAPI) -> AsyncIterator[Live]:
+    """``app`` under uvicorn on a free loopback port, in this event loop."""
     port = free_port()
     config = uvicorn.Config(
         app,

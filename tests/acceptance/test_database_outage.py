@@ -1,0 +1,163 @@
+"""While the database is unreachable every call answers 503 RESOURCE_EXHAUSTED with
+``Retry-After`` (come back later), never 500; once it is back the same server serves
+again, without a restart, and nothing was lost.
+
+The server reaches PostgreSQL through a TCP proxy here.  Cutting the proxy is the outage:
+the established connections are reset and new ones refused, as when the database
+restarts or the network between them fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from app.config import Settings
+from app.main import create_app
+from tests.acceptance.test_streams import Events
+from tests.fixtures import Live, free_port, quiet_settings, serving
+from tests.helpers import activate, assert_problem, complete
+
+
+class Proxy:
+    """127.0.0.1:port -> the embedded server's Unix socket, byte for byte."""
+
+    def __init__(self, socket_path: str) -> None:
+        self.socket_path = socket_path
+        self.port = free_port()
+        self.server: asyncio.Server | None = None
+        self.links: set[asyncio.StreamWriter] = set()
+
+    async def open(self) -> None:
+        self.server = await asyncio.start_server(self._link, "127.0.0.1", self.port)
+
+    def cut(self) -> None:
+        assert self.server is not None
+        self.server.close()
+        self.server = None
+        for writer in self.links:
+            writer.transport.abort()
+        self.links.clear()
+
+    async def _link(self, down_r: asyncio.StreamReader, down_w: asyncio.StreamWriter) -> None:
+        up_r, up_w = await asyncio.open_unix_connection(self.socket_path)
+        self.links |= {down_w, up_w}
+
+        async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(ConnectionError, OSError):
+                while data := await r.read(65536):
+                    w.write(data)
+                    await w.drain()
+            w.transport.abort()
+
+        await asyncio.gather(pipe(down_r, up_w), pipe(up_r, down_w))
+
+
+@pytest.fixture
+async def proxy(db_url: str) -> AsyncIterator[Proxy]:
+    parts = urlsplit(db_url)
+    socket_dir = parse_qs(parts.query)["host"][0]
+    p = Proxy(f"{socket_dir}/.s.PGSQL.5432")
+    await p.open()
+    yield p
+    if p.server is not None:
+        p.cut()
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return quiet_settings(backup_poll_ms=200)
+
+
+@pytest.fixture
+async def behind_proxy(proxy: Proxy, db_url: str, settings: Settings) -> AsyncIterator[Live]:
+    database = urlsplit(db_url).path
+    url = f"postgresql://postgres@127.0.0.1:{proxy.port}{database}?sslmode=disable"
+    async with serving(create_app(settings, url, background=False)) as server:
+        yield server
+
+
+async def test_calls_during_an_outage_answer_503_and_the_server_recovers(
+    behind_proxy: Live, proxy: Proxy
+) -> None:
+    client = behind_proxy.client
+    r = await client.post("/v2/jobs", json={"type": "outage"})
+    assert r.status_code == 201, r.text
+    [held] = await activate(client, "outage")
+    r = await client.post("/v2/jobs", json={"type": "outage"})
+    waiting_key = r.json()["jobKey"]
+
+    proxy.cut()
+    key, count = held["jobKey"], held["activationCount"]
+    calls = [
+        ("POST", "/v2/jobs", {"type": "outage"}),
+        ("POST", "/v2/jobs/batch", {"jobs": [{"type": "outage"}]}),
+        (
+            "POST",
+            "/v2/jobs/activate",
+            {"type": "outage", "maxJobs": 1, "timeout": 1000, "requestTimeout": -1},
+        ),
+        (
+            "POST",
+            "/v2/jobs/activate",
+            {"type": "outage", "maxJobs": 1, "timeout": 1000, "requestTimeout": 500},
+        ),
+        ("POST", f"/v2/jobs/{key}/complete", {"activationCount": count}),
+        ("POST", f"/v2/jobs/{key}/fail", {"activationCount": count, "retries": 1}),
+        ("POST", f"/v2/jobs/{key}/error", {"activationCount": count, "errorCode": "E"}),
+        ("POST", "/v2/jobs/complete", {"jobs": [{"jobKey": key, "activationCount": count}]}),
+        ("PATCH", f"/v2/jobs/{key}", {"activationCount": count, "changeset": {"retries": 5}}),
+        ("GET", f"/v2/jobs/{key}", None),
+        ("POST", f"/v2/jobs/{waiting_key}/cancel", None),
+        ("GET", "/v2/stats", None),
+        ("PUT", "/v2/tenants/t1", {"weight": 2}),
+        ("GET", "/v2/job-types/outage", None),
+        ("GET", "/readyz", None),
+    ]
+    for method, path, body in calls:
+        r = await client.request(method, path, json=body)
+        assert_problem(r, 503, "RESOURCE_EXHAUSTED")
+        assert int(r.headers["Retry-After"]) >= 1, (method, path)
+
+    await proxy.open()
+    # The held job kept its lease, and the waiting one is still there to take.
+    assert (await complete(client, held)).status_code == 204
+    [again] = await activate(client, "outage")
+    assert again["jobKey"] == waiting_key
+    assert (await client.get("/readyz")).status_code == 200
+
+
+async def test_streams_stay_open_through_an_outage_and_deliver_after_it(
+    behind_proxy: Live, proxy: Proxy
+) -> None:
+    """A stream is a subscription: one that was open when the database went away, and one
+    opened while it was away, both deliver the jobs created once it is back."""
+    client = behind_proxy.client
+    path = "/v2/jobs/stream?type=outage-s&maxJobs=1&timeout=60000"
+    async with client.stream("GET", path) as before:
+        early = Events(before)
+        r = await client.post("/v2/jobs", json={"type": "outage-s"})
+        first = await early.next_job()
+        assert first["jobKey"] == r.json()["jobKey"]
+
+        proxy.cut()
+        # The stream's credit comes back while the database is away: its check and its
+        # next activation fail, and it must keep going.
+        assert (await complete(client, first)).status_code == 503
+        async with client.stream("GET", path) as during:
+            assert during.status_code == 200
+            late = Events(during)
+            await asyncio.sleep(0.5)  # several of the streams' backup checks fail meanwhile
+            await proxy.open()
+            assert (await complete(client, first)).status_code == 204
+            keys = set()
+            for _ in range(2):
+                r = await client.post("/v2/jobs", json={"type": "outage-s"})
+                assert r.status_code == 201, r.text
+                keys.add(r.json()["jobKey"])
+            got = {(await early.next_job())["jobKey"], (await late.next_job())["jobKey"]}
+            assert got == keys
