@@ -18,6 +18,7 @@ import pytest
 
 from app.config import Settings
 from app.main import create_app
+from tests.acceptance.test_long_polling import until_waiting
 from tests.acceptance.test_streams import Events
 from tests.fixtures import Live, free_port, quiet_settings, serving
 from tests.helpers import activate, assert_problem, complete
@@ -131,11 +132,12 @@ async def test_calls_during_an_outage_answer_503_and_the_server_recovers(
     assert (await client.get("/readyz")).status_code == 200
 
 
-async def test_streams_stay_open_through_an_outage_and_deliver_after_it(
+async def test_streams_and_waiting_polls_outlast_an_outage_and_get_jobs_after_it(
     behind_proxy: Live, proxy: Proxy
 ) -> None:
     """A stream is a subscription: one that was open when the database went away, and one
-    opened while it was away, both deliver the jobs created once it is back."""
+    opened while it was away, both deliver the jobs created once it is back.  A long poll
+    that was waiting stays queued through it and gets a job too."""
     client = behind_proxy.client
     path = "/v2/jobs/stream?type=outage-s&maxJobs=1&timeout=60000"
     async with client.stream("GET", path) as before:
@@ -143,6 +145,18 @@ async def test_streams_stay_open_through_an_outage_and_deliver_after_it(
         r = await client.post("/v2/jobs", json={"type": "outage-s"})
         first = await early.next_job()
         assert first["jobKey"] == r.json()["jobKey"]
+        poll = asyncio.create_task(
+            client.post(
+                "/v2/jobs/activate",
+                json={
+                    "type": "outage-s",
+                    "maxJobs": 1,
+                    "timeout": 60_000,
+                    "requestTimeout": 20_000,
+                },
+            )
+        )
+        await until_waiting(client, 1)  # the poll (the stream has no credit left)
 
         proxy.cut()
         # The stream's credit comes back while the database is away: its check and its
@@ -155,9 +169,12 @@ async def test_streams_stay_open_through_an_outage_and_deliver_after_it(
             await proxy.open()
             assert (await complete(client, first)).status_code == 204
             keys = set()
-            for _ in range(2):
+            for _ in range(3):
                 r = await client.post("/v2/jobs", json={"type": "outage-s"})
                 assert r.status_code == 201, r.text
                 keys.add(r.json()["jobKey"])
             got = {(await early.next_job())["jobKey"], (await late.next_job())["jobKey"]}
+            polled = await poll
+            assert polled.status_code == 200, polled.text
+            got |= {j["jobKey"] for j in polled.json()["jobs"]}
             assert got == keys
