@@ -28,6 +28,8 @@ class Settings(BaseSettings):
     retention_s: int = 604_800
     auth: Literal["off", "required"] | None = None
     db_pool_size: int = 20
+    # Connections opened at start and kept open (None: all of db_pool_size).
+    db_pool_min_size: int | None = None
     # Waiting longer than this for a pooled connection answers 503 RESOURCE_EXHAUSTED.
     db_acquire_timeout_ms: int = 5_000
     max_waiters: int = 10_000

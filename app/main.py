@@ -93,6 +93,7 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
         store = await Store.connect(
             database_url,
             size=settings.db_pool_size,
+            min_size=settings.db_pool_min_size,
             acquire_timeout_s=settings.db_acquire_timeout_ms / 1000,
         )
         activation = ActivationService(store, settings)

@@ -69,6 +69,8 @@ def quiet_settings(**overrides: object) -> Settings:
         "promote_interval_ms": 3_600_000,
         "retention_sweep_interval_ms": 3_600_000,
         "db_pool_size": 30,
+        # Connections open (and warm up) as a test needs them, not 30 at every start.
+        "db_pool_min_size": 2,
     }
     return Settings(**{**values, **overrides})  # type: ignore[arg-type]
 
@@ -80,7 +82,7 @@ def settings() -> Settings:
 
 @pytest.fixture
 async def store(db_url: str) -> AsyncIterator[Store]:
-    s = await Store.connect(db_url, size=30)
+    s = await Store.connect(db_url, size=30, min_size=2)
     yield s
     await s.close()
 
