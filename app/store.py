@@ -35,13 +35,13 @@ import zlib
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple, ParamSpec, TypeVar
 
 import asyncpg
 import orjson
 
-from app.domain import DEFAULT_PRIORITY, DEFAULT_RETRIES, DEFAULT_TENANT
+from app.domain import DEFAULT_PRIORITY, DEFAULT_RETRIES, DEFAULT_TENANT, utcnow
 from app.errors import ResourceExhausted
 
 log = logging.getLogger(__name__)
@@ -714,7 +714,7 @@ def _warm_up_calls() -> list[tuple[str, tuple[Any, ...]]]:
     they leave it with the statements prepared and their generic plans built: otherwise
     the first calls on a fresh connection pay ~3 ms of parse and plan per statement, and
     a connection opened under load held up every pickup behind it for 10-25 ms."""
-    now = datetime.now(UTC)
+    now = utcnow()
     return [
         (INSERT_JOBS, ("[]", now, DEFAULT_TENANT, DEFAULT_PRIORITY, DEFAULT_RETRIES)),
         (GET_JOB, (-1,)),
