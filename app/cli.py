@@ -86,6 +86,9 @@ def serve(
         http="httptools",
         log_level=log_level,
         access_log=False,
+        # Nothing here reads the client's address, so X-Forwarded-* need not be parsed
+        # on every request.
+        proxy_headers=False,
         timeout_graceful_shutdown=10,
         timeout_keep_alive=IDLE_CONNECTION_TIMEOUT_S,
     )
