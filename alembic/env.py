@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 
+import asyncpg
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from alembic import context
@@ -21,7 +22,7 @@ def _url() -> str:
     url = config.attributes.get("url") or os.environ.get("JOBFAIR_DATABASE_URL")
     if not url:
         raise SystemExit("set JOBFAIR_DATABASE_URL, or run `jobfair migrate`")
-    return url.replace("postgresql://", "postgresql+asyncpg://", 1)
+    return url
 
 
 def _run(connection) -> None:  # type: ignore[no-untyped-def]
@@ -31,7 +32,12 @@ def _run(connection) -> None:  # type: ignore[no-untyped-def]
 
 
 async def _run_async() -> None:
-    engine = create_async_engine(_url())
+    # asyncpg reads the URL itself, as the server's pool does: SQLAlchemy's dialect would
+    # turn its query into connect() arguments, and refuse libpq's (``sslmode=...``).
+    url = _url()
+    engine = create_async_engine(
+        "postgresql+asyncpg://", async_creator=lambda: asyncpg.connect(url)
+    )
     async with engine.connect() as connection:
         await connection.run_sync(_run)
     await engine.dispose()

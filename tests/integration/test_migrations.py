@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncpg
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -30,3 +31,22 @@ async def test_empty_database_migrates_to_head_matching_metadata(postgres):
         assert changes == []
     finally:
         postgres.psql('DROP DATABASE IF EXISTS "migrate_check" WITH (FORCE);')
+
+
+async def test_a_url_with_libpq_query_parameters_migrates(postgres):
+    """``sslmode`` is how most PostgreSQL URLs are written; the migration reads the URL
+    as the server's pool does."""
+    postgres.psql('DROP DATABASE IF EXISTS "migrate_url" WITH (FORCE);')
+    postgres.psql('CREATE DATABASE "migrate_url";')
+    try:
+        url = postgres.url("migrate_url") + "&sslmode=disable"
+        migrations.upgrade(url)
+        conn = await asyncpg.connect(url)
+        try:
+            assert await conn.fetchval("SELECT version_num FROM alembic_version") == (
+                migrations.head_revision()
+            )
+        finally:
+            await conn.close()
+    finally:
+        postgres.psql('DROP DATABASE IF EXISTS "migrate_url" WITH (FORCE);')
