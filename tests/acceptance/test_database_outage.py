@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import signal
+from collections.abc import AsyncIterator, Callable
 from urllib.parse import parse_qs, urlsplit
 
+import httpx
 import pytest
 
 from app.config import Settings
 from app.main import create_app
 from tests.acceptance.test_long_polling import until_waiting
 from tests.acceptance.test_streams import Events
-from tests.fixtures import Live, free_port, quiet_settings, serving
+from tests.fixtures import Live, ServerProcess, free_port, quiet_settings, serving, wait_ready
 from tests.helpers import activate, assert_problem, complete
 
 
@@ -74,11 +76,14 @@ def settings() -> Settings:
     return quiet_settings(backup_poll_ms=200)
 
 
+def proxied(proxy: Proxy, db_url: str) -> str:
+    database = urlsplit(db_url).path
+    return f"postgresql://postgres@127.0.0.1:{proxy.port}{database}?sslmode=disable"
+
+
 @pytest.fixture
 async def behind_proxy(proxy: Proxy, db_url: str, settings: Settings) -> AsyncIterator[Live]:
-    database = urlsplit(db_url).path
-    url = f"postgresql://postgres@127.0.0.1:{proxy.port}{database}?sslmode=disable"
-    async with serving(create_app(settings, url, background=False)) as server:
+    async with serving(create_app(settings, proxied(proxy, db_url), background=False)) as server:
         yield server
 
 
@@ -178,3 +183,25 @@ async def test_streams_and_waiting_polls_outlast_an_outage_and_get_jobs_after_it
             assert polled.status_code == 200, polled.text
             got |= {j["jobKey"] for j in polled.json()["jobs"]}
             assert got == keys
+
+
+async def test_sigterm_while_the_database_is_away_answers_the_waiters_and_exits_0(
+    proxy: Proxy, db_url: str, spawn_server: Callable[..., ServerProcess]
+) -> None:
+    server = spawn_server(JOBFAIR_DATABASE_URL=proxied(proxy, db_url))
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+        await wait_ready(client, server)
+        body = {"type": "outage-t", "maxJobs": 1, "timeout": 60_000, "requestTimeout": 30_000}
+        poll = asyncio.create_task(client.post("/v2/jobs/activate", json=body))
+        await until_waiting(client, 1)
+        async with client.stream(
+            "GET", "/v2/jobs/stream?type=outage-t&maxJobs=1&timeout=60000"
+        ) as s:
+            assert s.status_code == 200
+            proxy.cut()
+            server.proc.send_signal(signal.SIGTERM)
+            answered = await poll
+            assert answered.status_code == 200, answered.text
+            assert answered.json() == {"jobs": []}
+        code = await asyncio.wait_for(asyncio.to_thread(server.proc.wait), timeout=20)
+    assert code == 0, server.log.read_text()
