@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
 
 from app import embedded, migrations
 from app.config import Settings, is_loopback
@@ -25,7 +26,11 @@ IDLE_CONNECTION_TIMEOUT_S = 75
 
 
 def _settings(**overrides: Any) -> Settings:
-    return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    try:
+        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        typer.echo(f"invalid configuration (JOBFAIR_* variables and options):\n{exc}", err=True)
+        raise typer.Exit(2) from None
 
 
 def resolve_database(settings: Settings) -> str:

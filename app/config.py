@@ -5,9 +5,14 @@ from __future__ import annotations
 import ipaddress
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# Out of range is refused at start, naming the setting, rather than failing later.
+Positive = Annotated[int, Field(ge=1)]
+NonNegative = Annotated[int, Field(ge=0)]
 
 
 class Settings(BaseSettings):
@@ -16,31 +21,31 @@ class Settings(BaseSettings):
     database_url: str | None = None
     data_dir: Path = Path(".jobfair")
     host: str = "127.0.0.1"
-    port: int = 8080
-    workers: int = 1
+    port: Annotated[int, Field(ge=0, le=65535)] = 8080
+    workers: Positive = 1
 
-    default_request_timeout_ms: int = 10_000
-    lease_sweep_interval_ms: int = 1_000
-    promote_interval_ms: int = 200
-    retention_sweep_interval_ms: int = 60_000
-    aging_interval_ms: int = 60_000
-    aging_step: int = 10
-    retention_s: int = 604_800
+    default_request_timeout_ms: Positive = 10_000
+    lease_sweep_interval_ms: Positive = 1_000
+    promote_interval_ms: Positive = 200
+    retention_sweep_interval_ms: Positive = 60_000
+    aging_interval_ms: Positive = 60_000
+    aging_step: Annotated[int, Field(ge=0, le=100)] = 10
+    retention_s: NonNegative = 604_800
     auth: Literal["off", "required"] | None = None
-    db_pool_size: int = 20
+    db_pool_size: Positive = 20
     # Connections opened at start and kept open (None: all of db_pool_size).
-    db_pool_min_size: int | None = None
+    db_pool_min_size: NonNegative | None = None
     # Waiting longer than this for a pooled connection answers 503 RESOURCE_EXHAUSTED.
-    db_acquire_timeout_ms: int = 5_000
-    max_waiters: int = 10_000
+    db_acquire_timeout_ms: Positive = 5_000
+    max_waiters: NonNegative = 10_000
     # Waiters and streams re-check on this jittered period even without a NOTIFY.
-    backup_poll_ms: int = 1_000
+    backup_poll_ms: Positive = 1_000
     # SSE comment lines (": keep-alive") at least this often.
-    keep_alive_s: float = 15.0
+    keep_alive_s: Annotated[float, Field(gt=0)] = 15.0
 
-    max_batch_jobs: int = 10_000
-    max_payload_bytes: int = 1024 * 1024
-    max_body_bytes: int = 16 * 1024 * 1024
+    max_batch_jobs: Positive = 10_000
+    max_payload_bytes: Positive = 1024 * 1024
+    max_body_bytes: Positive = 16 * 1024 * 1024
 
     @cached_property
     def auth_mode(self) -> str:
