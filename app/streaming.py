@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import random
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
@@ -24,7 +23,7 @@ from app.activation import ActivateRequest, ActivationService
 from app.domain import job_record, utcnow
 from app.errors import ResourceExhausted
 from app.store import Store
-from app.waiting import Waiter, WaiterHub
+from app.waiting import Waiter, WaiterHub, jittered_s
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +121,7 @@ class Stream:
         # outstanding there is nothing to check (the waiter queue has its own backup).
         timeout = None
         if self.outstanding:
-            timeout = self.check_ms / 1000 * (0.75 + 0.5 * random.random())
+            timeout = jittered_s(self.check_ms)
         try:
             done, _ = await asyncio.wait(
                 waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
@@ -140,9 +139,8 @@ class Stream:
 
     async def _pause(self) -> None:
         """One jittered check interval, or less if the server shuts down."""
-        timeout = self.check_ms / 1000 * (0.75 + 0.5 * random.random())
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.registry.shutdown.wait(), timeout)
+            await asyncio.wait_for(self.registry.shutdown.wait(), jittered_s(self.check_ms))
 
     def _request(self) -> ActivateRequest:
         return dataclasses.replace(self.req, max_jobs=self.credit)

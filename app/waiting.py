@@ -35,6 +35,13 @@ from app.errors import ResourceExhausted
 
 log = logging.getLogger(__name__)
 
+
+def jittered_s(period_ms: int) -> float:
+    """A backup-poll period in seconds, ±25 %, so that processes and streams polling on
+    the same period do not query in step."""
+    return period_ms / 1000 * (0.75 + 0.5 * random.random())
+
+
 Rows = list[asyncpg.Record]
 # Waiters served at once by one dispatcher while a backlog lasts.
 MAX_PARALLEL = 8
@@ -235,7 +242,7 @@ class WaiterHub:
 
     async def _dispatch(self, job_type: str, q: _TypeQueue) -> None:
         while q.waiters:
-            backup_s = self.backup_poll_ms / 1000 * (0.75 + 0.5 * random.random())
+            backup_s = jittered_s(self.backup_poll_ms)
             try:
                 await asyncio.wait_for(q.wake.wait(), timeout=backup_s)
             except TimeoutError:
