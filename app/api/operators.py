@@ -88,7 +88,9 @@ async def readyz(request: Request) -> Response:
     try:
         await store.ping()
         revision = await store.schema_revision()
-    except Exception as exc:  # any failure to reach the database means "not ready"
+    except ResourceExhausted:
+        raise  # the store's own answer: the database is unavailable, or the pool busy
+    except Exception as exc:  # any other failure to ask the database means "not ready"
         raise ResourceExhausted(f"database unreachable: {exc}", retry_after_s=1) from None
     head = request.app.state.schema_head
     if revision != head:
