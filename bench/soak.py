@@ -39,7 +39,7 @@ SELECT (SELECT count(*) FROM jobs WHERE state = 'CREATED') AS pending,
 
 
 class _Pace:
-    """Lets the workers take ``rate`` jobs per second in all, from the start."""
+    """Lets its callers take ``rate`` jobs per second in all, from the start."""
 
     def __init__(self, rate: float) -> None:
         self.rate = rate
@@ -68,8 +68,7 @@ async def _soak(
         nonlocal produced
         c = await Connection.open(base)
         per_tick = max(1, round(rate * TICK_S))
-        start = time.perf_counter()
-        tick = 0
+        produce_pace = _Pace(rate)
         while time.perf_counter() < stop:
             jobs = [
                 {
@@ -83,10 +82,7 @@ async def _soak(
             r = await c.post("/v2/jobs/batch", {"jobs": jobs})
             assert r.status == 201, r.body
             produced += per_tick
-            tick += 1
-            delay = start + tick * TICK_S - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            await produce_pace.take(per_tick)
         await c.close()
 
     async def work(i: int) -> None:
