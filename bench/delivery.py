@@ -10,7 +10,7 @@ from typing import Any
 
 import psutil
 
-from bench.harness import Postgres, percentile, server
+from bench.harness import Postgres, latency_row, median, server
 from bench.wire import Connection, EventStream
 
 
@@ -92,22 +92,19 @@ async def _pickup(base: str, mode: str, jobs: int, rate: int, warmup: int = 100)
 
 
 def bench_pickup(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]]:
-    rows = []
-    for mode in ("longpoll", "stream"):
-        url = pg.fresh_db("bench_pickup")
-        with server(url) as base:
-            samples = asyncio.run(_pickup(base, mode, args.pickup_jobs, args.pickup_rate))
-        rows.append(
-            {
-                "mode": mode,
-                "jobs": len(samples),
-                "ratePerSec": args.pickup_rate,
-                "p50Ms": percentile(samples, 50),
-                "p95Ms": percentile(samples, 95),
-                "p99Ms": percentile(samples, 99),
-            }
-        )
-    return rows
+    """Each mode ``--repeat`` times, alternating, each run on a fresh database and
+    server: the machine's noise comes in bursts, and alternating spreads a burst over
+    both modes instead of one."""
+    runs: dict[str, list[list[float]]] = {"longpoll": [], "stream": []}
+    for _ in range(args.repeat):
+        for mode, samples in runs.items():
+            url = pg.fresh_db("bench_pickup")
+            with server(url) as base:
+                samples.append(asyncio.run(_pickup(base, mode, args.pickup_jobs, args.pickup_rate)))
+    return [
+        {"mode": mode, "runs": len(samples), "ratePerSec": args.pickup_rate, **latency_row(samples)}
+        for mode, samples in runs.items()
+    ]
 
 
 async def _idle(base: str, pid: int, polls: int, streams: int, seconds: float) -> float:
@@ -213,19 +210,22 @@ def bench_stream_drain(pg: Postgres, args: argparse.Namespace) -> list[dict[str,
     from bench.run import preload
 
     rows = []
+    total = args.drain_jobs
     for sw in args.server_workers:
-        url = pg.fresh_db("bench_stream")
-        total = args.drain_jobs
-        asyncio.run(preload(url, "bench", {f"t{i}": total // 10 for i in range(10)}))
-        with server(url, workers=sw) as base:
-            rate = asyncio.run(_stream_drain(base, 8, 100, total))
+        runs = []
+        for _ in range(args.repeat):
+            url = pg.fresh_db("bench_stream")
+            asyncio.run(preload(url, "bench", {f"t{i}": total // 10 for i in range(10)}))
+            with server(url, workers=sw) as base:
+                runs.append(asyncio.run(_stream_drain(base, 8, 100, total)))
         rows.append(
             {
                 "streams": 8,
                 "credit": 100,
                 "completion": "batch",
                 "serverWorkers": sw,
-                "jobsPerSec": rate,
+                "jobsPerSec": median(runs),
+                "runs": runs,
             }
         )
     return rows

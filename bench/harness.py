@@ -118,6 +118,19 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
+def latency_row(runs: list[list[float]]) -> dict[str, Any]:
+    """Latency figures over repeated runs: each percentile is the median of the runs'
+    (a run is one fresh database and server), and every run's p99 is listed."""
+    p99s = [percentile(samples, 99) for samples in runs]
+    return {
+        "p50Ms": median([percentile(samples, 50) for samples in runs]),
+        "p95Ms": median([percentile(samples, 95) for samples in runs]),
+        "p99Ms": median(p99s),
+        "p99Runs": p99s,
+        "samples": sum(len(samples) for samples in runs),
+    }
+
+
 async def run_for(n: int, coro_factory) -> None:  # type: ignore[no-untyped-def]
     await asyncio.gather(*(coro_factory(i) for i in range(n)))
 
@@ -132,6 +145,8 @@ def table(rows: list[dict], columns: list[str]) -> str:
 
 
 def _fmt(v: object) -> str:
+    if isinstance(v, list):
+        return " · ".join(_fmt(x) for x in v)
     if isinstance(v, float):
         return f"{v:,.2f}" if v < 100 else f"{v:,.0f}"
     return "" if v is None else str(v)
