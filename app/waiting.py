@@ -138,11 +138,11 @@ class WaiterHub:
         for q in self.queues.values():
             q.wake.set()
 
-    async def activate(self, req: ActivateRequest, *, fill: bool) -> Rows:
-        """Activate now (``fill``: see ActivationService.activate), and remember whether
-        that found the type dry for the filter."""
+    async def activate(self, req: ActivateRequest, *, fill: bool, lead: bool = False) -> Rows:
+        """Activate now (``fill``, ``lead``: see ActivationService.activate), and
+        remember whether that found the type dry for the filter."""
         wakes = self._wakes
-        rows, dry = await self.activation.activate(req, fill=fill)
+        rows, dry = await self.activation.activate(req, fill=fill, lead=lead)
         job_type, key = req.job_type, req.tenant_filter
         tally = self._tally.get(job_type)
         if tally is not None and tally.all_out(len(rows)):
@@ -157,6 +157,12 @@ class WaiterHub:
         elif marks is not None:
             marks.pop(key, None)
         return rows
+
+    def one_expected(self, job_type: str) -> bool:
+        """Was the type dry, and has exactly one job been announced since that is not
+        out yet?  Then a waiter's activation is one stride pick."""
+        tally = self._tally.get(job_type)
+        return tally is not None and tally.announced - tally.activated == 1
 
     def known_dry(self, req: ActivateRequest) -> bool:
         """Did the latest activation for this type and filter find nothing, with no
@@ -296,7 +302,7 @@ class WaiterHub:
     async def _serve_one(self, q: _TypeQueue, w: Waiter) -> int:
         """Activate for one waiter and hand its jobs over the moment they are claimed (not
         when the round's slowest activation is done).  How many it got."""
-        rows = await self.activate(w.req, fill=False)
+        rows = await self.activate(w.req, fill=False, lead=self.one_expected(w.req.job_type))
         if rows:
             if w.future.done():
                 # The client left while we were activating: give the jobs back now.

@@ -106,6 +106,10 @@ async def metrics(request: Request) -> Response:
         "# HELP jobfair_activation_queries_total Activation rounds that reached the database.",
         "# TYPE jobfair_activation_queries_total counter",
         f"jobfair_activation_queries_total {services.activation.queries}",
+        "# HELP jobfair_activation_lead_claims_total Activation rounds that read and claimed"
+        " one stride pick in one statement (a waiter woken by one new job).",
+        "# TYPE jobfair_activation_lead_claims_total counter",
+        f"jobfair_activation_lead_claims_total {services.activation.lead_claims}",
         "# HELP jobfair_db_pool_size Database connections open in this process.",
         "# TYPE jobfair_db_pool_size gauge",
         f"jobfair_db_pool_size {pool.get_size()}",

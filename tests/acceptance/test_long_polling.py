@@ -124,11 +124,14 @@ async def test_a_trickle_of_jobs_costs_one_activation_round_each(live):
         )
         await until_waiting(c, i + 1)
     before = await metric(c, "jobfair_activation_queries_total")
+    leads = await metric(c, "jobfair_activation_lead_claims_total")
     for poll in polls[:3]:
         job = (await c.post("/v2/jobs", json={"type": "lp"})).json()
         assert [j["jobKey"] for j in (await poll).json()["jobs"]] == [job["jobKey"]]
     # One round per job; a jittered backup poll (every ~1 s) may add one.
     assert await metric(c, "jobfair_activation_queries_total") - before <= 3 + 1
+    # Each was one job announced to an idle type: read and claimed in one statement.
+    assert await metric(c, "jobfair_activation_lead_claims_total") - leads == 3
     polls[3].cancel()
     await asyncio.gather(polls[3], return_exceptions=True)
 

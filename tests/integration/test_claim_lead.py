@@ -1,0 +1,164 @@
+"""The one-pick claim (store.claim_lead) on real PostgreSQL: it takes exactly the job the
+full rounds would take first -- read_lanes, scheduler.allocate's first pick, CLAIM of one
+job from that lane -- and claims nothing where it cannot know that (caps, held heads)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import timedelta
+
+from app.domain import utcnow
+from app.scheduler import Lane, allocate
+from app.store import CLAIM, CLAIM_LEAD, Share
+from tests.integration.test_claim import _assert_linear, _jobs_scans, _nodes, _plan
+
+TYPE = "lead"
+DEFAULT_STEP, DEFAULT_INTERVAL_MS = 10, 60_000
+
+
+async def _insert(store, tenant: str, priority: int, n: int) -> list[int]:
+    jobs = [{"type": TYPE, "tenantId": tenant, "priority": priority} for _ in range(n)]
+    return [i.job_key for i in await store.insert_jobs(jobs, utcnow())]
+
+
+async def _full_rounds_first(store, tenant_ids=None) -> int | None:
+    """The job the full rounds would activate first, found in a transaction that is
+    rolled back: the lanes read, one stride pick, CLAIM of one job from that lane."""
+    cfg, lanes, _ = await store.read_lanes(TYPE, 9, [], tenant_ids)
+    picks = allocate([Lane(r.tenant_id, r.vtime, r.weight) for r in lanes], 1).picks
+    if not picks:
+        return None
+    now = utcnow()
+    async with store.pool.acquire() as conn:
+        tx = conn.transaction()
+        await tx.start()
+        try:
+            [row] = await conn.fetch(
+                CLAIM,
+                TYPE,
+                [picks[0]],
+                [1],
+                now,
+                ["w"],
+                [now + timedelta(minutes=1)],
+                cfg.aging_step if cfg.aging_step is not None else DEFAULT_STEP,
+                cfg.aging_interval_ms or DEFAULT_INTERVAL_MS,
+                False,
+                [1],
+            )
+        finally:
+            await tx.rollback()
+    return int(row["job_key"])
+
+
+async def _claim_lead(store, tenant_ids=None):
+    return await store.claim_lead(
+        TYPE,
+        tenant_ids,
+        now=utcnow(),
+        share=Share("w", 60_000, 1),
+        via_stream=False,
+        default_aging_step=DEFAULT_STEP,
+        default_aging_interval_ms=DEFAULT_INTERVAL_MS,
+    )
+
+
+async def test_each_lead_claim_takes_the_full_rounds_first_job(store):
+    """Weights 1, 2 and 5, lanes at different virtual times, one lane active but empty,
+    priorities, and an old low-priority job that aging lifts above the new high ones.
+    Claimed and charged one by one until the type is dry, the lead claim takes the very
+    job the full rounds would have taken, every time."""
+    for tenant, weight in (("a", 1), ("b", 2), ("c", 5), ("e", 1)):
+        await store.upsert_tenant(tenant, weight, None)
+    await _insert(store, "a", 0, 4)
+    await _insert(store, "b", 90, 3)
+    [old] = await _insert(store, "b", 0, 1)
+    await _insert(store, "c", 50, 6)
+    [gone] = await _insert(store, "e", 0, 1)
+    await store.pool.execute(
+        "UPDATE jobs SET queued_at = queued_at - interval '10 minutes' WHERE job_key = $1", old
+    )
+    # e's only job is finished: its lane stays active, and first in virtual time.
+    await store.pool.execute(
+        "UPDATE jobs SET state = 'COMPLETED', completed_at = now() WHERE job_key = $1", gone
+    )
+    await store.pool.execute(
+        "UPDATE lanes SET vtime = CASE tenant_id WHEN 'e' THEN 0 WHEN 'a' THEN 1.5"
+        " WHEN 'b' THEN 1.0 ELSE 2.0 END WHERE job_type = $1",
+        TYPE,
+    )
+    taken = []
+    while (expected := await _full_rounds_first(store)) is not None:
+        row = await _claim_lead(store)
+        assert row is not None
+        assert row["job_key"] == expected
+        assert row["state"] == "ACTIVATED" and row["worker"] == "w"
+        tenant = row["tenant_id"]
+        assert row["lane_weight"] == {"a": 1, "b": 2, "c": 5}[tenant]
+        await store.charge_lanes(TYPE, Counter({tenant: 1}), {tenant: 1 / row["lane_weight"]})
+        taken.append(row["job_key"])
+    assert len(taken) == 14
+    assert old in taken[:2]  # aged to 100: b's first job, ahead of its priority-90 jobs
+    assert await _claim_lead(store) is None  # dry
+
+
+async def test_a_tenant_filter_leads_with_its_own_lanes(store):
+    await _insert(store, "a", 0, 2)
+    [b_job] = await _insert(store, "b", 0, 1)
+    await store.pool.execute("UPDATE lanes SET vtime = 5 WHERE tenant_id = 'b'")
+    row = await _claim_lead(store, ["b", "z"])
+    assert row["job_key"] == b_job
+    assert await _claim_lead(store, ["b"]) is None
+
+
+async def test_caps_leave_the_claim_to_the_full_rounds(store):
+    [a_job] = await _insert(store, "a", 0, 1)
+    [b_job] = await _insert(store, "b", 0, 1)
+    await store.pool.execute("UPDATE lanes SET vtime = 5 WHERE tenant_id = 'b'")
+    # A cap on the type, whatever the lanes: nothing claimed.
+    await store.upsert_job_type(TYPE, 10, None, None)
+    assert await _claim_lead(store) is None
+    await store.upsert_job_type(TYPE, None, None, None)
+    # A cap on the lead lane's tenant: nothing claimed.
+    await store.upsert_tenant("a", 1, 10)
+    assert await _claim_lead(store) is None
+    # A cap on a later lane's tenant does not touch the first pick.
+    await store.upsert_tenant("a", 1, None)
+    await store.upsert_tenant("b", 1, 10)
+    assert (await _claim_lead(store))["job_key"] == a_job
+    states = await store.job_states([a_job, b_job])
+    assert [states[k]["state"] for k in (a_job, b_job)] == ["ACTIVATED", "CREATED"]
+
+
+async def test_a_lead_lane_held_by_another_activator_claims_nothing(store):
+    """Every ready job of the lead lane is locked by a claim not yet committed: the lead
+    claim passes no job of another lane over it, it answers None (the full rounds then
+    exclude the lane and go on)."""
+    await _insert(store, "a", 0, 2)
+    await _insert(store, "b", 0, 1)
+    await store.pool.execute("UPDATE lanes SET vtime = 5 WHERE tenant_id = 'b'")
+    now = utcnow()
+    async with store.pool.acquire() as other:
+        tx = other.transaction()
+        await tx.start()
+        held = await other.fetch(CLAIM, TYPE, ["a"], [2], now, ["x"], [now], 10, 60_000, False, [1])
+        assert len(held) == 2
+        assert await _claim_lead(store) is None
+        await tx.rollback()
+    assert (await _claim_lead(store))["tenant_id"] == "a"
+
+
+async def test_the_lead_claim_reads_by_index_whatever_the_backlog(store):
+    """The generic plan, as the pool runs it: lanes by lanes_type_vtime_idx, jobs by the
+    ready index and by key -- never a scan of the backlog."""
+    await _insert(store, "a", 0, 3_000)
+    await store.pool.execute("ANALYZE jobs")
+    now = utcnow()
+    args = (TYPE, now, ["w"], [now], 10, 60_000, False, [1])
+    nodes = await _plan(store, CLAIM_LEAD, *args)
+    assert _jobs_scans(nodes) == {"jobs_ready_idx", "jobs_pkey"}
+    assert {n.get("Index Name") for n in nodes if n.get("Relation Name") == "lanes"} == {
+        "lanes_type_vtime_idx"
+    }
+    activated = next(n for n in nodes if n["Node Type"] == "ModifyTable")
+    _assert_linear(_nodes(activated))
