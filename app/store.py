@@ -784,8 +784,12 @@ def _warm_up_calls() -> list[tuple[str, tuple[Any, ...]]]:
         (INSERT_JOBS, ("[]", now, DEFAULT_TENANT, DEFAULT_PRIORITY, DEFAULT_RETRIES)),
         (GET_JOB, (-1,)),
         (READ_LANES, ("", 1, [])),
+        # The same with a tenant filter: a worker that names its tenants (as Camunda's
+        # clients do) reads with these.
+        (READ_LANES_OF_TENANTS, ("", 1, [], [])),
         (CLAIM, ("", [], [], now, [], [], 0, 1, False, [])),
         (CLAIM_LEAD, ("", now, [], [], 0, 1, False, [])),
+        (CLAIM_LEAD_OF_TENANTS, ("", now, [], [], 0, 1, False, [], [])),
         (CHARGE_LANES, ("", [], [], [])),
         (COMPLETE_JOBS, ([], [], [], now)),
     ]
