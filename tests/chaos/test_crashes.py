@@ -83,11 +83,17 @@ async def test_a_server_killed_mid_load_loses_nothing_and_finishes_each_job_once
         async with httpx.AsyncClient(base_url=second.url) as probe:
             await wait_ready(probe, second)
         up["url"] = second.url
-        while (
-            await store.pool.fetchval("SELECT count(*) FROM jobs WHERE state = 'COMPLETED'") < JOBS
-        ):
+        # Until every job is done: the lost ones come back at their lease's end (2 s).
+        for _ in range(600):
+            completed = await store.pool.fetchval(
+                "SELECT count(*) FROM jobs WHERE state = 'COMPLETED'"
+            )
+            if completed == JOBS:
+                break
             assert not any(w.done() for w in workers), [w.exception() for w in workers]
             await asyncio.sleep(0.1)
+        else:
+            raise AssertionError(f"{completed} of {JOBS} jobs completed a minute after restart")
         for w in workers:
             w.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
