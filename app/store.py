@@ -206,6 +206,14 @@ WITH ready_lanes AS (
 # otherwise cost a claim round each.  Index: lanes_type_vtime_idx (job_type, active,
 # vtime, tenant_id), a range scan of at most $2 + len($3) rows, and, when $2 is at most
 # PROBED_LANES, one probe of jobs_ready_idx per lane (else all count as ready).  No locks.
+# Whether lane ``l`` of job type $1 has a ready job: one descent of jobs_ready_idx.
+# min(), not EXISTS: the min/max rewrite always descends jobs_ready_idx, where EXISTS let
+# the generic plan scan the heap for a first match (660 ms at 1M).  min(), not max(): it
+# reads the lane's youngest entry, not its head, where draining activators leave entries
+# of jobs just claimed (dead, not yet pruned).
+_LANE_READY = """(SELECT min(j.priority) FROM jobs j
+          WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = l.tenant_id)
+         IS NOT NULL"""
 _READ_LANES = """
 SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
        NULL::int AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
@@ -213,15 +221,7 @@ SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
 FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1
 UNION ALL
 (SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1), t.max_active_jobs, NULL, NULL, NULL,
-        CASE WHEN $2 <= {probed}
-        -- min(), not EXISTS: the min/max rewrite always descends jobs_ready_idx, where
-        -- EXISTS let the generic plan scan the heap for a first match (660 ms at 1M).
-        -- min(), not max(): it reads the lane's youngest entry, not its head, where
-        -- draining activators leave entries of jobs just claimed (dead, not yet pruned).
-        THEN (SELECT min(j.priority) FROM jobs j
-              WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = l.tenant_id)
-               IS NOT NULL
-        ELSE true END
+        CASE WHEN $2 <= {probed} THEN {ready} ELSE true END
  FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
  WHERE l.job_type = $1 AND l.active AND l.tenant_id <> ALL($3::text[]) {tenants}
  ORDER BY l.vtime, l.tenant_id
@@ -232,13 +232,13 @@ UNION ALL
 # over 108 lanes) is not probed: there the probes cost more drain throughput (~7 % with
 # 10,000 tenants) than the rare short round they save.
 PROBED_LANES = 16
-READ_LANES = _READ_LANES.format(tenants="", probed=PROBED_LANES)
+READ_LANES = _READ_LANES.format(tenants="", probed=PROBED_LANES, ready=_LANE_READY)
 
 # -- name: read_lanes_of_tenants
 # As read_lanes, restricted to the caller's tenantIds.  A statement of its own (not an
 # "$4 IS NULL OR" branch) so that its generic plan can use lanes pkey.
 READ_LANES_OF_TENANTS = _READ_LANES.format(
-    tenants="AND l.tenant_id = ANY($4::text[])", probed=PROBED_LANES
+    tenants="AND l.tenant_id = ANY($4::text[])", probed=PROBED_LANES, ready=_LANE_READY
 )
 
 # -- name: type_config
@@ -387,7 +387,7 @@ CLAIM = _CLAIM.format(
 # are held by another activator; the caller then runs the full rounds.  Answers the
 # claimed job with the lane's weight (for its charge) and the type's aging ($5, $6: the
 # server's defaults).  Index: lanes_type_vtime_idx, then as read_lanes and CLAIM.
-_LEAD = """lead AS (
+_LEAD = f"""lead AS (
     SELECT x.tenant_id, x.weight, c.aging_step, c.aging_interval_ms
     FROM (SELECT t.max_active_jobs AS type_cap,
                  COALESCE(t.aging_step, $5::int) AS aging_step,
@@ -396,40 +396,37 @@ _LEAD = """lead AS (
     CROSS JOIN LATERAL (
         SELECT r.tenant_id, r.weight, r.cap FROM (
             SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight,
-                   t.max_active_jobs AS cap,
-                   (SELECT min(j.priority) FROM jobs j
-                     WHERE j.state = 'CREATED' AND j.job_type = $1
-                       AND j.tenant_id = l.tenant_id) IS NOT NULL AS ready
+                   t.max_active_jobs AS cap, {_LANE_READY} AS ready
             FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
-            WHERE l.job_type = $1 AND l.active {tenants}
+            WHERE l.job_type = $1 AND l.active {{tenants}}
             ORDER BY l.vtime, l.tenant_id
-            LIMIT {probed}) r
+            LIMIT {PROBED_LANES}) r
         WHERE r.ready
         ORDER BY r.vtime, r.tenant_id
         LIMIT 1) x
     WHERE c.type_cap IS NULL AND x.cap IS NULL
 ),
 alloc AS (SELECT tenant_id, 1 AS k FROM lead)"""
-_CLAIM_LEAD = _CLAIM.replace("{alloc}", _LEAD).format(
-    # {tenants} and {probed} belong to _LEAD: they pass through this format unchanged.
-    tenants="{tenants}",
-    probed="{probed}",
-    alloc="",
-    now="$2::timestamptz",
-    workers="$3::text[]",
-    deadlines="$4::timestamptz[]",
-    step="(SELECT aging_step FROM lead)",
-    interval="(SELECT aging_interval_ms FROM lead)",
-    via_stream="$7",
-    starts="$8::int[]",
-    answer="""SELECT a.*, lead.weight AS lane_weight, lead.aging_step AS lane_aging_step,
+
+
+def _claim_lead(tenants: str) -> str:
+    return _CLAIM.format(
+        alloc=_LEAD.format(tenants=tenants),
+        now="$2::timestamptz",
+        workers="$3::text[]",
+        deadlines="$4::timestamptz[]",
+        step="(SELECT aging_step FROM lead)",
+        interval="(SELECT aging_interval_ms FROM lead)",
+        via_stream="$7",
+        starts="$8::int[]",
+        answer="""SELECT a.*, lead.weight AS lane_weight, lead.aging_step AS lane_aging_step,
        lead.aging_interval_ms AS lane_aging_interval_ms
 FROM activated a CROSS JOIN lead""",
-)
-CLAIM_LEAD = _CLAIM_LEAD.format(tenants="", probed=PROBED_LANES)
-CLAIM_LEAD_OF_TENANTS = _CLAIM_LEAD.format(
-    tenants="AND l.tenant_id = ANY($9::text[])", probed=PROBED_LANES
-)
+    )
+
+
+CLAIM_LEAD = _claim_lead("")
+CLAIM_LEAD_OF_TENANTS = _claim_lead("AND l.tenant_id = ANY($9::text[])")
 
 
 # -- name: charge_lanes
@@ -765,6 +762,19 @@ class TypeConfig:
     aging_step: int | None
 
 
+def _share_arrays(
+    shares: Sequence[Share], now: datetime
+) -> tuple[list[str | None], list[datetime], list[int]]:
+    """A claim's shares as its array arguments: each share's worker, lease deadline and
+    first row number (the i-th share takes rows from starts[i] to starts[i + 1] - 1)."""
+    starts, at = [], 1
+    for share in shares:
+        starts.append(at)
+        at += share.n
+    deadlines = [now + timedelta(milliseconds=share.lease_ms) for share in shares]
+    return [share.worker for share in shares], deadlines, starts
+
+
 async def _init_connection(conn: asyncpg.Connection) -> None:
     await conn.set_type_codec(
         "jsonb", encoder=_encode_jsonb, decoder=orjson.loads, schema="pg_catalog"
@@ -1043,12 +1053,7 @@ class Store:
         that committed before we got the lock), ``headroom(type_active, tenant_active)``
         trims the allocation, and the claim commits before the locks are released.
         """
-        starts, deadlines, at = [], [], 1
-        for share in shares:
-            starts.append(at)
-            deadlines.append(now + timedelta(milliseconds=share.lease_ms))
-            at += share.n
-        workers = [share.worker for share in shares]
+        workers, deadlines, starts = _share_arrays(shares, now)
         args = (now, workers, deadlines, aging_step, aging_interval_ms, via_stream, starts)
         if type_cap is None and not tenant_caps:
             return await self.pool.fetch(
@@ -1069,15 +1074,16 @@ class Store:
     ) -> asyncpg.Record | None:
         """One stride pick read and claimed at once (claim_lead): the job, with its lane's
         weight and its type's aging, or None if the full rounds are needed."""
+        workers, deadlines, starts = _share_arrays([share], now)
         args = (
             job_type,
             now,
-            [share.worker],
-            [now + timedelta(milliseconds=share.lease_ms)],
+            workers,
+            deadlines,
             default_aging_step,
             default_aging_interval_ms,
             via_stream,
-            [1],
+            starts,
         )
         if tenant_ids is None:
             return await self.pool.fetchrow(CLAIM_LEAD, *args)
