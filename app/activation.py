@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -90,6 +91,7 @@ class ActivationService:
         self.settings = settings
         self.queries = 0  # activation rounds that reached the database (for /metrics)
         self.lead_claims = 0  # of those, one-pick claims that got their job (_claim_lead)
+        self.hand_offs = 0  # of those, a new job claimed as it was created (ADR 012)
         # The aging configuration each job type had at its latest activation, so that job
         # records can be rendered without another round trip.
         self.aging_seen: dict[str, Aging] = {}
@@ -219,15 +221,41 @@ class ActivationService:
             default_aging_step=self.settings.aging_step,
             default_aging_interval_ms=self.settings.aging_interval_ms,
         )
-        if row is None:
-            return None
+        if row is not None:
+            self._lead_claimed(req, row)
+        return row
+
+    async def create_and_claim_lead(
+        self, job: Mapping[str, Any], now: datetime, req: ActivateRequest
+    ) -> tuple[int, asyncpg.Record | None]:
+        """Create ``job`` (one, ready at once, of ``req``'s type) and claim the type's
+        first stride pick for ``req`` in the same transaction: a hand-off to a waiter
+        (store.insert_and_claim_lead, ADR 012).  The new job's key, and what ``req`` got."""
+        self.queries += 1
+        await self._charged(req.job_type)
+        key, row = await self.store.insert_and_claim_lead(
+            job,
+            now,
+            tenant_ids=req.tenant_ids,
+            share=Share(req.worker, req.lease_ms, 1),
+            via_stream=req.via_stream,
+            default_aging_step=self.settings.aging_step,
+            default_aging_interval_ms=self.settings.aging_interval_ms,
+        )
+        if row is not None:
+            if row["job_key"] == key:
+                self.hand_offs += 1
+            self._lead_claimed(req, row)
+        return key, row
+
+    def _lead_claimed(self, req: ActivateRequest, row: asyncpg.Record) -> None:
+        """A lead claim got ``row``: charge its lane as a round's picks are charged."""
         self.lead_claims += 1
         tenant = row["tenant_id"]
         self._charge(req.job_type, Counter({tenant: 1}), {tenant: 1.0 / row["lane_weight"]})
         self.aging_seen[req.job_type] = Aging(
             interval_ms=row["lane_aging_interval_ms"], step=row["lane_aging_step"]
         )
-        return row
 
     async def _activate_together(self, reqs: list[ActivateRequest]) -> list[_Answer]:
         claimed, dry = await self._activate(reqs, fill=True)

@@ -14,7 +14,8 @@ from app.activation import ActivationService
 from app.coalescing import Coalescer
 from app.domain import MAX_LEASE_MS, job_record, utcnow
 from app.errors import InvalidState, NotFound, StaleActivation
-from app.store import Inserted, Store
+from app.store import Inserted, Store, ready_at_once, tenant_of
+from app.waiting import Waiter, WaiterHub
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,13 +64,33 @@ class GroupCommit:
 
 
 class JobService:
-    def __init__(self, store: Store, activation: ActivationService) -> None:
+    def __init__(self, store: Store, activation: ActivationService, waiters: WaiterHub) -> None:
         self.store = store
         self.activation = activation
+        self.waiters = waiters
         self.group_commit = GroupCommit(store)
 
     async def create(self, jobs: Sequence[Mapping[str, Any]], now: datetime) -> list[Inserted]:
+        if len(jobs) == 1:
+            [job] = jobs
+            if ready_at_once(job, now) and job.get("idempotencyKey") is None:
+                waiter = self.waiters.take_head(job["type"], tenant_of(job))
+                if waiter is not None:
+                    return [await self._hand_off(job, now, waiter)]
         return await self.store.insert_jobs(jobs, now)
+
+    async def _hand_off(self, job: Mapping[str, Any], now: datetime, waiter: Waiter) -> Inserted:
+        """Create ``job`` and claim for ``waiter`` in one transaction (ADR 012): the job
+        reaches a waiting worker as its producer is answered, with no NOTIFY round
+        between them."""
+        rows = []
+        try:
+            key, row = await self.activation.create_and_claim_lead(job, now, waiter.req)
+            if row is not None:
+                rows.append(row)
+        finally:
+            await self.waiters.handed(waiter, rows)
+        return Inserted(key, True)
 
     async def get(self, job_key: int, now: datetime) -> dict[str, Any]:
         row = await self.store.get_job(job_key)

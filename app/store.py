@@ -85,6 +85,11 @@ _REENTRY_VTIME = """COALESCE(
     (SELECT max(x.vtime) FROM lanes x WHERE x.job_type = {t}),
     0)"""
 
+_NOTIFIED = f"""notified AS (
+    SELECT pg_notify('{NOTIFY_CHANNEL}', job_type || ' ' || sum(n))
+    FROM ready_lanes GROUP BY job_type
+)"""
+
 # Marks the lanes in ``ready_lanes`` (job_type, tenant_id, n: how many of its jobs became
 # ready) backlogged: creates missing lanes at the re-entry virtual time, wakes parked ones
 # (a lane already active matches nothing and is not written: no hot row), and notifies
@@ -109,10 +114,7 @@ woken AS (
         FOR NO KEY UPDATE OF x)
     RETURNING 1
 ),
-notified AS (
-    SELECT pg_notify('{NOTIFY_CHANNEL}', job_type || ' ' || sum(n))
-    FROM ready_lanes GROUP BY job_type
-)
+{_NOTIFIED}
 """
 
 # The jobs of insert_jobs' input CTE, as rows of jobs.
@@ -174,6 +176,16 @@ ready_lanes AS (
        (SELECT count(*) FROM notified) + (SELECT count(*) FROM new_lanes)
          + (SELECT count(*) FROM woken) AS _side_effects
 """
+
+
+# -- name: insert_job_quiet
+# insert_jobs without its NOTIFY, for a hand-off (Store.insert_and_claim_lead, ADR 012):
+# the job may go to a waiter in the same transaction, and then nobody need be woken.
+INSERT_JOB_QUIET = INSERT_JOBS.replace(_NOTIFIED, "notified AS (SELECT WHERE false)")
+
+# -- name: notify_ready
+# A job type's jobs that became activatable ("type n"), announced by hand.
+NOTIFY_READY = f"SELECT pg_notify('{NOTIFY_CHANNEL}', $1)"
 
 # -- name: find_idempotent
 # The existing job for (tenant, idempotency key) pairs.  Index: jobs_idempotency_idx.
@@ -720,13 +732,13 @@ def _lock_sql(fn: str, klass: int, keys: Sequence[int]) -> str:
     return f"SELECT {calls}"
 
 
-def _tenant(job: Mapping[str, Any]) -> str:
+def tenant_of(job: Mapping[str, Any]) -> str:
     """A job to insert's tenant (INSERT_JOBS fills the same default in SQL)."""
     tenant: str = job.get("tenantId", DEFAULT_TENANT)
     return tenant
 
 
-def _ready_at_once(job: Mapping[str, Any], now: datetime) -> bool:
+def ready_at_once(job: Mapping[str, Any], now: datetime) -> bool:
     """Whether a job to insert is CREATED (not SCHEDULED) at ``now``."""
     run_at = job.get("runAt")
     if run_at is not None:
@@ -762,6 +774,32 @@ class TypeConfig:
     aging_step: int | None
 
 
+def _lead_call(
+    job_type: str,
+    tenant_ids: Sequence[str] | None,
+    now: datetime,
+    share: Share,
+    via_stream: bool,
+    default_aging_step: int,
+    default_aging_interval_ms: int,
+) -> tuple[str, tuple[Any, ...]]:
+    """claim_lead's statement and arguments."""
+    workers, deadlines, starts = _share_arrays([share], now)
+    args = (
+        job_type,
+        now,
+        workers,
+        deadlines,
+        default_aging_step,
+        default_aging_interval_ms,
+        via_stream,
+        starts,
+    )
+    if tenant_ids is None:
+        return CLAIM_LEAD, args
+    return CLAIM_LEAD_OF_TENANTS, (*args, list(tenant_ids))
+
+
 def _share_arrays(
     shares: Sequence[Share], now: datetime
 ) -> tuple[list[str | None], list[datetime], list[int]]:
@@ -792,6 +830,7 @@ def _warm_up_calls() -> list[tuple[str, tuple[Any, ...]]]:
     now = utcnow()
     return [
         (INSERT_JOBS, ("[]", now, DEFAULT_TENANT, DEFAULT_PRIORITY, DEFAULT_RETRIES)),
+        (INSERT_JOB_QUIET, ("[]", now, DEFAULT_TENANT, DEFAULT_PRIORITY, DEFAULT_RETRIES)),
         (GET_JOB, (-1,)),
         (READ_LANES, ("", 1, [])),
         # The same with a tenant filter: a worker that names its tenants (as Camunda's
@@ -962,7 +1001,7 @@ class Store:
         """Insert jobs given as the API spells them (validated ``schemas.CreateJob``
         dicts: a field left out takes its default here, in SQL)."""
         buckets = sorted(
-            {lane_bucket(j["type"], _tenant(j)) for j in jobs if _ready_at_once(j, now)}
+            {lane_bucket(j["type"], tenant_of(j)) for j in jobs if ready_at_once(j, now)}
         )
         async with self.pool.acquire() as conn:
             async with conn.transaction():
@@ -985,12 +1024,12 @@ class Store:
                 taken = [jobs[o - 1] for o in not_inserted]
                 found = await conn.fetch(
                     FIND_IDEMPOTENT,
-                    [_tenant(j) for j in taken],
+                    [tenant_of(j) for j in taken],
                     [j["idempotencyKey"] for j in taken],
                 )
                 existing = {(f["tenant_id"], f["idempotency_key"]): f["job_key"] for f in found}
                 for o, j in zip(not_inserted, taken, strict=True):
-                    key = existing[(_tenant(j), j["idempotencyKey"])]
+                    key = existing[(tenant_of(j), j["idempotencyKey"])]
                     out[o - 1] = Inserted(key, False)
         return out
 
@@ -1074,20 +1113,64 @@ class Store:
     ) -> asyncpg.Record | None:
         """One stride pick read and claimed at once (claim_lead): the job, with its lane's
         weight and its type's aging, or None if the full rounds are needed."""
-        workers, deadlines, starts = _share_arrays([share], now)
-        args = (
+        sql, args = _lead_call(
             job_type,
+            tenant_ids,
             now,
-            workers,
-            deadlines,
+            share,
+            via_stream,
             default_aging_step,
             default_aging_interval_ms,
-            via_stream,
-            starts,
         )
-        if tenant_ids is None:
-            return await self.pool.fetchrow(CLAIM_LEAD, *args)
-        return await self.pool.fetchrow(CLAIM_LEAD_OF_TENANTS, *args, list(tenant_ids))
+        return await self.pool.fetchrow(sql, *args)
+
+    async def insert_and_claim_lead(
+        self,
+        job: Mapping[str, Any],
+        now: datetime,
+        *,
+        tenant_ids: Sequence[str] | None,
+        share: Share,
+        via_stream: bool,
+        default_aging_step: int,
+        default_aging_interval_ms: int,
+    ) -> tuple[int, asyncpg.Record | None]:
+        """A hand-off (ADR 012): insert one job that is ready at once, without an
+        idempotency key, and claim its type's first stride pick for a waiting worker in
+        the same transaction, as claim_lead would after it.  The pick is usually the new
+        job; then nothing is notified, for nobody else need wake.  Otherwise (another
+        lane is ahead of it, a cap, a head held) the new job is announced as
+        insert_jobs announces it.  The new job's key, and the claimed job or None."""
+        sql, args = _lead_call(
+            job["type"],
+            tenant_ids,
+            now,
+            share,
+            via_stream,
+            default_aging_step,
+            default_aging_interval_ms,
+        )
+        async with self.pool.acquire() as conn:
+            async with conn.transaction():
+                await conn.execute(
+                    _lock_sql(
+                        "pg_advisory_xact_lock_shared",
+                        LANE_LOCK_CLASS,
+                        [lane_bucket(job["type"], tenant_of(job))],
+                    )
+                )
+                [key], _, _ = await conn.fetchrow(
+                    INSERT_JOB_QUIET,
+                    orjson.dumps([job]).decode(),
+                    now,
+                    DEFAULT_TENANT,
+                    DEFAULT_PRIORITY,
+                    DEFAULT_RETRIES,
+                )
+                row = await conn.fetchrow(sql, *args)
+                if row is None or row["job_key"] != key:
+                    await conn.execute(NOTIFY_READY, job["type"] + " 1")
+        return key, row
 
     @retry_deadlock
     async def charge_lanes(

@@ -53,6 +53,9 @@ class Waiter:
     future: asyncio.Future[Rows] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
+    # Taken by a create that claims for it (WaiterHub.take_head): the dispatcher passes
+    # it by until the create is done.
+    reserved: bool = False
 
 
 @dataclass
@@ -81,6 +84,7 @@ class _TypeQueue:
         self.live = 0
         self.wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
+        self.serving = False  # the dispatcher is handing out jobs (in _serve)
 
 
 class WaiterHub:
@@ -228,6 +232,39 @@ class WaiterHub:
         waiter.future.cancel()  # the dispatcher skips it, or releases what it got for it
         return []
 
+    def take_head(self, job_type: str, tenant: str) -> Waiter | None:
+        """The waiter a job of ``job_type`` and ``tenant`` being created now may go to in
+        the creating transaction (a hand-off, ADR 012), reserved for that create; then
+        ``handed`` must follow.  Only while the type's dispatcher sleeps (it found the
+        type dry, and no wake-up is pending), and only the head of the queue, if its
+        tenant filter admits the job: waiters are served in arrival order."""
+        q = self.queues.get(job_type)
+        if self.closed or q is None or q.serving or q.wake.is_set():
+            return None
+        for w in q.waiters:
+            if w.future.done() or w.reserved:
+                continue
+            if w.req.tenant_ids is not None and tenant not in w.req.tenant_ids:
+                return None
+            w.reserved = True
+            return w
+        return None
+
+    async def handed(self, w: Waiter, rows: Rows) -> None:
+        """What a hand-off claimed for ``w`` (nothing, if the scheduler's pick was not to
+        be had: the waiter is served as usual by its dispatcher)."""
+        w.reserved = False
+        q = self.queues.get(w.req.job_type)
+        if rows and not w.future.done():
+            if q is not None and w in q.waiters:
+                q.waiters.remove(w)
+            w.future.set_result(rows)
+            return
+        if rows:  # the client left while its job was being claimed: give the job back
+            await self.release(rows)
+        if q is not None:
+            q.wake.set()  # a wake-up may have passed it by while it was reserved
+
     def has_waiters(self, job_type: str) -> bool:
         q = self.queues.get(job_type)
         return q is not None and q.live > 0
@@ -254,6 +291,7 @@ class WaiterHub:
             except TimeoutError:
                 pass  # the backup poll: covers a lost NOTIFY or a dead LISTEN connection
             q.wake.clear()
+            q.serving = True
             try:
                 await self._serve(job_type, q)
             except Exception as exc:
@@ -261,6 +299,8 @@ class WaiterHub:
                 # waiters stay queued for the next wake-up or backup poll.  A dispatcher
                 # that died here would strand them, and a stream's waiter for good.
                 log.warning("serving the waiters of %r failed: %r", job_type, exc)
+            finally:
+                q.serving = False
         # No await since the loop test: no waiter can have slipped in.
         if self.queues.get(job_type) is q:
             del self.queues[job_type]
@@ -281,8 +321,10 @@ class WaiterHub:
         while None not in dry:
             batch: list[Waiter] = []
             for w in list(q.waiters):
-                if w.future.done():  # timed out or disconnected while queued
+                if w.future.done() and not w.reserved:  # timed out or left while queued
                     q.waiters.remove(w)
+                elif w.reserved:
+                    continue  # a create is claiming for it (take_head)
                 elif w.req.tenant_filter not in dry and len(batch) < parallel:
                     batch.append(w)
             if not batch:

@@ -405,7 +405,18 @@ def bench_ceiling(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]
 BENCHES = {
     "pickup": (
         delivery.bench_pickup,
-        ["mode", "runs", "samples", "ratePerSec", "p50Ms", "p95Ms", "p99Ms", "p99Runs"],
+        [
+            "mode",
+            "runs",
+            "samples",
+            "ratePerSec",
+            "p50Ms",
+            "p95Ms",
+            "p99Ms",
+            "p99Runs",
+            "fromPostP50Ms",
+            "fromPostP99Ms",
+        ],
     ),
     "idle": (delivery.bench_idle, ["longPolls", "streams", "seconds", "serverCpuPctOfOneCore"]),
     "stream_drain": (

@@ -110,6 +110,10 @@ async def metrics(request: Request) -> Response:
         " one stride pick in one statement (a waiter woken by one new job).",
         "# TYPE jobfair_activation_lead_claims_total counter",
         f"jobfair_activation_lead_claims_total {services.activation.lead_claims}",
+        "# HELP jobfair_activation_hand_offs_total New jobs claimed for a waiting request"
+        " in the transaction that created them.",
+        "# TYPE jobfair_activation_hand_offs_total counter",
+        f"jobfair_activation_hand_offs_total {services.activation.hand_offs}",
         "# HELP jobfair_db_pool_size Database connections open in this process.",
         "# TYPE jobfair_db_pool_size gauge",
         f"jobfair_db_pool_size {pool.get_size()}",
