@@ -182,9 +182,10 @@ class ActivationService:
         Callers that ask now (``fill``) for the same type and tenants while such an
         activation runs are activated together in the next one (ADR 009).
 
-        ``lead`` (without ``fill``): one job is expected (a waiter woken by one new job
-        of an idle type); try the one-pick claim first, which reads and claims in one
-        round trip, and run the rounds only if it got nothing."""
+        ``lead`` (without ``fill``): the first round would be one stride pick (a waiter
+        asking for one job, or woken by one new job of an idle type); try the one-pick
+        claim first, which reads and claims in one round trip, and run the rounds only
+        if it got nothing."""
         if not fill:
             if lead:
                 row = await self._claim_lead(req)

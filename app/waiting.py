@@ -344,7 +344,10 @@ class WaiterHub:
     async def _serve_one(self, q: _TypeQueue, w: Waiter) -> int:
         """Activate for one waiter and hand its jobs over the moment they are claimed (not
         when the round's slowest activation is done).  How many it got."""
-        rows = await self.activate(w.req, fill=False, lead=self.one_expected(w.req.job_type))
+        # A waiter's first round for one job is one stride pick; so is any round when the
+        # type was dry and one job came (the rest of a backlog needs the full rounds).
+        lead = w.req.max_jobs == 1 or self.one_expected(w.req.job_type)
+        rows = await self.activate(w.req, fill=False, lead=lead)
         if rows:
             if w.future.done():
                 # The client left while we were activating: give the jobs back now.
