@@ -185,12 +185,12 @@ class ActivationService:
         ``lead`` (without ``fill``): the first round would be one stride pick (a waiter
         asking for one job, or woken by one new job of an idle type); try the one-pick
         claim first, which reads and claims in one round trip, and run the rounds only
-        if it got nothing."""
+        if it got nothing without finding the type dry."""
         if not fill:
             if lead:
-                row = await self._claim_lead(req)
-                if row is not None:
-                    return [row], False
+                row, dry = await self._claim_lead(req)
+                if row is not None or dry:
+                    return ([] if row is None else [row]), dry
             [rows], dry = await self._activate([req], fill=False)
             return rows, dry
         key = (req.job_type, req.tenant_filter, req.via_stream)
@@ -208,12 +208,12 @@ class ActivationService:
             if together.idle and self._together.get(key) is together:
                 del self._together[key]  # no caller left: keys of one-off filters go
 
-    async def _claim_lead(self, req: ActivateRequest) -> asyncpg.Record | None:
+    async def _claim_lead(self, req: ActivateRequest) -> tuple[asyncpg.Record | None, bool]:
         """The first stride pick of the type's lanes, read and claimed in one statement
         (store.claim_lead), then charged as a round's picks are."""
         self.queries += 1
         await self._charged(req.job_type)
-        row = await self.store.claim_lead(
+        row, dry = await self.store.claim_lead(
             req.job_type,
             req.tenant_ids,
             now=utcnow(),
@@ -224,7 +224,7 @@ class ActivationService:
         )
         if row is not None:
             self._lead_claimed(req, row)
-        return row
+        return row, dry
 
     async def create_and_claim_lead(
         self, job: Mapping[str, Any], now: datetime, req: ActivateRequest

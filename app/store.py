@@ -396,9 +396,10 @@ CLAIM = _CLAIM.format(
 # trip (~0.3-0.5 ms of a ~1.5 ms pickup).  It claims nothing where a cap is involved
 # (the type's, or the lead lane's tenant's: those need their locks and counts), when none
 # of the first PROBED_LANES active lanes has a ready job, or when the lead lane's heads
-# are held by another activator; the caller then runs the full rounds.  Answers the
-# claimed job with the lane's weight (for its charge) and the type's aging ($5, $6: the
-# server's defaults).  Index: lanes_type_vtime_idx, then as read_lanes and CLAIM.
+# are held by another activator; the caller then runs the full rounds, unless the answer
+# says the type is dry.  Answers one row: the claimed job with the lane's weight (for its
+# charge) and the type's aging ($5, $6: the server's defaults), or NULLs and whether the
+# type is dry.  Index: lanes_type_vtime_idx, then as read_lanes and CLAIM.
 _LEAD = f"""lead AS (
     SELECT x.tenant_id, x.weight, c.aging_step, c.aging_interval_ms
     FROM (SELECT t.max_active_jobs AS type_cap,
@@ -419,6 +420,14 @@ _LEAD = f"""lead AS (
     WHERE c.type_cap IS NULL AND x.cap IS NULL
 ),
 alloc AS (SELECT tenant_id, 1 AS k FROM lead)"""
+# Whether the type is dry for the filter: fewer than PROBED_LANES active lanes, none with
+# a ready job.  Evaluated only when nothing was claimed (AND evaluates in order): it
+# saves that caller the lane read that would prove it.
+_LEAD_DRY = f"""(SELECT count(*) < {PROBED_LANES} AND NOT COALESCE(bool_or(p.ready), false)
+        FROM (SELECT {_LANE_READY} AS ready
+              FROM lanes l
+              WHERE l.job_type = $1 AND l.active {{tenants}}
+              LIMIT {PROBED_LANES}) p)"""
 
 
 def _claim_lead(tenants: str) -> str:
@@ -431,9 +440,10 @@ def _claim_lead(tenants: str) -> str:
         interval="(SELECT aging_interval_ms FROM lead)",
         via_stream="$7",
         starts="$8::int[]",
-        answer="""SELECT a.*, lead.weight AS lane_weight, lead.aging_step AS lane_aging_step,
-       lead.aging_interval_ms AS lane_aging_interval_ms
-FROM activated a CROSS JOIN lead""",
+        answer=f"""SELECT a.*, lead.weight AS lane_weight, lead.aging_step AS lane_aging_step,
+       lead.aging_interval_ms AS lane_aging_interval_ms,
+       a.job_key IS NULL AND {_LEAD_DRY.format(tenants=tenants)} AS dry
+FROM (SELECT 1) one LEFT JOIN (activated a CROSS JOIN lead) ON true""",
     )
 
 
@@ -1110,9 +1120,10 @@ class Store:
         via_stream: bool,
         default_aging_step: int,
         default_aging_interval_ms: int,
-    ) -> asyncpg.Record | None:
+    ) -> tuple[asyncpg.Record | None, bool]:
         """One stride pick read and claimed at once (claim_lead): the job, with its lane's
-        weight and its type's aging, or None if the full rounds are needed."""
+        weight and its type's aging, or None; and, when None, whether that is because
+        the type is dry for ``tenant_ids`` (else the full rounds are needed)."""
         sql, args = _lead_call(
             job_type,
             tenant_ids,
@@ -1122,7 +1133,9 @@ class Store:
             default_aging_step,
             default_aging_interval_ms,
         )
-        return await self.pool.fetchrow(sql, *args)
+        row = await self.pool.fetchrow(sql, *args)
+        assert row is not None  # the statement answers one row, claimed or not
+        return (None if row["job_key"] is None else row), row["dry"]
 
     async def insert_and_claim_lead(
         self,
@@ -1168,9 +1181,9 @@ class Store:
                     DEFAULT_RETRIES,
                 )
                 row = await conn.fetchrow(sql, *args)
-                if row is None or row["job_key"] != key:
+                if row["job_key"] != key:
                     await conn.execute(NOTIFY_READY, job["type"] + " 1")
-        return key, row
+        return key, (None if row["job_key"] is None else row)
 
     @retry_deadlock
     async def charge_lanes(

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 from app.domain import utcnow
 from app.scheduler import Lane, allocate
-from app.store import CLAIM, CLAIM_LEAD, Share
+from app.store import CLAIM, CLAIM_LEAD, PROBED_LANES, Share
 from tests.integration.test_claim import _assert_linear, _jobs_scans, _nodes, _plan
 
 TYPE = "lead"
@@ -51,7 +51,8 @@ async def _full_rounds_first(store, tenant_ids=None) -> int | None:
     return int(row["job_key"])
 
 
-async def _claim_lead(store, tenant_ids=None):
+async def _lead(store, tenant_ids=None):
+    """The claimed row (or None), and whether the answer says the type is dry."""
     return await store.claim_lead(
         TYPE,
         tenant_ids,
@@ -61,6 +62,21 @@ async def _claim_lead(store, tenant_ids=None):
         default_aging_step=DEFAULT_STEP,
         default_aging_interval_ms=DEFAULT_INTERVAL_MS,
     )
+
+
+async def _claim_lead(store, tenant_ids=None):
+    row, dry = await _lead(store, tenant_ids)
+    assert not (row is not None and dry)
+    return row
+
+
+async def _declined(store, tenant_ids=None) -> bool:
+    """Claimed nothing, and said the type is not dry (the full rounds must decide)."""
+    return await _lead(store, tenant_ids) == (None, False)
+
+
+async def _dry(store, tenant_ids=None) -> bool:
+    return await _lead(store, tenant_ids) == (None, True)
 
 
 async def test_each_lead_claim_takes_the_full_rounds_first_job(store):
@@ -99,7 +115,7 @@ async def test_each_lead_claim_takes_the_full_rounds_first_job(store):
         taken.append(row["job_key"])
     assert len(taken) == 14
     assert old in taken[:2]  # aged to 100: b's first job, ahead of its priority-90 jobs
-    assert await _claim_lead(store) is None  # dry
+    assert await _dry(store)  # e's lane is active and empty: dry all the same
 
 
 async def test_a_tenant_filter_leads_with_its_own_lanes(store):
@@ -108,7 +124,8 @@ async def test_a_tenant_filter_leads_with_its_own_lanes(store):
     await store.pool.execute("UPDATE lanes SET vtime = 5 WHERE tenant_id = 'b'")
     row = await _claim_lead(store, ["b", "z"])
     assert row["job_key"] == b_job
-    assert await _claim_lead(store, ["b"]) is None
+    assert await _dry(store, ["b"])
+    assert not await _dry(store)  # a's jobs are there
 
 
 async def test_caps_leave_the_claim_to_the_full_rounds(store):
@@ -117,11 +134,11 @@ async def test_caps_leave_the_claim_to_the_full_rounds(store):
     await store.pool.execute("UPDATE lanes SET vtime = 5 WHERE tenant_id = 'b'")
     # A cap on the type, whatever the lanes: nothing claimed.
     await store.upsert_job_type(TYPE, 10, None, None)
-    assert await _claim_lead(store) is None
+    assert await _declined(store)
     await store.upsert_job_type(TYPE, None, None, None)
     # A cap on the lead lane's tenant: nothing claimed.
     await store.upsert_tenant("a", 1, 10)
-    assert await _claim_lead(store) is None
+    assert await _declined(store)
     # A cap on a later lane's tenant does not touch the first pick.
     await store.upsert_tenant("a", 1, None)
     await store.upsert_tenant("b", 1, 10)
@@ -143,9 +160,25 @@ async def test_a_lead_lane_held_by_another_activator_claims_nothing(store):
         await tx.start()
         held = await other.fetch(CLAIM, TYPE, ["a"], [2], now, ["x"], [now], 10, 60_000, False, [1])
         assert len(held) == 2
-        assert await _claim_lead(store) is None
+        assert await _declined(store)
         await tx.rollback()
     assert (await _claim_lead(store))["tenant_id"] == "a"
+
+
+async def test_dry_only_when_every_active_lane_was_probed_empty(store):
+    """Sixteen lanes (PROBED_LANES) are probed: with that many active and empty, more may
+    lie beyond them, and the answer leaves it to the full rounds."""
+    keys = []
+    for i in range(PROBED_LANES):
+        keys += await _insert(store, f"t{i:02}", 0, 1)
+    await store.pool.execute(
+        "UPDATE jobs SET state = 'COMPLETED', completed_at = now() WHERE job_key = ANY($1)",
+        keys[1:],
+    )
+    assert (await _claim_lead(store))["job_key"] == keys[0]
+    assert await _declined(store)  # 16 active lanes, all empty: maybe not all of them
+    await store.pool.execute("UPDATE lanes SET active = false WHERE tenant_id = 't15'")
+    assert await _dry(store)  # 15: every one probed
 
 
 async def test_the_lead_claim_reads_by_index_whatever_the_backlog(store):
