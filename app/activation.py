@@ -21,7 +21,7 @@ from app.coalescing import Coalescer
 from app.config import Settings
 from app.domain import utcnow
 from app.scheduler import Aging, Lane, allocate
-from app.store import LaneRow, Share, Store
+from app.store import LaneRow, LeadAsk, Share, Store
 
 log = logging.getLogger(__name__)
 
@@ -213,15 +213,7 @@ class ActivationService:
         (store.claim_lead), then charged as a round's picks are."""
         self.queries += 1
         await self._charged(req.job_type)
-        row, dry = await self.store.claim_lead(
-            req.job_type,
-            req.tenant_ids,
-            now=utcnow(),
-            share=Share(req.worker, req.lease_ms, 1),
-            via_stream=req.via_stream,
-            default_aging_step=self.settings.aging_step,
-            default_aging_interval_ms=self.settings.aging_interval_ms,
-        )
+        row, dry = await self.store.claim_lead(req.job_type, self._lead_ask(req), utcnow())
         if row is not None:
             self._lead_claimed(req, row)
         return row, dry
@@ -234,20 +226,21 @@ class ActivationService:
         (store.insert_and_claim_lead, ADR 012).  The new job's key, and what ``req`` got."""
         self.queries += 1
         await self._charged(req.job_type)
-        key, row = await self.store.insert_and_claim_lead(
-            job,
-            now,
-            tenant_ids=req.tenant_ids,
-            share=Share(req.worker, req.lease_ms, 1),
-            via_stream=req.via_stream,
-            default_aging_step=self.settings.aging_step,
-            default_aging_interval_ms=self.settings.aging_interval_ms,
-        )
+        key, row = await self.store.insert_and_claim_lead(job, now, self._lead_ask(req))
         if row is not None:
             if row["job_key"] == key:
                 self.hand_offs += 1
             self._lead_claimed(req, row)
         return key, row
+
+    def _lead_ask(self, req: ActivateRequest) -> LeadAsk:
+        return LeadAsk(
+            req.tenant_ids,
+            Share(req.worker, req.lease_ms, 1),
+            req.via_stream,
+            self.settings.aging_step,
+            self.settings.aging_interval_ms,
+        )
 
     def _lead_claimed(self, req: ActivateRequest, row: asyncpg.Record) -> None:
         """A lead claim got ``row``: charge its lane as a round's picks are charged."""

@@ -784,30 +784,34 @@ class TypeConfig:
     aging_step: int | None
 
 
-def _lead_call(
-    job_type: str,
-    tenant_ids: Sequence[str] | None,
-    now: datetime,
-    share: Share,
-    via_stream: bool,
-    default_aging_step: int,
-    default_aging_interval_ms: int,
-) -> tuple[str, tuple[Any, ...]]:
+@dataclass(frozen=True, slots=True)
+class LeadAsk:
+    """Whom a lead claim is for: the request's tenants (None: all), its share, whether
+    the job goes to a stream, and the server's aging defaults."""
+
+    tenant_ids: Sequence[str] | None
+    share: Share
+    via_stream: bool
+    default_aging_step: int
+    default_aging_interval_ms: int
+
+
+def _lead_call(job_type: str, ask: LeadAsk, now: datetime) -> tuple[str, tuple[Any, ...]]:
     """claim_lead's statement and arguments."""
-    workers, deadlines, starts = _share_arrays([share], now)
+    workers, deadlines, starts = _share_arrays([ask.share], now)
     args = (
         job_type,
         now,
         workers,
         deadlines,
-        default_aging_step,
-        default_aging_interval_ms,
-        via_stream,
+        ask.default_aging_step,
+        ask.default_aging_interval_ms,
+        ask.via_stream,
         starts,
     )
-    if tenant_ids is None:
+    if ask.tenant_ids is None:
         return CLAIM_LEAD, args
-    return CLAIM_LEAD_OF_TENANTS, (*args, list(tenant_ids))
+    return CLAIM_LEAD_OF_TENANTS, (*args, list(ask.tenant_ids))
 
 
 def _share_arrays(
@@ -1111,42 +1115,18 @@ class Store:
         return await self._claim_capped(job_type, type_cap, tenant_caps, headroom, args)
 
     async def claim_lead(
-        self,
-        job_type: str,
-        tenant_ids: Sequence[str] | None,
-        *,
-        now: datetime,
-        share: Share,
-        via_stream: bool,
-        default_aging_step: int,
-        default_aging_interval_ms: int,
+        self, job_type: str, ask: LeadAsk, now: datetime
     ) -> tuple[asyncpg.Record | None, bool]:
         """One stride pick read and claimed at once (claim_lead): the job, with its lane's
         weight and its type's aging, or None; and, when None, whether that is because
-        the type is dry for ``tenant_ids`` (else the full rounds are needed)."""
-        sql, args = _lead_call(
-            job_type,
-            tenant_ids,
-            now,
-            share,
-            via_stream,
-            default_aging_step,
-            default_aging_interval_ms,
-        )
+        the type is dry for the asker's tenants (else the full rounds are needed)."""
+        sql, args = _lead_call(job_type, ask, now)
         row = await self.pool.fetchrow(sql, *args)
         assert row is not None  # the statement answers one row, claimed or not
         return (None if row["job_key"] is None else row), row["dry"]
 
     async def insert_and_claim_lead(
-        self,
-        job: Mapping[str, Any],
-        now: datetime,
-        *,
-        tenant_ids: Sequence[str] | None,
-        share: Share,
-        via_stream: bool,
-        default_aging_step: int,
-        default_aging_interval_ms: int,
+        self, job: Mapping[str, Any], now: datetime, ask: LeadAsk
     ) -> tuple[int, asyncpg.Record | None]:
         """A hand-off (ADR 012): insert one job that is ready at once, without an
         idempotency key, and claim its type's first stride pick for a waiting worker in
@@ -1154,15 +1134,7 @@ class Store:
         job; then nothing is notified, for nobody else need wake.  Otherwise (another
         lane is ahead of it, a cap, a head held) the new job is announced as
         insert_jobs announces it.  The new job's key, and the claimed job or None."""
-        sql, args = _lead_call(
-            job["type"],
-            tenant_ids,
-            now,
-            share,
-            via_stream,
-            default_aging_step,
-            default_aging_interval_ms,
-        )
+        sql, args = _lead_call(job["type"], ask, now)
         async with self.pool.acquire() as conn:
             async with conn.transaction():
                 await conn.execute(

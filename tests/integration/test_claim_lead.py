@@ -9,7 +9,7 @@ from datetime import timedelta
 
 from app.domain import utcnow
 from app.scheduler import Lane, allocate
-from app.store import CLAIM, CLAIM_LEAD, PROBED_LANES, Share
+from app.store import CLAIM, CLAIM_LEAD, PROBED_LANES, LeadAsk, Share
 from tests.integration.test_claim import _assert_linear, _jobs_scans, _nodes, _plan
 
 TYPE = "lead"
@@ -53,15 +53,8 @@ async def _full_rounds_first(store, tenant_ids=None) -> int | None:
 
 async def _lead(store, tenant_ids=None):
     """The claimed row (or None), and whether the answer says the type is dry."""
-    return await store.claim_lead(
-        TYPE,
-        tenant_ids,
-        now=utcnow(),
-        share=Share("w", 60_000, 1),
-        via_stream=False,
-        default_aging_step=DEFAULT_STEP,
-        default_aging_interval_ms=DEFAULT_INTERVAL_MS,
-    )
+    ask = LeadAsk(tenant_ids, Share("w", 60_000, 1), False, DEFAULT_STEP, DEFAULT_INTERVAL_MS)
+    return await store.claim_lead(TYPE, ask, utcnow())
 
 
 async def _claim_lead(store, tenant_ids=None):
