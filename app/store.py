@@ -400,8 +400,8 @@ CLAIM = _CLAIM.format(
 # says the type is dry.  Answers one row: the claimed job with the lane's weight (for its
 # charge) and the type's aging ($5, $6: the server's defaults), or NULLs and whether the
 # type is dry.  Index: lanes_type_vtime_idx, then as read_lanes and CLAIM.
-_LEAD = f"""lead AS (
-    SELECT x.tenant_id, x.weight, c.aging_step, c.aging_interval_ms
+_LEAD = f"""lead_lane AS (
+    SELECT x.tenant_id, x.weight, x.cap, c.type_cap, c.aging_step, c.aging_interval_ms
     FROM (SELECT t.max_active_jobs AS type_cap,
                  COALESCE(t.aging_step, $5::int) AS aging_step,
                  COALESCE(t.aging_interval_ms, $6::int) AS aging_interval_ms
@@ -417,17 +417,21 @@ _LEAD = f"""lead AS (
         WHERE r.ready
         ORDER BY r.vtime, r.tenant_id
         LIMIT 1) x
-    WHERE c.type_cap IS NULL AND x.cap IS NULL
+),
+lead AS (
+    SELECT tenant_id, weight, aging_step, aging_interval_ms FROM lead_lane
+    WHERE type_cap IS NULL AND cap IS NULL
 ),
 alloc AS (SELECT tenant_id, 1 AS k FROM lead)"""
-# Whether the type is dry for the filter: fewer than PROBED_LANES active lanes, none with
-# a ready job.  Evaluated only when nothing was claimed (AND evaluates in order): it
-# saves that caller the lane read that would prove it.
-_LEAD_DRY = f"""(SELECT count(*) < {PROBED_LANES} AND NOT COALESCE(bool_or(p.ready), false)
-        FROM (SELECT {_LANE_READY} AS ready
-              FROM lanes l
-              WHERE l.job_type = $1 AND l.active {{tenants}}
-              LIMIT {PROBED_LANES}) p)"""
+# Whether the type is dry for the filter: no probed lane had a ready job, and the probe
+# saw every active lane (fewer than PROBED_LANES).  Evaluated only when nothing was
+# claimed (AND evaluates in order); it counts lanes_type_vtime_idx entries, the ready
+# probes were the lead's.  It saves that caller the lane read that would prove it.
+_LEAD_DRY = f"""NOT EXISTS (SELECT 1 FROM lead_lane)
+       AND (SELECT count(*) < {PROBED_LANES}
+            FROM (SELECT 1 FROM lanes l
+                  WHERE l.job_type = $1 AND l.active {{tenants}}
+                  LIMIT {PROBED_LANES}) p)"""
 
 
 def _claim_lead(tenants: str) -> str:
@@ -442,7 +446,7 @@ def _claim_lead(tenants: str) -> str:
         starts="$8::int[]",
         answer=f"""SELECT a.*, lead.weight AS lane_weight, lead.aging_step AS lane_aging_step,
        lead.aging_interval_ms AS lane_aging_interval_ms,
-       a.job_key IS NULL AND {_LEAD_DRY.format(tenants=tenants)} AS dry
+       (a.job_key IS NULL AND {_LEAD_DRY.format(tenants=tenants)}) AS dry
 FROM (SELECT 1) one LEFT JOIN (activated a CROSS JOIN lead) ON true""",
     )
 
@@ -742,6 +746,26 @@ def _lock_sql(fn: str, klass: int, keys: Sequence[int]) -> str:
     return f"SELECT {calls}"
 
 
+async def _insert(
+    conn: asyncpg.Connection, statement: str, jobs: Sequence[Mapping[str, Any]], now: datetime
+) -> tuple[list[int], list[int]]:
+    """In the caller's transaction: the shared bucket locks of the lanes the jobs make
+    ready, then ``statement`` (INSERT_JOBS or its quiet variant).  The keys in input
+    order, and the 1-based positions not inserted (their idempotency key was taken)."""
+    buckets = sorted({lane_bucket(j["type"], tenant_of(j)) for j in jobs if ready_at_once(j, now)})
+    if buckets:
+        await conn.execute(_lock_sql("pg_advisory_xact_lock_shared", LANE_LOCK_CLASS, buckets))
+    keys, not_inserted, _ = await conn.fetchrow(
+        statement,
+        orjson.dumps(jobs).decode(),
+        now,
+        DEFAULT_TENANT,
+        DEFAULT_PRIORITY,
+        DEFAULT_RETRIES,
+    )
+    return keys, not_inserted
+
+
 def tenant_of(job: Mapping[str, Any]) -> str:
     """A job to insert's tenant (INSERT_JOBS fills the same default in SQL)."""
     tenant: str = job.get("tenantId", DEFAULT_TENANT)
@@ -1014,23 +1038,9 @@ class Store:
     async def insert_jobs(self, jobs: Sequence[Mapping[str, Any]], now: datetime) -> list[Inserted]:
         """Insert jobs given as the API spells them (validated ``schemas.CreateJob``
         dicts: a field left out takes its default here, in SQL)."""
-        buckets = sorted(
-            {lane_bucket(j["type"], tenant_of(j)) for j in jobs if ready_at_once(j, now)}
-        )
         async with self.pool.acquire() as conn:
             async with conn.transaction():
-                if buckets:
-                    await conn.execute(
-                        _lock_sql("pg_advisory_xact_lock_shared", LANE_LOCK_CLASS, buckets)
-                    )
-                keys, not_inserted, _ = await conn.fetchrow(
-                    INSERT_JOBS,
-                    orjson.dumps(jobs).decode(),
-                    now,
-                    DEFAULT_TENANT,
-                    DEFAULT_PRIORITY,
-                    DEFAULT_RETRIES,
-                )
+                keys, not_inserted = await _insert(conn, INSERT_JOBS, jobs, now)
             out = [Inserted(key, True) for key in keys]
             if not_inserted:
                 # Their idempotency key was taken: answer with the job that holds it.  A
@@ -1137,21 +1147,7 @@ class Store:
         sql, args = _lead_call(job["type"], ask, now)
         async with self.pool.acquire() as conn:
             async with conn.transaction():
-                await conn.execute(
-                    _lock_sql(
-                        "pg_advisory_xact_lock_shared",
-                        LANE_LOCK_CLASS,
-                        [lane_bucket(job["type"], tenant_of(job))],
-                    )
-                )
-                [key], _, _ = await conn.fetchrow(
-                    INSERT_JOB_QUIET,
-                    orjson.dumps([job]).decode(),
-                    now,
-                    DEFAULT_TENANT,
-                    DEFAULT_PRIORITY,
-                    DEFAULT_RETRIES,
-                )
+                [key], _ = await _insert(conn, INSERT_JOB_QUIET, [job], now)
                 row = await conn.fetchrow(sql, *args)
                 if row["job_key"] != key:
                     await conn.execute(NOTIFY_READY, job["type"] + " 1")
