@@ -10,7 +10,7 @@ from typing import Any
 
 import psutil
 
-from bench.harness import Postgres, latency_row, median, server
+from bench.harness import Postgres, latency_row, median, server, server_pid
 from bench.wire import Connection, EventStream
 
 
@@ -167,7 +167,7 @@ def bench_idle(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]]:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     url = pg.fresh_db("bench_idle")
     with server(url) as base:
-        pid = _server_pid(base)
+        pid = server_pid(base)
         pct = asyncio.run(_idle(base, pid, args.idle_polls, args.idle_streams, args.idle_seconds))
     return [
         {
@@ -177,14 +177,6 @@ def bench_idle(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]]:
             "serverCpuPctOfOneCore": pct,
         }
     ]
-
-
-def _server_pid(base: str) -> int:
-    port = int(base.rsplit(":", 1)[1])
-    for conn in psutil.net_connections("tcp"):
-        if conn.laddr and conn.laddr.port == port and conn.status == "LISTEN" and conn.pid:
-            return conn.pid
-    raise RuntimeError("server process not found")
 
 
 async def _stream_drain(base: str, streams: int, credit: int, total: int) -> float:

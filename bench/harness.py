@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
 from app import embedded, migrations
 
@@ -27,6 +28,10 @@ ROOT = Path(__file__).resolve().parent.parent
 class Postgres:
     def __init__(self, data_dir: Path) -> None:
         self.server, _ = embedded.start(data_dir)
+
+    @property
+    def postmaster_pid(self) -> int:
+        return int((Path(self.server.pgdata) / "postmaster.pid").read_text().split()[0])
 
     def fresh_db(self, name: str) -> str:
         self.server.psql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE);')
@@ -86,6 +91,56 @@ def server(
     ):
         yield base
     path.unlink()
+
+
+def server_pid(base: str) -> int:
+    """The ``jobfair serve`` process answering on ``base``: the one listening or, when its
+    workers share the socket, their parent."""
+    port = int(base.rsplit(":", 1)[1])
+    for conn in psutil.net_connections("tcp"):
+        if conn.laddr and conn.laddr.port == port and conn.status == "LISTEN" and conn.pid:
+            process = psutil.Process(conn.pid)
+            parent = process.parent()
+            if parent is not None and "app.cli" in parent.cmdline():
+                return parent.pid
+            return process.pid
+    raise RuntimeError("server process not found")
+
+
+class CpuMeter:
+    """CPU time (user + system) of the server's process tree, PostgreSQL's, and this
+    process (the load generator), from construction to ``split``: where a benchmark's
+    CPU went, since every part of it shares this machine's cores."""
+
+    def __init__(self, pg: Postgres, base: str) -> None:
+        self.groups = {
+            "server": _tree(server_pid(base)),
+            "postgres": _tree(pg.postmaster_pid),
+            "loadgen": [psutil.Process()],
+        }
+        self.started = time.perf_counter()
+        self.before = {k: _cpu(ps) for k, ps in self.groups.items()}
+
+    def split(self) -> tuple[dict[str, float], float]:
+        """CPU seconds per part since construction, and the wall-clock seconds."""
+        wall = time.perf_counter() - self.started
+        return {k: _cpu(ps) - self.before[k] for k, ps in self.groups.items()}, wall
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    root = psutil.Process(pid)
+    return [root, *root.children(recursive=True)]
+
+
+def _cpu(processes: list[psutil.Process]) -> float:
+    total = 0.0
+    for p in processes:
+        try:
+            times = p.cpu_times()
+        except psutil.NoSuchProcess:  # a backend that ended; its time is lost to us
+            continue
+        total += times.user + times.system
+    return total
 
 
 @contextmanager

@@ -21,6 +21,7 @@ import orjson
 from bench import delivery, soak
 from bench.harness import (
     ROOT,
+    CpuMeter,
     Postgres,
     latency_row,
     median,
@@ -203,15 +204,19 @@ def bench_drain(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]]:
                 for sw in args.server_workers:
                     total = args.drain_jobs if completion == "batch" else args.drain_jobs // 2
                     runs = []
+                    cpu: dict[str, list[float]] = {}
                     for _ in range(args.repeat):
                         url = pg.fresh_db("bench_drain")
                         asyncio.run(
                             preload(url, "bench", {f"t{i}": total // 10 for i in range(10)})
                         )
                         with server(url, workers=sw) as base:
+                            meter = CpuMeter(pg, base)
                             runs.append(
                                 asyncio.run(_drain(base, workers, max_jobs, completion, total))
                             )
+                            for name, value in _cpu_per_job(meter, total).items():
+                                cpu.setdefault(name, []).append(value)
                     rows.append(
                         {
                             "workers": workers,
@@ -220,9 +225,20 @@ def bench_drain(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]]:
                             "serverWorkers": sw,
                             "jobsPerSec": median(runs),
                             "runs": runs,
+                            **{name: median(values) for name, values in cpu.items()},
                         }
                     )
     return rows
+
+
+def _cpu_per_job(meter: CpuMeter, jobs: int) -> dict[str, float]:
+    """Microseconds of CPU per job spent by the server, PostgreSQL and the load generator,
+    and how busy the machine's cores were: whether a drain was bound by CPU or by
+    waiting (durable commits, round trips)."""
+    seconds, wall = meter.split()
+    row = {f"{name}UsPerJob": 1e6 * s / jobs for name, s in seconds.items()}
+    row["busyPct"] = 100 * sum(seconds.values()) / (wall * (os.cpu_count() or 1))
+    return row
 
 
 # -- 3. backlog independence ------------------------------------------------------------
@@ -426,7 +442,18 @@ BENCHES = {
     "enqueue": (bench_enqueue, ["producers", "serverWorkers", "jobsPerSec"]),
     "drain": (
         bench_drain,
-        ["workers", "maxJobs", "completion", "serverWorkers", "jobsPerSec", "runs"],
+        [
+            "workers",
+            "maxJobs",
+            "completion",
+            "serverWorkers",
+            "jobsPerSec",
+            "runs",
+            "serverUsPerJob",
+            "postgresUsPerJob",
+            "loadgenUsPerJob",
+            "busyPct",
+        ],
     ),
     "backlog": (
         bench_backlog,
