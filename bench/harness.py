@@ -31,7 +31,7 @@ class Postgres:
 
     @property
     def postmaster_pid(self) -> int:
-        return int((Path(self.server.pgdata) / "postmaster.pid").read_text().split()[0])
+        return postmaster_pid(Path(self.server.pgdata))
 
     def fresh_db(self, name: str) -> str:
         self.server.psql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE);')
@@ -93,6 +93,11 @@ def server(
     path.unlink()
 
 
+def postmaster_pid(pgdata: Path) -> int:
+    """The PostgreSQL server running on the data folder ``pgdata``."""
+    return int((pgdata / "postmaster.pid").read_text().split()[0])
+
+
 def server_pid(base: str) -> int:
     """The ``jobfair serve`` process answering on ``base``: the one listening or, when its
     workers share the socket, their parent."""
@@ -108,14 +113,15 @@ def server_pid(base: str) -> int:
 
 
 class CpuMeter:
-    """CPU time (user + system) of the server's process tree, PostgreSQL's, and this
-    process (the load generator), from construction to ``split``: where a benchmark's
-    CPU went, since every part of it shares this machine's cores."""
+    """CPU time (user + system) of the process trees of the server and of PostgreSQL
+    (given by their root pids) and of this process (the load generator), from
+    construction to ``split``: where a benchmark's CPU went, since every part of it
+    shares this machine's cores."""
 
-    def __init__(self, pg: Postgres, base: str) -> None:
+    def __init__(self, server: int, postgres: int) -> None:
         self.groups = {
-            "server": _tree(server_pid(base)),
-            "postgres": _tree(pg.postmaster_pid),
+            "server": _tree(server),
+            "postgres": _tree(postgres),
             "loadgen": [psutil.Process()],
         }
         self.started = time.perf_counter()

@@ -28,6 +28,7 @@ from bench.harness import (
     percentile,
     plain_server,
     server,
+    server_pid,
     table,
 )
 from bench.wire import Connection
@@ -211,7 +212,7 @@ def bench_drain(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]]:
                             preload(url, "bench", {f"t{i}": total // 10 for i in range(10)})
                         )
                         with server(url, workers=sw) as base:
-                            meter = CpuMeter(pg, base)
+                            meter = CpuMeter(server_pid(base), pg.postmaster_pid)
                             runs.append(
                                 asyncio.run(_drain(base, workers, max_jobs, completion, total))
                             )
