@@ -9,6 +9,7 @@ from typing import Any, TypeVar, overload
 import orjson
 from fastapi import Request
 from pydantic import BaseModel, TypeAdapter, ValidationError
+from starlette.requests import ClientDisconnect
 
 from app.errors import InvalidArgument
 
@@ -42,19 +43,31 @@ def _parse(raw: bytes, model: type[M] | TypeAdapter[T]) -> M | T:
 async def _raw_body(request: Request) -> bytes:
     """The request's body, read no further than the size limit: a body sent in chunks
     (no Content-Length) gets its 400 at the limit, not after the server buffered all of
-    it, however long the client keeps sending."""
+    it, however long the client keeps sending.
+
+    Read straight from the ASGI messages, as Starlette's ``Request.stream`` does, but
+    without its async generator and without building a ``Headers`` object: a worker's
+    per-job bodies are small and arrive in one message.  With the database left out,
+    reading them that way was a fifth of the server's CPU for a complete call (py-spy).
+    Nothing reads a body twice, so Starlette's own record of a consumed stream is not
+    kept."""
     limit = request.app.state.settings.max_body_bytes
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise InvalidArgument(f"request body is larger than {limit} bytes")
-    chunks = []
+    for name, value in request.scope["headers"]:
+        if name == b"content-length" and value.isdigit() and int(value) > limit:
+            raise InvalidArgument(f"request body is larger than {limit} bytes")
+    chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        chunk: bytes = message.get("body", b"")
         size += len(chunk)
         if size > limit:
             raise InvalidArgument(f"request body is larger than {limit} bytes")
+        if not message.get("more_body", False):
+            return b"".join((*chunks, chunk)) if chunks else chunk
         chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def validate(model: type[M], data: dict[str, Any]) -> M:
