@@ -8,9 +8,15 @@ import resource
 import time
 from typing import Any
 
-import psutil
-
-from bench.harness import Postgres, latency_row, median, server, server_pid
+from bench.harness import (
+    Postgres,
+    cpu_seconds,
+    latency_row,
+    median,
+    process_tree,
+    server,
+    server_pid,
+)
 from bench.wire import Connection, EventStream
 
 
@@ -149,11 +155,10 @@ async def _idle(base: str, pid: int, polls: int, streams: int, seconds: float) -
         for _ in range(streams)
     ]
     await asyncio.sleep(3)  # settle: every poll and stream is waiting
-    proc = psutil.Process(pid)
-    tree = [proc, *proc.children(recursive=True)]
-    before = sum(p.cpu_times().user + p.cpu_times().system for p in tree)
+    tree = process_tree(pid)
+    before = cpu_seconds(tree)
     await asyncio.sleep(seconds)
-    after = sum(p.cpu_times().user + p.cpu_times().system for p in tree)
+    after = cpu_seconds(tree)
     stop.set()
     for t in tasks:
         t.cancel()

@@ -120,25 +120,27 @@ class CpuMeter:
 
     def __init__(self, server: int, postgres: int) -> None:
         self.groups = {
-            "server": _tree(server),
-            "postgres": _tree(postgres),
+            "server": process_tree(server),
+            "postgres": process_tree(postgres),
             "loadgen": [psutil.Process()],
         }
         self.started = time.perf_counter()
-        self.before = {k: _cpu(ps) for k, ps in self.groups.items()}
+        self.before = {k: cpu_seconds(ps) for k, ps in self.groups.items()}
 
     def split(self) -> tuple[dict[str, float], float]:
         """CPU seconds per part since construction, and the wall-clock seconds."""
         wall = time.perf_counter() - self.started
-        return {k: _cpu(ps) - self.before[k] for k, ps in self.groups.items()}, wall
+        return {k: cpu_seconds(ps) - self.before[k] for k, ps in self.groups.items()}, wall
 
 
-def _tree(pid: int) -> list[psutil.Process]:
+def process_tree(pid: int) -> list[psutil.Process]:
+    """``pid`` and every process under it."""
     root = psutil.Process(pid)
     return [root, *root.children(recursive=True)]
 
 
-def _cpu(processes: list[psutil.Process]) -> float:
+def cpu_seconds(processes: list[psutil.Process]) -> float:
+    """User + system CPU seconds the processes have used so far."""
     total = 0.0
     for p in processes:
         try:

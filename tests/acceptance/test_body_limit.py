@@ -19,62 +19,55 @@ def settings() -> Settings:
     return quiet_settings(max_body_bytes=LIMIT)
 
 
-@pytest.mark.parametrize("path", ["/v2/jobs/batch", "/v2/jobs/1/complete"])
-async def test_a_chunked_body_that_never_ends_is_refused_at_the_limit(live, store, path):
-    u = urlsplit(live.url)
-    reader, writer = await asyncio.open_connection(u.hostname, u.port)
-    try:
-        head = f"POST {path} HTTP/1.1\r\nHost: {u.netloc}\r\nContent-Type: application/json\r\n"
-        writer.write(head.encode() + b"Transfer-Encoding: chunked\r\n\r\n")
-        chunk = b'{"jobs": [' + b" " * 1014
-        for _ in range(2 * LIMIT // len(chunk)):  # twice the limit, and no last chunk
-            writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-            chunk = b" " * 1024
-        await writer.drain()
-        status = await asyncio.wait_for(reader.readline(), timeout=10)
-    finally:
-        writer.close()  # else a server still reading would hold the test's shutdown
-    assert status.split()[1] == b"400"
-    assert await store.pool.fetchval("SELECT count(*) FROM jobs") == 0
-
-
-async def _post_raw(url: str, head: str, parts: list[bytes], pause_s: float = 0) -> bytes:
-    """Sends ``head`` and ``parts`` on a fresh connection, ``pause_s`` apart; the
-    response's status line."""
+async def _post_raw(
+    url: str, path: str, headers: str, parts: list[bytes], pause_s: float = 0
+) -> bytes:
+    """POSTs to ``path`` on a fresh connection: ``headers`` (each ending in CRLF), then
+    ``parts`` written ``pause_s`` apart.  The response's status code."""
     u = urlsplit(url)
     reader, writer = await asyncio.open_connection(u.hostname, u.port)
     try:
-        writer.write(head.replace("{host}", u.netloc).encode())
+        head = f"POST {path} HTTP/1.1\r\nHost: {u.netloc}\r\nContent-Type: application/json\r\n"
+        writer.write((head + headers + "\r\n").encode())
         for part in parts:
             writer.write(part)
             await writer.drain()
             await asyncio.sleep(pause_s)
-        return await asyncio.wait_for(reader.readline(), timeout=10)
+        status = await asyncio.wait_for(reader.readline(), timeout=10)
     finally:
-        writer.close()
+        writer.close()  # else a server still reading would hold the test's shutdown
+    return status.split()[1]
+
+
+def _chunked(pieces: list[bytes]) -> list[bytes]:
+    return [b"%x\r\n%s\r\n" % (len(p), p) for p in pieces]
+
+
+@pytest.mark.parametrize("path", ["/v2/jobs/batch", "/v2/jobs/1/complete"])
+async def test_a_chunked_body_that_never_ends_is_refused_at_the_limit(live, store, path):
+    pieces = [b'{"jobs": [' + b" " * 1014]
+    pieces += [b" " * 1024] * (2 * LIMIT // 1024 - 1)  # twice the limit, and no last chunk
+    status = await _post_raw(live.url, path, "Transfer-Encoding: chunked\r\n", _chunked(pieces))
+    assert status == b"400"
+    assert await store.pool.fetchval("SELECT count(*) FROM jobs") == 0
 
 
 async def test_a_declared_length_over_the_limit_is_refused_before_the_body_arrives(live, store):
-    head = (
-        "POST /v2/jobs HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {LIMIT * 1000}\r\n\r\n"
-    )
-    status = await _post_raw(live.url, head, [b'{"type": "big"'])  # the rest never comes
-    assert status.split()[1] == b"400"
+    declared = f"Content-Length: {LIMIT * 1000}\r\n"
+    status = await _post_raw(live.url, "/v2/jobs", declared, [b'{"type": "big"'])  # no more
+    assert status == b"400"
     assert await store.pool.fetchval("SELECT count(*) FROM jobs") == 0
 
 
 async def test_a_body_sent_in_several_chunks_is_read_whole(live, store):
-    head = (
-        "POST /v2/jobs HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-        "Transfer-Encoding: chunked\r\n\r\n"
-    )
     pieces = [b'{"type": "chunk', b'ed", "variables": {"n"', b": 3}}"]
     # Pauses between the pieces, as a slow client makes: the server reads them as they
     # come, in several messages, not as one buffered body.
-    chunks = [b"%x\r\n%s\r\n" % (len(p), p) for p in pieces] + [b"0\r\n\r\n"]
-    status = await _post_raw(live.url, head, chunks, pause_s=0.05)
-    assert status.split()[1] == b"201"
+    chunks = _chunked(pieces) + [b"0\r\n\r\n"]
+    status = await _post_raw(
+        live.url, "/v2/jobs", "Transfer-Encoding: chunked\r\n", chunks, pause_s=0.05
+    )
+    assert status == b"201"
     row = await store.pool.fetchrow("SELECT job_type, variables FROM jobs")
     assert row["job_type"] == "chunked"
     assert row["variables"] == {"n": 3}
