@@ -2,8 +2,11 @@
 
 httpx costs ~3 ms of CPU per request on this 2-core machine, more than the server spends
 answering; a benchmark of the server must not be a benchmark of its client.  This client
-speaks just what Jobfair's answers need (Content-Length bodies, keep-alive) over asyncio
-streams, one request at a time per connection.
+speaks just what Jobfair's answers need (Content-Length bodies, keep-alive), one request
+at a time per connection.  ``Connection`` is an asyncio protocol that parses each answer
+as its bytes arrive: in a drain of 32 workers it spent ~65 µs of CPU per job where asyncio
+streams (a readline per header) spent ~80, CPU the server and PostgreSQL share on this
+machine.
 """
 
 from __future__ import annotations
@@ -26,21 +29,65 @@ class Response:
         return orjson.loads(self.body)
 
 
+class _Answers(asyncio.Protocol):
+    """Reads one answer per request: a status line, headers, a Content-Length body."""
+
+    def __init__(self) -> None:
+        self.buffer = b""
+        self.waiter: asyncio.Future[Response] | None = None
+        self.lost: BaseException | None = None
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self.buffer + data if self.buffer else data
+        end = buffer.find(b"\r\n\r\n")
+        if end < 0:
+            self.buffer = buffer
+            return
+        head = buffer[:end]
+        length = _content_length(head)
+        whole = end + 4 + length
+        if len(buffer) < whole:
+            self.buffer = buffer
+            return
+        self.buffer = buffer[whole:]
+        waiter, self.waiter = self.waiter, None
+        if waiter is not None and not waiter.done():  # not a request given up meanwhile
+            waiter.set_result(Response(int(head[9:12]), buffer[end + 4 : whole]))
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.lost = exc or ConnectionResetError("the server closed the connection")
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(self.lost)
+
+
+def _content_length(head: bytes) -> int:
+    at = head.find(b"content-length:")  # uvicorn's spelling; others may capitalise
+    if at < 0:
+        at = head.lower().find(b"content-length:")
+        if at < 0:
+            return 0
+    stop = head.find(b"\r\n", at)
+    return int(head[at + 15 : stop if stop >= 0 else len(head)])
+
+
 class Connection:
-    def __init__(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str
-    ) -> None:
-        self.reader = reader
-        self.writer = writer
+    def __init__(self, transport: asyncio.Transport, answers: _Answers, host: str) -> None:
+        self.transport = transport
+        self.answers = answers
         self.host = host.encode()
+        self.loop = asyncio.get_running_loop()
 
     @classmethod
     async def open(cls, base: str) -> Connection:
         u = urlsplit(base)
-        reader, writer = await asyncio.open_connection(u.hostname, u.port)
-        return cls(reader, writer, f"{u.hostname}:{u.port}")
+        loop = asyncio.get_running_loop()
+        host, port = u.hostname or "127.0.0.1", u.port or 80
+        transport, answers = await loop.create_connection(_Answers, host, port)
+        return cls(transport, answers, f"{host}:{port}")
 
     async def request(self, method: str, path: str, body: Any = None) -> Response:
+        if self.answers.lost is not None:
+            raise self.answers.lost
         payload = b"" if body is None else (body if isinstance(body, bytes) else orjson.dumps(body))
         head = (
             f"{method} {path} HTTP/1.1\r\nHost: ".encode()
@@ -49,26 +96,15 @@ class Connection:
             + str(len(payload)).encode()
             + b"\r\n\r\n"
         )
-        self.writer.write(head + payload)
-        status_line = await self.reader.readline()
-        status = int(status_line.split(b" ", 2)[1])
-        length = 0
-        while True:
-            line = await self.reader.readline()
-            if line in (b"\r\n", b""):
-                break
-            name, _, value = line.partition(b":")
-            if name.lower() == b"content-length":
-                length = int(value)
-        data = await self.reader.readexactly(length) if length else b""
-        return Response(status, data)
+        waiter = self.answers.waiter = self.loop.create_future()
+        self.transport.write(head + payload)
+        return await waiter
 
     async def post(self, path: str, body: Any = None) -> Response:
         return await self.request("POST", path, body)
 
     async def close(self) -> None:
-        self.writer.close()
-        await self.writer.wait_closed()
+        self.transport.close()
 
 
 class EventStream:
