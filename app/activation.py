@@ -21,7 +21,7 @@ from app.coalescing import Coalescer
 from app.config import Settings
 from app.domain import utcnow
 from app.scheduler import Aging, Lane, allocate
-from app.store import LaneRow, LeadAsk, Share, Store
+from app.store import Charges, LaneRow, LeadAsk, Share, Store, TypeConfig
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +54,11 @@ TenantFilter = tuple[str, ...] | None
 
 
 class _Charges:
-    """One job type's lane charges not yet written.  Charges that arrive while a write
-    runs go into the next one, as GroupCommit does for completions: under load one
-    statement carries the charges of many activations."""
+    """One job type's lane charges not yet written.  The next lane read of the type in
+    this process carries them in its own statement (read_lanes); charges that no read
+    takes are written by a writer task.  Charges that arrive while a write runs go into
+    the next one, as GroupCommit does for completions: under load one statement carries
+    the charges of many activations."""
 
     def __init__(self) -> None:
         self.claimed: Counter[str] = Counter()
@@ -65,18 +67,24 @@ class _Charges:
         self._next: asyncio.Future[None] | None = None  # done when `claimed` is written
         self._writing: asyncio.Future[None] | None = None  # done when the write in flight is
 
-    def add(self, claimed: Counter[str], strides: dict[str, float]) -> None:
+    def add(self, claimed: Counter[str], strides: Mapping[str, float]) -> None:
         if self._next is None:
             self._next = asyncio.get_running_loop().create_future()
         self.claimed.update(claimed)
         self.strides.update(strides)
 
-    def take(self) -> tuple[Counter[str], dict[str, float], asyncio.Future[None]]:
-        """The charges to write now, and the future to resolve once they are written."""
+    def take(self) -> tuple[Charges, asyncio.Future[None]]:
+        """The charges to write now, and the future to resolve once they are written (or
+        have failed): the write in flight until then."""
         assert self._next is not None
-        taken = (self.claimed, self.strides, self._next)
+        taken = ((self.claimed, self.strides), self._next)
         self.claimed, self.strides, self._next, self._writing = Counter(), {}, None, self._next
         return taken
+
+    async def none_in_flight(self) -> None:
+        """Until no write is in flight (one may start while another is awaited)."""
+        while self._writing is not None and not self._writing.done():
+            await asyncio.wait([self._writing])
 
     async def written(self) -> None:
         """Until every charge added so far has been written (or has failed)."""
@@ -114,12 +122,15 @@ class ActivationService:
             # few jobs for free.  Nothing is lost either way.
             log.warning("%s failed: %r", what, task.exception())
 
-    def _charge(self, job_type: str, claimed: Counter[str], strides: dict[str, float]) -> None:
+    def _charge(self, job_type: str, claimed: Counter[str], strides: Mapping[str, float]) -> None:
         """Charge the lanes after the claim, off the response path: the jobs go out while
-        the charge commits.  The next read of this type's lanes in this process waits for
-        it (_charged), so one activator calling in sequence always sees its own charges;
-        activators in other processes may read a lane a moment before its charge, as they
-        may read it while a claim is in flight."""
+        the charge commits.  Under load the next round of this type takes the charges
+        into its lane read (_read_lanes) before the writer task first runs, so a round
+        costs no statement of its own for them and does not wait for one.  A later read
+        of this type's lanes in this process sees every charge made before it, so one
+        activator calling in sequence always sees its own charges; activators in other
+        processes may read a lane a moment before its charge, as they may read it while
+        a claim is in flight."""
         charges = self._charges[job_type]
         charges.add(claimed, strides)
         if charges.writer is None:
@@ -128,9 +139,9 @@ class ActivationService:
     async def _write_charges(self, job_type: str, charges: _Charges) -> None:
         try:
             while charges.claimed:
-                claimed, strides, done = charges.take()
+                taken, done = charges.take()
                 try:
-                    await self.store.charge_lanes(job_type, claimed, strides)
+                    await self.store.charge_lanes(job_type, taken)
                 except Exception as exc:  # uncharged lanes got a few jobs free; that is all
                     log.warning("charging lanes failed: %r", exc)
                 finally:
@@ -142,6 +153,27 @@ class ActivationService:
         charges = self._charges.get(job_type)
         if charges is not None:
             await charges.written()
+
+    async def _read_lanes(
+        self, job_type: str, limit: int, exclude: Sequence[str], tenant_ids: Sequence[str] | None
+    ) -> tuple[TypeConfig, list[LaneRow], list[str]]:
+        """store.read_lanes, after every charge of this type made so far: those not yet
+        written ride in the read's statement, after any write already in flight."""
+        charges = self._charges.get(job_type)
+        if charges is not None:
+            await charges.none_in_flight()
+        if charges is None or not charges.claimed:
+            await self._charged(job_type)
+            return await self.store.read_lanes(job_type, limit, exclude, tenant_ids)
+        taken, done = charges.take()
+        try:
+            return await self.store.read_lanes(job_type, limit, exclude, tenant_ids, taken)
+        except Exception:
+            # The statement was rolled back: nothing was charged.  The writer owes them.
+            self._charge(job_type, *taken)
+            raise
+        finally:
+            done.set_result(None)
 
     async def settle(self) -> None:
         """Wait for follow-up work (lane charges and parking) of finished activations."""
@@ -278,10 +310,9 @@ class ActivationService:
         lacking = [req.max_jobs for req in reqs]
         for _ in range(MAX_ROUNDS):
             self.queries += 1
-            await self._charged(job_type)
             remaining = sum(lacking)
             limit = remaining + LANE_SLACK
-            cfg, rows, empty = await self.store.read_lanes(
+            cfg, rows, empty = await self._read_lanes(
                 job_type, limit, sorted(exclude), first.tenant_ids
             )
             aging = self.resolve_aging(cfg.aging_interval_ms, cfg.aging_step)

@@ -210,14 +210,50 @@ WITH ready_lanes AS (
        + (SELECT count(*) FROM woken)
 """
 
+# Charges lanes of job type $1 their claimed jobs x stride of virtual time: the CTEs
+# ``charge`` and ``charged`` (tenant_id and new vtime of each lane charged), with
+# ``tenants``, ``counts`` and ``strides`` the parameters of the three arrays.
+# Locks: the lane rows, in tenant order (the sub-select's sort sits below its row
+# locking), until the statement commits -- asynchronously (synchronous_commit = off for
+# its own transaction only, set only when a lane is charged): a crash can forget the
+# last few hundred milliseconds of charges, which fences nothing; the claim it accounts
+# for was durable before it ran.
+_CHARGE = """charge AS (
+    -- Each charged lane found by key and locked, in tenant order.
+    SELECT x.tenant_id, c.n, c.stride
+    FROM unnest({tenants}::text[], {counts}::int[], {strides}::float8[])
+         AS c(tenant_id, n, stride)
+    JOIN lanes x ON x.job_type = $1 AND x.tenant_id = c.tenant_id
+    ORDER BY x.tenant_id
+    FOR NO KEY UPDATE OF x
+),
+charged AS (
+    UPDATE lanes l
+    SET vtime = l.vtime + c.n * c.stride, activated_total = l.activated_total + c.n
+    FROM charge c
+    -- ANY(ARRAY(...)) keeps the update to one lanes_pkey probe per charged lane, as in
+    -- the claim.  (An IN (...) of the locked keys made the generic plan a semi join
+    -- comparing every charged lane with every other: 21 ms for 400 lanes, against 15 ms
+    -- by key.)
+    WHERE l.job_type = $1 AND l.tenant_id = ANY(ARRAY(SELECT tenant_id FROM charge))
+      AND l.tenant_id = c.tenant_id
+      AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
+    RETURNING l.tenant_id, l.vtime
+)"""
+
 # -- name: read_lanes
-# The job type's configuration, then the backlogged lanes of that type with the smallest
-# virtual time, their tenants' weight and cap, and whether the lane has a CREATED job
-# right now (one round trip).  A lane stays active for a while after its last job went
-# (until an activation parks it); ``ready`` keeps allocation off such lanes, which would
-# otherwise cost a claim round each.  Index: lanes_type_vtime_idx (job_type, active,
-# vtime, tenant_id), a range scan of at most $2 + len($3) rows, and, when $2 is at most
-# PROBED_LANES, one probe of jobs_ready_idx per lane (else all count as ready).  No locks.
+# First charges the lanes the previous rounds claimed from ($4, $5, $6, as _CHARGE; empty
+# arrays charge nothing), saving the round a statement and the wait for a separate charge
+# to commit.  Then reads the job type's configuration, and the backlogged lanes of that
+# type with the smallest virtual time, their tenants' weight and cap, and whether the
+# lane has a CREATED job right now (one round trip).  The read's snapshot predates the
+# charge, so a charged lane's new vtime comes from ``charged``; charges only move lanes
+# later, so the first $2 lanes by new vtime are among the first $2 + len($4) by old.  A
+# lane stays active for a while after its last job went (until an activation parks it);
+# ``ready`` keeps allocation off such lanes, which would otherwise cost a claim round
+# each.  Index: lanes_type_vtime_idx (job_type, active, vtime, tenant_id), a range scan
+# of at most $2 + len($3) + len($4) rows, and, when $2 is at most PROBED_LANES, one probe
+# of jobs_ready_idx per lane (else all count as ready).  Locks: the charged lanes only.
 # Whether lane ``l`` of job type $1 has a ready job: one descent of jobs_ready_idx.
 # min(), not EXISTS: the min/max rewrite always descends jobs_ready_idx, where EXISTS let
 # the generic plan scan the heap for a first match (660 ms at 1M).  min(), not max(): it
@@ -227,16 +263,26 @@ _LANE_READY = """(SELECT min(j.priority) FROM jobs j
           WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = l.tenant_id)
          IS NOT NULL"""
 _READ_LANES = """
+WITH {charge},
+config AS (
+    SELECT t.max_active_jobs AS type_cap, t.aging_interval_ms, t.aging_step
+    FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1
+)
 SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
-       NULL::int AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
-       t.aging_step, NULL::bool AS ready
-FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1
+       NULL::int AS max_active_jobs, c.type_cap, c.aging_interval_ms, c.aging_step,
+       NULL::bool AS ready
+FROM config c
 UNION ALL
-(SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1), t.max_active_jobs, NULL, NULL, NULL,
-        CASE WHEN $2 <= {probed} THEN {ready} ELSE true END
- FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
- WHERE l.job_type = $1 AND l.active AND l.tenant_id <> ALL($3::text[]) {tenants}
- ORDER BY l.vtime, l.tenant_id
+(SELECT r.tenant_id, COALESCE(ch.vtime, r.vtime), r.weight, r.max_active_jobs, NULL, NULL,
+        NULL, r.ready
+ FROM (SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight, t.max_active_jobs,
+              CASE WHEN $2 <= {probed} THEN {ready} ELSE true END AS ready
+       FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
+       WHERE l.job_type = $1 AND l.active AND l.tenant_id <> ALL($3::text[]) {tenants}
+       ORDER BY l.vtime, l.tenant_id
+       LIMIT $2 + cardinality($4::text[])) r
+ LEFT JOIN charged ch ON ch.tenant_id = r.tenant_id
+ ORDER BY COALESCE(ch.vtime, r.vtime), r.tenant_id
  LIMIT $2)
 """
 # Reads of at most this many lanes probe each for a ready job: small activations (long
@@ -244,13 +290,21 @@ UNION ALL
 # over 108 lanes) is not probed: there the probes cost more drain throughput (~7 % with
 # 10,000 tenants) than the rare short round they save.
 PROBED_LANES = 16
-READ_LANES = _READ_LANES.format(tenants="", probed=PROBED_LANES, ready=_LANE_READY)
+READ_LANES = _READ_LANES.format(
+    charge=_CHARGE.format(tenants="$4", counts="$5", strides="$6"),
+    tenants="",
+    probed=PROBED_LANES,
+    ready=_LANE_READY,
+)
 
 # -- name: read_lanes_of_tenants
 # As read_lanes, restricted to the caller's tenantIds.  A statement of its own (not an
-# "$4 IS NULL OR" branch) so that its generic plan can use lanes pkey.
+# "$7 IS NULL OR" branch) so that its generic plan can use lanes pkey.
 READ_LANES_OF_TENANTS = _READ_LANES.format(
-    tenants="AND l.tenant_id = ANY($4::text[])", probed=PROBED_LANES, ready=_LANE_READY
+    charge=_CHARGE.format(tenants="$4", counts="$5", strides="$6"),
+    tenants="AND l.tenant_id = ANY($7::text[])",
+    probed=PROBED_LANES,
+    ready=_LANE_READY,
 )
 
 # -- name: type_config
@@ -456,30 +510,12 @@ CLAIM_LEAD_OF_TENANTS = _claim_lead("AND l.tenant_id = ANY($9::text[])")
 
 
 # -- name: charge_lanes
-# Charges each lane (jobs claimed) x stride of virtual time, after the claim committed
-# (so no claim holds lane rows across its WAL flush; ADR 001).
-# Locks: the lane rows, in tenant order (the sub-select's sort sits below its row
-# locking), until this statement commits -- asynchronously (synchronous_commit = off for
-# its own transaction only): a crash can forget the last few hundred milliseconds of
-# charges, which fences nothing; the claim it accounts for was durable before it ran.
-CHARGE_LANES = """
-WITH charge AS (
-    -- Each charged lane found by key and locked, in tenant order.
-    SELECT x.tenant_id, c.n, c.stride
-    FROM unnest($2::text[], $3::int[], $4::float8[]) AS c(tenant_id, n, stride)
-    JOIN lanes x ON x.job_type = $1 AND x.tenant_id = c.tenant_id
-    ORDER BY x.tenant_id
-    FOR NO KEY UPDATE OF x
-)
-UPDATE lanes l
-SET vtime = l.vtime + c.n * c.stride, activated_total = l.activated_total + c.n
-FROM charge c
--- ANY(ARRAY(...)) keeps the update to one lanes_pkey probe per charged lane, as in the
--- claim.  (An IN (...) of the locked keys made the generic plan a semi join comparing
--- every charged lane with every other: 21 ms for 400 lanes, against 15 ms by key.)
-WHERE l.job_type = $1 AND l.tenant_id = ANY(ARRAY(SELECT tenant_id FROM charge))
-  AND l.tenant_id = c.tenant_id
-  AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
+# Charges each lane (jobs claimed) x stride of virtual time ($2, $3, $4: tenants, jobs,
+# strides), after the claim committed (so no claim holds lane rows across its WAL flush;
+# ADR 001).  read_lanes carries the same charge (_CHARGE) in front of its read.
+CHARGE_LANES = f"""
+WITH {_CHARGE.format(tenants="$2", counts="$3", strides="$4")}
+SELECT count(*) FROM charged
 """
 
 # -- name: park_lanes
@@ -801,6 +837,10 @@ class Share(NamedTuple):
     n: int
 
 
+# Lane charges: jobs claimed per tenant, and each tenant's stride (1 / weight).
+Charges = tuple[Counter[str], Mapping[str, float]]
+
+
 @dataclass(frozen=True, slots=True)
 class TypeConfig:
     max_active_jobs: int | None
@@ -851,6 +891,15 @@ def _share_arrays(
     return [share.worker for share in shares], deadlines, starts
 
 
+def _charge_arrays(charges: Charges | None) -> tuple[list[str], list[int], list[float]]:
+    """_CHARGE's three arrays, in tenant order."""
+    if charges is None:
+        return [], [], []
+    claimed, strides = charges
+    tenants = sorted(claimed)
+    return tenants, [claimed[t] for t in tenants], [strides[t] for t in tenants]
+
+
 async def _init_connection(conn: asyncpg.Connection) -> None:
     await conn.set_type_codec(
         "jsonb", encoder=_encode_jsonb, decoder=orjson.loads, schema="pg_catalog"
@@ -870,10 +919,10 @@ def _warm_up_calls() -> list[tuple[str, tuple[Any, ...]]]:
         (INSERT_JOBS, ("[]", now, DEFAULT_TENANT, DEFAULT_PRIORITY, DEFAULT_RETRIES)),
         (INSERT_JOB_QUIET, ("[]", now, DEFAULT_TENANT, DEFAULT_PRIORITY, DEFAULT_RETRIES)),
         (GET_JOB, (-1,)),
-        (READ_LANES, ("", 1, [])),
+        (READ_LANES, ("", 1, [], [], [], [])),
         # The same with a tenant filter: a worker that names its tenants (as Camunda's
         # clients do) reads with these.
-        (READ_LANES_OF_TENANTS, ("", 1, [], [])),
+        (READ_LANES_OF_TENANTS, ("", 1, [], [], [], [], [])),
         (CLAIM, ("", [], [], now, [], [], 0, 1, False, [])),
         (CLAIM_LEAD, ("", now, [], [], 0, 1, False, [])),
         (CLAIM_LEAD_OF_TENANTS, ("", now, [], [], 0, 1, False, [], [])),
@@ -1069,16 +1118,24 @@ class Store:
 
     # -- activation ------------------------------------------------------------------
 
+    @retry_deadlock
     async def read_lanes(
-        self, job_type: str, limit: int, exclude: Sequence[str], tenant_ids: Sequence[str] | None
+        self,
+        job_type: str,
+        limit: int,
+        exclude: Sequence[str],
+        tenant_ids: Sequence[str] | None,
+        charges: Charges | None = None,
     ) -> tuple[TypeConfig, list[LaneRow], list[str]]:
-        """The type's configuration, the lanes read that have a ready job, and the
-        tenants of those that have none (to be parked)."""
+        """Charge ``charges`` (jobs claimed and stride per tenant) first, then read: the
+        type's configuration, the lanes read that have a ready job, and the tenants of
+        those that have none (to be parked)."""
+        charge = _charge_arrays(charges)
         if tenant_ids is None:
-            rows = await self.pool.fetch(READ_LANES, job_type, limit, list(exclude))
+            rows = await self.pool.fetch(READ_LANES, job_type, limit, list(exclude), *charge)
         else:
             rows = await self.pool.fetch(
-                READ_LANES_OF_TENANTS, job_type, limit, list(exclude), list(tenant_ids)
+                READ_LANES_OF_TENANTS, job_type, limit, list(exclude), *charge, list(tenant_ids)
             )
         cfg = TypeConfig(rows[0][4], rows[0][5], rows[0][6])
         ready = [LaneRow(r[0], r[1], r[2], r[3]) for r in rows[1:] if r[7]]
@@ -1154,18 +1211,9 @@ class Store:
         return key, (None if row["job_key"] is None else row)
 
     @retry_deadlock
-    async def charge_lanes(
-        self, job_type: str, claimed: Counter[str], strides: dict[str, float]
-    ) -> None:
+    async def charge_lanes(self, job_type: str, charges: Charges) -> None:
         """Charge each lane its claimed jobs x stride (charge_lanes), after the claim."""
-        tenants = sorted(claimed)
-        await self.pool.execute(
-            CHARGE_LANES,
-            job_type,
-            tenants,
-            [claimed[t] for t in tenants],
-            [strides[t] for t in tenants],
-        )
+        await self.pool.execute(CHARGE_LANES, job_type, *_charge_arrays(charges))
 
     async def _claim_capped(
         self,

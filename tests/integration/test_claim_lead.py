@@ -104,7 +104,7 @@ async def test_each_lead_claim_takes_the_full_rounds_first_job(store):
         assert row["state"] == "ACTIVATED" and row["worker"] == "w"
         tenant = row["tenant_id"]
         assert row["lane_weight"] == {"a": 1, "b": 2, "c": 5}[tenant]
-        await store.charge_lanes(TYPE, Counter({tenant: 1}), {tenant: 1 / row["lane_weight"]})
+        await store.charge_lanes(TYPE, (Counter({tenant: 1}), {tenant: 1 / row["lane_weight"]}))
         taken.append(row["job_key"])
     assert len(taken) == 14
     assert old in taken[:2]  # aged to 100: b's first job, ahead of its priority-90 jobs

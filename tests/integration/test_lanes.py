@@ -7,6 +7,9 @@ import asyncio
 import random
 from collections import Counter
 
+import asyncpg
+import pytest
+
 from app.activation import LANE_SLACK, ActivateRequest, ActivationService
 from app.api.schemas import CreateJob
 from app.config import Settings
@@ -199,3 +202,44 @@ async def test_charges_made_while_one_is_written_are_all_written_before_the_next
     await service._charged("race")  # what the next read of this job type waits for
     rows = await store.pool.fetch("SELECT tenant_id, activated_total FROM lanes")
     assert {r["tenant_id"]: r["activated_total"] for r in rows} == dict(claimed)
+
+
+async def _lanes(store) -> dict[str, tuple[float, int]]:
+    rows = await store.pool.fetch("SELECT tenant_id, vtime, activated_total FROM lanes")
+    return {r["tenant_id"]: (r["vtime"], r["activated_total"]) for r in rows}
+
+
+async def test_a_lane_read_carries_the_charges_not_yet_written(store, monkeypatch):
+    """Under load a round's lane read takes the previous round's charges into its own
+    statement: it ranks the lanes by their charged vtimes, no charge statement of their
+    own is made, and nothing is charged twice."""
+    service = ActivationService(store, Settings())
+    writes: list[object] = []
+    write = store.charge_lanes
+
+    async def counted(*args):
+        writes.append(args)
+        await write(*args)
+
+    monkeypatch.setattr(store, "charge_lanes", counted)
+    await store.insert_jobs([_job(t) for t in ("a", "b")], utcnow())
+    assert await _lanes(store) == {"a": (0.0, 0), "b": (0.0, 0)}
+    service._charge("race", Counter({"a": 3}), {"a": 0.5})
+    _, ready, _ = await service._read_lanes("race", 1, [], None)
+    # Room for one lane: "a" led by tenant order, but its charge moved it behind "b".
+    assert [(lane.tenant_id, lane.vtime) for lane in ready] == [("b", 0.0)]
+    _, ready, _ = await service._read_lanes("race", 2, [], None)
+    assert [(lane.tenant_id, lane.vtime) for lane in ready] == [("b", 0.0), ("a", 1.5)]
+    await service.settle()  # the writer task found nothing left to write
+    assert writes == []
+    assert await _lanes(store) == {"a": (1.5, 3), "b": (0.0, 0)}
+
+
+async def test_charges_a_failed_lane_read_carried_are_written_after_all(store):
+    service = ActivationService(store, Settings())
+    await store.insert_jobs([_job(t) for t in ("a", "b")], utcnow())
+    service._charge("race", Counter({"a": 2}), {"a": 1.0})
+    with pytest.raises(asyncpg.PostgresError):  # a negative LIMIT: the statement fails
+        await service._read_lanes("race", -100, [], None)
+    await service._charged("race")
+    assert await _lanes(store) == {"a": (2.0, 2), "b": (0.0, 0)}
