@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 from pydantic import ValidationError
 
-from app import embedded, migrations
+from app import embedded, migrations, supervisor
 from app.config import Settings, is_loopback
 
 cli = typer.Typer(add_completion=False, no_args_is_help=True, help="Jobfair job activation service")
@@ -82,21 +82,27 @@ def serve(
     # let atexit stop the embedded PostgreSQL).
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _exit_cleanly)
-    uvicorn.run(
-        "app.asgi:app",
-        host=settings.host,
-        port=settings.port,
-        workers=settings.workers,
-        loop="uvloop",
-        http="httptools",
-        log_level=log_level,
-        access_log=False,
+    options: dict[str, Any] = {
+        "loop": "uvloop",
+        "http": "httptools",
+        "log_level": log_level,
+        "access_log": False,
         # Nothing here reads the client's address, so X-Forwarded-* need not be parsed
         # on every request.
-        proxy_headers=False,
-        timeout_graceful_shutdown=10,
-        timeout_keep_alive=IDLE_CONNECTION_TIMEOUT_S,
-    )
+        "proxy_headers": False,
+        "timeout_graceful_shutdown": 10,
+        "timeout_keep_alive": IDLE_CONNECTION_TIMEOUT_S,
+    }
+    if settings.workers == 1:
+        uvicorn.run("app.asgi:app", host=settings.host, port=settings.port, **options)
+    else:
+        # A listening socket per process, not uvicorn's one shared socket (see supervisor).
+        try:
+            supervisor.refuse_if_taken(settings.host, settings.port)
+        except OSError as exc:
+            typer.echo(f"cannot listen on {settings.host}:{settings.port}: {exc}", err=True)
+            raise typer.Exit(1) from None
+        supervisor.serve("app.asgi:app", settings.host, settings.port, settings.workers, options)
 
 
 def _exit_cleanly(signum: int, frame: object) -> None:
