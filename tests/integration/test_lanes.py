@@ -10,7 +10,7 @@ from collections import Counter
 import asyncpg
 import pytest
 
-from app.activation import LANE_SLACK, ActivateRequest, ActivationService
+from app.activation import CARRIED_LANES, LANE_SLACK, ActivateRequest, ActivationService
 from app.api.schemas import CreateJob
 from app.config import Settings
 from app.domain import utcnow
@@ -243,3 +243,24 @@ async def test_charges_a_failed_lane_read_carried_are_written_after_all(store):
         await service._read_lanes("race", -100, [], None)
     await service._charged("race")
     assert await _lanes(store) == {"a": (2.0, 2), "b": (0.0, 0)}
+
+
+async def test_a_charge_of_many_lanes_is_written_before_the_read(store, monkeypatch):
+    """A round's charge of more than CARRIED_LANES lanes is not carried (it would make the
+    read scan as many lanes more): the writer writes it and the read waits for it."""
+    service = ActivationService(store, Settings())
+    tenants = [f"t{i:02}" for i in range(CARRIED_LANES + 1)]
+    await store.insert_jobs([_job(t) for t in tenants], utcnow())
+    reads: list[object] = []
+    read = store.read_lanes
+
+    async def seen(*args):
+        reads.append(args[4:])  # what the read carried
+        return await read(*args)
+
+    monkeypatch.setattr(store, "read_lanes", seen)
+    service._charge("race", Counter(tenants), dict.fromkeys(tenants, 1.0))
+    _, ready, _ = await service._read_lanes("race", 1, [], None)
+    assert reads == [()]
+    assert await _lanes(store) == dict.fromkeys(tenants, (1.0, 1))
+    assert [(lane.tenant_id, lane.vtime) for lane in ready] == [("t00", 1.0)]
