@@ -9,7 +9,8 @@ process binds its own socket to the same address with ``SO_REUSEPORT``, and the 
 spreads new connections over the processes by their address hash.
 
 The supervisor starts ``workers`` processes, starts another when one dies (a process that
-exits cleanly was stopped on purpose and is not replaced), and on SIGTERM or SIGINT asks
+exits cleanly was stopped on purpose and is not replaced; one whose app failed to start
+stops them all, exit code 3, as a single process would), and on SIGTERM or SIGINT asks
 each to stop gracefully (uvicorn answers what is in flight), then waits for them.
 """
 
@@ -24,6 +25,8 @@ import socket
 from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
 from typing import Any
+
+from uvicorn.config import STARTUP_FAILURE
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +52,11 @@ def serve(app: str, host: str, port: int, workers: int, options: dict[str, Any])
         while processes:
             wait([p.sentinel for p in processes])
             for i, process in enumerate(processes):
+                if process.exitcode == STARTUP_FAILURE:
+                    # Its app failed to start, as every replacement would: give up, as
+                    # one process would (and as uvicorn's supervisor does).
+                    log.error("server process %s failed to start; stopping", process.pid)
+                    raise SystemExit(STARTUP_FAILURE)
                 if process.exitcode not in (None, 0):
                     log.warning(
                         "server process %s exited (%s); starting another",

@@ -144,3 +144,12 @@ async def test_a_port_in_use_is_refused(spawn_server, db_url):
     assert second.returncode == 1
     assert b"cannot listen on" in stderr
     _stop(server)
+
+
+async def test_a_process_whose_app_fails_to_start_stops_the_server(spawn_server, store):
+    """Exit code 3, as one process would, not a loop of replacements failing the same way.
+    Here each process's pool asks for more connections than PostgreSQL allows."""
+    allowed = int(await store.pool.fetchval("SHOW max_connections"))
+    server = spawn_server(JOBFAIR_WORKERS="2", JOBFAIR_DB_POOL_SIZE=str(allowed + 1))
+    assert await asyncio.to_thread(server.proc.wait, 60) == 3
+    assert b"failed to start; stopping" in server.log.read_bytes()
