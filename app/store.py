@@ -263,15 +263,11 @@ _LANE_READY = """(SELECT min(j.priority) FROM jobs j
           WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = l.tenant_id)
          IS NOT NULL"""
 _READ_LANES = """
-WITH {charge},
-config AS (
-    SELECT t.max_active_jobs AS type_cap, t.aging_interval_ms, t.aging_step
-    FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1
-)
+WITH {charge}
 SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
-       NULL::int AS max_active_jobs, c.type_cap, c.aging_interval_ms, c.aging_step,
-       NULL::bool AS ready
-FROM config c
+       NULL::int AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
+       t.aging_step, NULL::bool AS ready
+FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1
 UNION ALL
 (SELECT r.tenant_id, COALESCE(ch.vtime, r.vtime), r.weight, r.max_active_jobs, NULL, NULL,
         NULL, r.ready
@@ -290,8 +286,9 @@ UNION ALL
 # over 108 lanes) is not probed: there the probes cost more drain throughput (~7 % with
 # 10,000 tenants) than the rare short round they save.
 PROBED_LANES = 16
+_READ_CHARGE = _CHARGE.format(tenants="$4", counts="$5", strides="$6")
 READ_LANES = _READ_LANES.format(
-    charge=_CHARGE.format(tenants="$4", counts="$5", strides="$6"),
+    charge=_READ_CHARGE,
     tenants="",
     probed=PROBED_LANES,
     ready=_LANE_READY,
@@ -301,7 +298,7 @@ READ_LANES = _READ_LANES.format(
 # As read_lanes, restricted to the caller's tenantIds.  A statement of its own (not an
 # "$7 IS NULL OR" branch) so that its generic plan can use lanes pkey.
 READ_LANES_OF_TENANTS = _READ_LANES.format(
-    charge=_CHARGE.format(tenants="$4", counts="$5", strides="$6"),
+    charge=_READ_CHARGE,
     tenants="AND l.tenant_id = ANY($7::text[])",
     probed=PROBED_LANES,
     ready=_LANE_READY,

@@ -1,12 +1,11 @@
 """Several server processes, each accepting on a listening socket of its own.
 
 uvicorn's own ``--workers`` shares one listening socket among its processes, and the
-process that wakes first takes whatever connections are waiting: the 32 connections a
-pool of workers opens at once often all landed in one process, which then answered every
-call on one core while the other idled (in 2 of 6 drains of 32 workers, 2,560 and 2,586
-jobs/s at 65 % busy, against 3,018-3,715 at ~90 % when they were spread).  Here each
-process binds its own socket to the same address with ``SO_REUSEPORT``, and the kernel
-spreads new connections over the processes by their address hash.
+process that wakes first takes whatever connections are waiting: in 2 of 6 drains the 32
+connections of a pool of workers all landed in one process, which kept them while they
+were kept alive and left the other idle (ADR 013).  Here each process binds its own
+socket to the same address with ``SO_REUSEPORT``, and the kernel spreads new connections
+over the processes by their address hash.
 
 The supervisor starts ``workers`` processes, starts another when one dies (a process that
 exits cleanly was stopped on purpose and is not replaced; one whose app failed to start

@@ -99,8 +99,8 @@ def postmaster_pid(pgdata: Path) -> int:
 
 
 def server_pid(base: str) -> int:
-    """The ``jobfair serve`` process answering on ``base``: the one listening or, when its
-    workers share the socket, their parent."""
+    """The ``jobfair serve`` process answering on ``base``: the one listening or, when it
+    runs several processes, their supervisor."""
     port = int(base.rsplit(":", 1)[1])
     for conn in psutil.net_connections("tcp"):
         if conn.laddr and conn.laddr.port == port and conn.status == "LISTEN" and conn.pid:
