@@ -70,7 +70,8 @@ class _Charges:
         self.strides: dict[str, float] = {}
         self.writer: asyncio.Task[Any] | None = None
         self._next: asyncio.Future[None] | None = None  # done when `claimed` is written
-        self._writing: asyncio.Future[None] | None = None  # done when the write in flight is
+        # Done when each write in flight is: the writer's and a lane read's may overlap.
+        self._writing: set[asyncio.Future[None]] = set()
 
     def add(self, claimed: Counter[str], strides: Mapping[str, float]) -> None:
         if self._next is None:
@@ -80,20 +81,21 @@ class _Charges:
 
     def take(self) -> tuple[Charges, asyncio.Future[None]]:
         """The charges to write now, and the future to resolve once they are written (or
-        have failed): the write in flight until then."""
+        have failed): a write in flight until then."""
         assert self._next is not None
         taken = ((self.claimed, self.strides), self._next)
-        self.claimed, self.strides, self._next, self._writing = Counter(), {}, None, self._next
+        self._writing = {f for f in self._writing if not f.done()} | {self._next}
+        self.claimed, self.strides, self._next = Counter(), {}, None
         return taken
 
     async def none_in_flight(self) -> None:
         """Until no write is in flight (one may start while another is awaited)."""
-        while self._writing is not None and not self._writing.done():
-            await asyncio.wait([self._writing])
+        while waits := [f for f in self._writing if not f.done()]:
+            await asyncio.wait(waits)
 
     async def written(self) -> None:
         """Until every charge added so far has been written (or has failed)."""
-        waits = [f for f in (self._writing, self._next) if f is not None and not f.done()]
+        waits = [f for f in (*self._writing, self._next) if f is not None and not f.done()]
         if waits:
             await asyncio.wait(waits)
 

@@ -264,3 +264,33 @@ async def test_a_charge_of_many_lanes_is_written_before_the_read(store, monkeypa
     assert reads == [()]
     assert await _lanes(store) == dict.fromkeys(tenants, (1.0, 1))
     assert [(lane.tenant_id, lane.vtime) for lane in ready] == [("t00", 1.0)]
+
+
+async def test_a_lane_read_waits_for_every_charge_in_flight(store):
+    """A read carrying charges and the writer task can both be writing; a later read
+    waits for both, not only the write that started last."""
+    service = ActivationService(store, Settings())
+    await store.insert_jobs([_job(t) for t in ("a", "b")], utcnow())
+
+    async def read_carrying_a() -> object:
+        service._charge("race", Counter({"a": 1}), {"a": 1.0})
+        return await service._read_lanes("race", 2, [], None)  # takes the charge at once
+
+    async with store.pool.acquire() as holder:
+        tx = holder.transaction()
+        await tx.start()
+        await holder.execute("SELECT 1 FROM lanes WHERE tenant_id = 'a' FOR UPDATE")
+        carrying = asyncio.create_task(read_carrying_a())
+        # Until the carrying read waits for the lane's lock: PostgreSQL's state, which
+        # no event here announces.
+        while not await store.pool.fetchval(  # noqa: ASYNC110
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        ):
+            await asyncio.sleep(0.01)
+        service._charge("race", Counter({"b": 1}), {"b": 1.0})  # the writer writes this
+        await service._charges["race"].writer
+        later = asyncio.create_task(service._read_lanes("race", 2, [], None))
+        await tx.rollback()
+    await carrying
+    _, ready, _ = await later
+    assert {(lane.tenant_id, lane.vtime) for lane in ready} == {("a", 1.0), ("b", 1.0)}
