@@ -7,6 +7,11 @@ were kept alive and left the other idle (ADR 013).  Here each process binds its 
 socket to the same address with ``SO_REUSEPORT``, and the kernel spreads new connections
 over the processes by their address hash.
 
+The processes start listening together, once every one of them has started its app
+(its pool connected and warmed up): a server that answers at all answers from every
+process, and no connection waits in the backlog of a process still starting.  A process
+started later, to replace one that died, listens as soon as its own app has started.
+
 The supervisor starts ``workers`` processes, starts another when one dies (a process that
 exits cleanly was stopped on purpose and is not replaced; one whose app failed to start
 stops them all, exit code 3, as a single process would), and on SIGTERM or SIGINT asks
@@ -15,16 +20,19 @@ each to stop gracefully (uvicorn answers what is in flight), then waits for them
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import logging
 import multiprocessing
 import os
 import signal
 import socket
-from multiprocessing.connection import wait
+from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
+from multiprocessing.synchronize import Event
 from typing import Any
 
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.config import STARTUP_FAILURE
 
 log = logging.getLogger(__name__)
@@ -32,6 +40,8 @@ log = logging.getLogger(__name__)
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # How long a worker may take to stop after SIGTERM beyond uvicorn's graceful timeout.
 STOP_GRACE_S = 5.0
+# How often a process waiting for its siblings checks that its supervisor is alive.
+PARENT_CHECK_S = 0.2
 
 
 def serve(app: str, host: str, port: int, workers: int, options: dict[str, Any]) -> None:
@@ -40,16 +50,27 @@ def serve(app: str, host: str, port: int, workers: int, options: dict[str, Any])
     process has stopped cleanly; SystemExit (raised by the caller's signal handlers)
     stops them all and goes through."""
     context = multiprocessing.get_context("spawn")
+    reports, report = context.Pipe(duplex=False)
+    go = context.Event()
 
     def start() -> BaseProcess:
-        process = context.Process(target=_worker, args=(app, host, port, options, os.getpid()))
+        process = context.Process(
+            target=_worker, args=(app, host, port, options, os.getpid(), report, go)
+        )
         process.start()
         return process
 
     processes = [start() for _ in range(workers)]
+    ready = 0
     try:
         while processes:
-            wait([p.sentinel for p in processes])
+            for event in wait([p.sentinel for p in processes] + [reports]):
+                if event is reports:
+                    ready += 1
+                    log.info("server process %s has started", reports.recv())
+                    if ready == workers and not go.is_set():
+                        log.info("all %d server processes have started: listening", workers)
+                        go.set()
             for i, process in enumerate(processes):
                 if process.exitcode == STARTUP_FAILURE:
                     # Its app failed to start, as every replacement would: give up, as
@@ -62,11 +83,14 @@ def serve(app: str, host: str, port: int, workers: int, options: dict[str, Any])
                         process.pid,
                         process.exitcode,
                     )
+                    # The others need not wait for its replacement to start.
+                    go.set()
                     processes[i] = start()
             # One that exited cleanly was stopped on purpose (Ctrl-C reaches every
             # process of the terminal's group): not replaced.
             processes = [p for p in processes if p.exitcode != 0]
     finally:
+        go.set()  # a process still waiting for its siblings would not stop
         _stop(processes, options.get("timeout_graceful_shutdown") or 0)
 
 
@@ -119,15 +143,51 @@ def _stop_with(parent: int) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _worker(app: str, host: str, port: int, options: dict[str, Any], parent: int) -> None:
+class _ListenTogether:
+    """``app``, whose start-up, once complete, is reported to the supervisor, and held
+    until the supervisor says ``go`` (every process has started).  uvicorn listens when
+    the start-up completes, as the ASGI lifespan protocol has servers do."""
+
+    def __init__(self, app: ASGIApp, report: Connection, go: Event, parent: int) -> None:
+        self.app = app
+        self.report = report
+        self.go = go
+        self.parent = parent
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "lifespan":
+            return await self.app(scope, receive, send)
+
+        async def send_when_all_started(message: Message) -> None:
+            if message["type"] == "lifespan.startup.complete":
+                self.report.send(os.getpid())
+                await asyncio.to_thread(self._wait_for_go)
+            await send(message)
+
+        await self.app(scope, receive, send_when_all_started)
+
+    def _wait_for_go(self) -> None:
+        # A supervisor killed outright never says go; this process then starts, sees the
+        # SIGTERM its supervisor's death sent it (_stop_with), and stops.
+        while not self.go.wait(PARENT_CHECK_S) and os.getppid() == self.parent:
+            pass
+
+
+def _worker(
+    app: str,
+    host: str,
+    port: int,
+    options: dict[str, Any],
+    parent: int,
+    report: Connection,
+    go: Event,
+) -> None:
     import uvicorn
+    from uvicorn.importer import import_from_string
 
     _stop_with(parent)
-    config = uvicorn.Config(app, host=host, port=port, **options)
+    # Bound now, so that the address is ours; uvicorn listens once the app has started.
     sock = _listening_socket(host, port)
-    # Listening before the app's start-up (its pool connects and warms up for ~1 s), not
-    # after as uvicorn would: connections that arrive meanwhile wait in this process's
-    # backlog, instead of all going to whichever process started first and staying there
-    # for as long as they are kept alive.
-    sock.listen(config.backlog)
+    gated = _ListenTogether(import_from_string(app), report, go, parent)
+    config = uvicorn.Config(gated, host=host, port=port, **options)
     uvicorn.Server(config).run(sockets=[sock])

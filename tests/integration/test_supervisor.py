@@ -11,13 +11,20 @@ from urllib.parse import urlsplit
 
 import httpx
 import psutil
+import pytest
 
 from tests.fixtures import ServerProcess, wait_ready
 
 
 def _workers(server: ServerProcess) -> list[psutil.Process]:
-    children = psutil.Process(server.proc.pid).children()
-    return [p for p in children if "spawn_main" in " ".join(p.cmdline())]
+    workers = []
+    for child in psutil.Process(server.proc.pid).children():
+        try:
+            if "spawn_main" in " ".join(child.cmdline()):
+                workers.append(child)
+        except psutil.ZombieProcess:  # one that died, not yet reaped by the supervisor
+            pass
+    return workers
 
 
 async def _until(condition, timeout_s: float = 30) -> None:
@@ -153,3 +160,36 @@ async def test_a_process_whose_app_fails_to_start_stops_the_server(spawn_server,
     server = spawn_server(JOBFAIR_WORKERS="2", JOBFAIR_DB_POOL_SIZE=str(allowed + 1))
     assert await asyncio.to_thread(server.proc.wait, 60) == 3
     assert b"failed to start; stopping" in server.log.read_bytes()
+
+
+async def test_no_process_listens_until_every_process_has_started(spawn_server, store):
+    """A connection made while a process is still starting would wait in its backlog
+    (~1 s of pool warm-up) while the others are free.  The processes listen together
+    once every app has started.  Here their start-up is held on a lock (their pools'
+    warm-up touches ``jobs``), then one of them is stopped while the other finishes."""
+    async with store.pool.acquire() as conn:
+        async with conn.transaction():
+            await conn.execute("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE")
+            server = spawn_server(JOBFAIR_WORKERS="2", JOBFAIR_DB_POOL_SIZE="2")
+            u = urlsplit(server.url)
+            waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            # Each pool's first connection warms up before the others open: two waiting
+            # on the lock are one of each process.
+            while await store.pool.fetchval(waiting) < 2:
+                assert server.proc.poll() is None, server.log.read_text()
+                await asyncio.sleep(0.1)
+            with pytest.raises(ConnectionRefusedError):
+                await asyncio.open_connection(u.hostname, u.port)
+            held, other = _workers(server)
+            held.suspend()
+    try:
+        await _until(lambda: b"has started" in server.log.read_bytes())
+        with pytest.raises(ConnectionRefusedError):
+            await asyncio.open_connection(u.hostname, u.port)
+    finally:
+        held.resume()
+    await _ready(server)
+    assert b"all 2 server processes have started: listening" in server.log.read_bytes()
+    port = u.port
+    assert all(len(_listening_sockets(p, port)) == 1 for p in (held, other))
+    _stop(server)
