@@ -151,6 +151,38 @@ def cpu_seconds(processes: list[psutil.Process]) -> float:
     return total
 
 
+def machine_speed(rounds: int = 5) -> dict[str, float]:
+    """How fast this machine runs right now, to read benchmark figures by: the same code
+    ran up to 2.7x slower at some hours than at others (docs/benchmarks.md).  Medians of
+    ``rounds``: milliseconds for a fixed loop of Python (the interpreter's speed), and
+    microseconds for a one-byte round trip over a loopback TCP connection, sent and
+    received in this one thread (the system calls and the kernel's TCP, which a server's
+    per-request cost is mostly made of)."""
+    import socket
+
+    loop_ms, trip_us = [], []
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        a = socket.create_connection(listener.getsockname())
+        b, _ = listener.accept()
+    with a, b:
+        for sock in (a, b):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            total = 0
+            for i in range(300_000):
+                total += i * i % 7
+            loop_ms.append(1e3 * (time.perf_counter() - t0))
+            t0 = time.perf_counter()
+            for _ in range(2_000):
+                a.send(b"x")
+                b.recv(1)
+                b.send(b"y")
+                a.recv(1)
+            trip_us.append(1e6 * (time.perf_counter() - t0) / 2_000)
+    return {"pythonLoopMs": median(loop_ms), "loopbackRoundTripUs": median(trip_us)}
+
+
 @contextmanager
 def plain_server(app: str, workers: int = 1) -> Iterator[str]:
     """Any ASGI app (``module:attr``) under uvicorn on a free port; yields its base URL.

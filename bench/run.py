@@ -24,6 +24,7 @@ from bench.harness import (
     CpuMeter,
     Postgres,
     latency_row,
+    machine_speed,
     median,
     percentile,
     plain_server,
@@ -486,6 +487,13 @@ BENCHES = {
 }
 
 
+def _speed(speed: dict[str, float]) -> str:
+    return (
+        f"Python loop {speed['pythonLoopMs']:.1f} ms, "
+        f"loopback round trip {speed['loopbackRoundTripUs']:.1f} µs (lower is faster)"
+    )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("benches", nargs="*", default=list(BENCHES), choices=[[], *BENCHES])
@@ -526,7 +534,9 @@ def main() -> None:
     args = p.parse_args()
     os.makedirs(ROOT / ".jobfair", exist_ok=True)
     pg = Postgres(ROOT / ".jobfair" / "bench")
-    results: dict[str, Any] = {"machine": {"cpus": os.cpu_count()}, "args": vars(args)}
+    machine: dict[str, Any] = {"cpus": os.cpu_count(), "speedBefore": machine_speed()}
+    results: dict[str, Any] = {"machine": machine, "args": vars(args)}
+    print(f"machine speed before: {_speed(machine['speedBefore'])}", flush=True)
     for name in args.benches or list(BENCHES):
         fn, columns = BENCHES[name]
         t0 = time.monotonic()
@@ -534,6 +544,8 @@ def main() -> None:
         results[name] = rows
         print(f"\n## {name} ({time.monotonic() - t0:.0f} s)\n")
         print(table(rows, columns), flush=True)
+    machine["speedAfter"] = machine_speed()
+    print(f"\nmachine speed after: {_speed(machine['speedAfter'])}")
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = json.dumps(results, indent=2)
     (RESULTS / "latest.json").write_text(out)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from bench.harness import CpuMeter, postmaster_pid, server, server_pid
+from bench.harness import CpuMeter, machine_speed, postmaster_pid, server, server_pid
 from tests.fixtures import Postgres
 
 
@@ -24,3 +24,10 @@ def test_cpu_meter_counts_each_server_worker_and_postgres(db_url: str, postgres:
     assert seconds["server"] > 0
     assert seconds["postgres"] > 0
     assert wall > 0
+
+
+def test_machine_speed_times_the_interpreter_and_the_loopback() -> None:
+    speed = machine_speed(rounds=2)
+    # A fixed loop of 300,000 steps and a TCP round trip take some time, and not minutes.
+    assert 0.1 < speed["pythonLoopMs"] < 60_000
+    assert 0.1 < speed["loopbackRoundTripUs"] < 60_000_000
