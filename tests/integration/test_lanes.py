@@ -14,7 +14,7 @@ from app.activation import CARRIED_LANES, LANE_SLACK, ActivateRequest, Activatio
 from app.api.schemas import CreateJob
 from app.config import Settings
 from app.domain import utcnow
-from app.store import lane_bucket
+from app.store import CHARGE_LANES, lane_bucket
 
 NO_PARKED_LANE_WITH_JOBS = """
 SELECT l.tenant_id FROM lanes l
@@ -294,3 +294,35 @@ async def test_a_lane_read_waits_for_every_charge_in_flight(store):
     await carrying
     _, ready, _ = await later
     assert {(lane.tenant_id, lane.vtime) for lane in ready} == {("a", 1.0), ("b", 1.0)}
+
+
+async def test_charges_of_the_same_lanes_in_any_order_lock_them_in_one_order(store):
+    """A charge locks its lanes in tenant order whatever order it was given them in, so
+    statements charging the same lanes in different orders at once queue behind each
+    other instead of deadlocking (the raw statement, without Store.charge_lanes' retry),
+    and every charge is applied.  An update that locked the lanes in its plan's order
+    deadlocked here (ADR 001, alternatives)."""
+    tenants = [f"t{i:02d}" for i in range(40)]
+    await store.pool.execute(
+        "INSERT INTO lanes (job_type, tenant_id, vtime, active) "
+        "SELECT 'order', t, 0, true FROM unnest($1::text[]) t",
+        tenants,
+    )
+    rounds = 25
+
+    async def charger(i: int) -> None:
+        rng = random.Random(i)
+        async with store.pool.acquire() as conn:
+            for _ in range(rounds):
+                order = tenants[:]
+                rng.shuffle(order)
+                if i % 2:
+                    order.sort(reverse=True)
+                await conn.execute(
+                    CHARGE_LANES, "order", order, [1] * len(order), [1.0] * len(order)
+                )
+
+    chargers = 8
+    await asyncio.gather(*(charger(i) for i in range(chargers)))
+    vtimes = await store.pool.fetch("SELECT vtime FROM lanes WHERE job_type = 'order'")
+    assert [r["vtime"] for r in vtimes] == [float(chargers * rounds)] * len(tenants)
