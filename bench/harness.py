@@ -153,7 +153,7 @@ def cpu_seconds(processes: list[psutil.Process]) -> float:
 
 def machine_speed(rounds: int = 5) -> dict[str, float]:
     """How fast this machine runs right now, to read benchmark figures by: the same code
-    ran up to 2.7x slower at some hours than at others (docs/benchmarks.md).  Medians of
+    ran up to 2.5x slower at some hours than at others (docs/benchmarks.md).  Medians of
     ``rounds``: milliseconds for a fixed loop of Python (the interpreter's speed), and
     microseconds for a one-byte round trip over a loopback TCP connection, sent and
     received in this one thread (the system calls and the kernel's TCP, which a server's
