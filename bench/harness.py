@@ -156,8 +156,8 @@ def machine_speed(rounds: int = 5) -> dict[str, float]:
     ran up to 2.5x slower at some hours than at others (docs/benchmarks.md).  Medians of
     ``rounds``: milliseconds for a fixed loop of Python (the interpreter's speed), and
     microseconds for a one-byte round trip over a loopback TCP connection, sent and
-    received in this one thread (the system calls and the kernel's TCP, which a server's
-    per-request cost is mostly made of)."""
+    received in this one thread (the system calls and the kernel's TCP: about a third of a
+    server's CPU per request in a drain)."""
     import socket
 
     loop_ms, trip_us = [], []
