@@ -95,15 +95,28 @@ def serve(app: str, host: str, port: int, workers: int, options: dict[str, Any])
 
 
 def _stop(processes: list[BaseProcess], graceful_s: float) -> None:
+    """Stop every process gracefully, killing one that takes too long.  A second signal
+    while they stop (SystemExit from the caller's handlers) kills the rest at once, but
+    still waits for them: whatever runs after the supervisor (stopping the embedded
+    PostgreSQL) must not pull the database from under processes still serving."""
     for process in processes:
         if process.exitcode is None:
             process.terminate()  # SIGTERM: uvicorn's graceful shutdown
-    for process in processes:
-        process.join(graceful_s + STOP_GRACE_S)
-        if process.exitcode is None:
-            log.warning("server process %s did not stop in time; killing it", process.pid)
-            process.kill()
+    try:
+        for process in processes:
+            process.join(graceful_s + STOP_GRACE_S)
+            if process.exitcode is None:
+                log.warning("server process %s did not stop in time; killing it", process.pid)
+                process.kill()
+                process.join()
+    except SystemExit:
+        log.warning("stopping again: killing the server processes")
+        for process in processes:
+            if process.exitcode is None:
+                process.kill()
+        for process in processes:
             process.join()
+        raise
 
 
 def _address(host: str, port: int) -> tuple[socket.AddressFamily, Any]:

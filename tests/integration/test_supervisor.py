@@ -82,6 +82,14 @@ async def test_connections_are_spread_over_the_server_processes(spawn_server):
     _stop(server)
 
 
+def _exited(process: psutil.Process) -> bool:
+    """Exited, whether or not its parent has reaped it yet."""
+    try:
+        return process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def _listening_sockets(process: psutil.Process, port: int) -> set[str]:
     return {
         os.readlink(f"/proc/{process.pid}/fd/{c.fd}")
@@ -193,3 +201,25 @@ async def test_no_process_listens_until_every_process_has_started(spawn_server, 
     port = u.port
     assert all(len(_listening_sockets(p, port)) == 1 for p in (held, other))
     _stop(server)
+
+
+async def test_a_second_signal_while_stopping_kills_the_processes_and_waits_for_them(
+    spawn_server,
+):
+    """The supervisor's exit is followed by the embedded PostgreSQL's stop, so it must
+    not return while a server process still runs: a second SIGTERM while it waits for a
+    slow process kills that process, and the supervisor exits only when it is gone.
+    Here the slow process is a stopped one (SIGSTOP), which cannot act on SIGTERM."""
+    server = spawn_server(JOBFAIR_WORKERS="2")
+    await _ready(server)
+    slow, other = _workers(server)
+    slow.suspend()
+    try:
+        server.proc.send_signal(signal.SIGTERM)
+        await _until(lambda: _exited(other))
+        server.proc.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(server.proc.wait, 30)
+        assert not psutil.pid_exists(slow.pid)
+    finally:
+        if psutil.pid_exists(slow.pid):
+            slow.kill()
