@@ -107,16 +107,19 @@ def _stop(processes: list[BaseProcess], graceful_s: float) -> None:
             process.join(graceful_s + STOP_GRACE_S)
             if process.exitcode is None:
                 log.warning("server process %s did not stop in time; killing it", process.pid)
-                process.kill()
-                process.join()
+                _kill([process])
     except SystemExit:
         log.warning("stopping again: killing the server processes")
-        for process in processes:
-            if process.exitcode is None:
-                process.kill()
-        for process in processes:
-            process.join()
+        _kill(processes)
         raise
+
+
+def _kill(processes: list[BaseProcess]) -> None:
+    for process in processes:
+        if process.exitcode is None:
+            process.kill()
+    for process in processes:
+        process.join()
 
 
 def _address(host: str, port: int) -> tuple[socket.AddressFamily, Any]:
