@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -21,13 +21,15 @@ from app.coalescing import Coalescer
 from app.config import Settings
 from app.domain import utcnow
 from app.scheduler import Aging, Lane, allocate
-from app.store import Charges, LaneRow, LeadAsk, Share, Store, TypeConfig
+from app.store import Charges, LaneRead, LaneRow, LeadAsk, Share, Store
 
 log = logging.getLogger(__name__)
 
-# A call re-reads lanes at most this often: lanes that were short (drained, or all heads
-# locked by a concurrent activator) or at their cap are excluded on the next round.
-MAX_ROUNDS = 4
+# A call reads lanes again, excluding the lanes that came up short (drained, or all heads
+# locked by a concurrent activator) or at their cap, until it has its jobs or has seen
+# every active lane.  Each round excludes at least one lane more, so the rounds end; this
+# bound only guards against a bug looping on the database (ADR 014).
+MAX_ROUNDS = 256
 # Lanes read beyond maxJobs, to cover lanes that turn out empty or capped.
 LANE_SLACK = 8
 # A lane read carries the charges not yet written when they are of at most this many
@@ -35,6 +37,8 @@ LANE_SLACK = 8
 # them: carried, a round's 100 charges made the read scan 100 lanes more and cost 14 % of
 # the drain with 10,000 tenants (8 workers x maxJobs 100; 4 alternating pairs).
 CARRIED_LANES = 16
+# Lanes found without a ready job are parked this many at a time (_park_later).
+PARK_BATCH = LANE_SLACK
 # Callers activated together ask for at most this many jobs in all (one caller alone may
 # ask for up to 1,000, the most maxJobs allows).
 MAX_TOGETHER = 1000
@@ -111,6 +115,8 @@ class ActivationService:
         # records can be rendered without another round trip.
         self.aging_seen: dict[str, Aging] = {}
         self._pending: set[asyncio.Task[Any]] = set()
+        # Lanes found empty and not yet parked, per job type (see _park_later).
+        self._to_park: defaultdict[str, set[str]] = defaultdict(set)
         # Lane charges not yet written, per job type (see _charge).
         self._charges: defaultdict[str, _Charges] = defaultdict(_Charges)
         # Callers asking now, per type, tenant filter and via_stream, activated together.
@@ -128,6 +134,20 @@ class ActivationService:
             # A lane left active costs the next call one probe; an uncharged lane got a
             # few jobs for free.  Nothing is lost either way.
             log.warning("%s failed: %r", what, task.exception())
+
+    def _park_later(self, job_type: str, lanes: Iterable[str]) -> None:
+        """Lanes found without a ready job (emptied by their claims, or met empty by a
+        read) are parked PARK_BATCH at a time: until then each costs a read that meets it
+        one probe, less than parking it and waking it again on its next job would
+        (ADR 004) -- most lanes emptied by a claim get a job again soon.  So at most
+        PARK_BATCH - 1 such lanes per job type and process wait, active, for a park
+        (ADR 014)."""
+        waiting = self._to_park[job_type]
+        waiting.update(lanes)
+        if len(waiting) >= PARK_BATCH:
+            lanes = sorted(waiting)
+            waiting.clear()
+            self._spawn(self.store.park_lanes(job_type, lanes), "parking lanes")
 
     def _charge(self, job_type: str, claimed: Counter[str], strides: Mapping[str, float]) -> None:
         """Charge the lanes after the claim, off the response path: the jobs go out while
@@ -148,12 +168,14 @@ class ActivationService:
         try:
             while charges.claimed:
                 taken, done = charges.take()
+                drained: list[str] = []
                 try:
-                    await self.store.charge_lanes(job_type, taken)
+                    drained = await self.store.charge_lanes(job_type, taken)
                 except Exception as exc:  # uncharged lanes got a few jobs free; that is all
                     log.warning("charging lanes failed: %r", exc)
                 finally:
                     done.set_result(None)
+                self._park_later(job_type, drained)
         finally:
             charges.writer = None
 
@@ -164,7 +186,7 @@ class ActivationService:
 
     async def _read_lanes(
         self, job_type: str, limit: int, exclude: Sequence[str], tenant_ids: Sequence[str] | None
-    ) -> tuple[TypeConfig, list[LaneRow], list[str]]:
+    ) -> LaneRead:
         """store.read_lanes, after every charge of this type made so far: those not yet
         written ride in the read's statement (at most CARRIED_LANES lanes of them), after
         any write already in flight."""
@@ -317,23 +339,25 @@ class ActivationService:
         exclude: set[str] = set()
         short: set[str] = set()
         lacking = [req.max_jobs for req in reqs]
-        for _ in range(MAX_ROUNDS):
+        rounds = 0
+        while True:
+            rounds += 1
+            if rounds > MAX_ROUNDS:  # cannot happen (see ADR 014); never loop on a bug
+                log.error("activation of %r stopped after %d rounds", job_type, MAX_ROUNDS)
+                break
             self.queries += 1
             remaining = sum(lacking)
-            limit = remaining + LANE_SLACK
-            cfg, rows, empty = await self._read_lanes(
-                job_type, limit, sorted(exclude), first.tenant_ids
+            read = await self._read_lanes(
+                job_type, remaining + LANE_SLACK, sorted(exclude), first.tenant_ids
             )
+            cfg, rows = read.config, read.ready
             aging = self.resolve_aging(cfg.aging_interval_ms, cfg.aging_step)
-            full_read = len(rows) + len(empty) >= limit  # else it saw every active lane
-            if full_read:
-                # Empty lanes crowd the read: park them, so that later reads skip them.
-                # In a read with room to spare they cost a probe each, less than a park.
-                short.update(empty)
-            exclude.update(empty)
+            # Lanes met without a ready job are not read again in this call.
+            self._park_later(job_type, read.empty)
+            exclude.update(read.empty)
             if not rows:
-                if full_read:
-                    continue  # every lane read was empty, and there may be more: read on
+                if read.more:
+                    continue  # the scan stopped among empty lanes: read on past them
                 # Every active lane not excluded was read and none has a ready job; the
                 # type is dry unless a lane was excluded that may still have some.
                 dry = not held_back
@@ -365,12 +389,15 @@ class ActivationService:
             exclude |= round_short | plan.capped_out
             # Short because drained, or because another activator held the heads; at cap.
             held_back = held_back or bool(round_short or plan.capped_out)
-            if remaining <= len(got) or plan.type_full or (got and not fill):
+            # At the type's cap once this round's claims used its headroom: a round whose
+            # allocation the cap trimmed but whose claims came up short leaves room.
+            type_full = plan.type_headroom is not None and len(got) >= plan.type_headroom
+            if remaining <= len(got) or type_full or (got and not fill):
                 break
             if not round_short and not plan.capped_out:
                 break
         if short:
-            # Parking only saves later calls a probe; it need not delay this answer.
+            # Parked, later reads need not probe them; that need not delay this answer.
             self._spawn(self.store.park_lanes(job_type, sorted(short)), "parking lanes")
         if aging is None:  # defensive: maxJobs >= 1 always runs a round
             aging = await self.aging_for(job_type)
@@ -406,7 +433,8 @@ class _Plan:
         self.strides = {r.tenant_id: 1.0 / r.weight for r in rows}
         self.final = allocate(self._lanes({}), n)
         self.capped_out: set[str] = set()
-        self.type_full = False
+        # The type's cap minus its active jobs, as counted for this round (None: no cap).
+        self.type_headroom: int | None = None
 
     def _lanes(self, tenant_active: dict[str, int]) -> list[Lane]:
         lanes = []
@@ -431,7 +459,7 @@ class _Plan:
         type_headroom = None
         if self.type_cap is not None and type_active is not None:
             type_headroom = max(0, self.type_cap - type_active)
-            self.type_full = type_headroom <= self.n
+        self.type_headroom = type_headroom
         lanes = self._lanes(tenant_active)
         self.capped_out = {
             lane.tenant_id for lane in lanes if lane.headroom is not None and lane.headroom <= 0

@@ -241,57 +241,70 @@ charged AS (
     RETURNING l.tenant_id, l.vtime
 )"""
 
-# -- name: read_lanes
-# First charges the lanes the previous rounds claimed from ($4, $5, $6, as _CHARGE; empty
-# arrays charge nothing), saving the round a statement and the wait for a separate charge
-# to commit.  Then reads the job type's configuration, and the backlogged lanes of that
-# type with the smallest virtual time, their tenants' weight and cap, and whether the
-# lane has a CREATED job right now (one round trip).  The read's snapshot predates the
-# charge, so a charged lane's new vtime comes from ``charged``; charges only move lanes
-# later, so the first $2 lanes by new vtime are among the first $2 + len($4) by old.  A
-# lane stays active for a while after its last job went (until an activation parks it);
-# ``ready`` keeps allocation off such lanes, which would otherwise cost a claim round
-# each.  Index: lanes_type_vtime_idx (job_type, active, vtime, tenant_id), a range scan
-# of at most $2 + len($3) + len($4) rows, and, when $2 is at most PROBED_LANES, one probe
-# of jobs_ready_idx per lane (else all count as ready).  Locks: the charged lanes only.
-# Whether lane ``l`` of job type $1 has a ready job: one descent of jobs_ready_idx.
+# Whether lane ``{lane}`` of job type $1 has a ready job: one descent of jobs_ready_idx.
 # min(), not EXISTS: the min/max rewrite always descends jobs_ready_idx, where EXISTS let
 # the generic plan scan the heap for a first match (660 ms at 1M).  min(), not max(): it
 # reads the lane's youngest entry, not its head, where draining activators leave entries
 # of jobs just claimed (dead, not yet pruned).
-_LANE_READY = """(SELECT min(j.priority) FROM jobs j
-          WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = l.tenant_id)
+_READY_PROBE = """(SELECT min(j.priority) FROM jobs j
+          WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = {lane})
          IS NOT NULL"""
+_LANE_READY = _READY_PROBE.format(lane="l.tenant_id")
+
+# -- name: read_lanes
+# First charges the lanes the previous rounds claimed from ($4, $5, $6, as _CHARGE; empty
+# arrays charge nothing), saving the round a statement and the wait for a separate charge
+# to commit.  Then reads the job type's configuration and, in (vtime, tenant) order, the
+# type's active lanes with their tenants' weight and cap, each probed for a ready job
+# (one round trip).  The scan stops at the lane after the ($2 + len($4))-th ready one
+# (the run condition on ``readies``), or after SCANNED_LANES lanes: lanes that are
+# active but empty (emptied a moment ago, not yet parked) are answered, flagged not
+# ready, for the caller to park, and never take a ready lane's place -- so a read finds
+# the ready lanes however many emptied ones sit in front of them (work conservation,
+# DESIGN 1.6; ADR 014).  Last come the charged lanes that have no ready job any more:
+# their claim emptied them, and the caller parks them too.
+# The read's snapshot predates the charge, so a charged lane's new vtime comes from
+# ``charged``; charges only move lanes later, so the first $2 ready lanes by new vtime
+# are among the first $2 + len($4) by old (the caller keeps those $2).
+# Index: lanes_type_vtime_idx (job_type, active, vtime, tenant_id), a range scan of the
+# lanes up to the stop, excluded ones ($3) included; one probe of jobs_ready_idx per lane
+# scanned and per lane charged.  Locks: the charged lanes only.
 _READ_LANES = """
 WITH {charge}
 SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
        NULL::int AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
-       t.aging_step, NULL::bool AS ready
+       t.aging_step, NULL::bool AS ready, NULL::bool AS scanned
 FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1
 UNION ALL
-(SELECT r.tenant_id, COALESCE(ch.vtime, r.vtime), r.weight, r.max_active_jobs, NULL, NULL,
-        NULL, r.ready
- FROM (SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight, t.max_active_jobs,
-              CASE WHEN $2 <= {probed} THEN {ready} ELSE true END AS ready
-       FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
-       WHERE l.job_type = $1 AND l.active AND l.tenant_id <> ALL($3::text[]) {tenants}
-       ORDER BY l.vtime, l.tenant_id
-       LIMIT $2 + cardinality($4::text[])) r
- LEFT JOIN charged ch ON ch.tenant_id = r.tenant_id
- ORDER BY COALESCE(ch.vtime, r.vtime), r.tenant_id
- LIMIT $2)
+SELECT w.tenant_id, COALESCE(ch.vtime, w.vtime), w.weight, w.max_active_jobs, NULL, NULL,
+       NULL, w.ready, true
+FROM (SELECT s.*, count(*) FILTER (WHERE s.ready)
+                    OVER (ORDER BY s.vtime, s.tenant_id ROWS UNBOUNDED PRECEDING) AS readies
+      FROM (SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight, t.max_active_jobs,
+                   {ready} AS ready
+            FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
+            WHERE l.job_type = $1 AND l.active AND l.tenant_id <> ALL($3::text[]) {tenants}
+            ORDER BY l.vtime, l.tenant_id
+            LIMIT {scanned}) s) w
+LEFT JOIN charged ch ON ch.tenant_id = w.tenant_id
+WHERE w.readies <= $2 + cardinality($4::text[])
+UNION ALL
+SELECT ch.tenant_id, ch.vtime, NULL, NULL, NULL, NULL, NULL, false, false
+FROM charged ch WHERE NOT {charged_ready}
 """
-# Reads of at most this many lanes probe each for a ready job: small activations (long
-# polls, streams), which an empty lane would cost a whole round.  A large read (100 jobs
-# over 108 lanes) is not probed: there the probes cost more drain throughput (~7 % with
-# 10,000 tenants) than the rare short round they save.
+# A read scans at most this many lanes: past them, the next round reads on (the empty
+# lanes met are excluded from it), so one statement's cost stays bounded even where
+# thousands of lanes were emptied at once and not yet parked.
+SCANNED_LANES = 1024
+# The lead claim (claim_lead) probes this many lanes of the type for a ready job.
 PROBED_LANES = 16
 _READ_CHARGE = _CHARGE.format(tenants="$4", counts="$5", strides="$6")
 READ_LANES = _READ_LANES.format(
     charge=_READ_CHARGE,
     tenants="",
-    probed=PROBED_LANES,
+    scanned=SCANNED_LANES,
     ready=_LANE_READY,
+    charged_ready=_READY_PROBE.format(lane="ch.tenant_id"),
 )
 
 # -- name: read_lanes_of_tenants
@@ -300,8 +313,9 @@ READ_LANES = _READ_LANES.format(
 READ_LANES_OF_TENANTS = _READ_LANES.format(
     charge=_READ_CHARGE,
     tenants="AND l.tenant_id = ANY($7::text[])",
-    probed=PROBED_LANES,
+    scanned=SCANNED_LANES,
     ready=_LANE_READY,
+    charged_ready=_READY_PROBE.format(lane="ch.tenant_id"),
 )
 
 # -- name: type_config
@@ -509,10 +523,13 @@ CLAIM_LEAD_OF_TENANTS = _claim_lead("AND l.tenant_id = ANY($9::text[])")
 # -- name: charge_lanes
 # Charges each lane (jobs claimed) x stride of virtual time ($2, $3, $4: tenants, jobs,
 # strides), after the claim committed (so no claim holds lane rows across its WAL flush;
-# ADR 001).  read_lanes carries the same charge (_CHARGE) in front of its read.
+# ADR 001).  read_lanes carries the same charge (_CHARGE) in front of its read.  Answers
+# the charged lanes that have no ready job left: their claim emptied them (the charge
+# runs after the claim committed, so the last claim of a lane sees it empty), and the
+# caller parks them (ADR 014).  Index: lanes pkey, one probe of jobs_ready_idx per lane.
 CHARGE_LANES = f"""
 WITH {_CHARGE.format(tenants="$2", counts="$3", strides="$4")}
-SELECT count(*) FROM charged
+SELECT ch.tenant_id FROM charged ch WHERE NOT {_READY_PROBE.format(lane="ch.tenant_id")}
 """
 
 # -- name: park_lanes
@@ -826,6 +843,20 @@ class LaneRow:
     max_active_jobs: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class LaneRead:
+    """What read_lanes found: the type's configuration; up to ``limit`` lanes with a ready
+    job, in (vtime, tenant) order; the active lanes met that have none (to be parked);
+    and whether there may be ready lanes beyond those read (``more``: the scan stopped
+    at a ready lane past ``limit``, or at SCANNED_LANES) -- when not, every active lane
+    not excluded was seen."""
+
+    config: TypeConfig
+    ready: list[LaneRow]
+    empty: list[str]
+    more: bool
+
+
 class Share(NamedTuple):
     """One request's part in a claim: up to ``n`` jobs, leased to ``worker``."""
 
@@ -1123,10 +1154,10 @@ class Store:
         exclude: Sequence[str],
         tenant_ids: Sequence[str] | None,
         charges: Charges | None = None,
-    ) -> tuple[TypeConfig, list[LaneRow], list[str]]:
-        """Charge ``charges`` (jobs claimed and stride per tenant) first, then read: the
-        type's configuration, the lanes read that have a ready job, and the tenants of
-        those that have none (to be parked)."""
+    ) -> LaneRead:
+        """Charge ``charges`` (jobs claimed and stride per tenant) first, then read the
+        type's configuration and its first ``limit`` lanes that have a ready job (see
+        LaneRead)."""
         charge = _charge_arrays(charges)
         if tenant_ids is None:
             rows = await self.pool.fetch(READ_LANES, job_type, limit, list(exclude), *charge)
@@ -1136,7 +1167,12 @@ class Store:
             )
         cfg = TypeConfig(rows[0][4], rows[0][5], rows[0][6])
         ready = [LaneRow(r[0], r[1], r[2], r[3]) for r in rows[1:] if r[7]]
-        return cfg, ready, [r[0] for r in rows[1:] if not r[7]]
+        # The charges moved some lanes: the first ``limit`` ready ones by their new vtime.
+        ready.sort(key=lambda lane: (lane.vtime, lane.tenant_id))
+        scanned = sum(1 for r in rows[1:] if r[8])
+        empty = list(dict.fromkeys(r[0] for r in rows[1:] if not r[7]))
+        more = len(ready) >= limit or scanned >= SCANNED_LANES
+        return LaneRead(cfg, ready[:limit], empty, more)
 
     async def type_config(self, job_type: str) -> TypeConfig:
         row = await self.pool.fetchrow(TYPE_CONFIG, job_type)
@@ -1208,9 +1244,11 @@ class Store:
         return key, (None if row["job_key"] is None else row)
 
     @retry_deadlock
-    async def charge_lanes(self, job_type: str, charges: Charges) -> None:
-        """Charge each lane its claimed jobs x stride (charge_lanes), after the claim."""
-        await self.pool.execute(CHARGE_LANES, job_type, *_charge_arrays(charges))
+    async def charge_lanes(self, job_type: str, charges: Charges) -> list[str]:
+        """Charge each lane its claimed jobs x stride (charge_lanes), after the claim; the
+        charged lanes left without a ready job, to be parked."""
+        rows = await self.pool.fetch(CHARGE_LANES, job_type, *_charge_arrays(charges))
+        return [r[0] for r in rows]
 
     async def _claim_capped(
         self,

@@ -85,6 +85,7 @@ def server(
     command = [sys.executable, "-m", "app.cli", "serve", "--database-url", url]
     command += ["--port", str(port), "--workers", str(workers), "--log-level", "warning"]
     path = ROOT / ".jobfair" / f"bench-server-{port}.log"
+    path.parent.mkdir(exist_ok=True)  # a fresh checkout has no .jobfair/ yet
     with (
         open(path, "wb") as log,
         _running(command, port, "/readyz", env=env, stdout=log, stderr=subprocess.STDOUT) as base,

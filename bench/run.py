@@ -317,6 +317,69 @@ def bench_tenants(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]
     return rows
 
 
+# -- 4b. emptied lanes (work conservation) -----------------------------------------------
+
+
+async def _drain_emptied(base: str, callers: int, small: int, big: int) -> dict[str, Any]:
+    """Issue 19's shape: ``big`` jobs of `<default>` and one job each of ``small`` other
+    tenants, created in one batch; ``callers`` activate (maxJobs 10, at once) until all
+    are out.  Counts the answers that came back short while more jobs were left than the
+    other callers could hold (each a breach of work conservation), and the empty ones."""
+    c = await Connection.open(base)
+    jobs = [{"type": "bench", "tenantId": f"s{i}"} for i in range(small)]
+    jobs += [{"type": "bench"} for _ in range(big)]
+    for start in range(0, len(jobs), 10_000):
+        r = await c.post("/v2/jobs/batch", {"jobs": jobs[start : start + 10_000]})
+        assert r.status == 201, r.body
+    await c.close()
+    conns = [await Connection.open(base) for _ in range(callers)]
+    total = small + big
+    left = total
+    empty = short = answers = 0
+    body = {"type": "bench", "maxJobs": 10, "timeout": 300_000, "requestTimeout": -1}
+
+    async def caller(conn: Connection) -> None:
+        nonlocal left, empty, short, answers
+        while left > 0:
+            got = len((await conn.post("/v2/jobs/activate", body)).json()["jobs"])
+            answers += 1
+            empty += got == 0
+            short += got < min(10, left - 10 * (callers - 1))
+            left -= got
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(caller(conn) for conn in conns))
+    elapsed = time.perf_counter() - t0
+    for conn in conns:
+        await conn.close()
+    return {"seconds": elapsed, "answers": answers, "empty": empty, "short": short}
+
+
+def bench_emptied(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows = []
+    for small, big in ((2_000, 1_000), (10_000, 10_000)):
+        for callers in (1, 16):
+            runs = []
+            for _ in range(args.repeat):
+                url = pg.fresh_db("bench_emptied")
+                with server(url) as base:
+                    runs.append(asyncio.run(_drain_emptied(base, callers, small, big)))
+            seconds = [r["seconds"] for r in runs]
+            rows.append(
+                {
+                    "smallTenants": small,
+                    "bigJobs": big,
+                    "callers": callers,
+                    "jobsPerSec": median([(small + big) / s for s in seconds]),
+                    "seconds": median(seconds),
+                    "answers": median([r["answers"] for r in runs]),
+                    "emptyAnswers": max(r["empty"] for r in runs),
+                    "shortAnswers": max(r["short"] for r in runs),
+                }
+            )
+    return rows
+
+
 # -- 5. fairness accuracy ---------------------------------------------------------------
 
 
@@ -464,6 +527,19 @@ BENCHES = {
     "tenants": (
         bench_tenants,
         ["tenants", "workers", "maxJobs", "jobsPerSec", "vsOneTenant", "runs"],
+    ),
+    "emptied": (
+        bench_emptied,
+        [
+            "smallTenants",
+            "bigJobs",
+            "callers",
+            "jobsPerSec",
+            "seconds",
+            "answers",
+            "emptyAnswers",
+            "shortAnswers",
+        ],
     ),
     "fairness": (bench_fairness, ["tenant", "weight", "configuredPct", "realizedPct", "errorPp"]),
     "ceiling": (bench_ceiling, ["app", "serverWorkers", "requestsPerSec"]),

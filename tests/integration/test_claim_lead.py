@@ -24,7 +24,8 @@ async def _insert(store, tenant: str, priority: int, n: int) -> list[int]:
 async def _full_rounds_first(store, tenant_ids=None) -> int | None:
     """The job the full rounds would activate first, found in a transaction that is
     rolled back: the lanes read, one stride pick, CLAIM of one job from that lane."""
-    cfg, lanes, _ = await store.read_lanes(TYPE, 9, [], tenant_ids)
+    read = await store.read_lanes(TYPE, 9, [], tenant_ids)
+    cfg, lanes = read.config, read.ready
     picks = allocate([Lane(r.tenant_id, r.vtime, r.weight) for r in lanes], 1).picks
     if not picks:
         return None

@@ -10,11 +10,11 @@ from collections import Counter
 import asyncpg
 import pytest
 
-from app.activation import CARRIED_LANES, LANE_SLACK, ActivateRequest, ActivationService
+from app.activation import CARRIED_LANES, LANE_SLACK, PARK_BATCH, ActivateRequest, ActivationService
 from app.api.schemas import CreateJob
 from app.config import Settings
 from app.domain import utcnow
-from app.store import CHARGE_LANES, lane_bucket
+from app.store import CHARGE_LANES, SCANNED_LANES, lane_bucket
 
 NO_PARKED_LANE_WITH_JOBS = """
 SELECT l.tenant_id FROM lanes l
@@ -92,8 +92,8 @@ async def test_drained_lane_is_parked_and_costs_nothing_later(store):
     assert len(rows) == 1
     await service.settle()
     assert not await store.pool.fetchval("SELECT active FROM lanes WHERE tenant_id = 'gone'")
-    _, ready, empty = await store.read_lanes("race", 10, [], None)
-    assert ready == [] and empty == []
+    read = await store.read_lanes("race", 10, [], None)
+    assert read.ready == [] and read.empty == []
 
 
 async def _drained_lanes(store, n: int) -> int:
@@ -115,8 +115,8 @@ async def _parked(store) -> int:
 async def test_an_active_lane_without_jobs_costs_no_claim_round(store):
     """Lanes drained a moment ago are still active (nobody parked them yet).  An
     activation asking for one job must not spend a claim round on each of them before
-    it reaches the lane that has one.  A few of them fit in its read beside the busy
-    lane and cost a probe each, less than parking them would: they stay active."""
+    it reaches the lane that has one: its read probes them and skips them.  Fewer than
+    PARK_BATCH of them stay active: a probe each costs less than parking them."""
     service = ActivationService(store, Settings())
     busy = await _drained_lanes(store, 3)
     rounds = service.queries
@@ -127,21 +127,56 @@ async def test_an_active_lane_without_jobs_costs_no_claim_round(store):
     assert await _parked(store) == 0
 
 
-async def test_empty_lanes_that_fill_a_read_are_parked(store):
-    """More drained lanes than one read holds (1 job + LANE_SLACK lanes): the
-    activation reads on past them, parks those that filled its read, and the next
-    activation reaches the busy lane in one round."""
+async def test_more_empty_lanes_than_a_read_holds_cost_one_round(store):
+    """Far more drained lanes than the call asks for lanes (1 job + LANE_SLACK): one read
+    skips them all and reaches the busy lane behind them, and the call parks them, so
+    the next activation meets none of them."""
     service = ActivationService(store, Settings())
-    limit = 1 + LANE_SLACK
-    await _drained_lanes(store, limit + 2)
-    rows, dry = await service.activate(ActivateRequest("race", 1, 60_000))
-    assert len(rows) == 1 and not dry
-    await service.settle()
-    assert await _parked(store) == limit  # the first read's lanes; the rest fit the next
-    await store.insert_jobs([_job("z-busy")], utcnow())
+    n = 10 * (1 + LANE_SLACK)
+    busy = await _drained_lanes(store, n)
     rounds = service.queries
-    rows, _ = await service.activate(ActivateRequest("race", 1, 60_000))
-    assert len(rows) == 1 and service.queries - rounds == 1
+    rows, dry = await service.activate(ActivateRequest("race", 1, 60_000))
+    assert [r["job_key"] for r in rows] == [busy] and not dry
+    assert service.queries - rounds == 1
+    await service.settle()
+    assert await _parked(store) == n
+    await store.insert_jobs([_job("z-busy")], utcnow())
+    read = await store.read_lanes("race", 1 + LANE_SLACK, [], None)
+    assert read.empty == [] and [lane.tenant_id for lane in read.ready] == ["z-busy"]
+
+
+async def test_a_read_stops_after_scanned_lanes_and_the_call_reads_on(store):
+    """More empty lanes than one statement scans (SCANNED_LANES): the read stops there,
+    says there may be more, and the activation reads on past them in another round."""
+    service = ActivationService(store, Settings())
+    busy = await _drained_lanes(store, SCANNED_LANES + 5)
+    read = await store.read_lanes("race", 1 + LANE_SLACK, [], None)
+    assert read.ready == [] and read.more and len(read.empty) == SCANNED_LANES
+    rounds = service.queries
+    rows, dry = await service.activate(ActivateRequest("race", 1, 60_000))
+    assert [r["job_key"] for r in rows] == [busy] and not dry
+    assert service.queries - rounds == 2
+
+
+async def test_lanes_their_claims_emptied_wait_for_a_park_at_most_park_batch_less_one(store):
+    """A claim that takes a lane's last job leaves it active.  Lanes so emptied are parked
+    PARK_BATCH at a time, so that later reads never meet more than PARK_BATCH - 1 of
+    them (plus those of claims in flight), whatever the history: here 10 x PARK_BATCH + 3
+    single-job tenants drained one job per call (each claim exact, none short)."""
+    service = ActivationService(store, Settings())
+    n = 10 * PARK_BATCH + 3
+    await store.insert_jobs([_job(f"one-{i:03}") for i in range(n)], utcnow())
+    for _ in range(n):
+        rows, _ = await service.activate(ActivateRequest("race", 1, 60_000))
+        assert len(rows) == 1
+        await service.settle()
+        active_empty = await store.pool.fetchval(
+            """SELECT count(*) FROM lanes l WHERE l.active AND NOT EXISTS (
+                   SELECT 1 FROM jobs j WHERE j.state = 'CREATED'
+                     AND j.job_type = l.job_type AND j.tenant_id = l.tenant_id)"""
+        )
+        assert active_empty < PARK_BATCH
+    assert await store.pool.fetchval("SELECT count(*) FROM lanes WHERE NOT active") >= n - 7
 
 
 async def test_an_activation_that_read_every_lane_empty_says_the_type_is_dry(store):
@@ -225,10 +260,10 @@ async def test_a_lane_read_carries_the_charges_not_yet_written(store, monkeypatc
     await store.insert_jobs([_job(t) for t in ("a", "b")], utcnow())
     assert await _lanes(store) == {"a": (0.0, 0), "b": (0.0, 0)}
     service._charge("race", Counter({"a": 3}), {"a": 0.5})
-    _, ready, _ = await service._read_lanes("race", 1, [], None)
+    ready = (await service._read_lanes("race", 1, [], None)).ready
     # Room for one lane: "a" led by tenant order, but its charge moved it behind "b".
     assert [(lane.tenant_id, lane.vtime) for lane in ready] == [("b", 0.0)]
-    _, ready, _ = await service._read_lanes("race", 2, [], None)
+    ready = (await service._read_lanes("race", 2, [], None)).ready
     assert [(lane.tenant_id, lane.vtime) for lane in ready] == [("b", 0.0), ("a", 1.5)]
     await service.settle()  # the writer task found nothing left to write
     assert writes == []
@@ -239,8 +274,8 @@ async def test_charges_a_failed_lane_read_carried_are_written_after_all(store):
     service = ActivationService(store, Settings())
     await store.insert_jobs([_job(t) for t in ("a", "b")], utcnow())
     service._charge("race", Counter({"a": 2}), {"a": 1.0})
-    with pytest.raises(asyncpg.PostgresError):  # a negative LIMIT: the statement fails
-        await service._read_lanes("race", -100, [], None)
+    with pytest.raises(asyncpg.PostgresError):  # $2 + 1 overflows int4: the statement fails
+        await service._read_lanes("race", 2**31 - 1, [], None)
     await service._charged("race")
     assert await _lanes(store) == {"a": (2.0, 2), "b": (0.0, 0)}
 
@@ -260,7 +295,7 @@ async def test_a_charge_of_many_lanes_is_written_before_the_read(store, monkeypa
 
     monkeypatch.setattr(store, "read_lanes", seen)
     service._charge("race", Counter(tenants), dict.fromkeys(tenants, 1.0))
-    _, ready, _ = await service._read_lanes("race", 1, [], None)
+    ready = (await service._read_lanes("race", 1, [], None)).ready
     assert reads == [()]
     assert await _lanes(store) == dict.fromkeys(tenants, (1.0, 1))
     assert [(lane.tenant_id, lane.vtime) for lane in ready] == [("t00", 1.0)]
@@ -292,7 +327,7 @@ async def test_a_lane_read_waits_for_every_charge_in_flight(store):
         later = asyncio.create_task(service._read_lanes("race", 2, [], None))
         await tx.rollback()
     await carrying
-    _, ready, _ = await later
+    ready = (await later).ready
     assert {(lane.tenant_id, lane.vtime) for lane in ready} == {("a", 1.0), ("b", 1.0)}
 
 

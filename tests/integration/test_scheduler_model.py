@@ -1,0 +1,338 @@
+"""A model-based test of activation on real PostgreSQL (issue 19 §1).
+
+Hypothesis drives the real store and activation service with random tenants, weights,
+caps, priorities, tenant filters, creates, activations, completions (current and stale),
+failures, lease expiries and cancels, one caller at a time, and after every step compares
+the database with a reference model written here from DESIGN §1 alone:
+
+* states and activation counts of every job equal the model's (nothing lost, nothing
+  finished twice, a stale fence changes nothing, every ACTIVATED job has a deadline);
+* work conservation: an activation gets exactly ``min(maxJobs, eligible)`` jobs, where
+  eligible counts the ready jobs of the asked tenants that their caps and the type's cap
+  leave room for -- however the lanes' history left them;
+* caps: no tenant or type is ever over its cap;
+* stride: the tenants an activation serves are those that stride picks over the lanes'
+  virtual times (min vtime first, ties by tenant, a capped or empty lane skipped) give,
+  and each served lane is charged exactly ``jobs / weight``;
+* inside a tenant, no job left ready has a higher priority than one activated;
+* a lane with a ready job is never parked.
+
+Weights are powers of two so that virtual times add up exactly in floating point.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+from collections import Counter
+from dataclasses import dataclass
+from datetime import timedelta
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from app.activation import ActivateRequest, ActivationService
+from app.config import Settings
+from app.domain import utcnow
+from app.operators import ConfigService
+from app.store import Store
+from app.sweepers import LeaseSweeper
+
+TYPE = "model"
+TENANTS = ("a", "b", "c", "d")
+WEIGHTS = (1, 2, 4)
+CAPS = (None, 0, 1, 2, 5)
+TYPE_CAPS = (None, 0, 1, 3, 8)
+STEPS = {"n": 0}
+
+
+@dataclass
+class Job:
+    tenant: str
+    priority: int
+    state: str = "CREATED"
+    count: int = 0
+    retries: int = 3
+
+
+class Model:
+    """What DESIGN §1 says the system holds, kept without looking at the database."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[int, Job] = {}
+        self.weight: dict[str, int] = dict.fromkeys(TENANTS, 1)
+        self.cap: dict[str, int | None] = dict.fromkeys(TENANTS)
+        self.type_cap: int | None = None
+        self.small = 0  # single-job tenants created so far: s0, s1, ...
+
+    @property
+    def tenants(self) -> tuple[str, ...]:
+        return TENANTS + tuple(f"s{i}" for i in range(self.small))
+
+    def ready(self, tenant: str) -> list[int]:
+        return [k for k, j in self.jobs.items() if j.tenant == tenant and j.state == "CREATED"]
+
+    def active(self, tenant: str | None = None) -> int:
+        return sum(
+            1
+            for j in self.jobs.values()
+            if j.state == "ACTIVATED" and (tenant is None or j.tenant == tenant)
+        )
+
+    def room(self, tenant: str) -> int:
+        """Jobs of ``tenant`` an activation may take now, by its backlog and its cap."""
+        cap = self.cap.get(tenant)
+        ready = len(self.ready(tenant))
+        return ready if cap is None else max(0, min(ready, cap - self.active(tenant)))
+
+    def type_room(self) -> float:
+        return float("inf") if self.type_cap is None else max(0, self.type_cap - self.active())
+
+    def eligible(self, tenants: tuple[str, ...]) -> int:
+        return int(min(self.type_room(), sum(self.room(t) for t in tenants)))
+
+    def stride_picks(
+        self, tenants: tuple[str, ...], n: int, vtimes: dict[str, float]
+    ) -> Counter[str]:
+        """n stride picks over the lanes with room, from their virtual times."""
+        n = int(min(n, self.type_room()))
+        heap = [(vtimes[t], t, self.room(t)) for t in tenants if self.room(t) > 0]
+        heapq.heapify(heap)
+        got: Counter[str] = Counter()
+        while heap and sum(got.values()) < n:
+            v, t, room = heapq.heappop(heap)
+            got[t] += 1
+            if room > 1:
+                heapq.heappush(heap, (v + 1 / self.weight.get(t, 1), t, room - 1))
+        return got
+
+
+class ActivationMachine(RuleBasedStateMachine):
+    loop: asyncio.AbstractEventLoop
+    store: Store
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model = Model()
+        self.service = ActivationService(self.store, Settings())
+        self.config = ConfigService(self.store, self.service.resolve_aging)
+        self.run(
+            self.store.pool.execute("TRUNCATE jobs, lanes, tenants, job_types"),
+        )
+        # No aging during a run: priority alone orders a tenant's jobs.
+        self.run(self.config.put_job_type(TYPE, None, 3_600_000, 10))
+
+    def run(self, coro):
+        return self.loop.run_until_complete(coro)
+
+    def teardown(self) -> None:
+        self.run(self.service.settle())
+
+    # -- producing and configuring ------------------------------------------------------
+
+    @rule(
+        tenant=st.sampled_from(TENANTS),
+        priorities=st.lists(st.sampled_from((0, 50, 100)), min_size=1, max_size=6),
+    )
+    def create(self, tenant, priorities):
+        jobs = [{"type": TYPE, "tenantId": tenant, "priority": p} for p in priorities]
+        for job, inserted in zip(
+            jobs, self.run(self.store.insert_jobs(jobs, utcnow())), strict=True
+        ):
+            self.model.jobs[inserted.job_key] = Job(tenant, job["priority"])
+
+    @precondition(lambda self: self.model.small < 400)
+    @rule(n=st.integers(1, 100))
+    def create_single_job_tenants(self, n):
+        """Many tenants of one job each: once drained, their lanes crowd the lane reads."""
+        first = self.model.small
+        tenants = [f"s{i}" for i in range(first, first + n)]
+        jobs = [{"type": TYPE, "tenantId": t} for t in tenants]
+        for t, inserted in zip(
+            tenants, self.run(self.store.insert_jobs(jobs, utcnow())), strict=True
+        ):
+            self.model.jobs[inserted.job_key] = Job(t, 50)
+        self.model.small += n
+
+    @rule(
+        tenant=st.sampled_from(TENANTS), weight=st.sampled_from(WEIGHTS), cap=st.sampled_from(CAPS)
+    )
+    def configure_tenant(self, tenant, weight, cap):
+        self.run(self.config.put_tenant(tenant, weight, cap))
+        self.model.weight[tenant] = weight
+        self.model.cap[tenant] = cap
+
+    @rule(cap=st.sampled_from(TYPE_CAPS))
+    def configure_type(self, cap):
+        self.run(self.config.put_job_type(TYPE, cap, 3_600_000, 10))
+        self.model.type_cap = cap
+
+    # -- activating -----------------------------------------------------------------------
+
+    @rule(
+        max_jobs=st.integers(1, 20),
+        tenants=st.one_of(st.none(), st.sets(st.sampled_from(TENANTS), min_size=1)),
+    )
+    def activate(self, max_jobs, tenants):
+        asked = self.model.tenants if tenants is None else tuple(sorted(tenants))
+        vtimes = self.run(self._vtimes())
+        expected = min(max_jobs, self.model.eligible(asked))
+        picks = self.model.stride_picks(asked, max_jobs, vtimes)
+        ready_before = {t: self.model.ready(t) for t in asked}
+        active_before = {t: self.model.active(t) for t in self.model.tenants}
+        type_active_before = self.model.active()
+        req = ActivateRequest(TYPE, max_jobs, 60_000, "w", None if tenants is None else asked)
+        rows, _ = self.run(self.service.activate(req))
+        self.run(self.service.settle())
+        assert len(rows) == expected, (len(rows), expected, self.model.__dict__)
+        got = Counter(r["tenant_id"] for r in rows)
+        assert got == picks, (got, picks, vtimes)
+        after = self.run(self._vtimes())
+        for t in self.model.tenants:
+            charged = got[t] / self.model.weight.get(t, 1)
+            assert after[t] == vtimes[t] + charged, (t, vtimes[t], after[t], charged)
+        for r in rows:
+            job = self.model.jobs[r["job_key"]]
+            assert job.state == "CREATED", (r["job_key"], job)
+            assert r["activation_count"] == job.count + 1
+            job.state, job.count = "ACTIVATED", job.count + 1
+        # Caps: an activation never takes a tenant or the type over its cap (a cap lowered
+        # below what is active already holds back new activations only).
+        for t in self.model.tenants:
+            cap = self.model.cap.get(t)
+            assert cap is None or self.model.active(t) <= max(cap, active_before[t])
+        cap = self.model.type_cap
+        assert cap is None or self.model.active() <= max(cap, type_active_before)
+        for t in asked:
+            taken = [self.model.jobs[r["job_key"]].priority for r in rows if r["tenant_id"] == t]
+            left = [self.model.jobs[k].priority for k in ready_before[t]]
+            left = [
+                p
+                for k, p in zip(ready_before[t], left, strict=True)
+                if self.model.jobs[k].state == "CREATED"
+            ]
+            if taken and left:
+                assert min(taken) >= max(left), (t, taken, left)
+
+    async def _vtimes(self) -> dict[str, float]:
+        rows = await self.store.pool.fetch(
+            "SELECT tenant_id, vtime FROM lanes WHERE job_type = $1", TYPE
+        )
+        found = {r["tenant_id"]: r["vtime"] for r in rows}
+        return {t: found.get(t, 0.0) for t in self.model.tenants}
+
+    # -- finishing ------------------------------------------------------------------------
+
+    def _active(self) -> list[int]:
+        return sorted(k for k, j in self.model.jobs.items() if j.state == "ACTIVATED")
+
+    @precondition(lambda self: self._active())
+    @rule(data=st.data())
+    def complete(self, data):
+        key = data.draw(st.sampled_from(self._active()))
+        job = self.model.jobs[key]
+        done = self.run(self.store.complete_jobs([(key, job.count, None)], utcnow()))
+        assert done == {key}
+        job.state = "COMPLETED"
+
+    @precondition(lambda self: self.model.jobs)
+    @rule(data=st.data(), off=st.sampled_from((-1, 1)))
+    def complete_stale(self, data, off):
+        """A finish with any activation count but the current one of an ACTIVATED job."""
+        key = data.draw(st.sampled_from(sorted(self.model.jobs)))
+        job = self.model.jobs[key]
+        count = job.count + (off if job.state == "ACTIVATED" else 0)
+        if count < 0:
+            count = job.count + 1
+        assert self.run(self.store.complete_jobs([(key, count, None)], utcnow())) == set()
+
+    @precondition(lambda self: self._active())
+    @rule(data=st.data())
+    def fail(self, data):
+        key = data.draw(st.sampled_from(self._active()))
+        job = self.model.jobs[key]
+        now = utcnow()
+        row = self.run(
+            self.store.fail_job(
+                key, job.count, retries=None, error_message="x", run_at=now, variables=None, now=now
+            )
+        )
+        assert row is not None
+        job.retries = max(0, job.retries - 1)
+        job.state = "FAILED" if job.retries == 0 else "CREATED"
+
+    @precondition(lambda self: self._active())
+    @rule(data=st.data())
+    def expire(self, data):
+        key = data.draw(st.sampled_from(self._active()))
+        now = utcnow()
+        self.run(
+            self.store.pool.execute(
+                "UPDATE jobs SET deadline = $2 WHERE job_key = $1", key, now - timedelta(seconds=1)
+            )
+        )
+        assert self.run(LeaseSweeper(self.store, 1000).run_once(now)) == 1
+        self.model.jobs[key].state = "CREATED"
+
+    @precondition(lambda self: any(j.state == "CREATED" for j in self.model.jobs.values()))
+    @rule(data=st.data())
+    def cancel(self, data):
+        ready = sorted(k for k, j in self.model.jobs.items() if j.state == "CREATED")
+        key = data.draw(st.sampled_from(ready))
+        assert self.run(self.store.cancel_job(key, utcnow()))
+        self.model.jobs[key].state = "CANCELED"
+
+    # -- after every step -----------------------------------------------------------------
+
+    @invariant()
+    def database_matches_the_model(self):
+        STEPS["n"] += 1
+        rows = self.run(
+            self.store.pool.fetch("SELECT job_key, state, activation_count, deadline FROM jobs")
+        )
+        db = {r["job_key"]: (r["state"], r["activation_count"]) for r in rows}
+        assert db == {k: (j.state, j.count) for k, j in self.model.jobs.items()}
+        for r in rows:
+            assert (r["deadline"] is not None) == (r["state"] == "ACTIVATED"), r
+
+    @invariant()
+    def a_lane_with_a_ready_job_is_active(self):
+        rows = self.run(
+            self.store.pool.fetch(
+                "SELECT tenant_id FROM lanes WHERE job_type = $1 AND active", TYPE
+            )
+        )
+        active = {r["tenant_id"] for r in rows}
+        for t in self.model.tenants:
+            if self.model.ready(t):
+                assert t in active, t
+
+
+def test_activation_matches_the_model(db_url):
+    """Thousands of steps (60 runs of up to 60 steps) on real PostgreSQL."""
+    loop = asyncio.new_event_loop()
+    store = loop.run_until_complete(Store.connect(db_url, size=4, min_size=1))
+    ActivationMachine.loop, ActivationMachine.store = loop, store
+    STEPS["n"] = 0
+    try:
+        run_state_machine_as_test(
+            ActivationMachine,
+            settings=settings(
+                max_examples=60,
+                stateful_step_count=60,
+                deadline=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+            ),
+        )
+    finally:
+        loop.run_until_complete(store.close())
+        loop.close()
+    print(f"model steps checked: {STEPS['n']}")
+    assert STEPS["n"] >= 2_000
