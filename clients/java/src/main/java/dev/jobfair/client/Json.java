@@ -52,6 +52,11 @@ public final class Json {
             out.append("null");
         } else if (value instanceof String s) {
             quote(s, out);
+        } else if (value instanceof Double || value instanceof Float) {
+            // JSON has no NaN or infinity; written as text, no reader would take the document.
+            if (!Double.isFinite(((Number) value).doubleValue()))
+                throw new IllegalArgumentException("JSON has no number " + value);
+            out.append(value);
         } else if (value instanceof Number || value instanceof Boolean) {
             out.append(value);
         } else if (value instanceof Map<?, ?> map) {

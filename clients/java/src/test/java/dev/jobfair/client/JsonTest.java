@@ -91,6 +91,11 @@ class JsonTest {
     void otherNumberTypesAreWrittenAsJsonNumbers() {
         assertEquals("[1,2,3,4.5,0.25,1E+3]",
                 Json.write(List.of(1, (short) 2, (byte) 3, 4.5f, 0.25, new BigDecimal("1E+3"))));
+        // JSON has no NaN or infinity: refused rather than written as text no reader takes.
+        for (double d : new double[] {Double.NaN, Double.POSITIVE_INFINITY, Double.NEGATIVE_INFINITY}) {
+            assertThrows(IllegalArgumentException.class, () -> Json.write(Map.of("x", d)), String.valueOf(d));
+        }
+        assertThrows(IllegalArgumentException.class, () -> Json.write(Float.NaN));
     }
 
     @Test
