@@ -1,6 +1,7 @@
 // The SSE reader on its own (no server): whatever the chunk boundaries, a stream reads as
 // the same events. A CR ending one chunk and its LF opening the next is one line end, not
-// two; a UTF-8 character split between chunks is one character.
+// two; a UTF-8 character split between chunks is one character; only CR, LF and CRLF end
+// a line (the server's JSON carries U+2028 and U+0085 unescaped).
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
 
@@ -29,7 +30,7 @@ const LINES = [
   '',
   'event: job',
   'id: 18',
-  'data:{"jobKey":"18","variables":{}}',
+  'data:{"jobKey":"18","variables":{"separators":"line\u2028paragraph\u2029next\x85line"}}',
   '',
   'retry: 1000',
   'unknown: field',
@@ -45,7 +46,7 @@ const EXPECTED = [
   { event: 'job', id: '17', data: '{"jobKey":"17","variables":{"text":"héllo — 日本 😀","big":123456789012345678901234567890}}' },
   { event: 'job', data: 'first line\n second, with a leading space\n' },
   { event: 'message', data: 'a message without an event name' },
-  { event: 'job', id: '18', data: '{"jobKey":"18","variables":{}}' },
+  { event: 'job', id: '18', data: '{"jobKey":"18","variables":{"separators":"line\u2028paragraph\u2029next\x85line"}}' },
   { event: 'message', data: '' },
   { event: 'message', data: 'after it' },
 ]
