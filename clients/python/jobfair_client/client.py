@@ -15,7 +15,7 @@ import asyncio
 import json
 import random
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,7 @@ import httpx
 
 from jobfair_client.errors import ProblemError, problem
 from jobfair_client.models import Job, NewJob
+from jobfair_client.sse import SseReader
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,25 +231,6 @@ class _Attempts:
         return self.client.backoff.delay_s(self.failed - 1, retry_after)
 
 
-def _sse_events(lines: Iterator[str] | list[str]) -> Iterator[tuple[str, str]]:
-    """(event, data) pairs from SSE lines; comments (keep-alives) are skipped."""
-    event, data = "message", list[str]()
-    for line in lines:
-        if line == "":
-            if data:
-                yield event, "\n".join(data)
-            event, data = "message", list[str]()
-        elif line.startswith(":"):
-            continue
-        else:
-            name, _, value = line.partition(":")
-            value = value[1:] if value.startswith(" ") else value
-            if name == "event":
-                event = value
-            elif name == "data":
-                data.append(value)
-
-
 class AsyncJobfair:
     """``async with AsyncJobfair("http://127.0.0.1:8080", api_key=...) as jf: ...``"""
 
@@ -376,14 +358,11 @@ class AsyncJobfair:
             if r.status_code >= 400:
                 await r.aread()
                 _answer(r)
-            lines: list[str] = []
-            async for line in r.aiter_lines():
-                lines.append(line)
-                if line == "":
-                    for event, data in _sse_events(lines):
-                        if event == "job":
-                            yield Job.from_json(json.loads(data))
-                    lines = []
+            events = SseReader()
+            async for chunk in r.aiter_bytes():
+                for event, data in events.feed(chunk):
+                    if event == "job":
+                        yield Job.from_json(json.loads(data))
 
 
 class Jobfair:

@@ -1,5 +1,7 @@
 package dev.jobfair.client;
 
+import java.math.BigDecimal;
+import java.math.BigInteger;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -7,8 +9,13 @@ import java.util.Map;
 
 /**
  * Just enough JSON for Jobfair's wire format, so the client has no dependencies: objects
- * become {@code Map<String, Object>}, arrays {@code List<Object>}, integers {@code Long},
- * other numbers {@code Double}.
+ * become {@code Map<String, Object>}, arrays {@code List<Object>}.
+ *
+ * <p>Numbers keep their value, so a job's variables written back are the ones it was given:
+ * an integer is a {@code Long}, or a {@code BigInteger} beyond 64 bits; a number with a
+ * fraction or an exponent is a {@code Double} when the double prints as the same value
+ * ({@code 2.5}, {@code 0.1}, {@code 1e10}), otherwise a {@code BigDecimal} (more digits than
+ * a double holds, or beyond its range). Read them as {@code Number} to take either.
  */
 public final class Json {
     private final String text;
@@ -45,6 +52,11 @@ public final class Json {
             out.append("null");
         } else if (value instanceof String s) {
             quote(s, out);
+        } else if (value instanceof Double || value instanceof Float) {
+            // JSON has no NaN or infinity; written as text, no reader would take the document.
+            if (!Double.isFinite(((Number) value).doubleValue()))
+                throw new IllegalArgumentException("JSON has no number " + value);
+            out.append(value);
         } else if (value instanceof Number || value instanceof Boolean) {
             out.append(value);
         } else if (value instanceof Map<?, ?> map) {
@@ -171,13 +183,43 @@ public final class Json {
         }
     }
 
-    private Object number() {
+    /** A number as the JSON grammar has it: {@code -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?}. */
+    private Number number() {
         int start = pos;
-        while (pos < text.length() && "+-0123456789.eE".indexOf(text.charAt(pos)) >= 0) pos++;
+        peek('-');
+        if (!peek('0') && digits() == 0) throw error("unexpected character");
+        boolean integer = true;
+        if (peek('.')) {
+            integer = false;
+            if (digits() == 0) throw error("expected a digit after '.'");
+        }
+        if (peek('e') || peek('E')) {
+            integer = false;
+            if (!peek('+')) peek('-');
+            if (digits() == 0) throw error("expected a digit in the exponent");
+        }
         String n = text.substring(start, pos);
-        if (n.isEmpty()) throw error("unexpected character");
-        if (n.contains(".") || n.contains("e") || n.contains("E")) return Double.parseDouble(n);
-        return Long.parseLong(n);
+        if (integer) {
+            if (n.length() <= 18) return Long.parseLong(n); // 18 characters, sign included, always fit
+            BigInteger big = new BigInteger(n);
+            return big.bitLength() < 64 ? (Number) big.longValue() : big;
+        }
+        BigDecimal exact;
+        try {
+            exact = new BigDecimal(n);
+        } catch (NumberFormatException e) {
+            throw error("exponent out of range");
+        }
+        // parseDouble, not exact.doubleValue(): BigDecimal has no -0.
+        double d = Double.parseDouble(n);
+        if (Double.isFinite(d) && new BigDecimal(Double.toString(d)).compareTo(exact) == 0) return d;
+        return exact;
+    }
+
+    private int digits() {
+        int start = pos;
+        while (pos < text.length() && text.charAt(pos) >= '0' && text.charAt(pos) <= '9') pos++;
+        return pos - start;
     }
 
     private Object literal(String word, Object value) {

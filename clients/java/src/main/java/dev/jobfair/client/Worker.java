@@ -21,7 +21,8 @@ import java.util.logging.Logger;
  * fed by long polling or an SSE stream.
  *
  * <p>The handler's return value completes the job (a map becomes its variables); an
- * exception fails it with {@code retries - 1} and an exponential back-off; a
+ * exception, or a result with no JSON form (NaN), fails it with {@code retries - 1} and an
+ * exponential back-off; a
  * {@link BusinessError} throws a job error. A 409 on finishing means this worker's
  * activation is no longer current: logged and dropped, never retried. Long handlers keep
  * their lease by heartbeat. {@link #stop()} stops activating, gives handlers the grace
@@ -210,13 +211,24 @@ public final class Worker {
         } catch (Exception e) {
             cancel(beat);
             if (stopping && Thread.currentThread().isInterrupted()) return;
-            long backoff = o.failBackoff.exactMs(Math.max(0, job.activationCount() - 1));
-            String message = e.getClass().getSimpleName() + ": " + e.getMessage();
-            if (finish(job, () -> client.fail(job, Math.max(0, job.retries() - 1), message, backoff))) stats.failed.incrementAndGet();
+            fail(job, e);
             return;
         }
         cancel(beat);
-        if (finish(job, () -> client.complete(job, result))) stats.completed.incrementAndGet();
+        try {
+            if (finish(job, () -> client.complete(job, result))) stats.completed.incrementAndGet();
+        } catch (IllegalArgumentException e) {
+            // Json cannot write the result (NaN, a type it does not know), so nothing was
+            // sent: the handler's fault, failed like its exceptions rather than left, unlogged,
+            // to wait out the lease and come back the same.
+            fail(job, e);
+        }
+    }
+
+    private void fail(Job job, Exception e) {
+        long backoff = o.failBackoff.exactMs(Math.max(0, job.activationCount() - 1));
+        String message = e.getClass().getSimpleName() + ": " + e.getMessage();
+        if (finish(job, () -> client.fail(job, Math.max(0, job.retries() - 1), message, backoff))) stats.failed.incrementAndGet();
     }
 
     private static void cancel(ScheduledFuture<?> beat) {

@@ -143,6 +143,26 @@ class JobfairClientTest {
     }
 
     @Test
+    void aResultWithNoJsonFormFailsTheJobAndItIsRetried() throws Exception {
+        Job job = jf.createJob(new NewJob("java-nan-" + RUN).retries(3));
+        CountDownLatch done = new CountDownLatch(1);
+        Worker w = new Worker(jf, "java-nan-" + RUN, j -> {
+            if (j.activationCount() == 1) return Map.of("ratio", Double.NaN);
+            done.countDown();
+            return Map.of("ratio", 0.5);
+        }, new Worker.Options().requestTimeoutMs(500).failBackoff(new Backoff(100, 2, 1000)));
+        Thread t = runInBackground(w);
+        assertTrue(done.await(30, TimeUnit.SECONDS));
+        w.stop();
+        t.join();
+        Job after = jf.getJob(job.key());
+        assertEquals("COMPLETED", after.state());
+        assertEquals(Map.of("ratio", 0.5), after.variables());
+        assertEquals(2, after.retries());
+        assertEquals("IllegalArgumentException: JSON has no number NaN", after.errorMessage());
+    }
+
+    @Test
     void aBusinessErrorThrowsAJobError() throws Exception {
         Job job = jf.createJob(new NewJob("java-pay-" + RUN));
         CountDownLatch called = new CountDownLatch(1);
