@@ -14,7 +14,7 @@ from app.activation import ActivationService
 from app.coalescing import Coalescer
 from app.domain import MAX_LEASE_MS, job_record, utcnow
 from app.errors import InvalidState, NotFound, StaleActivation
-from app.store import Inserted, Store, ready_at_once, tenant_of
+from app.store import Inserted, Store, ready_at_once, refused_input, tenant_of
 from app.waiting import Waiter, WaiterHub
 
 
@@ -34,13 +34,15 @@ class GroupCommit:
     while its statement runs wait for the next statement, which carries them all.  A key
     appears at most once per statement, so a duplicate or stale second completion of the
     same job is judged after the first one committed, exactly as if they were sequential.
+    A statement that fails on one completion's values (variables or an activationCount
+    the database refuses) is split until that completion fails alone (ADR 006).
     """
 
     def __init__(self, store: Store, max_batch: int = 1000) -> None:
         self.store = store
         self.max_batch = max_batch
         self._writes: Coalescer[tuple[int, int, str | None], bool] = Coalescer(
-            self._write, self._one_statement
+            self._write, self._one_statement, split=refused_input
         )
 
     async def complete(self, item: tuple[int, int, str | None]) -> bool:

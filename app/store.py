@@ -983,6 +983,16 @@ DATABASE_UNAVAILABLE: tuple[type[Exception], ...] = (
 UNAVAILABLE_LOG_EVERY_S = 5.0
 
 
+def refused_input(exc: Exception) -> bool:
+    """Whether a statement failed on a value it was given rather than on the database or
+    the statement itself: a data exception (SQLSTATE class 22: a NUL in text or JSON, an
+    integer beyond its column, a date out of range; asyncpg raises the same class for an
+    argument it cannot encode), or a deadline beyond the dates Python can represent.
+    Where callers share a statement, such a failure is one caller's (see Coalescer's
+    ``split``), and rerunning the others without it is safe: the statement was undone."""
+    return isinstance(exc, asyncpg.DataError | OverflowError)
+
+
 class BoundedPool:
     """The asyncpg pool, but waiting at most ``timeout_s`` for a connection: an exhausted
     pool is back pressure (503 RESOURCE_EXHAUSTED), not an unbounded queue.  So is a

@@ -1,0 +1,58 @@
+"""One bad caller never fails another (issue 19 §2): wherever callers share something -- a
+group-commit statement, a coalesced activation, the waiter queue and the hand-off of a new
+job, lane charges -- a value the database refuses fails the caller it came from, and
+every other caller is served as if it had been alone.
+
+The bad values are injected below the API (its validation refuses them at the boundary),
+so these tests hold the shared paths to it on their own."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+import pytest
+
+from app.activation import ActivateRequest, ActivationService
+from app.config import Settings
+from app.domain import utcnow
+
+NUL_VARIABLES = '{"note": "\\u0000"}'  # JSON text PostgreSQL's jsonb refuses
+INT4_OVERFLOW = 2**31  # an activationCount the int4 column cannot hold
+EVIL_WORKER = "evil\x00"  # a worker name PostgreSQL's text refuses
+
+
+async def _activated(store, job_type: str, n: int) -> list[asyncpg.Record]:
+    await store.insert_jobs([{"type": job_type} for _ in range(n)], utcnow())
+    rows = await store.pool.fetch(
+        "UPDATE jobs SET state = 'ACTIVATED', activation_count = 1, worker = 'w',"
+        " deadline = now() + interval '1 hour' WHERE job_type = $1"
+        " RETURNING job_key, activation_count",
+        job_type,
+    )
+    return sorted(rows, key=lambda r: r["job_key"])
+
+
+async def _states(store, job_type: str) -> dict[int, str]:
+    rows = await store.pool.fetch("SELECT job_key, state FROM jobs WHERE job_type = $1", job_type)
+    return {r["job_key"]: r["state"] for r in rows}
+
+
+async def test_poisoned_completions_in_one_group_commit_fail_alone(live):
+    """300 single completions written by one group-commit statement, 10 of them poisoned
+    (5 with a NUL in their variables, 5 with an activationCount beyond int4): the 290 good
+    ones complete, each poisoned one alone gets the database's refusal."""
+    store, jobs = live.services.store, live.services.jobs
+    rows = await _activated(store, "gc", 300)
+    poisoned = {i: (NUL_VARIABLES, 1) if i % 2 else (None, INT4_OVERFLOW) for i in range(5, 300, 30)}
+    calls = []
+    for i, row in enumerate(rows):
+        variables, count = poisoned.get(i, ('{"ok": true}', row["activation_count"]))
+        calls.append(jobs.complete(row["job_key"], count, variables))
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    failed = {i for i, r in enumerate(results) if r is not None}
+    assert failed == set(poisoned), f"{len(failed)} failed, of which {len(failed - set(poisoned))} good"
+    assert all(isinstance(results[i], asyncpg.DataError) for i in poisoned)
+    states = await _states(store, "gc")
+    for i, row in enumerate(rows):
+        assert states[row["job_key"]] == ("ACTIVATED" if i in poisoned else "COMPLETED")
