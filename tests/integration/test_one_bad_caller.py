@@ -56,3 +56,27 @@ async def test_poisoned_completions_in_one_group_commit_fail_alone(live):
     states = await _states(store, "gc")
     for i, row in enumerate(rows):
         assert states[row["job_key"]] == ("ACTIVATED" if i in poisoned else "COMPLETED")
+
+
+async def test_a_poisoned_activation_fails_alone_among_callers_activated_together(store):
+    """39 callers asking at once share one claim (ADR 009); one's worker name is refused
+    by the database: the 38 others get their jobs under their own names, it gets the
+    error, and no job is left activated for it."""
+    service = ActivationService(store, Settings())
+    await store.insert_jobs([{"type": "together", "tenantId": t} for t in "abc" for _ in range(40)], utcnow())
+    callers = [ActivateRequest("together", 2, 60_000, worker=f"w{i}") for i in range(39)]
+    callers[17] = ActivateRequest("together", 2, 60_000, worker=EVIL_WORKER)
+    results = await asyncio.gather(*(service.activate(r) for r in callers), return_exceptions=True)
+    failed = [i for i, r in enumerate(results) if isinstance(r, BaseException)]
+    assert failed == [17], f"{len(failed)} callers failed"
+    assert isinstance(results[17], asyncpg.DataError)
+    keys = []
+    for req, result in zip(callers, results, strict=True):
+        if req.worker == EVIL_WORKER:
+            continue
+        rows, _ = result
+        assert len(rows) == 2 and {r["worker"] for r in rows} == {req.worker}
+        keys += [r["job_key"] for r in rows]
+    assert len(set(keys)) == 76
+    activated = await store.pool.fetchval("SELECT count(*) FROM jobs WHERE state = 'ACTIVATED'")
+    assert activated == 76
