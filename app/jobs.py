@@ -84,14 +84,26 @@ class JobService:
     async def _hand_off(self, job: Mapping[str, Any], now: datetime, waiter: Waiter) -> Inserted:
         """Create ``job`` and claim for ``waiter`` in one transaction (ADR 012): the job
         reaches a waiting worker as its producer is answered, with no NOTIFY round
-        between them."""
+        between them.
+
+        If the database refuses a value of that transaction, it is the job's or the
+        waiter's: the job is then created on its own.  If that succeeds the waiter's
+        values were refused, and it alone is failed; if not, the producer gets the
+        error and the waiter waits on."""
         rows = []
         try:
             key, row = await self.activation.create_and_claim_lead(job, now, waiter.req)
             if row is not None:
                 rows.append(row)
+        except Exception as exc:
+            if not refused_input(exc):
+                raise
+            [inserted] = await self.store.insert_jobs([job], now)
+            self.waiters.fail(waiter, exc)
+            return inserted
         finally:
-            await self.waiters.handed(waiter, rows)
+            if waiter.reserved:  # not failed above
+                await self.waiters.handed(waiter, rows)
         return Inserted(key, True)
 
     async def get(self, job_key: int, now: datetime) -> dict[str, Any]:

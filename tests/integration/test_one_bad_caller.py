@@ -16,10 +16,31 @@ import pytest
 from app.activation import ActivateRequest, ActivationService
 from app.config import Settings
 from app.domain import utcnow
+from app.streaming import Stream
+from tests.acceptance.test_long_polling import until_waiting
+from tests.fixtures import quiet_settings
+from tests.helpers import activate
 
 NUL_VARIABLES = '{"note": "\\u0000"}'  # JSON text PostgreSQL's jsonb refuses
 INT4_OVERFLOW = 2**31  # an activationCount the int4 column cannot hold
 EVIL_WORKER = "evil\x00"  # a worker name PostgreSQL's text refuses
+
+
+@pytest.fixture
+def settings() -> Settings:
+    # No backup poll: a dispatcher woken by its timer would take the job the NOTIFY way,
+    # and the hand-off these tests poison would not happen.
+    return quiet_settings(backup_poll_ms=3_600_000)
+
+
+def _poll(job_type: str, worker: str, wait_ms: int = 10_000) -> dict[str, object]:
+    return {
+        "type": job_type,
+        "maxJobs": 1,
+        "timeout": 60_000,
+        "worker": worker,
+        "requestTimeout": wait_ms,
+    }
 
 
 async def _activated(store, job_type: str, n: int) -> list[asyncpg.Record]:
@@ -44,14 +65,18 @@ async def test_poisoned_completions_in_one_group_commit_fail_alone(live):
     ones complete, each poisoned one alone gets the database's refusal."""
     store, jobs = live.services.store, live.services.jobs
     rows = await _activated(store, "gc", 300)
-    poisoned = {i: (NUL_VARIABLES, 1) if i % 2 else (None, INT4_OVERFLOW) for i in range(5, 300, 30)}
+    poisoned = {
+        i: (NUL_VARIABLES, 1) if i % 2 else (None, INT4_OVERFLOW) for i in range(5, 300, 30)
+    }
     calls = []
     for i, row in enumerate(rows):
         variables, count = poisoned.get(i, ('{"ok": true}', row["activation_count"]))
         calls.append(jobs.complete(row["job_key"], count, variables))
     results = await asyncio.gather(*calls, return_exceptions=True)
     failed = {i for i, r in enumerate(results) if r is not None}
-    assert failed == set(poisoned), f"{len(failed)} failed, of which {len(failed - set(poisoned))} good"
+    assert failed == set(poisoned), (
+        f"{len(failed)} failed, of which {len(failed - set(poisoned))} good"
+    )
     assert all(isinstance(results[i], asyncpg.DataError) for i in poisoned)
     states = await _states(store, "gc")
     for i, row in enumerate(rows):
@@ -63,7 +88,9 @@ async def test_a_poisoned_activation_fails_alone_among_callers_activated_togethe
     by the database: the 38 others get their jobs under their own names, it gets the
     error, and no job is left activated for it."""
     service = ActivationService(store, Settings())
-    await store.insert_jobs([{"type": "together", "tenantId": t} for t in "abc" for _ in range(40)], utcnow())
+    await store.insert_jobs(
+        [{"type": "together", "tenantId": t} for t in "abc" for _ in range(40)], utcnow()
+    )
     callers = [ActivateRequest("together", 2, 60_000, worker=f"w{i}") for i in range(39)]
     callers[17] = ActivateRequest("together", 2, 60_000, worker=EVIL_WORKER)
     results = await asyncio.gather(*(service.activate(r) for r in callers), return_exceptions=True)
@@ -80,3 +107,71 @@ async def test_a_poisoned_activation_fails_alone_among_callers_activated_togethe
     assert len(set(keys)) == 76
     activated = await store.pool.fetchval("SELECT count(*) FROM jobs WHERE state = 'ACTIVATED'")
     assert activated == 76
+
+
+async def test_a_poisoned_waiter_at_the_head_fails_alone_and_jobs_are_still_created(live):
+    """A long poll whose worker name the database refuses waits at the head of its type's
+    queue.  A job created then is handed off to it (ADR 012) and the hand-off fails: the
+    job is created all the same, for any tenant, the poisoned waiter alone is failed, and
+    the honest poll behind it gets the job."""
+    c, services = live.client, live.services
+    assert await activate(c, "ho") == []  # the type is known dry: nobody is woken
+    evil = services.waiters.enqueue(ActivateRequest("ho", 1, 60_000, EVIL_WORKER))
+    good = asyncio.create_task(c.post("/v2/jobs/activate", json=_poll("ho", "good")))
+    await until_waiting(c, 2)
+    created = []
+    for tenant in ("acme", "globex"):
+        r = await c.post("/v2/jobs", json={"type": "ho", "tenantId": tenant})
+        assert r.status_code == 201, r.text
+        created.append(r.json()["jobKey"])
+    with pytest.raises(asyncpg.DataError):
+        await asyncio.wait_for(evil.future, 5)
+    [job] = (await good).json()["jobs"]
+    assert job["worker"] == "good" and job["jobKey"] in created
+    [other] = set(created) - {job["jobKey"]}
+    assert (await c.get(f"/v2/jobs/{other}")).json()["state"] == "CREATED"
+    await until_waiting(c, 0)
+
+
+async def test_a_poisoned_stream_at_the_head_fails_alone_and_jobs_are_still_created(live):
+    c, services = live.client, live.services
+    assert await activate(c, "hs") == []
+    stream = Stream(
+        ActivateRequest("hs", 1, 60_000, EVIL_WORKER),
+        services.waiters,
+        services.streams,
+        services.store,
+        services.activation,
+        check_ms=1_000,
+    )
+    events = stream.events()
+    first = asyncio.create_task(anext(events))
+    await until_waiting(c, 1)
+    r = await c.post("/v2/jobs", json={"type": "hs"})
+    assert r.status_code == 201, r.text
+    with pytest.raises(asyncpg.DataError):
+        await asyncio.wait_for(first, 5)
+    await until_waiting(c, 0)
+    job = (await c.get(f"/v2/jobs/{r.json()['jobKey']}")).json()
+    assert job["state"] == "CREATED" and job["activationCount"] == 0
+    again = await c.post("/v2/jobs", json={"type": "hs"})
+    assert again.status_code == 201
+    out = {j["jobKey"] for j in await activate(c, "hs", 10)}
+    assert out == {job["jobKey"], again.json()["jobKey"]}
+
+
+async def test_a_poisoned_waiter_does_not_keep_its_dispatcher_from_the_waiters_behind(live):
+    """Jobs created two at a time are not handed off: the type's dispatcher serves its
+    waiters in order, and the poisoned one at the head fails alone."""
+    c, services = live.client, live.services
+    assert await activate(c, "hd") == []
+    evil = services.waiters.enqueue(ActivateRequest("hd", 1, 60_000, EVIL_WORKER))
+    good = asyncio.create_task(c.post("/v2/jobs/activate", json=_poll("hd", "good", 5_000)))
+    await until_waiting(c, 2)
+    r = await c.post("/v2/jobs/batch", json={"jobs": [{"type": "hd"}, {"type": "hd"}]})
+    assert r.status_code == 201
+    [job] = (await good).json()["jobs"]
+    assert job["worker"] == "good" and job["jobKey"] in r.json()["jobKeys"]
+    with pytest.raises(asyncpg.DataError):
+        evil.future.result()
+    await until_waiting(c, 0)
