@@ -9,6 +9,7 @@ so these tests hold the shared paths to it on their own."""
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 
 import asyncpg
 import pytest
@@ -175,3 +176,28 @@ async def test_a_poisoned_waiter_does_not_keep_its_dispatcher_from_the_waiters_b
     with pytest.raises(asyncpg.DataError):
         evil.future.result()
     await until_waiting(c, 0)
+
+
+async def test_charges_carried_by_a_poisoned_lane_read_are_still_written(store):
+    """A lane read carries the charges of earlier claims of its type, whoever made them
+    (ActivationService._read_lanes).  A read refused for its caller's tenant filter gives
+    them back to the writer: the lanes are charged all the same."""
+    service = ActivationService(store, Settings())
+    await store.insert_jobs(
+        [{"type": "ch", "tenantId": t} for t in "ab" for _ in range(4)], utcnow()
+    )
+    rows, _ = await service.activate(ActivateRequest("ch", 3, 60_000, "good"))
+    await service.settle()
+    # Charges of a claim not yet written (as when the next read follows at once): the
+    # poisoned read below takes them into its own statement.
+    service._charge("ch", Counter({"a": 2}), {"a": 1.0})
+    evil = ActivateRequest("ch", 1, 60_000, "evil", tenant_ids=["a", "b\x00"])
+    with pytest.raises(asyncpg.DataError):
+        await service.activate(evil, fill=False)
+    await service.settle()
+    totals = await store.pool.fetch("SELECT tenant_id, activated_total FROM lanes ORDER BY 1")
+    claimed = Counter(r["tenant_id"] for r in rows)
+    assert {r["tenant_id"]: r["activated_total"] for r in totals} == {
+        "a": claimed["a"] + 2,
+        "b": claimed["b"],
+    }
