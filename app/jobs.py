@@ -130,12 +130,40 @@ class JobService:
     async def complete_many(
         self, items: Sequence[tuple[int, int, str | None]], now: datetime
     ) -> list[tuple[int, int]]:
-        done = await self.store.complete_jobs(items, now)
-        missed = [i[0] for i in items if i[0] not in done]
+        """One verdict per item, in order, as if each were sent after the one before."""
+        keys = [key for key, _, _ in items]
+        if len(set(keys)) == len(keys):  # no job named twice: one statement, as usual
+            done = await self.store.complete_jobs(items, now)
+            completed = [key in done for key in keys]
+        else:
+            completed = await self._complete_in_order(items, now)
+        missed = [key for key, ok in zip(keys, completed, strict=True) if not ok]
         known = await self.store.job_states(missed) if missed else {}
         return [
-            (key, 204 if key in done else (409 if key in known else 404)) for key, _, _ in items
+            (key, 204 if ok else (409 if key in known else 404))
+            for key, ok in zip(keys, completed, strict=True)
         ]
+
+    async def _complete_in_order(
+        self, items: Sequence[tuple[int, int, str | None]], now: datetime
+    ) -> list[bool]:
+        """One statement cannot judge a job twice (its UPDATE changes a row once, and
+        both namings read as done), so the n-th naming of each job goes into the n-th
+        statement, after the one before committed."""
+        statements: list[list[int]] = []  # positions in items, per statement
+        namings: dict[int, int] = {}
+        for i, (key, _, _) in enumerate(items):
+            n = namings.get(key, 0)
+            namings[key] = n + 1
+            if n == len(statements):
+                statements.append([])
+            statements[n].append(i)
+        completed = [False] * len(items)
+        for positions in statements:
+            done = await self.store.complete_jobs([items[i] for i in positions], now)
+            for i in positions:
+                completed[i] = items[i][0] in done
+        return completed
 
     async def fail(
         self,
