@@ -225,6 +225,10 @@ class JobService:
                         f"job {job_key} is {state}; only an ACTIVATED job has a lease"
                     )
                 deadline = now + timedelta(milliseconds=min(changes.timeout_ms, MAX_LEASE_MS))
+                if activation_count is None and row["deadline"] is not None:
+                    # Unfenced, the caller may not hold the lease (any worker, or a
+                    # stale one): it may extend the lease, never cut the holder's short.
+                    deadline = max(deadline, row["deadline"])
             if changes.retries is not None and state == "FAILED" and retries > 0:
                 state = "CREATED"  # revive an incident
             return retries, deadline, priority, state

@@ -282,7 +282,9 @@ OPS: tuple[Op, ...] = (
         schemas.UpdateJob,
         204,
         errors=(400, 404, 409),
-        notes="timeout extends the lease to now + timeout (a heartbeat).",
+        notes="timeout sets the lease to now + timeout (a heartbeat). Fenced by "
+        "activationCount or jobLeaseToken (a stale one is 409); without a fence the lease "
+        "is only ever extended, never shortened.",
     ),
     Op(
         "post",

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from datetime import datetime, timedelta
 
-from tests.helpers import activate, complete, enqueue
+from app.domain import utcnow
+from tests.helpers import activate, assert_problem, complete, enqueue
 
 
 def _item(job: dict, count: int | None = None) -> dict:
@@ -55,3 +57,66 @@ async def test_completions_of_one_job_from_concurrent_calls_succeed_exactly_once
         assert r.status_code in (204, 409), r.text
         successes[j["jobKey"]] += r.status_code == 204
     assert successes == {j["jobKey"]: 1 for j in jobs}
+
+
+def _deadline(job: dict) -> datetime:
+    return datetime.fromisoformat(job["deadline"].replace("Z", "+00:00"))
+
+
+async def _job(c, key: str) -> dict:
+    return (await c.get(f"/v2/jobs/{key}")).json()
+
+
+async def test_an_unfenced_heartbeat_extends_a_lease_and_never_shortens_it(live):
+    c = live.client
+    await enqueue(c, "hb", "acme", 1)
+    [job] = await activate(c, "hb", lease_ms=60_000)
+    key, lease = job["jobKey"], _deadline(job)
+    patch = {"changeset": {"timeout": 1_000}}
+    assert (await c.patch(f"/v2/jobs/{key}", json=patch)).status_code == 204
+    assert _deadline(await _job(c, key)) == lease  # another worker's 60 s lease stands
+    assert await live.services.background.lease.run_once(utcnow() + timedelta(seconds=5)) == 0
+    longer = {"changeset": {"timeout": 120_000}}
+    before = utcnow()
+    assert (await c.patch(f"/v2/jobs/{key}", json=longer)).status_code == 204
+    extended = _deadline(await _job(c, key))
+    assert extended >= before + timedelta(seconds=120) > lease
+
+
+async def test_a_fenced_heartbeat_sets_the_lease_and_a_stale_one_is_409(live):
+    c = live.client
+    await enqueue(c, "hb", "acme", 1)
+    [first] = await activate(c, "hb", lease_ms=1)
+    await live.services.background.lease.run_once(utcnow() + timedelta(seconds=1))
+    [job] = await activate(c, "hb", lease_ms=60_000)
+    key, lease = job["jobKey"], _deadline(job)
+    stale = {"changeset": {"timeout": 1_000}, "activationCount": first["activationCount"]}
+    assert_problem(await c.patch(f"/v2/jobs/{key}", json=stale), 409)
+    assert _deadline(await _job(c, key)) == lease
+    # The holder itself may shorten its own lease.
+    mine = {"changeset": {"timeout": 1_000}, "activationCount": job["activationCount"]}
+    before = utcnow()
+    assert (await c.patch(f"/v2/jobs/{key}", json=mine)).status_code == 204
+    shortened = _deadline(await _job(c, key))
+    assert before + timedelta(seconds=1) <= shortened < lease
+
+
+async def test_a_camunda_heartbeat_without_a_token_never_shortens_and_a_stale_token_is_409(live):
+    c = live.client
+    await enqueue(c, "hbc", "acme", 1)
+    activation = {"type": "hbc", "maxJobsToActivate": 1, "timeout": 1, "requestTimeout": -1}
+    [first] = (await c.post("/v2/jobs/activation", json=activation)).json()["jobs"]
+    await live.services.background.lease.run_once(utcnow() + timedelta(seconds=1))
+    r = await c.post("/v2/jobs/activation", json={**activation, "timeout": 60_000})
+    [job] = r.json()["jobs"]
+    key = job["jobKey"]
+    lease = _deadline(await _job(c, key))
+    unfenced = {"changeset": {"timeout": 1_000}, "operationReference": 1}
+    assert (await c.patch(f"/v2/jobs/{key}", json=unfenced)).status_code == 204
+    assert _deadline(await _job(c, key)) == lease
+    stale = {"changeset": {"timeout": 1_000}, "jobLeaseToken": first["jobLeaseToken"]}
+    assert_problem(await c.patch(f"/v2/jobs/{key}", json=stale), 409, "INVALID_STATE")
+    assert _deadline(await _job(c, key)) == lease
+    current = {"changeset": {"timeout": 1_000}, "jobLeaseToken": job["jobLeaseToken"]}
+    assert (await c.patch(f"/v2/jobs/{key}", json=current)).status_code == 204
+    assert _deadline(await _job(c, key)) < lease
