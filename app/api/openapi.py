@@ -42,7 +42,10 @@ class Job(BaseModel):
     tenantId: str
     state: Literal["CREATED", "ACTIVATED", "COMPLETED", "FAILED", "ERROR_THROWN", "CANCELED"]
     priority: int
-    effectivePriority: int
+    effectivePriority: int = Field(
+        description="after aging: what the scheduler uses now (CREATED), or what the pick "
+        "that activated the job used"
+    )
     retries: int
     activationCount: int = Field(description="the fencing token: +1 on every activation")
     worker: str | None

@@ -120,3 +120,24 @@ async def test_a_camunda_heartbeat_without_a_token_never_shortens_and_a_stale_to
     current = {"changeset": {"timeout": 1_000}, "jobLeaseToken": job["jobLeaseToken"]}
     assert (await c.patch(f"/v2/jobs/{key}", json=current)).status_code == 204
     assert _deadline(await _job(c, key)) < lease
+
+
+async def test_an_activated_record_says_the_aged_priority_its_pick_used(live):
+    """Two jobs in one lane: one of priority 50 that has waited three aging intervals, one
+    of priority 75 just created.  The pick takes the aged one (effective 80 > 75); its
+    record says 80, and so does a later read of it."""
+    c = live.client
+    assert (
+        await c.put("/v2/job-types/aged", json={"agingIntervalMs": 60_000, "agingStep": 10})
+    ).status_code == 200
+    [old] = await enqueue(c, "aged", "acme", 1, priority=50)
+    await live.services.store.pool.execute(
+        "UPDATE jobs SET queued_at = queued_at - interval '3 minutes 1 second' WHERE job_key = $1",
+        int(old),
+    )
+    await enqueue(c, "aged", "acme", 1, priority=75)
+    assert (await _job(c, old))["effectivePriority"] == 80
+    [job] = await activate(c, "aged")
+    assert job["jobKey"] == old
+    assert (job["priority"], job["effectivePriority"]) == (50, 80)
+    assert (await _job(c, old))["effectivePriority"] == 80
