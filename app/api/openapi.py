@@ -101,19 +101,31 @@ class JobTypes(BaseModel):
 
 class TenantStats(BaseModel):
     tenantId: str
-    pending: int
+    pending: int = Field(description="CREATED jobs: ready + delayed")
+    ready: int = Field(description="activatable now")
+    delayed: int = Field(description="a runAt or a retry back-off still ahead")
     active: int
-    oldestPendingAgeMs: int | None
+    oldestPendingAgeMs: int | None = Field(
+        description="how long the oldest ready job has been ready (delayed jobs left out)"
+    )
+    oldestReadyJobKey: str | None
+    cappedBy: Literal["tenant", "type"] | None = Field(
+        description="the cap that keeps the lane from more jobs now: its tenant's (over "
+        "every type), else its type's; null when neither is reached"
+    )
     activatedLastMinute: int
     realizedShare: float
-    configuredShare: float
+    configuredShare: float = Field(description="of the weights of the lanes with ready jobs")
 
 
 class TypeStats(BaseModel):
     type: str
     pending: int
+    ready: int
+    delayed: int
     active: int
     oldestPendingAgeMs: int | None
+    oldestReadyJobKey: str | None
     tenants: list[TenantStats]
 
 
@@ -376,10 +388,11 @@ OPS: tuple[Op, ...] = (
     Op(
         "get",
         "/v2/stats",
-        "Pending, active and shares per type and tenant",
+        "Ready, delayed, active jobs, caps and shares per type and tenant",
         "operators",
         answer=Stats,
-        errors=(),
+        query=(("type", "string", False),),
+        notes="type: one job type only.",
     ),
     Op("get", "/healthz", "Liveness", "operators", answer=Status, errors=()),
     Op(
