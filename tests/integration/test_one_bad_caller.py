@@ -201,3 +201,19 @@ async def test_charges_carried_by_a_poisoned_lane_read_are_still_written(store):
         "a": claimed["a"] + 2,
         "b": claimed["b"],
     }
+
+
+async def test_a_poisoned_job_handed_to_a_waiter_fails_its_producer_alone(live):
+    """The other way round: the job's own value is refused.  Its producer gets the
+    error, and the waiter it was offered to waits on and gets the next job."""
+    c, services = live.client, live.services
+    assert await activate(c, "hj") == []
+    good = asyncio.create_task(c.post("/v2/jobs/activate", json=_poll("hj", "good")))
+    await until_waiting(c, 1)
+    with pytest.raises(asyncpg.DataError):
+        await services.jobs.create([{"type": "hj", "variables": {"note": "\x00"}}], utcnow())
+    r = await c.post("/v2/jobs", json={"type": "hj"})
+    assert r.status_code == 201
+    [job] = (await good).json()["jobs"]
+    assert job["jobKey"] == r.json()["jobKey"] and job["worker"] == "good"
+    assert len(await _states(services.store, "hj")) == 1
