@@ -21,7 +21,7 @@ from app.coalescing import Coalescer
 from app.config import Settings
 from app.domain import utcnow
 from app.scheduler import Aging, Lane, allocate
-from app.store import Charges, LaneRead, LaneRow, LeadAsk, Share, Store
+from app.store import Charges, LaneRead, LaneRow, LeadAsk, Share, Store, refused_input
 
 log = logging.getLogger(__name__)
 
@@ -264,6 +264,9 @@ class ActivationService:
                 _take_together,
                 unwanted=self._release,
                 spawn=lambda runner: self._spawn(runner, "activating"),
+                # A caller's worker name or lease the claim refuses fails that caller
+                # alone: the others are activated without it.
+                split=refused_input,
             )
         try:
             return await together.submit(req)

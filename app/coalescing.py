@@ -18,10 +18,13 @@ R = TypeVar("R")
 
 class Coalescer(Generic[I, R]):
     """``run(items)`` answers a batch with one result per item, in order; a failure fails
-    every caller in the batch.  ``take(items)`` says, for the items waiting in arrival
-    order, which go into the next batch (the others wait for a later one; it must take
-    at least the first).  A caller cancelled before its batch is left out of it; one
-    cancelled while its batch runs has its result handed to ``unwanted``."""
+    every caller in the batch, unless ``split(exc)`` says that one caller's part may
+    have caused it (a value the database refused): then the batch is halved and each
+    half run on its own, down to the caller whose part fails, which alone gets the
+    error.  ``take(items)`` says, for the items waiting in arrival order, which go into
+    the next batch (the others wait for a later one; it must take at least the first).
+    A caller cancelled before its batch is left out of it; one cancelled while its batch
+    runs has its result handed to ``unwanted``."""
 
     def __init__(
         self,
@@ -30,11 +33,13 @@ class Coalescer(Generic[I, R]):
         *,
         unwanted: Callable[[list[R]], None] | None = None,
         spawn: Callable[[Awaitable[Any]], asyncio.Task[Any]] = asyncio.ensure_future,
+        split: Callable[[Exception], bool] = lambda exc: False,
     ) -> None:
         self._run = run
         self._take = take
         self._unwanted = unwanted
         self._spawn = spawn
+        self._split = split
         self._pending: list[tuple[I, asyncio.Future[R]]] = []
         self._runner: asyncio.Task[Any] | None = None
         # The event loop of the first call, which every later call shares (the app's).
@@ -73,6 +78,15 @@ class Coalescer(Generic[I, R]):
         try:
             results = await self._run([item for item, _ in batch])
         except Exception as exc:
+            if len(batch) > 1 and self._split(exc):
+                # Bisect: k bad callers among n cost O(k log n) runs, and only after a
+                # failure; the halves run in order, so earlier callers stay first.
+                half = len(batch) // 2
+                for part in (batch[:half], batch[half:]):
+                    still = [entry for entry in part if not entry[1].done()]
+                    if still:
+                        await self._answer(still)
+                return
             for _, answer in batch:
                 if not answer.done():
                     answer.set_exception(exc)

@@ -65,6 +65,10 @@ def job_record(
     variables = visible_variables(row["variables"], fetch_variables)
     if state == "CREATED":
         eff = effective_priority(row["priority"], row["queued_at"], now, aging)
+    elif row["activated_at"] is not None:
+        # What its (latest) pick used: the claim aged it by the same formula at its own
+        # clock, the one that stamped activated_at.
+        eff = effective_priority(row["priority"], row["queued_at"], row["activated_at"], aging)
     else:
         eff = row["priority"]
     return {

@@ -14,7 +14,7 @@ from app.activation import ActivationService
 from app.coalescing import Coalescer
 from app.domain import MAX_LEASE_MS, job_record, utcnow
 from app.errors import InvalidState, NotFound, StaleActivation
-from app.store import Inserted, Store, ready_at_once, tenant_of
+from app.store import Inserted, Store, ready_at_once, refused_input, tenant_of
 from app.waiting import Waiter, WaiterHub
 
 
@@ -34,13 +34,15 @@ class GroupCommit:
     while its statement runs wait for the next statement, which carries them all.  A key
     appears at most once per statement, so a duplicate or stale second completion of the
     same job is judged after the first one committed, exactly as if they were sequential.
+    A statement that fails on one completion's values (variables or an activationCount
+    the database refuses) is split until that completion fails alone (ADR 006).
     """
 
     def __init__(self, store: Store, max_batch: int = 1000) -> None:
         self.store = store
         self.max_batch = max_batch
         self._writes: Coalescer[tuple[int, int, str | None], bool] = Coalescer(
-            self._write, self._one_statement
+            self._write, self._one_statement, split=refused_input
         )
 
     async def complete(self, item: tuple[int, int, str | None]) -> bool:
@@ -82,14 +84,26 @@ class JobService:
     async def _hand_off(self, job: Mapping[str, Any], now: datetime, waiter: Waiter) -> Inserted:
         """Create ``job`` and claim for ``waiter`` in one transaction (ADR 012): the job
         reaches a waiting worker as its producer is answered, with no NOTIFY round
-        between them."""
+        between them.
+
+        If the database refuses a value of that transaction, it is the job's or the
+        waiter's: the job is then created on its own.  If that succeeds the waiter's
+        values were refused, and it alone is failed; if not, the producer gets the
+        error and the waiter waits on."""
         rows = []
         try:
             key, row = await self.activation.create_and_claim_lead(job, now, waiter.req)
             if row is not None:
                 rows.append(row)
+        except Exception as exc:
+            if not refused_input(exc):
+                raise
+            [inserted] = await self.store.insert_jobs([job], now)
+            self.waiters.fail(waiter, exc)
+            return inserted
         finally:
-            await self.waiters.handed(waiter, rows)
+            if waiter.reserved:  # not failed above
+                await self.waiters.handed(waiter, rows)
         return Inserted(key, True)
 
     async def get(self, job_key: int, now: datetime) -> dict[str, Any]:
@@ -116,12 +130,40 @@ class JobService:
     async def complete_many(
         self, items: Sequence[tuple[int, int, str | None]], now: datetime
     ) -> list[tuple[int, int]]:
-        done = await self.store.complete_jobs(items, now)
-        missed = [i[0] for i in items if i[0] not in done]
+        """One verdict per item, in order, as if each were sent after the one before."""
+        keys = [key for key, _, _ in items]
+        if len(set(keys)) == len(keys):  # no job named twice: one statement, as usual
+            done = await self.store.complete_jobs(items, now)
+            completed = [key in done for key in keys]
+        else:
+            completed = await self._complete_in_order(items, now)
+        missed = [key for key, ok in zip(keys, completed, strict=True) if not ok]
         known = await self.store.job_states(missed) if missed else {}
         return [
-            (key, 204 if key in done else (409 if key in known else 404)) for key, _, _ in items
+            (key, 204 if ok else (409 if key in known else 404))
+            for key, ok in zip(keys, completed, strict=True)
         ]
+
+    async def _complete_in_order(
+        self, items: Sequence[tuple[int, int, str | None]], now: datetime
+    ) -> list[bool]:
+        """One statement cannot judge a job twice (its UPDATE changes a row once, and
+        both namings read as done), so the n-th naming of each job goes into the n-th
+        statement, after the one before committed."""
+        statements: list[list[int]] = []  # positions in items, per statement
+        namings: dict[int, int] = {}
+        for i, (key, _, _) in enumerate(items):
+            n = namings.get(key, 0)
+            namings[key] = n + 1
+            if n == len(statements):
+                statements.append([])
+            statements[n].append(i)
+        completed = [False] * len(items)
+        for positions in statements:
+            done = await self.store.complete_jobs([items[i] for i in positions], now)
+            for i in positions:
+                completed[i] = items[i][0] in done
+        return completed
 
     async def fail(
         self,
@@ -183,6 +225,10 @@ class JobService:
                         f"job {job_key} is {state}; only an ACTIVATED job has a lease"
                     )
                 deadline = now + timedelta(milliseconds=min(changes.timeout_ms, MAX_LEASE_MS))
+                if activation_count is None and row["deadline"] is not None:
+                    # Unfenced, the caller may not hold the lease (any worker, or a
+                    # stale one): it may extend the lease, never cut the holder's short.
+                    deadline = max(deadline, row["deadline"])
             if changes.retries is not None and state == "FAILED" and retries > 0:
                 state = "CREATED"  # revive an incident
             return retries, deadline, priority, state

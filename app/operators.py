@@ -95,46 +95,73 @@ class StatsService:
             self.samples.popleft()
         return totals
 
-    async def stats(self, now: datetime) -> dict[str, Any]:
+    async def stats(self, now: datetime, job_type: str | None = None) -> dict[str, Any]:
+        """Per job type (``job_type`` alone, if given) and lane: ``pending`` jobs are
+        ``ready`` (activatable now) or ``delayed`` (a runAt or a retry back-off still
+        ahead).  ``oldestPendingAgeMs`` and ``oldestReadyJobKey`` are those of the
+        oldest ready job, timed from when it became ready: a delayed job is not
+        waiting.  ``cappedBy`` says which cap, if any, stops the lane from getting more
+        jobs now ("tenant": its tenant's, over every type; else "type"), so a lane held
+        back by a cap does not look starved.  Configured shares are over the lanes with
+        ready jobs."""
         base = self.samples[0][1] if self.samples else {}
         current = await self.sample()
-        rows = await self.store.stats()
+        rows = await self.store.stats(job_type)
         weights = {r["tenant_id"]: r["weight"] for r in await self.store.list_tenants()}
         types: dict[str, dict[str, Any]] = {}
+        type_caps: dict[str, int | None] = {}
         for r in rows:
-            t = types.setdefault(
-                r["job_type"],
-                {
+            t = types.get(r["job_type"])
+            if t is None:
+                t = types[r["job_type"]] = {
                     "type": r["job_type"],
                     "pending": 0,
+                    "ready": 0,
+                    "delayed": 0,
                     "active": 0,
                     "oldestPendingAgeMs": None,
+                    "oldestReadyJobKey": None,
                     "tenants": [],
-                },
-            )
-            age = _age_ms(now, r["oldest_pending"])
-            t["pending"] += r["pending"]
+                }
+                type_caps[r["job_type"]] = r["type_cap"]
+            age = _age_ms(now, r["oldest_ready_at"])
+            key = None if r["oldest_ready_key"] is None else str(r["oldest_ready_key"])
+            pending = r["ready"] + r["delayed"]
+            t["pending"] += pending
+            t["ready"] += r["ready"]
+            t["delayed"] += r["delayed"]
             t["active"] += r["active"]
             if age is not None and (
                 t["oldestPendingAgeMs"] is None or age > t["oldestPendingAgeMs"]
             ):
-                t["oldestPendingAgeMs"] = age
+                t["oldestPendingAgeMs"], t["oldestReadyJobKey"] = age, key
             lane = (r["job_type"], r["tenant_id"])
+            tenant_cap = r["tenant_cap"]
             t["tenants"].append(
                 {
                     "tenantId": r["tenant_id"],
-                    "pending": r["pending"],
+                    "pending": pending,
+                    "ready": r["ready"],
+                    "delayed": r["delayed"],
                     "active": r["active"],
                     "oldestPendingAgeMs": age,
+                    "oldestReadyJobKey": key,
+                    "cappedBy": "tenant"
+                    if tenant_cap is not None and r["tenant_active"] >= tenant_cap
+                    else None,
                     "activatedLastMinute": current.get(lane, 0) - base.get(lane, 0),
                 }
             )
         for t in types.values():
+            type_cap = type_caps[t["type"]]
+            type_full = type_cap is not None and t["active"] >= type_cap
             counts = {x["tenantId"]: x["activatedLastMinute"] for x in t["tenants"]}
             realized = scheduler.shares(counts)
-            backlogged = [x["tenantId"] for x in t["tenants"] if x["pending"] > 0]
+            backlogged = [x["tenantId"] for x in t["tenants"] if x["ready"] > 0]
             configured = scheduler.configured_shares(weights, backlogged)
             for x in t["tenants"]:
+                if x["cappedBy"] is None and type_full:
+                    x["cappedBy"] = "type"
                 x["realizedShare"] = round(realized.get(x["tenantId"], 0.0), 4)
                 x["configuredShare"] = round(configured.get(x["tenantId"], 0.0), 4)
         return {"jobTypes": list(types.values())}

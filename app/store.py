@@ -739,16 +739,39 @@ SEARCH_COLUMNS = {
 SEARCH_COUNT_LIMIT = 10_000
 
 # -- name: stats
-# Pending/active per (type, tenant).  Reads the backlog: an operator query, not hot path.
-STATS = """
-SELECT job_type, tenant_id,
-       count(*) FILTER (WHERE state IN ('CREATED', 'SCHEDULED')) AS pending,
-       count(*) FILTER (WHERE state = 'ACTIVATED') AS active,
-       min(created_at) FILTER (WHERE state IN ('CREATED', 'SCHEDULED')) AS oldest_pending
-FROM jobs WHERE state IN ('CREATED', 'SCHEDULED', 'ACTIVATED')
-GROUP BY job_type, tenant_id
-ORDER BY job_type, tenant_id
+# Per lane (type, tenant): ready jobs (CREATED), delayed ones (SCHEDULED: a runAt or a
+# retry back-off still ahead), active ones; the oldest ready job (by queued_at, when it
+# became ready) and its key; and what may hold the lane back: its tenant's cap with the
+# tenant's active jobs of every type (counted up to the cap, jobs_active_tenant_idx),
+# and its type's cap.  Reads the backlog: an operator query, not hot path.  No locks.
+_STATS = """
+WITH per_lane AS (
+    SELECT job_type, tenant_id,
+           count(*) FILTER (WHERE state = 'CREATED') AS ready,
+           count(*) FILTER (WHERE state = 'SCHEDULED') AS delayed,
+           count(*) FILTER (WHERE state = 'ACTIVATED') AS active,
+           min(queued_at) FILTER (WHERE state = 'CREATED') AS oldest_ready_at,
+           -- The oldest ready job's key in the same pass: arrays compare element-wise.
+           (min(ARRAY[extract(epoch FROM queued_at), job_key])
+              FILTER (WHERE state = 'CREATED'))[2]::bigint AS oldest_ready_key
+    FROM jobs WHERE state IN ('CREATED', 'SCHEDULED', 'ACTIVATED') {type}
+    GROUP BY job_type, tenant_id
+)
+SELECT l.*, tn.max_active_jobs AS tenant_cap, jt.max_active_jobs AS type_cap,
+       CASE WHEN tn.max_active_jobs IS NOT NULL THEN (
+           SELECT count(*) FROM (
+               SELECT 1 FROM jobs j WHERE j.state = 'ACTIVATED' AND j.tenant_id = l.tenant_id
+               LIMIT tn.max_active_jobs) capped
+       ) END AS tenant_active
+FROM per_lane l
+LEFT JOIN tenants tn ON tn.tenant_id = l.tenant_id
+LEFT JOIN job_types jt ON jt.job_type = l.job_type
+ORDER BY l.job_type, l.tenant_id
 """
+STATS = _STATS.format(type="")
+# -- name: stats_of_type
+# As stats, for job type $1 only.
+STATS_OF_TYPE = _STATS.format(type="AND job_type = $1")
 
 LANE_TOTALS = "SELECT job_type, tenant_id, activated_total FROM lanes"
 
@@ -1012,6 +1035,16 @@ DATABASE_UNAVAILABLE: tuple[type[Exception], ...] = (
     asyncpg.TooManyConnectionsError,
 )
 UNAVAILABLE_LOG_EVERY_S = 5.0
+
+
+def refused_input(exc: Exception) -> bool:
+    """Whether a statement failed on a value it was given rather than on the database or
+    the statement itself: a data exception (SQLSTATE class 22: a NUL in text or JSON, an
+    integer beyond its column, a date out of range; asyncpg raises the same class for an
+    argument it cannot encode), or a deadline beyond the dates Python can represent.
+    Where callers share a statement, such a failure is one caller's (see Coalescer's
+    ``split``), and rerunning the others without it is safe: the statement was undone."""
+    return isinstance(exc, asyncpg.DataError | OverflowError)
 
 
 class BoundedPool:
@@ -1508,8 +1541,10 @@ class Store:
         )
         return rows, min(total, SEARCH_COUNT_LIMIT), total > SEARCH_COUNT_LIMIT
 
-    async def stats(self) -> list[asyncpg.Record]:
-        return await self.pool.fetch(STATS)
+    async def stats(self, job_type: str | None = None) -> list[asyncpg.Record]:
+        if job_type is None:
+            return await self.pool.fetch(STATS)
+        return await self.pool.fetch(STATS_OF_TYPE, job_type)
 
     async def lane_totals(self) -> list[asyncpg.Record]:
         return await self.pool.fetch(LANE_TOTALS)

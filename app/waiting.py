@@ -32,6 +32,7 @@ import asyncpg
 
 from app.activation import ActivateRequest, ActivationService, TenantFilter
 from app.errors import ResourceExhausted
+from app.store import refused_input
 
 log = logging.getLogger(__name__)
 
@@ -265,6 +266,19 @@ class WaiterHub:
         if q is not None:
             q.wake.set()  # a wake-up may have passed it by while it was reserved
 
+    def fail(self, w: Waiter, exc: Exception) -> None:
+        """``w``'s own values failed a statement made for it (a hand-off's claim, its
+        dispatcher's activation): it leaves the queue with that error, so the waiters
+        behind it and the creates that would be handed to it go on without it."""
+        w.reserved = False
+        q = self.queues.get(w.req.job_type)
+        if q is not None:
+            if w in q.waiters:
+                q.waiters.remove(w)
+            q.wake.set()  # what it was offered may go to the next waiter
+        if not w.future.done():
+            w.future.set_exception(exc)
+
     def has_waiters(self, job_type: str) -> bool:
         q = self.queues.get(job_type)
         return q is not None and q.live > 0
@@ -336,18 +350,29 @@ class WaiterHub:
                     dry.add(w.req.tenant_filter)
             if self._known_dry(job_type, None):
                 return
-            full = all(n >= w.req.max_jobs for w, n in zip(batch, got, strict=True))
+            full = all(
+                n is not None and n >= w.req.max_jobs for w, n in zip(batch, got, strict=True)
+            )
             full_rounds = full_rounds + 1 if full else 0
             if full_rounds >= 2:
                 parallel = min(parallel * 2, MAX_PARALLEL)
 
-    async def _serve_one(self, q: _TypeQueue, w: Waiter) -> int:
+    async def _serve_one(self, q: _TypeQueue, w: Waiter) -> int | None:
         """Activate for one waiter and hand its jobs over the moment they are claimed (not
-        when the round's slowest activation is done).  How many it got."""
+        when the round's slowest activation is done).  How many it got, or None if the
+        database refused the waiter's own values (then it alone is failed)."""
         # A waiter's first round for one job is one stride pick; so is any round when the
         # type was dry and one job came (the rest of a backlog needs the full rounds).
         lead = w.req.max_jobs == 1 or self.one_expected(w.req.job_type)
-        rows = await self.activate(w.req, fill=False, lead=lead)
+        try:
+            rows = await self.activate(w.req, fill=False, lead=lead)
+        except Exception as exc:
+            # Its worker name, lease or tenants: the statement held nobody else's values.
+            # Left queued, it would fail every round of its type from the head.
+            if not refused_input(exc):
+                raise
+            self.fail(w, exc)
+            return None
         if rows:
             if w.future.done():
                 # The client left while we were activating: give the jobs back now.

@@ -42,7 +42,10 @@ class Job(BaseModel):
     tenantId: str
     state: Literal["CREATED", "ACTIVATED", "COMPLETED", "FAILED", "ERROR_THROWN", "CANCELED"]
     priority: int
-    effectivePriority: int
+    effectivePriority: int = Field(
+        description="after aging: what the scheduler uses now (CREATED), or what the pick "
+        "that activated the job used"
+    )
     retries: int
     activationCount: int = Field(description="the fencing token: +1 on every activation")
     worker: str | None
@@ -98,19 +101,31 @@ class JobTypes(BaseModel):
 
 class TenantStats(BaseModel):
     tenantId: str
-    pending: int
+    pending: int = Field(description="CREATED jobs: ready + delayed")
+    ready: int = Field(description="activatable now")
+    delayed: int = Field(description="a runAt or a retry back-off still ahead")
     active: int
-    oldestPendingAgeMs: int | None
+    oldestPendingAgeMs: int | None = Field(
+        description="how long the oldest ready job has been ready (delayed jobs left out)"
+    )
+    oldestReadyJobKey: str | None
+    cappedBy: Literal["tenant", "type"] | None = Field(
+        description="the cap that keeps the lane from more jobs now: its tenant's (over "
+        "every type), else its type's; null when neither is reached"
+    )
     activatedLastMinute: int
     realizedShare: float
-    configuredShare: float
+    configuredShare: float = Field(description="of the weights of the lanes with ready jobs")
 
 
 class TypeStats(BaseModel):
     type: str
     pending: int
+    ready: int
+    delayed: int
     active: int
     oldestPendingAgeMs: int | None
+    oldestReadyJobKey: str | None
     tenants: list[TenantStats]
 
 
@@ -282,7 +297,9 @@ OPS: tuple[Op, ...] = (
         schemas.UpdateJob,
         204,
         errors=(400, 404, 409),
-        notes="timeout extends the lease to now + timeout (a heartbeat).",
+        notes="timeout sets the lease to now + timeout (a heartbeat). Fenced by "
+        "activationCount or jobLeaseToken (a stale one is 409); without a fence the lease "
+        "is only ever extended, never shortened.",
     ),
     Op(
         "post",
@@ -371,10 +388,11 @@ OPS: tuple[Op, ...] = (
     Op(
         "get",
         "/v2/stats",
-        "Pending, active and shares per type and tenant",
+        "Ready, delayed, active jobs, caps and shares per type and tenant",
         "operators",
         answer=Stats,
-        errors=(),
+        query=(("type", "string", False),),
+        notes="type: one job type only.",
     ),
     Op("get", "/healthz", "Liveness", "operators", answer=Status, errors=()),
     Op(

@@ -74,7 +74,13 @@ async def get_job_type(request: Request, job_type: str) -> Response:
 
 @router.get("/v2/stats")
 async def stats(request: Request) -> Response:
-    return JSON(await request.app.state.services.stats.stats(utcnow()))
+    unknown = set(request.query_params) - {"type"}
+    if unknown:
+        raise InvalidArgument(f"unknown query parameters: {', '.join(sorted(unknown))}")
+    job_type = request.query_params.get("type")
+    if job_type is not None:
+        job_type = _job_type(job_type)
+    return JSON(await request.app.state.services.stats.stats(utcnow(), job_type))
 
 
 @router.get("/healthz")

@@ -6,6 +6,7 @@ API.md fixes for each route, including the two routes shared with the native sur
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 
 from app.domain import utcnow
@@ -108,6 +109,81 @@ async def test_without_a_token_only_an_activated_job_can_be_finished(live):
     await _activate(c)
     assert (await c.post(f"/v2/jobs/{other}/completion")).status_code == 204
     assert_problem(await c.post(f"/v2/jobs/{other}/completion"), 409, "INVALID_STATE")
+
+
+async def test_a_completion_with_an_empty_body_needs_no_fence(live):
+    """Camunda's guarantee, kept: with no body (no token), a completion succeeds only
+    while the job is ACTIVATED -- not while its lease has lapsed (CREATED), not twice."""
+    c = live.client
+    [key] = await enqueue(c, "cam", "acme", 1)
+    await _activate(c, timeout=1)
+    await live.services.background.lease.run_once(utcnow() + timedelta(seconds=1))
+    assert_problem(await c.post(f"/v2/jobs/{key}/completion"), 409, "INVALID_STATE")
+    await _activate(c)
+    assert (await c.post(f"/v2/jobs/{key}/completion")).status_code == 204
+    assert_problem(await c.post(f"/v2/jobs/{key}/completion"), 409, "INVALID_STATE")
+    job = (await c.get(f"/v2/jobs/{key}")).json()
+    assert job["state"] == "COMPLETED" and job["activationCount"] == 2
+
+
+async def test_a_client_that_sends_its_lease_token_is_fenced_on_every_route(live):
+    """A worker that activated withLease and sends its token back is held to it wherever
+    it sends it: a stale token is 409 on completion (whatever else the body carries),
+    failure, error and PATCH, and changes nothing; native routes, which take no token,
+    refuse one (400) rather than ignore it."""
+    c = live.client
+    keys = await enqueue(c, "cam", "acme", 4)
+    stale = {j["jobKey"]: j["jobLeaseToken"] for j in await _activate(c, timeout=1, withLease=True)}
+    await live.services.background.lease.run_once(utcnow() + timedelta(seconds=1))
+    current = {j["jobKey"]: j["jobLeaseToken"] for j in await _activate(c, withLease=True)}
+    assert set(stale) == set(current) == set(keys)
+    a, b, d, e = keys
+    calls = [
+        ("POST", f"/v2/jobs/{a}/completion", {}),
+        ("POST", f"/v2/jobs/{a}/completion", {"variables": {"x": 1}, "result": {}}),
+        ("POST", f"/v2/jobs/{b}/failure", {"retries": 1, "errorMessage": "late"}),
+        ("POST", f"/v2/jobs/{d}/error", {"errorCode": "LATE"}),
+        ("PATCH", f"/v2/jobs/{e}", {"changeset": {"retries": 9, "timeout": 600_000}}),
+    ]
+    before = {k: (await c.get(f"/v2/jobs/{k}")).json() for k in keys}
+    for method, path, body in calls:
+        key = path.split("/")[3]
+        r = await c.request(method, path, json={**body, "jobLeaseToken": stale[key]})
+        assert_problem(r, 409, "INVALID_STATE")
+    for key in keys:
+        assert (await c.get(f"/v2/jobs/{key}")).json() == before[key]
+    for path, body in [
+        (f"/v2/jobs/{a}/complete", {"activationCount": 2}),
+        (f"/v2/jobs/{b}/fail", {"activationCount": 2}),
+    ]:
+        r = await c.post(path, json={**body, "jobLeaseToken": current[path.split("/")[3]]})
+        assert_problem(r, 400, "INVALID_ARGUMENT")
+    for method, path, body in calls[1:]:
+        key = path.split("/")[3]
+        r = await c.request(method, path, json={**body, "jobLeaseToken": current[key]})
+        assert r.status_code == 204, r.text
+    states = [(await c.get(f"/v2/jobs/{k}")).json()["state"] for k in keys]
+    assert states == ["COMPLETED", "CREATED", "ERROR_THROWN", "ACTIVATED"]
+
+
+async def test_concurrent_completions_with_stale_and_current_tokens_complete_once(live):
+    """Completions written by one group-commit statement keep each token's fence."""
+    c = live.client
+    keys = await enqueue(c, "cam", "acme", 20)
+    stale = {
+        j["jobKey"]: j["jobLeaseToken"] for j in await _activate(c, timeout=1, maxJobsToActivate=20)
+    }
+    await live.services.background.lease.run_once(utcnow() + timedelta(seconds=1))
+    current = {j["jobKey"]: j["jobLeaseToken"] for j in await _activate(c, maxJobsToActivate=20)}
+    calls = [
+        c.post(f"/v2/jobs/{k}/completion", json={"jobLeaseToken": token})
+        for k in keys
+        for token in (stale[k], current[k], current[k])
+    ]
+    codes = [r.status_code for r in await asyncio.gather(*calls)]
+    assert [codes[i : i + 3].count(204) for i in range(0, len(codes), 3)] == [1] * 20
+    assert all(code in (204, 409) for code in codes)
+    assert codes[::3] == [409] * 20  # a stale token never completes
 
 
 async def test_error_takes_a_token_a_count_or_neither(live):

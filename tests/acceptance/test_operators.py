@@ -66,6 +66,63 @@ async def test_stats_show_pending_active_age_and_shares(live):
     assert by["small"]["realizedShare"] == 0.25
 
 
+def _without_ages(stats: dict) -> dict:
+    """Stats without the ages, which move between two reads."""
+    out = {k: v for k, v in stats.items() if k != "oldestPendingAgeMs"}
+    if "tenants" in out:
+        out["tenants"] = [_without_ages(x) for x in out["tenants"]]
+    return out
+
+
+async def test_stats_count_delayed_jobs_apart_and_mark_lanes_held_back_by_a_cap(live):
+    """Per lane: ready and delayed jobs apart (a delayed job is neither in the oldest
+    ready age nor in the configured shares), the oldest ready job's key, and which cap,
+    if any, holds the lane back; ``?type=`` gives one type."""
+    c, pool = live.client, live.services.store.pool
+    await live.services.stats.sample()  # the baseline of "last minute"
+    await c.put("/v2/tenants/capped", json={"maxActiveJobs": 2})
+    await c.put("/v2/job-types/full", json={"maxActiveJobs": 1})
+    # An hour-old job with a runAt still ahead, beside a job ready for a minute.
+    [delayed] = await enqueue(c, "st", "late", 1, delay=3_600_000)
+    [waiting] = await enqueue(c, "st", "late", 1)
+    await pool.execute(
+        "UPDATE jobs SET created_at = created_at - interval '1 hour' WHERE job_key = $1",
+        int(delayed),
+    )
+    await pool.execute(
+        "UPDATE jobs SET queued_at = queued_at - interval '1 minute',"
+        " created_at = created_at - interval '1 minute' WHERE job_key = $1",
+        int(waiting),
+    )
+    ready = await enqueue(c, "st", "capped", 4)
+    await enqueue(c, "st", "sleepy", 1, delay=3_600_000)  # only delayed jobs
+    assert len(await activate(c, "st", 10, tenantIds=["capped"])) == 2  # its cap
+    await enqueue(c, "full", "other", 2)
+    assert len(await activate(c, "full", 2)) == 1  # the type's cap
+    stats = (await c.get("/v2/stats")).json()
+    assert [t["type"] for t in stats["jobTypes"]] == ["full", "st"]
+    st = (await c.get("/v2/stats", params={"type": "st"})).json()
+    [t] = st["jobTypes"]
+    assert _without_ages(t) == _without_ages(stats["jobTypes"][1])
+    assert (t["pending"], t["ready"], t["delayed"], t["active"]) == (5, 3, 2, 2)
+    assert 60_000 <= t["oldestPendingAgeMs"] < 3_600_000  # the ready job's minute
+    assert t["oldestReadyJobKey"] == waiting
+    by = {x["tenantId"]: x for x in t["tenants"]}
+    capped, late = by["capped"], by["late"]
+    assert (capped["ready"], capped["delayed"], capped["cappedBy"]) == (2, 0, "tenant")
+    assert capped["oldestReadyJobKey"] == ready[2]  # the first two went out, FIFO
+    assert (late["pending"], late["ready"], late["delayed"], late["cappedBy"]) == (2, 1, 1, None)
+    assert late["oldestPendingAgeMs"] >= 60_000 and late["oldestReadyJobKey"] == waiting
+    sleepy = by["sleepy"]
+    assert (sleepy["ready"], sleepy["delayed"], sleepy["oldestPendingAgeMs"]) == (0, 1, None)
+    assert sleepy["oldestReadyJobKey"] is None and sleepy["configuredShare"] == 0.0
+    assert capped["configuredShare"] == late["configuredShare"] == 0.5
+    [full] = stats["jobTypes"][0]["tenants"]
+    assert (full["ready"], full["active"], full["cappedBy"]) == (1, 1, "type")
+    assert (await c.get("/v2/stats", params={"type": "none"})).json() == {"jobTypes": []}
+    assert_problem(await c.get("/v2/stats", params={"type": "bad type"}), 400)
+
+
 async def test_health_and_readiness(live):
     assert (await live.client.get("/healthz")).json() == {"status": "ok"}
     r = await live.client.get("/readyz")

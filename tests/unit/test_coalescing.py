@@ -63,6 +63,51 @@ async def test_a_failed_batch_fails_each_caller_in_it_and_not_the_next():
     assert await c.submit(3) == 3
 
 
+class Refused(ValueError):
+    """A value of one caller's that the shared statement could not take."""
+
+
+async def test_a_batch_failed_by_one_callers_part_fails_that_caller_alone():
+    batches: list[list[int]] = []
+
+    async def run(items: list[int]) -> list[int]:
+        batches.append(items)
+        if 7 in items or 13 in items:
+            raise Refused(f"cannot take {items}")
+        return [i * 10 for i in items]
+
+    c: Coalescer[int, int] = Coalescer(
+        run, lambda items: [True] * len(items), split=lambda exc: isinstance(exc, Refused)
+    )
+    results = await asyncio.gather(*(c.submit(i) for i in range(32)), return_exceptions=True)
+    assert [type(r) for r in results if isinstance(r, Exception)] == [Refused, Refused]
+    assert isinstance(results[7], Refused) and isinstance(results[13], Refused)
+    assert [r for r in results if not isinstance(r, Exception)] == [
+        i * 10 for i in range(32) if i not in (7, 13)
+    ]
+    # Bisected, not one run per caller: the first batch, then halves down to each culprit.
+    assert batches[0] == list(range(32)) and len(batches) <= 1 + 2 * 2 * 5
+    # The halves ran in arrival order.
+    served = [i for b in batches if 7 not in b and 13 not in b for i in b]
+    assert served == sorted(served)
+
+
+async def test_a_batch_failed_otherwise_is_not_split():
+    runs = 0
+
+    async def run(items: list[int]) -> list[int]:
+        nonlocal runs
+        runs += 1
+        raise ConnectionResetError("gone")
+
+    c: Coalescer[int, int] = Coalescer(
+        run, lambda items: [True] * len(items), split=lambda exc: isinstance(exc, Refused)
+    )
+    results = await asyncio.gather(*(c.submit(i) for i in range(8)), return_exceptions=True)
+    assert [type(r) for r in results] == [ConnectionResetError] * 8
+    assert runs == 1
+
+
 async def test_a_caller_cancelled_while_its_batch_runs_has_its_result_given_up():
     started, release = asyncio.Event(), asyncio.Event()
     given_up: list[list[int]] = []
