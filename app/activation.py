@@ -342,63 +342,72 @@ class ActivationService:
         exclude: set[str] = set()
         short: set[str] = set()
         lacking = [req.max_jobs for req in reqs]
-        rounds = 0
-        while True:
-            rounds += 1
-            if rounds > MAX_ROUNDS:  # cannot happen (see ADR 014); never loop on a bug
-                log.error("activation of %r stopped after %d rounds", job_type, MAX_ROUNDS)
-                break
-            self.queries += 1
-            remaining = sum(lacking)
-            read = await self._read_lanes(
-                job_type, remaining + LANE_SLACK, sorted(exclude), first.tenant_ids
-            )
-            cfg, rows = read.config, read.ready
-            aging = self.resolve_aging(cfg.aging_interval_ms, cfg.aging_step)
-            # Lanes met without a ready job are not read again in this call.
-            self._park_later(job_type, read.empty)
-            exclude.update(read.empty)
-            if not rows:
-                if read.more:
-                    continue  # the scan stopped among empty lanes: read on past them
-                # Every active lane not excluded was read and none has a ready job; the
-                # type is dry unless a lane was excluded that may still have some.
-                dry = not held_back
-                break
-            plan = _Plan(rows, remaining, cfg.max_active_jobs)
-            sharing = [i for i, n in enumerate(lacking) if n > 0]
-            got = await self.store.claim(
-                job_type,
-                plan.preliminary(),
-                now=utcnow(),
-                shares=[Share(reqs[i].worker, reqs[i].lease_ms, lacking[i]) for i in sharing],
-                via_stream=first.via_stream,
-                aging_step=aging.step,
-                aging_interval_ms=aging.interval_ms,
-                type_cap=cfg.max_active_jobs,
-                tenant_caps=plan.tenant_caps(),
-                headroom=plan.with_headroom,
-            )
-            for row in got:
-                i = sharing[row["share"] - 1]
-                claimed[i].append(row)
-                lacking[i] -= 1
-            picks.extend(plan.final.picks)
-            per_lane = Counter(r["tenant_id"] for r in got)
-            if got:
-                self._charge(job_type, per_lane, plan.strides)
-            round_short = {t for t, k in plan.final.counts.items() if per_lane[t] < k}
-            short |= round_short
-            exclude |= round_short | plan.capped_out
-            # Short because drained, or because another activator held the heads; at cap.
-            held_back = held_back or bool(round_short or plan.capped_out)
-            # At the type's cap once this round's claims used its headroom: a round whose
-            # allocation the cap trimmed but whose claims came up short leaves room.
-            type_full = plan.type_headroom is not None and len(got) >= plan.type_headroom
-            if remaining <= len(got) or type_full or (got and not fill):
-                break
-            if not round_short and not plan.capped_out:
-                break
+        try:
+            rounds = 0
+            while True:
+                rounds += 1
+                if rounds > MAX_ROUNDS:  # cannot happen (see ADR 014); never loop on a bug
+                    log.error("activation of %r stopped after %d rounds", job_type, MAX_ROUNDS)
+                    break
+                self.queries += 1
+                remaining = sum(lacking)
+                read = await self._read_lanes(
+                    job_type, remaining + LANE_SLACK, sorted(exclude), first.tenant_ids
+                )
+                cfg, rows = read.config, read.ready
+                aging = self.resolve_aging(cfg.aging_interval_ms, cfg.aging_step)
+                # Lanes met without a ready job are not read again in this call.
+                self._park_later(job_type, read.empty)
+                exclude.update(read.empty)
+                if not rows:
+                    if read.more:
+                        continue  # the scan stopped among empty lanes: read on past them
+                    # Every active lane not excluded was read and none has a ready job; the
+                    # type is dry unless a lane was excluded that may still have some.
+                    dry = not held_back
+                    break
+                plan = _Plan(rows, remaining, cfg.max_active_jobs)
+                sharing = [i for i, n in enumerate(lacking) if n > 0]
+                got = await self.store.claim(
+                    job_type,
+                    plan.preliminary(),
+                    now=utcnow(),
+                    shares=[Share(reqs[i].worker, reqs[i].lease_ms, lacking[i]) for i in sharing],
+                    via_stream=first.via_stream,
+                    aging_step=aging.step,
+                    aging_interval_ms=aging.interval_ms,
+                    type_cap=cfg.max_active_jobs,
+                    tenant_caps=plan.tenant_caps(),
+                    headroom=plan.with_headroom,
+                )
+                for row in got:
+                    i = sharing[row["share"] - 1]
+                    claimed[i].append(row)
+                    lacking[i] -= 1
+                picks.extend(plan.final.picks)
+                per_lane = Counter(r["tenant_id"] for r in got)
+                if got:
+                    self._charge(job_type, per_lane, plan.strides)
+                round_short = {t for t, k in plan.final.counts.items() if per_lane[t] < k}
+                short |= round_short
+                exclude |= round_short | plan.capped_out
+                # Short because drained, or because another activator held the heads; at cap.
+                held_back = held_back or bool(round_short or plan.capped_out)
+                # At the type's cap once this round's claims used its headroom: a round whose
+                # allocation the cap trimmed but whose claims came up short leaves room.
+                type_full = plan.type_headroom is not None and len(got) >= plan.type_headroom
+                if remaining <= len(got) or type_full or (got and not fill):
+                    break
+                if not round_short and not plan.capped_out:
+                    break
+        except Exception:
+            # A later round failed (the database refused a claim, or went away): the
+            # jobs earlier rounds claimed for these callers go back at once rather than
+            # wait out their leases.
+            taken = [row for theirs in claimed for row in theirs]
+            if taken:
+                self._spawn(self.store.release_jobs(taken), "releasing")
+            raise
         if short:
             # Parked, later reads need not probe them; that need not delay this answer.
             self._spawn(self.store.park_lanes(job_type, sorted(short)), "parking lanes")

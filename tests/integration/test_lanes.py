@@ -361,3 +361,30 @@ async def test_charges_of_the_same_lanes_in_any_order_lock_them_in_one_order(sto
     await asyncio.gather(*(charger(i) for i in range(chargers)))
     vtimes = await store.pool.fetch("SELECT vtime FROM lanes WHERE job_type = 'order'")
     assert [r["vtime"] for r in vtimes] == [float(chargers * rounds)] * len(tenants)
+
+
+async def test_jobs_of_earlier_rounds_go_back_when_a_later_round_fails(store, monkeypatch):
+    """Round 1 claims from "a" (one job, allotted more: short) and "b"; round 2's claim
+    fails.  The caller gets the error, and the jobs round 1 claimed for it are CREATED
+    again at once, not held until their leases end."""
+    service = ActivationService(store, Settings())
+    await store.insert_jobs([_job("a"), _job("b"), _job("b"), _job("c"), _job("c")], utcnow())
+    claim = store.claim
+    calls = 0
+
+    async def second_fails(*args, **kwargs):
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise asyncpg.DataError("refused")
+        return await claim(*args, **kwargs)
+
+    monkeypatch.setattr(store, "claim", second_fails)
+    # Lanes a, b, c at vtime 0; with two lanes read (maxJobs 4 reads 12) the picks go
+    # a, b, c, a: a holds one job, so round 1 is short and round 2 runs.
+    with pytest.raises(asyncpg.DataError):
+        await service.activate(ActivateRequest("race", 4, 60_000))
+    assert calls == 2
+    await service.settle()
+    states = await store.pool.fetch("SELECT state FROM jobs")
+    assert {r["state"] for r in states} == {"CREATED"}
