@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -37,8 +37,6 @@ LANE_SLACK = 8
 # them: carried, a round's 100 charges made the read scan 100 lanes more and cost 14 % of
 # the drain with 10,000 tenants (8 workers x maxJobs 100; 4 alternating pairs).
 CARRIED_LANES = 16
-# Lanes found without a ready job are parked this many at a time (_park_later).
-PARK_BATCH = LANE_SLACK
 # Callers activated together ask for at most this many jobs in all (one caller alone may
 # ask for up to 1,000, the most maxJobs allows).
 MAX_TOGETHER = 1000
@@ -115,8 +113,6 @@ class ActivationService:
         # records can be rendered without another round trip.
         self.aging_seen: dict[str, Aging] = {}
         self._pending: set[asyncio.Task[Any]] = set()
-        # Lanes found empty and not yet parked, per job type (see _park_later).
-        self._to_park: defaultdict[str, set[str]] = defaultdict(set)
         # Lane charges not yet written, per job type (see _charge).
         self._charges: defaultdict[str, _Charges] = defaultdict(_Charges)
         # Callers asking now, per type, tenant filter and via_stream, activated together.
@@ -134,20 +130,6 @@ class ActivationService:
             # A lane left active costs the next call one probe; an uncharged lane got a
             # few jobs for free.  Nothing is lost either way.
             log.warning("%s failed: %r", what, task.exception())
-
-    def _park_later(self, job_type: str, lanes: Iterable[str]) -> None:
-        """Lanes found without a ready job (emptied by their claims, or met empty by a
-        read) are parked PARK_BATCH at a time: until then each costs a read that meets it
-        one probe, less than parking it and waking it again on its next job would
-        (ADR 004) -- most lanes emptied by a claim get a job again soon.  So at most
-        PARK_BATCH - 1 such lanes per job type and process wait, active, for a park
-        (ADR 014)."""
-        waiting = self._to_park[job_type]
-        waiting.update(lanes)
-        if len(waiting) >= PARK_BATCH:
-            lanes = sorted(waiting)
-            waiting.clear()
-            self._spawn(self.store.park_lanes(job_type, lanes), "parking lanes")
 
     def _charge(self, job_type: str, claimed: Counter[str], strides: Mapping[str, float]) -> None:
         """Charge the lanes after the claim, off the response path: the jobs go out while
@@ -175,7 +157,12 @@ class ActivationService:
                     log.warning("charging lanes failed: %r", exc)
                 finally:
                     done.set_result(None)
-                self._park_later(job_type, drained)
+                if drained:
+                    # Lanes their claims emptied, parked now: an empty lane left active
+                    # would keep the vtime it had when it went idle, and both its own
+                    # re-entry and every other lane's (the smallest active vtime) would
+                    # start from there (ADR 014).
+                    self._spawn(self.store.park_lanes(job_type, drained), "parking lanes")
         finally:
             charges.writer = None
 
@@ -356,8 +343,9 @@ class ActivationService:
                 )
                 cfg, rows = read.config, read.ready
                 aging = self.resolve_aging(cfg.aging_interval_ms, cfg.aging_step)
-                # Lanes met without a ready job are not read again in this call.
-                self._park_later(job_type, read.empty)
+                # Lanes met without a ready job are parked after the call, and not read
+                # again in it.
+                short.update(read.empty)
                 exclude.update(read.empty)
                 if not rows:
                     if read.more:

@@ -566,7 +566,7 @@ JOB_STATES = "SELECT job_key, state, activation_count FROM jobs WHERE job_key = 
 CANCEL_JOB = """
 UPDATE jobs SET state = 'CANCELED', completed_at = $2
 WHERE job_key = $1 AND state IN ('CREATED', 'SCHEDULED')
-RETURNING job_key
+RETURNING job_type, tenant_id
 """
 
 # The finishing statements' test that job j is leased, for statements that find their
@@ -1175,7 +1175,13 @@ class Store:
         return {r["job_key"]: r for r in rows}
 
     async def cancel_job(self, job_key: int, now: datetime) -> bool:
-        return await self.pool.fetchval(CANCEL_JOB, job_key, now) is not None
+        """Cancel a CREATED or SCHEDULED job; then park its lane if that emptied it (an
+        empty lane left active would keep its idle vtime, ADR 014)."""
+        row = await self.pool.fetchrow(CANCEL_JOB, job_key, now)
+        if row is None:
+            return False
+        await self.park_lanes(row["job_type"], [row["tenant_id"]])
+        return True
 
     # -- activation ------------------------------------------------------------------
 

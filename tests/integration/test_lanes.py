@@ -10,7 +10,7 @@ from collections import Counter
 import asyncpg
 import pytest
 
-from app.activation import CARRIED_LANES, LANE_SLACK, PARK_BATCH, ActivateRequest, ActivationService
+from app.activation import CARRIED_LANES, LANE_SLACK, ActivateRequest, ActivationService
 from app.api.schemas import CreateJob
 from app.config import Settings
 from app.domain import utcnow
@@ -115,8 +115,8 @@ async def _parked(store) -> int:
 async def test_an_active_lane_without_jobs_costs_no_claim_round(store):
     """Lanes drained a moment ago are still active (nobody parked them yet).  An
     activation asking for one job must not spend a claim round on each of them before
-    it reaches the lane that has one: its read probes them and skips them.  Fewer than
-    PARK_BATCH of them stay active: a probe each costs less than parking them."""
+    it reaches the lane that has one: its read probes them and skips them, and the call
+    parks them."""
     service = ActivationService(store, Settings())
     busy = await _drained_lanes(store, 3)
     rounds = service.queries
@@ -124,7 +124,7 @@ async def test_an_active_lane_without_jobs_costs_no_claim_round(store):
     assert [r["job_key"] for r in rows] == [busy]
     assert service.queries - rounds == 1
     await service.settle()
-    assert await _parked(store) == 0
+    assert await _parked(store) == 3
 
 
 async def test_more_empty_lanes_than_a_read_holds_cost_one_round(store):
@@ -158,13 +158,13 @@ async def test_a_read_stops_after_scanned_lanes_and_the_call_reads_on(store):
     assert service.queries - rounds == 2
 
 
-async def test_lanes_their_claims_emptied_wait_for_a_park_at_most_park_batch_less_one(store):
-    """A claim that takes a lane's last job leaves it active.  Lanes so emptied are parked
-    PARK_BATCH at a time, so that later reads never meet more than PARK_BATCH - 1 of
-    them (plus those of claims in flight), whatever the history: here 10 x PARK_BATCH + 3
-    single-job tenants drained one job per call (each claim exact, none short)."""
+async def test_a_lane_its_claim_emptied_is_parked(store):
+    """A claim that takes a lane's last job (exactly what it was allotted: not short)
+    leaves it active; the charge that follows finds it empty and parks it, so no later
+    read meets it, whatever the history: here 83 single-job tenants drained one job per
+    call."""
     service = ActivationService(store, Settings())
-    n = 10 * PARK_BATCH + 3
+    n = 83
     await store.insert_jobs([_job(f"one-{i:03}") for i in range(n)], utcnow())
     for _ in range(n):
         rows, _ = await service.activate(ActivateRequest("race", 1, 60_000))
@@ -175,8 +175,8 @@ async def test_lanes_their_claims_emptied_wait_for_a_park_at_most_park_batch_les
                    SELECT 1 FROM jobs j WHERE j.state = 'CREATED'
                      AND j.job_type = l.job_type AND j.tenant_id = l.tenant_id)"""
         )
-        assert active_empty < PARK_BATCH
-    assert await store.pool.fetchval("SELECT count(*) FROM lanes WHERE NOT active") >= n - 7
+        assert active_empty == 0
+    assert await store.pool.fetchval("SELECT count(*) FROM lanes WHERE NOT active") == n
 
 
 async def test_an_activation_that_read_every_lane_empty_says_the_type_is_dry(store):

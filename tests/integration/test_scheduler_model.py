@@ -12,8 +12,10 @@ the database with a reference model written here from DESIGN §1 alone:
   leave room for -- however the lanes' history left them;
 * caps: no tenant or type is ever over its cap;
 * stride: the tenants an activation serves are those that stride picks over the lanes'
-  virtual times (min vtime first, ties by tenant, a capped or empty lane skipped) give,
-  and each served lane is charged exactly ``jobs / weight``;
+  virtual times (min vtime first, ties by tenant, a capped or empty lane skipped) give;
+  the model keeps the virtual times itself (charged ``jobs / weight``, re-entry of an
+  idle lane at the system's virtual time, no banked credit) and they must equal the
+  database's after every step;
 * inside a tenant, no job left ready has a higher priority than one activated;
 * a lane with a ready job is never parked.
 
@@ -71,10 +73,32 @@ class Model:
         self.cap: dict[str, int | None] = dict.fromkeys(TENANTS)
         self.type_cap: int | None = None
         self.small = 0  # single-job tenants created so far: s0, s1, ...
+        # Each lane's virtual time, kept by DESIGN §1.1's rules: charged 1/weight per job
+        # activated; a lane that becomes backlogged re-enters at the system's virtual
+        # time (the smallest of the backlogged lanes, else the largest of all, else 0)
+        # if it is behind it, so that no lane banks credit while it is idle.
+        self.vtime: dict[str, float] = {}
 
     @property
     def tenants(self) -> tuple[str, ...]:
         return TENANTS + tuple(f"s{i}" for i in range(self.small))
+
+    def idle_lanes(self) -> tuple[set[str], float]:
+        """Before jobs may become ready: the tenants without a ready job, and the
+        virtual time at which those of them that get one re-enter."""
+        backlogged = {t for t in self.tenants if self.ready(t)}
+        if backlogged:
+            now = min(self.vtime[t] for t in backlogged)
+        else:
+            now = max(self.vtime.values(), default=0.0)
+        return set(self.tenants) - backlogged, now
+
+    def reenter(self, before: tuple[set[str], float]) -> None:
+        """After jobs became ready: the idle lanes that got one re-enter."""
+        idle, now = before
+        for t in idle:
+            if self.ready(t):
+                self.vtime[t] = max(self.vtime.get(t, now), now)
 
     def ready(self, tenant: str) -> list[int]:
         return [k for k, j in self.jobs.items() if j.tenant == tenant and j.state == "CREATED"]
@@ -143,23 +167,27 @@ class ActivationMachine(RuleBasedStateMachine):
     )
     def create(self, tenant, priorities):
         jobs = [{"type": TYPE, "tenantId": tenant, "priority": p} for p in priorities]
+        before = self.model.idle_lanes()
         for job, inserted in zip(
             jobs, self.run(self.store.insert_jobs(jobs, utcnow())), strict=True
         ):
             self.model.jobs[inserted.job_key] = Job(tenant, job["priority"])
+        self.model.reenter(before)
 
     @precondition(lambda self: self.model.small < 400)
     @rule(n=st.integers(1, 100))
     def create_single_job_tenants(self, n):
         """Many tenants of one job each: once drained, their lanes crowd the lane reads."""
         first = self.model.small
+        self.model.small += n
+        before = self.model.idle_lanes()
         tenants = [f"s{i}" for i in range(first, first + n)]
         jobs = [{"type": TYPE, "tenantId": t} for t in tenants]
         for t, inserted in zip(
             tenants, self.run(self.store.insert_jobs(jobs, utcnow())), strict=True
         ):
             self.model.jobs[inserted.job_key] = Job(t, 50)
-        self.model.small += n
+        self.model.reenter(before)
 
     @rule(
         tenant=st.sampled_from(TENANTS), weight=st.sampled_from(WEIGHTS), cap=st.sampled_from(CAPS)
@@ -182,7 +210,7 @@ class ActivationMachine(RuleBasedStateMachine):
     )
     def activate(self, max_jobs, tenants):
         asked = self.model.tenants if tenants is None else tuple(sorted(tenants))
-        vtimes = self.run(self._vtimes())
+        vtimes = {t: self.model.vtime.get(t, 0.0) for t in self.model.tenants}
         expected = min(max_jobs, self.model.eligible(asked))
         picks = self.model.stride_picks(asked, max_jobs, vtimes)
         ready_before = {t: self.model.ready(t) for t in asked}
@@ -194,10 +222,8 @@ class ActivationMachine(RuleBasedStateMachine):
         assert len(rows) == expected, (len(rows), expected, self.model.__dict__)
         got = Counter(r["tenant_id"] for r in rows)
         assert got == picks, (got, picks, vtimes)
-        after = self.run(self._vtimes())
-        for t in self.model.tenants:
-            charged = got[t] / self.model.weight.get(t, 1)
-            assert after[t] == vtimes[t] + charged, (t, vtimes[t], after[t], charged)
+        for t, n in got.items():
+            self.model.vtime[t] += n / self.model.weight.get(t, 1)
         for r in rows:
             job = self.model.jobs[r["job_key"]]
             assert job.state == "CREATED", (r["job_key"], job)
@@ -220,13 +246,6 @@ class ActivationMachine(RuleBasedStateMachine):
             ]
             if taken and left:
                 assert min(taken) >= max(left), (t, taken, left)
-
-    async def _vtimes(self) -> dict[str, float]:
-        rows = await self.store.pool.fetch(
-            "SELECT tenant_id, vtime FROM lanes WHERE job_type = $1", TYPE
-        )
-        found = {r["tenant_id"]: r["vtime"] for r in rows}
-        return {t: found.get(t, 0.0) for t in self.model.tenants}
 
     # -- finishing ------------------------------------------------------------------------
 
@@ -265,8 +284,10 @@ class ActivationMachine(RuleBasedStateMachine):
             )
         )
         assert row is not None
+        before = self.model.idle_lanes()
         job.retries = max(0, job.retries - 1)
         job.state = "FAILED" if job.retries == 0 else "CREATED"
+        self.model.reenter(before)
 
     @precondition(lambda self: self._active())
     @rule(data=st.data())
@@ -279,7 +300,9 @@ class ActivationMachine(RuleBasedStateMachine):
             )
         )
         assert self.run(LeaseSweeper(self.store, 1000).run_once(now)) == 1
+        before = self.model.idle_lanes()
         self.model.jobs[key].state = "CREATED"
+        self.model.reenter(before)
 
     @precondition(lambda self: any(j.state == "CREATED" for j in self.model.jobs.values()))
     @rule(data=st.data())
@@ -301,6 +324,13 @@ class ActivationMachine(RuleBasedStateMachine):
         assert db == {k: (j.state, j.count) for k, j in self.model.jobs.items()}
         for r in rows:
             assert (r["deadline"] is not None) == (r["state"] == "ACTIVATED"), r
+
+    @invariant()
+    def virtual_times_match_the_model(self):
+        rows = self.run(
+            self.store.pool.fetch("SELECT tenant_id, vtime FROM lanes WHERE job_type = $1", TYPE)
+        )
+        assert {r["tenant_id"]: r["vtime"] for r in rows} == self.model.vtime
 
     @invariant()
     def a_lane_with_a_ready_job_is_active(self):
