@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field, TypeAdapter
 
 from app import __version__
 from app.api import camunda, schemas
+from app.domain import MAX_ACTIVATE_JOBS, MAX_LEASE_MS
 
 # The TypedDict request bodies (pydantic validates them through a TypeAdapter).
 TypedDictBody = schemas.CreateJob | schemas.CreateBatch
@@ -30,7 +31,15 @@ class Problem(BaseModel):
     """RFC 9457 problem details; ``type`` is stable per kind of error."""
 
     type: str = Field(examples=["urn:jobfair:stale-activation"])
-    title: Literal["INVALID_ARGUMENT", "NOT_FOUND", "INVALID_STATE", "RESOURCE_EXHAUSTED"]
+    title: Literal[
+        "INVALID_ARGUMENT",
+        "NOT_FOUND",
+        "INVALID_STATE",
+        "RESOURCE_EXHAUSTED",
+        "METHOD_NOT_ALLOWED",
+        "PAYLOAD_TOO_LARGE",
+        "UNSUPPORTED_MEDIA_TYPE",
+    ]
     status: int
     detail: str
     instance: str
@@ -168,7 +177,7 @@ class Op:
     status: int = 200
     answer: type[BaseModel] | dict[str, Any] | None = None
     errors: tuple[int, ...] = (400,)
-    query: tuple[tuple[str, str, bool], ...] = ()  # (name, JSON type, required)
+    query: tuple[tuple[str, dict[str, Any], bool], ...] = ()  # (name, schema, required)
     media: str = "application/json"
     body_optional: bool = False
     notes: str = ""
@@ -176,6 +185,12 @@ class Op:
 
 
 JOB_KEY = "/v2/jobs/{jobKey}"
+_TENANT = schemas.TENANT_ID_PATTERN.strip("^$")
+TENANT_LIST_PATTERN = f"^({_TENANT}(,{_TENANT})*)?$"
+NAME_LIST_PATTERN = r"^[^,\x00]{0,1000}(,[^,\x00]{0,1000})*$"
+# "." and ".." are valid names but dot segments of a URL: clients resolve them away, and
+# the request then names another path, or none (404).
+DOT_SEGMENTS = "A tenant id or job type of . or .. cannot be sent in a path (404)."
 OPS: tuple[Op, ...] = (
     Op(
         "post",
@@ -226,15 +241,15 @@ OPS: tuple[Op, ...] = (
         errors=(400, 503),
         media="text/event-stream",
         query=(
-            ("type", "string", True),
-            ("maxJobs", "integer", True),
-            ("timeout", "integer", True),
-            ("worker", "string", False),
-            ("tenantIds", "string", False),
-            ("fetchVariables", "string", False),
+            ("type", {"type": "string", "pattern": schemas.JOB_TYPE_PATTERN}, True),
+            ("maxJobs", {"type": "integer", "minimum": 1, "maximum": MAX_ACTIVATE_JOBS}, True),
+            ("timeout", {"type": "integer", "minimum": 1, "maximum": MAX_LEASE_MS}, True),
+            ("worker", {"type": "string", "maxLength": 128, "pattern": schemas.NO_NUL}, False),
+            ("tenantIds", {"type": "string", "pattern": TENANT_LIST_PATTERN}, False),
+            ("fetchVariables", {"type": "string", "pattern": NAME_LIST_PATTERN}, False),
         ),
         notes="maxJobs is the stream's credit: at most that many of its jobs ACTIVATED and "
-        "unfinished at once. tenantIds and fetchVariables are comma-separated.",
+        "unfinished at once. tenantIds and fetchVariables are comma-separated (empty: none).",
     ),
     Op(
         "post",
@@ -334,8 +349,18 @@ OPS: tuple[Op, ...] = (
         schemas.PutTenant,
         200,
         Tenant,
+        errors=(400, 404),
+        notes=DOT_SEGMENTS,
     ),
-    Op("get", "/v2/tenants/{tenantId}", "A tenant's configuration", "operators", answer=Tenant),
+    Op(
+        "get",
+        "/v2/tenants/{tenantId}",
+        "A tenant's configuration",
+        "operators",
+        answer=Tenant,
+        errors=(400, 404),
+        notes=DOT_SEGMENTS,
+    ),
     Op(
         "delete",
         "/v2/tenants/{tenantId}",
@@ -360,6 +385,8 @@ OPS: tuple[Op, ...] = (
         schemas.PutJobType,
         200,
         JobTypeConfig,
+        errors=(400, 404),
+        notes=DOT_SEGMENTS,
     ),
     Op(
         "get",
@@ -367,6 +394,8 @@ OPS: tuple[Op, ...] = (
         "A job type's configuration",
         "operators",
         answer=JobTypeConfig,
+        errors=(400, 404),
+        notes=DOT_SEGMENTS,
     ),
     Op(
         "get",
@@ -397,15 +426,42 @@ OPS: tuple[Op, ...] = (
 )
 
 PATH_PARAMS = {
-    "jobKey": {"type": "string", "pattern": "^[0-9]{1,19}$", "description": "int64, decimal"},
+    "jobKey": {
+        "type": "string",
+        "pattern": schemas.JOB_KEY_PATTERN,
+        "description": "int64, decimal",
+    },
     "tenantId": {"type": "string", "pattern": schemas.TENANT_ID_PATTERN},
     "type": {"type": "string", "pattern": schemas.JOB_TYPE_PATTERN},
 }
 ERROR_TEXT = {
-    400: "Invalid input (nothing was changed)",
+    400: "Invalid input, naming the field (nothing was changed)",
     404: "No such job, tenant or job type",
     409: "Stale activationCount or lease token, or the wrong state",
+    413: "The body is larger than the server's limit (16 MiB by default)",
+    415: "The body is not application/json",
     503: "Back pressure: retry after Retry-After seconds",
+}
+# What a free-form value (variables, customHeaders, result) may hold: what PostgreSQL's
+# jsonb and the server's JSON writer keep as sent.  An integer written with a fraction or
+# an exponent (1e20) is a double, which the server takes; a schema cannot tell it from
+# the integer 100000000000000000000, which it refuses, so this says integers are 64-bit.
+JSON_VALUE: dict[str, Any] = {
+    "description": "Any JSON value, except: a string or key containing NUL (U+0000), an "
+    "integer beyond 64 bits (-2^63 to 2^64-1), NaN or Infinity.",
+    "anyOf": [
+        {"type": "string", "pattern": schemas.NO_NUL},
+        {"type": "integer", "minimum": -(1 << 63), "maximum": (1 << 64) - 1},
+        {"type": "number", "not": {"type": "integer"}},
+        {"type": "boolean"},
+        {"type": "null"},
+        {"type": "array", "items": schemas.JSON_VALUE_REF},
+        {
+            "type": "object",
+            "propertyNames": {"pattern": schemas.NO_NUL},
+            "additionalProperties": schemas.JSON_VALUE_REF,
+        },
+    ],
 }
 
 
@@ -418,11 +474,12 @@ def build() -> dict[str, Any]:
         # A TypeAdapter describes models and the TypedDict bodies alike.
         schema = TypeAdapter(model).json_schema(ref_template="#/components/schemas/{model}")
         for name, sub in schema.pop("$defs", {}).items():
-            components.setdefault(name, sub)
-        components[model.__name__] = schema
+            components.setdefault(name, _json_values(sub))
+        components[model.__name__] = _json_values(schema)
         return {"$ref": f"#/components/schemas/{model.__name__}"}
 
     problem = ref(Problem)
+    components["JsonValue"] = _json_values(JSON_VALUE)
     paths: dict[str, Any] = {}
     for op in OPS:
         params = [
@@ -430,8 +487,8 @@ def build() -> dict[str, Any]:
             for name in PATH_PARAMS
             if "{" + name + "}" in op.path
         ] + [
-            {"name": name, "in": "query", "required": required, "schema": {"type": kind}}
-            for name, kind, required in op.query
+            {"name": name, "in": "query", "required": required, "schema": schema}
+            for name, schema, required in op.query
         ]
         responses: dict[str, Any] = {}
         if op.answer is None:
@@ -444,7 +501,9 @@ def build() -> dict[str, Any]:
             }
         for status, text in op.also.items():
             responses[str(status)] = {**responses[str(op.status)], "description": text}
-        for status in op.errors:
+        # Every body is read by parsing.body: over the limit, or not JSON, it is refused.
+        body_errors = (413, 415) if op.body is not None else ()
+        for status in (*op.errors, *body_errors):
             error: dict[str, Any] = {
                 "description": ERROR_TEXT[status],
                 "content": {"application/problem+json": {"schema": problem}},
@@ -483,6 +542,17 @@ def build() -> dict[str, Any]:
         },
         "security": [{}, {"bearer": []}],
     }
+
+
+def _json_values(schema: Any) -> Any:
+    """``schema`` with every ``schemas.JSON_VALUE_REF`` made a reference to JsonValue."""
+    if schema == schemas.JSON_VALUE_REF:
+        return {"$ref": "#/components/schemas/JsonValue"}
+    if isinstance(schema, dict):
+        return {k: _json_values(v) for k, v in schema.items()}
+    if isinstance(schema, list):
+        return [_json_values(v) for v in schema]
+    return schema
 
 
 def _operation_id(op: Op) -> str:

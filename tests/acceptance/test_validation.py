@@ -79,7 +79,7 @@ async def test_malformed_and_empty_bodies(live, baseline):
 async def test_body_over_16_mib(live, baseline):
     _, unchanged = baseline
     body = b'{"jobs": [' + b" " * (16 * 1024 * 1024) + b"]}"
-    assert_problem(await live.client.post("/v2/jobs/batch", content=body), 400)
+    assert_problem(await live.client.post("/v2/jobs/batch", content=body), 413)
     await unchanged()
 
 
