@@ -174,3 +174,15 @@ async def test_unknown_job_is_404(live):
     r = await live.client.post("/v2/jobs/42/complete", json={"activationCount": 1})
     assert_problem(r, 404)
     assert_problem(await live.client.patch("/v2/jobs/42", json={"changeset": {"retries": 1}}), 404)
+
+
+async def test_an_undeclared_method_is_405_naming_every_method_of_the_path(live):
+    for path, allowed in [
+        ("/v2/tenants/acme", "DELETE, GET, PUT"),
+        ("/v2/jobs", "POST"),
+        ("/v2/jobs/42", "GET, PATCH"),
+        ("/v2/job-types/a/b", "GET, PUT"),
+    ]:
+        r = await live.client.request("TRACE", path)
+        assert_problem(r, 405, "METHOD_NOT_ALLOWED")
+        assert r.headers["allow"] == allowed, path
