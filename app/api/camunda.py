@@ -36,7 +36,7 @@ class CamundaActivate(schemas.Strict):
     tenantIds: Annotated[list[schemas.TenantId], Field(max_length=1000)] | None = None
     fetchVariable: list[schemas.VariableName] | None = None
     tenantFilter: Literal["PROVIDED", "ASSIGNED"] | None = None
-    withLease: bool | None = None
+    withLease: Annotated[bool, Field(strict=True)] | None = None  # not 0 or 1
 
 
 class CamundaComplete(schemas.Strict):
@@ -124,12 +124,22 @@ NEVER = ("MIGRATED", "RETRIES_UPDATED", "TIMED_OUT", "TIMEOUT_UPDATED", "PRIORIT
 STATES = ("CREATED", "COMPLETED", "FAILED", "ERROR_THROWN", "CANCELED", *NEVER)
 
 
+def _whole(v: object) -> int | None:
+    """A JSON number without a fraction as an int (58.0 is 58); None for anything else."""
+    if type(v) is int:
+        return v
+    if type(v) is float and v.is_integer():
+        return int(v)
+    return None
+
+
 def _key(v: object) -> int:
     """A job key: the decimal string, or (as clients also send it) the int64 itself."""
     if type(v) is str and ascii_digits(v, 19) and int(v) <= schemas.INT64_MAX:
         return int(v)
-    if type(v) is int and 0 <= v <= schemas.INT64_MAX:
-        return v
+    n = _whole(v)
+    if n is not None and 0 <= n <= schemas.INT64_MAX:
+        return n
     raise ValueError(f"a job key is a decimal int64 string, got {v!r}")
 
 
@@ -146,9 +156,9 @@ def _state(v: object) -> str:
 
 
 def _retries(v: object) -> int:
-    whole = type(v) is float and v.is_integer()
-    if (type(v) is int or whole) and 0 <= v <= schemas.INT32_MAX:  # type: ignore[operator]
-        return int(v)  # type: ignore[call-overload]
+    n = _whole(v)
+    if n is not None and 0 <= n <= schemas.INT32_MAX:
+        return n
     raise ValueError(f"retries are an integer from 0 to {schemas.INT32_MAX}, got {v!r}")
 
 

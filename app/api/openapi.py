@@ -162,6 +162,18 @@ class Status(BaseModel):
 
 
 ANY_OBJECT: dict[str, Any] = {"type": "object", "additionalProperties": True}
+# One event of the stream (as OpenAPI 3.2's itemSchema would say; keep-alives are
+# comments, not events).
+SSE_EVENT: dict[str, Any] = {
+    "type": "object",
+    "description": "event: job, id: <jobKey>, data: <Job as JSON>",
+    "properties": {
+        "event": {"const": "job"},
+        "id": {"type": "string", "pattern": "^[0-9]+$"},
+        "data": {"type": "string", "contentMediaType": "application/json"},
+    },
+    "required": ["event", "id", "data"],
+}
 
 
 # -- the routes ---------------------------------------------------------------------------
@@ -182,6 +194,11 @@ class Op:
     body_optional: bool = False
     notes: str = ""
     also: dict[int, str] = field(default_factory=dict)
+    # OpenAPI links from the success answer: what a client (or a stateful fuzzer) can
+    # call next with what it got, {name: (operationId, parameters, requestBody)}.
+    links: dict[str, tuple[str, dict[str, str], dict[str, Any] | None]] = field(
+        default_factory=dict
+    )
 
 
 JOB_KEY = "/v2/jobs/{jobKey}"
@@ -191,6 +208,35 @@ NAME_LIST_PATTERN = r"^[^,\x00]{0,1000}(,[^,\x00]{0,1000})*$"
 # "." and ".." are valid names but dot segments of a URL: clients resolve them away, and
 # the request then names another path, or none (404).
 DOT_SEGMENTS = "A tenant id or job type of . or .. cannot be sent in a path (404)."
+
+
+def _job_links(key: str, count: str | None = None) -> dict[str, Any]:
+    """Links to the calls on one job: its key (and activationCount) at these pointers."""
+    params = {"jobKey": f"$response.body#{key}"}
+    links: dict[str, Any] = {
+        "GetJob": ("getJobsByKey", params, None),
+        "CancelJob": ("postJobsCancelByKey", params, None),
+    }
+    if count is not None:
+        fence = {"activationCount": f"$response.body#{count}"}
+        links |= {
+            "CompleteJob": ("postJobsCompleteByKey", params, fence),
+            "FailJob": ("postJobsFailByKey", params, fence),
+            "ThrowError": ("postJobsErrorByKey", params, {**fence, "errorCode": "E"}),
+            "Heartbeat": ("patchJobsByKey", params, {**fence, "changeset": {"timeout": 60000}}),
+        }
+    return links
+
+
+FIRST = "/jobs/0"
+CAMUNDA_LINKS: dict[str, Any] = {
+    f"Camunda{name}": (
+        op,
+        {"jobKey": f"$response.body#{FIRST}/jobKey"},
+        {"jobLeaseToken": f"$response.body#{FIRST}/jobLeaseToken"},
+    )
+    for name, op in (("Complete", "postJobsCompletionByKey"), ("Fail", "postJobsFailureByKey"))
+}
 OPS: tuple[Op, ...] = (
     Op(
         "post",
@@ -201,6 +247,30 @@ OPS: tuple[Op, ...] = (
         201,
         Job,
         also={200: "an existing job with the same idempotencyKey"},
+        links={
+            **_job_links("/jobKey"),
+            # Activate the job's type, so that the calls on an activated job follow.
+            "ActivateType": (
+                "postJobsActivate",
+                {},
+                {
+                    "type": "$response.body#/type",
+                    "maxJobs": 1,
+                    "timeout": 60000,
+                    "requestTimeout": -1,
+                },
+            ),
+            "CamundaActivateType": (
+                "postJobsActivation",
+                {},
+                {
+                    "type": "$response.body#/type",
+                    "maxJobsToActivate": 1,
+                    "timeout": 60000,
+                    "requestTimeout": -1,
+                },
+            ),
+        },
     ),
     Op(
         "post",
@@ -231,13 +301,14 @@ OPS: tuple[Op, ...] = (
         errors=(400, 503),
         notes="Answers as soon as at least one job is activated, or with an empty list when "
         "requestTimeout ends (0 or absent: the server default; negative: at once).",
+        links=_job_links(f"{FIRST}/jobKey", f"{FIRST}/activationCount"),
     ),
     Op(
         "get",
         "/v2/jobs/stream",
         "Stream activated jobs (Server-Sent Events)",
         "jobs",
-        answer={"type": "string", "description": "event: job, id: <jobKey>, data: <Job>"},
+        answer=SSE_EVENT,
         errors=(400, 503),
         media="text/event-stream",
         query=(
@@ -308,6 +379,7 @@ OPS: tuple[Op, ...] = (
         200,
         CamundaJobs,
         errors=(400, 503),
+        links=CAMUNDA_LINKS,
     ),
     Op(
         "post",
@@ -443,16 +515,16 @@ ERROR_TEXT = {
     503: "Back pressure: retry after Retry-After seconds",
 }
 # What a free-form value (variables, customHeaders, result) may hold: what PostgreSQL's
-# jsonb and the server's JSON writer keep as sent.  An integer written with a fraction or
-# an exponent (1e20) is a double, which the server takes; a schema cannot tell it from
-# the integer 100000000000000000000, which it refuses, so this says integers are 64-bit.
+# jsonb and the server's JSON writer keep as sent.  The server refuses an integer written
+# as one (no fraction, no exponent) beyond 64 bits, and takes any finite double (1e300,
+# which is integral too): a schema sees values, not spellings, so it cannot say which
+# integral numbers beyond 64 bits are refused, and says "number" for all of them.
 JSON_VALUE: dict[str, Any] = {
     "description": "Any JSON value, except: a string or key containing NUL (U+0000), an "
-    "integer beyond 64 bits (-2^63 to 2^64-1), NaN or Infinity.",
+    "integer written as one beyond 64 bits (-2^63 to 2^64-1), NaN or Infinity.",
     "anyOf": [
         {"type": "string", "pattern": schemas.NO_NUL},
-        {"type": "integer", "minimum": -(1 << 63), "maximum": (1 << 64) - 1},
-        {"type": "number", "not": {"type": "integer"}},
+        {"type": "number"},
         {"type": "boolean"},
         {"type": "null"},
         {"type": "array", "items": schemas.JSON_VALUE_REF},
@@ -498,6 +570,15 @@ def build() -> dict[str, Any]:
             responses[str(op.status)] = {
                 "description": "OK",
                 "content": {op.media: {"schema": schema}},
+            }
+        if op.links:
+            responses[str(op.status)]["links"] = {
+                name: {
+                    "operationId": target,
+                    "parameters": parameters,
+                    **({"requestBody": body} if body is not None else {}),
+                }
+                for name, (target, parameters, body) in op.links.items()
             }
         for status, text in op.also.items():
             responses[str(status)] = {**responses[str(op.status)], "description": text}

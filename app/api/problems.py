@@ -16,6 +16,7 @@ from app.api.parsing import describe_errors
 from app.errors import InvalidArgument, JobfairError
 
 PROBLEM = "application/problem+json"
+METHOD_NOT_ALLOWED = "urn:jobfair:method-not-allowed"
 
 
 class JSON(Response):
@@ -69,7 +70,7 @@ def install(app: FastAPI) -> None:
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
         titles = {
             404: ("urn:jobfair:not-found", "NOT_FOUND"),
-            405: ("urn:jobfair:method-not-allowed", "METHOD_NOT_ALLOWED"),
+            405: (METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED"),
         }
         type_, title = titles.get(exc.status_code, ("urn:jobfair:http", "HTTP_ERROR"))
         headers = dict(exc.headers or {})

@@ -16,6 +16,7 @@ from pydantic import (
     WithJsonSchema,
     with_config,
 )
+from pydantic.json_schema import JsonDict
 from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict
 
@@ -152,7 +153,16 @@ def _defaults_to(value: int | str | dict[str, Any]) -> Any:
 # A job as producers send it, validated but kept as the client spelled it: a dict, not a
 # model, because a 10,000-job batch validates three times faster that way, and the store
 # hands it to PostgreSQL as it is (store.INSERT_JOBS fills in the defaults).
-@with_config(ConfigDict(extra="forbid"))
+# runAt or delay, not both (a null one is absent).
+NOT_BOTH: JsonDict = {
+    "not": {
+        "required": ["runAt", "delay"],
+        "properties": {"runAt": {"type": "string"}, "delay": {"type": "number"}},
+    }
+}
+
+
+@with_config(ConfigDict(extra="forbid", json_schema_extra=NOT_BOTH))
 class CreateJob(TypedDict):
     type: JobType
     tenantId: NotRequired[Annotated[TenantId, _defaults_to(DEFAULT_TENANT)]]

@@ -186,3 +186,11 @@ async def test_an_undeclared_method_is_405_naming_every_method_of_the_path(live)
         r = await live.client.request("TRACE", path)
         assert_problem(r, 405, "METHOD_NOT_ALLOWED")
         assert r.headers["allow"] == allowed, path
+    # A path a route names literally is not taken for a job key by PATCH /v2/jobs/{jobKey}.
+    for path in ("/v2/jobs/activate", "/v2/jobs/activation", "/v2/jobs/batch", "/v2/jobs/search"):
+        r = await live.client.patch(path, json={"changeset": {"retries": 1}})
+        assert_problem(r, 405, "METHOD_NOT_ALLOWED")
+        assert r.headers["allow"] == "POST", path
+    r = await live.client.get("/v2/jobs/complete")
+    assert_problem(r, 405)
+    assert r.headers["allow"] == "POST"
