@@ -138,7 +138,10 @@ async def long_poll(
     """Activate, waiting up to ``requestTimeout`` (0/absent: the server default, negative:
     no wait) for at least one job.  Jobs activated for a client that is gone by then are
     given back at once rather than left to their lease timeout."""
-    wait_ms = request_timeout_ms or request.app.state.settings.default_request_timeout_ms
+    settings = request.app.state.settings
+    wait_ms = min(
+        request_timeout_ms or settings.default_request_timeout_ms, settings.long_poll_cap_ms
+    )
     services = request.app.state.services
     gone = asyncio.Event()
     watcher = asyncio.create_task(watch_disconnect(request, gone))
