@@ -22,6 +22,8 @@ from pydantic_core import PydanticCustomError
 INT_MIN = -(1 << 63)
 INT_MAX = (1 << 64) - 1  # orjson writes unsigned 64-bit integers too
 ERROR_TYPE = "unfaithful_value"
+NO_NUL = r"^[^\x00]*$"  # the pattern of every free string (schemas)
+NUL_MESSAGE = "NUL (U+0000) cannot be stored in a string"
 
 Path = tuple[str | int, ...]
 
@@ -73,7 +75,7 @@ def first_problem(value: Any) -> tuple[Path, str] | None:
         t = type(v)
         if t is str:
             if "\x00" in v:
-                return path, "NUL (U+0000) cannot be stored in a string"
+                return path, NUL_MESSAGE
         elif t is dict:
             for k in v:
                 if "\x00" in k:
@@ -91,6 +93,13 @@ def first_problem(value: Any) -> tuple[Path, str] | None:
                     "range (about 1.8e308) are refused rather than stored as null"
                 )
     return None
+
+
+def message(error: Any) -> str:
+    """A pydantic error's message, said plainly for the NUL a string's pattern refuses."""
+    if error["type"] == "string_pattern_mismatch" and error.get("ctx", {}).get("pattern") == NO_NUL:
+        return NUL_MESSAGE
+    return str(error["msg"]).removeprefix("Value error, ")
 
 
 def located(loc: Sequence[str | int], ctx: dict[str, Any]) -> list[str | int]:

@@ -116,7 +116,7 @@ def describe_errors(errors: Sequence[Any]) -> str:
         if e["type"] == faithful.ERROR_TYPE:
             path = faithful.located(path, e.get("ctx", {}))
         loc = ".".join(str(p) for p in path if p != "body")
-        msg = e["msg"].removeprefix("Value error, ")
+        msg = faithful.message(e)
         if e["type"] == "json_invalid":
             msg = "body is not valid JSON: " + str(e.get("ctx", {}).get("error", ""))
         parts.append(f"{loc}: {msg}" if loc else msg)

@@ -66,7 +66,7 @@ RequestTimeoutMs = Annotated[int, Field(ge=INT64_MIN, le=MAX_REQUEST_TIMEOUT_MS)
 # (Lone surrogates cannot arrive: the JSON parser refuses them, and paths and query
 # strings decode invalid UTF-8 to U+FFFD.  A pattern fails on them anyway.)
 
-NO_NUL = r"^[^\x00]*$"
+NO_NUL = faithful.NO_NUL
 
 
 def _decimal_at_most(bound: int) -> str:
