@@ -161,7 +161,7 @@ def payload_limit(request: Request) -> int | None:
     body is itself under it: then no job in it can be over, and the work is skipped."""
     limit: int = request.app.state.settings.max_payload_bytes
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) <= limit:
+    if declared is not None and ascii_digits(declared, 20) and int(declared) <= limit:
         return None
     return limit
 
