@@ -105,7 +105,14 @@ LeaseToken = Annotated[str, StringConstraints(strict=True, max_length=1000, patt
 # Stands for the JsonValue schema (openapi.py's), put in its place when the document is
 # built: pydantic resolves a "$ref" it did not make, and finds none.
 JSON_VALUE_REF = {"x-jobfair-json-value": True}
-INSTANT_SCHEMA = {"type": "string", "format": "date-time"}
+# The first and last days of the calendar are refused, in any zone: an offset can move
+# them out of it in UTC (9999-12-31T23:59:59-14:00), and a schema cannot say "in UTC".
+EDGE_DAYS = ("0001-01-01", "9999-12-31")
+INSTANT_SCHEMA = {
+    "type": "string",
+    "format": "date-time",
+    "pattern": f"^(?!{'|'.join(EDGE_DAYS)})",
+}
 JsonObject = Annotated[
     dict[str, Any],
     AfterValidator(faithful.check),
@@ -136,6 +143,8 @@ def _instant(v: str) -> str:
     instant beyond the calendar there (9999-12-31T23:59:59-14:00) is refused here."""
     if not RFC3339.fullmatch(v):
         raise ValueError("runAt must be an RFC 3339 instant, e.g. 2026-11-30T02:18:41Z")
+    if v.startswith(EDGE_DAYS):
+        raise ValueError("runAt must lie between 0001-01-02 and 9999-12-30")
     try:
         parsed = datetime.fromisoformat(v.upper().replace("Z", "+00:00"))
         return parsed.astimezone(UTC).isoformat()
