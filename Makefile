@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: serve test check lint typecheck bench clean openapi
+.PHONY: serve test check lint typecheck bench clean openapi fuzz
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
@@ -59,6 +59,13 @@ openapi: $(STAMP)  ## regenerate clients/openapi.json (a test fails when it is s
 	$(BIN)/python -m app.api.openapi > clients/openapi.json
 
 check: lint typecheck test
+
+# The long schemathesis run (make test runs a bounded one): every operation of the
+# document, all phases, FUZZ_EXAMPLES examples each, a fresh seed (FUZZ_SEED to replay).
+FUZZ_EXAMPLES ?= 300
+fuzz: $(STAMP)  ## schemathesis against the app's OpenAPI document, long (minutes)
+	JOBFAIR_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) JOBFAIR_FUZZ_SEED=$(FUZZ_SEED) \
+	  $(BIN)/pytest -q -s tests/acceptance/test_fuzz.py
 
 bench: $(STAMP)  ## the benchmarks, JSON + a table (minutes; not part of `make test`)
 	$(BIN)/python -m bench.run

@@ -25,6 +25,9 @@ class Settings(BaseSettings):
     workers: Positive = 1
 
     default_request_timeout_ms: Positive = 10_000
+    # A long poll is held at most this long, whatever its requestTimeout (at most 1 h):
+    # below a proxy's idle timeout, say.  It then answers {"jobs": []}, as at its end.
+    long_poll_cap_ms: Positive = 3_600_000
     lease_sweep_interval_ms: Positive = 1_000
     promote_interval_ms: Positive = 200
     retention_sweep_interval_ms: Positive = 60_000

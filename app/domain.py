@@ -14,9 +14,11 @@ DEFAULT_TENANT = "<default>"
 DEFAULT_PRIORITY = 50
 DEFAULT_RETRIES = 3
 MAX_LEASE_MS = 86_400_000
+MAX_REQUEST_TIMEOUT_MS = 3_600_000  # a long poll holds a request at most an hour
 MAX_ACTIVATE_JOBS = 1000
 MAX_COMPLETE_BATCH = 1000
 
+# Match with ``fullmatch``: ``$`` alone also matches before a final newline.
 TENANT_ID_RE = re.compile(r"^(<default>|[A-Za-z0-9_.-]{1,31})$")
 JOB_TYPE_RE = re.compile(r"^[A-Za-z0-9._:/-]{1,128}$")
 

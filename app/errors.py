@@ -20,6 +20,22 @@ class InvalidArgument(JobfairError):
     title = "INVALID_ARGUMENT"
 
 
+class PayloadTooLarge(JobfairError):
+    """The request's body is over the size limit (``max_body_bytes``)."""
+
+    status = 413
+    type = "urn:jobfair:payload-too-large"
+    title = "PAYLOAD_TOO_LARGE"
+
+
+class UnsupportedMediaType(JobfairError):
+    """A body sent as something other than JSON."""
+
+    status = 415
+    type = "urn:jobfair:unsupported-media-type"
+    title = "UNSUPPORTED_MEDIA_TYPE"
+
+
 class NotFound(JobfairError):
     status = 404
     type = "urn:jobfair:not-found"

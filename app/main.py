@@ -20,7 +20,7 @@ from app.api import camunda as camunda_api
 from app.api import jobs as jobs_api
 from app.api import openapi, problems
 from app.api import operators as operators_api
-from app.api.direct import App, DirectRoutes
+from app.api.direct import App, DirectRoutes, literal_paths
 from app.config import Settings
 from app.jobs import JobService
 from app.notifier import Notifier
@@ -164,4 +164,5 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
     for router in ROUTERS:
         app.include_router(router)
     app.direct = DirectRoutes(ROUTERS, HOT_ENDPOINTS)
+    app.literal = literal_paths(ROUTERS)
     return app

@@ -6,19 +6,19 @@ Camunda's strict clients require, and ``jobLeaseToken`` carries the fencing toke
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Request
-from pydantic import Field, StringConstraints
+from pydantic import AfterValidator, Field, WithJsonSchema
 from starlette.responses import Response
 
 from app.activation import ActivateRequest
 from app.api import schemas
-from app.api.jobs import fail, long_poll
-from app.api.parsing import body, fence, job_key, lease_token, optional_body, payload
+from app.api.jobs import fail, fenced, long_poll
+from app.api.parsing import ascii_digits, body, job_key, lease_token, optional_body, payload
 from app.api.problems import JSON
-from app.domain import MAX_ACTIVATE_JOBS, rfc3339, visible_variables
-from app.errors import InvalidArgument
+from app.domain import rfc3339, visible_variables
 
 router = APIRouter(prefix="/v2/jobs", tags=["camunda"])
 
@@ -29,28 +29,28 @@ PROCESS_DEFINITION_ID = "jobfair"
 
 class CamundaActivate(schemas.Strict):
     type: schemas.JobType
-    maxJobsToActivate: Annotated[int, Field(strict=True, ge=1, le=MAX_ACTIVATE_JOBS)]
+    maxJobsToActivate: schemas.MaxJobs
     timeout: schemas.LeaseMs
-    requestTimeout: schemas.Int | None = None
-    worker: Annotated[str, StringConstraints(max_length=128)] | None = None
-    tenantIds: list[schemas.TenantId] | None = None
-    fetchVariable: list[Annotated[str, StringConstraints(max_length=1000)]] | None = None
+    requestTimeout: schemas.RequestTimeoutMs | None = None
+    worker: schemas.Worker | None = None
+    tenantIds: Annotated[list[schemas.TenantId], Field(max_length=1000)] | None = None
+    fetchVariable: list[schemas.VariableName] | None = None
     tenantFilter: Literal["PROVIDED", "ASSIGNED"] | None = None
-    withLease: bool | None = None
+    withLease: Annotated[bool, Field(strict=True)] | None = None  # not 0 or 1
 
 
 class CamundaComplete(schemas.Strict):
-    variables: dict[str, Any] | None = None
-    result: dict[str, Any] | None = None
-    jobLeaseToken: str | None = None
+    variables: schemas.JsonObject | None = None
+    result: schemas.JsonObject | None = None
+    jobLeaseToken: schemas.LeaseToken | None = None
 
 
 class CamundaFail(schemas.Strict):
     retries: schemas.Retries = 0  # Camunda's default, unlike the native route
     errorMessage: schemas.ShortText | None = None
     retryBackOff: schemas.BackoffMs = 0
-    variables: dict[str, Any] | None = None
-    jobLeaseToken: str | None = None
+    variables: schemas.JsonObject | None = None
+    jobLeaseToken: schemas.LeaseToken | None = None
 
 
 def camunda_job(row: Any, fetch: list[str] | None) -> dict[str, Any]:
@@ -97,7 +97,7 @@ async def completion(request: Request, key: str) -> Response:
     k = job_key(key)
     spec = await optional_body(request, CamundaComplete)
     [variables] = payload(request, spec.variables)
-    count = fence(k, None, spec.jobLeaseToken)
+    count = await fenced(request, k, None, spec.jobLeaseToken)
     await request.app.state.services.jobs.complete(k, count, variables)
     return Response(status_code=204)
 
@@ -106,7 +106,7 @@ async def completion(request: Request, key: str) -> Response:
 async def failure(request: Request, key: str) -> Response:
     k = job_key(key)
     spec = await optional_body(request, CamundaFail)
-    await fail(request, k, fence(k, None, spec.jobLeaseToken), spec)
+    await fail(request, k, await fenced(request, k, None, spec.jobLeaseToken), spec)
     return Response(status_code=204)
 
 
@@ -121,16 +121,107 @@ CAMUNDA_STATES = {
 }
 # Camunda states that no Jobfair job is ever in: a filter on them matches nothing.
 NEVER = ("MIGRATED", "RETRIES_UPDATED", "TIMED_OUT", "TIMEOUT_UPDATED", "PRIORITY_UPDATED")
-FilterValue = str | int | dict[str, Any]
+STATES = ("CREATED", "COMPLETED", "FAILED", "ERROR_THROWN", "CANCELED", *NEVER)
+
+
+def _whole(v: object) -> int | None:
+    """A JSON number without a fraction as an int (58.0 is 58); None for anything else."""
+    if type(v) is int:
+        return v
+    if type(v) is float and v.is_integer():
+        return int(v)
+    return None
+
+
+def _key(v: object) -> int:
+    """A job key: the decimal string, or (as clients also send it) the int64 itself."""
+    if type(v) is str and ascii_digits(v, 19) and int(v) <= schemas.INT64_MAX:
+        return int(v)
+    n = _whole(v)
+    if n is not None and 0 <= n <= schemas.INT64_MAX:
+        return n
+    raise ValueError(f"a job key is a decimal int64 string, got {v!r}")
+
+
+def _text(v: object) -> str:
+    if type(v) is str and len(v) <= 1000 and "\x00" not in v:
+        return v
+    raise ValueError("expected a string of at most 1000 characters, without NUL (U+0000)")
+
+
+def _state(v: object) -> str:
+    if type(v) is str and v in STATES:
+        return v
+    raise ValueError(f"unknown job state {v!r}; one of {', '.join(STATES)}")
+
+
+def _retries(v: object) -> int:
+    n = _whole(v)
+    if n is not None and 0 <= n <= schemas.INT32_MAX:
+        return n
+    raise ValueError(f"retries are an integer from 0 to {schemas.INT32_MAX}, got {v!r}")
+
+
+def _filter_values(item: Callable[[object], Any]) -> Callable[[Any], list[Any]]:
+    """A plain value, or Camunda's advanced filter ``{"$eq": v}`` / ``{"$in": [...]}``:
+    the list of values it accepts, each checked by ``item`` as the column it is compared
+    with."""
+
+    def values(v: Any) -> list[Any]:
+        if isinstance(v, dict):
+            if set(v) == {"$eq"}:
+                v = [v["$eq"]]
+            elif set(v) == {"$in"} and isinstance(v["$in"], list) and len(v["$in"]) <= 1000:
+                v = v["$in"]
+            else:
+                raise ValueError("supported operators are $eq and $in (a list of 1000 at most)")
+        else:
+            v = [v]
+        return [item(x) for x in v]
+
+    return values
+
+
+def _filter_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    in_ = {"type": "array", "items": schema, "maxItems": 1000}
+    operators = [
+        {"type": "object", "properties": {op: s}, "required": [op], "additionalProperties": False}
+        for op, s in (("$eq", schema), ("$in", in_))
+    ]
+    return {"anyOf": [schema, *operators]}
+
+
+TEXT_SCHEMA = {"type": "string", "maxLength": 1000, "pattern": schemas.NO_NUL}
+KEY_SCHEMA = {
+    "anyOf": [
+        {"type": "string", "pattern": schemas.JOB_KEY_PATTERN},
+        {"type": "integer", "minimum": 0, "maximum": schemas.INT64_MAX},
+    ]
+}
+RETRIES_SCHEMA = {"type": "integer", "minimum": 0, "maximum": schemas.INT32_MAX}
+KeyFilter = Annotated[
+    Any, AfterValidator(_filter_values(_key)), WithJsonSchema(_filter_schema(KEY_SCHEMA))
+]
+TextFilter = Annotated[
+    Any, AfterValidator(_filter_values(_text)), WithJsonSchema(_filter_schema(TEXT_SCHEMA))
+]
+StateFilter = Annotated[
+    Any,
+    AfterValidator(_filter_values(_state)),
+    WithJsonSchema(_filter_schema({"enum": list(STATES)})),
+]
+RetriesFilter = Annotated[
+    Any, AfterValidator(_filter_values(_retries)), WithJsonSchema(_filter_schema(RETRIES_SCHEMA))
+]
 
 
 class SearchFilter(schemas.Strict):
-    jobKey: FilterValue | None = None
-    type: FilterValue | None = None
-    state: FilterValue | None = None
-    tenantId: FilterValue | None = None
-    worker: FilterValue | None = None
-    retries: FilterValue | None = None
+    jobKey: KeyFilter | None = None
+    type: TextFilter | None = None
+    state: StateFilter | None = None
+    tenantId: TextFilter | None = None
+    worker: TextFilter | None = None
+    retries: RetriesFilter | None = None
 
 
 class SortField(schemas.Strict):
@@ -150,8 +241,8 @@ class SortField(schemas.Strict):
 
 
 class Page(schemas.Strict):
-    limit: Annotated[int, Field(strict=True, ge=1, le=10_000)] = 100
-    from_: Annotated[int, Field(strict=True, ge=0, alias="from")] = 0
+    limit: Annotated[int, Field(ge=1, le=10_000), schemas.JsonInteger] = 100
+    from_: Annotated[int, Field(ge=0, le=schemas.INT64_MAX, alias="from"), schemas.JsonInteger] = 0
 
 
 class Search(schemas.Strict):
@@ -160,33 +251,11 @@ class Search(schemas.Strict):
     page: Page | None = None
 
 
-def _values(field: str, value: FilterValue) -> list[Any]:
-    """A plain value, or Camunda's advanced filter {"$eq": v} / {"$in": [...]}."""
-    if isinstance(value, dict):
-        if set(value) == {"$eq"}:
-            items = [value["$eq"]]
-        elif set(value) == {"$in"} and isinstance(value["$in"], list):
-            items = list(value["$in"])
-        else:
-            raise InvalidArgument(f"filter.{field}: supported operators are $eq and $in")
-    else:
-        items = [value]
-    try:
-        if field == "jobKey":
-            return [job_key(str(v)) for v in items]
-        if field == "retries":
-            return [int(v) for v in items]
-    except (TypeError, ValueError):
-        raise InvalidArgument(f"filter.{field}: expected integers") from None
+def _values(field: str, values: list[Any]) -> list[Any]:
+    """A filter's values as the store compares them: Camunda's states as Jobfair's."""
     if field == "state":
-        out: list[Any] = []
-        for v in items:
-            if v in CAMUNDA_STATES:
-                out.extend(CAMUNDA_STATES[v])
-            elif v not in NEVER:
-                raise InvalidArgument(f"filter.state: unknown job state {v!r}")
-        return out
-    return [str(v) for v in items]
+        return [s for v in values if v not in NEVER for s in CAMUNDA_STATES[v]]
+    return values
 
 
 def search_item(row: Any) -> dict[str, Any]:
@@ -230,8 +299,10 @@ async def search(request: Request) -> Response:
     spec = await optional_body(request, Search)
     filters: dict[str, list[Any]] = {}
     if spec.filter is not None:
-        for field, value in spec.filter.model_dump(exclude_none=True).items():
-            filters[field] = _values(field, value)
+        for field in spec.filter.model_fields_set:
+            value = getattr(spec.filter, field)
+            if value is not None:
+                filters[field] = _values(field, value)
     sort = [(s.field, s.order.upper() == "DESC") for s in spec.sort or []]
     page = spec.page or Page()
     store = request.app.state.services.store

@@ -91,13 +91,42 @@ class DirectRoutes:
         return False
 
 
+def literal_paths(routers: Sequence[APIRouter]) -> dict[str, frozenset[str]]:
+    """The methods of each path that a route names without parameters."""
+    methods: dict[str, set[str]] = {}
+    for route in (r for router in routers for r in router.routes):
+        if isinstance(route, APIRoute) and "{" not in route.path:
+            methods.setdefault(route.path, set()).update(route.methods or ())
+    return {path: frozenset(m) for path, m in methods.items()}
+
+
 class App(FastAPI):
     """FastAPI, with ``direct`` routes answered before any of FastAPI's own machinery
-    (its telemetry check and middleware stack, not only its routing)."""
+    (its telemetry check and middleware stack, not only its routing).
+
+    A path that a route names literally (``/v2/jobs/activate``) is that resource's
+    alone: another method on it is 405, not taken by a parameter route that also matches
+    it (``PATCH /v2/jobs/{jobKey}`` would answer 400, "activate" is not a job key)."""
 
     direct: DirectRoutes | None = None
+    literal: dict[str, frozenset[str]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            owned = self.literal.get(scope["path"])
+            if owned is not None and scope["method"] not in owned:
+                allow = {"Allow": ", ".join(sorted(owned))}
+                detail = f"{scope['method']} is not a method of {scope['path']}"
+                response = problems.problem(
+                    405,
+                    problems.METHOD_NOT_ALLOWED,
+                    "METHOD_NOT_ALLOWED",
+                    detail,
+                    scope["path"],
+                    allow,
+                )
+                await response(scope, receive, send)
+                return
         if self.direct is not None:
             scope["app"] = self  # what Request.app reads, as Starlette sets it
             if await self.direct.serve(scope, receive, send):

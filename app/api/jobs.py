@@ -13,6 +13,7 @@ from starlette.responses import Response
 from app.activation import ActivateRequest
 from app.api import schemas
 from app.api.parsing import (
+    ascii_digits,
     body,
     check_payload_size,
     fence,
@@ -23,7 +24,7 @@ from app.api.parsing import (
 )
 from app.api.problems import JSON
 from app.domain import job_record, utcnow
-from app.errors import InvalidArgument, ResourceExhausted
+from app.errors import InvalidArgument, ResourceExhausted, StaleActivation
 from app.jobs import JobChanges
 from app.streaming import Stream, keep_alive_factory
 
@@ -86,6 +87,9 @@ async def activate(request: Request) -> Response:
 async def stream(request: Request) -> Response:
     """SSE: ``event: job`` per activated job, at most ``maxJobs`` unfinished at once."""
     q = request.query_params
+    unknown = set(q) - {"type", "maxJobs", "timeout", "worker", "tenantIds", "fetchVariables"}
+    if unknown:
+        raise InvalidArgument(f"unknown query parameters: {', '.join(sorted(unknown))}")
     raw: dict[str, object] = {
         "type": q.get("type"),
         "maxJobs": _int_param(q.get("maxJobs"), "maxJobs"),
@@ -93,13 +97,11 @@ async def stream(request: Request) -> Response:
     }
     if q.get("worker") is not None:
         raw["worker"] = q.get("worker")
+    # Comma-separated; empty means none.  Every item is validated, an empty one included.
     if q.get("tenantIds"):
-        raw["tenantIds"] = [t for t in q["tenantIds"].split(",") if t]
+        raw["tenantIds"] = q["tenantIds"].split(",")
     if q.get("fetchVariables"):
-        raw["fetchVariables"] = [v for v in q["fetchVariables"].split(",") if v]
-    unknown = set(q) - {"type", "maxJobs", "timeout", "worker", "tenantIds", "fetchVariables"}
-    if unknown:
-        raise InvalidArgument(f"unknown query parameters: {', '.join(sorted(unknown))}")
+        raw["fetchVariables"] = q["fetchVariables"].split(",")
     spec = validate(schemas.Activate, raw)
     services = request.app.state.services
     if services.streams.shutdown.is_set():
@@ -122,12 +124,12 @@ async def stream(request: Request) -> Response:
 
 
 def _int_param(value: str | None, name: str) -> int | None:
+    """A decimal integer in ASCII (``int`` alone also reads ``'١'``, ``' 1'``, ``'1_0'``)."""
     if value is None:
         return None
-    try:
-        return int(value)
-    except ValueError:
-        raise InvalidArgument(f"{name} must be an integer, got {value!r}") from None
+    if not ascii_digits(value.removeprefix("-"), 19):
+        raise InvalidArgument(f"{name} must be a decimal integer, got {value!r}")
+    return int(value)
 
 
 async def long_poll(
@@ -136,7 +138,10 @@ async def long_poll(
     """Activate, waiting up to ``requestTimeout`` (0/absent: the server default, negative:
     no wait) for at least one job.  Jobs activated for a client that is gone by then are
     given back at once rather than left to their lease timeout."""
-    wait_ms = request_timeout_ms or request.app.state.settings.default_request_timeout_ms
+    settings = request.app.state.settings
+    wait_ms = min(
+        request_timeout_ms or settings.default_request_timeout_ms, settings.long_poll_cap_ms
+    )
     services = request.app.state.services
     gone = asyncio.Event()
     watcher = asyncio.create_task(watch_disconnect(request, gone))
@@ -215,11 +220,23 @@ async def fail(request: Request, key: int, count: int | None, spec: schemas.Fail
     )
 
 
+async def fenced(
+    request: Request, key: int, activation_count: int | None, token: str | None
+) -> int | None:
+    """``parsing.fence``; a token that holds no lease of a job that does not exist is
+    answered as the unknown job it names (404)."""
+    try:
+        return fence(key, activation_count, token)
+    except StaleActivation:
+        await request.app.state.services.jobs.get(key, utcnow())
+        raise
+
+
 @router.post("/{key}/error", status_code=204)
 async def throw_error(request: Request, key: str) -> Response:
     k = job_key(key)
     spec = await body(request, schemas.ThrowError)
-    count = fence(k, spec.activationCount, spec.jobLeaseToken)
+    count = await fenced(request, k, spec.activationCount, spec.jobLeaseToken)
     [variables] = payload(request, spec.variables)
     await request.app.state.services.jobs.throw_error(
         k, count, spec.errorCode, spec.errorMessage, variables, utcnow()
@@ -235,6 +252,6 @@ async def update_job(request: Request, key: str) -> Response:
     if cs.retries is None and cs.timeout is None and cs.priority is None:
         raise InvalidArgument("changeset must set at least one of retries, timeout, priority")
     changes = JobChanges(retries=cs.retries, timeout_ms=cs.timeout, priority=cs.priority)
-    count = fence(k, spec.activationCount, spec.jobLeaseToken)
+    count = await fenced(request, k, spec.activationCount, spec.jobLeaseToken)
     await request.app.state.services.jobs.update(k, changes, count, utcnow())
     return Response(status_code=204)

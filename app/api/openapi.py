@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field, TypeAdapter
 
 from app import __version__
 from app.api import camunda, schemas
+from app.domain import MAX_ACTIVATE_JOBS, MAX_LEASE_MS
 
 # The TypedDict request bodies (pydantic validates them through a TypeAdapter).
 TypedDictBody = schemas.CreateJob | schemas.CreateBatch
@@ -30,7 +31,15 @@ class Problem(BaseModel):
     """RFC 9457 problem details; ``type`` is stable per kind of error."""
 
     type: str = Field(examples=["urn:jobfair:stale-activation"])
-    title: Literal["INVALID_ARGUMENT", "NOT_FOUND", "INVALID_STATE", "RESOURCE_EXHAUSTED"]
+    title: Literal[
+        "INVALID_ARGUMENT",
+        "NOT_FOUND",
+        "INVALID_STATE",
+        "RESOURCE_EXHAUSTED",
+        "METHOD_NOT_ALLOWED",
+        "PAYLOAD_TOO_LARGE",
+        "UNSUPPORTED_MEDIA_TYPE",
+    ]
     status: int
     detail: str
     instance: str
@@ -168,6 +177,18 @@ class Status(BaseModel):
 
 
 ANY_OBJECT: dict[str, Any] = {"type": "object", "additionalProperties": True}
+# One event of the stream (as OpenAPI 3.2's itemSchema would say; keep-alives are
+# comments, not events).
+SSE_EVENT: dict[str, Any] = {
+    "type": "object",
+    "description": "event: job, id: <jobKey>, data: <Job as JSON>",
+    "properties": {
+        "event": {"const": "job"},
+        "id": {"type": "string", "pattern": "^[0-9]+$"},
+        "data": {"type": "string", "contentMediaType": "application/json"},
+    },
+    "required": ["event", "id", "data"],
+}
 
 
 # -- the routes ---------------------------------------------------------------------------
@@ -183,14 +204,54 @@ class Op:
     status: int = 200
     answer: type[BaseModel] | dict[str, Any] | None = None
     errors: tuple[int, ...] = (400,)
-    query: tuple[tuple[str, str, bool], ...] = ()  # (name, JSON type, required)
+    query: tuple[tuple[str, dict[str, Any], bool], ...] = ()  # (name, schema, required)
     media: str = "application/json"
     body_optional: bool = False
     notes: str = ""
     also: dict[int, str] = field(default_factory=dict)
+    # OpenAPI links from the success answer: what a client (or a stateful fuzzer) can
+    # call next with what it got, {name: (operationId, parameters, requestBody)}.
+    links: dict[str, tuple[str, dict[str, str], dict[str, Any] | None]] = field(
+        default_factory=dict
+    )
 
 
 JOB_KEY = "/v2/jobs/{jobKey}"
+_TENANT = schemas.TENANT_ID_PATTERN.strip("^$")
+TENANT_LIST_PATTERN = f"^({_TENANT}(,{_TENANT})*)?$"
+NAME_LIST_PATTERN = r"^[^,\x00]{0,1000}(,[^,\x00]{0,1000})*$"
+# "." and ".." are valid names but dot segments of a URL: clients resolve them away, and
+# the request then names another path, or none (404).
+DOT_SEGMENTS = "A tenant id or job type of . or .. cannot be sent in a path (404)."
+
+
+def _job_links(key: str, count: str | None = None) -> dict[str, Any]:
+    """Links to the calls on one job: its key (and activationCount) at these pointers."""
+    params = {"jobKey": f"$response.body#{key}"}
+    links: dict[str, Any] = {
+        "GetJob": ("getJobsByKey", params, None),
+        "CancelJob": ("postJobsCancelByKey", params, None),
+    }
+    if count is not None:
+        fence = {"activationCount": f"$response.body#{count}"}
+        links |= {
+            "CompleteJob": ("postJobsCompleteByKey", params, fence),
+            "FailJob": ("postJobsFailByKey", params, fence),
+            "ThrowError": ("postJobsErrorByKey", params, {**fence, "errorCode": "E"}),
+            "Heartbeat": ("patchJobsByKey", params, {**fence, "changeset": {"timeout": 60000}}),
+        }
+    return links
+
+
+FIRST = "/jobs/0"
+CAMUNDA_LINKS: dict[str, Any] = {
+    f"Camunda{name}": (
+        op,
+        {"jobKey": f"$response.body#{FIRST}/jobKey"},
+        {"jobLeaseToken": f"$response.body#{FIRST}/jobLeaseToken"},
+    )
+    for name, op in (("Complete", "postJobsCompletionByKey"), ("Fail", "postJobsFailureByKey"))
+}
 OPS: tuple[Op, ...] = (
     Op(
         "post",
@@ -201,6 +262,30 @@ OPS: tuple[Op, ...] = (
         201,
         Job,
         also={200: "an existing job with the same idempotencyKey"},
+        links={
+            **_job_links("/jobKey"),
+            # Activate the job's type, so that the calls on an activated job follow.
+            "ActivateType": (
+                "postJobsActivate",
+                {},
+                {
+                    "type": "$response.body#/type",
+                    "maxJobs": 1,
+                    "timeout": 60000,
+                    "requestTimeout": -1,
+                },
+            ),
+            "CamundaActivateType": (
+                "postJobsActivation",
+                {},
+                {
+                    "type": "$response.body#/type",
+                    "maxJobsToActivate": 1,
+                    "timeout": 60000,
+                    "requestTimeout": -1,
+                },
+            ),
+        },
     ),
     Op(
         "post",
@@ -231,25 +316,26 @@ OPS: tuple[Op, ...] = (
         errors=(400, 503),
         notes="Answers as soon as at least one job is activated, or with an empty list when "
         "requestTimeout ends (0 or absent: the server default; negative: at once).",
+        links=_job_links(f"{FIRST}/jobKey", f"{FIRST}/activationCount"),
     ),
     Op(
         "get",
         "/v2/jobs/stream",
         "Stream activated jobs (Server-Sent Events)",
         "jobs",
-        answer={"type": "string", "description": "event: job, id: <jobKey>, data: <Job>"},
+        answer=SSE_EVENT,
         errors=(400, 503),
         media="text/event-stream",
         query=(
-            ("type", "string", True),
-            ("maxJobs", "integer", True),
-            ("timeout", "integer", True),
-            ("worker", "string", False),
-            ("tenantIds", "string", False),
-            ("fetchVariables", "string", False),
+            ("type", {"type": "string", "pattern": schemas.JOB_TYPE_PATTERN}, True),
+            ("maxJobs", {"type": "integer", "minimum": 1, "maximum": MAX_ACTIVATE_JOBS}, True),
+            ("timeout", {"type": "integer", "minimum": 1, "maximum": MAX_LEASE_MS}, True),
+            ("worker", {"type": "string", "maxLength": 128, "pattern": schemas.NO_NUL}, False),
+            ("tenantIds", {"type": "string", "pattern": TENANT_LIST_PATTERN}, False),
+            ("fetchVariables", {"type": "string", "pattern": NAME_LIST_PATTERN}, False),
         ),
         notes="maxJobs is the stream's credit: at most that many of its jobs ACTIVATED and "
-        "unfinished at once. tenantIds and fetchVariables are comma-separated.",
+        "unfinished at once. tenantIds and fetchVariables are comma-separated (empty: none).",
     ),
     Op(
         "post",
@@ -310,6 +396,7 @@ OPS: tuple[Op, ...] = (
         200,
         CamundaJobs,
         errors=(400, 503),
+        links=CAMUNDA_LINKS,
     ),
     Op(
         "post",
@@ -351,8 +438,18 @@ OPS: tuple[Op, ...] = (
         schemas.PutTenant,
         200,
         Tenant,
+        errors=(400, 404),
+        notes=DOT_SEGMENTS,
     ),
-    Op("get", "/v2/tenants/{tenantId}", "A tenant's configuration", "operators", answer=Tenant),
+    Op(
+        "get",
+        "/v2/tenants/{tenantId}",
+        "A tenant's configuration",
+        "operators",
+        answer=Tenant,
+        errors=(400, 404),
+        notes=DOT_SEGMENTS,
+    ),
     Op(
         "delete",
         "/v2/tenants/{tenantId}",
@@ -377,6 +474,8 @@ OPS: tuple[Op, ...] = (
         schemas.PutJobType,
         200,
         JobTypeConfig,
+        errors=(400, 404),
+        notes=DOT_SEGMENTS,
     ),
     Op(
         "get",
@@ -384,6 +483,8 @@ OPS: tuple[Op, ...] = (
         "A job type's configuration",
         "operators",
         answer=JobTypeConfig,
+        errors=(400, 404),
+        notes=DOT_SEGMENTS,
     ),
     Op(
         "get",
@@ -415,15 +516,42 @@ OPS: tuple[Op, ...] = (
 )
 
 PATH_PARAMS = {
-    "jobKey": {"type": "string", "pattern": "^[0-9]{1,19}$", "description": "int64, decimal"},
+    "jobKey": {
+        "type": "string",
+        "pattern": schemas.JOB_KEY_PATTERN,
+        "description": "int64, decimal",
+    },
     "tenantId": {"type": "string", "pattern": schemas.TENANT_ID_PATTERN},
     "type": {"type": "string", "pattern": schemas.JOB_TYPE_PATTERN},
 }
 ERROR_TEXT = {
-    400: "Invalid input (nothing was changed)",
+    400: "Invalid input, naming the field (nothing was changed)",
     404: "No such job, tenant or job type",
     409: "Stale activationCount or lease token, or the wrong state",
+    413: "The body is larger than the server's limit (16 MiB by default)",
+    415: "The body is not application/json",
     503: "Back pressure: retry after Retry-After seconds",
+}
+# What a free-form value (variables, customHeaders, result) may hold: what PostgreSQL's
+# jsonb and the server's JSON writer keep as sent.  The server refuses an integer written
+# as one (no fraction, no exponent) beyond 64 bits, and takes any finite double (1e300,
+# which is integral too): a schema sees values, not spellings, so it cannot say which
+# integral numbers beyond 64 bits are refused, and says "number" for all of them.
+JSON_VALUE: dict[str, Any] = {
+    "description": "Any JSON value, except: a string or key containing NUL (U+0000), an "
+    "integer written as one beyond 64 bits (-2^63 to 2^64-1), NaN or Infinity.",
+    "anyOf": [
+        {"type": "string", "pattern": schemas.NO_NUL},
+        {"type": "number"},
+        {"type": "boolean"},
+        {"type": "null"},
+        {"type": "array", "items": schemas.JSON_VALUE_REF},
+        {
+            "type": "object",
+            "propertyNames": {"pattern": schemas.NO_NUL},
+            "additionalProperties": schemas.JSON_VALUE_REF,
+        },
+    ],
 }
 
 
@@ -436,11 +564,12 @@ def build() -> dict[str, Any]:
         # A TypeAdapter describes models and the TypedDict bodies alike.
         schema = TypeAdapter(model).json_schema(ref_template="#/components/schemas/{model}")
         for name, sub in schema.pop("$defs", {}).items():
-            components.setdefault(name, sub)
-        components[model.__name__] = schema
+            components.setdefault(name, _json_values(sub))
+        components[model.__name__] = _json_values(schema)
         return {"$ref": f"#/components/schemas/{model.__name__}"}
 
     problem = ref(Problem)
+    components["JsonValue"] = _json_values(JSON_VALUE)
     paths: dict[str, Any] = {}
     for op in OPS:
         params = [
@@ -448,8 +577,8 @@ def build() -> dict[str, Any]:
             for name in PATH_PARAMS
             if "{" + name + "}" in op.path
         ] + [
-            {"name": name, "in": "query", "required": required, "schema": {"type": kind}}
-            for name, kind, required in op.query
+            {"name": name, "in": "query", "required": required, "schema": schema}
+            for name, schema, required in op.query
         ]
         responses: dict[str, Any] = {}
         if op.answer is None:
@@ -460,9 +589,20 @@ def build() -> dict[str, Any]:
                 "description": "OK",
                 "content": {op.media: {"schema": schema}},
             }
+        if op.links:
+            responses[str(op.status)]["links"] = {
+                name: {
+                    "operationId": target,
+                    "parameters": parameters,
+                    **({"requestBody": body} if body is not None else {}),
+                }
+                for name, (target, parameters, body) in op.links.items()
+            }
         for status, text in op.also.items():
             responses[str(status)] = {**responses[str(op.status)], "description": text}
-        for status in op.errors:
+        # Every body is read by parsing.body: over the limit, or not JSON, it is refused.
+        body_errors = (413, 415) if op.body is not None else ()
+        for status in (*op.errors, *body_errors):
             error: dict[str, Any] = {
                 "description": ERROR_TEXT[status],
                 "content": {"application/problem+json": {"schema": problem}},
@@ -501,6 +641,17 @@ def build() -> dict[str, Any]:
         },
         "security": [{}, {"bearer": []}],
     }
+
+
+def _json_values(schema: Any) -> Any:
+    """``schema`` with every ``schemas.JSON_VALUE_REF`` made a reference to JsonValue."""
+    if schema == schemas.JSON_VALUE_REF:
+        return {"$ref": "#/components/schemas/JsonValue"}
+    if isinstance(schema, dict):
+        return {k: _json_values(v) for k, v in schema.items()}
+    if isinstance(schema, list):
+        return [_json_values(v) for v in schema]
+    return schema
 
 
 def _operation_id(op: Op) -> str:

@@ -15,13 +15,17 @@ router = APIRouter(tags=["operators"])
 
 
 def _tenant_id(raw: str) -> str:
-    if not TENANT_ID_RE.match(raw):
+    if not TENANT_ID_RE.fullmatch(raw):
         raise InvalidArgument(f"tenantId {raw!r} must match {TENANT_ID_RE.pattern}")
     return raw
 
 
-def _job_type(raw: str) -> str:
-    if not JOB_TYPE_RE.match(raw):
+def _job_type(request: Request) -> str:
+    """The job type a ``/v2/job-types/{type}`` path names: all of the path after the
+    prefix.  Not the route's ``job_type`` parameter: Starlette's path convertor (``.*``)
+    stops before a final newline, so ``t%0A`` would be served as ``t``."""
+    raw = request.scope["path"].removeprefix("/v2/job-types/")
+    if not JOB_TYPE_RE.fullmatch(raw):
         raise InvalidArgument(f"type {raw!r} must match {JOB_TYPE_RE.pattern}")
     return raw
 
@@ -52,7 +56,7 @@ async def delete_tenant(request: Request, tenant_id: str) -> Response:
 
 @router.put("/v2/job-types/{job_type:path}")
 async def put_job_type(request: Request, job_type: str) -> Response:
-    jt = _job_type(job_type)
+    jt = _job_type(request)
     spec = await body(request, schemas.PutJobType)
     out = await request.app.state.services.config.put_job_type(
         jt, spec.maxActiveJobs, spec.agingIntervalMs, spec.agingStep
@@ -68,7 +72,7 @@ async def list_job_types(request: Request) -> Response:
 
 @router.get("/v2/job-types/{job_type:path}")
 async def get_job_type(request: Request, job_type: str) -> Response:
-    out = await request.app.state.services.config.get_job_type(_job_type(job_type))
+    out = await request.app.state.services.config.get_job_type(_job_type(request))
     return JSON(out)
 
 

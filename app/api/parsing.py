@@ -11,11 +11,13 @@ from fastapi import Request
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from starlette.requests import ClientDisconnect
 
-from app.errors import InvalidArgument
+from app.api import faithful
+from app.errors import InvalidArgument, PayloadTooLarge, StaleActivation, UnsupportedMediaType
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 INT64_MAX = (1 << 63) - 1
+INT32_MAX = (1 << 31) - 1
 TOKEN_PREFIX = "jfl1"
 
 
@@ -25,7 +27,9 @@ async def body(request: Request, model: type[M]) -> M: ...
 async def body(request: Request, model: TypeAdapter[T]) -> T: ...
 async def body(request: Request, model: type[M] | TypeAdapter[T]) -> M | T:
     """The request's JSON body validated as ``model`` (a pydantic model, or a TypeAdapter
-    for the TypedDict bodies); 400 if it is too large, empty or invalid."""
+    for the TypedDict bodies); 400 if it is empty or invalid, 413 if it is too large, 415
+    if it is not JSON.  Every body of every route is read here, and validated by types
+    that bound every field (``schemas``), so no value reaches the database unchecked."""
     return _parse(await _raw_body(request), model)
 
 
@@ -52,9 +56,16 @@ async def _raw_body(request: Request) -> bytes:
     Nothing reads a body twice, so Starlette's own record of a consumed stream is not
     kept."""
     limit = request.app.state.settings.max_body_bytes
+    media = None
     for name, value in request.scope["headers"]:
         if name == b"content-length" and value.isdigit() and int(value) > limit:
-            raise InvalidArgument(f"request body is larger than {limit} bytes")
+            raise PayloadTooLarge(f"request body is larger than {limit} bytes")
+        if name == b"content-type":
+            media = value
+    if media is not None and not _is_json(media):
+        raise UnsupportedMediaType(
+            f"a body must be application/json, not {media.decode('latin-1')!r}"
+        )
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -64,10 +75,18 @@ async def _raw_body(request: Request) -> bytes:
         chunk: bytes = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            raise InvalidArgument(f"request body is larger than {limit} bytes")
+            raise PayloadTooLarge(f"request body is larger than {limit} bytes")
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)  # one chunk: that very bytes object, not a copy
+
+
+def _is_json(media: bytes) -> bool:
+    """application/json or a structured ``+json`` type, parameters (charset) aside."""
+    kind = media.partition(b";")[0].strip().lower()
+    return kind == b"application/json" or (
+        kind.startswith(b"application/") and kind.endswith(b"+json")
+    )
 
 
 def validate(model: type[M], data: dict[str, Any]) -> M:
@@ -93,8 +112,11 @@ def describe_errors(errors: Sequence[Any]) -> str:
     """What was wrong, for a problem's ``detail``: the first five errors, then a count."""
     parts = []
     for e in errors[:5]:
-        loc = ".".join(str(p) for p in e["loc"] if p != "body")
-        msg = e["msg"]
+        path = e["loc"]
+        if e["type"] == faithful.ERROR_TYPE:
+            path = faithful.located(path, e.get("ctx", {}))
+        loc = ".".join(str(p) for p in path if p != "body")
+        msg = faithful.message(e)
         if e["type"] == "json_invalid":
             msg = "body is not valid JSON: " + str(e.get("ctx", {}).get("error", ""))
         parts.append(f"{loc}: {msg}" if loc else msg)
@@ -105,9 +127,16 @@ def describe_errors(errors: Sequence[Any]) -> str:
 
 
 def job_key(raw: str) -> int:
-    if not raw.isdigit() or len(raw) > 19 or int(raw) > INT64_MAX:
+    if not ascii_digits(raw, 19) or int(raw) > INT64_MAX:
         raise InvalidArgument(f"jobKey must be a decimal int64 string, got {raw!r}")
     return int(raw)
+
+
+def ascii_digits(raw: str, most: int) -> bool:
+    """1 to ``most`` ASCII digits, and nothing else.  ``str.isdigit`` and ``int`` also take
+    the digits of other scripts (``int('١٢') == 12``), superscripts that ``int`` then
+    refuses (``'²'``), underscores and spaces."""
+    return 0 < len(raw) <= most and raw.isascii() and raw.isdigit()
 
 
 def payload(request: Request, *parts: dict[str, Any] | None) -> list[str | None]:
@@ -132,7 +161,7 @@ def payload_limit(request: Request) -> int | None:
     body is itself under it: then no job in it can be over, and the work is skipped."""
     limit: int = request.app.state.settings.max_payload_bytes
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) <= limit:
+    if declared is not None and ascii_digits(declared, 20) and int(declared) <= limit:
         return None
     return limit
 
@@ -153,15 +182,19 @@ def lease_token(key: int, activation_count: int) -> str:
 
 
 def activation_from_token(key: int, token: str) -> int:
-    """The activationCount a token carries; 400 if it is not a token for this job."""
+    """The activationCount a token carries.  The token is opaque to clients, so one that
+    is not a lease of this job (another job's, or no token at all) is a lease that does
+    not match: 409, as a stale one is, never a value sent on to the database."""
     try:
         padded = token + "=" * (-len(token) % 4)
         prefix, token_key, count = base64.urlsafe_b64decode(padded).decode().split(":")
-        if prefix != TOKEN_PREFIX or int(token_key) != key:
+        if prefix != TOKEN_PREFIX or token_key != str(key) or not ascii_digits(count, 10):
+            raise ValueError
+        if int(count) > INT32_MAX:  # no activationCount is (an int4 column)
             raise ValueError
         return int(count)
     except ValueError:
-        raise InvalidArgument(f"jobLeaseToken is not a lease token of job {key}") from None
+        raise StaleActivation(f"jobLeaseToken holds no lease of job {key}") from None
 
 
 def fence(key: int, activation_count: int | None, token: str | None) -> int | None:

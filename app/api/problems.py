@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
@@ -14,6 +16,7 @@ from app.api.parsing import describe_errors
 from app.errors import InvalidArgument, JobfairError
 
 PROBLEM = "application/problem+json"
+METHOD_NOT_ALLOWED = "urn:jobfair:method-not-allowed"
 
 
 class JSON(Response):
@@ -67,7 +70,34 @@ def install(app: FastAPI) -> None:
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
         titles = {
             404: ("urn:jobfair:not-found", "NOT_FOUND"),
-            405: ("urn:jobfair:method-not-allowed", "METHOD_NOT_ALLOWED"),
+            405: (METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED"),
         }
         type_, title = titles.get(exc.status_code, ("urn:jobfair:http", "HTTP_ERROR"))
-        return problem(exc.status_code, type_, title, str(exc.detail), request.url.path)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = ", ".join(allowed_methods(request.app, request.url.path))
+        return problem(exc.status_code, type_, title, str(exc.detail), request.url.path, headers)
+
+
+def allowed_methods(app: FastAPI, path: str) -> list[str]:
+    """Every method some route answers on ``path`` (RFC 9110's ``Allow``).  Starlette's
+    own 405 names only the methods of the first route matching the path, and a path
+    here is often several routes (GET, PUT and DELETE of a tenant)."""
+    methods = {
+        m
+        for route in _api_routes(app.routes)
+        if route.path_regex.match(path)
+        for m in route.methods or ()
+    }
+    return sorted(methods)
+
+
+def _api_routes(routes: Iterable[Any]) -> Iterator[APIRoute]:
+    """The API routes, also those of the routers the app includes (FastAPI keeps an
+    included router whole, as one entry of ``app.routes``)."""
+    for route in routes:
+        if isinstance(route, APIRoute):
+            yield route
+        included = getattr(route, "original_router", None)
+        if included is not None:
+            yield from _api_routes(included.routes)

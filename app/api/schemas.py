@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+import re
+from datetime import UTC, datetime
 from typing import Annotated, Any, NotRequired, Protocol
 
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StringConstraints,
+    WithJsonSchema,
     with_config,
 )
+from pydantic.json_schema import JsonDict
+from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict
 
+from app.api import faithful
 from app.domain import (
     DEFAULT_PRIORITY,
     DEFAULT_RETRIES,
@@ -23,37 +29,129 @@ from app.domain import (
     MAX_ACTIVATE_JOBS,
     MAX_COMPLETE_BATCH,
     MAX_LEASE_MS,
+    MAX_REQUEST_TIMEOUT_MS,
     TENANT_ID_RE,
 )
 
-Int = Annotated[int, Field(strict=True)]
+# -- numbers: every integer bounded by what its column (or its use) holds -----------------
+
+INT32_MAX = (1 << 31) - 1  # an int4 column
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
+
+
+def _json_integer(value: object) -> object:
+    """A JSON number, left to pydantic's int validation: 58 and 58.0 alike (JSON and JSON
+    Schema do not tell them apart), 58.5, NaN and 1e400 refused there.  A string or a
+    boolean is not a number, whatever it spells."""
+    if type(value) is int or type(value) is float:
+        return value
+    raise PydanticCustomError("int_type", "Input should be a valid integer")
+
+
+JsonInteger = BeforeValidator(_json_integer)
+Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX), JsonInteger]
+Priority = Annotated[int, Field(ge=0, le=100), JsonInteger]
+Retries = Annotated[int, Field(ge=0, le=1_000_000), JsonInteger]
+LeaseMs = Annotated[int, Field(ge=1, le=MAX_LEASE_MS), JsonInteger]
+BackoffMs = Annotated[int, Field(ge=0, le=MAX_LEASE_MS * 365), JsonInteger]
+DelayMs = Annotated[int, Field(ge=0, le=MAX_LEASE_MS * 3650), JsonInteger]
+ActivationCount = Annotated[int, Field(ge=0, le=INT32_MAX), JsonInteger]
+MaxActiveJobs = Annotated[int, Field(ge=0, le=INT32_MAX), JsonInteger]
+MaxJobs = Annotated[int, Field(ge=1, le=MAX_ACTIVATE_JOBS), JsonInteger]
+# 0: the server's default; negative: answer at once.
+RequestTimeoutMs = Annotated[int, Field(ge=INT64_MIN, le=MAX_REQUEST_TIMEOUT_MS), JsonInteger]
+
+# -- strings: none may hold NUL, which PostgreSQL cannot store in text or jsonb ------------
+# (Lone surrogates cannot arrive: the JSON parser refuses them, and paths and query
+# strings decode invalid UTF-8 to U+FFFD.  A pattern fails on them anyway.)
+
+NO_NUL = faithful.NO_NUL
+
+
+def _decimal_at_most(bound: int) -> str:
+    """A regular expression for the decimal strings of 0..``bound`` (leading zeros too)
+    of as many digits as ``bound`` at most: exact, so that the document says what the
+    server takes."""
+    digits = str(bound)
+    shorter = f"[0-9]{{1,{len(digits) - 1}}}"
+    longest = [
+        f"{digits[:i]}[0-{int(d) - 1}][0-9]{{{len(digits) - i - 1}}}"
+        for i, d in enumerate(digits)
+        if d != "0"
+    ]
+    return "^(" + "|".join([shorter, *longest, digits]) + ")$"
+
+
+JOB_KEY_PATTERN = _decimal_at_most(INT64_MAX)
 TENANT_ID_PATTERN = TENANT_ID_RE.pattern
 JOB_TYPE_PATTERN = JOB_TYPE_RE.pattern
-TenantId = Annotated[str, StringConstraints(pattern=TENANT_ID_PATTERN)]
-JobType = Annotated[str, StringConstraints(pattern=JOB_TYPE_PATTERN)]
-Priority = Annotated[int, Field(strict=True, ge=0, le=100)]
-Retries = Annotated[int, Field(strict=True, ge=0, le=1_000_000)]
-LeaseMs = Annotated[int, Field(strict=True, ge=1, le=MAX_LEASE_MS)]
-BackoffMs = Annotated[int, Field(strict=True, ge=0, le=MAX_LEASE_MS * 365)]
-ActivationCount = Annotated[int, Field(strict=True, ge=0)]
-JobKey = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,19}$")]
-ShortText = Annotated[str, StringConstraints(max_length=10_000)]
+TenantId = Annotated[str, StringConstraints(strict=True, pattern=TENANT_ID_PATTERN)]
+JobType = Annotated[str, StringConstraints(strict=True, pattern=JOB_TYPE_PATTERN)]
+JobKey = Annotated[str, StringConstraints(strict=True, pattern=JOB_KEY_PATTERN)]
+ShortText = Annotated[str, StringConstraints(strict=True, max_length=10_000, pattern=NO_NUL)]
+Worker = Annotated[str, StringConstraints(strict=True, max_length=128, pattern=NO_NUL)]
+ErrorCode = Annotated[
+    str, StringConstraints(strict=True, min_length=1, max_length=1000, pattern=NO_NUL)
+]
+IdempotencyKey = Annotated[
+    str, StringConstraints(strict=True, min_length=1, max_length=255, pattern=NO_NUL)
+]
+VariableName = Annotated[str, StringConstraints(strict=True, max_length=1000, pattern=NO_NUL)]
+LeaseToken = Annotated[str, StringConstraints(strict=True, max_length=1000, pattern=NO_NUL)]
+
+# -- free-form values: stored as sent, or refused naming the path (``faithful``) ---------
+
+# Stands for the JsonValue schema (openapi.py's), put in its place when the document is
+# built: pydantic resolves a "$ref" it did not make, and finds none.
+JSON_VALUE_REF = {"x-jobfair-json-value": True}
+# The first and last days of the calendar are refused, in any zone: an offset can move
+# them out of it in UTC (9999-12-31T23:59:59-14:00), and a schema cannot say "in UTC".
+EDGE_DAYS = ("0001-01-01", "9999-12-31")
+INSTANT_SCHEMA = {
+    "type": "string",
+    "format": "date-time",
+    "pattern": f"^(?!{'|'.join(EDGE_DAYS)})",
+}
+JsonObject = Annotated[
+    dict[str, Any],
+    AfterValidator(faithful.check),
+    WithJsonSchema(
+        {
+            "type": "object",
+            "propertyNames": {"pattern": NO_NUL},
+            "additionalProperties": JSON_VALUE_REF,
+        }
+    ),
+]
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# RFC 3339's date-time, in ASCII digits (Python's own parser takes more: week dates,
+# hours without minutes, any separator, digits of any script).
+RFC3339 = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})"
+)
+
+
 def _instant(v: str) -> str:
-    """An RFC 3339 instant with a zone, respelled as Python's isoformat: the one
-    spelling both this server and PostgreSQL read the same way."""
+    """An RFC 3339 instant, respelled in UTC as Python's isoformat: the one spelling
+    both this server and PostgreSQL read the same way.  Moved to UTC here, so that an
+    instant beyond the calendar there (9999-12-31T23:59:59-14:00) is refused here."""
+    if not RFC3339.fullmatch(v):
+        raise ValueError("runAt must be an RFC 3339 instant, e.g. 2026-11-30T02:18:41Z")
+    if v.startswith(EDGE_DAYS):
+        raise ValueError("runAt must lie between 0001-01-02 and 9999-12-30")
     try:
-        parsed = datetime.fromisoformat(v.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise ValueError("runAt must be an RFC 3339 instant, e.g. 2026-11-30T02:18:41Z") from exc
-    if parsed.tzinfo is None:
-        raise ValueError("runAt must carry a time zone (use Z for UTC)")
-    return parsed.isoformat()
+        parsed = datetime.fromisoformat(v.upper().replace("Z", "+00:00"))
+        return parsed.astimezone(UTC).isoformat()
+    except ValueError as exc:  # a 13th month, a 61st second
+        raise ValueError(f"runAt is not a valid instant: {exc}") from None
+    except OverflowError:
+        raise ValueError("runAt must lie between the years 1 and 9999 in UTC") from None
 
 
 def _defaults_to(value: int | str | dict[str, Any]) -> Any:
@@ -64,19 +162,28 @@ def _defaults_to(value: int | str | dict[str, Any]) -> Any:
 # A job as producers send it, validated but kept as the client spelled it: a dict, not a
 # model, because a 10,000-job batch validates three times faster that way, and the store
 # hands it to PostgreSQL as it is (store.INSERT_JOBS fills in the defaults).
-@with_config(ConfigDict(extra="forbid"))
+# runAt or delay, not both (a null one is absent).
+NOT_BOTH: JsonDict = {
+    "not": {
+        "required": ["runAt", "delay"],
+        "properties": {"runAt": {"type": "string"}, "delay": {"type": "number"}},
+    }
+}
+
+
+@with_config(ConfigDict(extra="forbid", json_schema_extra=NOT_BOTH))
 class CreateJob(TypedDict):
     type: JobType
     tenantId: NotRequired[Annotated[TenantId, _defaults_to(DEFAULT_TENANT)]]
     priority: NotRequired[Annotated[Priority, _defaults_to(DEFAULT_PRIORITY)]]
     retries: NotRequired[Annotated[Retries, _defaults_to(DEFAULT_RETRIES)]]
-    variables: NotRequired[Annotated[dict[str, Any], _defaults_to({})]]
-    customHeaders: NotRequired[Annotated[dict[str, Any], _defaults_to({})]]
-    runAt: NotRequired[Annotated[str, AfterValidator(_instant)] | None]
-    delay: NotRequired[Annotated[int, Field(strict=True, ge=0, le=MAX_LEASE_MS * 3650)] | None]
-    idempotencyKey: NotRequired[
-        Annotated[str, StringConstraints(min_length=1, max_length=255)] | None
+    variables: NotRequired[Annotated[JsonObject, _defaults_to({})]]
+    customHeaders: NotRequired[Annotated[JsonObject, _defaults_to({})]]
+    runAt: NotRequired[
+        Annotated[str, AfterValidator(_instant), WithJsonSchema(INSTANT_SCHEMA)] | None
     ]
+    delay: NotRequired[DelayMs | None]
+    idempotencyKey: NotRequired[IdempotencyKey | None]
 
 
 @with_config(ConfigDict(extra="forbid"))
@@ -86,17 +193,17 @@ class CreateBatch(TypedDict):
 
 class Activate(Strict):
     type: JobType
-    maxJobs: Annotated[int, Field(strict=True, ge=1, le=MAX_ACTIVATE_JOBS)]
+    maxJobs: MaxJobs
     timeout: LeaseMs
-    worker: Annotated[str, StringConstraints(max_length=128)] | None = None
-    requestTimeout: Int | None = None
+    worker: Worker | None = None
+    requestTimeout: RequestTimeoutMs | None = None
     tenantIds: Annotated[list[TenantId], Field(min_length=1, max_length=1000)] | None = None
-    fetchVariables: list[Annotated[str, StringConstraints(max_length=1000)]] | None = None
+    fetchVariables: list[VariableName] | None = None
 
 
 class Complete(Strict):
     activationCount: ActivationCount
-    variables: dict[str, Any] | None = None
+    variables: JsonObject | None = None
 
 
 class Fail(Strict):
@@ -104,7 +211,7 @@ class Fail(Strict):
     retries: Retries | None = None
     errorMessage: ShortText | None = None
     retryBackOff: BackoffMs = 0
-    variables: dict[str, Any] | None = None
+    variables: JsonObject | None = None
 
 
 class FailFields(Protocol):
@@ -122,17 +229,17 @@ class FailFields(Protocol):
 
 class ThrowError(Strict):
     activationCount: ActivationCount | None = None
-    jobLeaseToken: str | None = None
-    operationReference: Int | None = None
-    errorCode: Annotated[str, StringConstraints(min_length=1, max_length=1000)]
+    jobLeaseToken: LeaseToken | None = None
+    operationReference: Int64 | None = None
+    errorCode: ErrorCode
     errorMessage: ShortText | None = None
-    variables: dict[str, Any] | None = None
+    variables: JsonObject | None = None
 
 
 class CompleteItem(Strict):
     jobKey: JobKey
     activationCount: ActivationCount
-    variables: dict[str, Any] | None = None
+    variables: JsonObject | None = None
 
 
 class CompleteBatch(Strict):
@@ -140,6 +247,16 @@ class CompleteBatch(Strict):
 
 
 class Changeset(Strict):
+    # At least one of them, and not null (the route says so too).
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {"required": [f], "properties": {f: {"type": "integer"}}}
+                for f in ("retries", "timeout", "priority")
+            ]
+        }
+    )
+
     retries: Retries | None = None
     timeout: LeaseMs | None = None
     priority: Priority | None = None
@@ -148,16 +265,16 @@ class Changeset(Strict):
 class UpdateJob(Strict):
     changeset: Changeset
     activationCount: ActivationCount | None = None
-    jobLeaseToken: str | None = None
-    operationReference: Int | None = None
+    jobLeaseToken: LeaseToken | None = None
+    operationReference: Int64 | None = None
 
 
 class PutTenant(Strict):
-    weight: Annotated[int, Field(strict=True, ge=1, le=10_000)] = 1
-    maxActiveJobs: Annotated[int, Field(strict=True, ge=0)] | None = None
+    weight: Annotated[int, Field(ge=1, le=10_000), JsonInteger] = 1
+    maxActiveJobs: MaxActiveJobs | None = None
 
 
 class PutJobType(Strict):
-    maxActiveJobs: Annotated[int, Field(strict=True, ge=0)] | None = None
-    agingIntervalMs: Annotated[int, Field(strict=True, ge=1, le=MAX_LEASE_MS * 365)] | None = None
-    agingStep: Annotated[int, Field(strict=True, ge=0, le=100)] | None = None
+    maxActiveJobs: MaxActiveJobs | None = None
+    agingIntervalMs: Annotated[int, Field(ge=1, le=INT32_MAX), JsonInteger] | None = None
+    agingStep: Annotated[int, Field(ge=0, le=100), JsonInteger] | None = None

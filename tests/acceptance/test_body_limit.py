@@ -1,4 +1,4 @@
-"""A body over JOBFAIR_MAX_BODY_BYTES gets its 400 at the limit, even sent in chunks
+"""A body over JOBFAIR_MAX_BODY_BYTES gets its 413 at the limit, even sent in chunks
 without a Content-Length, however long the client goes on sending."""
 
 from __future__ import annotations
@@ -48,14 +48,14 @@ async def test_a_chunked_body_that_never_ends_is_refused_at_the_limit(live, stor
     pieces = [b'{"jobs": [' + b" " * 1014]
     pieces += [b" " * 1024] * (2 * LIMIT // 1024 - 1)  # twice the limit, and no last chunk
     status = await _post_raw(live.url, path, "Transfer-Encoding: chunked\r\n", _chunked(pieces))
-    assert status == b"400"
+    assert status == b"413"
     assert await store.pool.fetchval("SELECT count(*) FROM jobs") == 0
 
 
 async def test_a_declared_length_over_the_limit_is_refused_before_the_body_arrives(live, store):
     declared = f"Content-Length: {LIMIT * 1000}\r\n"
     status = await _post_raw(live.url, "/v2/jobs", declared, [b'{"type": "big"'])  # no more
-    assert status == b"400"
+    assert status == b"413"
     assert await store.pool.fetchval("SELECT count(*) FROM jobs") == 0
 
 

@@ -265,12 +265,17 @@ async def test_count_and_token_must_agree(live):
             f"/v2/jobs/{key}",
             {"changeset": {"retries": 1}, "activationCount": 2, "jobLeaseToken": token},
         ),
-        ("post", f"/v2/jobs/{other}/error", {"errorCode": "E", "jobLeaseToken": token}),
-        ("patch", f"/v2/jobs/{key}", {"changeset": {"retries": 1}, "jobLeaseToken": "not-a-token"}),
-        ("post", f"/v2/jobs/{key}/completion", {"jobLeaseToken": "bm9wZQ"}),
     ]
     for method, path, payload in cases:
         assert_problem(await c.request(method.upper(), path, json=payload), 400, "INVALID_ARGUMENT")
+    # A token is opaque to its client: one that is not this job's lease (another job's,
+    # or none at all) does not match, as a stale one does not.
+    for method, path, payload in [
+        ("post", f"/v2/jobs/{other}/error", {"errorCode": "E", "jobLeaseToken": token}),
+        ("patch", f"/v2/jobs/{key}", {"changeset": {"retries": 1}, "jobLeaseToken": "not-a-token"}),
+        ("post", f"/v2/jobs/{key}/completion", {"jobLeaseToken": "bm9wZQ"}),
+    ]:
+        assert_problem(await c.request(method.upper(), path, json=payload), 409, "INVALID_STATE")
     after = (await c.get(f"/v2/jobs/{key}")).json()
     assert after["state"] == "ACTIVATED" and after["retries"] == 3
 
@@ -296,7 +301,6 @@ async def test_camunda_bodies_are_strict(live):
         ("/v2/jobs/activation", {**ACTIVATION, "maxJobsToActivate": 0}),
         ("/v2/jobs/activation", {**ACTIVATION, "tenantFilter": "ALL"}),
         (f"/v2/jobs/{key}/completion", {"activationCount": 1}),
-        (f"/v2/jobs/{key}/completion", {"jobLeaseToken": "not-a-token"}),
         (f"/v2/jobs/{key}/failure", {"retries": -1}),
     ]:
         assert_problem(await c.post(path, json=payload), 400, "INVALID_ARGUMENT")

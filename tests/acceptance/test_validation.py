@@ -79,7 +79,7 @@ async def test_malformed_and_empty_bodies(live, baseline):
 async def test_body_over_16_mib(live, baseline):
     _, unchanged = baseline
     body = b'{"jobs": [' + b" " * (16 * 1024 * 1024) + b"]}"
-    assert_problem(await live.client.post("/v2/jobs/batch", content=body), 400)
+    assert_problem(await live.client.post("/v2/jobs/batch", content=body), 413)
     await unchanged()
 
 
@@ -174,3 +174,23 @@ async def test_unknown_job_is_404(live):
     r = await live.client.post("/v2/jobs/42/complete", json={"activationCount": 1})
     assert_problem(r, 404)
     assert_problem(await live.client.patch("/v2/jobs/42", json={"changeset": {"retries": 1}}), 404)
+
+
+async def test_an_undeclared_method_is_405_naming_every_method_of_the_path(live):
+    for path, allowed in [
+        ("/v2/tenants/acme", "DELETE, GET, PUT"),
+        ("/v2/jobs", "POST"),
+        ("/v2/jobs/42", "GET, PATCH"),
+        ("/v2/job-types/a/b", "GET, PUT"),
+    ]:
+        r = await live.client.request("TRACE", path)
+        assert_problem(r, 405, "METHOD_NOT_ALLOWED")
+        assert r.headers["allow"] == allowed, path
+    # A path a route names literally is not taken for a job key by PATCH /v2/jobs/{jobKey}.
+    for path in ("/v2/jobs/activate", "/v2/jobs/activation", "/v2/jobs/batch", "/v2/jobs/search"):
+        r = await live.client.patch(path, json={"changeset": {"retries": 1}})
+        assert_problem(r, 405, "METHOD_NOT_ALLOWED")
+        assert r.headers["allow"] == "POST", path
+    r = await live.client.get("/v2/jobs/complete")
+    assert_problem(r, 405)
+    assert r.headers["allow"] == "POST"
