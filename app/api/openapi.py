@@ -492,7 +492,7 @@ OPS: tuple[Op, ...] = (
         "Ready, delayed, active jobs, caps and shares per type and tenant",
         "operators",
         answer=Stats,
-        query=(("type", "string", False),),
+        query=(("type", {"type": "string", "pattern": schemas.JOB_TYPE_PATTERN}, False),),
         notes="type: one job type only.",
     ),
     Op("get", "/healthz", "Liveness", "operators", answer=Status, errors=()),

@@ -82,8 +82,8 @@ async def stats(request: Request) -> Response:
     if unknown:
         raise InvalidArgument(f"unknown query parameters: {', '.join(sorted(unknown))}")
     job_type = request.query_params.get("type")
-    if job_type is not None:
-        job_type = _job_type(job_type)
+    if job_type is not None and not JOB_TYPE_RE.fullmatch(job_type):
+        raise InvalidArgument(f"type {job_type!r} must match {JOB_TYPE_RE.pattern}")
     return JSON(await request.app.state.services.stats.stats(utcnow(), job_type))
 
 
