@@ -210,6 +210,8 @@ class JobService:
         def decide(row: asyncpg.Record | None) -> tuple[int, datetime | None, int, str]:
             if row is None:
                 raise NotFound(f"job {job_key} does not exist")
+            if row["state"] in ("COMPLETED", "ERROR_THROWN", "CANCELED"):
+                raise InvalidState(f"job {job_key} is {row['state']}: it is finished")
             if activation_count is not None and row["activation_count"] != activation_count:
                 raise StaleActivation(
                     f"job {job_key} is at activation {row['activation_count']}, "

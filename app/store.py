@@ -53,6 +53,8 @@ TENANT_CAP_LOCK_CLASS = 0x4A460003
 LEADER_LOCK_KEY = 0x4A46_4C45_4144  # one-bigint space: "JFLEAD"
 # Lanes share this many lock buckets, so a 10,000-lane batch takes at most this many locks.
 LANE_BUCKETS = 1024
+# A park whose try-lock found a bucket held by a producer waits this long for it.
+PARK_WAIT_MS = 1000
 
 NOTIFY_CHANNEL = "jobfair"
 DONE_CHANNEL = "jobfair_done"
@@ -285,6 +287,8 @@ FROM (SELECT s.*, count(*) FILTER (WHERE s.ready)
                    CASE WHEN $2 <= {probed} THEN {ready} ELSE true END AS ready
             FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
             WHERE l.job_type = $1 AND l.active AND l.tenant_id <> ALL($3::text[]) {tenants}
+              -- A tenant capped at 0 takes nothing: never let its lane crowd the read.
+              AND t.max_active_jobs IS DISTINCT FROM 0
             ORDER BY l.vtime, l.tenant_id
             LIMIT {scanned}) s) w
 LEFT JOIN charged ch ON ch.tenant_id = w.tenant_id
@@ -1342,9 +1346,25 @@ class Store:
                     _lock_sql("pg_try_advisory_xact_lock", LANE_LOCK_CLASS, buckets)
                 )
                 locked = [t for b, ok in zip(buckets, got, strict=True) if ok for t in by_bucket[b]]
-                if not locked:
-                    return []
-                rows = await conn.fetch(PARK_LANES, job_type, locked)
+                rows = await conn.fetch(PARK_LANES, job_type, locked) if locked else []
+            busy = [b for b, ok in zip(buckets, got, strict=True) if not ok]
+            if busy:
+                # A producer holds these buckets (for any lane of them).  Trying again
+                # later could fail every time under a steady producer, and an empty
+                # lane left active would keep its idle vtime (ADR 014): wait for them,
+                # in a transaction of their own and in bucket order as producers lock
+                # them (no deadlock), for at most PARK_WAIT.  New producers of these
+                # buckets queue behind the park for that long at most.
+                try:
+                    async with conn.transaction():
+                        await conn.execute(f"SET LOCAL lock_timeout = '{PARK_WAIT_MS}ms'")
+                        await conn.execute(
+                            _lock_sql("pg_advisory_xact_lock", LANE_LOCK_CLASS, busy)
+                        )
+                        waited = [t for b in busy for t in by_bucket[b]]
+                        rows = [*rows, *await conn.fetch(PARK_LANES, job_type, waited)]
+                except asyncpg.LockNotAvailableError:
+                    log.info("parking %d lanes of %r waited in vain", len(busy), job_type)
         return [r[0] for r in rows]
 
     # -- finishing -------------------------------------------------------------------

@@ -141,3 +141,27 @@ async def test_an_activated_record_says_the_aged_priority_its_pick_used(live):
     assert job["jobKey"] == old
     assert (job["priority"], job["effectivePriority"]) == (50, 80)
     assert (await _job(c, old))["effectivePriority"] == 80
+
+
+async def test_a_finished_job_is_not_patched(live):
+    """Found from outside: PATCH of retries or priority with a finished job's last
+    activationCount answered 204 and changed it."""
+    c = live.client
+    r = await c.post("/v2/jobs", json={"type": "done-patch"})
+    assert r.status_code == 201, r.text
+    [job] = (
+        await c.post(
+            "/v2/jobs/activate",
+            json={"type": "done-patch", "maxJobs": 1, "timeout": 60_000, "requestTimeout": -1},
+        )
+    ).json()["jobs"]
+    r = await c.post(f"/v2/jobs/{job['jobKey']}/complete", json={"activationCount": 1})
+    assert r.status_code == 204, r.text
+    for body in (
+        {"changeset": {"retries": 5, "priority": 99}, "activationCount": 1},
+        {"changeset": {"priority": 7}},
+    ):
+        r = await c.patch(f"/v2/jobs/{job['jobKey']}", json=body)
+        assert r.status_code == 409, r.text
+    record = (await c.get(f"/v2/jobs/{job['jobKey']}")).json()
+    assert (record["retries"], record["priority"], record["state"]) == (3, 50, "COMPLETED")

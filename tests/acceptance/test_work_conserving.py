@@ -105,3 +105,21 @@ async def test_a_type_cap_that_trimmed_nothing_does_not_end_the_call(live):
         c, [{"type": "wccap", "tenantId": "a"}] * 5 + [{"type": "wccap", "tenantId": "b"}]
     )
     assert len(await activate(c, "wccap", 8)) == 6
+
+
+async def test_tenants_capped_at_zero_do_not_crowd_the_reads(live):
+    """Found from outside: 2,400 tenants capped at 0, each with a ready job, sat before
+    the one uncapped tenant in vtime order; each round excluded only a read's worth of
+    them, and the call stopped after its rounds with []."""
+    c = live.client
+    tenants = [f"z{i:04d}" for i in range(2_400)]
+    # Set-up straight in the table (2,400 PUTs would be most of the test's time).
+    await live.services.store.pool.execute(
+        "INSERT INTO tenants (tenant_id, weight, max_active_jobs) SELECT unnest($1::text[]), 1, 0",
+        tenants,
+    )
+    await _create(c, [{"type": "wccap0", "tenantId": t} for t in tenants])
+    await _create(c, [{"type": "wccap0", "tenantId": "zz"}] * 20)
+    for _ in range(3):
+        [job] = await activate(c, "wccap0", 1)
+        assert job["tenantId"] == "zz"

@@ -28,19 +28,28 @@ def _job(tenant: str) -> CreateJob:
     return {"type": "race", "tenantId": tenant}
 
 
-async def test_parking_skips_a_lane_whose_producer_holds_the_bucket(store):
+async def test_parking_waits_a_while_for_a_bucket_a_producer_holds(store):
+    """A producer is mid-insert in the lane's bucket (any lane of it): the park does not
+    give up at once (under a steady producer it would never park, and the empty lane
+    would keep its idle vtime): it waits for the bucket, then parks.  A producer that
+    holds the bucket longer than PARK_WAIT_MS leaves the lane active."""
     await store.insert_jobs([_job("t")], utcnow())
     await store.pool.execute("UPDATE jobs SET state = 'COMPLETED', completed_at = now()")
-    # A producer is mid-insert: it holds the shared bucket lock, its row not committed.
+    hold = "SELECT pg_advisory_xact_lock_shared($1, $2)"
     async with store.pool.acquire() as producer:
         tx = producer.transaction()
         await tx.start()
-        await producer.execute(
-            "SELECT pg_advisory_xact_lock_shared($1, $2)", 0x4A460001, lane_bucket("race", "t")
-        )
-        assert await store.park_lanes("race", ["t"]) == []  # try-lock failed: no park
+        await producer.execute(hold, 0x4A460001, lane_bucket("race", "t"))
+        assert await store.park_lanes("race", ["t"]) == []  # waited PARK_WAIT_MS in vain
+        parking = asyncio.create_task(store.park_lanes("race", ["t"]))
+        # Until the park waits for the bucket: PostgreSQL's state, which no event here
+        # announces.
+        while not await store.pool.fetchval(  # noqa: ASYNC110
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'advisory'"
+        ):
+            await asyncio.sleep(0.01)
         await tx.rollback()
-    assert await store.park_lanes("race", ["t"]) == ["t"]
+    assert await parking == ["t"]
 
 
 async def test_parked_lane_wakes_when_jobs_arrive(store):
