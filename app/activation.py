@@ -32,6 +32,11 @@ log = logging.getLogger(__name__)
 MAX_ROUNDS = 256
 # Lanes read beyond maxJobs, to cover lanes that turn out empty or capped.
 LANE_SLACK = 8
+# A round that found lanes short or at their caps reads twice as many lanes in the next,
+# up to this many: a call meeting 2,400 tenants newly at their caps (each then held out of
+# later reads, ADR 016) gets past them in ~25 rounds, not 270.  Bounded because a capped
+# round takes one cap lock per capped tenant read.
+WIDEST_READ = 128
 # A lane read carries the charges not yet written when they are of at most this many
 # lanes.  Larger ones are written by the writer task as before, and the read waits for
 # them: carried, a round's 100 charges made the read scan 100 lanes more and cost 14 % of
@@ -329,6 +334,7 @@ class ActivationService:
         exclude: set[str] = set()
         short: set[str] = set()
         lacking = [req.max_jobs for req in reqs]
+        widen = 1
         try:
             rounds = 0
             while True:
@@ -338,9 +344,8 @@ class ActivationService:
                     break
                 self.queries += 1
                 remaining = sum(lacking)
-                read = await self._read_lanes(
-                    job_type, remaining + LANE_SLACK, sorted(exclude), first.tenant_ids
-                )
+                width = max(remaining + LANE_SLACK, min(WIDEST_READ, widen * LANE_SLACK))
+                read = await self._read_lanes(job_type, width, sorted(exclude), first.tenant_ids)
                 cfg, rows = read.config, read.ready
                 aging = self.resolve_aging(cfg.aging_interval_ms, cfg.aging_step)
                 # Lanes met without a ready job are parked after the call, and not read
@@ -388,6 +393,7 @@ class ActivationService:
                     break
                 if not round_short and not plan.capped_out:
                     break
+                widen *= 2
         except Exception:
             # A later round failed (the database refused a claim, or went away): the
             # jobs earlier rounds claimed for these callers go back at once rather than
@@ -436,14 +442,9 @@ class _Plan:
         # The type's cap minus its active jobs, as counted for this round (None: no cap).
         self.type_headroom: int | None = None
 
-    def _lanes(self, tenant_active: dict[str, int]) -> list[Lane]:
-        lanes = []
-        for r in self.rows:
-            headroom = None
-            if r.max_active_jobs is not None and r.tenant_id in tenant_active:
-                headroom = r.max_active_jobs - tenant_active[r.tenant_id]
-            lanes.append(Lane(r.tenant_id, r.vtime, r.weight, headroom))
-        return lanes
+    def _lanes(self, room: dict[str, int]) -> list[Lane]:
+        """The lanes read, each with its tenant's room (cap - active) where it has a cap."""
+        return [Lane(r.tenant_id, r.vtime, r.weight, room.get(r.tenant_id)) for r in self.rows]
 
     def preliminary(self) -> dict[str, int]:
         return dict(self.final.counts)
@@ -453,14 +454,14 @@ class _Plan:
         lane's share moves picks to the next lanes."""
         return {r.tenant_id: r.max_active_jobs for r in self.rows if r.max_active_jobs is not None}
 
-    def with_headroom(
-        self, type_active: int | None, tenant_active: dict[str, int]
-    ) -> dict[str, int]:
+    def with_headroom(self, type_active: int | None, room: dict[str, int]) -> dict[str, int]:
+        """The allocation trimmed by the type's active jobs and the capped tenants' room,
+        both counted under their cap locks (room as the caps are now, not as read)."""
         type_headroom = None
         if self.type_cap is not None and type_active is not None:
             type_headroom = max(0, self.type_cap - type_active)
         self.type_headroom = type_headroom
-        lanes = self._lanes(tenant_active)
+        lanes = self._lanes(room)
         self.capped_out = {
             lane.tenant_id for lane in lanes if lane.headroom is not None and lane.headroom <= 0
         }

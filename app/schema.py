@@ -129,6 +129,9 @@ lanes = Table(
     Column("vtime", Double, nullable=False, server_default=text("0")),
     # True while the lane may hold ready jobs; see store.py for the no-lost-wake-up protocol.
     Column("active", Boolean, nullable=False, server_default=text("true")),
+    # True while the lane's tenant is at its cap: lane reads skip it until capacity frees
+    # (store.py: hold_lanes, jobfair_release_holds; ADR 016).
+    Column("held", Boolean, nullable=False, server_default=text("false")),
     Column("activated_total", BigInteger, nullable=False, server_default=text("0")),
     postgresql_with={
         "autovacuum_vacuum_scale_factor": "0",
@@ -136,8 +139,18 @@ lanes = Table(
         "fillfactor": "50",
     },
 )
-# Backlogged lanes by virtual time (the activator's read), and min/max vtime per type.
-Index("lanes_type_vtime_idx", lanes.c.job_type, lanes.c.active, lanes.c.vtime, lanes.c.tenant_id)
+# Backlogged lanes not held, by virtual time (the activator's read), and min/max vtime per
+# type.
+Index(
+    "lanes_type_vtime_idx",
+    lanes.c.job_type,
+    lanes.c.active,
+    lanes.c.held,
+    lanes.c.vtime,
+    lanes.c.tenant_id,
+)
+# Held lanes by tenant, for releasing them when the tenant's capacity frees.
+Index("lanes_held_idx", lanes.c.tenant_id, postgresql_where=text("held"))
 
 tenants = Table(
     "tenants",

@@ -23,6 +23,27 @@ holds it, makers wait for its commit and then see ``active = false`` and set it 
 the maker committed before the parker locked, the parker's emptiness probe sees its jobs.
 In every order the lane ends active while it has ready jobs (tested in
 ``tests/integration/test_lanes.py``).
+
+Lanes held at a cap (``lanes.held``)
+------------------------------------
+A lane whose tenant is at its ``maxActiveJobs`` can give nothing, and lane reads skip it
+(ADR 016): otherwise a thousand tenants at their caps would sit in front of every read,
+their virtual times frozen while the others' move on.  The protocol, on the tenant's cap
+lock (an advisory lock per tenant):
+
+* Only a capped claim holds a lane (hold_lanes): with the tenant's cap lock held, it
+  counts the tenant's active jobs in a later statement, claims, and holds the lanes it
+  read whose tenant it leaves at its cap, then commits and lets the lock go.
+* Everything that frees a tenant's capacity -- a job of it completed, failed, errored,
+  released or expired; its configuration changed -- releases its held lanes with
+  ``jobfair_release_holds``, which takes the tenant's cap lock first and releases in a
+  statement of its own (a later snapshot), in the transaction that freed the capacity.
+
+If the freer gets the lock first, the claimer's count (after its lock) sees the capacity
+freed, and it holds nothing.  If the claimer has it, the freer waits for the hold to
+commit and then sees and releases it.  So no lane stays held while its tenant has room.
+``held`` is independent of ``active``: producers and parking ignore it, and a held lane
+parked meanwhile is woken by its next job as any other.
 """
 
 from __future__ import annotations
@@ -59,6 +80,17 @@ PARK_WAIT_MS = 1000
 NOTIFY_CHANNEL = "jobfair"
 DONE_CHANNEL = "jobfair_done"
 
+# Releases the held lanes of the capped tenants whose jobs ``ended`` had, for they have
+# room again (jobfair_release_holds, alembic 0003; ADR 016): waits for those tenants' cap
+# locks, and holds them until the statement commits.  Appended to the statements that end
+# activations, referenced by their answer.
+_RELEASE_HOLDS = f"""unheld AS (
+    SELECT jobfair_release_holds({TENANT_CAP_LOCK_CLASS}, ARRAY(
+        SELECT DISTINCT e.tenant_id FROM ended e
+        JOIN tenants t ON t.tenant_id = e.tenant_id AND t.max_active_jobs IS NOT NULL),
+        '{NOTIFY_CHANNEL}') AS n
+)"""
+
 # Appended to statements that end activations (RETURNING job_key, via_stream as ``ended``):
 # one NOTIFY per statement carrying the keys of stream-activated jobs, so their streams
 # get their credit back.  Long-poll jobs cost nothing here.
@@ -80,10 +112,10 @@ JOB_COLUMNS = """job_key, job_type, tenant_id, state, priority, retries, activat
     error_message, created_at, activated_at, completed_at, idempotency_key"""
 
 # The virtual time at which a lane of job type ``{t}`` re-enters: the smallest vtime of
-# the backlogged lanes or, when none is backlogged, the largest of all (see
-# scheduler.reentry_vtime).  Both are single descents of lanes_type_vtime_idx.
+# the backlogged lanes not held at a cap or, when there is none, the largest of all (see
+# scheduler.reentry_vtime).  jobfair_release_holds (alembic 0003) spells the same.
 _REENTRY_VTIME = """COALESCE(
-    (SELECT min(x.vtime) FROM lanes x WHERE x.job_type = {t} AND x.active),
+    (SELECT min(x.vtime) FROM lanes x WHERE x.job_type = {t} AND x.active AND NOT x.held),
     (SELECT max(x.vtime) FROM lanes x WHERE x.job_type = {t}),
     0)"""
 
@@ -269,8 +301,9 @@ _LANE_READY = _READY_PROBE.format(lane="l.tenant_id")
 # The read's snapshot predates the charge, so a charged lane's new vtime comes from
 # ``charged``; charges only move lanes later, so the first $2 ready lanes by new vtime
 # are among the first $2 + len($4) by old (the caller keeps those $2).
-# Index: lanes_type_vtime_idx (job_type, active, vtime, tenant_id), a range scan of the
-# lanes up to the stop, excluded ones ($3) included; one probe of jobs_ready_idx per lane
+# Lanes held at their tenant's cap are not read at all (the index range skips them).
+# Index: lanes_type_vtime_idx (job_type, active, held, vtime, tenant_id), a range scan of
+# the lanes up to the stop, excluded ones ($3) included; one probe of jobs_ready_idx per lane
 # scanned (small reads) and per lane charged.  Locks: the charged lanes only.
 _READ_LANES = """
 WITH {charge}
@@ -286,9 +319,8 @@ FROM (SELECT s.*, count(*) FILTER (WHERE s.ready)
       FROM (SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight, t.max_active_jobs,
                    CASE WHEN $2 <= {probed} THEN {ready} ELSE true END AS ready
             FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
-            WHERE l.job_type = $1 AND l.active AND l.tenant_id <> ALL($3::text[]) {tenants}
-              -- A tenant capped at 0 takes nothing: never let its lane crowd the read.
-              AND t.max_active_jobs IS DISTINCT FROM 0
+            WHERE l.job_type = $1 AND l.active AND NOT l.held
+              AND l.tenant_id <> ALL($3::text[]) {tenants}
             ORDER BY l.vtime, l.tenant_id
             LIMIT {scanned}) s) w
 LEFT JOIN charged ch ON ch.tenant_id = w.tenant_id
@@ -345,16 +377,37 @@ SELECT count(*) FROM (
 """
 
 # -- name: count_active_tenants
-# ACTIVATED jobs per tenant (all types), each counted up to its cap only.
-# Index: jobs_active_tenant_idx.  Called with the tenants' cap locks held.
+# The tenants' caps as they are now, and their ACTIVATED jobs (all types), each counted up
+# to its cap only.  Read in a statement after the tenants' cap locks were taken, so a cap
+# changed before sees its change (a change takes the locks too: jobfair_release_holds).
+# Index: tenants pkey, jobs_active_tenant_idx.
 COUNT_ACTIVE_TENANTS = """
-SELECT c.tenant_id, (
+SELECT t.tenant_id, t.max_active_jobs AS cap, (
     SELECT count(*) FROM (
-        SELECT 1 FROM jobs j WHERE j.state = 'ACTIVATED' AND j.tenant_id = c.tenant_id
-        LIMIT c.cap
+        SELECT 1 FROM jobs j WHERE j.state = 'ACTIVATED' AND j.tenant_id = t.tenant_id
+        LIMIT t.max_active_jobs
     ) capped
 ) AS active
-FROM unnest($1::text[], $2::int[]) AS c(tenant_id, cap)
+FROM tenants t WHERE t.tenant_id = ANY($1::text[]) AND t.max_active_jobs IS NOT NULL
+"""
+
+# -- name: lock_caps
+# The cap locks of a capped claim: the job type's ($1, $2: class and key; a NULL key
+# takes none) first, then the tenants' ($3, $4) in key order, in one statement (one
+# global order: no deadlock).  jobfair_lock_tenant_caps is alembic 0003's.
+LOCK_CAPS = """
+SELECT CASE WHEN $2::int IS NULL THEN NULL ELSE pg_advisory_xact_lock($1, $2) END,
+       jobfair_lock_tenant_caps($3, $4::text[])
+"""
+
+# -- name: hold_lanes
+# Marks lanes of job type $1 held: their tenants ($2) are at their caps as counted by the
+# claim that holds their cap locks, which it will hold until this commits.  A lane read
+# skips held lanes; jobfair_release_holds, which takes the same locks first, releases them
+# when the tenant's capacity frees (ADR 016).  Index: lanes pkey.  Locks: the lane rows.
+HOLD_LANES = """
+UPDATE lanes SET held = true
+WHERE job_type = $1 AND tenant_id = ANY($2::text[]) AND NOT held
 """
 
 # Up to k heads of each priority of claim's prios, FIFO (also aging order within one
@@ -488,7 +541,7 @@ _LEAD = f"""lead_lane AS (
             SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight,
                    t.max_active_jobs AS cap, {_LANE_READY} AS ready
             FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
-            WHERE l.job_type = $1 AND l.active {{tenants}}
+            WHERE l.job_type = $1 AND l.active AND NOT l.held {{tenants}}
             ORDER BY l.vtime, l.tenant_id
             LIMIT {PROBED_LANES}) r
         WHERE r.ready
@@ -507,7 +560,7 @@ alloc AS (SELECT tenant_id, 1 AS k FROM lead)"""
 _LEAD_DRY = f"""NOT EXISTS (SELECT 1 FROM lead_lane)
        AND (SELECT count(*) < {PROBED_LANES}
             FROM (SELECT 1 FROM lanes l
-                  WHERE l.job_type = $1 AND l.active {{tenants}}
+                  WHERE l.job_type = $1 AND l.active AND NOT l.held {{tenants}}
                   LIMIT {PROBED_LANES}) p)"""
 
 
@@ -609,8 +662,11 @@ ended AS (
     RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream
 ),
 {_CREDIT_NOTIFY},
-{_CAPACITY_NOTIFY}
-SELECT job_key, (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) AS _n
+{_CAPACITY_NOTIFY},
+{_RELEASE_HOLDS}
+SELECT job_key,
+       (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
+         AS _n
 FROM ended
 """
 
@@ -636,9 +692,11 @@ WITH ended AS (
     RETURNING j.job_key, j.job_type, j.tenant_id, j.state, j.via_stream
 ),
 {_CREDIT_NOTIFY},
-{_CAPACITY_NOTIFY}
+{_CAPACITY_NOTIFY},
+{_RELEASE_HOLDS}
 SELECT job_key, job_type, tenant_id, state,
-       (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) AS _n
+       (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
+         AS _n
 FROM ended
 """
 
@@ -653,8 +711,11 @@ WITH ended AS (
     RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream
 ),
 {_CREDIT_NOTIFY},
-{_CAPACITY_NOTIFY}
-SELECT job_key, (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) AS _n
+{_CAPACITY_NOTIFY},
+{_RELEASE_HOLDS}
+SELECT job_key,
+       (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
+         AS _n
 FROM ended
 """
 
@@ -692,18 +753,24 @@ WITH ended AS (
     WHERE job_key = ANY($1::bigint[]) AND state = 'ACTIVATED' AND deadline < $2
     RETURNING job_key, job_type, tenant_id, via_stream
 ),
-{_CREDIT_NOTIFY}
-SELECT job_key, job_type, tenant_id, (SELECT count(*) FROM credited) AS _n FROM ended
+{_CREDIT_NOTIFY},
+{_RELEASE_HOLDS}
+SELECT job_key, job_type, tenant_id, (SELECT count(*) FROM credited) + (SELECT n FROM unheld) AS _n
+FROM ended
 """
 
 # -- name: release_jobs
 # ACTIVATED -> CREATED at once, for activations whose caller never got them; fenced.
 RELEASE_JOBS = f"""
-UPDATE jobs j SET state = 'CREATED', deadline = NULL
-FROM unnest($1::bigint[], $2::int[]) AS r(job_key, activation_count)
-WHERE j.job_key = r.job_key AND {_LEASED}
-  AND j.activation_count = r.activation_count
-RETURNING j.job_key, j.job_type, j.tenant_id
+WITH ended AS (
+    UPDATE jobs j SET state = 'CREATED', deadline = NULL
+    FROM unnest($1::bigint[], $2::int[]) AS r(job_key, activation_count)
+    WHERE j.job_key = r.job_key AND {_LEASED}
+      AND j.activation_count = r.activation_count
+    RETURNING j.job_key, j.job_type, j.tenant_id
+),
+{_RELEASE_HOLDS}
+SELECT job_key, job_type, tenant_id, (SELECT n FROM unheld) AS _n FROM ended
 """
 
 # -- name: due_scheduled
@@ -787,15 +854,33 @@ STATS_OF_TYPE = _STATS.format(type="AND job_type = $1")
 
 LANE_TOTALS = "SELECT job_type, tenant_id, activated_total FROM lanes"
 
-UPSERT_TENANT = """
-INSERT INTO tenants (tenant_id, weight, max_active_jobs) VALUES ($1, $2, $3)
-ON CONFLICT (tenant_id) DO UPDATE SET weight = EXCLUDED.weight,
-                                      max_active_jobs = EXCLUDED.max_active_jobs
-RETURNING tenant_id, weight, max_active_jobs
+# -- name: upsert_tenant
+# A tenant's configuration set; its held lanes are released (the cap that held them may
+# be gone or higher; a claim holds them again if not), under its cap lock, which orders
+# the change before or after every capped claim of the tenant (jobfair_release_holds).
+UPSERT_TENANT = f"""
+WITH up AS (
+    INSERT INTO tenants (tenant_id, weight, max_active_jobs) VALUES ($1, $2, $3)
+    ON CONFLICT (tenant_id) DO UPDATE SET weight = EXCLUDED.weight,
+                                          max_active_jobs = EXCLUDED.max_active_jobs
+    RETURNING tenant_id, weight, max_active_jobs
+),
+unheld AS (
+    SELECT jobfair_release_holds({TENANT_CAP_LOCK_CLASS}, ARRAY[$1::text], '{NOTIFY_CHANNEL}')
+)
+SELECT up.* FROM up WHERE (SELECT count(*) FROM unheld) = 1
 """
 GET_TENANT = "SELECT tenant_id, weight, max_active_jobs FROM tenants WHERE tenant_id = $1"
 LIST_TENANTS = "SELECT tenant_id, weight, max_active_jobs FROM tenants ORDER BY tenant_id"
-DELETE_TENANT = "DELETE FROM tenants WHERE tenant_id = $1 RETURNING tenant_id"
+# -- name: delete_tenant
+# As upsert_tenant: the tenant's held lanes are released.
+DELETE_TENANT = f"""
+WITH gone AS (DELETE FROM tenants WHERE tenant_id = $1 RETURNING tenant_id),
+unheld AS (
+    SELECT jobfair_release_holds({TENANT_CAP_LOCK_CLASS}, ARRAY[$1::text], '{NOTIFY_CHANNEL}')
+)
+SELECT gone.tenant_id FROM gone WHERE (SELECT count(*) FROM unheld) = 1
+"""
 UPSERT_JOB_TYPE = """
 INSERT INTO job_types (job_type, max_active_jobs, aging_interval_ms, aging_step)
 VALUES ($1, $2, $3, $4)
@@ -1311,27 +1396,34 @@ class Store:
     ) -> list[asyncpg.Record]:
         async with self.pool.acquire() as conn:
             async with conn.transaction():
-                locks = []
-                if type_cap is not None:
-                    locks.append(
-                        f"pg_advisory_xact_lock({_int4(TYPE_CAP_LOCK_CLASS)}, {cap_key(job_type)})"
-                    )
-                for key in sorted({cap_key(t) for t in tenant_caps}):
-                    locks.append(f"pg_advisory_xact_lock({_int4(TENANT_CAP_LOCK_CLASS)}, {key})")
-                await conn.execute("SELECT " + ", ".join(locks))
+                await conn.execute(
+                    LOCK_CAPS,
+                    _int4(TYPE_CAP_LOCK_CLASS),
+                    None if type_cap is None else cap_key(job_type),
+                    TENANT_CAP_LOCK_CLASS,
+                    sorted(tenant_caps),
+                )
                 type_active = None
                 if type_cap is not None:
                     type_active = await conn.fetchval(COUNT_ACTIVE_TYPE, job_type, type_cap)
-                tenant_active: dict[str, int] = {}
+                # Each capped tenant's room as counted now: cap (as it is now) - active.
+                room: dict[str, int] = {}
                 if tenant_caps:
-                    counted = await conn.fetch(
-                        COUNT_ACTIVE_TENANTS, list(tenant_caps), list(tenant_caps.values())
+                    counted = await conn.fetch(COUNT_ACTIVE_TENANTS, list(tenant_caps))
+                    room = {r[0]: r[1] - r[2] for r in counted}
+                counts = {t: k for t, k in headroom(type_active, room).items() if k > 0}
+                got = []
+                if counts:
+                    got = await conn.fetch(
+                        CLAIM, job_type, list(counts), list(counts.values()), *args
                     )
-                    tenant_active = {r[0]: r[1] for r in counted}
-                counts = {t: k for t, k in headroom(type_active, tenant_active).items() if k > 0}
-                if not counts:
-                    return []
-                return await conn.fetch(CLAIM, job_type, list(counts), list(counts.values()), *args)
+                # The tenants this claim leaves at their caps: their lanes of this type
+                # are held, out of the reads, until their capacity frees (ADR 016).
+                taken = Counter(r["tenant_id"] for r in got)
+                full = sorted(t for t, n in room.items() if n - taken[t] <= 0)
+                if full:
+                    await conn.execute(HOLD_LANES, job_type, full)
+                return got
 
     @retry_deadlock
     async def park_lanes(self, job_type: str, tenant_ids: Sequence[str]) -> list[str]:

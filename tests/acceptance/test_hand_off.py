@@ -100,37 +100,37 @@ async def test_a_stream_is_handed_the_job_created_while_it_waits(live):
         assert (await events.next_job())["jobKey"] == second["jobKey"]
 
 
-async def test_at_a_cap_the_job_is_announced_and_waits_for_capacity(live, db_url):
+async def test_at_a_cap_the_tenant_with_room_is_handed_the_job(live, db_url):
+    """The capped tenant's lane is held out of the reads (ADR 016): a job of a tenant
+    with room goes to the waiter at once, and the capped tenant's job waits for its
+    capacity."""
     c = live.client
     assert (await c.put("/v2/tenants/busy", json={"maxActiveJobs": 1})).status_code in (200, 201)
     await c.post("/v2/jobs", json={"type": "cap", "tenantId": "busy"})
-    await c.post("/v2/jobs", json={"type": "cap", "tenantId": "busy"})
+    waiting = (await c.post("/v2/jobs", json={"type": "cap", "tenantId": "busy"})).json()
     [held] = await activate(c, "cap")
-    heard = await Announcements.listen(db_url, "cap")
     # The waiter finds only the capped tenant's job, and waits.
     poll = asyncio.create_task(
         c.post("/v2/jobs/activate", json={**POLL, "type": "cap", "requestTimeout": 10_000})
     )
     await until_waiting(c, 1)
     hand_offs = await metric(c, "jobfair_activation_hand_offs_total")
-    # The capped tenant's lane is the scheduler's first pick (the new tenant's lane enters
-    # at its virtual time, and "busy" < "free"): the lead claim declines, the new job is
-    # announced as any create's, and the dispatcher's full round hands it out.
     created = (await c.post("/v2/jobs", json={"type": "cap", "tenantId": "free"})).json()
-    assert created["state"] == "CREATED"
-    await heard.until("cap 1")
+    assert created["state"] == "ACTIVATED"
     [job] = (await poll).json()["jobs"]
     assert job["jobKey"] == created["jobKey"]
-    assert await metric(c, "jobfair_activation_hand_offs_total") - hand_offs == 0
-    await heard.close()
-    # The capped tenant's second job waits for its capacity, then goes out.
+    assert await metric(c, "jobfair_activation_hand_offs_total") - hand_offs == 1
+    # Capacity freed: the capped tenant's lane is released, and a waiter woken for it.
+    heard = await Announcements.listen(db_url, "cap")
     poll = asyncio.create_task(
         c.post("/v2/jobs/activate", json={**POLL, "type": "cap", "requestTimeout": 10_000})
     )
     await until_waiting(c, 1)
     assert (await complete(c, held)).status_code == 204
-    [last] = (await poll).json()["jobs"]
-    assert last["tenantId"] == "busy"
+    await heard.until("cap")
+    [job] = (await poll).json()["jobs"]
+    assert job["jobKey"] == waiting["jobKey"]
+    await heard.close()
 
 
 async def test_a_waiter_whose_filter_refuses_the_job_is_passed_over(live):

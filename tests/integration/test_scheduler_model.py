@@ -17,7 +17,10 @@ the database with a reference model written here from DESIGN §1 alone:
   idle lane at the system's virtual time, no banked credit) and they must equal the
   database's after every step;
 * inside a tenant, no job left ready has a higher priority than one activated;
-* a lane with a ready job is never parked.
+* a lane with a ready job is never parked;
+* a lane is held out of the reads (ADR 016) only while its tenant is at its cap; being
+  held banks no credit: a lane released re-enters at the system's virtual time if it
+  fell behind it, as an idle lane does.
 
 Weights are powers of two so that virtual times add up exactly in floating point.
 """
@@ -52,7 +55,7 @@ TENANTS = ("a", "b", "c", "d")
 WEIGHTS = (1, 2, 4)
 CAPS = (None, 0, 1, 2, 5)
 TYPE_CAPS = (None, 0, 1, 3, 8)
-STEPS = {"n": 0}
+STEPS = {"n": 0, "held": 0}
 
 
 @dataclass
@@ -78,6 +81,11 @@ class Model:
         # time (the smallest of the backlogged lanes, else the largest of all, else 0)
         # if it is behind it, so that no lane banks credit while it is idle.
         self.vtime: dict[str, float] = {}
+        # The lanes held at their tenant's cap.  Which lanes an activation holds depends
+        # on the lanes it read, so the model takes the set from the database after each
+        # activation, and checks it (held_lanes_are_at_their_caps); what a release does
+        # to a held lane's virtual time, it predicts.
+        self.held: set[str] = set()
 
     @property
     def tenants(self) -> tuple[str, ...]:
@@ -86,12 +94,23 @@ class Model:
     def idle_lanes(self) -> tuple[set[str], float]:
         """Before jobs may become ready: the tenants without a ready job, and the
         virtual time at which those of them that get one re-enter."""
-        backlogged = {t for t in self.tenants if self.ready(t)}
-        if backlogged:
-            now = min(self.vtime[t] for t in backlogged)
-        else:
-            now = max(self.vtime.values(), default=0.0)
-        return set(self.tenants) - backlogged, now
+        idle = {t for t in self.tenants if not self.ready(t)}
+        return idle, self.system_vtime()
+
+    def system_vtime(self, but: str | None = None) -> float:
+        """The smallest virtual time of the backlogged lanes not held (but ``but``), else
+        the largest of all, else 0."""
+        backlogged = [
+            self.vtime[t] for t in self.tenants if t != but and t not in self.held and self.ready(t)
+        ]
+        return min(backlogged) if backlogged else max(self.vtime.values(), default=0.0)
+
+    def release(self, tenant: str) -> None:
+        """Capacity of ``tenant`` freed, or its configuration changed: its lane is
+        released if held, re-entering at the system's virtual time if behind it."""
+        if tenant in self.held:
+            self.held.discard(tenant)
+            self.vtime[tenant] = max(self.vtime[tenant], self.system_vtime(but=tenant))
 
     def reenter(self, before: tuple[set[str], float]) -> None:
         """After jobs became ready: the idle lanes that got one re-enter."""
@@ -194,6 +213,7 @@ class ActivationMachine(RuleBasedStateMachine):
     )
     def configure_tenant(self, tenant, weight, cap):
         self.run(self.config.put_tenant(tenant, weight, cap))
+        self.model.release(tenant)
         self.model.weight[tenant] = weight
         self.model.cap[tenant] = cap
 
@@ -229,6 +249,9 @@ class ActivationMachine(RuleBasedStateMachine):
             assert job.state == "CREATED", (r["job_key"], job)
             assert r["activation_count"] == job.count + 1
             job.state, job.count = "ACTIVATED", job.count + 1
+        held = self._held()
+        assert self.model.held <= held, (self.model.held, held)  # activations only hold
+        self.model.held = held
         # Caps: an activation never takes a tenant or the type over its cap (a cap lowered
         # below what is active already holds back new activations only).
         for t in self.model.tenants:
@@ -259,6 +282,7 @@ class ActivationMachine(RuleBasedStateMachine):
         job = self.model.jobs[key]
         done = self.run(self.store.complete_jobs([(key, job.count, None)], utcnow()))
         assert done == {key}
+        self.model.release(job.tenant)
         job.state = "COMPLETED"
 
     @precondition(lambda self: self.model.jobs)
@@ -284,6 +308,7 @@ class ActivationMachine(RuleBasedStateMachine):
             )
         )
         assert row is not None
+        self.model.release(job.tenant)
         before = self.model.idle_lanes()
         job.retries = max(0, job.retries - 1)
         job.state = "FAILED" if job.retries == 0 else "CREATED"
@@ -300,6 +325,7 @@ class ActivationMachine(RuleBasedStateMachine):
             )
         )
         assert self.run(LeaseSweeper(self.store, 1000).run_once(now)) == 1
+        self.model.release(self.model.jobs[key].tenant)
         before = self.model.idle_lanes()
         self.model.jobs[key].state = "CREATED"
         self.model.reenter(before)
@@ -313,6 +339,22 @@ class ActivationMachine(RuleBasedStateMachine):
         self.model.jobs[key].state = "CANCELED"
 
     # -- after every step -----------------------------------------------------------------
+
+    def _held(self) -> set[str]:
+        rows = self.run(
+            self.store.pool.fetch("SELECT tenant_id FROM lanes WHERE job_type = $1 AND held", TYPE)
+        )
+        return {r["tenant_id"] for r in rows}
+
+    @invariant()
+    def held_lanes_are_at_their_caps(self):
+        """No lane is held while its tenant has room: whatever freed it released it."""
+        held = self._held()
+        assert held == self.model.held, (held, self.model.held)
+        STEPS["held"] += bool(held)
+        for t in held:
+            cap = self.model.cap.get(t)
+            assert cap is not None and self.model.active(t) >= cap, (t, cap, self.model.active(t))
 
     @invariant()
     def database_matches_the_model(self):
@@ -350,7 +392,7 @@ def test_activation_matches_the_model(db_url):
     loop = asyncio.new_event_loop()
     store = loop.run_until_complete(Store.connect(db_url, size=4, min_size=1))
     ActivationMachine.loop, ActivationMachine.store = loop, store
-    STEPS["n"] = 0
+    STEPS["n"] = STEPS["held"] = 0
     try:
         run_state_machine_as_test(
             ActivationMachine,
@@ -364,5 +406,6 @@ def test_activation_matches_the_model(db_url):
     finally:
         loop.run_until_complete(store.close())
         loop.close()
-    print(f"model steps checked: {STEPS['n']}")
+    print(f"model steps checked: {STEPS['n']}, with a lane held: {STEPS['held']}")
     assert STEPS["n"] >= 2_000
+    assert STEPS["held"] >= 100  # the runs reached caps, and held lanes were checked
