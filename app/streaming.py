@@ -178,23 +178,33 @@ class Stream:
                 self.outstanding.pop(key, None)
 
     async def _close(self) -> None:
-        self.registry.streams.discard(self)
         if self.waiter is not None:
             self.waiter.future.cancel()  # the dispatcher releases anything it got for us
         for row in self.undelivered:
             self.outstanding.pop(row["job_key"], None)
             self.registry.by_key.pop(row["job_key"], None)
-        if self.undelivered:
-            # Activated for us but never written: back to the queue now, not at timeout.
-            try:
-                await asyncio.shield(self.store.release_jobs(self.undelivered))
-            except ResourceExhausted:
-                log.warning(
-                    "%d undelivered jobs return at their lease expiry", len(self.undelivered)
-                )
-            self.undelivered = []
         for key in self.outstanding:
             self.registry.by_key.pop(key, None)
+        if not self.undelivered:
+            self.registry.streams.discard(self)
+            return
+        # Activated for us but never written: back to the queue now, not at timeout.  The
+        # release finishes even if the response's task is cancelled meanwhile (a client
+        # gone cancels it at every await), and the stream stays in the registry until it
+        # has: once a stream leaves the registry, what it released is back.
+        rows, self.undelivered = self.undelivered, []
+        release = asyncio.ensure_future(self.store.release_jobs(rows))
+        release.add_done_callback(lambda task: self._released(task, len(rows)))
+        with contextlib.suppress(ResourceExhausted):  # logged by _released
+            await asyncio.shield(release)
+
+    def _released(self, release: asyncio.Future[int], count: int) -> None:
+        self.registry.streams.discard(self)
+        exc = None if release.cancelled() else release.exception()
+        if isinstance(exc, ResourceExhausted):
+            log.warning("%d undelivered jobs return at their lease expiry", count)
+        elif exc is not None:  # a bug; logged here too, as nobody may be awaiting it
+            log.error("releasing %d undelivered jobs failed", count, exc_info=exc)
 
 
 def keep_alive_factory() -> Callable[[], Any]:
