@@ -84,7 +84,8 @@ def serve(
         signal.signal(sig, _exit_cleanly)
     options: dict[str, Any] = {
         "loop": "uvloop",
-        "http": "httptools",
+        # httptools, with bounds on a request's time and size (app.http).
+        "http": "app.http:ServeProtocol",
         "log_level": log_level,
         "access_log": False,
         # Nothing here reads the client's address, so X-Forwarded-* need not be parsed

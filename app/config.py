@@ -46,6 +46,14 @@ class Settings(BaseSettings):
     # SSE comment lines (": keep-alive") at least this often.
     keep_alive_s: Annotated[float, Field(gt=0)] = 15.0
 
+    # A request's line and headers must arrive within this of its first byte, and its
+    # body within request_body_timeout_ms of the headers' end (else 408; app.http).
+    request_header_timeout_ms: Positive = 10_000
+    request_body_timeout_ms: Positive = 60_000
+    # Request line plus header names and values (else 431).
+    max_header_bytes: Positive = 32 * 1024
+    max_headers: Positive = 100
+
     max_batch_jobs: Positive = 10_000
     max_payload_bytes: Positive = 1024 * 1024
     max_body_bytes: Positive = 16 * 1024 * 1024

@@ -4,9 +4,13 @@ Channels (payloads are sent by the store's statements, once per statement):
 
 * ``jobfair``       — a job type whose jobs became activatable (created, released,
                       promoted, retried: "type n", n of them) or whose capacity was
-                      freed ("type").
+                      freed ("type").  At most 149 bytes: a job type is at most 128
+                      ASCII characters (JOB_TYPE_RE, checked wherever a job is made).
 * ``jobfair_done``  — comma-separated keys of stream-activated jobs that finished or
-                      whose lease expired: each returns one credit to its stream.
+                      whose lease expired: each returns one credit to its stream.  A
+                      statement ending more of them sends several, of at most
+                      ``CREDIT_KEYS_PER_NOTIFY`` keys each (PostgreSQL refuses a payload
+                      of 8,000 bytes).
 
 NOTIFY alone is never trusted (a notification is lost while the connection is down):
 waiters and streams also poll on a jittered timer, and after a reconnect every type is

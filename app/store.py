@@ -79,6 +79,12 @@ PARK_WAIT_MS = 1000
 
 NOTIFY_CHANNEL = "jobfair"
 DONE_CHANNEL = "jobfair_done"
+# PostgreSQL refuses a NOTIFY payload of 8,000 bytes or more ("payload string too long"),
+# failing the statement that sends it; every payload here is bounded below that.
+NOTIFY_PAYLOAD_MAX_BYTES = 7999
+# Job keys per ``jobfair_done`` payload: a key (a positive bigint) is at most 19 digits,
+# and a comma follows it.
+CREDIT_KEYS_PER_NOTIFY = NOTIFY_PAYLOAD_MAX_BYTES // 20
 
 # Releases the held lanes of the capped tenants whose jobs ``ended`` had, for they have
 # room again (jobfair_release_holds, alembic 0003; ADR 016): waits for those tenants' cap
@@ -92,8 +98,10 @@ _RELEASE_HOLDS = f"""unheld AS (
 )"""
 
 # Appended to statements that end activations (RETURNING job_key, via_stream as ``ended``):
-# one NOTIFY per statement carrying the keys of stream-activated jobs, so their streams
-# get their credit back.  Long-poll jobs cost nothing here.
+# NOTIFYs carrying the keys of stream-activated jobs, so their streams get their credit
+# back, CREDIT_KEYS_PER_NOTIFY keys to a payload (a sweep or a batch ends thousands in one
+# statement).  A stream that misses one finds its credit by its own periodic check.
+# Long-poll jobs cost nothing here.
 _CAPACITY_NOTIFY = f"""freed AS (
     SELECT pg_notify('{NOTIFY_CHANNEL}', job_type) FROM (
         SELECT DISTINCT e.job_type FROM ended e
@@ -104,7 +112,9 @@ _CAPACITY_NOTIFY = f"""freed AS (
 )"""
 _CREDIT_NOTIFY = f"""credited AS (
     SELECT pg_notify('{DONE_CHANNEL}', string_agg(job_key::text, ','))
-    FROM ended WHERE via_stream HAVING count(*) > 0
+    FROM (SELECT job_key, (row_number() OVER () - 1) / {CREDIT_KEYS_PER_NOTIFY} AS chunk
+          FROM ended WHERE via_stream) s
+    GROUP BY chunk
 )"""
 
 JOB_COLUMNS = """job_key, job_type, tenant_id, state, priority, retries, activation_count,
@@ -119,6 +129,7 @@ _REENTRY_VTIME = """COALESCE(
     (SELECT max(x.vtime) FROM lanes x WHERE x.job_type = {t}),
     0)"""
 
+# "type n": bounded, as a job type is at most 128 ASCII characters (JOB_TYPE_RE).
 _NOTIFIED = f"""notified AS (
     SELECT pg_notify('{NOTIFY_CHANNEL}', job_type || ' ' || sum(n))
     FROM ready_lanes GROUP BY job_type

@@ -5,6 +5,13 @@ unfinished at once.  It waits for work as a long poll does (a waiter in the job 
 FIFO queue, so streams and long polls take turns through the same scheduler), and gets a
 credit back when one of its jobs is completed, failed, errored or times out: from NOTIFY
 ``jobfair_done`` (any replica), or from its own jittered check of its outstanding jobs.
+
+Delivered means written: a job counts as the client's once its event was handed to the
+connection while the connection was up.  A job whose write failed or was cut (the stream
+closed while its event was being sent, or the connection already gone, so the server
+dropped the write) returns to CREATED at once, as do jobs activated but not yet written.
+What the server cannot know is whether the client read what was written: events in the
+socket buffers when the connection breaks keep their lease until it ends.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import asyncpg
@@ -54,6 +61,7 @@ class Stream:
         *,
         check_ms: int,
         fetch_variables: Sequence[str] | None = None,
+        is_disconnected: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         self.req = dataclasses.replace(req, via_stream=True)
         self.hub = hub
@@ -62,6 +70,7 @@ class Stream:
         self.activation = activation
         self.check_ms = check_ms
         self.fetch_variables = fetch_variables
+        self.is_disconnected = is_disconnected
         self.outstanding: dict[int, int] = {}  # jobKey -> activationCount we hold
         self.credit_back = asyncio.Event()
         self.waiter: Waiter | None = None
@@ -91,15 +100,27 @@ class Stream:
                 self.undelivered = list(rows)
                 aging = await self.activation.recent_aging(self.req.job_type)
                 while self.undelivered:
-                    # Handed to the response from here on: it keeps its lease if we close.
-                    row = self.undelivered.pop(0)
+                    # Counted ours before the write, so that a credit for it (the client
+                    # may finish it as soon as it is written) finds this stream.
+                    row = self.undelivered[0]
                     key = row["job_key"]
                     self.outstanding[key] = row["activation_count"]
                     self.registry.by_key[key] = self
                     record = job_record(row, utcnow(), aging, self.fetch_variables)
+                    # Closed at this yield: the write failed or was cut, and the row is
+                    # still undelivered (released by _close).
                     yield {"event": "job", "id": str(key), "data": orjson.dumps(record).decode()}
+                    if await self._gone():
+                        return  # the server dropped the write: the row is released too
+                    self.undelivered.pop(0)  # written: it keeps its lease if we close
         finally:
             await self._close()
+
+    async def _gone(self) -> bool:
+        """Whether the connection was lost before the event just yielded was written:
+        uvicorn drops a write to a lost connection without an error, and the response
+        asks for the next event at once, before its own disconnect listener has run."""
+        return self.is_disconnected is not None and await self.is_disconnected()
 
     async def _next_jobs(self) -> list[asyncpg.Record] | None:
         """Jobs for the free credit, or None when there is nothing yet (woken by a
@@ -157,20 +178,33 @@ class Stream:
                 self.outstanding.pop(key, None)
 
     async def _close(self) -> None:
-        self.registry.streams.discard(self)
         if self.waiter is not None:
             self.waiter.future.cancel()  # the dispatcher releases anything it got for us
-        if self.undelivered:
-            # Activated for us but never written: back to the queue now, not at timeout.
-            try:
-                await asyncio.shield(self.store.release_jobs(self.undelivered))
-            except ResourceExhausted:
-                log.warning(
-                    "%d undelivered jobs return at their lease expiry", len(self.undelivered)
-                )
-            self.undelivered = []
+        for row in self.undelivered:
+            self.outstanding.pop(row["job_key"], None)
+            self.registry.by_key.pop(row["job_key"], None)
         for key in self.outstanding:
             self.registry.by_key.pop(key, None)
+        if not self.undelivered:
+            self.registry.streams.discard(self)
+            return
+        # Activated for us but never written: back to the queue now, not at timeout.  The
+        # release finishes even if the response's task is cancelled meanwhile (a client
+        # gone cancels it at every await), and the stream stays in the registry until it
+        # has: once a stream leaves the registry, what it released is back.
+        rows, self.undelivered = self.undelivered, []
+        release = asyncio.ensure_future(self.store.release_jobs(rows))
+        release.add_done_callback(lambda task: self._released(task, len(rows)))
+        with contextlib.suppress(ResourceExhausted):  # logged by _released
+            await asyncio.shield(release)
+
+    def _released(self, release: asyncio.Future[int], count: int) -> None:
+        self.registry.streams.discard(self)
+        exc = None if release.cancelled() else release.exception()
+        if isinstance(exc, ResourceExhausted):
+            log.warning("%d undelivered jobs return at their lease expiry", count)
+        elif exc is not None:  # a bug; logged here too, as nobody may be awaiting it
+            log.error("releasing %d undelivered jobs failed", count, exc_info=exc)
 
 
 def keep_alive_factory() -> Callable[[], Any]:

@@ -23,6 +23,7 @@ from fastapi import FastAPI
 from app import embedded, migrations
 from app.cli import IDLE_CONNECTION_TIMEOUT_S
 from app.config import Settings
+from app.http import RequestLimits, bounded_protocol
 from app.main import Services, create_app
 from app.store import Store
 
@@ -130,6 +131,7 @@ async def serving(app: FastAPI) -> AsyncIterator[Live]:
         lifespan="on",
         loop="asyncio",
         timeout_keep_alive=IDLE_CONNECTION_TIMEOUT_S,  # as `jobfair serve`
+        http=bounded_protocol(RequestLimits.of(app.state.settings)),  # as `jobfair serve`
     )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
@@ -139,6 +139,8 @@ async def _answer(endpoint: Endpoint, request: Request, match: re.Match[str]) ->
         return await endpoint(request, **match.groupdict())
     except JobfairError as exc:
         return problems.from_error(exc, request.url.path)
+    except ClientDisconnect:
+        return problems.client_gone(request.url.path)
     except Exception:
         log.exception("unhandled error on %s", request.url.path)
         return problems.internal(request.url.path)

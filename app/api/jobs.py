@@ -115,6 +115,7 @@ async def stream(request: Request) -> Response:
         services.activation,
         check_ms=request.app.state.settings.backup_poll_ms,
         fetch_variables=spec.fetchVariables,
+        is_disconnected=request.is_disconnected,
     )
     return EventSourceResponse(
         s.events(),

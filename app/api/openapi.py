@@ -335,7 +335,11 @@ OPS: tuple[Op, ...] = (
             ("fetchVariables", {"type": "string", "pattern": NAME_LIST_PATTERN}, False),
         ),
         notes="maxJobs is the stream's credit: at most that many of its jobs ACTIVATED and "
-        "unfinished at once. tenantIds and fetchVariables are comma-separated (empty: none).",
+        "unfinished at once. tenantIds and fetchVariables are comma-separated (empty: none). "
+        "A job counts as delivered once its event is written: when the stream ends, jobs "
+        "not written, and the one whose write the break cut, return to CREATED at once; "
+        "jobs written before the break keep their lease (they may be unread in socket "
+        "buffers) until it ends.",
     ),
     Op(
         "post",

@@ -10,6 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from app.api.parsing import describe_errors
@@ -51,7 +52,18 @@ def internal(instance: str) -> Response:
     return problem(500, "urn:jobfair:internal", "INTERNAL", detail, instance)
 
 
+def client_gone(instance: str) -> Response:
+    """The answer to a request whose client went away mid-body (or sent it too slowly,
+    app.http): nobody reads it, and it is not an error of ours to log."""
+    detail = "the client went away before its request's body arrived"
+    return problem(400, "urn:jobfair:client-disconnected", "CLIENT_DISCONNECTED", detail, instance)
+
+
 def install(app: FastAPI) -> None:
+    @app.exception_handler(ClientDisconnect)
+    async def _gone(request: Request, exc: ClientDisconnect) -> Response:
+        return client_gone(request.url.path)
+
     @app.exception_handler(JobfairError)
     async def _domain(request: Request, exc: JobfairError) -> Response:
         return from_error(exc, request.url.path)

@@ -1,0 +1,71 @@
+"""Issue 20 §4: a stream counts a job delivered only once its event was written.
+
+A job whose event the server was still writing when the connection broke (the client
+reset it while the buffers were full) returns to CREATED at once, with the jobs not yet
+written.  What was written before the break keeps its lease: the server cannot know
+whether the client read it (the window README's "Streams" paragraph describes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+from urllib.parse import urlsplit
+
+import pytest
+
+from app.config import Settings
+from tests.fixtures import quiet_settings
+from tests.helpers import enqueue
+
+# An event larger than the socket buffers (4 MB at most here, tcp_wmem) and the response's
+# write buffer can hold, so that the next event's write waits for the client to read.
+BLOB_BYTES = 5 * 1024 * 1024
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return quiet_settings(max_payload_bytes=2 * BLOB_BYTES)
+
+
+async def _stalled_stream(url: str, query: str) -> socket.socket:
+    """A stream request from a client that reads nothing, with a tiny receive buffer."""
+    u = urlsplit(url)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, (u.hostname, u.port))
+    request = f"GET /v2/jobs/stream?{query} HTTP/1.1\r\nHost: {u.netloc}\r\n\r\n"
+    await asyncio.get_running_loop().sock_sendall(sock, request.encode())
+    return sock
+
+
+def _reset(sock: socket.socket) -> None:
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()  # RST, unread data discarded
+
+
+async def _until(condition, timeout_s: float = 20) -> None:
+    """Waits for a condition of the server's stream registry, which has no event."""
+    async with asyncio.timeout(timeout_s):
+        while not condition():  # noqa: ASYNC110 - nothing to await but the condition
+            await asyncio.sleep(0.01)
+
+
+async def test_a_job_whose_write_was_cut_by_a_reset_returns_at_once(live):
+    await enqueue(live.client, "cut", "acme", 3, variables={"blob": "x" * BLOB_BYTES})
+    sock = await _stalled_stream(live.url, "type=cut&maxJobs=3&timeout=600000")
+    registry = live.services.streams
+    await _until(lambda: any(len(s.outstanding) >= 2 for s in registry.streams))
+    [stream] = registry.streams
+    # The first event is written (it fills the buffers), the second's write waits.
+    assert len(stream.outstanding) == 2
+    _reset(sock)
+    await _until(lambda: not registry.streams)
+    rows = await live.services.store.pool.fetch(
+        "SELECT state, count(*) FROM jobs WHERE job_type = 'cut' GROUP BY state"
+    )
+    # The second (cut) and the third (never written) are back; the first, written into
+    # buffers the client may or may not have read, keeps its lease.
+    assert dict(rows) == {"ACTIVATED": 1, "CREATED": 2}
