@@ -8,6 +8,7 @@
 import { JobfairError, ProblemError, problem } from './errors.js'
 import { readSse } from './sse.js'
 import type { Job, JobRef, NewJob, Variables } from './types.js'
+import { parseJson, stringifyJson } from './json.js'
 
 export class Backoff {
   constructor(
@@ -163,7 +164,7 @@ export class Jobfair {
       response = await fetch(this.baseUrl + call.path, {
         method: call.method,
         headers: this.headers(call.body !== undefined),
-        body: call.body === undefined ? undefined : JSON.stringify(call.body),
+        body: call.body === undefined ? undefined : stringifyJson(call.body),
         signal: combined?.signal ?? timeout,
       })
       text = await response.text()
@@ -173,13 +174,13 @@ export class Jobfair {
     if (response.status >= 400) {
       let body: unknown = text
       try {
-        body = JSON.parse(text)
+        body = parseJson(text)
       } catch {
         /* not JSON: keep the text */
       }
       throw problem(response.status, body, response.headers.get('retry-after'))
     }
-    return (text ? JSON.parse(text) : undefined) as T
+    return (text ? parseJson(text) : undefined) as T
   }
 
   // -- producing ---------------------------------------------------------------------
@@ -289,7 +290,7 @@ export class Jobfair {
       const text = await response.text()
       let body: unknown = text
       try {
-        body = JSON.parse(text)
+        body = parseJson(text)
       } catch {
         /* keep the text */
       }
@@ -297,7 +298,7 @@ export class Jobfair {
     }
     try {
       for await (const event of readSse(response.body)) {
-        if (event.event === 'job') yield JSON.parse(event.data) as Job
+        if (event.event === 'job') yield parseJson(event.data) as Job
       }
     } finally {
       controller.abort()

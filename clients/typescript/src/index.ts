@@ -11,6 +11,7 @@ export {
   StaleActivation,
   Unauthorized,
 } from './errors.js'
+export { parseJson, stringifyJson } from './json.js'
 export { readSse } from './sse.js'
 export type { SseEvent } from './sse.js'
 export { BusinessError } from './types.js'

@@ -1,6 +1,8 @@
 /** The job record of API.md, and what a handler may return. */
 
 export type JobState = 'CREATED' | 'ACTIVATED' | 'COMPLETED' | 'FAILED' | 'ERROR_THROWN' | 'CANCELED'
+// Integers beyond 2^53 read as `bigint` (and a `bigint` is sent as a JSON integer), so
+// 64-bit values round-trip exactly; see json.ts.
 export type Variables = Record<string, unknown>
 
 export interface Job {

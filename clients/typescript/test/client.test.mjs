@@ -60,6 +60,23 @@ test('producer API and typed errors', async () => {
   assert.equal((await jf.getJob(active.jobKey)).state, 'COMPLETED')
 })
 
+test('64-bit integers in variables round-trip exactly, polled and streamed', async () => {
+  const type = `ts-big-${RUN}`
+  const big = { max: 2n ** 63n - 1n, min: -(2n ** 63n), beyond: 9007199254740993n, small: 7 }
+  const created = await jf.createJob({ type, variables: big })
+  assert.deepEqual(created.variables, big)
+  const [polled] = await jf.activate(type, { requestTimeoutMs: -1 })
+  assert.deepEqual(polled.variables, big)
+  await jf.complete(polled, { result: 2n ** 62n + 1n })
+  assert.deepEqual((await jf.getJob(created.jobKey)).variables, { ...big, result: 2n ** 62n + 1n })
+  await jf.createJob({ type, variables: big })
+  for await (const job of jf.stream(type, { credit: 1 })) {
+    assert.deepEqual(job.variables, big)
+    await jf.complete(job)
+    break
+  }
+})
+
 for (const mode of ['poll', 'stream']) {
   test(`4 handlers drain 1,000 jobs, each exactly once (${mode})`, async () => {
     const type = `ts-drain-${mode}-${RUN}`
