@@ -42,6 +42,13 @@ lock (an advisory lock per tenant):
 If the freer gets the lock first, the claimer's count (after its lock) sees the capacity
 freed, and it holds nothing.  If the claimer has it, the freer waits for the hold to
 commit and then sees and releases it.  So no lane stays held while its tenant has room.
+A finisher decides which of its tenants are capped only once it holds the *release gate*
+(shared), with a snapshot of its own; a configuration change, once committed, takes the
+gate exclusively -- waiting out every finish in flight, which may have decided without
+seeing the change -- and releases the tenant's lanes again (release_after_finishes).
+Otherwise a cap set on an uncapped tenant during a finish of its jobs could be missed by
+the finish and seen by a claim that counted those jobs as active: held, with nothing left
+to release it.
 ``held`` is independent of ``active``: producers and parking ignore it, and a held lane
 parked meanwhile is woken by its next job as any other.
 """
@@ -71,6 +78,9 @@ log = logging.getLogger(__name__)
 LANE_LOCK_CLASS = 0x4A460001
 TYPE_CAP_LOCK_CLASS = 0x4A460002
 TENANT_CAP_LOCK_CLASS = 0x4A460003
+# Key 0 of this class is the gate between finishes and tenant configuration changes
+# (jobfair_release_holds, alembic 0004).
+RELEASE_GATE_CLASS = 0x4A460004
 LEADER_LOCK_KEY = 0x4A46_4C45_4144  # one-bigint space: "JFLEAD"
 # Lanes share this many lock buckets, so a 10,000-lane batch takes at most this many locks.
 LANE_BUCKETS = 1024
@@ -87,14 +97,13 @@ NOTIFY_PAYLOAD_MAX_BYTES = 7999
 CREDIT_KEYS_PER_NOTIFY = NOTIFY_PAYLOAD_MAX_BYTES // 20
 
 # Releases the held lanes of the capped tenants whose jobs ``ended`` had, for they have
-# room again (jobfair_release_holds, alembic 0003; ADR 016): waits for those tenants' cap
-# locks, and holds them until the statement commits.  Appended to the statements that end
+# room again (jobfair_release_holds, alembic 0004; ADR 016): takes the release gate
+# shared, picks the capped tenants with a snapshot of its own, waits for their cap locks,
+# and holds the locks until the statement commits.  Appended to the statements that end
 # activations, referenced by their answer.
 _RELEASE_HOLDS = f"""unheld AS (
-    SELECT jobfair_release_holds({TENANT_CAP_LOCK_CLASS}, ARRAY(
-        SELECT DISTINCT e.tenant_id FROM ended e
-        JOIN tenants t ON t.tenant_id = e.tenant_id AND t.max_active_jobs IS NOT NULL),
-        '{NOTIFY_CHANNEL}') AS n
+    SELECT jobfair_release_holds({TENANT_CAP_LOCK_CLASS}, {RELEASE_GATE_CLASS},
+        ARRAY(SELECT DISTINCT e.tenant_id FROM ended e), '{NOTIFY_CHANNEL}') AS n
 )"""
 
 # Appended to statements that end activations (RETURNING job_key, via_stream as ``ended``):
@@ -123,7 +132,7 @@ JOB_COLUMNS = """job_key, job_type, tenant_id, state, priority, retries, activat
 
 # The virtual time at which a lane of job type ``{t}`` re-enters: the smallest vtime of
 # the backlogged lanes not held at a cap or, when there is none, the largest of all (see
-# scheduler.reentry_vtime).  jobfair_release_holds (alembic 0003) spells the same.
+# scheduler.reentry_vtime).  jobfair_release_holds (alembic 0004) spells the same.
 _REENTRY_VTIME = """COALESCE(
     (SELECT min(x.vtime) FROM lanes x WHERE x.job_type = {t} AND x.active AND NOT x.held),
     (SELECT max(x.vtime) FROM lanes x WHERE x.job_type = {t}),
@@ -877,18 +886,32 @@ WITH up AS (
     RETURNING tenant_id, weight, max_active_jobs
 ),
 unheld AS (
-    SELECT jobfair_release_holds({TENANT_CAP_LOCK_CLASS}, ARRAY[$1::text], '{NOTIFY_CHANNEL}')
+    SELECT jobfair_release_holds(
+        {TENANT_CAP_LOCK_CLASS}, {RELEASE_GATE_CLASS}, ARRAY[$1::text], '{NOTIFY_CHANNEL}')
 )
 SELECT up.* FROM up WHERE (SELECT count(*) FROM unheld) = 1
 """
 GET_TENANT = "SELECT tenant_id, weight, max_active_jobs FROM tenants WHERE tenant_id = $1"
 LIST_TENANTS = "SELECT tenant_id, weight, max_active_jobs FROM tenants ORDER BY tenant_id"
+# -- name: release_after_finishes
+# After a tenant's configuration change committed: waits, on the release gate taken
+# exclusively, for every finishing statement in flight (one that began before the change
+# chose the capped tenants it releases without seeing it), then releases the tenant's
+# held lanes again, so that none stays held by a claim that counted those finishes'
+# jobs as active (ADR 016).  Locks: the gate, then as jobfair_release_holds.
+RELEASE_AFTER_FINISHES = f"""
+SELECT pg_advisory_xact_lock({RELEASE_GATE_CLASS}, 0),
+       jobfair_release_holds(
+           {TENANT_CAP_LOCK_CLASS}, {RELEASE_GATE_CLASS}, ARRAY[$1::text], '{NOTIFY_CHANNEL}')
+"""
+
 # -- name: delete_tenant
 # As upsert_tenant: the tenant's held lanes are released.
 DELETE_TENANT = f"""
 WITH gone AS (DELETE FROM tenants WHERE tenant_id = $1 RETURNING tenant_id),
 unheld AS (
-    SELECT jobfair_release_holds({TENANT_CAP_LOCK_CLASS}, ARRAY[$1::text], '{NOTIFY_CHANNEL}')
+    SELECT jobfair_release_holds(
+        {TENANT_CAP_LOCK_CLASS}, {RELEASE_GATE_CLASS}, ARRAY[$1::text], '{NOTIFY_CHANNEL}')
 )
 SELECT gone.tenant_id FROM gone WHERE (SELECT count(*) FROM unheld) = 1
 """
@@ -1621,7 +1644,15 @@ class Store:
     # -- operators -------------------------------------------------------------------
 
     async def upsert_tenant(self, tenant_id: str, weight: int, cap: int | None) -> asyncpg.Record:
-        return await self.pool.fetchrow(UPSERT_TENANT, tenant_id, weight, cap)
+        row = await self.pool.fetchrow(UPSERT_TENANT, tenant_id, weight, cap)
+        await self._release_after_finishes(tenant_id)
+        return row
+
+    async def _release_after_finishes(self, tenant_id: str) -> None:
+        """After a tenant's change committed (release_after_finishes)."""
+        async with self.pool.acquire() as conn:
+            async with conn.transaction():
+                await conn.execute(RELEASE_AFTER_FINISHES, tenant_id)
 
     async def get_tenant(self, tenant_id: str) -> asyncpg.Record | None:
         return await self.pool.fetchrow(GET_TENANT, tenant_id)
@@ -1630,7 +1661,9 @@ class Store:
         return await self.pool.fetch(LIST_TENANTS)
 
     async def delete_tenant(self, tenant_id: str) -> bool:
-        return await self.pool.fetchval(DELETE_TENANT, tenant_id) is not None
+        deleted = await self.pool.fetchval(DELETE_TENANT, tenant_id) is not None
+        await self._release_after_finishes(tenant_id)
+        return deleted
 
     async def upsert_job_type(
         self, job_type: str, cap: int | None, interval_ms: int | None, step: int | None

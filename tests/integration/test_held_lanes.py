@@ -13,6 +13,7 @@ from app.activation import ActivateRequest, ActivationService
 from app.config import Settings
 from app.domain import utcnow
 from app.operators import ConfigService
+from app.store import COMPLETE_JOBS
 from app.sweepers import LeaseSweeper
 from tests.acceptance.test_long_polling import until_waiting
 from tests.fixtures import quiet_settings
@@ -254,3 +255,38 @@ async def test_a_waiter_is_woken_when_its_only_lane_is_released(live):
     assert (await complete(c, x)).status_code == 204
     [y] = await asyncio.wait_for(poll, 20)
     assert y["tenantId"] == "hw" and y["type"] == "heldwy"
+
+
+async def test_a_cap_set_while_a_finish_is_in_flight_strands_no_lane(store):
+    """Found from outside (2 of 70 trials): a tenant uncapped, 300 jobs active.  A batch
+    complete of them was in flight when its cap was set to 300; a claim then counted
+    the 300 (not yet committed as finished) and held the lane, while the finish, which
+    had not seen the cap, released nothing.  With no job left active nothing ever
+    released it: 50 ready jobs, none active, every activation []."""
+    service = ActivationService(store, Settings())
+    await store.insert_jobs([{"type": "heldc", "tenantId": "rc"}] * 350, utcnow())
+    taken = []
+    while len(taken) < 300:
+        rows, _ = await service.activate(_req("heldc", 300 - len(taken)))
+        taken += rows
+    await service.settle()
+    items = [(r["job_key"], r["activation_count"], None) for r in taken]
+    async with store.pool.acquire() as finisher:
+        finish = finisher.transaction()
+        await finish.start()
+        # The finish has run its statement, cap unseen, and not committed yet.
+        done = await finisher.fetch(COMPLETE_JOBS, *map(list, zip(*items, strict=True)), utcnow())
+        assert len(done) == 300
+        put = asyncio.create_task(store.upsert_tenant("rc", 1, 300))
+        # Until the PUT has committed its cap (its commit, inside the call, has no event).
+        cap = "SELECT max_active_jobs FROM tenants WHERE tenant_id = 'rc'"
+        while await store.pool.fetchval(cap) is None:  # noqa: ASYNC110
+            await asyncio.sleep(0.005)
+        # A claim now counts the 300 as active: the tenant is at its cap, held.
+        assert (await service.activate(_req("heldc", 10)))[0] == []
+        assert await _held(store, "heldc") == ["rc"]
+        await finish.commit()
+    await put
+    assert await _held(store, "heldc") == []
+    rows, _ = await service.activate(_req("heldc", 10))
+    assert len(rows) == 10
