@@ -20,6 +20,7 @@ from app.api.parsing import (
     job_key,
     payload,
     payload_limit,
+    query_params,
     validate,
 )
 from app.api.problems import JSON
@@ -86,7 +87,7 @@ async def activate(request: Request) -> Response:
 @router.get("/stream")
 async def stream(request: Request) -> Response:
     """SSE: ``event: job`` per activated job, at most ``maxJobs`` unfinished at once."""
-    q = request.query_params
+    q = query_params(request)
     unknown = set(q) - {"type", "maxJobs", "timeout", "worker", "tenantIds", "fetchVariables"}
     if unknown:
         raise InvalidArgument(f"unknown query parameters: {', '.join(sorted(unknown))}")

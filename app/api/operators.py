@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import PlainTextResponse, Response
 
 from app.api import schemas
-from app.api.parsing import body
+from app.api.parsing import body, query_params
 from app.api.problems import JSON
 from app.domain import JOB_TYPE_RE, TENANT_ID_RE, utcnow
 from app.errors import InvalidArgument, ResourceExhausted
@@ -78,10 +78,11 @@ async def get_job_type(request: Request, job_type: str) -> Response:
 
 @router.get("/v2/stats")
 async def stats(request: Request) -> Response:
-    unknown = set(request.query_params) - {"type"}
+    params = query_params(request)
+    unknown = set(params) - {"type"}
     if unknown:
         raise InvalidArgument(f"unknown query parameters: {', '.join(sorted(unknown))}")
-    job_type = request.query_params.get("type")
+    job_type = params.get("type")
     if job_type is not None and not JOB_TYPE_RE.fullmatch(job_type):
         raise InvalidArgument(f"type {job_type!r} must match {JOB_TYPE_RE.pattern}")
     return JSON(await request.app.state.services.stats.stats(utcnow(), job_type))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import urllib.parse
 from collections.abc import Sequence
 from typing import Any, TypeVar, overload
 
@@ -124,6 +125,27 @@ def describe_errors(errors: Sequence[Any]) -> str:
     if more > 0:
         parts.append(f"and {more} more")
     return "; ".join(parts) or "invalid request"
+
+
+def query_params(request: Request) -> dict[str, str]:
+    """The query string's parameters (the last value of a repeated one, as Starlette's
+    ``query_params.get``), percent-decoded as strict UTF-8: Starlette replaces bytes
+    that are not UTF-8 (``%ED%A0%80``, ``%FF``) with U+FFFD, which would then be stored
+    as if sent.  A parameter that is not UTF-8 is refused, by name."""
+    raw = request.scope.get("query_string", b"").decode("latin-1")
+    params: dict[str, str] = {}
+    for pair in raw.split("&"):
+        if not pair:
+            continue
+        name, _, value = pair.partition("=")
+        try:
+            name = urllib.parse.unquote_plus(name, errors="strict")
+            value = urllib.parse.unquote_plus(value, errors="strict")
+        except UnicodeDecodeError:
+            shown = urllib.parse.unquote_plus(name)
+            raise InvalidArgument(f"query parameter {shown!r} is not UTF-8") from None
+        params[name] = value
+    return params
 
 
 def job_key(raw: str) -> int:

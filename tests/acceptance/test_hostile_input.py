@@ -141,7 +141,9 @@ BAD_PATH_VALUES = {
     "tenantId": ["a%00", "%00", "acme%0A", "%ED%A0%80", "%FF", "a" * 32, "%3Cother%3E"],
     "type": ["a%00", "t%0A", "%ED%A0%80", "%FF", "a%20b", "a" * 129],
 }  # fmt: skip
-BAD_QUERY_TEXT = ["a%00"]
+# NUL; bytes that are not UTF-8 (a lone surrogate's encoding, a stray byte, a cut
+# sequence), which Starlette would have read as U+FFFD.
+BAD_QUERY_TEXT = ["a%00", "%ED%A0%80", "a%FF", "%C3"]
 BAD_QUERY_INTEGERS = ["%D9%A1", "1_0", "%201", "1.5", "99999999999999999999", "0x10", ""]
 # Wire names of the routes' path parameters (the routes name them after Python).
 WIRE_NAMES = {"{key}": "{jobKey}", "{tenant_id}": "{tenantId}", "{job_type:path}": "{type}"}
@@ -291,6 +293,13 @@ async def test_every_hostile_body_is_a_4xx_and_changes_nothing(world, op):
         await world.refused(method, url, valid, media, media=media)
     for what, content in _hostile_bodies(world.body(operation["operationId"])):
         await world.refused(method, url, content, what)
+
+
+async def test_a_query_parameter_that_is_not_utf8_is_refused_by_name(world):
+    for url in ("/v2/stats?type=%FF", "/v2/jobs/stream?type=t&maxJobs=1&worker=%ED%A0%80"):
+        await world.refused("GET", url, None, url)
+    r = await world.live.client.get("/v2/stats?type=%FF")
+    assert "'type'" in r.json()["detail"]
 
 
 async def test_a_body_over_the_limit_is_413(world):
