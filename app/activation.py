@@ -42,6 +42,9 @@ WIDEST_READ = 128
 # them: carried, a round's 100 charges made the read scan 100 lanes more and cost 14 % of
 # the drain with 10,000 tenants (8 workers x maxJobs 100; 4 alternating pairs).
 CARRIED_LANES = 16
+# A park off the response path whose producer held the lanes' buckets for longer than
+# the park waits tries again this many times (0.5 s, 1 s, ... apart; store.park_lanes).
+PARK_RETRIES = 5
 # Callers activated together ask for at most this many jobs in all (one caller alone may
 # ask for up to 1,000, the most maxJobs allows).
 MAX_TOGETHER = 1000
@@ -167,7 +170,10 @@ class ActivationService:
                     # would keep the vtime it had when it went idle, and both its own
                     # re-entry and every other lane's (the smallest active vtime) would
                     # start from there (ADR 014).
-                    self._spawn(self.store.park_lanes(job_type, drained), "parking lanes")
+                    self._spawn(
+                        self.store.park_lanes(job_type, drained, retries=PARK_RETRIES),
+                        "parking lanes",
+                    )
         finally:
             charges.writer = None
 
@@ -404,7 +410,10 @@ class ActivationService:
             raise
         if short:
             # Parked, later reads need not probe them; that need not delay this answer.
-            self._spawn(self.store.park_lanes(job_type, sorted(short)), "parking lanes")
+            self._spawn(
+                self.store.park_lanes(job_type, sorted(short), retries=PARK_RETRIES),
+                "parking lanes",
+            )
         if aging is None:  # defensive: maxJobs >= 1 always runs a round
             aging = await self.aging_for(job_type)
         self.aging_seen[job_type] = aging

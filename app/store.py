@@ -55,6 +55,7 @@ parked meanwhile is woken by its next job as any other.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
@@ -84,8 +85,10 @@ RELEASE_GATE_CLASS = 0x4A460004
 LEADER_LOCK_KEY = 0x4A46_4C45_4144  # one-bigint space: "JFLEAD"
 # Lanes share this many lock buckets, so a 10,000-lane batch takes at most this many locks.
 LANE_BUCKETS = 1024
-# A park whose try-lock found a bucket held by a producer waits this long for it.
+# A park whose try-lock found a bucket held by a producer waits this long for it; a
+# background park that waited in vain tries again after PARK_RETRY_S, doubling.
 PARK_WAIT_MS = 1000
+PARK_RETRY_S = 0.5
 
 NOTIFY_CHANNEL = "jobfair"
 DONE_CHANNEL = "jobfair_done"
@@ -1459,13 +1462,38 @@ class Store:
                     await conn.execute(HOLD_LANES, job_type, full)
                 return got
 
+    async def park_lanes(
+        self, job_type: str, tenant_ids: Sequence[str], *, retries: int = 0
+    ) -> list[str]:
+        """Mark lanes inactive that are really empty (see the module docstring); the lanes
+        parked.  Lanes whose bucket a producer held for longer than PARK_WAIT are tried
+        again up to ``retries`` times, after PARK_RETRY_S, doubling: an emptied lane left
+        active keeps its idle virtual time, and when jobs come back it takes every
+        activation until it catches up (ADR 014), so background parks keep trying while
+        two producers' batches overlap for seconds."""
+        parked, busy = await self._park_once(job_type, tenant_ids)
+        pause = PARK_RETRY_S
+        for _ in range(retries):
+            if not busy:
+                break
+            await asyncio.sleep(pause)
+            pause *= 2
+            more, busy = await self._park_once(job_type, busy)
+            parked += more
+        if busy:
+            log.info("parking %d lanes of %r waited in vain", len(busy), job_type)
+        return parked
+
     @retry_deadlock
-    async def park_lanes(self, job_type: str, tenant_ids: Sequence[str]) -> list[str]:
-        """Mark lanes inactive that are really empty (see the module docstring)."""
+    async def _park_once(
+        self, job_type: str, tenant_ids: Sequence[str]
+    ) -> tuple[list[str], list[str]]:
+        """One try of park_lanes: the lanes parked, and those whose bucket stayed busy."""
         by_bucket: dict[int, list[str]] = {}
         for t in tenant_ids:
             by_bucket.setdefault(lane_bucket(job_type, t), []).append(t)
         buckets = sorted(by_bucket)
+        unlocked: list[str] = []
         async with self.pool.acquire() as conn:
             async with conn.transaction():
                 got = await conn.fetchrow(
@@ -1481,17 +1509,17 @@ class Store:
                 # in a transaction of their own and in bucket order as producers lock
                 # them (no deadlock), for at most PARK_WAIT.  New producers of these
                 # buckets queue behind the park for that long at most.
+                waited = [t for b in busy for t in by_bucket[b]]
                 try:
                     async with conn.transaction():
                         await conn.execute(f"SET LOCAL lock_timeout = '{PARK_WAIT_MS}ms'")
                         await conn.execute(
                             _lock_sql("pg_advisory_xact_lock", LANE_LOCK_CLASS, busy)
                         )
-                        waited = [t for b in busy for t in by_bucket[b]]
                         rows = [*rows, *await conn.fetch(PARK_LANES, job_type, waited)]
                 except asyncpg.LockNotAvailableError:
-                    log.info("parking %d lanes of %r waited in vain", len(busy), job_type)
-        return [r[0] for r in rows]
+                    unlocked = waited
+        return [r[0] for r in rows], unlocked
 
     # -- finishing -------------------------------------------------------------------
 

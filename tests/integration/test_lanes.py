@@ -52,6 +52,31 @@ async def test_parking_waits_a_while_for_a_bucket_a_producer_holds(store):
     assert await parking == ["t"]
 
 
+async def test_a_park_that_waited_in_vain_tries_again(store):
+    """Found from outside: two producers' 10,000-lane batches overlapped for seconds, so
+    parks of emptied lanes waited in vain (1,959 times); a lane left active kept its
+    idle vtime, and back from idle its tenant took 300 of the next 300 activations.  A
+    background park tries again later, and parks once the producer is done."""
+    await store.insert_jobs([_job("t")], utcnow())
+    await store.pool.execute("UPDATE jobs SET state = 'COMPLETED', completed_at = now()")
+    hold = "SELECT pg_advisory_xact_lock_shared($1, $2)"
+    waits = "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'advisory'"
+    async with store.pool.acquire() as producer:
+        tx = producer.transaction()
+        await tx.start()
+        await producer.execute(hold, 0x4A460001, lane_bucket("race", "t"))
+        parking = asyncio.create_task(store.park_lanes("race", ["t"], retries=2))
+        # Until the first try waits for the bucket, and then until it gave up: states of
+        # PostgreSQL's that no event here announces.
+        while not await store.pool.fetchval(waits):  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+        while await store.pool.fetchval(waits):  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+        await tx.rollback()  # the producer is done
+    assert await parking == ["t"]
+    assert not await store.pool.fetchval("SELECT active FROM lanes WHERE tenant_id = 't'")
+
+
 async def test_parked_lane_wakes_when_jobs_arrive(store):
     await store.insert_jobs([_job("t")], utcnow())
     await store.pool.execute("UPDATE jobs SET state = 'COMPLETED', completed_at = now()")
