@@ -1143,6 +1143,18 @@ DATABASE_UNAVAILABLE: tuple[type[Exception], ...] = (
     asyncpg.TooManyConnectionsError,
 )
 UNAVAILABLE_LOG_EVERY_S = 5.0
+# What a background task retries rather than dies of: the database away (also as the
+# pool's 503), a connection closed under a call (InterfaceError "connection is closed",
+# asyncpg's InternalClientError "another operation is in progress" on a connection being
+# torn down), a statement or connect that timed out.
+TRANSIENT: tuple[type[Exception], ...] = (
+    *DATABASE_UNAVAILABLE,
+    ResourceExhausted,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    asyncpg.QueryCanceledError,
+    TimeoutError,
+)
 
 
 def refused_input(exc: Exception) -> bool:

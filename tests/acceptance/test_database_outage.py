@@ -205,3 +205,40 @@ async def test_sigterm_while_the_database_is_away_answers_the_waiters_and_exits_
             assert answered.json() == {"jobs": []}
         code = await asyncio.wait_for(asyncio.to_thread(server.proc.wait), timeout=20)
     assert code == 0, server.log.read_text()
+
+
+async def _until_logged(server: ServerProcess, text: str, timeout_s: float = 20) -> None:
+    """Polls the server's log (another process: no event to wait on); fails if it exits."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while text not in server.log.read_text():
+        assert server.proc.poll() is None, server.log.read_text()
+        assert asyncio.get_running_loop().time() < deadline, server.log.read_text()
+        await asyncio.sleep(0.1)
+
+
+async def test_background_work_outlasts_an_outage_and_resumes_after_it(
+    proxy: Proxy, db_url: str, spawn_server: Callable[..., ServerProcess]
+) -> None:
+    """With the sweepers and the stats sampler on their timers, an outage is logged and
+    waited out: the process keeps serving (503s), and once the database is back an
+    expired lease is swept again."""
+    server = spawn_server(
+        JOBFAIR_DATABASE_URL=proxied(proxy, db_url), JOBFAIR_LEASE_SWEEP_INTERVAL_MS="100"
+    )
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+        await wait_ready(client, server)
+        proxy.cut()
+        await _until_logged(server, "stats-sampler: database unavailable")
+        assert_problem(await client.get("/readyz"), 503, "RESOURCE_EXHAUSTED")
+        await proxy.open()
+        await wait_ready(client, server)
+        r = await client.post("/v2/jobs", json={"type": "outage-b"})
+        assert r.status_code == 201, r.text
+        body = {"type": "outage-b", "maxJobs": 1, "timeout": 200, "requestTimeout": -1}
+        [first] = (await client.post("/v2/jobs/activate", json=body)).json()["jobs"]
+        # The lease sweeper gives it back once its 200 ms lease has expired.
+        again = await client.post("/v2/jobs/activate", json={**body, "requestTimeout": 10_000})
+        [second] = again.json()["jobs"]
+        assert second["jobKey"] == first["jobKey"]
+        assert second["activationCount"] == first["activationCount"] + 1
+    assert server.proc.poll() is None
