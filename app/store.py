@@ -48,9 +48,11 @@ parked meanwhile is woken by its next job as any other.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
+import random
 import time
 import zlib
 from collections import Counter
@@ -1157,6 +1159,54 @@ TRANSIENT: tuple[type[Exception], ...] = (
 )
 
 
+# What start-up waits out: the database not (yet) there, starting or restarting.
+NOT_YET_REACHABLE: tuple[type[Exception], ...] = (
+    OSError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
+    TimeoutError,
+)
+STARTUP_RETRY_MAX_S = 2.0
+
+
+async def until_reachable(attempt: Callable[[], Awaitable[R]], wait_s: float, what: str) -> R:
+    """``attempt()``, repeated with back-off while the database cannot be reached, for
+    at most ``wait_s``; logged once when it starts waiting and once when it is through.
+    A process started during an outage then comes up when the database does."""
+    deadline = time.monotonic() + wait_s
+    delay_s = 0.1
+    waited = False
+    while True:
+        try:
+            result = await attempt()
+        except NOT_YET_REACHABLE as exc:
+            if time.monotonic() + delay_s > deadline:
+                log.error("%s: database still unreachable after %.0f s: %r", what, wait_s, exc)
+                raise
+            if not waited:
+                log.warning(
+                    "%s: database unreachable (%r); waiting up to %.0f s", what, exc, wait_s
+                )
+                waited = True
+            await asyncio.sleep(delay_s * (0.5 + random.random()))
+            delay_s = min(delay_s * 2, STARTUP_RETRY_MAX_S)
+            continue
+        if waited:
+            log.info("%s: database reachable", what)
+        return result
+
+
+async def ping_url(url: str) -> None:
+    """One connection, one ``SELECT 1``: whether the database at ``url`` answers."""
+    conn = await asyncpg.connect(url, timeout=10)
+    try:
+        await conn.fetchval("SELECT 1")
+    finally:
+        await conn.close()
+
+
 def refused_input(exc: Exception) -> bool:
     """Whether a statement failed on a value it was given rather than on the database or
     the statement itself: a data exception (SQLSTATE class 22: a NUL in text or JSON, an
@@ -1241,11 +1291,23 @@ class Store:
 
     @classmethod
     async def connect(
-        cls, url: str, *, size: int, min_size: int | None = None, acquire_timeout_s: float = 5.0
+        cls,
+        url: str,
+        *,
+        size: int,
+        min_size: int | None = None,
+        acquire_timeout_s: float = 5.0,
+        wait_s: float = 0.0,
     ) -> Store:
         """A pool of ``size`` connections, ``min_size`` of them (default: all) opened now
-        and kept open, so that load arriving later finds them connected and warm."""
-        pool = await asyncpg.create_pool(
+        and kept open, so that load arriving later finds them connected and warm.  An
+        unreachable database is waited for up to ``wait_s`` (``until_reachable``)."""
+        pool = await until_reachable(lambda: cls._create_pool(url, size, min_size), wait_s, "pool")
+        return cls(BoundedPool(pool, acquire_timeout_s))
+
+    @staticmethod
+    async def _create_pool(url: str, size: int, min_size: int | None) -> asyncpg.Pool:
+        return await asyncpg.create_pool(
             url,
             min_size=size if min_size is None else min(min_size, size),
             max_size=size,
@@ -1257,7 +1319,6 @@ class Store:
             server_settings={"plan_cache_mode": "force_generic_plan", "jit": "off"},
             command_timeout=60,
         )
-        return cls(BoundedPool(pool, acquire_timeout_s))
 
     async def close(self) -> None:
         await self.pool.close()

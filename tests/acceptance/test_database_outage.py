@@ -24,6 +24,7 @@ from tests.acceptance.test_long_polling import until_waiting
 from tests.acceptance.test_streams import Events
 from tests.fixtures import Live, ServerProcess, free_port, quiet_settings, serving, wait_ready
 from tests.helpers import activate, assert_problem, complete
+from tests.integration.test_supervisor import _until, _workers
 
 
 class Proxy:
@@ -242,3 +243,41 @@ async def test_background_work_outlasts_an_outage_and_resumes_after_it(
         assert second["jobKey"] == first["jobKey"]
         assert second["activationCount"] == first["activationCount"] + 1
     assert server.proc.poll() is None
+
+
+async def test_a_server_started_while_the_database_is_away_waits_for_it(
+    proxy: Proxy, db_url: str, spawn_server: Callable[..., ServerProcess]
+) -> None:
+    proxy.cut()
+    server = spawn_server(JOBFAIR_DATABASE_URL=proxied(proxy, db_url))
+    await _until_logged(server, "start-up: database unreachable")
+    await proxy.open()
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+        await wait_ready(client, server)
+
+
+async def test_a_replacement_process_that_cannot_start_leaves_the_others_serving(
+    proxy: Proxy, db_url: str, spawn_server: Callable[..., ServerProcess]
+) -> None:
+    """With --workers 2, one process dies while the database is away, and its
+    replacement gives up waiting for it (after 1 s here).  The supervisor starts another
+    later; the healthy process keeps serving meanwhile, and both serve once it is back."""
+    server = spawn_server(
+        JOBFAIR_DATABASE_URL=proxied(proxy, db_url),
+        JOBFAIR_WORKERS="2",
+        JOBFAIR_DB_STARTUP_WAIT_S="1",
+    )
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+        await wait_ready(client, server)
+        victim, survivor = _workers(server)
+        proxy.cut()
+        victim.kill()
+        await _until_logged(server, "failed to start; trying again")
+        assert survivor.is_running()
+        assert_problem(await client.get("/readyz"), 503, "RESOURCE_EXHAUSTED")
+        await proxy.open()
+        await _until(
+            lambda: len(_workers(server)) == 2 and b"has started" in server.log.read_bytes()
+        )
+        await wait_ready(client, server)
+        assert survivor.is_running()
