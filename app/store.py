@@ -53,6 +53,7 @@ import contextlib
 import functools
 import logging
 import random
+import re
 import time
 import zlib
 from collections import Counter
@@ -65,7 +66,7 @@ import asyncpg
 import orjson
 
 from app.domain import DEFAULT_PRIORITY, DEFAULT_RETRIES, DEFAULT_TENANT, utcnow
-from app.errors import ResourceExhausted
+from app.errors import OutcomeUnknown, ResourceExhausted
 
 log = logging.getLogger(__name__)
 
@@ -1101,6 +1102,45 @@ async def _reset_connection(conn: asyncpg.Connection) -> None:
         await conn.execute("ROLLBACK")
 
 
+_WRITE = re.compile(r"\b(INSERT|DELETE|MERGE)\b|(?<!FOR )(?<!KEY )\bUPDATE\b", re.IGNORECASE)
+
+
+@functools.lru_cache(maxsize=1024)
+def _writes(query: str) -> bool:
+    """Whether a statement may change rows (a SELECT ... FOR UPDATE does not)."""
+    return _WRITE.search(query) is not None
+
+
+class _Connection(asyncpg.Connection):  # type: ignore[misc]
+    """An asyncpg connection that marks the failure of a statement that could have
+    committed (a COMMIT, or a write outside a transaction) with ``may_have_committed``:
+    if the connection died then, the call's outcome is unknown (``OutcomeUnknown``).  A
+    failure anywhere else in a transaction rolled it back, and the call can be sent
+    again as it was.  (The mark is on the exception: a pool's proxy of a connection that
+    died is detached from it at once.)"""
+
+    def _may_commit(self, query: str) -> bool:
+        if self.is_in_transaction():
+            return query.lstrip()[:6].upper() == "COMMIT"
+        return _writes(query)
+
+    async def execute(self, query: str, *args: Any, **kwargs: Any) -> str:
+        may_commit = self._may_commit(query)
+        try:
+            return await super().execute(query, *args, **kwargs)  # type: ignore[no-any-return]
+        except DATABASE_UNAVAILABLE as exc:
+            exc.may_have_committed = may_commit  # type: ignore[attr-defined]
+            raise
+
+    async def _execute(self, query: str, *args: Any, **kwargs: Any) -> Any:
+        may_commit = self._may_commit(query)
+        try:
+            return await super()._execute(query, *args, **kwargs)
+        except DATABASE_UNAVAILABLE as exc:
+            exc.may_have_committed = may_commit  # type: ignore[attr-defined]
+            raise
+
+
 def _encode_jsonb(value: Any) -> str:
     # Callers pass already-serialized JSON text (validated and size-checked at the edge).
     return value if isinstance(value, str) else orjson.dumps(value).decode()
@@ -1244,6 +1284,12 @@ class BoundedPool:
         try:
             yield conn
         except DATABASE_UNAVAILABLE as exc:
+            if getattr(exc, "may_have_committed", False):
+                self._log_unavailable(exc)
+                raise OutcomeUnknown(
+                    "the database went away while this call's changes were being "
+                    "committed: they may or may not have been made",
+                ) from exc
             raise self._unavailable(exc) from exc
         finally:
             await self._pool.release(conn)
@@ -1251,11 +1297,14 @@ class BoundedPool:
     def _unavailable(self, exc: Exception) -> ResourceExhausted:
         """The client's answer names no host or port; the log says what failed (at most
         every few seconds: an outage fails every call)."""
+        self._log_unavailable(exc)
+        return ResourceExhausted("the database is unavailable; retry later", retry_after_s=1)
+
+    def _log_unavailable(self, exc: Exception) -> None:
         now = time.monotonic()
         if now - self._unavailable_logged >= UNAVAILABLE_LOG_EVERY_S:
             self._unavailable_logged = now
             log.warning("database unavailable: %r", exc)
-        return ResourceExhausted("the database is unavailable; retry later", retry_after_s=1)
 
     async def fetch(self, query: str, *args: Any) -> list[asyncpg.Record]:
         async with self.acquire() as conn:
@@ -1313,6 +1362,7 @@ class Store:
             max_size=size,
             init=_init_connection,
             reset=_reset_connection,
+            connection_class=_Connection,
             # The hot statements are written to be plan-robust (primary-key probes via
             # ANY(ARRAY(...)), index range scans), so a generic plan is as good as a custom
             # one and saves ~2 ms of planning per claim.  JIT only adds latency here.

@@ -35,6 +35,8 @@ class Proxy:
         self.port = free_port()
         self.server: asyncio.Server | None = None
         self.links: set[asyncio.StreamWriter] = set()
+        # Bytes that, once passed on to the database, cut the proxy: its answer is lost.
+        self.cut_after: bytes | None = None
 
     async def open(self) -> None:
         self.server = await asyncio.start_server(self._link, "127.0.0.1", self.port)
@@ -51,14 +53,18 @@ class Proxy:
         up_r, up_w = await asyncio.open_unix_connection(self.socket_path)
         self.links |= {down_w, up_w}
 
-        async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter, up: bool) -> None:
             with contextlib.suppress(ConnectionError, OSError):
                 while data := await r.read(65536):
                     w.write(data)
+                    if up and self.cut_after is not None and self.cut_after in data:
+                        self.cut_after = None
+                        self.cut()  # before the answer can come back
+                        return
                     await w.drain()
             w.transport.abort()
 
-        await asyncio.gather(pipe(down_r, up_w), pipe(up_r, down_w))
+        await asyncio.gather(pipe(down_r, up_w, True), pipe(up_r, down_w, False))
 
 
 @pytest.fixture
@@ -281,3 +287,26 @@ async def test_a_replacement_process_that_cannot_start_leaves_the_others_serving
         )
         await wait_ready(client, server)
         assert survivor.is_running()
+
+
+async def test_a_call_whose_commit_went_unanswered_says_its_outcome_is_unknown(
+    behind_proxy: Live, proxy: Proxy
+) -> None:
+    """The COMMIT of a creation reaches PostgreSQL and its answer is lost: the job exists,
+    but the server cannot know it.  It answers 503 OUTCOME_UNKNOWN without Retry-After
+    (not RESOURCE_EXHAUSTED, whose retry is always safe): sent again without an
+    idempotency key, the call would create a second job."""
+    client = behind_proxy.client
+    proxy.cut_after = b"COMMIT"
+    r = await client.post("/v2/jobs", json={"type": "outage-u"})
+    problem = assert_problem(r, 503, "OUTCOME_UNKNOWN")
+    assert problem["type"] == "urn:jobfair:outcome-unknown"
+    assert "Retry-After" not in r.headers
+    # A call that failed before its commit is plainly unavailable: safe to send again.
+    r = await client.post("/v2/jobs", json={"type": "outage-u"})
+    assert_problem(r, 503, "RESOURCE_EXHAUSTED")
+    assert r.headers["Retry-After"] == "1"
+    await proxy.open()
+    found = await client.post("/v2/jobs/search", json={"filter": {"type": "outage-u"}})
+    assert found.status_code == 200, found.text
+    assert len(found.json()["items"]) == 1  # the first one committed
