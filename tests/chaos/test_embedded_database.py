@@ -1,12 +1,10 @@
-"""The embedded PostgreSQL is supervised by the server that started it: started again
-when it dies, and adopted (then stopped at exit) by the next server when its own server
-was killed outright."""
+"""The embedded PostgreSQL of a server killed outright is adopted (then stopped at exit)
+by the next server.  (Its restart when it dies: test_database_outage_load.)"""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -29,22 +27,6 @@ def embedded_server(spawn_server: Callable[..., ServerProcess], data_dir: Path) 
 async def until_ready(server: ServerProcess, timeout_s: float = 60) -> None:
     async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
         await asyncio.wait_for(wait_ready(client, server), timeout_s)
-
-
-async def test_a_killed_embedded_postmaster_is_started_again(
-    spawn_server: Callable[..., ServerProcess], tmp_path: Path
-) -> None:
-    server = embedded_server(spawn_server, tmp_path / "data")
-    await until_ready(server)
-    pgdata = tmp_path / "data" / "pgdata"
-    first = postmaster_pid(pgdata)
-    os.kill(first, signal.SIGKILL)
-    await until_ready(server)  # 503s first, then 200 once it runs again
-    assert postmaster_pid(pgdata) != first
-    assert psutil.pid_exists(postmaster_pid(pgdata))
-    server.proc.send_signal(signal.SIGTERM)
-    assert await asyncio.to_thread(server.proc.wait, 30) == 0, server.log.read_text()
-    assert not (pgdata / "postmaster.pid").exists()  # stopped with its server
 
 
 async def test_the_postgres_of_a_killed_server_is_adopted_and_stopped_by_the_next(
