@@ -1247,6 +1247,19 @@ async def ping_url(url: str) -> None:
         await conn.close()
 
 
+def _broken(conn: asyncpg.Connection, exc: Exception) -> bool:
+    """Whether asyncpg refused a call because its connection is closed or left in a
+    state it cannot use (after the server died under it: InterfaceError "connection is
+    closed", from ``Transaction.__aexit__`` too; InternalClientError "cannot switch to
+    state N; another operation is in progress"), rather than because of the call."""
+    if isinstance(exc, asyncpg.InternalClientError):
+        return True
+    try:
+        return bool(conn.is_closed())
+    except asyncpg.InterfaceError:  # the pool's proxy, detached from a connection that died
+        return True
+
+
 def refused_input(exc: Exception) -> bool:
     """Whether a statement failed on a value it was given rather than on the database or
     the statement itself: a data exception (SQLSTATE class 22: a NUL in text or JSON, an
@@ -1279,7 +1292,7 @@ class BoundedPool:
                 conn = await self._pool.acquire(timeout=self.timeout_s)
         except TimeoutError:
             raise ResourceExhausted("all database connections are busy", retry_after_s=1) from None
-        except DATABASE_UNAVAILABLE as exc:
+        except (*DATABASE_UNAVAILABLE, asyncpg.InternalClientError) as exc:
             raise self._unavailable(exc) from exc
         try:
             yield conn
@@ -1290,6 +1303,14 @@ class BoundedPool:
                     "the database went away while this call's changes were being "
                     "committed: they may or may not have been made",
                 ) from exc
+            raise self._unavailable(exc) from exc
+        except (asyncpg.InterfaceError, asyncpg.InternalClientError) as exc:
+            if not _broken(conn, exc):
+                raise  # a statement called wrongly: a bug
+            # Nothing was sent on it (the failure is asyncpg refusing to): the call is
+            # safe to repeat.  Not reused: the pool opens a fresh connection instead.
+            with contextlib.suppress(asyncpg.InterfaceError):  # a proxy already detached
+                conn.terminate()
             raise self._unavailable(exc) from exc
         finally:
             await self._pool.release(conn)

@@ -36,13 +36,14 @@ class Tally:
     activated_past_deadline: int
     restarts: int
     extra_rows: int  # rows nobody was told about (a creation done twice)
+    answered_500: int  # calls answered as a bug would be
 
     def row(self) -> str:
         return (
             f"created {self.created}, completed once {self.completed_once}, lost {self.lost}, "
             f"finished twice {self.finished_twice}, ACTIVATED past deadline "
             f"{self.activated_past_deadline}, server restarts {self.restarts}, "
-            f"extra rows {self.extra_rows}"
+            f"extra rows {self.extra_rows}, answered 500 {self.answered_500}"
         )
 
 
@@ -57,6 +58,7 @@ class Load:
     restarts: int = 0
     acknowledged: set[str] = field(default_factory=set)
     outcomes: list[tuple[str, int, int]] = field(default_factory=list)
+    answered_500: int = 0
     _issued: int = 0
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _progress: asyncio.Condition = field(default_factory=asyncio.Condition)
@@ -73,6 +75,7 @@ class Load:
                 r = await c.post(self.url + path, json=body)
                 if r.status_code < 500:
                     return r
+                self.answered_500 += r.status_code == 500
             except httpx.TransportError:
                 pass
             await asyncio.sleep(0.1)
@@ -192,6 +195,7 @@ class Load:
             ),
             restarts=self.restarts,
             extra_rows=len(set(state) - self.acknowledged),
+            answered_500=self.answered_500,
         )
 
 

@@ -44,6 +44,7 @@ def assert_survived(tally: Tally) -> None:
     assert tally.extra_rows == 0, tally
     assert tally.completed_once == tally.created, tally
     assert tally.restarts == 0, tally
+    assert tally.answered_500 == 0, tally
 
 
 async def test_a_killed_embedded_postmaster_mid_load_is_survived(
