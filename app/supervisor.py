@@ -83,13 +83,19 @@ def serve(app: str, host: str, port: int, workers: int, options: dict[str, Any])
                     if ready == workers and not go.is_set():
                         log.info("all %d server processes have started: listening", workers)
                         go.set()
+            running = []
             for process in processes:
-                if process.exitcode == STARTUP_FAILURE and not go.is_set():
+                # Read once: a process seen running here and exited a moment later must
+                # be kept for the next pass, not dropped unreplaced.
+                code = process.exitcode
+                if code is None:
+                    running.append(process)
+                elif code == STARTUP_FAILURE and not go.is_set():
                     # Its app failed to start, as the others' would: give up, as one
                     # process would (and as uvicorn's supervisor does).
                     log.error("server process %s failed to start; stopping", process.pid)
                     raise SystemExit(STARTUP_FAILURE)
-                if process.exitcode == STARTUP_FAILURE:
+                elif code == STARTUP_FAILURE:
                     log.error(
                         "replacement server process %s failed to start; trying again in %.0f s",
                         process.pid,
@@ -97,18 +103,16 @@ def serve(app: str, host: str, port: int, workers: int, options: dict[str, Any])
                     )
                     pending.append(time.monotonic() + restart_delay_s)
                     restart_delay_s = min(restart_delay_s * 2, RESTART_MAX_S)
-                elif process.exitcode not in (None, 0):
+                elif code != 0:
                     log.warning(
-                        "server process %s exited (%s); starting another",
-                        process.pid,
-                        process.exitcode,
+                        "server process %s exited (%s); starting another", process.pid, code
                     )
                     # The others need not wait for its replacement to start.
                     go.set()
                     pending.append(time.monotonic())
-            # One that exited cleanly was stopped on purpose (Ctrl-C reaches every
-            # process of the terminal's group): not replaced.
-            processes = [p for p in processes if p.exitcode is None]
+                # One that exited cleanly (0) was stopped on purpose (Ctrl-C reaches every
+                # process of the terminal's group): not replaced.
+            processes = running
             now = time.monotonic()
             processes += [start() for due in pending if due <= now]
             pending = [due for due in pending if due > now]
