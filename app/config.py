@@ -40,6 +40,11 @@ class Settings(BaseSettings):
     db_pool_min_size: NonNegative | None = None
     # Waiting longer than this for a pooled connection answers 503 RESOURCE_EXHAUSTED.
     db_acquire_timeout_ms: Positive = 5_000
+    # At start (migration, a server process's pool) an unreachable database is waited
+    # for, up to this long, then the start fails (0: fail at once).  A replacement process
+    # of --workers N waits the same way.  Too many connections is not waited for: it is
+    # a pool larger than the server allows, and would fail the same way in a minute.
+    db_startup_wait_s: NonNegative = 60
     max_waiters: NonNegative = 10_000
     # Waiters and streams re-check on this jittered period even without a NOTIFY.
     backup_poll_ms: Positive = 1_000

@@ -60,3 +60,14 @@ class ResourceExhausted(JobfairError):
     status = 503
     type = "urn:jobfair:resource-exhausted"
     title = "RESOURCE_EXHAUSTED"
+
+
+class OutcomeUnknown(ResourceExhausted):
+    """The database went away while the call's changes were being committed (its COMMIT,
+    or a single-statement write, had been sent and no answer came): they may or may not
+    have been made.  A 503 of its own type and without ``Retry-After``: sending the call
+    again is safe only if doing it twice is (an ``idempotencyKey``, an ``activationCount``
+    that fences a second finish); otherwise check first (read the job)."""
+
+    type = "urn:jobfair:outcome-unknown"
+    title = "OUTCOME_UNKNOWN"

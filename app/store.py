@@ -59,6 +59,8 @@ import asyncio
 import contextlib
 import functools
 import logging
+import random
+import re
 import time
 import zlib
 from collections import Counter
@@ -71,7 +73,7 @@ import asyncpg
 import orjson
 
 from app.domain import DEFAULT_PRIORITY, DEFAULT_RETRIES, DEFAULT_TENANT, utcnow
-from app.errors import ResourceExhausted
+from app.errors import OutcomeUnknown, ResourceExhausted
 
 log = logging.getLogger(__name__)
 
@@ -1125,6 +1127,45 @@ async def _reset_connection(conn: asyncpg.Connection) -> None:
         await conn.execute("ROLLBACK")
 
 
+_WRITE = re.compile(r"\b(INSERT|DELETE|MERGE)\b|(?<!FOR )(?<!KEY )\bUPDATE\b", re.IGNORECASE)
+
+
+@functools.lru_cache(maxsize=1024)
+def _writes(query: str) -> bool:
+    """Whether a statement may change rows (a SELECT ... FOR UPDATE does not)."""
+    return _WRITE.search(query) is not None
+
+
+class _Connection(asyncpg.Connection):  # type: ignore[misc]
+    """An asyncpg connection that marks the failure of a statement that could have
+    committed (a COMMIT, or a write outside a transaction) with ``may_have_committed``:
+    if the connection died then, the call's outcome is unknown (``OutcomeUnknown``).  A
+    failure anywhere else in a transaction rolled it back, and the call can be sent
+    again as it was.  (The mark is on the exception: a pool's proxy of a connection that
+    died is detached from it at once.)"""
+
+    def _may_commit(self, query: str) -> bool:
+        if self.is_in_transaction():
+            return query.lstrip()[:6].upper() == "COMMIT"
+        return _writes(query)
+
+    async def execute(self, query: str, *args: Any, **kwargs: Any) -> str:
+        may_commit = self._may_commit(query)
+        try:
+            return await super().execute(query, *args, **kwargs)  # type: ignore[no-any-return]
+        except DATABASE_UNAVAILABLE as exc:
+            exc.may_have_committed = may_commit  # type: ignore[attr-defined]
+            raise
+
+    async def _execute(self, query: str, *args: Any, **kwargs: Any) -> Any:
+        may_commit = self._may_commit(query)
+        try:
+            return await super()._execute(query, *args, **kwargs)
+        except DATABASE_UNAVAILABLE as exc:
+            exc.may_have_committed = may_commit  # type: ignore[attr-defined]
+            raise
+
+
 def _encode_jsonb(value: Any) -> str:
     # Callers pass already-serialized JSON text (validated and size-checked at the edge).
     return value if isinstance(value, str) else orjson.dumps(value).decode()
@@ -1169,6 +1210,79 @@ DATABASE_UNAVAILABLE: tuple[type[Exception], ...] = (
     asyncpg.TooManyConnectionsError,
 )
 UNAVAILABLE_LOG_EVERY_S = 5.0
+# What a background task retries rather than dies of: the database away (also as the
+# pool's 503), a connection closed under a call (InterfaceError "connection is closed",
+# asyncpg's InternalClientError "another operation is in progress" on a connection being
+# torn down), a statement or connect that timed out.
+TRANSIENT: tuple[type[Exception], ...] = (
+    *DATABASE_UNAVAILABLE,
+    ResourceExhausted,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    asyncpg.QueryCanceledError,
+    TimeoutError,
+)
+
+
+# What start-up waits out: the database not (yet) there, starting or restarting.
+NOT_YET_REACHABLE: tuple[type[Exception], ...] = (
+    OSError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
+    TimeoutError,
+)
+STARTUP_RETRY_MAX_S = 2.0
+
+
+async def until_reachable(attempt: Callable[[], Awaitable[R]], wait_s: float, what: str) -> R:
+    """``attempt()``, repeated with back-off while the database cannot be reached, for
+    at most ``wait_s``; logged once when it starts waiting and once when it is through.
+    A process started during an outage then comes up when the database does."""
+    deadline = time.monotonic() + wait_s
+    delay_s = 0.1
+    waited = False
+    while True:
+        try:
+            result = await attempt()
+        except NOT_YET_REACHABLE as exc:
+            if time.monotonic() + delay_s > deadline:
+                log.error("%s: database still unreachable after %.0f s: %r", what, wait_s, exc)
+                raise
+            if not waited:
+                log.warning(
+                    "%s: database unreachable (%r); waiting up to %.0f s", what, exc, wait_s
+                )
+                waited = True
+            await asyncio.sleep(delay_s * (0.5 + random.random()))
+            delay_s = min(delay_s * 2, STARTUP_RETRY_MAX_S)
+            continue
+        if waited:
+            log.info("%s: database reachable", what)
+        return result
+
+
+async def ping_url(url: str) -> None:
+    """One connection, one ``SELECT 1``: whether the database at ``url`` answers."""
+    conn = await asyncpg.connect(url, timeout=10)
+    try:
+        await conn.fetchval("SELECT 1")
+    finally:
+        await conn.close()
+
+
+def _broken(conn: asyncpg.Connection, exc: Exception) -> bool:
+    """Whether asyncpg refused a call because its connection is closed or left in a
+    state it cannot use (after the server died under it: InterfaceError "connection is
+    closed", from ``Transaction.__aexit__`` too; InternalClientError "cannot switch to
+    state N; another operation is in progress"), rather than because of the call."""
+    if isinstance(exc, asyncpg.InternalClientError):
+        return True
+    try:
+        return bool(conn.is_closed())
+    except asyncpg.InterfaceError:  # the pool's proxy, detached from a connection that died
+        return True
 
 
 def refused_input(exc: Exception) -> bool:
@@ -1203,11 +1317,25 @@ class BoundedPool:
                 conn = await self._pool.acquire(timeout=self.timeout_s)
         except TimeoutError:
             raise ResourceExhausted("all database connections are busy", retry_after_s=1) from None
-        except DATABASE_UNAVAILABLE as exc:
+        except (*DATABASE_UNAVAILABLE, asyncpg.InternalClientError) as exc:
             raise self._unavailable(exc) from exc
         try:
             yield conn
         except DATABASE_UNAVAILABLE as exc:
+            if getattr(exc, "may_have_committed", False):
+                self._log_unavailable(exc)
+                raise OutcomeUnknown(
+                    "the database went away while this call's changes were being "
+                    "committed: they may or may not have been made",
+                ) from exc
+            raise self._unavailable(exc) from exc
+        except (asyncpg.InterfaceError, asyncpg.InternalClientError) as exc:
+            if not _broken(conn, exc):
+                raise  # a statement called wrongly: a bug
+            # Nothing was sent on it (the failure is asyncpg refusing to): the call is
+            # safe to repeat.  Not reused: the pool opens a fresh connection instead.
+            with contextlib.suppress(asyncpg.InterfaceError):  # a proxy already detached
+                conn.terminate()
             raise self._unavailable(exc) from exc
         finally:
             await self._pool.release(conn)
@@ -1215,11 +1343,14 @@ class BoundedPool:
     def _unavailable(self, exc: Exception) -> ResourceExhausted:
         """The client's answer names no host or port; the log says what failed (at most
         every few seconds: an outage fails every call)."""
+        self._log_unavailable(exc)
+        return ResourceExhausted("the database is unavailable; retry later", retry_after_s=1)
+
+    def _log_unavailable(self, exc: Exception) -> None:
         now = time.monotonic()
         if now - self._unavailable_logged >= UNAVAILABLE_LOG_EVERY_S:
             self._unavailable_logged = now
             log.warning("database unavailable: %r", exc)
-        return ResourceExhausted("the database is unavailable; retry later", retry_after_s=1)
 
     async def fetch(self, query: str, *args: Any) -> list[asyncpg.Record]:
         async with self.acquire() as conn:
@@ -1255,23 +1386,35 @@ class Store:
 
     @classmethod
     async def connect(
-        cls, url: str, *, size: int, min_size: int | None = None, acquire_timeout_s: float = 5.0
+        cls,
+        url: str,
+        *,
+        size: int,
+        min_size: int | None = None,
+        acquire_timeout_s: float = 5.0,
+        wait_s: float = 0.0,
     ) -> Store:
         """A pool of ``size`` connections, ``min_size`` of them (default: all) opened now
-        and kept open, so that load arriving later finds them connected and warm."""
-        pool = await asyncpg.create_pool(
+        and kept open, so that load arriving later finds them connected and warm.  An
+        unreachable database is waited for up to ``wait_s`` (``until_reachable``)."""
+        pool = await until_reachable(lambda: cls._create_pool(url, size, min_size), wait_s, "pool")
+        return cls(BoundedPool(pool, acquire_timeout_s))
+
+    @staticmethod
+    async def _create_pool(url: str, size: int, min_size: int | None) -> asyncpg.Pool:
+        return await asyncpg.create_pool(
             url,
             min_size=size if min_size is None else min(min_size, size),
             max_size=size,
             init=_init_connection,
             reset=_reset_connection,
+            connection_class=_Connection,
             # The hot statements are written to be plan-robust (primary-key probes via
             # ANY(ARRAY(...)), index range scans), so a generic plan is as good as a custom
             # one and saves ~2 ms of planning per claim.  JIT only adds latency here.
             server_settings={"plan_cache_mode": "force_generic_plan", "jit": "off"},
             command_timeout=60,
         )
-        return cls(BoundedPool(pool, acquire_timeout_s))
 
     async def close(self) -> None:
         await self.pool.close()

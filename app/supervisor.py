@@ -13,9 +13,13 @@ process, and no connection waits in the backlog of a process still starting.  A 
 started later, to replace one that died, listens as soon as its own app has started.
 
 The supervisor starts ``workers`` processes, starts another when one dies (a process that
-exits cleanly was stopped on purpose and is not replaced; one whose app failed to start
-stops them all, exit code 3, as a single process would), and on SIGTERM or SIGINT asks
-each to stop gracefully (uvicorn answers what is in flight), then waits for them.
+exits cleanly was stopped on purpose and is not replaced), and on SIGTERM or SIGINT asks
+each to stop gracefully (uvicorn answers what is in flight), then waits for them.  One
+whose app failed to start among the first ``workers`` stops them all, exit code 3, as a
+single process would.  A replacement that fails to start (its database away longer than
+it waits, ``db_startup_wait_s``) is started again after a back-off: the processes still
+serving are healthy, and stopping them would turn an outage of the database into one of
+the whole service.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import multiprocessing
 import os
 import signal
 import socket
+import time
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from multiprocessing.synchronize import Event
@@ -42,6 +47,8 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 STOP_GRACE_S = 5.0
 # How often a process waiting for its siblings checks that its supervisor is alive.
 PARENT_CHECK_S = 0.2
+# Back-off before starting again a replacement that failed to start: doubling up to this.
+RESTART_MAX_S = 30.0
 
 
 def serve(app: str, host: str, port: int, workers: int, options: dict[str, Any]) -> None:
@@ -62,33 +69,53 @@ def serve(app: str, host: str, port: int, workers: int, options: dict[str, Any])
 
     processes = [start() for _ in range(workers)]
     ready = 0
+    # Replacements that failed to start, to be started again at (monotonic) time.
+    pending: list[float] = []
+    restart_delay_s = 1.0
     try:
-        while processes:
-            for event in wait([p.sentinel for p in processes] + [reports]):
+        while processes or pending:
+            timeout = max(0.0, min(pending) - time.monotonic()) if pending else None
+            for event in wait([p.sentinel for p in processes] + [reports], timeout):
                 if event is reports:
                     ready += 1
+                    restart_delay_s = 1.0
                     log.info("server process %s has started", reports.recv())
                     if ready == workers and not go.is_set():
                         log.info("all %d server processes have started: listening", workers)
                         go.set()
-            for i, process in enumerate(processes):
-                if process.exitcode == STARTUP_FAILURE:
-                    # Its app failed to start, as every replacement would: give up, as
-                    # one process would (and as uvicorn's supervisor does).
+            running = []
+            for process in processes:
+                # Read once: a process seen running here and exited a moment later must
+                # be kept for the next pass, not dropped unreplaced.
+                code = process.exitcode
+                if code is None:
+                    running.append(process)
+                elif code == STARTUP_FAILURE and not go.is_set():
+                    # Its app failed to start, as the others' would: give up, as one
+                    # process would (and as uvicorn's supervisor does).
                     log.error("server process %s failed to start; stopping", process.pid)
                     raise SystemExit(STARTUP_FAILURE)
-                if process.exitcode not in (None, 0):
-                    log.warning(
-                        "server process %s exited (%s); starting another",
+                elif code == STARTUP_FAILURE:
+                    log.error(
+                        "replacement server process %s failed to start; trying again in %.0f s",
                         process.pid,
-                        process.exitcode,
+                        restart_delay_s,
+                    )
+                    pending.append(time.monotonic() + restart_delay_s)
+                    restart_delay_s = min(restart_delay_s * 2, RESTART_MAX_S)
+                elif code != 0:
+                    log.warning(
+                        "server process %s exited (%s); starting another", process.pid, code
                     )
                     # The others need not wait for its replacement to start.
                     go.set()
-                    processes[i] = start()
-            # One that exited cleanly was stopped on purpose (Ctrl-C reaches every
-            # process of the terminal's group): not replaced.
-            processes = [p for p in processes if p.exitcode != 0]
+                    pending.append(time.monotonic())
+                # One that exited cleanly (0) was stopped on purpose (Ctrl-C reaches every
+                # process of the terminal's group): not replaced.
+            processes = running
+            now = time.monotonic()
+            processes += [start() for due in pending if due <= now]
+            pending = [due for due in pending if due > now]
     finally:
         go.set()  # a process still waiting for its siblings would not stop
         _stop(processes, options.get("timeout_graceful_shutdown") or 0)

@@ -3,8 +3,10 @@
 Leader-only tasks run on one process at a time across replicas: the holder of a
 session-level advisory lock on a dedicated connection.  Every task is safe to run twice
 (each statement re-checks the state it changes) and has ``run_once(now)`` for tests.
-A task that fails with anything but a connection problem stops the process
-(``on_fatal``): half-alive is worse than restarted.
+A database that is away (unreachable, restarting, out of connection slots, a connection
+that died mid-call) is transient: each loop logs it once, backs off, retries, and logs
+again when it recovers.  Anything else is a bug and stops the process (``on_fatal``):
+half-alive is worse than restarted.
 """
 
 from __future__ import annotations
@@ -20,18 +22,13 @@ import asyncpg
 from app.config import Settings
 from app.domain import utcnow
 from app.operators import StatsService
-from app.store import LEADER_LOCK_KEY, Store
+from app.store import LEADER_LOCK_KEY, TRANSIENT, Store
 
 log = logging.getLogger(__name__)
 
-TRANSIENT = (
-    asyncpg.PostgresConnectionError,
-    asyncpg.InterfaceError,
-    OSError,
-    asyncpg.CannotConnectNowError,
-    asyncpg.TooManyConnectionsError,
-)
 BATCH = 1000
+# Back-off of a loop whose database is away: doubling from its interval up to this.
+RETRY_MAX_S = 5.0
 
 
 async def _in_batches(step: Callable[[], Awaitable[int]]) -> int:
@@ -173,7 +170,8 @@ class Background:
                 else:
                     await self._leader_conn.fetchval("SELECT 1")
             except TRANSIENT as exc:
-                log.warning("leader connection problem: %r", exc)
+                if self._leader_conn is not None or self.is_leader.is_set():
+                    log.warning("leader connection lost: %r", exc)  # once per outage
                 self.is_leader.clear()
                 if self._leader_conn is not None:
                     self._leader_conn.terminate()
@@ -181,12 +179,23 @@ class Background:
             await asyncio.sleep(1.0 + random.random())
 
     async def _loop(self, task: Task, *, leader_only: bool) -> None:
+        interval_s = task.interval_ms / 1000.0
+        delay_s = interval_s
+        failing = False
         while True:
             if leader_only:
                 await self.is_leader.wait()
             try:
                 await task.run_once(utcnow())
             except TRANSIENT as exc:
-                log.warning("%s: database problem, will retry: %r", task.name, exc)
+                if not failing:  # once per outage: every pass fails until it ends
+                    log.warning("%s: database unavailable, backing off: %r", task.name, exc)
+                failing = True
+                delay_s = min(max(delay_s, 0.1) * 2, max(RETRY_MAX_S, interval_s))
+            else:
+                if failing:
+                    log.info("%s: database back; carrying on", task.name)
+                failing = False
+                delay_s = interval_s
             # Jitter keeps replicas and tasks from beating in step.
-            await asyncio.sleep(task.interval_ms / 1000.0 * (0.9 + 0.2 * random.random()))
+            await asyncio.sleep(delay_s * (0.9 + 0.2 * random.random()))

@@ -36,6 +36,7 @@ class Problem(BaseModel):
         "NOT_FOUND",
         "INVALID_STATE",
         "RESOURCE_EXHAUSTED",
+        "OUTCOME_UNKNOWN",
         "METHOD_NOT_ALLOWED",
         "PAYLOAD_TOO_LARGE",
         "UNSUPPORTED_MEDIA_TYPE",
@@ -534,7 +535,11 @@ ERROR_TEXT = {
     409: "Stale activationCount or lease token, or the wrong state",
     413: "The body is larger than the server's limit (16 MiB by default)",
     415: "The body is not application/json",
-    503: "Back pressure: retry after Retry-After seconds",
+    503: "urn:jobfair:resource-exhausted (back pressure, or the database unavailable): "
+    "nothing was changed, retry after Retry-After seconds.  urn:jobfair:outcome-unknown "
+    "(no Retry-After): the database went away while the call's changes were being "
+    "committed, which may or may not have happened; send it again only if doing it twice "
+    "is harmless (an idempotencyKey, an activationCount), else read first",
 }
 # What a free-form value (variables, customHeaders, result) may hold: what PostgreSQL's
 # jsonb and the server's JSON writer keep as sent.  The server refuses an integer written
@@ -606,13 +611,20 @@ def build() -> dict[str, Any]:
             responses[str(status)] = {**responses[str(op.status)], "description": text}
         # Every body is read by parsing.body: over the limit, or not JSON, it is refused.
         body_errors = (413, 415) if op.body is not None else ()
-        for status in (*op.errors, *body_errors):
+        # Every call that reaches the database answers 503 while it is unavailable.
+        unavailable = (503,) if op.path != "/healthz" else ()
+        for status in dict.fromkeys((*op.errors, *body_errors, *unavailable)):
             error: dict[str, Any] = {
                 "description": ERROR_TEXT[status],
                 "content": {"application/problem+json": {"schema": problem}},
             }
             if status == 503:
-                error["headers"] = {"Retry-After": {"schema": {"type": "integer"}}}
+                error["headers"] = {
+                    "Retry-After": {
+                        "description": "seconds; absent for urn:jobfair:outcome-unknown",
+                        "schema": {"type": "integer"},
+                    }
+                }
             responses[str(status)] = error
         operation: dict[str, Any] = {
             "operationId": _operation_id(op),
@@ -636,7 +648,10 @@ def build() -> dict[str, Any]:
             "title": "Jobfair",
             "version": __version__,
             "description": "Fair job activation for multi-tenant back ends. The wire "
-            "contract is API.md; every error is application/problem+json.",
+            "contract is API.md; every error is application/problem+json. While the "
+            "database is unavailable every call answers 503 urn:jobfair:resource-exhausted "
+            "with Retry-After (safe to retry); a call whose commit went unanswered answers "
+            "503 urn:jobfair:outcome-unknown without Retry-After (retry only if idempotent).",
         },
         "paths": paths,
         "components": {

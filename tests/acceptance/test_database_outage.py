@@ -24,6 +24,7 @@ from tests.acceptance.test_long_polling import until_waiting
 from tests.acceptance.test_streams import Events
 from tests.fixtures import Live, ServerProcess, free_port, quiet_settings, serving, wait_ready
 from tests.helpers import activate, assert_problem, complete
+from tests.integration.test_supervisor import _until, _workers
 
 
 class Proxy:
@@ -34,6 +35,8 @@ class Proxy:
         self.port = free_port()
         self.server: asyncio.Server | None = None
         self.links: set[asyncio.StreamWriter] = set()
+        # Bytes that, once passed on to the database, cut the proxy: its answer is lost.
+        self.cut_after: bytes | None = None
 
     async def open(self) -> None:
         self.server = await asyncio.start_server(self._link, "127.0.0.1", self.port)
@@ -50,14 +53,18 @@ class Proxy:
         up_r, up_w = await asyncio.open_unix_connection(self.socket_path)
         self.links |= {down_w, up_w}
 
-        async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter, up: bool) -> None:
             with contextlib.suppress(ConnectionError, OSError):
                 while data := await r.read(65536):
                     w.write(data)
+                    if up and self.cut_after is not None and self.cut_after in data:
+                        self.cut_after = None
+                        self.cut()  # before the answer can come back
+                        return
                     await w.drain()
             w.transport.abort()
 
-        await asyncio.gather(pipe(down_r, up_w), pipe(up_r, down_w))
+        await asyncio.gather(pipe(down_r, up_w, True), pipe(up_r, down_w, False))
 
 
 @pytest.fixture
@@ -205,3 +212,101 @@ async def test_sigterm_while_the_database_is_away_answers_the_waiters_and_exits_
             assert answered.json() == {"jobs": []}
         code = await asyncio.wait_for(asyncio.to_thread(server.proc.wait), timeout=20)
     assert code == 0, server.log.read_text()
+
+
+async def _until_logged(server: ServerProcess, text: str, timeout_s: float = 20) -> None:
+    """Polls the server's log (another process: no event to wait on); fails if it exits."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while text not in server.log.read_text():
+        assert server.proc.poll() is None, server.log.read_text()
+        assert asyncio.get_running_loop().time() < deadline, server.log.read_text()
+        await asyncio.sleep(0.1)
+
+
+async def test_background_work_outlasts_an_outage_and_resumes_after_it(
+    proxy: Proxy, db_url: str, spawn_server: Callable[..., ServerProcess]
+) -> None:
+    """With the sweepers and the stats sampler on their timers, an outage is logged and
+    waited out: the process keeps serving (503s), and once the database is back an
+    expired lease is swept again."""
+    server = spawn_server(
+        JOBFAIR_DATABASE_URL=proxied(proxy, db_url), JOBFAIR_LEASE_SWEEP_INTERVAL_MS="100"
+    )
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+        await wait_ready(client, server)
+        proxy.cut()
+        await _until_logged(server, "stats-sampler: database unavailable")
+        assert_problem(await client.get("/readyz"), 503, "RESOURCE_EXHAUSTED")
+        await proxy.open()
+        await wait_ready(client, server)
+        r = await client.post("/v2/jobs", json={"type": "outage-b"})
+        assert r.status_code == 201, r.text
+        body = {"type": "outage-b", "maxJobs": 1, "timeout": 200, "requestTimeout": -1}
+        [first] = (await client.post("/v2/jobs/activate", json=body)).json()["jobs"]
+        # The lease sweeper gives it back once its 200 ms lease has expired.
+        again = await client.post("/v2/jobs/activate", json={**body, "requestTimeout": 10_000})
+        [second] = again.json()["jobs"]
+        assert second["jobKey"] == first["jobKey"]
+        assert second["activationCount"] == first["activationCount"] + 1
+    assert server.proc.poll() is None
+
+
+async def test_a_server_started_while_the_database_is_away_waits_for_it(
+    proxy: Proxy, db_url: str, spawn_server: Callable[..., ServerProcess]
+) -> None:
+    proxy.cut()
+    server = spawn_server(JOBFAIR_DATABASE_URL=proxied(proxy, db_url))
+    await _until_logged(server, "start-up: database unreachable")
+    await proxy.open()
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+        await wait_ready(client, server)
+
+
+async def test_a_replacement_process_that_cannot_start_leaves_the_others_serving(
+    proxy: Proxy, db_url: str, spawn_server: Callable[..., ServerProcess]
+) -> None:
+    """With --workers 2, one process dies while the database is away, and its
+    replacement gives up waiting for it (after 1 s here).  The supervisor starts another
+    later; the healthy process keeps serving meanwhile, and both serve once it is back."""
+    server = spawn_server(
+        JOBFAIR_DATABASE_URL=proxied(proxy, db_url),
+        JOBFAIR_WORKERS="2",
+        JOBFAIR_DB_STARTUP_WAIT_S="1",
+    )
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+        await wait_ready(client, server)
+        victim, survivor = _workers(server)
+        proxy.cut()
+        victim.kill()
+        await _until_logged(server, "failed to start; trying again")
+        assert survivor.is_running()
+        assert_problem(await client.get("/readyz"), 503, "RESOURCE_EXHAUSTED")
+        await proxy.open()
+        await _until(
+            lambda: len(_workers(server)) == 2 and b"has started" in server.log.read_bytes()
+        )
+        await wait_ready(client, server)
+        assert survivor.is_running()
+
+
+async def test_a_call_whose_commit_went_unanswered_says_its_outcome_is_unknown(
+    behind_proxy: Live, proxy: Proxy
+) -> None:
+    """The COMMIT of a creation reaches PostgreSQL and its answer is lost: the job exists,
+    but the server cannot know it.  It answers 503 OUTCOME_UNKNOWN without Retry-After
+    (not RESOURCE_EXHAUSTED, whose retry is always safe): sent again without an
+    idempotency key, the call would create a second job."""
+    client = behind_proxy.client
+    proxy.cut_after = b"COMMIT"
+    r = await client.post("/v2/jobs", json={"type": "outage-u"})
+    problem = assert_problem(r, 503, "OUTCOME_UNKNOWN")
+    assert problem["type"] == "urn:jobfair:outcome-unknown"
+    assert "Retry-After" not in r.headers
+    # A call that failed before its commit is plainly unavailable: safe to send again.
+    r = await client.post("/v2/jobs", json={"type": "outage-u"})
+    assert_problem(r, 503, "RESOURCE_EXHAUSTED")
+    assert r.headers["Retry-After"] == "1"
+    await proxy.open()
+    found = await client.post("/v2/jobs/search", json={"filter": {"type": "outage-u"}})
+    assert found.status_code == 200, found.text
+    assert len(found.json()["items"]) == 1  # the first one committed

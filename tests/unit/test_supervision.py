@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 
 import asyncpg
+import pytest
 
 from app.config import Settings
+from app.errors import ResourceExhausted
 from app.operators import StatsService
 from app.sweepers import Background
 
@@ -50,4 +52,22 @@ async def test_an_unexpected_error_stops_the_process():
 
 async def test_a_lost_connection_is_retried_not_fatal():
     died, calls = await _run(asyncpg.PostgresConnectionError("gone"))
+    assert died == [] and calls >= 2
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        ResourceExhausted("the database is unavailable; retry later", retry_after_s=1),
+        asyncpg.CannotConnectNowError("the database system is shutting down"),
+        asyncpg.InternalClientError("cannot perform operation: another operation is in progress"),
+        asyncpg.InterfaceError("cannot perform operation: connection is closed"),
+        ConnectionRefusedError(111, "Connection refused"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+async def test_an_unavailable_database_is_waited_out_in_every_guise(exc):
+    """What the sampler met when the postmaster was killed (the pool's 503), and what a
+    restarting PostgreSQL or a connection torn down under a call raise."""
+    died, calls = await _run(exc)
     assert died == [] and calls >= 2

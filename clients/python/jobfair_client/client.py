@@ -4,8 +4,9 @@
 Each operation is described as a ``Call`` (method, path, body, whether it is safe to send
 twice); the two clients differ only in how they send it.  Back pressure (503/429 with
 ``Retry-After``) and connection failures are retried with jittered exponential back-off;
-no other 4xx is retried.  A request that may have reached the server (a read error after
-sending) is retried only when sending it twice is harmless: reads, finish calls (fenced
+no other 4xx is retried.  A request that may have had its effect (a read error after
+sending, or the server's 503 ``urn:jobfair:outcome-unknown``: its database went away at
+commit) is retried only when sending it twice is harmless: reads, finish calls (fenced
 by ``activationCount``) and creations that carry an idempotency key.
 """
 
@@ -21,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from jobfair_client.errors import ProblemError, problem
+from jobfair_client.errors import OutcomeUnknown, ProblemError, problem
 from jobfair_client.models import Job, NewJob
 from jobfair_client.sse import SseReader
 
@@ -193,6 +194,8 @@ def _answer(response: httpx.Response) -> Any:
 
 def _should_retry(exc: Exception, call: Call) -> float | None:
     """None: give up.  Else the server's Retry-After (0 when it gave none)."""
+    if isinstance(exc, OutcomeUnknown):
+        return 0.0 if call.idempotent else None
     if isinstance(exc, ProblemError):
         return (exc.retry_after_s or 0.0) if exc.status in (429, 503) else None
     if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout):

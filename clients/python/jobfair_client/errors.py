@@ -47,8 +47,20 @@ class StaleActivation(Conflict):
 
 
 class ResourceExhausted(ProblemError):
-    """503 (or 429): back pressure; retry after ``retry_after_s``."""
+    """503 (or 429): back pressure, or the database unavailable; nothing was changed:
+    retry after ``retry_after_s``."""
 
+
+class OutcomeUnknown(ProblemError):
+    """503 ``urn:jobfair:outcome-unknown``: the server lost its database while the call's
+    changes were being committed; they may or may not have been made.  The client sends
+    the call again only when sending it twice is harmless (reads, finish calls, creations
+    with an idempotency key); otherwise this reaches the caller, who should check (read
+    the job) before creating it again.  Not a ``ResourceExhausted``: code that retries
+    those must not retry this blindly."""
+
+
+OUTCOME_UNKNOWN = "urn:jobfair:outcome-unknown"
 
 _BY_STATUS: dict[int, type[ProblemError]] = {
     400: InvalidArgument,
@@ -67,6 +79,8 @@ def problem(status: int, body: Any, retry_after: str | None) -> ProblemError:
     kind = _BY_STATUS.get(status, ProblemError)
     if status == 409 and body.get("type") == "urn:jobfair:stale-activation":
         kind = StaleActivation
+    if status == 503 and body.get("type") == OUTCOME_UNKNOWN:
+        kind = OutcomeUnknown
     seconds = None
     if retry_after is not None:
         try:

@@ -5,7 +5,7 @@
  * harmless: reads, finish calls (fenced by activationCount), and creations that carry
  * an idempotency key.
  */
-import { JobfairError, ProblemError, problem } from './errors.js'
+import { JobfairError, OutcomeUnknown, ProblemError, problem } from './errors.js'
 import { readSse } from './sse.js'
 import type { Job, JobRef, NewJob, Variables } from './types.js'
 import { parseJson, stringifyJson } from './json.js'
@@ -142,6 +142,7 @@ export class Jobfair {
         let retryAfter: number | undefined
         if (err instanceof ProblemError) {
           if (err.status !== 503 && err.status !== 429) throw err
+          if (err instanceof OutcomeUnknown && !(call.idempotent ?? true)) throw err
           retryAfter = err.retryAfterS
         } else if (call.signal?.aborted) {
           throw err

@@ -43,8 +43,14 @@ export class NotFound extends ProblemError {}
 export class Conflict extends ProblemError {}
 /** 409 `urn:jobfair:stale-activation`: this activation is no longer current. */
 export class StaleActivation extends Conflict {}
-/** 503 or 429: back pressure. */
+/** 503 or 429: back pressure, or the database unavailable; nothing changed. */
 export class ResourceExhausted extends ProblemError {}
+/**
+ * 503 `urn:jobfair:outcome-unknown`: the server's database went away while the call's
+ * changes were being committed; they may or may not have been made. Retried only when
+ * sending the call twice is harmless; otherwise read before creating again.
+ */
+export class OutcomeUnknown extends ProblemError {}
 
 const BY_STATUS: Record<number, typeof ProblemError> = {
   400: InvalidArgument,
@@ -61,6 +67,7 @@ export function problem(status: number, body: unknown, retryAfter: string | null
     typeof body === 'object' && body !== null ? (body as ProblemBody) : { title: 'HTTP_ERROR', detail: String(body).slice(0, 500) }
   let Kind = BY_STATUS[status] ?? ProblemError
   if (status === 409 && parsed.type === 'urn:jobfair:stale-activation') Kind = StaleActivation
+  if (status === 503 && parsed.type === 'urn:jobfair:outcome-unknown') Kind = OutcomeUnknown
   const seconds = retryAfter === null ? undefined : Number(retryAfter)
   return new Kind(status, parsed, seconds !== undefined && Number.isFinite(seconds) ? Math.max(0, seconds) : undefined)
 }

@@ -6,6 +6,7 @@ export {
   InvalidArgument,
   JobfairError,
   NotFound,
+  OutcomeUnknown,
   ProblemError,
   ResourceExhausted,
   StaleActivation,

@@ -92,6 +92,7 @@ public final class Jobfair {
                         response.headers().firstValue("Retry-After").orElse(null));
             } catch (ProblemException e) {
                 if (e.status != 503 && e.status != 429) throw e;
+                if (e instanceof ProblemException.OutcomeUnknown && !idempotent) throw e;
                 retryAfter = e.retryAfterS;
                 failure = e;
             } catch (CancellationException e) {

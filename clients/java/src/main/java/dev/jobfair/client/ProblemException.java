@@ -50,10 +50,21 @@ public class ProblemException extends JobfairException {
         StaleActivation(int s, Map<String, Object> b, double r) { super(s, b, r); }
     }
 
-    /** 503 or 429: back pressure. */
+    /** 503 or 429: back pressure, or the database unavailable; nothing changed. */
     public static final class ResourceExhausted extends ProblemException {
         ResourceExhausted(int s, Map<String, Object> b, double r) { super(s, b, r); }
     }
+
+    /**
+     * 503 urn:jobfair:outcome-unknown: the server's database went away while the call's
+     * changes were being committed; they may or may not have been made. Retried only when
+     * sending the call twice is harmless; otherwise read before creating again.
+     */
+    public static final class OutcomeUnknown extends ProblemException {
+        OutcomeUnknown(int s, Map<String, Object> b, double r) { super(s, b, r); }
+    }
+
+    static final String OUTCOME_UNKNOWN = "urn:jobfair:outcome-unknown";
 
     static ProblemException of(int status, String text, String retryAfter) {
         Map<String, Object> body;
@@ -78,7 +89,10 @@ public class ProblemException extends JobfairException {
             case 409 -> "urn:jobfair:stale-activation".equals(body.get("type"))
                     ? new StaleActivation(status, body, wait)
                     : new Conflict(status, body, wait);
-            case 429, 503 -> new ResourceExhausted(status, body, wait);
+            case 503 -> OUTCOME_UNKNOWN.equals(body.get("type"))
+                    ? new OutcomeUnknown(status, body, wait)
+                    : new ResourceExhausted(status, body, wait);
+            case 429 -> new ResourceExhausted(status, body, wait);
             default -> new ProblemException(status, body, wait);
         };
     }

@@ -1,0 +1,75 @@
+"""503 ``urn:jobfair:outcome-unknown`` (the server's database went away at commit) is
+retried only when sending the call twice is harmless; 503 RESOURCE_EXHAUSTED always is."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from jobfair_client import AsyncJobfair, Backoff, OutcomeUnknown
+
+JOB = {
+    "jobKey": "1",
+    "type": "t",
+    "tenantId": "<default>",
+    "state": "CREATED",
+    "priority": 50,
+    "effectivePriority": 50,
+    "retries": 3,
+    "activationCount": 0,
+}
+
+
+def server(first: dict[str, object], headers: dict[str, str]) -> tuple[httpx.MockTransport, list]:
+    """Answers the first request with a 503 ``first``, every later one with success."""
+    seen: list[httpx.Request] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if len(seen) == 1:
+            return httpx.Response(
+                503,
+                json={"status": 503, "detail": "d", "instance": request.url.path, **first},
+                headers={"content-type": "application/problem+json", **headers},
+            )
+        if request.url.path.endswith("/complete"):
+            return httpx.Response(204)
+        return httpx.Response(201, json=JOB)
+
+    return httpx.MockTransport(handle), seen
+
+
+UNKNOWN = {"type": "urn:jobfair:outcome-unknown", "title": "OUTCOME_UNKNOWN"}
+EXHAUSTED = {"type": "urn:jobfair:resource-exhausted", "title": "RESOURCE_EXHAUSTED"}
+
+
+def client(transport: httpx.MockTransport) -> AsyncJobfair:
+    http = httpx.AsyncClient(base_url="http://jobfair", transport=transport)
+    return AsyncJobfair("http://jobfair", http=http, backoff=Backoff(base_ms=1, max_ms=1))
+
+
+async def test_a_creation_without_idempotency_key_is_not_sent_twice_after_outcome_unknown():
+    transport, seen = server(UNKNOWN, {})
+    async with client(transport) as jf:
+        with pytest.raises(OutcomeUnknown) as raised:
+            await jf.create_job("t")
+    assert raised.value.status == 503 and raised.value.retry_after_s is None
+    assert len(seen) == 1
+
+
+async def test_idempotent_calls_are_sent_again_after_outcome_unknown():
+    transport, seen = server(UNKNOWN, {})
+    async with client(transport) as jf:
+        job = await jf.create_job("t", idempotency_key="k1")
+        assert job.key == "1"
+        assert len(seen) == 2
+    transport, seen = server(UNKNOWN, {})
+    async with client(transport) as jf:
+        await jf.complete(("1", 1))  # fenced by its activationCount
+        assert len(seen) == 2
+
+
+async def test_a_creation_refused_as_unavailable_is_sent_again():
+    transport, seen = server(EXHAUSTED, {"Retry-After": "0"})
+    async with client(transport) as jf:
+        await jf.create_job("t")
+    assert len(seen) == 2
