@@ -5,7 +5,7 @@ import assert from 'node:assert/strict'
 import http from 'node:http'
 import { test } from 'node:test'
 
-import { BusinessError, Conflict, InvalidArgument, Jobfair, NotFound, ResourceExhausted, StaleActivation, Worker, Backoff } from '../dist/index.js'
+import { BusinessError, Conflict, InvalidArgument, Jobfair, NotFound, OutcomeUnknown, ResourceExhausted, StaleActivation, Worker, Backoff } from '../dist/index.js'
 
 const URL = process.env.JOBFAIR_URL
 assert.ok(URL, 'JOBFAIR_URL must point at a running Jobfair')
@@ -236,6 +236,35 @@ test('the API key is sent as a bearer token', async () => {
   assert.deepEqual(await keyed.activate('t', { requestTimeoutMs: -1 }), [])
   server.close()
   assert.equal(seen, 'Bearer jf_secret')
+})
+
+test('an unknown outcome is retried only where sending twice is safe', async () => {
+  // A plain HTTP server answers the first call of each path as a server whose database
+  // went away at commit would, then accepts.
+  const calls = {}
+  const server = http.createServer((req, res) => {
+    req.resume()
+    req.on('end', () => {
+      calls[req.url] = (calls[req.url] ?? 0) + 1
+      if (calls[req.url] === 1) {
+        const problem = { type: 'urn:jobfair:outcome-unknown', title: 'OUTCOME_UNKNOWN', status: 503, detail: 'lost at commit' }
+        res.writeHead(503, { 'content-type': 'application/problem+json' }).end(JSON.stringify(problem))
+      } else {
+        res.writeHead(201, { 'content-type': 'application/json' }).end('{"jobKey": "1", "state": "CREATED"}')
+      }
+    })
+  })
+  await new Promise((r) => server.listen(0, '127.0.0.1', r))
+  const { port } = server.address()
+  const client = new Jobfair(`http://127.0.0.1:${port}`, { backoff: new Backoff(1, 1, 1) })
+  // No idempotency key: a second create could make a second job; the caller decides.
+  await assert.rejects(client.createJob({ type: 't' }), (err) => err instanceof OutcomeUnknown && err.retryAfterS === undefined)
+  assert.equal(calls['/v2/jobs'], 1)
+  calls['/v2/jobs'] = 0
+  // With one, a retry finds the job the first call may have made.
+  assert.equal((await client.createJob({ type: 't', idempotencyKey: 'k' })).jobKey, '1')
+  assert.equal(calls['/v2/jobs'], 2)
+  server.close()
 })
 
 test('connection errors are retried until the server is up', async () => {
