@@ -301,6 +301,37 @@ class JobfairClientTest {
     }
 
     @Test
+    void anUnknownOutcomeIsRetriedOnlyWhereSendingTwiceIsSafe() throws Exception {
+        // The JDK's HTTP server answers the first two calls as a server whose database went
+        // away at commit would, then accepts.
+        java.util.concurrent.atomic.AtomicInteger calls = new java.util.concurrent.atomic.AtomicInteger();
+        HttpServer server = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 0);
+        server.createContext("/", exchange -> {
+            exchange.getRequestBody().readAllBytes();
+            boolean first = calls.incrementAndGet() <= 2;
+            byte[] body = (first
+                    ? "{\"type\":\"urn:jobfair:outcome-unknown\",\"title\":\"OUTCOME_UNKNOWN\",\"status\":503}"
+                    : "{\"jobKeys\":[\"1\"]}").getBytes(StandardCharsets.UTF_8);
+            exchange.getResponseHeaders().add("Content-Type", first ? "application/problem+json" : "application/json");
+            exchange.sendResponseHeaders(first ? 503 : 201, body.length);
+            exchange.getResponseBody().write(body);
+            exchange.close();
+        });
+        server.start();
+        try {
+            Jobfair client = new Jobfair("http://127.0.0.1:" + server.getAddress().getPort(), null, 5, new Backoff(1, 1, 1));
+            // Without idempotency keys a second send could create the jobs twice: not retried.
+            assertThrows(ProblemException.OutcomeUnknown.class, () -> client.createJobs(List.of(new NewJob("t"))));
+            assertEquals(1, calls.get());
+            // With them, it is sent again and gets the keys.
+            assertEquals(List.of("1"), client.createJobs(List.of(new NewJob("t").idempotencyKey("k"))));
+            assertEquals(3, calls.get());
+        } finally {
+            server.stop(0);
+        }
+    }
+
+    @Test
     void connectionErrorsAreRetriedUntilTheServerIsUp() throws Exception {
         int port;
         try (java.net.ServerSocket probe = new java.net.ServerSocket(0)) {
