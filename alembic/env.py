@@ -13,7 +13,7 @@ import asyncpg
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from alembic import context
-from app.schema import metadata
+from app.db.schema import metadata
 
 config = context.config
 

@@ -1,8 +1,16 @@
 """Activation: turns one ``activate`` call into stride picks and claims.
 
-The decisions are the scheduler's (pure); this service only gathers lane states, asks the
-store to claim, and repeats for lanes that came up short.  Cost per call: a few rounds of
-O(maxJobs + lanes read) -- never proportional to the backlog.
+The decisions are the scheduler's (pure); this service gathers lane states, claims what
+the scheduler allotted, and repeats for lanes that came up short.  Where caps are
+involved it opens the transaction itself and runs lock, count, decide, claim and hold in
+that order.  Cost per call: a few rounds of O(maxJobs + lanes read) -- never
+proportional to the backlog.
+
+Three entry points, by what the caller is owed: ``activate`` (a request answered once:
+as many jobs as it asked for, callers asking together activated together),
+``activate_owed`` (a waiter or stream owed jobs now: the first round that claims
+anything) and ``activate_one_pick`` (the same, trying the one-statement stride pick
+first).
 """
 
 from __future__ import annotations
@@ -15,13 +23,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import asyncpg
-
+from app.charging import PARK_RETRIES, LaneCharges
 from app.coalescing import Coalescer
 from app.config import Settings
+from app.db import Database, claims, finishing, lanes, operators
+from app.db.base import refused_input, retry_deadlock
+from app.db.claims import LeadAsk, Share
+from app.db.rows import Claimed, JobRow, LaneRow, LeadClaim
 from app.domain import utcnow
-from app.scheduler import Aging, Lane, allocate
-from app.store import Charges, LaneRead, LaneRow, LeadAsk, Share, Store, refused_input
+from app.scheduler import Aging, Lane, RoundPlan, allocate, left_at_cap, trim_to_caps
 
 log = logging.getLogger(__name__)
 
@@ -33,18 +43,10 @@ MAX_ROUNDS = 256
 # Lanes read beyond maxJobs, to cover lanes that turn out empty or capped.
 LANE_SLACK = 8
 # A round that found lanes short or at their caps reads twice as many lanes in the next,
-# up to this many: a call meeting 2,400 tenants newly at their caps (each then held out of
-# later reads, ADR 016) gets past them in ~25 rounds, not 270.  Bounded because a capped
-# round takes one cap lock per capped tenant read.
+# up to this many: a call meeting thousands of tenants newly at their caps (each then held
+# out of later reads, ADR 016) gets past them in tens of rounds, not hundreds.  Bounded
+# because a capped round takes one cap lock per capped tenant read.
 WIDEST_READ = 128
-# A lane read carries the charges not yet written when they are of at most this many
-# lanes.  Larger ones are written by the writer task as before, and the read waits for
-# them: carried, a round's 100 charges made the read scan 100 lanes more and cost 14 % of
-# the drain with 10,000 tenants (8 workers x maxJobs 100; 4 alternating pairs).
-CARRIED_LANES = 16
-# A park off the response path whose producer held the lanes' buckets for longer than
-# the park waits tries again this many times (0.5 s, 1 s, ... apart; store.park_lanes).
-PARK_RETRIES = 5
 # Callers activated together ask for at most this many jobs in all (one caller alone may
 # ask for up to 1,000, the most maxJobs allows).
 MAX_TOGETHER = 1000
@@ -68,61 +70,25 @@ class ActivateRequest:
 TenantFilter = tuple[str, ...] | None
 
 
-class _Charges:
-    """One job type's lane charges not yet written.  The next lane read of the type in
-    this process carries them in its own statement (read_lanes); charges that no read
-    takes are written by a writer task.  Charges that arrive while a write runs go into
-    the next one, as GroupCommit does for completions: under load one statement carries
-    the charges of many activations."""
+@dataclass
+class ActivationCounters:
+    """What ``/metrics`` reports of activation in this process."""
 
-    def __init__(self) -> None:
-        self.claimed: Counter[str] = Counter()
-        self.strides: dict[str, float] = {}
-        self.writer: asyncio.Task[Any] | None = None
-        self._next: asyncio.Future[None] | None = None  # done when `claimed` is written
-        # Done when each write in flight is: the writer's and a lane read's may overlap.
-        self._writing: set[asyncio.Future[None]] = set()
-
-    def add(self, claimed: Counter[str], strides: Mapping[str, float]) -> None:
-        if self._next is None:
-            self._next = asyncio.get_running_loop().create_future()
-        self.claimed.update(claimed)
-        self.strides.update(strides)
-
-    def take(self) -> tuple[Charges, asyncio.Future[None]]:
-        """The charges to write now, and the future to resolve once they are written (or
-        have failed): a write in flight until then."""
-        assert self._next is not None
-        taken = ((self.claimed, self.strides), self._next)
-        self._writing = {f for f in self._writing if not f.done()} | {self._next}
-        self.claimed, self.strides, self._next = Counter(), {}, None
-        return taken
-
-    async def none_in_flight(self) -> None:
-        """Until no write is in flight (one may start while another is awaited)."""
-        while waits := [f for f in self._writing if not f.done()]:
-            await asyncio.wait(waits)
-
-    async def written(self) -> None:
-        """Until every charge added so far has been written (or has failed)."""
-        waits = [f for f in (*self._writing, self._next) if f is not None and not f.done()]
-        if waits:
-            await asyncio.wait(waits)
+    queries: int = 0  # activation rounds that reached the database
+    lead_claims: int = 0  # of those, one-pick claims that got their job
+    hand_offs: int = 0  # of those, a new job claimed as it was created (ADR 012)
 
 
 class ActivationService:
-    def __init__(self, store: Store, settings: Settings) -> None:
-        self.store = store
+    def __init__(self, db: Database, settings: Settings) -> None:
+        self.db = db
         self.settings = settings
-        self.queries = 0  # activation rounds that reached the database (for /metrics)
-        self.lead_claims = 0  # of those, one-pick claims that got their job (_claim_lead)
-        self.hand_offs = 0  # of those, a new job claimed as it was created (ADR 012)
+        self.counters = ActivationCounters()
         # The aging configuration each job type had at its latest activation, so that job
         # records can be rendered without another round trip.
         self.aging_seen: dict[str, Aging] = {}
         self._pending: set[asyncio.Task[Any]] = set()
-        # Lane charges not yet written, per job type (see _charge).
-        self._charges: defaultdict[str, _Charges] = defaultdict(_Charges)
+        self.charges = LaneCharges(db, self._spawn)
         # Callers asking now, per type, tenant filter and via_stream, activated together.
         self._together: dict[_GroupKey, Coalescer[ActivateRequest, _Answer]] = {}
 
@@ -139,78 +105,13 @@ class ActivationService:
             # few jobs for free.  Nothing is lost either way.
             log.warning("%s failed: %r", what, task.exception())
 
-    def _charge(self, job_type: str, claimed: Counter[str], strides: Mapping[str, float]) -> None:
-        """Charge the lanes after the claim, off the response path: the jobs go out while
-        the charge commits.  Under load the next round of this type takes the charges
-        into its lane read (_read_lanes) before the writer task first runs, so a round
-        costs no statement of its own for them and does not wait for one (charges of
-        more than CARRIED_LANES lanes are left to the writer).  A later read of this
-        type's lanes in this process sees every charge made before it, so one activator
-        calling in sequence always sees its own charges; activators in other processes
-        may read a lane a moment before its charge, as they may read it while a claim is
-        in flight."""
-        charges = self._charges[job_type]
-        charges.add(claimed, strides)
-        if charges.writer is None:
-            charges.writer = self._spawn(self._write_charges(job_type, charges), "charging")
-
-    async def _write_charges(self, job_type: str, charges: _Charges) -> None:
-        try:
-            while charges.claimed:
-                taken, done = charges.take()
-                drained: list[str] = []
-                try:
-                    drained = await self.store.charge_lanes(job_type, taken)
-                except Exception as exc:  # uncharged lanes got a few jobs free; that is all
-                    log.warning("charging lanes failed: %r", exc)
-                finally:
-                    done.set_result(None)
-                if drained:
-                    # Lanes their claims emptied, parked now: an empty lane left active
-                    # would keep the vtime it had when it went idle, and both its own
-                    # re-entry and every other lane's (the smallest active vtime) would
-                    # start from there (ADR 014).
-                    self._spawn(
-                        self.store.park_lanes(job_type, drained, retries=PARK_RETRIES),
-                        "parking lanes",
-                    )
-        finally:
-            charges.writer = None
-
-    async def _charged(self, job_type: str) -> None:
-        charges = self._charges.get(job_type)
-        if charges is not None:
-            await charges.written()
-
-    async def _read_lanes(
-        self, job_type: str, limit: int, exclude: Sequence[str], tenant_ids: Sequence[str] | None
-    ) -> LaneRead:
-        """store.read_lanes, after every charge of this type made so far: those not yet
-        written ride in the read's statement (at most CARRIED_LANES lanes of them), after
-        any write already in flight."""
-        charges = self._charges.get(job_type)
-        if charges is not None:
-            await charges.none_in_flight()
-        if charges is None or not 0 < len(charges.claimed) <= CARRIED_LANES:
-            await self._charged(job_type)
-            return await self.store.read_lanes(job_type, limit, exclude, tenant_ids)
-        taken, done = charges.take()
-        try:
-            return await self.store.read_lanes(job_type, limit, exclude, tenant_ids, taken)
-        except Exception:
-            # The statement was rolled back: nothing was charged.  The writer owes them.
-            self._charge(job_type, *taken)
-            raise
-        finally:
-            done.set_result(None)
-
     async def settle(self) -> None:
         """Wait for follow-up work (lane charges and parking) of finished activations."""
         while self._pending:
             await asyncio.gather(*list(self._pending), return_exceptions=True)
 
     async def aging_for(self, job_type: str) -> Aging:
-        cfg = await self.store.type_config(job_type)
+        cfg = await operators.type_config(self.db, job_type)
         return self.resolve_aging(cfg.aging_interval_ms, cfg.aging_step)
 
     async def recent_aging(self, job_type: str) -> Aging:
@@ -225,35 +126,18 @@ class ActivationService:
             step=self.settings.aging_step if step is None else step,
         )
 
-    async def activate(
-        self, req: ActivateRequest, *, fill: bool = True, lead: bool = False
-    ) -> tuple[list[asyncpg.Record], bool]:
-        """The jobs activated, and whether the call ended knowing that the type had no
-        ready job left for the request's tenants (every active lane was read and none
-        had one), as opposed to stopping with all it asked for, at a cap, or after
-        lanes that came up short because another activator held their heads.
+    # -- the entry points --------------------------------------------------------------
 
-        Lanes that come up short are made up from other lanes in further rounds.
-        ``fill`` runs them until ``maxJobs`` is reached, for a caller that asked now
-        and is answered once (a fuller batch saves it a request).  Without ``fill`` the
-        call ends after its first round that claimed anything: a waiter or a stream is
-        owed those jobs now, and each further round (charge, read, claim) held them back
-        ~5 ms at 200 jobs/s while jobs arriving meanwhile kept the rounds going.
+    async def activate(self, req: ActivateRequest) -> tuple[list[JobRow], bool]:
+        """For a caller answered once: rounds until ``maxJobs`` is reached or every
+        active lane was read (a fuller batch saves it a request).  The jobs activated,
+        and whether the call ended knowing that the type had no ready job left for the
+        request's tenants (every active lane was read and none had one), as opposed to
+        stopping with all it asked for, at a cap, or after lanes that came up short
+        because another activator held their heads.
 
-        Callers that ask now (``fill``) for the same type and tenants while such an
-        activation runs are activated together in the next one (ADR 009).
-
-        ``lead`` (without ``fill``): the first round would be one stride pick (a waiter
-        asking for one job, or woken by one new job of an idle type); try the one-pick
-        claim first, which reads and claims in one round trip, and run the rounds only
-        if it got nothing without finding the type dry."""
-        if not fill:
-            if lead:
-                row, dry = await self._claim_lead(req)
-                if row is not None or dry:
-                    return ([] if row is None else [row]), dry
-            [rows], dry = await self._activate([req], fill=False)
-            return rows, dry
+        Callers asking for the same type and tenants while such an activation runs are
+        activated together in the next one (ADR 009)."""
         key = (req.job_type, req.tenant_filter, req.via_stream)
         together = self._together.get(key)
         if together is None:
@@ -272,30 +156,45 @@ class ActivationService:
             if together.idle and self._together.get(key) is together:
                 del self._together[key]  # no caller left: keys of one-off filters go
 
-    async def _claim_lead(self, req: ActivateRequest) -> tuple[asyncpg.Record | None, bool]:
-        """The first stride pick of the type's lanes, read and claimed in one statement
-        (store.claim_lead), then charged as a round's picks are."""
-        self.queries += 1
-        await self._charged(req.job_type)
-        row, dry = await self.store.claim_lead(req.job_type, self._lead_ask(req), utcnow())
-        if row is not None:
-            self._lead_claimed(req, row)
-        return row, dry
+    async def activate_owed(self, req: ActivateRequest) -> tuple[list[JobRow], bool]:
+        """For a waiter or a stream owed jobs now: ends after its first round that
+        claimed anything (each further round -- charge, read, claim -- would hold those
+        jobs back while jobs arriving meanwhile kept the rounds going).  Answers as
+        ``activate``."""
+        [rows], dry = await self._activate([req], fill=False)
+        return rows, dry
+
+    async def activate_one_pick(self, req: ActivateRequest) -> tuple[list[JobRow], bool]:
+        """As ``activate_owed``, when its first round would be one stride pick (a waiter
+        asking for one job, or woken by one new job of an idle type): tries the one-pick
+        claim first, which reads and claims in one round trip, and runs the rounds only
+        if it got nothing without finding the type dry."""
+        self.counters.queries += 1
+        await self.charges.written(req.job_type)
+        got = await claims.claim_lead(self.db, req.job_type, self._lead_ask(req), utcnow())
+        if got.job is not None:
+            self._lead_claimed(req, got)
+            return [got.job], False
+        if got.dry:
+            return [], True
+        return await self.activate_owed(req)
 
     async def create_and_claim_lead(
         self, job: Mapping[str, Any], now: datetime, req: ActivateRequest
-    ) -> tuple[int, asyncpg.Record | None]:
+    ) -> tuple[int, JobRow | None]:
         """Create ``job`` (one, ready at once, of ``req``'s type) and claim the type's
         first stride pick for ``req`` in the same transaction: a hand-off to a waiter
-        (store.insert_and_claim_lead, ADR 012).  The new job's key, and what ``req`` got."""
-        self.queries += 1
-        await self._charged(req.job_type)
-        key, row = await self.store.insert_and_claim_lead(job, now, self._lead_ask(req))
-        if row is not None:
-            if row["job_key"] == key:
-                self.hand_offs += 1
-            self._lead_claimed(req, row)
-        return key, row
+        (claims.insert_and_claim_lead, ADR 012).  The new job's key, and what ``req`` got."""
+        self.counters.queries += 1
+        await self.charges.written(req.job_type)
+        key, got = await claims.insert_and_claim_lead(self.db, job, now, self._lead_ask(req))
+        if got.job is not None:
+            if got.job.job_key == key:
+                self.counters.hand_offs += 1
+            self._lead_claimed(req, got)
+        return key, got.job
+
+    # -- the rounds --------------------------------------------------------------------
 
     def _lead_ask(self, req: ActivateRequest) -> LeadAsk:
         return LeadAsk(
@@ -306,13 +205,15 @@ class ActivationService:
             self.settings.aging_interval_ms,
         )
 
-    def _lead_claimed(self, req: ActivateRequest, row: asyncpg.Record) -> None:
-        """A lead claim got ``row``: charge its lane as a round's picks are charged."""
-        self.lead_claims += 1
-        tenant = row["tenant_id"]
-        self._charge(req.job_type, Counter({tenant: 1}), {tenant: 1.0 / row["lane_weight"]})
+    def _lead_claimed(self, req: ActivateRequest, got: LeadClaim) -> None:
+        """A lead claim got its job: charge its lane as a round's picks are charged."""
+        assert got.job is not None and got.lane_weight is not None
+        assert got.aging_interval_ms is not None and got.aging_step is not None
+        self.counters.lead_claims += 1
+        tenant = got.job.tenant_id
+        self.charges.add(req.job_type, Counter({tenant: 1}), {tenant: 1.0 / got.lane_weight})
         self.aging_seen[req.job_type] = Aging(
-            interval_ms=row["lane_aging_interval_ms"], step=row["lane_aging_step"]
+            interval_ms=got.aging_interval_ms, step=got.aging_step
         )
 
     async def _activate_together(self, reqs: list[ActivateRequest]) -> list[_Answer]:
@@ -323,19 +224,68 @@ class ActivationService:
         """Give back at once what was activated for callers that went away meanwhile."""
         rows = [row for theirs, _ in unwanted for row in theirs]
         if rows:
-            self._spawn(self.store.release_jobs(rows), "releasing")
+            self._spawn(finishing.release(self.db, rows), "releasing")
+
+    async def _claim(
+        self,
+        job_type: str,
+        rows: Sequence[LaneRow],
+        n: int,
+        type_cap: int | None,
+        claim_args: dict[str, Any],
+    ) -> tuple[RoundPlan, list[Claimed]]:
+        """One round's decision and claim over the lanes read.  Without caps the claim
+        is one autocommit statement."""
+        picks = [Lane(r.tenant_id, r.vtime, r.weight) for r in rows]
+        tenant_caps = [r.tenant_id for r in rows if r.max_active_jobs is not None]
+        if type_cap is None and not tenant_caps:
+            plan = RoundPlan(allocate(picks, n))
+            got = await claims.claim(self.db, job_type, plan.allocation.counts, **claim_args)
+            return plan, got
+        return await self._claim_capped(job_type, picks, n, type_cap, tenant_caps, claim_args)
+
+    @retry_deadlock
+    async def _claim_capped(
+        self,
+        job_type: str,
+        picks: Sequence[Lane],
+        n: int,
+        type_cap: int | None,
+        tenant_caps: Sequence[str],
+        claim_args: dict[str, Any],
+    ) -> tuple[RoundPlan, list[Claimed]]:
+        """A round that may meet a cap: in one transaction, the cap locks (type, then
+        tenants by key: one global order, so no deadlock); the active jobs counted *in a
+        later statement*, so that the count sees every activation that committed before
+        the locks were ours; the allocation trimmed to that headroom (every lane read may
+        be touched, since trimming one lane's share moves picks to the next); the claim;
+        and the lanes it leaves at their caps held out of later reads (ADR 016) -- all
+        committed before the locks go."""
+        async with self.db.transaction() as tx:
+            await claims.lock_caps(tx, job_type, type_cap is not None, tenant_caps)
+            type_active = None
+            if type_cap is not None:
+                type_active = await claims.count_active_type(tx, job_type, type_cap)
+            room = await claims.tenant_room(tx, tenant_caps)
+            plan = trim_to_caps(picks, n, type_cap, type_active, room)
+            counts = {t: k for t, k in plan.allocation.counts.items() if k > 0}
+            got = await claims.claim(tx, job_type, counts, **claim_args)
+            await lanes.hold(tx, job_type, left_at_cap(room, Counter(c.job.tenant_id for c in got)))
+            return plan, got
 
     async def _activate(
         self, reqs: Sequence[ActivateRequest], *, fill: bool
-    ) -> tuple[list[list[asyncpg.Record]], bool]:
+    ) -> tuple[list[list[JobRow]], bool]:
         """Activate for ``reqs`` (one type and tenant filter) in shared rounds: each
         claim's jobs are shared out in request order, each taking up to what it still
-        lacks.  The jobs per request, and whether the type was found dry (as above)."""
+        lacks.  The jobs per request, and whether the type was found dry (as above).
+        Lanes that come up short are made up from other lanes in further rounds;
+        ``fill`` runs them until every request has what it asked for."""
         first = reqs[0]
         job_type = first.job_type
         aging: Aging | None = None
         dry = held_back = False
-        claimed: list[list[asyncpg.Record]] = [[] for _ in reqs]
+        claimed: list[list[JobRow]] = [[] for _ in reqs]
         picks: list[str] = []
         exclude: set[str] = set()
         short: set[str] = set()
@@ -348,10 +298,10 @@ class ActivationService:
                 if rounds > MAX_ROUNDS:  # cannot happen (see ADR 014); never loop on a bug
                     log.error("activation of %r stopped after %d rounds", job_type, MAX_ROUNDS)
                     break
-                self.queries += 1
+                self.counters.queries += 1
                 remaining = sum(lacking)
                 width = max(remaining + LANE_SLACK, min(WIDEST_READ, widen * LANE_SLACK))
-                read = await self._read_lanes(job_type, width, sorted(exclude), first.tenant_ids)
+                read = await self.charges.read(job_type, width, sorted(exclude), first.tenant_ids)
                 cfg, rows = read.config, read.ready
                 aging = self.resolve_aging(cfg.aging_interval_ms, cfg.aging_step)
                 # Lanes met without a ready job are parked after the call, and not read
@@ -365,29 +315,33 @@ class ActivationService:
                     # type is dry unless a lane was excluded that may still have some.
                     dry = not held_back
                     break
-                plan = _Plan(rows, remaining, cfg.max_active_jobs)
                 sharing = [i for i, n in enumerate(lacking) if n > 0]
-                got = await self.store.claim(
+                plan, got = await self._claim(
                     job_type,
-                    plan.preliminary(),
-                    now=utcnow(),
-                    shares=[Share(reqs[i].worker, reqs[i].lease_ms, lacking[i]) for i in sharing],
-                    via_stream=first.via_stream,
-                    aging_step=aging.step,
-                    aging_interval_ms=aging.interval_ms,
-                    type_cap=cfg.max_active_jobs,
-                    tenant_caps=plan.tenant_caps(),
-                    headroom=plan.with_headroom,
+                    rows,
+                    remaining,
+                    cfg.max_active_jobs,
+                    {
+                        "now": utcnow(),
+                        "shares": [
+                            Share(reqs[i].worker, reqs[i].lease_ms, lacking[i]) for i in sharing
+                        ],
+                        "via_stream": first.via_stream,
+                        "aging_step": aging.step,
+                        "aging_interval_ms": aging.interval_ms,
+                    },
                 )
-                for row in got:
-                    i = sharing[row["share"] - 1]
-                    claimed[i].append(row)
+                for c in got:
+                    i = sharing[c.share - 1]
+                    claimed[i].append(c.job)
                     lacking[i] -= 1
-                picks.extend(plan.final.picks)
-                per_lane = Counter(r["tenant_id"] for r in got)
+                picks.extend(plan.allocation.picks)
+                per_lane = Counter(c.job.tenant_id for c in got)
                 if got:
-                    self._charge(job_type, per_lane, plan.strides)
-                round_short = {t for t, k in plan.final.counts.items() if per_lane[t] < k}
+                    self.charges.add(
+                        job_type, per_lane, {r.tenant_id: 1.0 / r.weight for r in rows}
+                    )
+                round_short = {t for t, k in plan.allocation.counts.items() if per_lane[t] < k}
                 short |= round_short
                 exclude |= round_short | plan.capped_out
                 # Short because drained, or because another activator held the heads; at cap.
@@ -406,12 +360,12 @@ class ActivationService:
             # wait out their leases.
             taken = [row for theirs in claimed for row in theirs]
             if taken:
-                self._spawn(self.store.release_jobs(taken), "releasing")
+                self._spawn(finishing.release(self.db, taken), "releasing")
             raise
         if short:
             # Parked, later reads need not probe them; that need not delay this answer.
             self._spawn(
-                self.store.park_lanes(job_type, sorted(short), retries=PARK_RETRIES),
+                lanes.park(self.db, job_type, sorted(short), retries=PARK_RETRIES),
                 "parking lanes",
             )
         if aging is None:  # defensive: maxJobs >= 1 always runs a round
@@ -424,7 +378,7 @@ class ActivationService:
 # to a stream (one claim writes one via_stream).
 _GroupKey = tuple[str, TenantFilter, bool]
 # What one caller gets: its jobs, and whether the type was found dry.
-_Answer = tuple[list[asyncpg.Record], bool]
+_Answer = tuple[list[JobRow], bool]
 
 
 def _take_together(reqs: Sequence[ActivateRequest]) -> list[bool]:
@@ -438,62 +392,15 @@ def _take_together(reqs: Sequence[ActivateRequest]) -> list[bool]:
     return chosen
 
 
-class _Plan:
-    """One round's allocation, first without caps, then trimmed by counted headroom."""
-
-    def __init__(self, rows: list[LaneRow], n: int, type_cap: int | None) -> None:
-        self.rows = rows
-        self.n = n
-        self.type_cap = type_cap
-        self.strides = {r.tenant_id: 1.0 / r.weight for r in rows}
-        self.final = allocate(self._lanes({}), n)
-        self.capped_out: set[str] = set()
-        # The type's cap minus its active jobs, as counted for this round (None: no cap).
-        self.type_headroom: int | None = None
-
-    def _lanes(self, room: dict[str, int]) -> list[Lane]:
-        """The lanes read, each with its tenant's room (cap - active) where it has a cap."""
-        return [Lane(r.tenant_id, r.vtime, r.weight, room.get(r.tenant_id)) for r in self.rows]
-
-    def preliminary(self) -> dict[str, int]:
-        return dict(self.final.counts)
-
-    def tenant_caps(self) -> dict[str, int]:
-        """Caps of the tenants this round may touch: every lane read, since trimming one
-        lane's share moves picks to the next lanes."""
-        return {r.tenant_id: r.max_active_jobs for r in self.rows if r.max_active_jobs is not None}
-
-    def with_headroom(self, type_active: int | None, room: dict[str, int]) -> dict[str, int]:
-        """The allocation trimmed by the type's active jobs and the capped tenants' room,
-        both counted under their cap locks (room as the caps are now, not as read)."""
-        type_headroom = None
-        if self.type_cap is not None and type_active is not None:
-            type_headroom = max(0, self.type_cap - type_active)
-        self.type_headroom = type_headroom
-        lanes = self._lanes(room)
-        self.capped_out = {
-            lane.tenant_id for lane in lanes if lane.headroom is not None and lane.headroom <= 0
-        }
-        self.final = allocate(lanes, self.n, type_headroom)
-        # Lanes that used up their headroom in this allocation are at cap too.
-        for lane in lanes:
-            if (
-                lane.headroom is not None
-                and self.final.counts.get(lane.tenant_id, 0) >= lane.headroom
-            ):
-                self.capped_out.add(lane.tenant_id)
-        return dict(self.final.counts)
-
-
-def _in_pick_order(claimed: list[asyncpg.Record], picks: list[str]) -> list[asyncpg.Record]:
+def _in_pick_order(claimed: list[JobRow], picks: list[str]) -> list[JobRow]:
     """Order the response as the stride picks were made: each pick takes its lane's next
     best job (the store returns them unordered)."""
-    by_lane: dict[str, list[asyncpg.Record]] = defaultdict(list)
+    by_lane: dict[str, list[JobRow]] = defaultdict(list)
     for row in claimed:
-        by_lane[row["tenant_id"]].append(row)
+        by_lane[row.tenant_id].append(row)
     for rows in by_lane.values():
-        rows.sort(key=lambda r: (-r["priority"], r["queued_at"], r["job_key"]), reverse=True)
-    out: list[asyncpg.Record] = []
+        rows.sort(key=lambda r: (-r.priority, r.queued_at, r.job_key), reverse=True)
+    out: list[JobRow] = []
     for tenant in picks:
         lane = by_lane.get(tenant)
         if lane:

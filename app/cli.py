@@ -13,8 +13,10 @@ from typing import Annotated, Any
 import typer
 from pydantic import ValidationError
 
-from app import embedded, migrations, store, supervisor
+from app import embedded, migrations, supervisor
 from app.config import Settings, is_loopback
+from app.db import StoreUnavailable
+from app.db.pool import ping_url, until_reachable
 
 cli = typer.Typer(add_completion=False, no_args_is_help=True, help="Jobfair job activation service")
 
@@ -115,13 +117,9 @@ def _migrate_when_reachable(url: str, settings: Settings) -> None:
     """Migrate once the database answers, waiting up to ``db_startup_wait_s`` for it: a
     server started during an outage (or with its database) comes up after it."""
     try:
-        asyncio.run(
-            store.until_reachable(
-                lambda: store.ping_url(url), settings.db_startup_wait_s, "start-up"
-            )
-        )
-    except store.NOT_YET_REACHABLE as exc:
-        typer.echo(f"the database is unreachable: {exc!r}", err=True)
+        asyncio.run(until_reachable(lambda: ping_url(url), settings.db_startup_wait_s, "start-up"))
+    except StoreUnavailable as exc:
+        typer.echo(f"the database is unreachable: {exc.__cause__ or exc!r}", err=True)
         raise typer.Exit(1) from None
     migrations.upgrade(url)
 

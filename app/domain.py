@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
 
 from app.scheduler import Aging, effective_priority
+
+if TYPE_CHECKING:
+    from app.db.rows import JobRow
 
 DEFAULT_TENANT = "<default>"
 DEFAULT_PRIORITY = 50
@@ -22,7 +26,27 @@ MAX_COMPLETE_BATCH = 1000
 TENANT_ID_RE = re.compile(r"^(<default>|[A-Za-z0-9_.-]{1,31})$")
 JOB_TYPE_RE = re.compile(r"^[A-Za-z0-9._:/-]{1,128}$")
 
-TERMINAL_STATES = frozenset({"COMPLETED", "FAILED", "ERROR_THROWN", "CANCELED"})
+
+class JobState(StrEnum):
+    """A job's state as stored.  ``SCHEDULED`` is internal: a job whose runAt (or retry
+    back-off) is still ahead, shown to clients as CREATED (``public_state``)."""
+
+    CREATED = "CREATED"
+    SCHEDULED = "SCHEDULED"
+    ACTIVATED = "ACTIVATED"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    ERROR_THROWN = "ERROR_THROWN"
+    CANCELED = "CANCELED"
+
+
+# States a job leaves only if an operator asks (FAILED, revived by PATCH retries > 0) or
+# never; retention deletes them (app.db.maintenance.PRUNE_TERMINAL spells the same set).
+TERMINAL_STATES = frozenset(
+    {JobState.COMPLETED, JobState.FAILED, JobState.ERROR_THROWN, JobState.CANCELED}
+)
+# Terminal states nothing revives: a job in one of them is finished for good.
+FINISHED_STATES = TERMINAL_STATES - {JobState.FAILED}
 
 
 def utcnow() -> datetime:
@@ -43,9 +67,9 @@ def _rfc3339(value: datetime) -> str:
     return value.isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
-def public_state(state: str) -> str:
+def public_state(state: JobState) -> JobState:
     """``SCHEDULED`` is internal: a delayed job is CREATED to everyone outside."""
-    return "CREATED" if state == "SCHEDULED" else state
+    return JobState.CREATED if state is JobState.SCHEDULED else state
 
 
 def visible_variables(
@@ -58,39 +82,39 @@ def visible_variables(
 
 
 def job_record(
-    row: Mapping[str, Any],
+    row: JobRow,
     now: datetime,
     aging: Aging,
     fetch_variables: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    state = public_state(row["state"])
-    variables = visible_variables(row["variables"], fetch_variables)
-    if state == "CREATED":
-        eff = effective_priority(row["priority"], row["queued_at"], now, aging)
-    elif row["activated_at"] is not None:
+    state = public_state(row.state)
+    variables = visible_variables(row.variables, fetch_variables)
+    if state is JobState.CREATED:
+        eff = effective_priority(row.priority, row.queued_at, now, aging)
+    elif row.activated_at is not None:
         # What its (latest) pick used: the claim aged it by the same formula at its own
         # clock, the one that stamped activated_at.
-        eff = effective_priority(row["priority"], row["queued_at"], row["activated_at"], aging)
+        eff = effective_priority(row.priority, row.queued_at, row.activated_at, aging)
     else:
-        eff = row["priority"]
+        eff = row.priority
     return {
-        "jobKey": str(row["job_key"]),
-        "type": row["job_type"],
-        "tenantId": row["tenant_id"],
+        "jobKey": str(row.job_key),
+        "type": row.job_type,
+        "tenantId": row.tenant_id,
         "state": state,
-        "priority": row["priority"],
+        "priority": row.priority,
         "effectivePriority": eff,
-        "retries": row["retries"],
-        "activationCount": row["activation_count"],
-        "worker": row["worker"],
-        "deadline": rfc3339(row["deadline"]),
-        "runAt": rfc3339(row["run_at"]),
+        "retries": row.retries,
+        "activationCount": row.activation_count,
+        "worker": row.worker,
+        "deadline": rfc3339(row.deadline),
+        "runAt": rfc3339(row.run_at),
         "variables": variables,
-        "customHeaders": row["custom_headers"],
-        "errorCode": row["error_code"],
-        "errorMessage": row["error_message"],
-        "createdAt": rfc3339(row["created_at"]),
-        "activatedAt": rfc3339(row["activated_at"]),
-        "completedAt": rfc3339(row["completed_at"]),
-        "idempotencyKey": row["idempotency_key"],
+        "customHeaders": row.custom_headers,
+        "errorCode": row.error_code,
+        "errorMessage": row.error_message,
+        "createdAt": rfc3339(row.created_at),
+        "activatedAt": rfc3339(row.activated_at),
+        "completedAt": rfc3339(row.completed_at),
+        "idempotencyKey": row.idempotency_key,
     }

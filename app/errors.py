@@ -62,7 +62,14 @@ class ResourceExhausted(JobfairError):
     title = "RESOURCE_EXHAUSTED"
 
 
-class OutcomeUnknown(ResourceExhausted):
+class StoreUnavailable(ResourceExhausted):
+    """The database cannot take the call now: unreachable, restarting, out of connection
+    slots, or every pooled connection busy.  The storage layer (``app.db``) raises it for
+    every such failure of the driver, so nothing above it knows the driver's errors: the
+    HTTP layer answers 503 with ``Retry-After``, background loops back off and retry."""
+
+
+class OutcomeUnknown(StoreUnavailable):
     """The database went away while the call's changes were being committed (its COMMIT,
     or a single-statement write, had been sent and no answer came): they may or may not
     have been made.  A 503 of its own type and without ``Retry-After``: sending the call

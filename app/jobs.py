@@ -7,14 +7,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import asyncpg
-
 from app import scheduler
 from app.activation import ActivationService
 from app.coalescing import Coalescer
-from app.domain import MAX_LEASE_MS, job_record, utcnow
+from app.db import Database, finishing
+from app.db import jobs as stored
+from app.db.base import refused_input, retry_deadlock
+from app.db.jobs import ready_at_once, tenant_of
+from app.db.rows import Inserted, JobFence, JobRow
+from app.domain import FINISHED_STATES, MAX_LEASE_MS, JobState, job_record, utcnow
 from app.errors import InvalidState, NotFound, StaleActivation
-from app.store import Inserted, Store, ready_at_once, refused_input, tenant_of
 from app.waiting import Waiter, WaiterHub
 
 
@@ -38,8 +40,8 @@ class GroupCommit:
     the database refuses) is split until that completion fails alone (ADR 006).
     """
 
-    def __init__(self, store: Store, max_batch: int = 1000) -> None:
-        self.store = store
+    def __init__(self, db: Database, max_batch: int = 1000) -> None:
+        self.db = db
         self.max_batch = max_batch
         self._writes: Coalescer[tuple[int, int, str | None], bool] = Coalescer(
             self._write, self._one_statement, split=refused_input
@@ -61,16 +63,16 @@ class GroupCommit:
         return chosen
 
     async def _write(self, items: list[tuple[int, int, str | None]]) -> list[bool]:
-        completed = await self.store.complete_jobs(items, utcnow())
+        completed = await finishing.complete(self.db, items, utcnow())
         return [key in completed for key, _, _ in items]
 
 
 class JobService:
-    def __init__(self, store: Store, activation: ActivationService, waiters: WaiterHub) -> None:
-        self.store = store
+    def __init__(self, db: Database, activation: ActivationService, waiters: WaiterHub) -> None:
+        self.db = db
         self.activation = activation
         self.waiters = waiters
-        self.group_commit = GroupCommit(store)
+        self.group_commit = GroupCommit(db)
 
     async def create(self, jobs: Sequence[Mapping[str, Any]], now: datetime) -> list[Inserted]:
         if len(jobs) == 1:
@@ -79,7 +81,7 @@ class JobService:
                 waiter = self.waiters.take_head(job["type"], tenant_of(job))
                 if waiter is not None:
                     return [await self._hand_off(job, now, waiter)]
-        return await self.store.insert_jobs(jobs, now)
+        return await stored.insert(self.db, jobs, now)
 
     async def _hand_off(self, job: Mapping[str, Any], now: datetime, waiter: Waiter) -> Inserted:
         """Create ``job`` and claim for ``waiter`` in one transaction (ADR 012): the job
@@ -90,15 +92,15 @@ class JobService:
         waiter's: the job is then created on its own.  If that succeeds the waiter's
         values were refused, and it alone is failed; if not, the producer gets the
         error and the waiter waits on."""
-        rows = []
+        rows: list[JobRow] = []
         try:
-            key, row = await self.activation.create_and_claim_lead(job, now, waiter.req)
-            if row is not None:
-                rows.append(row)
+            key, got = await self.activation.create_and_claim_lead(job, now, waiter.req)
+            if got is not None:
+                rows.append(got)
         except Exception as exc:
             if not refused_input(exc):
                 raise
-            [inserted] = await self.store.insert_jobs([job], now)
+            [inserted] = await stored.insert(self.db, [job], now)
             self.waiters.fail(waiter, exc)
             return inserted
         finally:
@@ -107,18 +109,17 @@ class JobService:
         return Inserted(key, True)
 
     async def get(self, job_key: int, now: datetime) -> dict[str, Any]:
-        row = await self.store.get_job(job_key)
-        if row is None:
+        found = await stored.get(self.db, job_key)
+        if found is None:
             raise NotFound(f"job {job_key} does not exist")
-        aging = self.activation.resolve_aging(row["type_aging_interval_ms"], row["type_aging_step"])
-        return job_record(row, now, aging)
+        cfg = found.type_config
+        aging = self.activation.resolve_aging(cfg.aging_interval_ms, cfg.aging_step)
+        return job_record(found.job, now, aging)
 
     async def cancel(self, job_key: int, now: datetime) -> None:
-        if not await self.store.cancel_job(job_key, now):
+        if not await stored.cancel(self.db, job_key, now):
             row = await self._existing(job_key)
-            raise InvalidState(
-                f"job {job_key} is {row['state']}; only a CREATED job can be canceled"
-            )
+            raise InvalidState(f"job {job_key} is {row.state}; only a CREATED job can be canceled")
 
     async def complete(
         self, job_key: int, activation_count: int | None, variables: str | None
@@ -133,12 +134,12 @@ class JobService:
         """One verdict per item, in order, as if each were sent after the one before."""
         keys = [key for key, _, _ in items]
         if len(set(keys)) == len(keys):  # no job named twice: one statement, as usual
-            done = await self.store.complete_jobs(items, now)
+            done = await finishing.complete(self.db, items, now)
             completed = [key in done for key in keys]
         else:
             completed = await self._complete_in_order(items, now)
         missed = [key for key, ok in zip(keys, completed, strict=True) if not ok]
-        known = await self.store.job_states(missed) if missed else {}
+        known = await stored.fences(self.db, missed) if missed else {}
         return [
             (key, 204 if ok else (409 if key in known else 404))
             for key, ok in zip(keys, completed, strict=True)
@@ -160,7 +161,7 @@ class JobService:
             statements[n].append(i)
         completed = [False] * len(items)
         for positions in statements:
-            done = await self.store.complete_jobs([items[i] for i in positions], now)
+            done = await finishing.complete(self.db, [items[i] for i in positions], now)
             for i in positions:
                 completed[i] = items[i][0] in done
         return completed
@@ -177,7 +178,8 @@ class JobService:
         now: datetime,
     ) -> None:
         activation_count = await self._fence(job_key, activation_count)
-        row = await self.store.fail_job(
+        row = await finishing.fail(
+            self.db,
             job_key,
             activation_count,
             retries=retries,
@@ -199,46 +201,34 @@ class JobService:
         now: datetime,
     ) -> None:
         activation_count = await self._fence(job_key, activation_count)
-        if not await self.store.throw_error(
-            job_key, activation_count, error_code, error_message, variables, now
+        if not await finishing.throw_error(
+            self.db, job_key, activation_count, error_code, error_message, variables, now
         ):
             await self._explain_fenced(job_key, activation_count)
 
+    @retry_deadlock
     async def update(
         self, job_key: int, changes: JobChanges, activation_count: int | None, now: datetime
     ) -> None:
-        def decide(row: asyncpg.Record | None) -> tuple[int, datetime | None, int, str]:
-            if row is None:
-                raise NotFound(f"job {job_key} does not exist")
-            if row["state"] in ("COMPLETED", "ERROR_THROWN", "CANCELED"):
-                raise InvalidState(f"job {job_key} is {row['state']}: it is finished")
-            if activation_count is not None and row["activation_count"] != activation_count:
-                raise StaleActivation(
-                    f"job {job_key} is at activation {row['activation_count']}, "
-                    f"not {activation_count}"
-                )
-            retries = row["retries"] if changes.retries is None else changes.retries
-            priority = row["priority"] if changes.priority is None else changes.priority
-            deadline = row["deadline"]
-            state = row["state"]
-            if changes.timeout_ms is not None:
-                if state != "ACTIVATED":
-                    raise InvalidState(
-                        f"job {job_key} is {state}; only an ACTIVATED job has a lease"
-                    )
-                deadline = now + timedelta(milliseconds=min(changes.timeout_ms, MAX_LEASE_MS))
-                if activation_count is None and row["deadline"] is not None:
-                    # Unfenced, the caller may not hold the lease (any worker, or a
-                    # stale one): it may extend the lease, never cut the holder's short.
-                    deadline = max(deadline, row["deadline"])
-            if changes.retries is not None and state == "FAILED" and retries > 0:
-                state = "CREATED"  # revive an incident
-            return retries, deadline, priority, state
+        """PATCH: read the job under its row lock, decide its new values, write them."""
+        async with self.db.transaction() as tx:
+            job = await stored.lock(tx, job_key)
+            retries, deadline, priority, state = _patched(
+                job_key, job, changes, activation_count, now
+            )
+            assert job is not None  # _patched refused a missing job
+            await stored.update(
+                tx,
+                job,
+                retries=retries,
+                deadline=deadline,
+                priority=priority,
+                state=state,
+                now=now,
+            )
 
-        await self.store.update_job(job_key, decide, now)
-
-    async def _existing(self, job_key: int) -> asyncpg.Record:
-        rows = await self.store.job_states([job_key])
+    async def _existing(self, job_key: int) -> JobFence:
+        rows = await stored.fences(self.db, [job_key])
         if job_key not in rows:
             raise NotFound(f"job {job_key} does not exist")
         return rows[job_key]
@@ -250,14 +240,48 @@ class JobService:
         if activation_count is not None:
             return activation_count
         row = await self._existing(job_key)
-        if row["state"] != "ACTIVATED":
-            raise InvalidState(f"job {job_key} is {row['state']}, not ACTIVATED")
-        return int(row["activation_count"])
+        if row.state is not JobState.ACTIVATED:
+            raise InvalidState(f"job {job_key} is {row.state}, not ACTIVATED")
+        return row.activation_count
 
     async def _explain_fenced(self, job_key: int, activation_count: int) -> None:
         row = await self._existing(job_key)
-        if row["activation_count"] != activation_count:
+        if row.activation_count != activation_count:
             raise StaleActivation(
-                f"job {job_key} is at activation {row['activation_count']}, not {activation_count}"
+                f"job {job_key} is at activation {row.activation_count}, not {activation_count}"
             )
-        raise StaleActivation(f"job {job_key} is {row['state']}, not ACTIVATED")
+        raise StaleActivation(f"job {job_key} is {row.state}, not ACTIVATED")
+
+
+def _patched(
+    job_key: int,
+    job: JobRow | None,
+    changes: JobChanges,
+    activation_count: int | None,
+    now: datetime,
+) -> tuple[int, datetime | None, int, JobState]:
+    """A PATCH's new (retries, deadline, priority, state) for ``job``, or the domain
+    error that refuses it."""
+    if job is None:
+        raise NotFound(f"job {job_key} does not exist")
+    if job.state in FINISHED_STATES:
+        raise InvalidState(f"job {job_key} is {job.state}: it is finished")
+    if activation_count is not None and job.activation_count != activation_count:
+        raise StaleActivation(
+            f"job {job_key} is at activation {job.activation_count}, not {activation_count}"
+        )
+    retries = job.retries if changes.retries is None else changes.retries
+    priority = job.priority if changes.priority is None else changes.priority
+    deadline = job.deadline
+    state = job.state
+    if changes.timeout_ms is not None:
+        if state is not JobState.ACTIVATED:
+            raise InvalidState(f"job {job_key} is {state}; only an ACTIVATED job has a lease")
+        deadline = now + timedelta(milliseconds=min(changes.timeout_ms, MAX_LEASE_MS))
+        if activation_count is None and job.deadline is not None:
+            # Unfenced, the caller may not hold the lease (any worker, or a stale one): it
+            # may extend the lease, never cut the holder's short.
+            deadline = max(deadline, job.deadline)
+    if changes.retries is not None and state is JobState.FAILED and retries > 0:
+        state = JobState.CREATED  # revive an incident
+    return retries, deadline, priority, state

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import signal
@@ -22,10 +23,10 @@ from app.api import openapi, problems
 from app.api import operators as operators_api
 from app.api.direct import App, DirectRoutes, literal_paths
 from app.config import Settings
+from app.db import Database, finishing
+from app.db.listen import Notifier
 from app.jobs import JobService
-from app.notifier import Notifier
-from app.operators import ConfigService, StatsService
-from app.store import Store
+from app.operators import ConfigService, HealthService, SearchService, StatsService
 from app.streaming import StreamRegistry
 from app.sweepers import Background
 from app.waiting import WaiterHub
@@ -51,11 +52,13 @@ HOT_ENDPOINTS = (
 
 @dataclass
 class Services:
-    store: Store
+    db: Database
     activation: ActivationService
     jobs: JobService
     config: ConfigService
     stats: StatsService
+    search: SearchService
+    health: HealthService
     background: Background
     waiters: WaiterHub
     streams: StreamRegistry
@@ -90,18 +93,18 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = await Store.connect(
+        db = await Database.connect(
             database_url,
             size=settings.db_pool_size,
             min_size=settings.db_pool_min_size,
             acquire_timeout_s=settings.db_acquire_timeout_ms / 1000,
             wait_s=settings.db_startup_wait_s,
         )
-        activation = ActivationService(store, settings)
-        stats = StatsService(store)
+        activation = ActivationService(db, settings)
+        stats = StatsService(db)
         waiters = WaiterHub(
             activation,
-            store.release_jobs,
+            functools.partial(finishing.release, db),
             max_waiters=settings.max_waiters,
             backup_poll_ms=settings.backup_poll_ms,
         )
@@ -111,13 +114,15 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
             waiters.notify_all()
 
         notifier = Notifier(database_url, waiters.notify, streams.credit, on_reconnect)
-        bg = Background(store, settings, database_url, stats, _stop_process, enabled=background)
+        bg = Background(db, settings, database_url, stats, _stop_process, enabled=background)
         app.state.services = Services(
-            store=store,
+            db=db,
             activation=activation,
-            jobs=JobService(store, activation, waiters),
-            config=ConfigService(store, activation.resolve_aging),
+            jobs=JobService(db, activation, waiters),
+            config=ConfigService(db, activation.resolve_aging),
             stats=stats,
+            search=SearchService(db),
+            health=HealthService(db),
             background=bg,
             waiters=waiters,
             streams=streams,
@@ -147,7 +152,7 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
             await activation.settle()
             await bg.stop()
             await notifier.stop()
-            await store.close()
+            await db.close()
 
     app = App(
         title="Jobfair", version=__version__, lifespan=lifespan, docs_url="/docs", redoc_url=None

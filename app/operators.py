@@ -9,43 +9,47 @@ from datetime import datetime
 from typing import Any
 
 from app import scheduler
+from app.db import Database
+from app.db import operators as stored
+from app.db.rows import JobRow, JobTypeRow, TenantRow
 from app.errors import NotFound
 from app.scheduler import Aging
-from app.store import Store
 
 STATS_WINDOW_S = 60.0
 
 
 class ConfigService:
-    def __init__(self, store: Store, resolve_aging: Callable[[int | None, int | None], Aging]):
-        self.store = store
+    def __init__(self, db: Database, resolve_aging: Callable[[int | None, int | None], Aging]):
+        self.db = db
         # The server-wide defaults fill what a job type leaves unset (ActivationService).
         self.resolve_aging = resolve_aging
 
     async def put_tenant(self, tenant_id: str, weight: int, cap: int | None) -> dict[str, Any]:
-        return _tenant(await self.store.upsert_tenant(tenant_id, weight, cap))
+        return _tenant(await stored.upsert_tenant(self.db, tenant_id, weight, cap))
 
     async def get_tenant(self, tenant_id: str) -> dict[str, Any]:
-        row = await self.store.get_tenant(tenant_id)
+        row = await stored.get_tenant(self.db, tenant_id)
         if row is None:
             # An unconfigured tenant has the defaults; it is not an error to look at it.
             return {"tenantId": tenant_id, "weight": 1, "maxActiveJobs": None}
         return _tenant(row)
 
     async def list_tenants(self) -> list[dict[str, Any]]:
-        return [_tenant(r) for r in await self.store.list_tenants()]
+        return [_tenant(r) for r in await stored.list_tenants(self.db)]
 
     async def delete_tenant(self, tenant_id: str) -> None:
-        if not await self.store.delete_tenant(tenant_id):
+        if not await stored.delete_tenant(self.db, tenant_id):
             raise NotFound(f"tenant {tenant_id} has no configuration")
 
     async def put_job_type(
         self, job_type: str, cap: int | None, interval_ms: int | None, step: int | None
     ) -> dict[str, Any]:
-        return self._job_type(await self.store.upsert_job_type(job_type, cap, interval_ms, step))
+        return self._job_type(
+            await stored.upsert_job_type(self.db, job_type, cap, interval_ms, step)
+        )
 
     async def get_job_type(self, job_type: str) -> dict[str, Any]:
-        row = await self.store.get_job_type(job_type)
+        row = await stored.get_job_type(self.db, job_type)
         if row is None:
             aging = self.resolve_aging(None, None)
             return {
@@ -57,37 +61,35 @@ class ConfigService:
         return self._job_type(row)
 
     async def list_job_types(self) -> list[dict[str, Any]]:
-        return [self._job_type(r) for r in await self.store.list_job_types()]
+        return [self._job_type(r) for r in await stored.list_job_types(self.db)]
 
-    def _job_type(self, row: Any) -> dict[str, Any]:
-        aging = self.resolve_aging(row["aging_interval_ms"], row["aging_step"])
+    def _job_type(self, row: JobTypeRow) -> dict[str, Any]:
+        aging = self.resolve_aging(row.aging_interval_ms, row.aging_step)
         return {
-            "type": row["job_type"],
-            "maxActiveJobs": row["max_active_jobs"],
+            "type": row.job_type,
+            "maxActiveJobs": row.max_active_jobs,
             "agingIntervalMs": aging.interval_ms,
             "agingStep": aging.step,
         }
 
 
-def _tenant(row: Any) -> dict[str, Any]:
-    return {
-        "tenantId": row["tenant_id"],
-        "weight": row["weight"],
-        "maxActiveJobs": row["max_active_jobs"],
-    }
+def _tenant(row: TenantRow) -> dict[str, Any]:
+    return {"tenantId": row.tenant_id, "weight": row.weight, "maxActiveJobs": row.max_active_jobs}
 
 
 class StatsService:
     """``GET /v2/stats``.  Activations in the last minute come from the lanes' running
     totals (shared by every replica), sampled in process every few seconds."""
 
-    def __init__(self, store: Store, sample_interval_s: float = 5.0) -> None:
-        self.store = store
+    def __init__(self, db: Database, sample_interval_s: float = 5.0) -> None:
+        self.db = db
         self.sample_interval_s = sample_interval_s
         self.samples: deque[tuple[float, dict[tuple[str, str], int]]] = deque()
 
     async def sample(self) -> dict[tuple[str, str], int]:
-        totals = {(r[0], r[1]): r[2] for r in await self.store.lane_totals()}
+        totals = {
+            (r.job_type, r.tenant_id): r.activated_total for r in await stored.lane_totals(self.db)
+        }
         now = time.monotonic()
         self.samples.append((now, totals))
         # Keep one sample at least a window old, so "last minute" has a baseline.
@@ -106,15 +108,15 @@ class StatsService:
         ready jobs."""
         base = self.samples[0][1] if self.samples else {}
         current = await self.sample()
-        rows = await self.store.stats(job_type)
-        weights = {r["tenant_id"]: r["weight"] for r in await self.store.list_tenants()}
+        rows = await stored.stats(self.db, job_type)
+        weights = {r.tenant_id: r.weight for r in await stored.list_tenants(self.db)}
         types: dict[str, dict[str, Any]] = {}
         type_caps: dict[str, int | None] = {}
         for r in rows:
-            t = types.get(r["job_type"])
+            t = types.get(r.job_type)
             if t is None:
-                t = types[r["job_type"]] = {
-                    "type": r["job_type"],
+                t = types[r.job_type] = {
+                    "type": r.job_type,
                     "pending": 0,
                     "ready": 0,
                     "delayed": 0,
@@ -123,31 +125,31 @@ class StatsService:
                     "oldestReadyJobKey": None,
                     "tenants": [],
                 }
-                type_caps[r["job_type"]] = r["type_cap"]
-            age = _age_ms(now, r["oldest_ready_at"])
-            key = None if r["oldest_ready_key"] is None else str(r["oldest_ready_key"])
-            pending = r["ready"] + r["delayed"]
+                type_caps[r.job_type] = r.type_cap
+            age = _age_ms(now, r.oldest_ready_at)
+            key = None if r.oldest_ready_key is None else str(r.oldest_ready_key)
+            pending = r.ready + r.delayed
             t["pending"] += pending
-            t["ready"] += r["ready"]
-            t["delayed"] += r["delayed"]
-            t["active"] += r["active"]
+            t["ready"] += r.ready
+            t["delayed"] += r.delayed
+            t["active"] += r.active
             if age is not None and (
                 t["oldestPendingAgeMs"] is None or age > t["oldestPendingAgeMs"]
             ):
                 t["oldestPendingAgeMs"], t["oldestReadyJobKey"] = age, key
-            lane = (r["job_type"], r["tenant_id"])
-            tenant_cap = r["tenant_cap"]
+            lane = (r.job_type, r.tenant_id)
+            tenant_cap = r.tenant_cap
             t["tenants"].append(
                 {
-                    "tenantId": r["tenant_id"],
+                    "tenantId": r.tenant_id,
                     "pending": pending,
-                    "ready": r["ready"],
-                    "delayed": r["delayed"],
-                    "active": r["active"],
+                    "ready": r.ready,
+                    "delayed": r.delayed,
+                    "active": r.active,
                     "oldestPendingAgeMs": age,
                     "oldestReadyJobKey": key,
                     "cappedBy": "tenant"
-                    if tenant_cap is not None and r["tenant_active"] >= tenant_cap
+                    if tenant_cap is not None and (r.tenant_active or 0) >= tenant_cap
                     else None,
                     "activatedLastMinute": current.get(lane, 0) - base.get(lane, 0),
                 }
@@ -171,3 +173,38 @@ def _age_ms(now: datetime, since: datetime | None) -> int | None:
     if since is None:
         return None
     return max(0, int((now - since).total_seconds() * 1000))
+
+
+class SearchService:
+    """Job search (Camunda's ``POST /v2/jobs/search``) over the operator statements."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def search(
+        self,
+        filters: dict[str, list[Any]],
+        sort: list[tuple[str, bool]],
+        limit: int,
+        offset: int,
+    ) -> tuple[list[JobRow], int, bool]:
+        """The jobs matching, the total counted up to a bound, and whether there are more
+        than that."""
+        return await stored.search_jobs(self.db, filters, sort, limit, offset)
+
+
+class HealthService:
+    """What ``/readyz`` and ``/metrics`` ask of the database."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def schema_revision(self) -> str | None:
+        """The schema's revision, after a ping: StoreUnavailable if the database cannot
+        answer."""
+        await stored.ping(self.db)
+        return await stored.schema_revision(self.db)
+
+    def pool_sizes(self) -> tuple[int, int]:
+        """Connections open in the pool, and of those idle."""
+        return self.db.get_size(), self.db.get_idle_size()

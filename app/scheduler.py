@@ -8,16 +8,24 @@ Where fairness is decided:
   A lane at its cap is skipped and keeps its ``vtime``, so it keeps its place.  A lane that
   comes back from idle re-enters at the current virtual time (:func:`reentry_vtime`), so
   it cannot bank credit while it was away.
-* Inside a tenant: effective priority (aging), then FIFO.  The store ranks a lane's head
-  rows with the same formula as :func:`effective_priority`.
+* Inside a tenant: effective priority (aging), then FIFO.  The claim ranks a lane's head
+  rows with the same formula as :func:`effective_priority` (its twin in SQL).
+* Caps: a round's allocation is trimmed by the headroom counted under the cap locks
+  (:func:`trim_to_caps`), and the lanes a claim leaves at their caps are held out of
+  later reads (:func:`left_at_cap`).
+
+Three rules exist twice, here and in SQL, and name each other: the effective priority
+(``app.db.claims.CLAIM``), the re-entry virtual time (``app.db.lanes`` and alembic
+0004's ``jobfair_release_holds``) and the first pick (``app.db.claims.CLAIM_LEAD``).
+``tests/integration/test_twins.py`` checks on a real database that each pair agrees.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 MAX_PRIORITY = 100
@@ -30,7 +38,8 @@ class Aging:
 
 
 def effective_priority(priority: int, queued_at: datetime, now: datetime, aging: Aging) -> int:
-    """``min(100, priority + step * floor(wait / interval))``; never below ``priority``."""
+    """``min(100, priority + step * floor(wait / interval))``; never below ``priority``.
+    Twin: the ``eff`` of ``app.db.claims.CLAIM``'s heads."""
     # Whole microseconds, not float seconds: 4.007 s * 1000 is 4006.9999999999995 ms, and
     # the job would age one interval late (SQL's numeric arithmetic does not).
     wait_us = max(0, (now - queued_at) // timedelta(microseconds=1))
@@ -77,7 +86,8 @@ def allocate(lanes: Iterable[Lane], n: int, type_headroom: int | None = None) ->
     """Simulate ``n`` stride picks over ``lanes``.
 
     Bounded by ``type_headroom`` (the job type's cap minus its active jobs) and by each
-    lane's own headroom.  Cost O(n log L).
+    lane's own headroom.  Cost O(n log L).  Its first pick has a twin in SQL:
+    ``app.db.claims.CLAIM_LEAD`` picks the same lane among those it probes.
     """
     if type_headroom is not None:
         n = min(n, max(0, type_headroom))
@@ -102,7 +112,9 @@ def allocate(lanes: Iterable[Lane], n: int, type_headroom: int | None = None) ->
 
 
 def reentry_vtime(own_vtime: float, min_active_vtime: float | None, max_vtime: float) -> float:
-    """Virtual time of a lane that becomes backlogged again (mirrors the store's SQL).
+    """Virtual time of a lane that becomes backlogged again.  Twin: ``_REENTRY_VTIME``
+    in ``app.db.lanes`` (and alembic 0004's ``jobfair_release_holds``), where "backlogged"
+    excludes lanes held at their caps.
 
     The system's virtual time is the smallest ``vtime`` of the backlogged lanes or, when
     none is backlogged, the largest of all lanes.  A returning lane starts there, never
@@ -110,6 +122,47 @@ def reentry_vtime(own_vtime: float, min_active_vtime: float | None, max_vtime: f
     """
     now_v = min_active_vtime if min_active_vtime is not None else max_vtime
     return max(own_vtime, now_v)
+
+
+@dataclass(frozen=True, slots=True)
+class RoundPlan:
+    """One activation round's decision: how many jobs to claim from which lanes (in pick
+    order), and, where caps were counted, the type's headroom and the lanes at their caps
+    (none of whose jobs this round may take more of)."""
+
+    allocation: Allocation
+    type_headroom: int | None = None
+    capped_out: frozenset[str] = field(default_factory=frozenset)
+
+
+def trim_to_caps(
+    lanes: Sequence[Lane],
+    n: int,
+    type_cap: int | None,
+    type_active: int | None,
+    room: Mapping[str, int],
+) -> RoundPlan:
+    """The allocation of ``n`` picks over ``lanes`` within the type's cap (``type_cap``
+    minus its ``type_active`` jobs) and each capped tenant's ``room`` (cap minus active),
+    both counted under their cap locks.  A lane is capped out if it had no room, or if
+    this allocation uses all it had."""
+    type_headroom = None
+    if type_cap is not None and type_active is not None:
+        type_headroom = max(0, type_cap - type_active)
+    capped = [replace(lane, headroom=room.get(lane.tenant_id)) for lane in lanes]
+    allocation = allocate(capped, n, type_headroom)
+    capped_out = frozenset(
+        lane.tenant_id
+        for lane in capped
+        if lane.headroom is not None and allocation.counts.get(lane.tenant_id, 0) >= lane.headroom
+    )
+    return RoundPlan(allocation, type_headroom, capped_out)
+
+
+def left_at_cap(room: Mapping[str, int], taken: Mapping[str, int]) -> list[str]:
+    """The capped tenants a claim that took ``taken`` jobs per tenant leaves with no room
+    (their lanes are held until capacity frees), in key order."""
+    return sorted(t for t, n in room.items() if n - taken.get(t, 0) <= 0)
 
 
 def retry_at(now: datetime, retry_backoff_ms: int) -> datetime:

@@ -23,13 +23,14 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
-import asyncpg
 import orjson
 
 from app.activation import ActivateRequest, ActivationService
-from app.domain import job_record, utcnow
-from app.errors import ResourceExhausted
-from app.store import Store
+from app.db import Database, finishing
+from app.db import jobs as stored_jobs
+from app.db.rows import JobRow
+from app.domain import JobState, job_record, utcnow
+from app.errors import StoreUnavailable
 from app.waiting import Waiter, WaiterHub, jittered_s
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,7 @@ class Stream:
         req: ActivateRequest,
         hub: WaiterHub,
         registry: StreamRegistry,
-        store: Store,
+        db: Database,
         activation: ActivationService,
         *,
         check_ms: int,
@@ -66,7 +67,7 @@ class Stream:
         self.req = dataclasses.replace(req, via_stream=True)
         self.hub = hub
         self.registry = registry
-        self.store = store
+        self.db = db
         self.activation = activation
         self.check_ms = check_ms
         self.fetch_variables = fetch_variables
@@ -74,7 +75,7 @@ class Stream:
         self.outstanding: dict[int, int] = {}  # jobKey -> activationCount we hold
         self.credit_back = asyncio.Event()
         self.waiter: Waiter | None = None
-        self.undelivered: list[asyncpg.Record] = []
+        self.undelivered: list[JobRow] = []
 
     @property
     def credit(self) -> int:
@@ -90,7 +91,7 @@ class Stream:
             while not self.registry.shutdown.is_set():
                 try:
                     rows = await self._next_jobs()
-                except ResourceExhausted:
+                except StoreUnavailable:
                     # The database is unreachable (or the pool busy).  A stream is a
                     # subscription: it stays open and asks again one check later.
                     await self._pause()
@@ -103,8 +104,8 @@ class Stream:
                     # Counted ours before the write, so that a credit for it (the client
                     # may finish it as soon as it is written) finds this stream.
                     row = self.undelivered[0]
-                    key = row["job_key"]
-                    self.outstanding[key] = row["activation_count"]
+                    key = row.job_key
+                    self.outstanding[key] = row.activation_count
                     self.registry.by_key[key] = self
                     record = job_record(row, utcnow(), aging, self.fetch_variables)
                     # Closed at this yield: the write failed or was cut, and the row is
@@ -122,13 +123,13 @@ class Stream:
         asks for the next event at once, before its own disconnect listener has run."""
         return self.is_disconnected is not None and await self.is_disconnected()
 
-    async def _next_jobs(self) -> list[asyncpg.Record] | None:
+    async def _next_jobs(self) -> list[JobRow] | None:
         """Jobs for the free credit, or None when there is nothing yet (woken by a
         returned credit, the periodic check or shutdown)."""
         if self.credit > 0 and self.waiter is None:
             request = self._request()
             if not self.hub.has_waiters(request.job_type) and not self.hub.known_dry(request):
-                rows = await self.hub.activate(request, fill=False)
+                rows = await self.hub.activate_owed(request)
                 if rows:
                     return rows
             self.waiter = self.hub.enqueue(self._request())  # credit may have come back
@@ -170,10 +171,10 @@ class Stream:
         """The backup for a lost ``jobfair_done``: credits of jobs no longer ours."""
         if not self.outstanding:
             return
-        states = await self.store.job_states(list(self.outstanding))
+        states = await stored_jobs.fences(self.db, list(self.outstanding))
         for key, count in list(self.outstanding.items()):
             row = states.get(key)
-            if row is None or row["state"] != "ACTIVATED" or row["activation_count"] != count:
+            if row is None or row.state is not JobState.ACTIVATED or row.activation_count != count:
                 self.registry.by_key.pop(key, None)
                 self.outstanding.pop(key, None)
 
@@ -181,8 +182,8 @@ class Stream:
         if self.waiter is not None:
             self.waiter.future.cancel()  # the dispatcher releases anything it got for us
         for row in self.undelivered:
-            self.outstanding.pop(row["job_key"], None)
-            self.registry.by_key.pop(row["job_key"], None)
+            self.outstanding.pop(row.job_key, None)
+            self.registry.by_key.pop(row.job_key, None)
         for key in self.outstanding:
             self.registry.by_key.pop(key, None)
         if not self.undelivered:
@@ -193,15 +194,15 @@ class Stream:
         # gone cancels it at every await), and the stream stays in the registry until it
         # has: once a stream leaves the registry, what it released is back.
         rows, self.undelivered = self.undelivered, []
-        release = asyncio.ensure_future(self.store.release_jobs(rows))
+        release = asyncio.ensure_future(finishing.release(self.db, rows))
         release.add_done_callback(lambda task: self._released(task, len(rows)))
-        with contextlib.suppress(ResourceExhausted):  # logged by _released
+        with contextlib.suppress(StoreUnavailable):  # logged by _released
             await asyncio.shield(release)
 
     def _released(self, release: asyncio.Future[int], count: int) -> None:
         self.registry.streams.discard(self)
         exc = None if release.cancelled() else release.exception()
-        if isinstance(exc, ResourceExhausted):
+        if isinstance(exc, StoreUnavailable):
             log.warning("%d undelivered jobs return at their lease expiry", count)
         elif exc is not None:  # a bug; logged here too, as nobody may be awaiting it
             log.error("releasing %d undelivered jobs failed", count, exc_info=exc)

@@ -3,10 +3,10 @@
 Leader-only tasks run on one process at a time across replicas: the holder of a
 session-level advisory lock on a dedicated connection.  Every task is safe to run twice
 (each statement re-checks the state it changes) and has ``run_once(now)`` for tests.
-A database that is away (unreachable, restarting, out of connection slots, a connection
-that died mid-call) is transient: each loop logs it once, backs off, retries, and logs
-again when it recovers.  Anything else is a bug and stops the process (``on_fatal``):
-half-alive is worse than restarted.
+A database that is away (``StoreUnavailable``: unreachable, restarting, out of connection
+slots, a connection that died mid-call) is transient: each loop logs it once, backs off,
+retries, and logs again when it recovers.  Anything else is a bug and stops the process
+(``on_fatal``): half-alive is worse than restarted.
 """
 
 from __future__ import annotations
@@ -17,12 +17,11 @@ import random
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
-import asyncpg
-
 from app.config import Settings
+from app.db import Database, StoreUnavailable, maintenance
+from app.db.leader import LeaderLock
 from app.domain import utcnow
 from app.operators import StatsService
-from app.store import LEADER_LOCK_KEY, TRANSIENT, Store
 
 log = logging.getLogger(__name__)
 
@@ -47,12 +46,12 @@ class LeaseSweeper:
 
     name = "lease-sweeper"
 
-    def __init__(self, store: Store, interval_ms: int) -> None:
-        self.store = store
+    def __init__(self, db: Database, interval_ms: int) -> None:
+        self.db = db
         self.interval_ms = interval_ms
 
     async def run_once(self, now: datetime) -> int:
-        return await _in_batches(lambda: self.store.release_expired(now, BATCH))
+        return await _in_batches(lambda: maintenance.release_expired(self.db, now, BATCH))
 
 
 class Promoter:
@@ -60,12 +59,12 @@ class Promoter:
 
     name = "promoter"
 
-    def __init__(self, store: Store, interval_ms: int) -> None:
-        self.store = store
+    def __init__(self, db: Database, interval_ms: int) -> None:
+        self.db = db
         self.interval_ms = interval_ms
 
     async def run_once(self, now: datetime) -> int:
-        return await _in_batches(lambda: self.store.promote_scheduled(now, BATCH))
+        return await _in_batches(lambda: maintenance.promote_scheduled(self.db, now, BATCH))
 
 
 class RetentionSweeper:
@@ -73,14 +72,14 @@ class RetentionSweeper:
 
     name = "retention"
 
-    def __init__(self, store: Store, interval_ms: int, retention_s: int) -> None:
-        self.store = store
+    def __init__(self, db: Database, interval_ms: int, retention_s: int) -> None:
+        self.db = db
         self.interval_ms = interval_ms
         self.retention_s = retention_s
 
     async def run_once(self, now: datetime) -> int:
         before = now - timedelta(seconds=self.retention_s)
-        return await _in_batches(lambda: self.store.prune_terminal(before, BATCH))
+        return await _in_batches(lambda: maintenance.prune_terminal(self.db, before, BATCH))
 
 
 class StatsSampler:
@@ -101,27 +100,26 @@ Task = LeaseSweeper | Promoter | RetentionSweeper | StatsSampler
 class Background:
     def __init__(
         self,
-        store: Store,
+        db: Database,
         settings: Settings,
         database_url: str,
         stats: StatsService,
         on_fatal: Callable[[BaseException], None],
         enabled: bool = True,
     ) -> None:
-        self.store = store
-        self.database_url = database_url
+        self.db = db
         self.on_fatal = on_fatal
         self.enabled = enabled
-        self.lease = LeaseSweeper(store, settings.lease_sweep_interval_ms)
-        self.promoter = Promoter(store, settings.promote_interval_ms)
+        self.lease = LeaseSweeper(db, settings.lease_sweep_interval_ms)
+        self.promoter = Promoter(db, settings.promote_interval_ms)
         self.retention = RetentionSweeper(
-            store, settings.retention_sweep_interval_ms, settings.retention_s
+            db, settings.retention_sweep_interval_ms, settings.retention_s
         )
         self.sampler = StatsSampler(stats)
         self.leader_tasks: list[Task] = [self.lease, self.promoter, self.retention]
         self.is_leader = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self._leader_conn: asyncpg.Connection | None = None
+        self._leader = LeaderLock(database_url)
 
     async def start(self) -> None:
         if not self.enabled:
@@ -136,9 +134,8 @@ class Background:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
-        if self._leader_conn is not None:
-            await self._leader_conn.close()
-            self._leader_conn = None
+        await self._leader.close()
+        self.is_leader.clear()
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coro)
@@ -154,28 +151,17 @@ class Background:
             self.on_fatal(exc)
 
     async def _leadership(self) -> None:
-        """Hold the leader lock while the connection lives; re-contend when it dies."""
+        """Hold the leader lock while its connection lives; re-contend when it dies."""
         while True:
             try:
-                if self._leader_conn is None or self._leader_conn.is_closed():
-                    self.is_leader.clear()
-                    self._leader_conn = await asyncpg.connect(self.database_url)
-                if not self.is_leader.is_set():
-                    got = await self._leader_conn.fetchval(
-                        "SELECT pg_try_advisory_lock($1)", LEADER_LOCK_KEY
-                    )
-                    if got:
+                if await self._leader.hold():
+                    if not self.is_leader.is_set():
                         log.info("this process leads the background work")
                         self.is_leader.set()
-                else:
-                    await self._leader_conn.fetchval("SELECT 1")
-            except TRANSIENT as exc:
-                if self._leader_conn is not None or self.is_leader.is_set():
-                    log.warning("leader connection lost: %r", exc)  # once per outage
+            except StoreUnavailable as exc:
+                if self.is_leader.is_set():
+                    log.warning("leader connection lost: %r", exc.__cause__ or exc)
                 self.is_leader.clear()
-                if self._leader_conn is not None:
-                    self._leader_conn.terminate()
-                    self._leader_conn = None
             await asyncio.sleep(1.0 + random.random())
 
     async def _loop(self, task: Task, *, leader_only: bool) -> None:
@@ -187,7 +173,7 @@ class Background:
                 await self.is_leader.wait()
             try:
                 await task.run_once(utcnow())
-            except TRANSIENT as exc:
+            except StoreUnavailable as exc:
                 if not failing:  # once per outage: every pass fails until it ends
                     log.warning("%s: database unavailable, backing off: %r", task.name, exc)
                 failing = True

@@ -28,11 +28,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import asyncpg
-
 from app.activation import ActivateRequest, ActivationService, TenantFilter
+from app.db.base import refused_input
+from app.db.rows import JobRow
 from app.errors import ResourceExhausted
-from app.store import refused_input
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +42,7 @@ def jittered_s(period_ms: int) -> float:
     return period_ms / 1000 * (0.75 + 0.5 * random.random())
 
 
-Rows = list[asyncpg.Record]
+Rows = list[JobRow]
 # Waiters served at once by one dispatcher while a backlog lasts.
 MAX_PARALLEL = 8
 
@@ -92,7 +91,7 @@ class WaiterHub:
     def __init__(
         self,
         activation: ActivationService,
-        release: Callable[[Sequence[asyncpg.Record]], Awaitable[int]],
+        release: Callable[[Sequence[JobRow]], Awaitable[int]],
         *,
         max_waiters: int,
         backup_poll_ms: int,
@@ -143,11 +142,23 @@ class WaiterHub:
         for q in self.queues.values():
             q.wake.set()
 
-    async def activate(self, req: ActivateRequest, *, fill: bool, lead: bool = False) -> Rows:
-        """Activate now (``fill``, ``lead``: see ActivationService.activate), and
-        remember whether that found the type dry for the filter."""
+    async def activate(self, req: ActivateRequest) -> Rows:
+        """ActivationService.activate, remembering whether it found the type dry."""
+        return await self._remember(req, self.activation.activate)
+
+    async def activate_owed(self, req: ActivateRequest, *, one_pick: bool = False) -> Rows:
+        """ActivationService.activate_owed (or activate_one_pick), remembering whether it
+        found the type dry."""
+        how = self.activation.activate_one_pick if one_pick else self.activation.activate_owed
+        return await self._remember(req, how)
+
+    async def _remember(
+        self, req: ActivateRequest, how: Callable[[ActivateRequest], Awaitable[tuple[Rows, bool]]]
+    ) -> Rows:
+        """Activate with ``how``, and remember whether that found the type dry for the
+        request's filter."""
         wakes = self._wakes
-        rows, dry = await self.activation.activate(req, fill=fill, lead=lead)
+        rows, dry = await how(req)
         job_type, key = req.job_type, req.tenant_filter
         tally = self._tally.get(job_type)
         if tally is not None and tally.all_out(len(rows)):
@@ -216,9 +227,9 @@ class WaiterHub:
             # Not waiting: ask now, unless others wait (they are owed what there is).
             if self.has_waiters(req.job_type):
                 return []
-            return await self.activate(req, fill=True)
+            return await self.activate(req)
         if not self.has_waiters(req.job_type) and not self.known_dry(req):
-            rows = await self.activate(req, fill=True)
+            rows = await self.activate(req)
             if rows:
                 return rows
         waiter = self.enqueue(req)
@@ -365,7 +376,7 @@ class WaiterHub:
         # type was dry and one job came (the rest of a backlog needs the full rounds).
         lead = w.req.max_jobs == 1 or self.one_expected(w.req.job_type)
         try:
-            rows = await self.activate(w.req, fill=False, lead=lead)
+            rows = await self.activate_owed(w.req, one_pick=lead)
         except Exception as exc:
             # Its worker name, lease or tenants: the statement held nobody else's values.
             # Left queued, it would fail every round of its type from the head.

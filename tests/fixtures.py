@@ -23,9 +23,9 @@ from fastapi import FastAPI
 from app import embedded, migrations
 from app.cli import IDLE_CONNECTION_TIMEOUT_S
 from app.config import Settings
+from app.db import Database
 from app.http import RequestLimits, bounded_protocol
 from app.main import Services, create_app
-from app.store import Store
 
 TEMPLATE = "jobfair_template"
 _counter = itertools.count()
@@ -82,8 +82,8 @@ def settings() -> Settings:
 
 
 @pytest.fixture
-async def store(db_url: str) -> AsyncIterator[Store]:
-    s = await Store.connect(db_url, size=30, min_size=2)
+async def store(db_url: str) -> AsyncIterator[Database]:
+    s = await Database.connect(db_url, size=30, min_size=2)
     yield s
     await s.close()
 

@@ -18,7 +18,8 @@ from app.api import schemas
 from app.api.jobs import fail, fenced, long_poll
 from app.api.parsing import ascii_digits, body, job_key, lease_token, optional_body, payload
 from app.api.problems import JSON
-from app.domain import rfc3339, visible_variables
+from app.db.rows import JobRow
+from app.domain import JobState, rfc3339, visible_variables
 
 router = APIRouter(prefix="/v2/jobs", tags=["camunda"])
 
@@ -53,32 +54,34 @@ class CamundaFail(schemas.Strict):
     jobLeaseToken: schemas.LeaseToken | None = None
 
 
-def camunda_job(row: Any, fetch: list[str] | None) -> dict[str, Any]:
-    variables = visible_variables(row["variables"], fetch)
+def camunda_job(row: JobRow, fetch: list[str] | None) -> dict[str, Any]:
+    """An activated job as Camunda's clients read it."""
+    assert row.deadline is not None  # an activated job has a lease
+    variables = visible_variables(row.variables, fetch)
     return {
-        "jobKey": str(row["job_key"]),
-        "type": row["job_type"],
-        "worker": row["worker"] or "",
-        "retries": row["retries"],
-        "deadline": int(row["deadline"].timestamp() * 1000),
+        "jobKey": str(row.job_key),
+        "type": row.job_type,
+        "worker": row.worker or "",
+        "retries": row.retries,
+        "deadline": int(row.deadline.timestamp() * 1000),
         "variables": variables,
-        "customHeaders": row["custom_headers"],
-        "tenantId": row["tenant_id"],
+        "customHeaders": row.custom_headers,
+        "tenantId": row.tenant_id,
         "kind": "BPMN_ELEMENT",
         "listenerEventType": "UNSPECIFIED",
         "processDefinitionId": PROCESS_DEFINITION_ID,
         "processDefinitionVersion": -1,
         "processDefinitionKey": NO_KEY,
         "processInstanceKey": NO_KEY,
-        "elementId": row["job_type"],
+        "elementId": row.job_type,
         "elementInstanceKey": NO_KEY,
         "userTask": None,
         "tags": [],
         "rootProcessInstanceKey": None,
-        "priority": row["priority"],
-        "physicalTenantId": row["tenant_id"],
+        "priority": row.priority,
+        "physicalTenantId": row.tenant_id,
         "businessId": None,
-        "jobLeaseToken": lease_token(row["job_key"], row["activation_count"]),
+        "jobLeaseToken": lease_token(row.job_key, row.activation_count),
     }
 
 
@@ -112,14 +115,13 @@ async def failure(request: Request, key: str) -> Response:
 
 # -- search and topology --------------------------------------------------------------
 
-CAMUNDA_STATES = {
-    "CREATED": ("CREATED", "SCHEDULED", "ACTIVATED"),
-    "COMPLETED": ("COMPLETED",),
-    "FAILED": ("FAILED",),
-    "ERROR_THROWN": ("ERROR_THROWN",),
-    "CANCELED": ("CANCELED",),
+CAMUNDA_STATES: dict[str, tuple[JobState, ...]] = {
+    "CREATED": (JobState.CREATED, JobState.SCHEDULED, JobState.ACTIVATED),
+    "COMPLETED": (JobState.COMPLETED,),
+    "FAILED": (JobState.FAILED,),
+    "ERROR_THROWN": (JobState.ERROR_THROWN,),
+    "CANCELED": (JobState.CANCELED,),
 }
-# Camunda states that no Jobfair job is ever in: a filter on them matches nothing.
 NEVER = ("MIGRATED", "RETRIES_UPDATED", "TIMED_OUT", "TIMEOUT_UPDATED", "PRIORITY_UPDATED")
 STATES = ("CREATED", "COMPLETED", "FAILED", "ERROR_THROWN", "CANCELED", *NEVER)
 
@@ -258,39 +260,39 @@ def _values(field: str, values: list[Any]) -> list[Any]:
     return values
 
 
-def search_item(row: Any) -> dict[str, Any]:
-    state = row["state"]
-    camunda_state = "CREATED" if state in ("SCHEDULED", "ACTIVATED") else state
-    times = [t for t in (row["created_at"], row["activated_at"], row["completed_at"]) if t]
+def search_item(row: JobRow) -> dict[str, Any]:
+    state = row.state
+    camunda_state = JobState.CREATED if state in (JobState.SCHEDULED, JobState.ACTIVATED) else state
+    times = [t for t in (row.created_at, row.activated_at, row.completed_at) if t]
     return {
-        "jobKey": str(row["job_key"]),
-        "type": row["job_type"],
-        "worker": row["worker"] or "",
+        "jobKey": str(row.job_key),
+        "type": row.job_type,
+        "worker": row.worker or "",
         "state": camunda_state,
         "kind": "BPMN_ELEMENT",
         "listenerEventType": "UNSPECIFIED",
-        "retries": row["retries"],
+        "retries": row.retries,
         "isDenied": None,
         "deniedReason": None,
-        "hasFailedWithRetriesLeft": row["error_message"] is not None
-        and row["retries"] > 0
+        "hasFailedWithRetriesLeft": row.error_message is not None
+        and row.retries > 0
         and camunda_state == "CREATED",
-        "errorCode": row["error_code"],
-        "errorMessage": row["error_message"],
-        "customHeaders": row["custom_headers"],
-        "deadline": rfc3339(row["deadline"]),
-        "endTime": rfc3339(row["completed_at"]),
+        "errorCode": row.error_code,
+        "errorMessage": row.error_message,
+        "customHeaders": row.custom_headers,
+        "deadline": rfc3339(row.deadline),
+        "endTime": rfc3339(row.completed_at),
         "processDefinitionId": PROCESS_DEFINITION_ID,
         "processDefinitionKey": NO_KEY,
         "processInstanceKey": NO_KEY,
         "rootProcessInstanceKey": None,
-        "elementId": row["job_type"],
+        "elementId": row.job_type,
         "elementInstanceKey": NO_KEY,
-        "tenantId": row["tenant_id"],
+        "tenantId": row.tenant_id,
         "businessId": None,
-        "creationTime": rfc3339(row["created_at"]),
+        "creationTime": rfc3339(row.created_at),
         "lastUpdateTime": rfc3339(max(times)) if times else None,
-        "priority": row["priority"],
+        "priority": row.priority,
     }
 
 
@@ -305,8 +307,8 @@ async def search(request: Request) -> Response:
                 filters[field] = _values(field, value)
     sort = [(s.field, s.order.upper() == "DESC") for s in spec.sort or []]
     page = spec.page or Page()
-    store = request.app.state.services.store
-    rows, total, more = await store.search_jobs(filters, sort, page.limit, page.from_)
+    search_jobs = request.app.state.services.search.search
+    rows, total, more = await search_jobs(filters, sort, page.limit, page.from_)
     return JSON(
         {
             "items": [search_item(r) for r in rows],

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-import asyncpg
 from fastapi import APIRouter, Request
 from pydantic import TypeAdapter
 from sse_starlette import EventSourceResponse
@@ -24,6 +23,7 @@ from app.api.parsing import (
     validate,
 )
 from app.api.problems import JSON
+from app.db.rows import JobRow
 from app.domain import job_record, utcnow
 from app.errors import InvalidArgument, ResourceExhausted, StaleActivation
 from app.jobs import JobChanges
@@ -112,7 +112,7 @@ async def stream(request: Request) -> Response:
         req,
         services.waiters,
         services.streams,
-        services.store,
+        services.db,
         services.activation,
         check_ms=request.app.state.settings.backup_poll_ms,
         fetch_variables=spec.fetchVariables,
@@ -136,7 +136,7 @@ def _int_param(value: str | None, name: str) -> int | None:
 
 async def long_poll(
     request: Request, req: ActivateRequest, request_timeout_ms: int | None
-) -> list[asyncpg.Record]:
+) -> list[JobRow]:
     """Activate, waiting up to ``requestTimeout`` (0/absent: the server default, negative:
     no wait) for at least one job.  Jobs activated for a client that is gone by then are
     given back at once rather than left to their lease timeout."""
@@ -148,13 +148,11 @@ async def long_poll(
     gone = asyncio.Event()
     watcher = asyncio.create_task(watch_disconnect(request, gone))
     try:
-        rows: list[asyncpg.Record] = await services.waiters.long_poll(
-            req, max(0, wait_ms) / 1000, gone
-        )
+        rows: list[JobRow] = await services.waiters.long_poll(req, max(0, wait_ms) / 1000, gone)
     finally:
         watcher.cancel()
     if gone.is_set() and rows:
-        await services.store.release_jobs(rows)
+        await services.waiters.release(rows)
         return []
     return rows
 

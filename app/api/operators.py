@@ -95,14 +95,8 @@ async def healthz() -> Response:
 
 @router.get("/readyz")
 async def readyz(request: Request) -> Response:
-    store = request.app.state.services.store
-    try:
-        await store.ping()
-        revision = await store.schema_revision()
-    except ResourceExhausted:
-        raise  # the store's own answer: the database is unavailable, or the pool busy
-    except Exception as exc:  # any other failure to ask the database means "not ready"
-        raise ResourceExhausted(f"database unreachable: {exc}", retry_after_s=1) from None
+    health = request.app.state.services.health
+    revision = await health.schema_revision()  # StoreUnavailable (503) if it cannot answer
     head = request.app.state.schema_head
     if revision != head:
         raise ResourceExhausted(f"schema at {revision}, expected {head}", retry_after_s=5)
@@ -112,25 +106,26 @@ async def readyz(request: Request) -> Response:
 @router.get("/metrics")
 async def metrics(request: Request) -> Response:
     services = request.app.state.services
-    pool = services.store.pool
+    pool_size, pool_idle = services.health.pool_sizes()
+    counters = services.activation.counters
     lines = [
         "# HELP jobfair_activation_queries_total Activation rounds that reached the database.",
         "# TYPE jobfair_activation_queries_total counter",
-        f"jobfair_activation_queries_total {services.activation.queries}",
+        f"jobfair_activation_queries_total {counters.queries}",
         "# HELP jobfair_activation_lead_claims_total Activation rounds that read and claimed"
         " one stride pick in one statement (a waiter woken by one new job).",
         "# TYPE jobfair_activation_lead_claims_total counter",
-        f"jobfair_activation_lead_claims_total {services.activation.lead_claims}",
+        f"jobfair_activation_lead_claims_total {counters.lead_claims}",
         "# HELP jobfair_activation_hand_offs_total New jobs claimed for a waiting request"
         " in the transaction that created them.",
         "# TYPE jobfair_activation_hand_offs_total counter",
-        f"jobfair_activation_hand_offs_total {services.activation.hand_offs}",
+        f"jobfair_activation_hand_offs_total {counters.hand_offs}",
         "# HELP jobfair_db_pool_size Database connections open in this process.",
         "# TYPE jobfair_db_pool_size gauge",
-        f"jobfair_db_pool_size {pool.get_size()}",
+        f"jobfair_db_pool_size {pool_size}",
         "# HELP jobfair_db_pool_idle Idle database connections in this process.",
         "# TYPE jobfair_db_pool_idle gauge",
-        f"jobfair_db_pool_idle {pool.get_idle_size()}",
+        f"jobfair_db_pool_idle {pool_idle}",
         "# HELP jobfair_wake_queries_total Activation queries made for waiting requests.",
         "# TYPE jobfair_wake_queries_total counter",
         f"jobfair_wake_queries_total {services.waiters.wake_queries}",

@@ -8,8 +8,9 @@ import time
 import pytest
 
 from app.config import Settings
+from app.db import Database
+from app.db import jobs as stored_jobs
 from app.domain import utcnow
-from app.store import Store
 from tests.acceptance.test_long_polling import POLL, until_waiting
 from tests.fixtures import quiet_settings
 from tests.helpers import assert_problem
@@ -43,8 +44,8 @@ class TestExhaustedPool:
         return quiet_settings(db_pool_size=2, db_acquire_timeout_ms=200)
 
     async def test_an_exhausted_pool_is_503_with_retry_after(self, live):
-        pool = live.services.store.pool
-        async with pool.acquire(), pool.acquire():  # every connection busy
+        pool = live.services.db
+        async with pool.connection(), pool.connection():  # every connection busy
             r = await live.client.post("/v2/jobs", json={"type": "x"})
             assert_problem(r, 503, "RESOURCE_EXHAUSTED")
             assert int(r.headers["retry-after"]) >= 1
@@ -60,11 +61,11 @@ class TestExhaustedPool:
             c.post("/v2/jobs/activate", json={**POLL, "requestTimeout": 10_000})
         )
         await until_waiting(c, 1)
-        pool = live.services.store.pool
-        other = await Store.connect(db_url, size=1)  # another process's producer
+        pool = live.services.db
+        other = await Database.connect(db_url, size=1)  # another process's producer
         try:
-            async with pool.acquire(), pool.acquire():  # every connection busy
-                [job] = await other.insert_jobs([{"type": "lp"}], utcnow())
+            async with pool.connection(), pool.connection():  # every connection busy
+                [job] = await stored_jobs.insert(other, [{"type": "lp"}], utcnow())
                 # The wake-up's round waits out the acquire timeout (0.2 s), then fails.
                 deadline = time.monotonic() + 5
                 while not any("waiters of 'lp' failed" in r.message for r in caplog.records):

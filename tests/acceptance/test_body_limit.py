@@ -49,14 +49,14 @@ async def test_a_chunked_body_that_never_ends_is_refused_at_the_limit(live, stor
     pieces += [b" " * 1024] * (2 * LIMIT // 1024 - 1)  # twice the limit, and no last chunk
     status = await _post_raw(live.url, path, "Transfer-Encoding: chunked\r\n", _chunked(pieces))
     assert status == b"413"
-    assert await store.pool.fetchval("SELECT count(*) FROM jobs") == 0
+    assert await store.fetchval("SELECT count(*) FROM jobs") == 0
 
 
 async def test_a_declared_length_over_the_limit_is_refused_before_the_body_arrives(live, store):
     declared = f"Content-Length: {LIMIT * 1000}\r\n"
     status = await _post_raw(live.url, "/v2/jobs", declared, [b'{"type": "big"'])  # no more
     assert status == b"413"
-    assert await store.pool.fetchval("SELECT count(*) FROM jobs") == 0
+    assert await store.fetchval("SELECT count(*) FROM jobs") == 0
 
 
 async def test_a_body_sent_in_several_chunks_is_read_whole(live, store):
@@ -68,6 +68,6 @@ async def test_a_body_sent_in_several_chunks_is_read_whole(live, store):
         live.url, "/v2/jobs", "Transfer-Encoding: chunked\r\n", chunks, pause_s=0.05
     )
     assert status == b"201"
-    row = await store.pool.fetchrow("SELECT job_type, variables FROM jobs")
+    row = await store.fetchrow("SELECT job_type, variables FROM jobs")
     assert row["job_type"] == "chunked"
     assert row["variables"] == {"n": 3}

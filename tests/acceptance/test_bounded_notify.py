@@ -39,7 +39,7 @@ async def _hold(live: Any, job_type: str, n: int) -> Held:
         ActivateRequest(job_type, n, 60_000),
         s.waiters,
         s.streams,
-        s.store,
+        s.db,
         s.activation,
         check_ms=3_600_000,
     )
@@ -66,7 +66,7 @@ async def _close(streams: list[Held]) -> None:
 
 
 async def _states(live: Any, job_type: str) -> dict[str, int]:
-    rows = await live.services.store.pool.fetch(
+    rows = await live.services.db.fetch(
         "SELECT state, count(*) FROM jobs WHERE job_type = $1 GROUP BY state", job_type
     )
     return {r[0]: r[1] for r in rows}
@@ -105,13 +105,13 @@ async def test_a_group_commit_of_1000_single_completions_of_stream_jobs_succeeds
     await enqueue(live.client, "group", "acme", PER_STREAM)
     held = await _hold(live, "group", PER_STREAM)
     statements: list[int] = []
-    complete_jobs = services.store.complete_jobs
+    complete_jobs = services.db.complete_jobs
 
     async def counted(items: Any, now: Any) -> set[int]:
         statements.append(len(items))
         return await complete_jobs(items, now)
 
-    monkeypatch.setattr(services.store, "complete_jobs", counted)
+    monkeypatch.setattr(services.db, "complete_jobs", counted)
     try:
         await asyncio.gather(
             *(

@@ -121,7 +121,7 @@ async def world(live, store):
 
     async def tables() -> list[object]:
         return [
-            await store.pool.fetchval(
+            await store.fetchval(
                 f"SELECT md5(coalesce(string_agg(x::text, '|' ORDER BY x::text), '')) FROM {t} x"
             )
             for t in ("jobs", "lanes", "tenants", "job_types")
@@ -212,4 +212,4 @@ async def test_a_body_in_another_media_type_is_415(live, store):
         headers={"content-type": "application/json; charset=utf-8"},
     )
     assert ok.status_code == 201, ok.text
-    assert await store.pool.fetchval("SELECT count(*) FROM jobs") == 1
+    assert await store.fetchval("SELECT count(*) FROM jobs") == 1

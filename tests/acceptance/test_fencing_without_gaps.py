@@ -131,7 +131,7 @@ async def test_an_activated_record_says_the_aged_priority_its_pick_used(live):
         await c.put("/v2/job-types/aged", json={"agingIntervalMs": 60_000, "agingStep": 10})
     ).status_code == 200
     [old] = await enqueue(c, "aged", "acme", 1, priority=50)
-    await live.services.store.pool.execute(
+    await live.services.db.execute(
         "UPDATE jobs SET queued_at = queued_at - interval '3 minutes 1 second' WHERE job_key = $1",
         int(old),
     )

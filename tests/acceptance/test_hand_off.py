@@ -10,8 +10,8 @@ import pytest
 
 from app.activation import ActivateRequest
 from app.config import Settings
+from app.db.listen import NOTIFY_CHANNEL
 from app.domain import utcnow
-from app.store import NOTIFY_CHANNEL
 from tests.acceptance.test_long_polling import POLL, metric, until_waiting
 from tests.acceptance.test_streams import Events
 from tests.fixtures import quiet_settings
@@ -77,7 +77,7 @@ async def test_a_job_created_for_a_waiting_poll_is_claimed_as_it_is_created(live
     assert heard.seen == ["lp 2"]
     await heard.close()
     # The lane was charged for it as for any activation.
-    lanes = await live.services.store.pool.fetch(
+    lanes = await live.services.db.fetch(
         "SELECT tenant_id, activated_total FROM lanes WHERE job_type = 'lp'"
     )
     assert {r["tenant_id"]: r["activated_total"] for r in lanes}["acme"] == 1

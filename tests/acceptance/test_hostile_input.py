@@ -238,7 +238,7 @@ class World:
             f"(SELECT string_agg(x::text, ',' ORDER BY x::text) FROM {t} x)"
             for t in ("jobs", "lanes", "tenants", "job_types")
         )
-        return str(await self.store.pool.fetchval(f"SELECT md5(concat_ws('|', {parts}))"))
+        return str(await self.store.fetchval(f"SELECT md5(concat_ws('|', {parts}))"))
 
     def url(self, path: str, **overrides: str) -> str:
         for name, value in {**self.fill, **overrides}.items():

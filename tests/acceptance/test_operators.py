@@ -78,7 +78,7 @@ async def test_stats_count_delayed_jobs_apart_and_mark_lanes_held_back_by_a_cap(
     """Per lane: ready and delayed jobs apart (a delayed job is neither in the oldest
     ready age nor in the configured shares), the oldest ready job's key, and which cap,
     if any, holds the lane back; ``?type=`` gives one type."""
-    c, pool = live.client, live.services.store.pool
+    c, pool = live.client, live.services.db
     await live.services.stats.sample()  # the baseline of "last minute"
     await c.put("/v2/tenants/capped", json={"maxActiveJobs": 2})
     await c.put("/v2/job-types/full", json={"maxActiveJobs": 1})
@@ -140,6 +140,6 @@ async def test_retention_prunes_old_terminal_jobs_only(live, store):
     assert await retention.run_once(utcnow()) == 0
     later = utcnow() + timedelta(seconds=retention.retention_s + 1)
     assert await retention.run_once(later) == 1
-    states = sorted(r[0] for r in await store.pool.fetch("SELECT state FROM jobs"))
+    states = sorted(r[0] for r in await store.fetch("SELECT state FROM jobs"))
     assert states == ["ACTIVATED", "CREATED"]
     assert_problem(await c.get(f"/v2/jobs/{jobs[0]['jobKey']}"), 404)

@@ -63,7 +63,7 @@ async def test_a_job_whose_write_was_cut_by_a_reset_returns_at_once(live):
     assert len(stream.outstanding) == 2
     _reset(sock)
     await _until(lambda: not registry.streams)
-    rows = await live.services.store.pool.fetch(
+    rows = await live.services.db.fetch(
         "SELECT state, count(*) FROM jobs WHERE job_type = 'cut' GROUP BY state"
     )
     # The second (cut) and the third (never written) are back; the first, written into

@@ -102,7 +102,7 @@ async def test_undelivered_activations_are_released_on_close(live):
         ActivateRequest("u", 3, 60_000),
         services.waiters,
         services.streams,
-        services.store,
+        services.db,
         services.activation,
         check_ms=1000,
     )
@@ -120,9 +120,7 @@ async def test_undelivered_activations_are_released_on_close(live):
 
 
 async def _keys(live, job_type):
-    rows = await live.services.store.pool.fetch(
-        "SELECT job_key FROM jobs WHERE job_type = $1", job_type
-    )
+    rows = await live.services.db.fetch("SELECT job_key FROM jobs WHERE job_type = $1", job_type)
     return [str(r[0]) for r in rows]
 
 

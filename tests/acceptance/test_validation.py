@@ -47,7 +47,7 @@ async def baseline(live, store):
     job = r.json()
 
     async def unchanged():
-        assert await store.pool.fetchval("SELECT count(*) FROM jobs") == 1
+        assert await store.fetchval("SELECT count(*) FROM jobs") == 1
         now = (await live.client.get(f"/v2/jobs/{job['jobKey']}")).json()
         assert {k: now[k] for k in ("state", "retries", "priority", "activationCount")} == {
             k: job[k] for k in ("state", "retries", "priority", "activationCount")
@@ -165,8 +165,8 @@ async def test_bad_operator_input_is_400(live, store):
         ("/v2/job-types/a%20b", {"maxActiveJobs": 5}),
     ]:
         assert_problem(await c.put(path, json=payload), 400)
-    assert await store.pool.fetchval("SELECT count(*) FROM tenants") == 0
-    assert await store.pool.fetchval("SELECT count(*) FROM job_types") == 0
+    assert await store.fetchval("SELECT count(*) FROM tenants") == 0
+    assert await store.fetchval("SELECT count(*) FROM job_types") == 0
 
 
 async def test_unknown_job_is_404(live):

@@ -114,7 +114,7 @@ async def test_tenants_capped_at_zero_do_not_crowd_the_reads(live):
     c = live.client
     tenants = [f"z{i:04d}" for i in range(2_400)]
     # Set-up straight in the table (2,400 PUTs would be most of the test's time).
-    await live.services.store.pool.execute(
+    await live.services.db.execute(
         "INSERT INTO tenants (tenant_id, weight, max_active_jobs) SELECT unnest($1::text[]), 1, 0",
         tenants,
     )

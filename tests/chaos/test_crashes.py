@@ -70,10 +70,10 @@ async def test_a_server_killed_mid_load_loses_nothing_and_finishes_each_job_once
 
         # The moment after the crash: every job is still there, and every activated one
         # has a deadline by which it comes back.
-        states = dict(await store.pool.fetch("SELECT state, count(*) FROM jobs GROUP BY state"))
+        states = dict(await store.fetch("SELECT state, count(*) FROM jobs GROUP BY state"))
         assert sum(states.values()) == JOBS
         assert (
-            await store.pool.fetchval(
+            await store.fetchval(
                 "SELECT count(*) FROM jobs WHERE state = 'ACTIVATED' AND deadline IS NULL"
             )
             == 0
@@ -85,9 +85,7 @@ async def test_a_server_killed_mid_load_loses_nothing_and_finishes_each_job_once
         up["url"] = second.url
         # Until every job is done: the lost ones come back at their lease's end (2 s).
         for _ in range(600):
-            completed = await store.pool.fetchval(
-                "SELECT count(*) FROM jobs WHERE state = 'COMPLETED'"
-            )
+            completed = await store.fetchval("SELECT count(*) FROM jobs WHERE state = 'COMPLETED'")
             if completed == JOBS:
                 break
             assert not any(w.done() for w in workers), [w.exception() for w in workers]
@@ -98,7 +96,7 @@ async def test_a_server_killed_mid_load_loses_nothing_and_finishes_each_job_once
             w.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
 
-    final = dict(await store.pool.fetch("SELECT job_key::text, activation_count FROM jobs"))
+    final = dict(await store.fetch("SELECT job_key::text, activation_count FROM jobs"))
     statuses = Counter(status for _, _, status in outcomes)
     assert set(statuses) <= {204, 409}, statuses
     accepted = Counter(key for key, _, status in outcomes if status == 204)
@@ -136,7 +134,7 @@ async def test_what_the_server_acknowledged_survives_a_postgres_crash(tmp_path: 
                 await asyncio.sleep(0.1)
             else:
                 raise AssertionError("not ready 10 s after PostgreSQL came back")
-            rows = await live.services.store.pool.fetch(
+            rows = await live.services.db.fetch(
                 "SELECT job_key::text, state, activation_count FROM jobs"
             )
             state = {r[0]: (r[1], r[2]) for r in rows}

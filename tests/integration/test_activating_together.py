@@ -10,8 +10,12 @@ from datetime import timedelta
 
 from app.activation import ActivateRequest, ActivationService
 from app.config import Settings
+from app.db import claims
+from app.db import jobs as stored_jobs
+from app.db import operators as db_ops
+from app.db.locks import TYPE_CAP_LOCK_CLASS, cap_key
+from app.db.locks import int4 as _int4
 from app.domain import utcnow
-from app.store import TYPE_CAP_LOCK_CLASS, _int4, cap_key
 
 ACTIVATED_BY_WORKER = """
 SELECT worker, count(*) AS n FROM jobs WHERE state = 'ACTIVATED' GROUP BY worker
@@ -20,7 +24,7 @@ SELECT worker, count(*) AS n FROM jobs WHERE state = 'ACTIVATED' GROUP BY worker
 
 async def _backlog(store, tenants: str, per_tenant: int) -> None:
     jobs = [{"type": "together", "tenantId": t} for t in tenants for _ in range(per_tenant)]
-    await store.insert_jobs(jobs, utcnow())
+    await stored_jobs.insert(store, jobs, utcnow())
 
 
 def _callers(n: int) -> list[ActivateRequest]:
@@ -34,21 +38,21 @@ async def test_callers_asking_at_once_share_one_claim_each_under_its_own_lease(s
     callers = _callers(8)  # 36 jobs asked in all
     results = await asyncio.gather(*(service.activate(req) for req in callers))
     # One read and one claim served all eight (each alone would have cost one).
-    assert service.queries == 1
+    assert service.counters.queries == 1
     for req, (rows, dry) in zip(callers, results, strict=True):
         assert len(rows) == req.max_jobs and not dry
         for row in rows:
-            assert row["worker"] == req.worker
-            assert row["deadline"] - row["activated_at"] == timedelta(milliseconds=req.lease_ms)
-    keys = [row["job_key"] for rows, _ in results for row in rows]
+            assert row.worker == req.worker
+            assert row.deadline - row.activated_at == timedelta(milliseconds=req.lease_ms)
+    keys = [row.job_key for rows, _ in results for row in rows]
     assert len(keys) == len(set(keys)) == 36
     # The shared claim was fair between the tenants, as one caller's would have been.
-    assert Counter(r["tenant_id"] for rows, _ in results for r in rows) == {
+    assert Counter(r.tenant_id for rows, _ in results for r in rows) == {
         "a": 12,
         "b": 12,
         "c": 12,
     }
-    in_db = {r["worker"]: r["n"] for r in await store.pool.fetch(ACTIVATED_BY_WORKER)}
+    in_db = {r["worker"]: r["n"] for r in await store.fetch(ACTIVATED_BY_WORKER)}
     assert in_db == {req.worker: req.max_jobs for req in callers}
 
 
@@ -68,20 +72,20 @@ async def test_a_caller_that_leaves_while_its_claim_runs_leaves_no_job_activated
 ):
     """A caller cancelled while the claim it shares is in flight: its share goes back to
     CREATED at once; the callers that stayed keep theirs."""
-    await store.upsert_job_type("together", 1_000, None, None)  # a cap: claims lock it
+    await db_ops.upsert_job_type(store, "together", 1_000, None, None)  # a cap: claims lock it
     service = ActivationService(store, Settings())
     await _backlog(store, "ab", 10)
     stay, leave = _callers(2)
     claiming = asyncio.Event()
-    claim = store.claim
+    lock_caps = claims.lock_caps
 
-    async def observed_claim(*args, **kwargs):
-        claiming.set()
-        return await claim(*args, **kwargs)
+    async def observed_lock_caps(*args, **kwargs):
+        claiming.set()  # the capped claim's transaction has begun: it waits on the lock
+        return await lock_caps(*args, **kwargs)
 
-    monkeypatch.setattr(store, "claim", observed_claim)
+    monkeypatch.setattr(claims, "lock_caps", observed_lock_caps)
     lock = f"pg_advisory_xact_lock({_int4(TYPE_CAP_LOCK_CLASS)}, {cap_key('together')})"
-    async with store.pool.acquire() as holder:
+    async with store.connection() as holder:
         tx = holder.transaction()
         await tx.start()
         await holder.execute(f"SELECT {lock}")
@@ -94,7 +98,7 @@ async def test_a_caller_that_leaves_while_its_claim_runs_leaves_no_job_activated
     rows, _ = await staying
     assert len(rows) == stay.max_jobs
     await service.settle()  # the release of the leaver's share
-    in_db = {r["worker"]: r["n"] for r in await store.pool.fetch(ACTIVATED_BY_WORKER)}
+    in_db = {r["worker"]: r["n"] for r in await store.fetch(ACTIVATED_BY_WORKER)}
     assert in_db == {stay.worker: stay.max_jobs}
     assert leaving.cancelled()
 
@@ -104,7 +108,7 @@ async def test_an_activation_that_fails_fails_each_caller_in_it_and_not_the_next
 ):
     service = ActivationService(store, Settings())
     await _backlog(store, "ab", 5)
-    claim = store.claim
+    claim = claims.claim
     failures = iter([ConnectionResetError("the database went away")])
 
     async def failing_once(*args, **kwargs):
@@ -112,7 +116,7 @@ async def test_an_activation_that_fails_fails_each_caller_in_it_and_not_the_next
             raise exc
         return await claim(*args, **kwargs)
 
-    monkeypatch.setattr(store, "claim", failing_once)
+    monkeypatch.setattr(claims, "claim", failing_once)
     first = await asyncio.gather(
         *(service.activate(req) for req in _callers(3)), return_exceptions=True
     )

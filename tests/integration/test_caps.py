@@ -8,13 +8,15 @@ import httpx
 
 from app.activation import ActivateRequest, ActivationService
 from app.config import Settings
+from app.db import jobs as stored_jobs
+from app.db import operators as db_ops
 from app.domain import utcnow
 from tests.fixtures import wait_ready
 from tests.helpers import activate, complete, enqueue
 
 
 async def _active(store, column, value):
-    return await store.pool.fetchval(
+    return await store.fetchval(
         f"SELECT count(*) FROM jobs WHERE state = 'ACTIVATED' AND {column} = $1", value
     )
 
@@ -54,9 +56,9 @@ async def test_job_type_cap_holds_when_20_activators_race_on_their_own_connectio
     """One process activates callers of a type together (ADR 009), so 20 calls to one
     server may make a single claim.  Twenty activation services, as twenty processes
     would, each claim on its own pooled connection at once."""
-    await store.upsert_job_type("render", 7, None, None)
-    await store.insert_jobs(
-        [{"type": "render", "tenantId": t} for t in "abc" for _ in range(50)], utcnow()
+    await db_ops.upsert_job_type(store, "render", 7, None, None)
+    await stored_jobs.insert(
+        store, [{"type": "render", "tenantId": t} for t in "abc" for _ in range(50)], utcnow()
     )
     services = [ActivationService(store, Settings()) for _ in range(20)]
     results = await asyncio.gather(

@@ -8,21 +8,17 @@ from datetime import timedelta
 import orjson
 import pytest
 
+from app.db import claims
+from app.db import jobs as stored_jobs
+from app.db.claims import CLAIM, Share
+from app.db.finishing import COMPLETE_JOBS, FAIL_JOB, RELEASE_JOBS, THROW_ERROR
+from app.db.lanes import CHARGE_LANES
 from app.domain import utcnow
-from app.store import (
-    CHARGE_LANES,
-    CLAIM,
-    COMPLETE_JOBS,
-    FAIL_JOB,
-    RELEASE_JOBS,
-    THROW_ERROR,
-    Share,
-)
 
 
 async def _insert(store, priority: int, n: int) -> list[int]:
     jobs = [{"type": "claim", "tenantId": "t", "priority": priority} for _ in range(n)]
-    return [i.job_key for i in await store.insert_jobs(jobs, utcnow())]
+    return [i.job_key for i in await stored_jobs.insert(store, jobs, utcnow())]
 
 
 def _claim_args(now) -> tuple:
@@ -35,32 +31,31 @@ async def test_a_claim_passes_rows_held_by_another_and_tops_up_from_the_next_pri
     low = await _insert(store, 0, 5)
     now = utcnow()
     args = _claim_args(now)
-    async with store.pool.acquire() as other:
+    async with store.connection() as other:
         tx = other.transaction()
         await tx.start()
         # Another activation has locked every job of the top priority, not yet committed:
         # to this claim they still look CREATED, so its best three are all of them.
         held = await other.fetch(CLAIM, "claim", ["t"], [3], *args)
         assert sorted(r["job_key"] for r in held) == high
-        got = await store.claim(
+        got = await claims.claim(
+            store,
             "claim",
             {"t": 3},
             now=now,
             shares=[Share("w2", 60_000, 3)],
+            via_stream=False,
             aging_step=10,
             aging_interval_ms=60_000,
-            type_cap=None,
-            tenant_caps={},
-            headroom=lambda *_: {},
         )
         await tx.rollback()
     # The share the held priority could not give comes from the next one, oldest first.
-    assert sorted(r["job_key"] for r in got) == low[:3]
+    assert sorted(c.job.job_key for c in got) == low[:3]
 
 
 async def _plan(store, query: str, *args) -> list[dict]:
     """Every node of the plan the pool's connection makes of ``query``."""
-    async with store.pool.acquire() as conn:
+    async with store.connection() as conn:
         tx = conn.transaction()
         await tx.start()
         try:
@@ -107,9 +102,9 @@ FINISHING = {
 async def test_finishing_jobs_probes_them_by_key_however_many_are_leased(store, name):
     query, args = FINISHING[name]
     await _insert(store, 0, 2_000)
-    await store.pool.execute("ANALYZE jobs")  # statistics that saw no lease at all
+    await store.execute("ANALYZE jobs")  # statistics that saw no lease at all
     now = utcnow()
-    leased = await store.pool.fetch(CLAIM, "claim", ["t"], [1_500], *_claim_args(now))
+    leased = await store.fetch(CLAIM, "claim", ["t"], [1_500], *_claim_args(now))
     keys = [r["job_key"] for r in leased[:10]]
     counts = [r["activation_count"] for r in leased[:10]]
     nodes = await _plan(store, query, *args(keys, counts, now))
@@ -121,7 +116,7 @@ async def test_a_claim_shared_among_requests_still_takes_its_jobs_by_key(store):
     """The jobs a claim shares out are joined to their shares; the update must still
     probe them by key, not scan jobs (the generic plan, as the pool runs it)."""
     await _insert(store, 0, 2_000)
-    await store.pool.execute("ANALYZE jobs")
+    await store.execute("ANALYZE jobs")
     now = utcnow()
     args = (now, ["a", "b"], [now, now], 10, 60_000, False, [1, 6])
     nodes = await _plan(store, CLAIM, "claim", ["t"], [10], *args)
@@ -135,12 +130,12 @@ async def test_charging_many_lanes_costs_linear_time(store):
     matched each lane against a materialised list of all the others: 21 ms for 400
     lanes of 10,000, against 15 ms."""
     tenants = [f"t{i:05}" for i in range(10_000)]
-    await store.pool.execute(
+    await store.execute(
         "INSERT INTO lanes (job_type, tenant_id) SELECT 'claim', unnest($1::text[])", tenants
     )
-    await store.pool.execute("ANALYZE lanes")
+    await store.execute("ANALYZE lanes")
     charged = "{" + ",".join(tenants[::25]) + "}"
-    async with store.pool.acquire() as conn:
+    async with store.connection() as conn:
         tx = conn.transaction()
         await tx.start()
         try:

@@ -7,9 +7,13 @@ from __future__ import annotations
 from collections import Counter
 from datetime import timedelta
 
+from app.db import claims, lanes
+from app.db import jobs as stored_jobs
+from app.db import operators as db_ops
+from app.db.claims import CLAIM, CLAIM_LEAD, LeadAsk, Share
+from app.db.lanes import PROBED_LANES
 from app.domain import utcnow
 from app.scheduler import Lane, allocate
-from app.store import CLAIM, CLAIM_LEAD, PROBED_LANES, LeadAsk, Share
 from tests.integration.test_claim import _assert_linear, _jobs_scans, _nodes, _plan
 
 TYPE = "lead"
@@ -18,19 +22,19 @@ DEFAULT_STEP, DEFAULT_INTERVAL_MS = 10, 60_000
 
 async def _insert(store, tenant: str, priority: int, n: int) -> list[int]:
     jobs = [{"type": TYPE, "tenantId": tenant, "priority": priority} for _ in range(n)]
-    return [i.job_key for i in await store.insert_jobs(jobs, utcnow())]
+    return [i.job_key for i in await stored_jobs.insert(store, jobs, utcnow())]
 
 
 async def _full_rounds_first(store, tenant_ids=None) -> int | None:
     """The job the full rounds would activate first, found in a transaction that is
     rolled back: the lanes read, one stride pick, CLAIM of one job from that lane."""
-    read = await store.read_lanes(TYPE, 9, [], tenant_ids)
-    cfg, lanes = read.config, read.ready
-    picks = allocate([Lane(r.tenant_id, r.vtime, r.weight) for r in lanes], 1).picks
+    read = await lanes.read(store, TYPE, 9, [], tenant_ids)
+    cfg, ready = read.config, read.ready
+    picks = allocate([Lane(r.tenant_id, r.vtime, r.weight) for r in ready], 1).picks
     if not picks:
         return None
     now = utcnow()
-    async with store.pool.acquire() as conn:
+    async with store.connection() as conn:
         tx = conn.transaction()
         await tx.start()
         try:
@@ -55,22 +59,24 @@ async def _full_rounds_first(store, tenant_ids=None) -> int | None:
 async def _lead(store, tenant_ids=None):
     """The claimed row (or None), and whether the answer says the type is dry."""
     ask = LeadAsk(tenant_ids, Share("w", 60_000, 1), False, DEFAULT_STEP, DEFAULT_INTERVAL_MS)
-    return await store.claim_lead(TYPE, ask, utcnow())
+    return await claims.claim_lead(store, TYPE, ask, utcnow())
 
 
 async def _claim_lead(store, tenant_ids=None):
-    row, dry = await _lead(store, tenant_ids)
-    assert not (row is not None and dry)
-    return row
+    got = await _lead(store, tenant_ids)
+    assert not (got.job is not None and got.dry)
+    return got
 
 
 async def _declined(store, tenant_ids=None) -> bool:
     """Claimed nothing, and said the type is not dry (the full rounds must decide)."""
-    return await _lead(store, tenant_ids) == (None, False)
+    got = await _lead(store, tenant_ids)
+    return got.job is None and not got.dry
 
 
 async def _dry(store, tenant_ids=None) -> bool:
-    return await _lead(store, tenant_ids) == (None, True)
+    got = await _lead(store, tenant_ids)
+    return got.job is None and got.dry
 
 
 async def test_each_lead_claim_takes_the_full_rounds_first_job(store):
@@ -79,34 +85,35 @@ async def test_each_lead_claim_takes_the_full_rounds_first_job(store):
     Claimed and charged one by one until the type is dry, the lead claim takes the very
     job the full rounds would have taken, every time."""
     for tenant, weight in (("a", 1), ("b", 2), ("c", 5), ("e", 1)):
-        await store.upsert_tenant(tenant, weight, None)
+        await db_ops.upsert_tenant(store, tenant, weight, None)
     await _insert(store, "a", 0, 4)
     await _insert(store, "b", 90, 3)
     [old] = await _insert(store, "b", 0, 1)
     await _insert(store, "c", 50, 6)
     [gone] = await _insert(store, "e", 0, 1)
-    await store.pool.execute(
+    await store.execute(
         "UPDATE jobs SET queued_at = queued_at - interval '10 minutes' WHERE job_key = $1", old
     )
     # e's only job is finished: its lane stays active, and first in virtual time.
-    await store.pool.execute(
+    await store.execute(
         "UPDATE jobs SET state = 'COMPLETED', completed_at = now() WHERE job_key = $1", gone
     )
-    await store.pool.execute(
+    await store.execute(
         "UPDATE lanes SET vtime = CASE tenant_id WHEN 'e' THEN 0 WHEN 'a' THEN 1.5"
         " WHEN 'b' THEN 1.0 ELSE 2.0 END WHERE job_type = $1",
         TYPE,
     )
     taken = []
     while (expected := await _full_rounds_first(store)) is not None:
-        row = await _claim_lead(store)
+        got = await _claim_lead(store)
+        row = got.job
         assert row is not None
-        assert row["job_key"] == expected
-        assert row["state"] == "ACTIVATED" and row["worker"] == "w"
-        tenant = row["tenant_id"]
-        assert row["lane_weight"] == {"a": 1, "b": 2, "c": 5}[tenant]
-        await store.charge_lanes(TYPE, (Counter({tenant: 1}), {tenant: 1 / row["lane_weight"]}))
-        taken.append(row["job_key"])
+        assert row.job_key == expected
+        assert row.state == "ACTIVATED" and row.worker == "w"
+        tenant = row.tenant_id
+        assert got.lane_weight == {"a": 1, "b": 2, "c": 5}[tenant]
+        await lanes.charge(store, TYPE, (Counter({tenant: 1}), {tenant: 1 / got.lane_weight}))
+        taken.append(row.job_key)
     assert len(taken) == 14
     assert old in taken[:2]  # aged to 100: b's first job, ahead of its priority-90 jobs
     assert await _dry(store)  # e's lane is active and empty: dry all the same
@@ -115,9 +122,9 @@ async def test_each_lead_claim_takes_the_full_rounds_first_job(store):
 async def test_a_tenant_filter_leads_with_its_own_lanes(store):
     await _insert(store, "a", 0, 2)
     [b_job] = await _insert(store, "b", 0, 1)
-    await store.pool.execute("UPDATE lanes SET vtime = 5 WHERE tenant_id = 'b'")
-    row = await _claim_lead(store, ["b", "z"])
-    assert row["job_key"] == b_job
+    await store.execute("UPDATE lanes SET vtime = 5 WHERE tenant_id = 'b'")
+    row = (await _claim_lead(store, ["b", "z"])).job
+    assert row.job_key == b_job
     assert await _dry(store, ["b"])
     assert not await _dry(store)  # a's jobs are there
 
@@ -125,20 +132,20 @@ async def test_a_tenant_filter_leads_with_its_own_lanes(store):
 async def test_caps_leave_the_claim_to_the_full_rounds(store):
     [a_job] = await _insert(store, "a", 0, 1)
     [b_job] = await _insert(store, "b", 0, 1)
-    await store.pool.execute("UPDATE lanes SET vtime = 5 WHERE tenant_id = 'b'")
+    await store.execute("UPDATE lanes SET vtime = 5 WHERE tenant_id = 'b'")
     # A cap on the type, whatever the lanes: nothing claimed.
-    await store.upsert_job_type(TYPE, 10, None, None)
+    await db_ops.upsert_job_type(store, TYPE, 10, None, None)
     assert await _declined(store)
-    await store.upsert_job_type(TYPE, None, None, None)
+    await db_ops.upsert_job_type(store, TYPE, None, None, None)
     # A cap on the lead lane's tenant: nothing claimed.
-    await store.upsert_tenant("a", 1, 10)
+    await db_ops.upsert_tenant(store, "a", 1, 10)
     assert await _declined(store)
     # A cap on a later lane's tenant does not touch the first pick.
-    await store.upsert_tenant("a", 1, None)
-    await store.upsert_tenant("b", 1, 10)
-    assert (await _claim_lead(store))["job_key"] == a_job
-    states = await store.job_states([a_job, b_job])
-    assert [states[k]["state"] for k in (a_job, b_job)] == ["ACTIVATED", "CREATED"]
+    await db_ops.upsert_tenant(store, "a", 1, None)
+    await db_ops.upsert_tenant(store, "b", 1, 10)
+    assert (await _claim_lead(store)).job.job_key == a_job
+    states = await stored_jobs.fences(store, [a_job, b_job])
+    assert [states[k].state for k in (a_job, b_job)] == ["ACTIVATED", "CREATED"]
 
 
 async def test_a_lead_lane_held_by_another_activator_claims_nothing(store):
@@ -147,16 +154,16 @@ async def test_a_lead_lane_held_by_another_activator_claims_nothing(store):
     exclude the lane and go on)."""
     await _insert(store, "a", 0, 2)
     await _insert(store, "b", 0, 1)
-    await store.pool.execute("UPDATE lanes SET vtime = 5 WHERE tenant_id = 'b'")
+    await store.execute("UPDATE lanes SET vtime = 5 WHERE tenant_id = 'b'")
     now = utcnow()
-    async with store.pool.acquire() as other:
+    async with store.connection() as other:
         tx = other.transaction()
         await tx.start()
         held = await other.fetch(CLAIM, TYPE, ["a"], [2], now, ["x"], [now], 10, 60_000, False, [1])
         assert len(held) == 2
         assert await _declined(store)
         await tx.rollback()
-    assert (await _claim_lead(store))["tenant_id"] == "a"
+    assert (await _claim_lead(store)).job.tenant_id == "a"
 
 
 async def test_dry_only_when_every_active_lane_was_probed_empty(store):
@@ -165,13 +172,13 @@ async def test_dry_only_when_every_active_lane_was_probed_empty(store):
     keys = []
     for i in range(PROBED_LANES):
         keys += await _insert(store, f"t{i:02}", 0, 1)
-    await store.pool.execute(
+    await store.execute(
         "UPDATE jobs SET state = 'COMPLETED', completed_at = now() WHERE job_key = ANY($1)",
         keys[1:],
     )
-    assert (await _claim_lead(store))["job_key"] == keys[0]
+    assert (await _claim_lead(store)).job.job_key == keys[0]
     assert await _declined(store)  # 16 active lanes, all empty: maybe not all of them
-    await store.pool.execute("UPDATE lanes SET active = false WHERE tenant_id = 't15'")
+    await store.execute("UPDATE lanes SET active = false WHERE tenant_id = 't15'")
     assert await _dry(store)  # 15: every one probed
 
 
@@ -179,7 +186,7 @@ async def test_the_lead_claim_reads_by_index_whatever_the_backlog(store):
     """The generic plan, as the pool runs it: lanes by lanes_type_vtime_idx, jobs by the
     ready index and by key -- never a scan of the backlog."""
     await _insert(store, "a", 0, 3_000)
-    await store.pool.execute("ANALYZE jobs")
+    await store.execute("ANALYZE jobs")
     now = utcnow()
     args = (TYPE, now, ["w"], [now], 10, 60_000, False, [1])
     nodes = await _plan(store, CLAIM_LEAD, *args)

@@ -11,9 +11,12 @@ import pytest
 
 from app.activation import ActivateRequest, ActivationService
 from app.config import Settings
+from app.db import finishing
+from app.db import jobs as stored_jobs
+from app.db import operators as db_ops
+from app.db.finishing import COMPLETE_JOBS
 from app.domain import utcnow
 from app.operators import ConfigService
-from app.store import COMPLETE_JOBS
 from app.sweepers import LeaseSweeper
 from tests.acceptance.test_long_polling import until_waiting
 from tests.fixtures import quiet_settings
@@ -21,7 +24,7 @@ from tests.helpers import activate, complete
 
 
 async def _held(store, job_type):
-    rows = await store.pool.fetch(
+    rows = await store.fetch(
         "SELECT tenant_id FROM lanes WHERE job_type = $1 AND held ORDER BY tenant_id", job_type
     )
     return [r["tenant_id"] for r in rows]
@@ -33,7 +36,7 @@ def _req(job_type, n, worker="w", lease_ms=60_000):
 
 async def _capped_tenants(store, prefix, n, cap):
     tenants = [f"{prefix}{i:05d}" for i in range(n)]
-    await store.pool.execute(
+    await store.execute(
         "INSERT INTO tenants (tenant_id, weight, max_active_jobs) SELECT unnest($1::text[]), 1, $2",
         tenants,
         cap,
@@ -49,21 +52,21 @@ async def test_tenants_at_their_caps_cost_a_read_nothing(store, cap):
     took them to their caps held their lanes, and a call reads past none of them."""
     service = ActivationService(store, Settings())
     tenants = await _capped_tenants(store, "c", 2_500, cap)
-    await store.insert_jobs([{"type": "heldr", "tenantId": t} for t in tenants], utcnow())
+    await stored_jobs.insert(store, [{"type": "heldr", "tenantId": t} for t in tenants], utcnow())
     # Each capped tenant takes its cap (0 or 1) now, and is held at it.
     taken = 0
     while rows := (await service.activate(_req("heldr", 1000)))[0]:
         taken += len(rows)
     assert taken == 2_500 * cap
-    await store.insert_jobs([{"type": "heldr", "tenantId": t} for t in tenants], utcnow())
-    await store.insert_jobs([{"type": "heldr", "tenantId": "free"}] * 100, utcnow())
+    await stored_jobs.insert(store, [{"type": "heldr", "tenantId": t} for t in tenants], utcnow())
+    await stored_jobs.insert(store, [{"type": "heldr", "tenantId": "free"}] * 100, utcnow())
     await service.settle()
     assert len(await _held(store, "heldr")) == 2_500
     for n in (1, 10, 1, 10):
-        before = service.queries
+        before = service.counters.queries
         rows, _ = await service.activate(_req("heldr", n))
-        assert [r["tenant_id"] for r in rows] == ["free"] * n
-        assert service.queries - before == 1, "one round: no capped lane was read"
+        assert [r.tenant_id for r in rows] == ["free"] * n
+        assert service.counters.queries - before == 1, "one round: no capped lane was read"
 
 
 async def test_a_call_gets_past_thousands_of_lanes_newly_at_their_caps(store):
@@ -71,24 +74,24 @@ async def test_a_call_gets_past_thousands_of_lanes_newly_at_their_caps(store):
     reads widen after a round of capped lanes, so it ends well inside its rounds."""
     service = ActivationService(store, Settings())
     tenants = await _capped_tenants(store, "z", 2_400, 0)
-    await store.insert_jobs([{"type": "heldz", "tenantId": t} for t in tenants], utcnow())
-    await store.insert_jobs([{"type": "heldz", "tenantId": "zz"}] * 20, utcnow())
-    before = service.queries
+    await stored_jobs.insert(store, [{"type": "heldz", "tenantId": t} for t in tenants], utcnow())
+    await stored_jobs.insert(store, [{"type": "heldz", "tenantId": "zz"}] * 20, utcnow())
+    before = service.counters.queries
     [row], _ = await service.activate(_req("heldz", 1))
-    assert row["tenant_id"] == "zz"
-    assert service.queries - before <= 40, service.queries - before
+    assert row.tenant_id == "zz"
+    assert service.counters.queries - before <= 40, service.counters.queries - before
     await service.settle()
     assert len(await _held(store, "heldz")) == 2_400
     for _ in range(3):
-        before = service.queries
+        before = service.counters.queries
         [row], _ = await service.activate(_req("heldz", 1))
-        assert row["tenant_id"] == "zz" and service.queries - before == 1
+        assert row.tenant_id == "zz" and service.counters.queries - before == 1
 
 
 async def _one_held(store, service, job_type, lease_ms=60_000):
     """Tenant ``h`` (cap 1) with one job active and one ready; its lane held."""
-    await store.upsert_tenant("h", 1, 1)
-    await store.insert_jobs([{"type": job_type, "tenantId": "h"}] * 2, utcnow())
+    await db_ops.upsert_tenant(store, "h", 1, 1)
+    await stored_jobs.insert(store, [{"type": job_type, "tenantId": "h"}] * 2, utcnow())
     [job], _ = await service.activate(_req(job_type, 5, lease_ms=lease_ms))
     assert await _held(store, job_type) == ["h"]
     assert (await service.activate(_req(job_type, 5)))[0] == []
@@ -96,14 +99,15 @@ async def _one_held(store, service, job_type, lease_ms=60_000):
 
 
 async def _release_by_completing(store, job):
-    assert await store.complete_jobs([(job["job_key"], job["activation_count"], None)], utcnow())
+    assert await finishing.complete(store, [(job.job_key, job.activation_count, None)], utcnow())
 
 
 async def _release_by_failing(store, job):
     now = utcnow()
-    await store.fail_job(
-        job["job_key"],
-        job["activation_count"],
+    await finishing.fail(
+        store,
+        job.job_key,
+        job.activation_count,
         retries=0,
         error_message="x",
         run_at=now,
@@ -113,11 +117,11 @@ async def _release_by_failing(store, job):
 
 
 async def _release_by_throwing(store, job):
-    await store.throw_error(job["job_key"], job["activation_count"], "E", "x", None, utcnow())
+    await finishing.throw_error(store, job.job_key, job.activation_count, "E", "x", None, utcnow())
 
 
 async def _release_by_giving_back(store, job):
-    assert await store.release_jobs([job]) == 1
+    assert await finishing.release(store, [job]) == 1
 
 
 async def _release_by_expiry(store, job):
@@ -126,15 +130,15 @@ async def _release_by_expiry(store, job):
 
 
 async def _release_by_raising_the_cap(store, job):
-    await store.upsert_tenant("h", 1, 2)
+    await db_ops.upsert_tenant(store, "h", 1, 2)
 
 
 async def _release_by_removing_the_cap(store, job):
-    await store.upsert_tenant("h", 1, None)
+    await db_ops.upsert_tenant(store, "h", 1, None)
 
 
 async def _release_by_deleting_the_tenant(store, job):
-    assert await store.delete_tenant("h")
+    assert await db_ops.delete_tenant(store, "h")
 
 
 @pytest.mark.parametrize(
@@ -156,23 +160,23 @@ async def test_whatever_frees_a_tenants_capacity_releases_its_lanes(store, free)
     await free(store, job)
     assert await _held(store, "heldf") == []
     rows, _ = await service.activate(_req("heldf", 5))
-    assert rows and {r["tenant_id"] for r in rows} == {"h"}
+    assert rows and {r.tenant_id for r in rows} == {"h"}
 
 
 async def test_the_cap_spans_job_types_and_so_does_the_release(store):
     """A job of another type freed the tenant's capacity: this type's held lane is
     released too."""
     service = ActivationService(store, Settings())
-    await store.upsert_tenant("h", 1, 1)
-    await store.insert_jobs([{"type": "heldx", "tenantId": "h"}], utcnow())
-    await store.insert_jobs([{"type": "heldy", "tenantId": "h"}], utcnow())
+    await db_ops.upsert_tenant(store, "h", 1, 1)
+    await stored_jobs.insert(store, [{"type": "heldx", "tenantId": "h"}], utcnow())
+    await stored_jobs.insert(store, [{"type": "heldy", "tenantId": "h"}], utcnow())
     [x], _ = await service.activate(_req("heldx", 1))
     assert (await service.activate(_req("heldy", 1)))[0] == []
     assert await _held(store, "heldy") == ["h"]
     await _release_by_completing(store, x)
     assert await _held(store, "heldy") == []
     [y], _ = await service.activate(_req("heldy", 1))
-    assert y["tenant_id"] == "h"
+    assert y.tenant_id == "h"
 
 
 async def test_a_tenant_held_at_cap_0_banks_no_credit(store):
@@ -182,16 +186,16 @@ async def test_a_tenant_held_at_cap_0_banks_no_credit(store):
     service = ActivationService(store, Settings())
     config = ConfigService(store, service.resolve_aging)
     await config.put_tenant("zero", 1, 0)
-    await store.insert_jobs([{"type": "heldb", "tenantId": "zero"}] * 400, utcnow())
-    await store.insert_jobs([{"type": "heldb", "tenantId": "busy"}] * 1_000, utcnow())
+    await stored_jobs.insert(store, [{"type": "heldb", "tenantId": "zero"}] * 400, utcnow())
+    await stored_jobs.insert(store, [{"type": "heldb", "tenantId": "busy"}] * 1_000, utcnow())
     for _ in range(30):
         rows, _ = await service.activate(_req("heldb", 10))
-        assert {r["tenant_id"] for r in rows} == {"busy"}
+        assert {r.tenant_id for r in rows} == {"busy"}
     await config.put_tenant("zero", 1, None)
     got: Counter[str] = Counter()
     for _ in range(30):
         rows, _ = await service.activate(_req("heldb", 10))
-        got.update(r["tenant_id"] for r in rows)
+        got.update(r.tenant_id for r in rows)
     assert 140 <= got["zero"] <= 160, got
 
 
@@ -200,14 +204,14 @@ async def test_holds_and_releases_racing_strand_no_lane(db_url):
     completions race over 30 tenants at cap 1: every job gets out, and at the end no lane
     is held while its tenant has room.  A release that missed a hold committed at the
     same instant would strand that tenant's jobs, and the drain would not finish."""
-    from app.store import Store
+    from app.db import Database
 
-    stores = [await Store.connect(db_url, size=3, min_size=1) for _ in range(8)]
+    stores = [await Database.connect(db_url, size=3, min_size=1) for _ in range(8)]
     try:
         store = stores[0]
         tenants = await _capped_tenants(store, "r", 30, 1)
         jobs = [{"type": "heldr2", "tenantId": t} for t in tenants for _ in range(20)]
-        await store.insert_jobs(jobs, utcnow())
+        await stored_jobs.insert(store, jobs, utcnow())
         done: Counter[str] = Counter()
 
         async def work(s):
@@ -218,16 +222,16 @@ async def test_holds_and_releases_racing_strand_no_lane(db_url):
                 idle = 0 if rows else idle + 1
                 if not rows:
                     await asyncio.sleep(0)  # another activator holds the last jobs
-                items = [(r["job_key"], r["activation_count"], None) for r in rows]
-                finished = await s.complete_jobs(items, utcnow()) if items else set()
+                items = [(r.job_key, r.activation_count, None) for r in rows]
+                finished = await finishing.complete(s, items, utcnow()) if items else set()
                 assert len(finished) == len(items)
-                done.update(r["tenant_id"] for r in rows)
+                done.update(r.tenant_id for r in rows)
             await service.settle()
 
         await asyncio.gather(*(work(s) for s in stores))
         assert sum(done.values()) == len(jobs), done
         assert await _held(store, "heldr2") == []
-        left = await store.pool.fetchval(
+        left = await store.fetchval(
             "SELECT count(*) FROM jobs WHERE job_type = 'heldr2' AND state <> 'COMPLETED'"
         )
         assert left == 0
@@ -264,23 +268,23 @@ async def test_a_cap_set_while_a_finish_is_in_flight_strands_no_lane(store):
     had not seen the cap, released nothing.  With no job left active nothing ever
     released it: 50 ready jobs, none active, every activation []."""
     service = ActivationService(store, Settings())
-    await store.insert_jobs([{"type": "heldc", "tenantId": "rc"}] * 350, utcnow())
+    await stored_jobs.insert(store, [{"type": "heldc", "tenantId": "rc"}] * 350, utcnow())
     taken = []
     while len(taken) < 300:
         rows, _ = await service.activate(_req("heldc", 300 - len(taken)))
         taken += rows
     await service.settle()
-    items = [(r["job_key"], r["activation_count"], None) for r in taken]
-    async with store.pool.acquire() as finisher:
+    items = [(r.job_key, r.activation_count, None) for r in taken]
+    async with store.connection() as finisher:
         finish = finisher.transaction()
         await finish.start()
         # The finish has run its statement, cap unseen, and not committed yet.
         done = await finisher.fetch(COMPLETE_JOBS, *map(list, zip(*items, strict=True)), utcnow())
         assert len(done) == 300
-        put = asyncio.create_task(store.upsert_tenant("rc", 1, 300))
+        put = asyncio.create_task(db_ops.upsert_tenant(store, "rc", 1, 300))
         # Until the PUT has committed its cap (its commit, inside the call, has no event).
         cap = "SELECT max_active_jobs FROM tenants WHERE tenant_id = 'rc'"
-        while await store.pool.fetchval(cap) is None:  # noqa: ASYNC110
+        while await store.fetchval(cap) is None:  # noqa: ASYNC110
             await asyncio.sleep(0.005)
         # A claim now counts the 300 as active: the tenant is at its cap, held.
         assert (await service.activate(_req("heldc", 10)))[0] == []

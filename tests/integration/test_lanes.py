@@ -10,11 +10,15 @@ from collections import Counter
 import asyncpg
 import pytest
 
-from app.activation import CARRIED_LANES, LANE_SLACK, ActivateRequest, ActivationService
+from app.activation import LANE_SLACK, ActivateRequest, ActivationService
 from app.api.schemas import CreateJob
+from app.charging import CARRIED_LANES
 from app.config import Settings
+from app.db import claims, lanes
+from app.db import jobs as stored_jobs
+from app.db.lanes import CHARGE_LANES, SCANNED_LANES
+from app.db.locks import lane_bucket
 from app.domain import utcnow
-from app.store import CHARGE_LANES, SCANNED_LANES, lane_bucket
 
 NO_PARKED_LANE_WITH_JOBS = """
 SELECT l.tenant_id FROM lanes l
@@ -33,18 +37,18 @@ async def test_parking_waits_a_while_for_a_bucket_a_producer_holds(store):
     give up at once (under a steady producer it would never park, and the empty lane
     would keep its idle vtime): it waits for the bucket, then parks.  A producer that
     holds the bucket longer than PARK_WAIT_MS leaves the lane active."""
-    await store.insert_jobs([_job("t")], utcnow())
-    await store.pool.execute("UPDATE jobs SET state = 'COMPLETED', completed_at = now()")
+    await stored_jobs.insert(store, [_job("t")], utcnow())
+    await store.execute("UPDATE jobs SET state = 'COMPLETED', completed_at = now()")
     hold = "SELECT pg_advisory_xact_lock_shared($1, $2)"
-    async with store.pool.acquire() as producer:
+    async with store.connection() as producer:
         tx = producer.transaction()
         await tx.start()
         await producer.execute(hold, 0x4A460001, lane_bucket("race", "t"))
-        assert await store.park_lanes("race", ["t"]) == []  # waited PARK_WAIT_MS in vain
-        parking = asyncio.create_task(store.park_lanes("race", ["t"]))
+        assert await lanes.park(store, "race", ["t"]) == []  # waited PARK_WAIT_MS in vain
+        parking = asyncio.create_task(lanes.park(store, "race", ["t"]))
         # Until the park waits for the bucket: PostgreSQL's state, which no event here
         # announces.
-        while not await store.pool.fetchval(  # noqa: ASYNC110
+        while not await store.fetchval(  # noqa: ASYNC110
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'advisory'"
         ):
             await asyncio.sleep(0.01)
@@ -57,32 +61,32 @@ async def test_a_park_that_waited_in_vain_tries_again(store):
     parks of emptied lanes waited in vain (1,959 times); a lane left active kept its
     idle vtime, and back from idle its tenant took 300 of the next 300 activations.  A
     background park tries again later, and parks once the producer is done."""
-    await store.insert_jobs([_job("t")], utcnow())
-    await store.pool.execute("UPDATE jobs SET state = 'COMPLETED', completed_at = now()")
+    await stored_jobs.insert(store, [_job("t")], utcnow())
+    await store.execute("UPDATE jobs SET state = 'COMPLETED', completed_at = now()")
     hold = "SELECT pg_advisory_xact_lock_shared($1, $2)"
     waits = "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'advisory'"
-    async with store.pool.acquire() as producer:
+    async with store.connection() as producer:
         tx = producer.transaction()
         await tx.start()
         await producer.execute(hold, 0x4A460001, lane_bucket("race", "t"))
-        parking = asyncio.create_task(store.park_lanes("race", ["t"], retries=2))
+        parking = asyncio.create_task(lanes.park(store, "race", ["t"], retries=2))
         # Until the first try waits for the bucket, and then until it gave up: states of
         # PostgreSQL's that no event here announces.
-        while not await store.pool.fetchval(waits):  # noqa: ASYNC110
+        while not await store.fetchval(waits):  # noqa: ASYNC110
             await asyncio.sleep(0.01)
-        while await store.pool.fetchval(waits):  # noqa: ASYNC110
+        while await store.fetchval(waits):  # noqa: ASYNC110
             await asyncio.sleep(0.01)
         await tx.rollback()  # the producer is done
     assert await parking == ["t"]
-    assert not await store.pool.fetchval("SELECT active FROM lanes WHERE tenant_id = 't'")
+    assert not await store.fetchval("SELECT active FROM lanes WHERE tenant_id = 't'")
 
 
 async def test_parked_lane_wakes_when_jobs_arrive(store):
-    await store.insert_jobs([_job("t")], utcnow())
-    await store.pool.execute("UPDATE jobs SET state = 'COMPLETED', completed_at = now()")
-    assert await store.park_lanes("race", ["t"]) == ["t"]
-    await store.insert_jobs([_job("t")], utcnow())
-    assert await store.pool.fetchval("SELECT active FROM lanes WHERE tenant_id = 't'")
+    await stored_jobs.insert(store, [_job("t")], utcnow())
+    await store.execute("UPDATE jobs SET state = 'COMPLETED', completed_at = now()")
+    assert await lanes.park(store, "race", ["t"]) == ["t"]
+    await stored_jobs.insert(store, [_job("t")], utcnow())
+    assert await store.fetchval("SELECT active FROM lanes WHERE tenant_id = 't'")
 
 
 async def test_no_lost_wake_up_under_racing_producers_and_activators(store):
@@ -95,8 +99,8 @@ async def test_no_lost_wake_up_under_racing_producers_and_activators(store):
     async def producer() -> None:
         nonlocal produced
         for _ in range(150):
-            await store.insert_jobs(
-                [_job(rng.choice(tenants)) for _ in range(rng.randint(1, 3))], utcnow()
+            await stored_jobs.insert(
+                store, [_job(rng.choice(tenants)) for _ in range(rng.randint(1, 3))], utcnow()
             )
             produced += 1
             await asyncio.sleep(0)
@@ -110,9 +114,9 @@ async def test_no_lost_wake_up_under_racing_producers_and_activators(store):
     stop.set()
     await asyncio.gather(*activators)
     await service.settle()
-    assert await store.pool.fetch(NO_PARKED_LANE_WITH_JOBS) == []
+    assert await store.fetch(NO_PARKED_LANE_WITH_JOBS) == []
     # And what is left is still reachable: one more drain takes every ready job.
-    left = await store.pool.fetchval("SELECT count(*) FROM jobs WHERE state = 'CREATED'")
+    left = await store.fetchval("SELECT count(*) FROM jobs WHERE state = 'CREATED'")
     got = 0
     while rows := (await service.activate(ActivateRequest("race", 1000, 60_000)))[0]:
         got += len(rows)
@@ -121,27 +125,27 @@ async def test_no_lost_wake_up_under_racing_producers_and_activators(store):
 
 async def test_drained_lane_is_parked_and_costs_nothing_later(store):
     service = ActivationService(store, Settings())
-    await store.insert_jobs([_job("gone")], utcnow())
+    await stored_jobs.insert(store, [_job("gone")], utcnow())
     rows, _ = await service.activate(ActivateRequest("race", 5, 60_000))
     assert len(rows) == 1
     await service.settle()
-    assert not await store.pool.fetchval("SELECT active FROM lanes WHERE tenant_id = 'gone'")
-    read = await store.read_lanes("race", 10, [], None)
+    assert not await store.fetchval("SELECT active FROM lanes WHERE tenant_id = 'gone'")
+    read = await lanes.read(store, "race", 10, [], None)
     assert read.ready == [] and read.empty == []
 
 
 async def _drained_lanes(store, n: int) -> int:
     """``n`` lanes drained behind the scheduler's back (still active, at low vtimes)
     and one busy lane, last among them; the busy lane's job key."""
-    await store.insert_jobs([_job(f"drained-{i:02}") for i in range(n)], utcnow())
-    await store.pool.execute("UPDATE jobs SET state = 'COMPLETED', completed_at = now()")
-    await store.pool.execute("UPDATE lanes SET vtime = -1 WHERE tenant_id LIKE 'drained-%'")
-    [job] = await store.insert_jobs([_job("z-busy")], utcnow())  # last among ties
+    await stored_jobs.insert(store, [_job(f"drained-{i:02}") for i in range(n)], utcnow())
+    await store.execute("UPDATE jobs SET state = 'COMPLETED', completed_at = now()")
+    await store.execute("UPDATE lanes SET vtime = -1 WHERE tenant_id LIKE 'drained-%'")
+    [job] = await stored_jobs.insert(store, [_job("z-busy")], utcnow())  # last among ties
     return job.job_key
 
 
 async def _parked(store) -> int:
-    return await store.pool.fetchval(
+    return await store.fetchval(
         "SELECT count(*) FROM lanes WHERE tenant_id LIKE 'drained-%' AND NOT active"
     )
 
@@ -153,10 +157,10 @@ async def test_an_active_lane_without_jobs_costs_no_claim_round(store):
     parks them."""
     service = ActivationService(store, Settings())
     busy = await _drained_lanes(store, 3)
-    rounds = service.queries
+    rounds = service.counters.queries
     rows, _ = await service.activate(ActivateRequest("race", 1, 60_000))
-    assert [r["job_key"] for r in rows] == [busy]
-    assert service.queries - rounds == 1
+    assert [r.job_key for r in rows] == [busy]
+    assert service.counters.queries - rounds == 1
     await service.settle()
     assert await _parked(store) == 3
 
@@ -168,14 +172,14 @@ async def test_more_empty_lanes_than_a_read_holds_cost_one_round(store):
     service = ActivationService(store, Settings())
     n = 10 * (1 + LANE_SLACK)
     busy = await _drained_lanes(store, n)
-    rounds = service.queries
+    rounds = service.counters.queries
     rows, dry = await service.activate(ActivateRequest("race", 1, 60_000))
-    assert [r["job_key"] for r in rows] == [busy] and not dry
-    assert service.queries - rounds == 1
+    assert [r.job_key for r in rows] == [busy] and not dry
+    assert service.counters.queries - rounds == 1
     await service.settle()
     assert await _parked(store) == n
-    await store.insert_jobs([_job("z-busy")], utcnow())
-    read = await store.read_lanes("race", 1 + LANE_SLACK, [], None)
+    await stored_jobs.insert(store, [_job("z-busy")], utcnow())
+    read = await lanes.read(store, "race", 1 + LANE_SLACK, [], None)
     assert read.empty == [] and [lane.tenant_id for lane in read.ready] == ["z-busy"]
 
 
@@ -184,12 +188,12 @@ async def test_a_read_stops_after_scanned_lanes_and_the_call_reads_on(store):
     says there may be more, and the activation reads on past them in another round."""
     service = ActivationService(store, Settings())
     busy = await _drained_lanes(store, SCANNED_LANES + 5)
-    read = await store.read_lanes("race", 1 + LANE_SLACK, [], None)
+    read = await lanes.read(store, "race", 1 + LANE_SLACK, [], None)
     assert read.ready == [] and read.more and len(read.empty) == SCANNED_LANES
-    rounds = service.queries
+    rounds = service.counters.queries
     rows, dry = await service.activate(ActivateRequest("race", 1, 60_000))
-    assert [r["job_key"] for r in rows] == [busy] and not dry
-    assert service.queries - rounds == 2
+    assert [r.job_key for r in rows] == [busy] and not dry
+    assert service.counters.queries - rounds == 2
 
 
 async def test_a_lane_its_claim_emptied_is_parked(store):
@@ -199,18 +203,18 @@ async def test_a_lane_its_claim_emptied_is_parked(store):
     call."""
     service = ActivationService(store, Settings())
     n = 83
-    await store.insert_jobs([_job(f"one-{i:03}") for i in range(n)], utcnow())
+    await stored_jobs.insert(store, [_job(f"one-{i:03}") for i in range(n)], utcnow())
     for _ in range(n):
         rows, _ = await service.activate(ActivateRequest("race", 1, 60_000))
         assert len(rows) == 1
         await service.settle()
-        active_empty = await store.pool.fetchval(
+        active_empty = await store.fetchval(
             """SELECT count(*) FROM lanes l WHERE l.active AND NOT EXISTS (
                    SELECT 1 FROM jobs j WHERE j.state = 'CREATED'
                      AND j.job_type = l.job_type AND j.tenant_id = l.tenant_id)"""
         )
         assert active_empty == 0
-    assert await store.pool.fetchval("SELECT count(*) FROM lanes WHERE NOT active") == n
+    assert await store.fetchval("SELECT count(*) FROM lanes WHERE NOT active") == n
 
 
 async def test_an_activation_that_read_every_lane_empty_says_the_type_is_dry(store):
@@ -221,15 +225,15 @@ async def test_an_activation_that_read_every_lane_empty_says_the_type_is_dry(sto
     assert len(rows) == 1 and not dry
     rows, dry = await service.activate(ActivateRequest("race", 5, 60_000))
     assert rows == [] and dry  # read every lane: none has a ready job
-    await store.insert_jobs([_job("z-busy") for _ in range(5)], utcnow())
+    await stored_jobs.insert(store, [_job("z-busy") for _ in range(5)], utcnow())
     rows, dry = await service.activate(ActivateRequest("race", 5, 60_000))
     assert len(rows) == 5 and not dry  # got all it asked for: there may be more
 
 
 async def test_jobs_held_by_another_activator_do_not_make_the_type_dry(store):
     service = ActivationService(store, Settings())
-    await store.insert_jobs([_job("held") for _ in range(3)], utcnow())
-    async with store.pool.acquire() as other:
+    await stored_jobs.insert(store, [_job("held") for _ in range(3)], utcnow())
+    async with store.connection() as other:
         tx = other.transaction()
         await tx.start()
         # Another activator's claim holds every job, not yet committed.
@@ -248,33 +252,33 @@ async def test_a_waiter_gets_the_first_round_that_claims_anything_and_a_caller_a
     A caller asking now (fill) is made up from b in a second round; a waiter or stream
     (no fill) gets the first round's jobs at once."""
     service = ActivationService(store, Settings())
-    await store.insert_jobs([_job(t) for t in ("a", "b") for _ in range(6)], utcnow())
-    async with store.pool.acquire() as other:
+    await stored_jobs.insert(store, [_job(t) for t in ("a", "b") for _ in range(6)], utcnow())
+    async with store.connection() as other:
         tx = other.transaction()
         await tx.start()
         await other.execute("SELECT 1 FROM jobs WHERE tenant_id = 'a' FOR UPDATE")
-        rows, _ = await service.activate(ActivateRequest("race", 4, 60_000), fill=False)
-        assert [r["tenant_id"] for r in rows] == ["b", "b"]
+        rows, _ = await service.activate_owed(ActivateRequest("race", 4, 60_000))
+        assert [r.tenant_id for r in rows] == ["b", "b"]
         rows, _ = await service.activate(ActivateRequest("race", 4, 60_000))
-        assert [r["tenant_id"] for r in rows] == ["b"] * 4
+        assert [r.tenant_id for r in rows] == ["b"] * 4
         await tx.rollback()
 
 
 async def test_charges_made_while_one_is_written_are_all_written_before_the_next_read(store):
     service = ActivationService(store, Settings())
-    await store.insert_jobs([_job(t) for t in ("a", "b") for _ in range(40)], utcnow())
+    await stored_jobs.insert(store, [_job(t) for t in ("a", "b") for _ in range(40)], utcnow())
     results = await asyncio.gather(
         *(service.activate(ActivateRequest("race", 2, 60_000)) for _ in range(20))
     )
-    claimed = Counter(r["tenant_id"] for rows, _ in results for r in rows)
+    claimed = Counter(r.tenant_id for rows, _ in results for r in rows)
     assert sum(claimed.values()) == 40
-    await service._charged("race")  # what the next read of this job type waits for
-    rows = await store.pool.fetch("SELECT tenant_id, activated_total FROM lanes")
+    await service.charges.written("race")  # what the next read of this job type waits for
+    rows = await store.fetch("SELECT tenant_id, activated_total FROM lanes")
     assert {r["tenant_id"]: r["activated_total"] for r in rows} == dict(claimed)
 
 
 async def _lanes(store) -> dict[str, tuple[float, int]]:
-    rows = await store.pool.fetch("SELECT tenant_id, vtime, activated_total FROM lanes")
+    rows = await store.fetch("SELECT tenant_id, vtime, activated_total FROM lanes")
     return {r["tenant_id"]: (r["vtime"], r["activated_total"]) for r in rows}
 
 
@@ -284,20 +288,20 @@ async def test_a_lane_read_carries_the_charges_not_yet_written(store, monkeypatc
     own is made, and nothing is charged twice."""
     service = ActivationService(store, Settings())
     writes: list[object] = []
-    write = store.charge_lanes
+    write = lanes.charge
 
     async def counted(*args):
         writes.append(args)
-        await write(*args)
+        return await write(*args)
 
-    monkeypatch.setattr(store, "charge_lanes", counted)
-    await store.insert_jobs([_job(t) for t in ("a", "b")], utcnow())
+    monkeypatch.setattr(lanes, "charge", counted)
+    await stored_jobs.insert(store, [_job(t) for t in ("a", "b")], utcnow())
     assert await _lanes(store) == {"a": (0.0, 0), "b": (0.0, 0)}
-    service._charge("race", Counter({"a": 3}), {"a": 0.5})
-    ready = (await service._read_lanes("race", 1, [], None)).ready
+    service.charges.add("race", Counter({"a": 3}), {"a": 0.5})
+    ready = (await service.charges.read("race", 1, [], None)).ready
     # Room for one lane: "a" led by tenant order, but its charge moved it behind "b".
     assert [(lane.tenant_id, lane.vtime) for lane in ready] == [("b", 0.0)]
-    ready = (await service._read_lanes("race", 2, [], None)).ready
+    ready = (await service.charges.read("race", 2, [], None)).ready
     assert [(lane.tenant_id, lane.vtime) for lane in ready] == [("b", 0.0), ("a", 1.5)]
     await service.settle()  # the writer task found nothing left to write
     assert writes == []
@@ -306,11 +310,11 @@ async def test_a_lane_read_carries_the_charges_not_yet_written(store, monkeypatc
 
 async def test_charges_a_failed_lane_read_carried_are_written_after_all(store):
     service = ActivationService(store, Settings())
-    await store.insert_jobs([_job(t) for t in ("a", "b")], utcnow())
-    service._charge("race", Counter({"a": 2}), {"a": 1.0})
+    await stored_jobs.insert(store, [_job(t) for t in ("a", "b")], utcnow())
+    service.charges.add("race", Counter({"a": 2}), {"a": 1.0})
     with pytest.raises(asyncpg.PostgresError):  # $2 + 1 overflows int4: the statement fails
-        await service._read_lanes("race", 2**31 - 1, [], None)
-    await service._charged("race")
+        await service.charges.read("race", 2**31 - 1, [], None)
+    await service.charges.written("race")
     assert await _lanes(store) == {"a": (2.0, 2), "b": (0.0, 0)}
 
 
@@ -319,17 +323,17 @@ async def test_a_charge_of_many_lanes_is_written_before_the_read(store, monkeypa
     read scan as many lanes more): the writer writes it and the read waits for it."""
     service = ActivationService(store, Settings())
     tenants = [f"t{i:02}" for i in range(CARRIED_LANES + 1)]
-    await store.insert_jobs([_job(t) for t in tenants], utcnow())
+    await stored_jobs.insert(store, [_job(t) for t in tenants], utcnow())
     reads: list[object] = []
-    read = store.read_lanes
+    read = lanes.read
 
     async def seen(*args):
-        reads.append(args[4:])  # what the read carried
+        reads.append(args[5:])  # what the read carried
         return await read(*args)
 
-    monkeypatch.setattr(store, "read_lanes", seen)
-    service._charge("race", Counter(tenants), dict.fromkeys(tenants, 1.0))
-    ready = (await service._read_lanes("race", 1, [], None)).ready
+    monkeypatch.setattr(lanes, "read", seen)
+    service.charges.add("race", Counter(tenants), dict.fromkeys(tenants, 1.0))
+    ready = (await service.charges.read("race", 1, [], None)).ready
     assert reads == [()]
     assert await _lanes(store) == dict.fromkeys(tenants, (1.0, 1))
     assert [(lane.tenant_id, lane.vtime) for lane in ready] == [("t00", 1.0)]
@@ -339,26 +343,26 @@ async def test_a_lane_read_waits_for_every_charge_in_flight(store):
     """A read carrying charges and the writer task can both be writing; a later read
     waits for both, not only the write that started last."""
     service = ActivationService(store, Settings())
-    await store.insert_jobs([_job(t) for t in ("a", "b")], utcnow())
+    await stored_jobs.insert(store, [_job(t) for t in ("a", "b")], utcnow())
 
     async def read_carrying_a() -> object:
-        service._charge("race", Counter({"a": 1}), {"a": 1.0})
-        return await service._read_lanes("race", 2, [], None)  # takes the charge at once
+        service.charges.add("race", Counter({"a": 1}), {"a": 1.0})
+        return await service.charges.read("race", 2, [], None)  # takes the charge at once
 
-    async with store.pool.acquire() as holder:
+    async with store.connection() as holder:
         tx = holder.transaction()
         await tx.start()
         await holder.execute("SELECT 1 FROM lanes WHERE tenant_id = 'a' FOR UPDATE")
         carrying = asyncio.create_task(read_carrying_a())
         # Until the carrying read waits for the lane's lock: PostgreSQL's state, which
         # no event here announces.
-        while not await store.pool.fetchval(  # noqa: ASYNC110
+        while not await store.fetchval(  # noqa: ASYNC110
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
         ):
             await asyncio.sleep(0.01)
-        service._charge("race", Counter({"b": 1}), {"b": 1.0})  # the writer writes this
-        await service._charges["race"].writer
-        later = asyncio.create_task(service._read_lanes("race", 2, [], None))
+        service.charges.add("race", Counter({"b": 1}), {"b": 1.0})  # the writer writes this
+        await service.charges._pending["race"].writer
+        later = asyncio.create_task(service.charges.read("race", 2, [], None))
         await tx.rollback()
     await carrying
     ready = (await later).ready
@@ -372,7 +376,7 @@ async def test_charges_of_the_same_lanes_in_any_order_lock_them_in_one_order(sto
     and every charge is applied.  An update that locked the lanes in its plan's order
     deadlocked here (ADR 001, alternatives)."""
     tenants = [f"t{i:02d}" for i in range(40)]
-    await store.pool.execute(
+    await store.execute(
         "INSERT INTO lanes (job_type, tenant_id, vtime, active) "
         "SELECT 'order', t, 0, true FROM unnest($1::text[]) t",
         tenants,
@@ -381,7 +385,7 @@ async def test_charges_of_the_same_lanes_in_any_order_lock_them_in_one_order(sto
 
     async def charger(i: int) -> None:
         rng = random.Random(i)
-        async with store.pool.acquire() as conn:
+        async with store.connection() as conn:
             for _ in range(rounds):
                 order = tenants[:]
                 rng.shuffle(order)
@@ -393,7 +397,7 @@ async def test_charges_of_the_same_lanes_in_any_order_lock_them_in_one_order(sto
 
     chargers = 8
     await asyncio.gather(*(charger(i) for i in range(chargers)))
-    vtimes = await store.pool.fetch("SELECT vtime FROM lanes WHERE job_type = 'order'")
+    vtimes = await store.fetch("SELECT vtime FROM lanes WHERE job_type = 'order'")
     assert [r["vtime"] for r in vtimes] == [float(chargers * rounds)] * len(tenants)
 
 
@@ -402,8 +406,10 @@ async def test_jobs_of_earlier_rounds_go_back_when_a_later_round_fails(store, mo
     fails.  The caller gets the error, and the jobs round 1 claimed for it are CREATED
     again at once, not held until their leases end."""
     service = ActivationService(store, Settings())
-    await store.insert_jobs([_job("a"), _job("b"), _job("b"), _job("c"), _job("c")], utcnow())
-    claim = store.claim
+    await stored_jobs.insert(
+        store, [_job("a"), _job("b"), _job("b"), _job("c"), _job("c")], utcnow()
+    )
+    claim = claims.claim
     calls = 0
 
     async def second_fails(*args, **kwargs):
@@ -413,12 +419,12 @@ async def test_jobs_of_earlier_rounds_go_back_when_a_later_round_fails(store, mo
             raise asyncpg.DataError("refused")
         return await claim(*args, **kwargs)
 
-    monkeypatch.setattr(store, "claim", second_fails)
+    monkeypatch.setattr(claims, "claim", second_fails)
     # Lanes a, b, c at vtime 0; with two lanes read (maxJobs 4 reads 12) the picks go
     # a, b, c, a: a holds one job, so round 1 is short and round 2 runs.
     with pytest.raises(asyncpg.DataError):
         await service.activate(ActivateRequest("race", 4, 60_000))
     assert calls == 2
     await service.settle()
-    states = await store.pool.fetch("SELECT state FROM jobs")
+    states = await store.fetch("SELECT state FROM jobs")
     assert {r["state"] for r in states} == {"CREATED"}

@@ -8,7 +8,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from app import migrations
-from app.schema import metadata
+from app.db.schema import metadata
 
 
 async def test_empty_database_migrates_to_head_matching_metadata(postgres):

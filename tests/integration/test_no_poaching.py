@@ -7,6 +7,7 @@ from collections import Counter
 
 from app.activation import ActivateRequest, ActivationService
 from app.config import Settings
+from app.db import jobs as stored_jobs
 from app.domain import utcnow
 from tests.helpers import activate, enqueue
 
@@ -24,8 +25,8 @@ async def test_20000_jobs_16_activators_each_job_exactly_once(live, store):
     await asyncio.gather(*(activator() for _ in range(16)))
     assert len(seen) == 20_000
     assert max(seen.values()) == 1
-    assert await store.pool.fetchval("SELECT count(*) FROM jobs WHERE state = 'CREATED'") == 0
-    counts = await store.pool.fetch("SELECT activation_count, count(*) FROM jobs GROUP BY 1")
+    assert await store.fetchval("SELECT count(*) FROM jobs WHERE state = 'CREATED'") == 0
+    counts = await store.fetch("SELECT activation_count, count(*) FROM jobs GROUP BY 1")
     assert [tuple(r) for r in counts] == [(1, 20_000)]
 
 
@@ -34,15 +35,15 @@ async def test_16_activators_each_on_its_own_connections_take_each_job_once(stor
     services, as sixteen processes would, race their claims on their own connections."""
     jobs = [{"type": "drain", "tenantId": t} for t in "abcd" for _ in range(2_000)]
     for i in range(0, len(jobs), 1_000):
-        await store.insert_jobs(jobs[i : i + 1_000], utcnow())
+        await stored_jobs.insert(store, jobs[i : i + 1_000], utcnow())
     seen: Counter[int] = Counter()
 
     async def activator(service: ActivationService) -> None:
         while (got := await service.activate(ActivateRequest("drain", 100, 60_000)))[0]:
-            seen.update(r["job_key"] for r in got[0])
+            seen.update(r.job_key for r in got[0])
 
     await asyncio.gather(*(activator(ActivationService(store, Settings())) for _ in range(16)))
     assert len(seen) == 8_000
     assert max(seen.values()) == 1
-    counts = await store.pool.fetch("SELECT activation_count, count(*) FROM jobs GROUP BY 1")
+    counts = await store.fetch("SELECT activation_count, count(*) FROM jobs GROUP BY 1")
     assert [tuple(r) for r in counts] == [(1, 8_000)]

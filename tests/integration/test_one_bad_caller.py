@@ -16,6 +16,7 @@ import pytest
 
 from app.activation import ActivateRequest, ActivationService
 from app.config import Settings
+from app.db import jobs as stored_jobs
 from app.domain import utcnow
 from app.streaming import Stream
 from tests.acceptance.test_long_polling import until_waiting
@@ -45,8 +46,8 @@ def _poll(job_type: str, worker: str, wait_ms: int = 10_000) -> dict[str, object
 
 
 async def _activated(store, job_type: str, n: int) -> list[asyncpg.Record]:
-    await store.insert_jobs([{"type": job_type} for _ in range(n)], utcnow())
-    rows = await store.pool.fetch(
+    await stored_jobs.insert(store, [{"type": job_type} for _ in range(n)], utcnow())
+    rows = await store.fetch(
         "UPDATE jobs SET state = 'ACTIVATED', activation_count = 1, worker = 'w',"
         " deadline = now() + interval '1 hour' WHERE job_type = $1"
         " RETURNING job_key, activation_count",
@@ -56,7 +57,7 @@ async def _activated(store, job_type: str, n: int) -> list[asyncpg.Record]:
 
 
 async def _states(store, job_type: str) -> dict[int, str]:
-    rows = await store.pool.fetch("SELECT job_key, state FROM jobs WHERE job_type = $1", job_type)
+    rows = await store.fetch("SELECT job_key, state FROM jobs WHERE job_type = $1", job_type)
     return {r["job_key"]: r["state"] for r in rows}
 
 
@@ -64,7 +65,7 @@ async def test_poisoned_completions_in_one_group_commit_fail_alone(live):
     """300 single completions written by one group-commit statement, 10 of them poisoned
     (5 with a NUL in their variables, 5 with an activationCount beyond int4): the 290 good
     ones complete, each poisoned one alone gets the database's refusal."""
-    store, jobs = live.services.store, live.services.jobs
+    store, jobs = live.services.db, live.services.jobs
     rows = await _activated(store, "gc", 300)
     poisoned = {
         i: (NUL_VARIABLES, 1) if i % 2 else (None, INT4_OVERFLOW) for i in range(5, 300, 30)
@@ -89,8 +90,8 @@ async def test_a_poisoned_activation_fails_alone_among_callers_activated_togethe
     by the database: the 38 others get their jobs under their own names, it gets the
     error, and no job is left activated for it."""
     service = ActivationService(store, Settings())
-    await store.insert_jobs(
-        [{"type": "together", "tenantId": t} for t in "abc" for _ in range(40)], utcnow()
+    await stored_jobs.insert(
+        store, [{"type": "together", "tenantId": t} for t in "abc" for _ in range(40)], utcnow()
     )
     callers = [ActivateRequest("together", 2, 60_000, worker=f"w{i}") for i in range(39)]
     callers[17] = ActivateRequest("together", 2, 60_000, worker=EVIL_WORKER)
@@ -103,10 +104,10 @@ async def test_a_poisoned_activation_fails_alone_among_callers_activated_togethe
         if req.worker == EVIL_WORKER:
             continue
         rows, _ = result
-        assert len(rows) == 2 and {r["worker"] for r in rows} == {req.worker}
-        keys += [r["job_key"] for r in rows]
+        assert len(rows) == 2 and {r.worker for r in rows} == {req.worker}
+        keys += [r.job_key for r in rows]
     assert len(set(keys)) == 76
-    activated = await store.pool.fetchval("SELECT count(*) FROM jobs WHERE state = 'ACTIVATED'")
+    activated = await store.fetchval("SELECT count(*) FROM jobs WHERE state = 'ACTIVATED'")
     assert activated == 76
 
 
@@ -141,7 +142,7 @@ async def test_a_poisoned_stream_at_the_head_fails_alone_and_jobs_are_still_crea
         ActivateRequest("hs", 1, 60_000, EVIL_WORKER),
         services.waiters,
         services.streams,
-        services.store,
+        services.db,
         services.activation,
         check_ms=1_000,
     )
@@ -180,23 +181,23 @@ async def test_a_poisoned_waiter_does_not_keep_its_dispatcher_from_the_waiters_b
 
 async def test_charges_carried_by_a_poisoned_lane_read_are_still_written(store):
     """A lane read carries the charges of earlier claims of its type, whoever made them
-    (ActivationService._read_lanes).  A read refused for its caller's tenant filter gives
+    (LaneCharges.read).  A read refused for its caller's tenant filter gives
     them back to the writer: the lanes are charged all the same."""
     service = ActivationService(store, Settings())
-    await store.insert_jobs(
-        [{"type": "ch", "tenantId": t} for t in "ab" for _ in range(4)], utcnow()
+    await stored_jobs.insert(
+        store, [{"type": "ch", "tenantId": t} for t in "ab" for _ in range(4)], utcnow()
     )
     rows, _ = await service.activate(ActivateRequest("ch", 3, 60_000, "good"))
     await service.settle()
     # Charges of a claim not yet written (as when the next read follows at once): the
     # poisoned read below takes them into its own statement.
-    service._charge("ch", Counter({"a": 2}), {"a": 1.0})
+    service.charges.add("ch", Counter({"a": 2}), {"a": 1.0})
     evil = ActivateRequest("ch", 1, 60_000, "evil", tenant_ids=["a", "b\x00"])
     with pytest.raises(asyncpg.DataError):
-        await service.activate(evil, fill=False)
+        await service.activate_owed(evil)
     await service.settle()
-    totals = await store.pool.fetch("SELECT tenant_id, activated_total FROM lanes ORDER BY 1")
-    claimed = Counter(r["tenant_id"] for r in rows)
+    totals = await store.fetch("SELECT tenant_id, activated_total FROM lanes ORDER BY 1")
+    claimed = Counter(r.tenant_id for r in rows)
     assert {r["tenant_id"]: r["activated_total"] for r in totals} == {
         "a": claimed["a"] + 2,
         "b": claimed["b"],
@@ -216,4 +217,4 @@ async def test_a_poisoned_job_handed_to_a_waiter_fails_its_producer_alone(live):
     assert r.status_code == 201
     [job] = (await good).json()["jobs"]
     assert job["jobKey"] == r.json()["jobKey"] and job["worker"] == "good"
-    assert len(await _states(services.store, "hj")) == 1
+    assert len(await _states(services.db, "hj")) == 1

@@ -8,20 +8,20 @@ import contextlib
 
 import asyncpg
 
-from app import store as st
-from app.store import Store
+from app.db import Database
+from app.db import pool as st
 
 
 async def test_a_pool_opens_all_its_connections_warm_and_the_warm_up_writes_nothing(
     db_url: str,
 ) -> None:
-    store = await Store.connect(db_url, size=3)
+    store = await Database.connect(db_url, size=3)
     try:
-        assert store.pool.get_size() == 3
+        assert store.get_size() == 3
         async with contextlib.AsyncExitStack() as stack:
             # All three at once, so each is a different connection.
             conns = await asyncio.gather(
-                *(stack.enter_async_context(store.pool.acquire()) for _ in range(3))
+                *(stack.enter_async_context(store.connection()) for _ in range(3))
             )
             for conn in conns:
                 prepared = {

@@ -45,9 +45,10 @@ from hypothesis.stateful import (
 
 from app.activation import ActivateRequest, ActivationService
 from app.config import Settings
+from app.db import Database, finishing
+from app.db import jobs as stored_jobs
 from app.domain import utcnow
 from app.operators import ConfigService
-from app.store import Store
 from app.sweepers import LeaseSweeper
 
 TYPE = "model"
@@ -159,7 +160,7 @@ class Model:
 
 class ActivationMachine(RuleBasedStateMachine):
     loop: asyncio.AbstractEventLoop
-    store: Store
+    store: Database
 
     def __init__(self) -> None:
         super().__init__()
@@ -167,7 +168,7 @@ class ActivationMachine(RuleBasedStateMachine):
         self.service = ActivationService(self.store, Settings())
         self.config = ConfigService(self.store, self.service.resolve_aging)
         self.run(
-            self.store.pool.execute("TRUNCATE jobs, lanes, tenants, job_types"),
+            self.store.execute("TRUNCATE jobs, lanes, tenants, job_types"),
         )
         # No aging during a run: priority alone orders a tenant's jobs.
         self.run(self.config.put_job_type(TYPE, None, 3_600_000, 10))
@@ -188,7 +189,7 @@ class ActivationMachine(RuleBasedStateMachine):
         jobs = [{"type": TYPE, "tenantId": tenant, "priority": p} for p in priorities]
         before = self.model.idle_lanes()
         for job, inserted in zip(
-            jobs, self.run(self.store.insert_jobs(jobs, utcnow())), strict=True
+            jobs, self.run(stored_jobs.insert(self.store, jobs, utcnow())), strict=True
         ):
             self.model.jobs[inserted.job_key] = Job(tenant, job["priority"])
         self.model.reenter(before)
@@ -203,7 +204,7 @@ class ActivationMachine(RuleBasedStateMachine):
         tenants = [f"s{i}" for i in range(first, first + n)]
         jobs = [{"type": TYPE, "tenantId": t} for t in tenants]
         for t, inserted in zip(
-            tenants, self.run(self.store.insert_jobs(jobs, utcnow())), strict=True
+            tenants, self.run(stored_jobs.insert(self.store, jobs, utcnow())), strict=True
         ):
             self.model.jobs[inserted.job_key] = Job(t, 50)
         self.model.reenter(before)
@@ -240,14 +241,14 @@ class ActivationMachine(RuleBasedStateMachine):
         rows, _ = self.run(self.service.activate(req))
         self.run(self.service.settle())
         assert len(rows) == expected, (len(rows), expected, self.model.__dict__)
-        got = Counter(r["tenant_id"] for r in rows)
+        got = Counter(r.tenant_id for r in rows)
         assert got == picks, (got, picks, vtimes)
         for t, n in got.items():
             self.model.vtime[t] += n / self.model.weight.get(t, 1)
         for r in rows:
-            job = self.model.jobs[r["job_key"]]
-            assert job.state == "CREATED", (r["job_key"], job)
-            assert r["activation_count"] == job.count + 1
+            job = self.model.jobs[r.job_key]
+            assert job.state == "CREATED", (r.job_key, job)
+            assert r.activation_count == job.count + 1
             job.state, job.count = "ACTIVATED", job.count + 1
         held = self._held()
         assert self.model.held <= held, (self.model.held, held)  # activations only hold
@@ -260,7 +261,7 @@ class ActivationMachine(RuleBasedStateMachine):
         cap = self.model.type_cap
         assert cap is None or self.model.active() <= max(cap, type_active_before)
         for t in asked:
-            taken = [self.model.jobs[r["job_key"]].priority for r in rows if r["tenant_id"] == t]
+            taken = [self.model.jobs[r.job_key].priority for r in rows if r.tenant_id == t]
             left = [self.model.jobs[k].priority for k in ready_before[t]]
             left = [
                 p
@@ -280,7 +281,7 @@ class ActivationMachine(RuleBasedStateMachine):
     def complete(self, data):
         key = data.draw(st.sampled_from(self._active()))
         job = self.model.jobs[key]
-        done = self.run(self.store.complete_jobs([(key, job.count, None)], utcnow()))
+        done = self.run(finishing.complete(self.store, [(key, job.count, None)], utcnow()))
         assert done == {key}
         self.model.release(job.tenant)
         job.state = "COMPLETED"
@@ -294,7 +295,7 @@ class ActivationMachine(RuleBasedStateMachine):
         count = job.count + (off if job.state == "ACTIVATED" else 0)
         if count < 0:
             count = job.count + 1
-        assert self.run(self.store.complete_jobs([(key, count, None)], utcnow())) == set()
+        assert self.run(finishing.complete(self.store, [(key, count, None)], utcnow())) == set()
 
     @precondition(lambda self: self._active())
     @rule(data=st.data())
@@ -303,8 +304,15 @@ class ActivationMachine(RuleBasedStateMachine):
         job = self.model.jobs[key]
         now = utcnow()
         row = self.run(
-            self.store.fail_job(
-                key, job.count, retries=None, error_message="x", run_at=now, variables=None, now=now
+            finishing.fail(
+                self.store,
+                key,
+                job.count,
+                retries=None,
+                error_message="x",
+                run_at=now,
+                variables=None,
+                now=now,
             )
         )
         assert row is not None
@@ -320,7 +328,7 @@ class ActivationMachine(RuleBasedStateMachine):
         key = data.draw(st.sampled_from(self._active()))
         now = utcnow()
         self.run(
-            self.store.pool.execute(
+            self.store.execute(
                 "UPDATE jobs SET deadline = $2 WHERE job_key = $1", key, now - timedelta(seconds=1)
             )
         )
@@ -335,14 +343,14 @@ class ActivationMachine(RuleBasedStateMachine):
     def cancel(self, data):
         ready = sorted(k for k, j in self.model.jobs.items() if j.state == "CREATED")
         key = data.draw(st.sampled_from(ready))
-        assert self.run(self.store.cancel_job(key, utcnow()))
+        assert self.run(stored_jobs.cancel(self.store, key, utcnow()))
         self.model.jobs[key].state = "CANCELED"
 
     # -- after every step -----------------------------------------------------------------
 
     def _held(self) -> set[str]:
         rows = self.run(
-            self.store.pool.fetch("SELECT tenant_id FROM lanes WHERE job_type = $1 AND held", TYPE)
+            self.store.fetch("SELECT tenant_id FROM lanes WHERE job_type = $1 AND held", TYPE)
         )
         return {r["tenant_id"] for r in rows}
 
@@ -360,7 +368,7 @@ class ActivationMachine(RuleBasedStateMachine):
     def database_matches_the_model(self):
         STEPS["n"] += 1
         rows = self.run(
-            self.store.pool.fetch("SELECT job_key, state, activation_count, deadline FROM jobs")
+            self.store.fetch("SELECT job_key, state, activation_count, deadline FROM jobs")
         )
         db = {r["job_key"]: (r["state"], r["activation_count"]) for r in rows}
         assert db == {k: (j.state, j.count) for k, j in self.model.jobs.items()}
@@ -370,16 +378,14 @@ class ActivationMachine(RuleBasedStateMachine):
     @invariant()
     def virtual_times_match_the_model(self):
         rows = self.run(
-            self.store.pool.fetch("SELECT tenant_id, vtime FROM lanes WHERE job_type = $1", TYPE)
+            self.store.fetch("SELECT tenant_id, vtime FROM lanes WHERE job_type = $1", TYPE)
         )
         assert {r["tenant_id"]: r["vtime"] for r in rows} == self.model.vtime
 
     @invariant()
     def a_lane_with_a_ready_job_is_active(self):
         rows = self.run(
-            self.store.pool.fetch(
-                "SELECT tenant_id FROM lanes WHERE job_type = $1 AND active", TYPE
-            )
+            self.store.fetch("SELECT tenant_id FROM lanes WHERE job_type = $1 AND active", TYPE)
         )
         active = {r["tenant_id"] for r in rows}
         for t in self.model.tenants:
@@ -390,7 +396,7 @@ class ActivationMachine(RuleBasedStateMachine):
 def test_activation_matches_the_model(db_url):
     """Thousands of steps (60 runs of up to 60 steps) on real PostgreSQL."""
     loop = asyncio.new_event_loop()
-    store = loop.run_until_complete(Store.connect(db_url, size=4, min_size=1))
+    store = loop.run_until_complete(Database.connect(db_url, size=4, min_size=1))
     ActivationMachine.loop, ActivationMachine.store = loop, store
     STEPS["n"] = STEPS["held"] = 0
     try:

@@ -79,7 +79,6 @@ async def test_sigterm_during_load_leaves_no_job_activated_unreceived(spawn_serv
         if proc.poll() is None:
             proc.kill()
     active = {
-        str(r[0])
-        for r in await store.pool.fetch("SELECT job_key FROM jobs WHERE state = 'ACTIVATED'")
+        str(r[0]) for r in await store.fetch("SELECT job_key FROM jobs WHERE state = 'ACTIVATED'")
     }
     assert active <= received, active - received

@@ -164,7 +164,7 @@ async def test_a_port_in_use_is_refused(spawn_server, db_url):
 async def test_a_process_whose_app_fails_to_start_stops_the_server(spawn_server, store):
     """Exit code 3, as one process would, not a loop of replacements failing the same way.
     Here each process's pool asks for more connections than PostgreSQL allows."""
-    allowed = int(await store.pool.fetchval("SHOW max_connections"))
+    allowed = int(await store.fetchval("SHOW max_connections"))
     server = spawn_server(JOBFAIR_WORKERS="2", JOBFAIR_DB_POOL_SIZE=str(allowed + 1))
     assert await asyncio.to_thread(server.proc.wait, 60) == 3
     assert b"failed to start; stopping" in server.log.read_bytes()
@@ -175,7 +175,7 @@ async def test_no_process_listens_until_every_process_has_started(spawn_server, 
     (~1 s of pool warm-up) while the others are free.  The processes listen together
     once every app has started.  Here their start-up is held on a lock (their pools'
     warm-up touches ``jobs``), then one of them is stopped while the other finishes."""
-    async with store.pool.acquire() as conn:
+    async with store.connection() as conn:
         async with conn.transaction():
             await conn.execute("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE")
             server = spawn_server(JOBFAIR_WORKERS="2", JOBFAIR_DB_POOL_SIZE="2")
@@ -183,7 +183,7 @@ async def test_no_process_listens_until_every_process_has_started(spawn_server, 
             waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
             # Each pool's first connection warms up before the others open: two waiting
             # on the lock are one of each process.
-            while await store.pool.fetchval(waiting) < 2:
+            while await store.fetchval(waiting) < 2:
                 assert server.proc.poll() is None, server.log.read_text()
                 await asyncio.sleep(0.1)
             with pytest.raises(ConnectionRefusedError):

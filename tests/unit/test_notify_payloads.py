@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from app.db.listen import CREDIT_KEYS_PER_NOTIFY, NOTIFY_PAYLOAD_MAX_BYTES
 from app.domain import JOB_TYPE_RE
-from app.store import CREDIT_KEYS_PER_NOTIFY, NOTIFY_PAYLOAD_MAX_BYTES
 
 BIGGEST_KEY = 2**63 - 1
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.store import _writes
+from app.db.pool import _writes
 
 
 @pytest.mark.parametrize(

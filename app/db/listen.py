@@ -1,6 +1,6 @@
 """LISTEN/NOTIFY: one listening connection per process, reconnecting by itself.
 
-Channels (payloads are sent by the store's statements, once per statement):
+Channels (payloads are sent by the storage modules' statements, once per statement):
 
 * ``jobfair``       — a job type whose jobs became activatable (created, released,
                       promoted, retried: "type n", n of them) or whose capacity was
@@ -26,9 +26,16 @@ from collections.abc import Callable
 
 import asyncpg
 
-from app.store import DONE_CHANNEL, NOTIFY_CHANNEL
-
 log = logging.getLogger(__name__)
+
+NOTIFY_CHANNEL = "jobfair"
+DONE_CHANNEL = "jobfair_done"
+# PostgreSQL refuses a NOTIFY payload of 8,000 bytes or more ("payload string too long"),
+# failing the statement that sends it; every payload here is bounded below that.
+NOTIFY_PAYLOAD_MAX_BYTES = 7999
+# Job keys per ``jobfair_done`` payload: a key (a positive bigint) is at most 19 digits,
+# and a comma follows it.
+CREDIT_KEYS_PER_NOTIFY = NOTIFY_PAYLOAD_MAX_BYTES // 20
 
 HEALTH_CHECK_S = 2.0
 

@@ -1,0 +1,148 @@
+"""Lane charges, written behind the claims they account for.
+
+A claim's jobs go out before their lanes are charged the virtual time they cost: the
+charge is a write of its own, and making the response wait for it would cost every
+activation a commit.  ``LaneCharges`` keeps each job type's charges not yet written.
+The next lane read of the type in this process carries them in its own statement (so
+under load a round pays no statement for them, and does not wait for one); charges that
+no read takes are written by a writer task, and charges arriving while a write runs go
+into the next one, as GroupCommit does for completions.
+
+A later read of a type's lanes in this process sees every charge made before it, so one
+activator calling in sequence always sees its own charges; activators in other
+processes may read a lane a moment before its charge, as they may read it while a claim
+is in flight.  A charge that fails is logged and dropped: its lanes got a few jobs for
+free, and nothing is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter, defaultdict
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from app.db import Database, lanes
+from app.db.lanes import Charges
+from app.db.rows import LaneRead
+
+log = logging.getLogger(__name__)
+
+# A lane read carries the charges not yet written when they are of at most this many
+# lanes; larger ones are left to the writer task, and the read waits for them: carried,
+# a round's worth of charges made the read scan as many lanes more (ADR 014).
+CARRIED_LANES = 16
+# A park off the response path whose producer held the lanes' buckets for longer than
+# the park waits tries again this many times (0.5 s, 1 s, ... apart; lanes.park).
+PARK_RETRIES = 5
+
+Spawn = Callable[[Awaitable[Any], str], object]
+
+
+class _Pending:
+    """One job type's charges not yet written."""
+
+    def __init__(self) -> None:
+        self.claimed: Counter[str] = Counter()
+        self.strides: dict[str, float] = {}
+        self.writer: asyncio.Task[Any] | None = None
+        self._next: asyncio.Future[None] | None = None  # done when `claimed` is written
+        # Done when each write in flight is: the writer's and a lane read's may overlap.
+        self._writing: set[asyncio.Future[None]] = set()
+
+    def add(self, claimed: Counter[str], strides: Mapping[str, float]) -> None:
+        if self._next is None:
+            self._next = asyncio.get_running_loop().create_future()
+        self.claimed.update(claimed)
+        self.strides.update(strides)
+
+    def take(self) -> tuple[Charges, asyncio.Future[None]]:
+        """The charges to write now, and the future to resolve once they are written (or
+        have failed): a write in flight until then."""
+        assert self._next is not None
+        taken = ((self.claimed, self.strides), self._next)
+        self._writing = {f for f in self._writing if not f.done()} | {self._next}
+        self.claimed, self.strides, self._next = Counter(), {}, None
+        return taken
+
+    async def none_in_flight(self) -> None:
+        """Until no write is in flight (one may start while another is awaited)."""
+        while waits := [f for f in self._writing if not f.done()]:
+            await asyncio.wait(waits)
+
+    async def written(self) -> None:
+        """Until every charge added so far has been written (or has failed)."""
+        waits = [f for f in (*self._writing, self._next) if f is not None and not f.done()]
+        if waits:
+            await asyncio.wait(waits)
+
+
+class LaneCharges:
+    """The lane charges of one process, per job type.  ``spawn`` runs the writer tasks
+    and the parks they start (the activation service's, so that ``settle`` waits for
+    them)."""
+
+    def __init__(self, db: Database, spawn: Spawn) -> None:
+        self.db = db
+        self._spawn = spawn
+        self._pending: defaultdict[str, _Pending] = defaultdict(_Pending)
+
+    def add(self, job_type: str, claimed: Counter[str], strides: Mapping[str, float]) -> None:
+        """Charge lanes of ``job_type`` the jobs ``claimed`` x each tenant's stride."""
+        pending = self._pending[job_type]
+        pending.add(claimed, strides)
+        if pending.writer is None:
+            pending.writer = asyncio.ensure_future(self._write(job_type, pending))
+            self._spawn(pending.writer, "charging")
+
+    async def _write(self, job_type: str, pending: _Pending) -> None:
+        try:
+            while pending.claimed:
+                taken, done = pending.take()
+                drained: list[str] = []
+                try:
+                    drained = await lanes.charge(self.db, job_type, taken)
+                except Exception as exc:  # uncharged lanes got a few jobs free; that is all
+                    log.warning("charging lanes failed: %r", exc)
+                finally:
+                    done.set_result(None)
+                if drained:
+                    # Lanes their claims emptied, parked now: an empty lane left active
+                    # would keep the vtime it had when it went idle, and both its own
+                    # re-entry and every other lane's (the smallest active vtime) would
+                    # start from there (ADR 014).
+                    self._spawn(
+                        lanes.park(self.db, job_type, drained, retries=PARK_RETRIES),
+                        "parking lanes",
+                    )
+        finally:
+            pending.writer = None
+
+    async def written(self, job_type: str) -> None:
+        """Until every charge of ``job_type`` made so far has been written."""
+        pending = self._pending.get(job_type)
+        if pending is not None:
+            await pending.written()
+
+    async def read(
+        self, job_type: str, limit: int, exclude: Sequence[str], tenant_ids: Sequence[str] | None
+    ) -> LaneRead:
+        """``lanes.read``, after every charge of this type made so far: those not yet
+        written ride in the read's statement (at most CARRIED_LANES lanes of them), after
+        any write already in flight."""
+        pending = self._pending.get(job_type)
+        if pending is not None:
+            await pending.none_in_flight()
+        if pending is None or not 0 < len(pending.claimed) <= CARRIED_LANES:
+            await self.written(job_type)
+            return await lanes.read(self.db, job_type, limit, exclude, tenant_ids)
+        taken, done = pending.take()
+        try:
+            return await lanes.read(self.db, job_type, limit, exclude, tenant_ids, taken)
+        except Exception:
+            # The statement was rolled back: nothing was charged.  The writer owes them.
+            self.add(job_type, *taken)
+            raise
+        finally:
+            done.set_result(None)

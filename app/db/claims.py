@@ -1,0 +1,389 @@
+"""Claims: jobs activated for callers, best effective priority first within each lane.
+
+A claim is told how many jobs to take from which lanes (the scheduler's allocation); it
+takes them with FOR UPDATE SKIP LOCKED, so activators of the same lanes pass each other.
+Where caps are involved the caller opens a transaction, takes the cap locks
+(``lock_caps``), counts (``count_active_type``, ``tenant_room``), decides, claims and
+holds the lanes it leaves at their caps (``app.db.lanes.hold``), all in it.  Charging the
+lanes their virtual time is ``app.db.lanes.charge``, after the claim committed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple
+
+from app.db.base import Queries, Sessions
+from app.db.jobs import INSERT_JOB_QUIET, NOTIFY_READY, insert_into
+from app.db.lanes import LANE_READY, PROBED_LANES
+from app.db.locks import TENANT_CAP_LOCK_CLASS, TYPE_CAP_LOCK_CLASS, cap_key, int4
+from app.db.rows import Claimed, JobRow, LeadClaim, job_columns, job_row
+
+# -- name: count_active_type
+# ACTIVATED jobs of a type, counted up to the cap only.  Index: jobs_active_type_idx.
+# Called with the type's cap lock held, in a statement after the lock was taken.
+COUNT_ACTIVE_TYPE = """
+SELECT count(*) FROM (
+    SELECT 1 FROM jobs WHERE state = 'ACTIVATED' AND job_type = $1 LIMIT $2
+) capped
+"""
+
+# -- name: count_active_tenants
+# The tenants' caps as they are now, and their ACTIVATED jobs (all types), each counted up
+# to its cap only.  Read in a statement after the tenants' cap locks were taken, so a cap
+# changed before sees its change (a change takes the locks too: jobfair_release_holds).
+# Index: tenants pkey, jobs_active_tenant_idx.
+COUNT_ACTIVE_TENANTS = """
+SELECT t.tenant_id, t.max_active_jobs AS cap, (
+    SELECT count(*) FROM (
+        SELECT 1 FROM jobs j WHERE j.state = 'ACTIVATED' AND j.tenant_id = t.tenant_id
+        LIMIT t.max_active_jobs
+    ) capped
+) AS active
+FROM tenants t WHERE t.tenant_id = ANY($1::text[]) AND t.max_active_jobs IS NOT NULL
+"""
+
+# -- name: lock_caps
+# The cap locks of a capped claim: the job type's ($1, $2: class and key; a NULL key
+# takes none) first, then the tenants' ($3, $4) in key order, in one statement (one
+# global order: no deadlock).  jobfair_lock_tenant_caps is alembic 0003's.
+LOCK_CAPS = """
+SELECT CASE WHEN $2::int IS NULL THEN NULL ELSE pg_advisory_xact_lock($1, $2) END,
+       jobfair_lock_tenant_caps($3, $4::text[])
+"""
+
+# priority): locked ({lock}) for the top priority, read for the others.
+_PRIORITY_HEADS = """SELECT h.job_key, p.tenant_id, p.priority, p.k, p.top, h.queued_at
+          FROM prios p
+          CROSS JOIN LATERAL (
+              SELECT j.job_key, j.queued_at FROM jobs j
+              WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
+                AND j.priority = p.priority
+              ORDER BY j.queued_at, j.job_key
+              LIMIT p.k
+              {lock}
+          ) h
+          WHERE {which} AND p.priority IS NOT NULL"""
+
+# A job's effective priority in SQL: min(100, priority + step x whole intervals waited).
+# Twin of app.scheduler.effective_priority; tests/integration/test_twins.py checks that
+# the two agree.  The wait is computed in numeric (extract returns numeric), so a wait of
+# exactly k intervals ages k steps, as the Python twin's whole microseconds do.
+EFFECTIVE_PRIORITY = """LEAST(100, {priority} + {step} * floor(
+               GREATEST(0, extract(epoch FROM ({now} - {queued_at})) * 1000)
+               / {interval}))"""
+
+# -- name: claim
+# Activates up to k jobs from each allotted lane of one job type, best effective
+# priority first.
+# Index: jobs_ready_idx (job_type, tenant_id, priority DESC, queued_at, job_key)
+#   WHERE state = 'CREATED'.  Per lane a recursive skip scan finds the distinct
+#   priorities (one index descent each, at most 101); each priority's head yields up to k
+#   rows in FIFO order, which within one priority is also aging order.  The best k of
+#   those heads are the lane's best k jobs.  Cost O(k x P x log N), never a backlog scan.
+# Locks: FOR UPDATE SKIP LOCKED, so concurrent activators of the same lane pass each
+#   other (each takes the next unlocked rows) instead of queueing.  Only the top
+#   priority's heads are locked as they are read; lower priorities' heads are read
+#   without locks and, when aging promotes some of them into the best k, that many rows
+#   of their priority are locked from its head (promoted).  Locking every priority's k
+#   heads made concurrent claims skip rows that were never going to be taken, and hand
+#   out younger jobs while older ones sat locked by a claim that would not take them
+#   (ADR 003; tests/integration/test_claim.py).  No lane row is locked here: charging
+#   is charge_lanes, after this statement has committed.
+_CLAIM = f"""
+WITH RECURSIVE {{alloc}},
+prios AS (
+    SELECT a.tenant_id, a.k, true AS top,
+           (SELECT max(j.priority) FROM jobs j
+             WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = a.tenant_id)
+             AS priority
+    FROM alloc a
+  UNION ALL
+    SELECT p.tenant_id, p.k, false,
+           (SELECT max(j.priority) FROM jobs j
+             WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
+               AND j.priority < p.priority)
+    FROM prios p WHERE p.priority IS NOT NULL
+),
+heads AS (
+    -- The effective priority: twin of app.scheduler.effective_priority (property-tested
+    -- against it, tests/integration/test_twins.py).
+    SELECT u.*,
+           {EFFECTIVE_PRIORITY.format(priority="u.priority", queued_at="u.queued_at",
+                                      now="{now}", step="{step}", interval="{interval}")}
+             AS eff
+    FROM ({_PRIORITY_HEADS.format(lock="FOR UPDATE SKIP LOCKED", which="p.top")}
+      UNION ALL
+          {_PRIORITY_HEADS.format(lock="", which="NOT p.top")}) u
+),
+chosen AS (
+    SELECT job_key, tenant_id, priority, top FROM (
+        SELECT job_key, tenant_id, priority, k, top,
+               row_number() OVER (PARTITION BY tenant_id
+                                  ORDER BY eff DESC, queued_at, job_key) AS rn
+        FROM heads
+    ) ranked
+    WHERE rn <= k
+),
+promoted AS (
+    SELECT h.job_key
+    FROM (SELECT tenant_id, priority, count(*)::int AS n FROM chosen WHERE NOT top
+          GROUP BY tenant_id, priority) s
+    CROSS JOIN LATERAL (
+        SELECT j.job_key FROM jobs j
+        WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = s.tenant_id
+          AND j.priority = s.priority
+        ORDER BY j.queued_at, j.job_key
+        LIMIT s.n
+        FOR UPDATE SKIP LOCKED
+    ) h
+),
+taken AS (
+    -- The taken rows shared out among the requests: the i-th gets row numbers from
+    -- starts[i] up to the next one's start (with the i-th worker and deadline).
+    SELECT t.job_key, width_bucket(row_number() OVER (), {{starts}}) AS share
+    FROM (SELECT job_key FROM chosen WHERE top UNION ALL SELECT job_key FROM promoted) t
+),
+activated AS (
+    UPDATE jobs j
+    SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
+        worker = ({{workers}})[t.share], deadline = ({{deadlines}})[t.share],
+        activated_at = {{now}}, via_stream = {{via_stream}}
+    FROM taken t
+    -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join alone lets
+    -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
+    WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
+    RETURNING t.share, {job_columns("j")}
+)
+{{answer}}
+"""
+CLAIM = _CLAIM.format(
+    alloc="alloc AS (SELECT * FROM unnest($2::text[], $3::int[]) AS a(tenant_id, k))",
+    now="$4::timestamptz",
+    workers="$5::text[]",
+    deadlines="$6::timestamptz[]",
+    step="$7::int",
+    interval="$8::int",
+    via_stream="$9",
+    starts="$10::int[]",
+    answer="SELECT * FROM activated",
+)
+
+# -- name: claim_lead
+# One stride pick, read and claimed in one round trip: the job type's first backlogged
+# lane in (vtime, tenant) order that has a ready job -- the lane scheduler.allocate picks
+# first -- gives its best job, exactly as CLAIM would give it with the count 1 for that
+# lane.  For a waiter woken by one new job of an idle type, this saves read_lanes' round
+# trip (~0.3-0.5 ms of a ~1.5 ms pickup).  It claims nothing where a cap is involved
+# (the type's, or the lead lane's tenant's: those need their locks and counts), when none
+# of the first PROBED_LANES active lanes has a ready job, or when the lead lane's heads
+# are held by another activator; the caller then runs the full rounds, unless the answer
+# says the type is dry.  Answers one row: the claimed job with the lane's weight (for its
+# charge) and the type's aging ($5, $6: the server's defaults), or NULLs and whether the
+# type is dry.  Index: lanes_type_vtime_idx, then as read_lanes and CLAIM.
+_LEAD = f"""lead_lane AS (
+    SELECT x.tenant_id, x.weight, x.cap, c.type_cap, c.aging_step, c.aging_interval_ms
+    FROM (SELECT t.max_active_jobs AS type_cap,
+                 COALESCE(t.aging_step, $5::int) AS aging_step,
+                 COALESCE(t.aging_interval_ms, $6::int) AS aging_interval_ms
+          FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1) c
+    CROSS JOIN LATERAL (
+        SELECT r.tenant_id, r.weight, r.cap FROM (
+            SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight,
+                   t.max_active_jobs AS cap, {LANE_READY} AS ready
+            FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
+            WHERE l.job_type = $1 AND l.active AND NOT l.held {{tenants}}
+            ORDER BY l.vtime, l.tenant_id
+            LIMIT {PROBED_LANES}) r
+        WHERE r.ready
+        ORDER BY r.vtime, r.tenant_id
+        LIMIT 1) x
+),
+lead AS (
+    SELECT tenant_id, weight, aging_step, aging_interval_ms FROM lead_lane
+    WHERE type_cap IS NULL AND cap IS NULL
+),
+alloc AS (SELECT tenant_id, 1 AS k FROM lead)"""
+# Whether the type is dry for the filter: no probed lane had a ready job, and the probe
+# saw every active lane (fewer than PROBED_LANES).  Evaluated only when nothing was
+# claimed (AND evaluates in order); it counts lanes_type_vtime_idx entries, the ready
+# probes were the lead's.  It saves that caller the lane read that would prove it.
+_LEAD_DRY = f"""NOT EXISTS (SELECT 1 FROM lead_lane)
+       AND (SELECT count(*) < {PROBED_LANES}
+            FROM (SELECT 1 FROM lanes l
+                  WHERE l.job_type = $1 AND l.active AND NOT l.held {{tenants}}
+                  LIMIT {PROBED_LANES}) p)"""
+
+
+def _claim_lead(tenants: str) -> str:
+    return _CLAIM.format(
+        alloc=_LEAD.format(tenants=tenants),
+        now="$2::timestamptz",
+        workers="$3::text[]",
+        deadlines="$4::timestamptz[]",
+        step="(SELECT aging_step FROM lead)",
+        interval="(SELECT aging_interval_ms FROM lead)",
+        via_stream="$7",
+        starts="$8::int[]",
+        answer=f"""SELECT a.*, lead.weight AS lane_weight, lead.aging_step AS lane_aging_step,
+       lead.aging_interval_ms AS lane_aging_interval_ms,
+       (a.job_key IS NULL AND {_LEAD_DRY.format(tenants=tenants)}) AS dry
+FROM (SELECT 1) one LEFT JOIN (activated a CROSS JOIN lead) ON true""",
+    )
+
+
+CLAIM_LEAD = _claim_lead("")
+# -- name: claim_lead_of_tenants
+# As claim_lead, restricted to the caller's tenantIds ($9).  A statement of its own so
+# that its generic plan can use lanes pkey.
+CLAIM_LEAD_OF_TENANTS = _claim_lead("AND l.tenant_id = ANY($9::text[])")
+
+
+class Share(NamedTuple):
+    """One request's part in a claim: up to ``n`` jobs, leased to ``worker``."""
+
+    worker: str | None
+    lease_ms: int
+    n: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeadAsk:
+    """Whom a lead claim is for: the request's tenants (None: all), its share, whether
+    the job goes to a stream, and the server's aging defaults."""
+
+    tenant_ids: Sequence[str] | None
+    share: Share
+    via_stream: bool
+    default_aging_step: int
+    default_aging_interval_ms: int
+
+
+def _share_arrays(
+    shares: Sequence[Share], now: datetime
+) -> tuple[list[str | None], list[datetime], list[int]]:
+    """A claim's shares as its array arguments: each share's worker, lease deadline and
+    first row number (the i-th share takes rows from starts[i] to starts[i + 1] - 1)."""
+    starts, at = [], 1
+    for share in shares:
+        starts.append(at)
+        at += share.n
+    deadlines = [now + timedelta(milliseconds=share.lease_ms) for share in shares]
+    return [share.worker for share in shares], deadlines, starts
+
+
+def _claimed(rows: Sequence[Any]) -> list[Claimed]:
+    return [Claimed(r[0], job_row(r, 1)) for r in rows]
+
+
+async def claim(
+    db: Queries,
+    job_type: str,
+    counts: Mapping[str, int],
+    *,
+    now: datetime,
+    shares: Sequence[Share],
+    via_stream: bool,
+    aging_step: int,
+    aging_interval_ms: int,
+) -> list[Claimed]:
+    """Claim ``counts`` jobs per tenant lane (claim).  The jobs claimed are shared out
+    among ``shares`` in order, each taking up to its ``n`` (under its worker name and
+    lease); a Claimed's ``share`` is its index there, from 1.  Alone (``db`` the
+    database) the claim is one autocommit statement; a capped claim runs it in the
+    transaction that holds the cap locks."""
+    if not counts:
+        return []
+    workers, deadlines, starts = _share_arrays(shares, now)
+    rows = await db.fetch(
+        CLAIM,
+        job_type,
+        list(counts),
+        list(counts.values()),
+        now,
+        workers,
+        deadlines,
+        aging_step,
+        aging_interval_ms,
+        via_stream,
+        starts,
+    )
+    return _claimed(rows)
+
+
+async def lock_caps(tx: Queries, job_type: str, type_capped: bool, tenants: Sequence[str]) -> None:
+    """The cap locks of a capped claim (lock_caps), held until ``tx`` ends: the type's if
+    ``type_capped``, then the tenants' in key order."""
+    await tx.execute(
+        LOCK_CAPS,
+        int4(TYPE_CAP_LOCK_CLASS),
+        cap_key(job_type) if type_capped else None,
+        TENANT_CAP_LOCK_CLASS,
+        sorted(tenants),
+    )
+
+
+async def count_active_type(tx: Queries, job_type: str, cap: int) -> int:
+    """The type's ACTIVATED jobs, counted up to ``cap`` (under its cap lock)."""
+    n: int = await tx.fetchval(COUNT_ACTIVE_TYPE, job_type, cap)
+    return n
+
+
+async def tenant_room(tx: Queries, tenants: Sequence[str]) -> dict[str, int]:
+    """Each capped tenant's room as counted now, under its cap lock: its cap (as it is
+    now, not as read) minus its ACTIVATED jobs.  Tenants without a cap are left out."""
+    if not tenants:
+        return {}
+    rows = await tx.fetch(COUNT_ACTIVE_TENANTS, list(tenants))
+    return {r["tenant_id"]: r["cap"] - r["active"] for r in rows}
+
+
+def _lead_call(job_type: str, ask: LeadAsk, now: datetime) -> tuple[str, tuple[Any, ...]]:
+    """claim_lead's statement and arguments."""
+    workers, deadlines, starts = _share_arrays([ask.share], now)
+    args = (
+        job_type,
+        now,
+        workers,
+        deadlines,
+        ask.default_aging_step,
+        ask.default_aging_interval_ms,
+        ask.via_stream,
+        starts,
+    )
+    if ask.tenant_ids is None:
+        return CLAIM_LEAD, args
+    return CLAIM_LEAD_OF_TENANTS, (*args, list(ask.tenant_ids))
+
+
+def _lead_claim(row: Any) -> LeadClaim:
+    job: JobRow | None = None if row["job_key"] is None else job_row(row, 1)
+    return LeadClaim(
+        job, row["lane_weight"], row["lane_aging_step"], row["lane_aging_interval_ms"], row["dry"]
+    )
+
+
+async def claim_lead(db: Queries, job_type: str, ask: LeadAsk, now: datetime) -> LeadClaim:
+    """One stride pick read and claimed at once (claim_lead)."""
+    sql, args = _lead_call(job_type, ask, now)
+    return _lead_claim(await db.fetchrow(sql, *args))
+
+
+async def insert_and_claim_lead(
+    db: Sessions, job: Mapping[str, Any], now: datetime, ask: LeadAsk
+) -> tuple[int, LeadClaim]:
+    """A hand-off (ADR 012): insert one job that is ready at once, without an
+    idempotency key, and claim its type's first stride pick for a waiting worker in the
+    same transaction, as claim_lead would after it.  The pick is usually the new job;
+    then nothing is notified, for nobody else need wake.  Otherwise (another lane is
+    ahead of it, a cap, a head held) the new job is announced as insert_jobs announces
+    it.  The new job's key, and what the claim got."""
+    sql, args = _lead_call(job["type"], ask, now)
+    async with db.transaction() as tx:
+        [key], _ = await insert_into(tx, INSERT_JOB_QUIET, [job], now)
+        got = _lead_claim(await tx.fetchrow(sql, *args))
+        if got.job is None or got.job.job_key != key:
+            await tx.execute(NOTIFY_READY, job["type"] + " 1")
+    return key, got

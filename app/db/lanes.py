@@ -1,0 +1,435 @@
+"""Lanes: one per (job type, tenant), the unit stride scheduling picks among.
+
+A lane is ``active`` while it may have ready jobs (lane reads see only active lanes),
+``held`` while its tenant is at its cap, and carries the virtual time ``vtime`` the
+scheduler orders lanes by.  This module reads lanes, charges them the jobs claimed,
+parks the empty ones, wakes them when jobs become ready and holds them at caps.
+
+The no-lost-wake-up protocol for ``lanes.active``
+-------------------------------------------------
+Activators read only *active* lanes, so a lane with ready jobs must never be left
+inactive.  Producers must not write a shared row per insert, so they cannot simply set
+``active = true`` every time.  The protocol:
+
+* Whoever makes jobs ready (insert, retry, lease expiry, promotion, release) first takes
+  a **shared** advisory lock on the lane's bucket, in its own statement, then -- in a
+  later statement, hence with a later snapshot -- inserts or updates the jobs and runs
+  ``UPDATE lanes SET active = true ... WHERE NOT active``.  When the lane is already
+  active that UPDATE matches nothing and writes nothing: no hot row.
+* An activator that found a lane short parks it only after ``pg_try_advisory_xact_lock``
+  (exclusive, never waits) on the bucket succeeded, and only if -- in a later statement --
+  the lane has no CREATED job.
+
+If a maker holds the bucket, the parker's try fails and it parks nothing.  If the parker
+holds it, makers wait for its commit and then see ``active = false`` and set it back.  If
+the maker committed before the parker locked, the parker's emptiness probe sees its jobs.
+In every order the lane ends active while it has ready jobs (tested in
+``tests/integration/test_lanes.py``).
+
+Lanes held at a cap (``lanes.held``)
+------------------------------------
+A lane whose tenant is at its ``maxActiveJobs`` can give nothing, and lane reads skip it
+(ADR 016): otherwise a thousand tenants at their caps would sit in front of every read,
+their virtual times frozen while the others' move on.  The protocol, on the tenant's cap
+lock (an advisory lock per tenant):
+
+* Only a capped claim holds a lane (hold_lanes): with the tenant's cap lock held, it
+  counts the tenant's active jobs in a later statement, claims, and holds the lanes it
+  read whose tenant it leaves at its cap, then commits and lets the lock go.
+* Everything that frees a tenant's capacity -- a job of it completed, failed, errored,
+  released or expired; its configuration changed -- releases its held lanes with
+  ``jobfair_release_holds``, which takes the tenant's cap lock first and releases in a
+  statement of its own (a later snapshot), in the transaction that freed the capacity.
+
+If the freer gets the lock first, the claimer's count (after its lock) sees the capacity
+freed, and it holds nothing.  If the claimer has it, the freer waits for the hold to
+commit and then sees and releases it.  So no lane stays held while its tenant has room.
+A finisher decides which of its tenants are capped only once it holds the *release gate*
+(shared), with a snapshot of its own; a configuration change, once committed, takes the
+gate exclusively -- waiting out every finish in flight, which may have decided without
+seeing the change -- and releases the tenant's lanes again (release_after_finishes).
+Otherwise a cap set on an uncapped tenant during a finish of its jobs could be missed by
+the finish and seen by a claim that counted those jobs as active: held, with nothing left
+to release it.
+``held`` is independent of ``active``: producers and parking ignore it, and a held lane
+parked meanwhile is woken by its next job as any other.
+
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+import asyncpg
+
+from app.db.base import Queries, Sessions, retry_deadlock
+from app.db.listen import NOTIFY_CHANNEL
+from app.db.locks import LANE_LOCK_CLASS, buckets_of, lane_bucket, lock_sql, share_buckets_sql
+from app.db.rows import LaneRead, LaneRow, TypeConfig
+
+log = logging.getLogger(__name__)
+
+# A park whose try-lock found a bucket held by a producer waits this long for it; a
+# background park that waited in vain tries again after PARK_RETRY_S, doubling.
+PARK_WAIT_MS = 1000
+PARK_RETRY_S = 0.5
+
+# The virtual time at which a lane of job type ``{t}`` re-enters: the smallest vtime of
+# the backlogged lanes not held at a cap or, when there is none, the largest of all (see
+# scheduler.reentry_vtime).  jobfair_release_holds (alembic 0004) spells the same.
+_REENTRY_VTIME = """COALESCE(
+    (SELECT min(x.vtime) FROM lanes x WHERE x.job_type = {t} AND x.active AND NOT x.held),
+    (SELECT max(x.vtime) FROM lanes x WHERE x.job_type = {t}),
+    0)"""
+
+# "type n": bounded, as a job type is at most 128 ASCII characters (JOB_TYPE_RE).
+_NOTIFIED = f"""notified AS (
+    SELECT pg_notify('{NOTIFY_CHANNEL}', job_type || ' ' || sum(n))
+    FROM ready_lanes GROUP BY job_type
+)"""
+
+# Marks the lanes in ``ready_lanes`` (job_type, tenant_id, n: how many of its jobs became
+# ready) backlogged: creates missing lanes at the re-entry virtual time, wakes parked ones
+# (a lane already active matches nothing and is not written: no hot row), and notifies
+# once per job type with how many of its jobs became ready ("type n") -- or, with
+# {notified} as QUIET, does not (a hand-off's insert: the job may go to its waiter in the
+# same transaction, and then nobody need be woken).  Index: lanes pkey.
+_WAKE = f"""new_lanes AS (
+    INSERT INTO lanes (job_type, tenant_id, vtime, active)
+    SELECT r.job_type, r.tenant_id, {_REENTRY_VTIME.format(t="r.job_type")}, true
+    FROM ready_lanes r
+    ORDER BY r.job_type, r.tenant_id
+    ON CONFLICT (job_type, tenant_id) DO NOTHING
+    RETURNING 1
+),
+woken AS (
+    UPDATE lanes l
+    SET active = true, vtime = GREATEST(l.vtime, {_REENTRY_VTIME.format(t="l.job_type")})
+    WHERE (l.job_type, l.tenant_id) IN (
+        -- Parked lanes only (an active one is not written), locked in key order.
+        SELECT x.job_type, x.tenant_id FROM lanes x JOIN ready_lanes r
+          ON x.job_type = r.job_type AND x.tenant_id = r.tenant_id
+        WHERE NOT x.active
+        ORDER BY x.job_type, x.tenant_id
+        FOR NO KEY UPDATE OF x)
+    RETURNING 1
+),
+{{notified}}
+"""
+QUIET = "notified AS (SELECT WHERE false)"
+WAKE_CTES = _WAKE.format(notified=_NOTIFIED)
+QUIET_WAKE_CTES = _WAKE.format(notified=QUIET)
+
+
+# -- name: wake_lanes
+# Marks lanes backlogged after jobs became ready (retry, lease expiry, promotion, revive;
+# one (type, tenant) pair per job) and notifies their job types with how many.  Writes
+# only lanes that were parked.  Index: lanes pkey.
+# Locks: caller holds the shared lane-bucket locks.
+WAKE_LANES = f"""
+WITH ready_lanes AS (
+    SELECT job_type, tenant_id, count(*) AS n
+    FROM unnest($1::text[], $2::text[]) AS r(job_type, tenant_id)
+    GROUP BY job_type, tenant_id
+),
+{WAKE_CTES}SELECT (SELECT count(*) FROM notified) + (SELECT count(*) FROM new_lanes)
+       + (SELECT count(*) FROM woken)
+"""
+
+# Charges lanes of job type $1 their claimed jobs x stride of virtual time: the CTEs
+# ``charge`` and ``charged`` (tenant_id and new vtime of each lane charged), with
+# ``tenants``, ``counts`` and ``strides`` the parameters of the three arrays.
+# Locks: the lane rows, in tenant order (the sub-select's sort sits below its row
+# locking), until the statement commits -- asynchronously (synchronous_commit = off for
+# its own transaction only, set only when a lane is charged): a crash can forget the
+# last few hundred milliseconds of charges, which fences nothing; the claim it accounts
+# for was durable before it ran.
+_CHARGE = """charge AS (
+    -- Each charged lane found by key and locked, in tenant order.
+    SELECT x.tenant_id, c.n, c.stride
+    FROM unnest({tenants}::text[], {counts}::int[], {strides}::float8[])
+         AS c(tenant_id, n, stride)
+    JOIN lanes x ON x.job_type = $1 AND x.tenant_id = c.tenant_id
+    ORDER BY x.tenant_id
+    FOR NO KEY UPDATE OF x
+),
+charged AS (
+    UPDATE lanes l
+    SET vtime = l.vtime + c.n * c.stride, activated_total = l.activated_total + c.n
+    FROM charge c
+    -- ANY(ARRAY(...)) keeps the update to one lanes_pkey probe per charged lane, as in
+    -- the claim.  (An IN (...) of the locked keys made the generic plan a semi join
+    -- comparing every charged lane with every other: 21 ms for 400 lanes, against 15 ms
+    -- by key.)
+    WHERE l.job_type = $1 AND l.tenant_id = ANY(ARRAY(SELECT tenant_id FROM charge))
+      AND l.tenant_id = c.tenant_id
+      AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
+    RETURNING l.tenant_id, l.vtime
+)"""
+
+# Whether lane ``{lane}`` of job type $1 has a ready job: one descent of jobs_ready_idx.
+# min(), not EXISTS: the min/max rewrite always descends jobs_ready_idx, where EXISTS let
+# the generic plan scan the heap for a first match (660 ms at 1M).  min(), not max(): it
+# reads the lane's youngest entry, not its head, where draining activators leave entries
+# of jobs just claimed (dead, not yet pruned).
+_READY_PROBE = """(SELECT min(j.priority) FROM jobs j
+          WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = {lane})
+         IS NOT NULL"""
+LANE_READY = _READY_PROBE.format(lane="l.tenant_id")
+
+# -- name: read_lanes
+# First charges the lanes the previous rounds claimed from ($4, $5, $6, as _CHARGE; empty
+# arrays charge nothing), saving the round a statement and the wait for a separate charge
+# to commit.  Then reads the job type's configuration and, in (vtime, tenant) order, the
+# type's active lanes with their tenants' weight and cap, each probed for a ready job
+# when $2 is at most PROBED_LANES (one round trip).  The scan stops at the lane after the
+# ($2 + len($4))-th ready one
+# (the run condition on ``readies``), or after SCANNED_LANES lanes: lanes that are
+# active but empty (emptied a moment ago, not yet parked) are answered, flagged not
+# ready, for the caller to park, and never take a ready lane's place -- so a read finds
+# the ready lanes however many emptied ones sit in front of them (work conservation,
+# DESIGN 1.6; ADR 014).  Last come the charged lanes that have no ready job any more:
+# their claim emptied them, and the caller parks them too.
+# The read's snapshot predates the charge, so a charged lane's new vtime comes from
+# ``charged``; charges only move lanes later, so the first $2 ready lanes by new vtime
+# are among the first $2 + len($4) by old (the caller keeps those $2).
+# Lanes held at their tenant's cap are not read at all (the index range skips them).
+# Index: lanes_type_vtime_idx (job_type, active, held, vtime, tenant_id), a range scan of
+# the lanes up to the stop, excluded ones ($3) included; one probe of jobs_ready_idx per lane
+# scanned (small reads) and per lane charged.  Locks: the charged lanes only.
+_READ_LANES = """
+WITH {charge}
+SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
+       NULL::int AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
+       t.aging_step, NULL::bool AS ready, NULL::bool AS scanned
+FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1
+UNION ALL
+SELECT w.tenant_id, COALESCE(ch.vtime, w.vtime), w.weight, w.max_active_jobs, NULL, NULL,
+       NULL, w.ready, true
+FROM (SELECT s.*, count(*) FILTER (WHERE s.ready)
+                    OVER (ORDER BY s.vtime, s.tenant_id ROWS UNBOUNDED PRECEDING) AS readies
+      FROM (SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight, t.max_active_jobs,
+                   CASE WHEN $2 <= {probed} THEN {ready} ELSE true END AS ready
+            FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
+            WHERE l.job_type = $1 AND l.active AND NOT l.held
+              AND l.tenant_id <> ALL($3::text[]) {tenants}
+            ORDER BY l.vtime, l.tenant_id
+            LIMIT {scanned}) s) w
+LEFT JOIN charged ch ON ch.tenant_id = w.tenant_id
+WHERE w.readies <= $2 + cardinality($4::text[])
+UNION ALL
+SELECT ch.tenant_id, ch.vtime, NULL, NULL, NULL, NULL, NULL, false, false
+FROM charged ch WHERE NOT {charged_ready}
+"""
+# A read scans at most this many lanes: past them, the next round reads on (the empty
+# lanes met are excluded from it), so one statement's cost stays bounded even where
+# thousands of lanes were emptied at once and not yet parked.
+SCANNED_LANES = 1024
+# Reads of at most this many lanes probe each for a ready job, and so does the lead claim
+# (claim_lead): small activations (long polls, streams), which an empty lane would cost a
+# whole round.  A larger read (100 jobs over 108 lanes) takes every lane as ready: an
+# empty one comes up short in the claim, is excluded and parked, and the call reads on.
+# Probing them cost the 10,000-tenant drain 7 % (an earlier session) to ~25 % (medians of
+# three alternating pairs under load, ADR 014) for rounds that eager parking makes rare.
+PROBED_LANES = 16
+_READ_CHARGE = _CHARGE.format(tenants="$4", counts="$5", strides="$6")
+READ_LANES = _READ_LANES.format(
+    charge=_READ_CHARGE,
+    tenants="",
+    scanned=SCANNED_LANES,
+    probed=PROBED_LANES,
+    ready=LANE_READY,
+    charged_ready=_READY_PROBE.format(lane="ch.tenant_id"),
+)
+
+# -- name: read_lanes_of_tenants
+# As read_lanes, restricted to the caller's tenantIds.  A statement of its own (not an
+# "$7 IS NULL OR" branch) so that its generic plan can use lanes pkey.
+READ_LANES_OF_TENANTS = _READ_LANES.format(
+    charge=_READ_CHARGE,
+    tenants="AND l.tenant_id = ANY($7::text[])",
+    scanned=SCANNED_LANES,
+    probed=PROBED_LANES,
+    ready=LANE_READY,
+    charged_ready=_READY_PROBE.format(lane="ch.tenant_id"),
+)
+
+
+# -- name: charge_lanes
+# Charges each lane (jobs claimed) x stride of virtual time ($2, $3, $4: tenants, jobs,
+# strides), after the claim committed (so no claim holds lane rows across its WAL flush;
+# ADR 001).  read_lanes carries the same charge (_CHARGE) in front of its read.  Answers
+# the charged lanes that have no ready job left: their claim emptied them (the charge
+# runs after the claim committed, so the last claim of a lane sees it empty), and the
+# caller parks them (ADR 014).  Index: lanes pkey, one probe of jobs_ready_idx per lane.
+CHARGE_LANES = f"""
+WITH {_CHARGE.format(tenants="$2", counts="$3", strides="$4")}
+SELECT ch.tenant_id FROM charged ch WHERE NOT {_READY_PROBE.format(lane="ch.tenant_id")}
+"""
+
+# -- name: park_lanes
+# Second half of parking: with the exclusive bucket locks held (taken by the statement
+# before), mark lanes inactive that have no CREATED job.  Index: jobs_ready_idx (one
+# probe per lane), lanes pkey.
+PARK_LANES = """
+UPDATE lanes l SET active = false
+WHERE l.job_type = $1 AND l.tenant_id IN (
+      -- A lane an activator holds is busy, not empty: skip it rather than wait.
+      SELECT x.tenant_id FROM lanes x
+      WHERE x.job_type = $1 AND x.tenant_id = ANY($2::text[]) AND x.active
+      FOR NO KEY UPDATE SKIP LOCKED)
+  AND NOT EXISTS (
+      SELECT 1 FROM jobs j
+      WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = l.tenant_id)
+RETURNING l.tenant_id
+"""
+
+# -- name: hold_lanes
+# Marks lanes of job type $1 held: their tenants ($2) are at their caps as counted by the
+# claim that holds their cap locks, which it will hold until this commits.  A lane read
+# skips held lanes; jobfair_release_holds, which takes the same locks first, releases them
+# when the tenant's capacity frees (ADR 016).  Index: lanes pkey.  Locks: the lane rows.
+HOLD_LANES = """
+UPDATE lanes SET held = true
+WHERE job_type = $1 AND tenant_id = ANY($2::text[]) AND NOT held
+"""
+
+# Up to k heads of each priority of claim's prios, FIFO (also aging order within one
+
+# Lane charges: jobs claimed per tenant, and each tenant's stride (1 / weight).
+Charges = tuple[Counter[str], Mapping[str, float]]
+
+
+def _charge_arrays(charges: Charges | None) -> tuple[list[str], list[int], list[float]]:
+    """_CHARGE's three arrays, in tenant order."""
+    if charges is None:
+        return [], [], []
+    claimed, strides = charges
+    tenants = sorted(claimed)
+    return tenants, [claimed[t] for t in tenants], [strides[t] for t in tenants]
+
+
+@retry_deadlock
+async def read(
+    db: Queries,
+    job_type: str,
+    limit: int,
+    exclude: Sequence[str],
+    tenant_ids: Sequence[str] | None,
+    charges: Charges | None = None,
+) -> LaneRead:
+    """Charge ``charges`` (jobs claimed and stride per tenant) first, then read the
+    type's configuration and its first ``limit`` lanes that have a ready job (see
+    LaneRead)."""
+    charge = _charge_arrays(charges)
+    if tenant_ids is None:
+        rows = await db.fetch(READ_LANES, job_type, limit, list(exclude), *charge)
+    else:
+        rows = await db.fetch(
+            READ_LANES_OF_TENANTS, job_type, limit, list(exclude), *charge, list(tenant_ids)
+        )
+    head, lanes = rows[0], rows[1:]
+    cfg = TypeConfig(head["type_cap"], head["aging_interval_ms"], head["aging_step"])
+    ready = [
+        LaneRow(r["tenant_id"], r["vtime"], r["weight"], r["max_active_jobs"])
+        for r in lanes
+        if r["ready"]
+    ]
+    # The charges moved some lanes: the first ``limit`` ready ones by their new vtime.
+    ready.sort(key=lambda lane: (lane.vtime, lane.tenant_id))
+    scanned = sum(1 for r in lanes if r["scanned"])
+    empty = list(dict.fromkeys(r["tenant_id"] for r in lanes if not r["ready"]))
+    more = len(ready) >= limit or scanned >= SCANNED_LANES
+    return LaneRead(cfg, ready[:limit], empty, more)
+
+
+@retry_deadlock
+async def charge(db: Queries, job_type: str, charges: Charges) -> list[str]:
+    """Charge each lane its claimed jobs x stride (charge_lanes), after the claim; the
+    charged lanes left without a ready job, to be parked."""
+    rows = await db.fetch(CHARGE_LANES, job_type, *_charge_arrays(charges))
+    return [r["tenant_id"] for r in rows]
+
+
+async def lock_to_wake(tx: Queries, lanes: Sequence[tuple[str, str]]) -> None:
+    """In a transaction that is about to make jobs of ``lanes`` ((type, tenant) pairs)
+    ready: their buckets' shared locks, in a statement of their own (the protocol)."""
+    buckets = buckets_of(lanes)
+    if buckets:
+        await tx.execute(share_buckets_sql(buckets))
+
+
+async def wake(tx: Queries, job_types: Sequence[str], tenant_ids: Sequence[str]) -> None:
+    """Mark lanes backlogged after their jobs became ready, one (type, tenant) pair per
+    job (wake_lanes), in the transaction that holds their buckets (lock_to_wake)."""
+    if job_types:
+        await tx.fetchval(WAKE_LANES, list(job_types), list(tenant_ids))
+
+
+async def hold(tx: Queries, job_type: str, tenant_ids: Sequence[str]) -> None:
+    """Hold the lanes of ``tenant_ids`` (at their caps, counted under their cap locks in
+    this transaction) out of the reads until their capacity frees (hold_lanes)."""
+    if tenant_ids:
+        await tx.execute(HOLD_LANES, job_type, list(tenant_ids))
+
+
+async def park(
+    db: Sessions, job_type: str, tenant_ids: Sequence[str], *, retries: int = 0
+) -> list[str]:
+    """Mark lanes inactive that are really empty (see the module docstring); the lanes
+    parked.  Lanes whose bucket a producer held for longer than PARK_WAIT are tried
+    again up to ``retries`` times, after PARK_RETRY_S, doubling: an emptied lane left
+    active keeps its idle virtual time, and when jobs come back it takes every
+    activation until it catches up (ADR 014), so background parks keep trying while
+    two producers' batches overlap for seconds."""
+    parked, busy = await _park_once(db, job_type, tenant_ids)
+    pause = PARK_RETRY_S
+    for _ in range(retries):
+        if not busy:
+            break
+        await asyncio.sleep(pause)
+        pause *= 2
+        more, busy = await _park_once(db, job_type, busy)
+        parked += more
+    if busy:
+        log.info("parking %d lanes of %r waited in vain", len(busy), job_type)
+    return parked
+
+
+@retry_deadlock
+async def _park_once(
+    db: Sessions, job_type: str, tenant_ids: Sequence[str]
+) -> tuple[list[str], list[str]]:
+    """One try of park: the lanes parked, and those whose bucket stayed busy."""
+    by_bucket: dict[int, list[str]] = {}
+    for t in tenant_ids:
+        by_bucket.setdefault(lane_bucket(job_type, t), []).append(t)
+    buckets = sorted(by_bucket)
+    unlocked: list[str] = []
+    async with db.connection() as conn:
+        async with conn.transaction():
+            got = await conn.fetchrow(
+                lock_sql("pg_try_advisory_xact_lock", LANE_LOCK_CLASS, buckets)
+            )
+            locked = [t for b, ok in zip(buckets, got, strict=True) if ok for t in by_bucket[b]]
+            rows = await conn.fetch(PARK_LANES, job_type, locked) if locked else []
+        busy = [b for b, ok in zip(buckets, got, strict=True) if not ok]
+        if busy:
+            # A producer holds these buckets (for any lane of them).  Trying again
+            # later could fail every time under a steady producer, and an empty
+            # lane left active would keep its idle vtime (ADR 014): wait for them,
+            # in a transaction of their own and in bucket order as producers lock
+            # them (no deadlock), for at most PARK_WAIT.  New producers of these
+            # buckets queue behind the park for that long at most.
+            waited = [t for b in busy for t in by_bucket[b]]
+            try:
+                async with conn.transaction():
+                    await conn.execute(f"SET LOCAL lock_timeout = '{PARK_WAIT_MS}ms'")
+                    await conn.execute(lock_sql("pg_advisory_xact_lock", LANE_LOCK_CLASS, busy))
+                    rows = [*rows, *await conn.fetch(PARK_LANES, job_type, waited)]
+            except asyncpg.LockNotAvailableError:
+                unlocked = waited
+    return [r["tenant_id"] for r in rows], unlocked

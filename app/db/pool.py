@@ -1,0 +1,328 @@
+"""The database: a pool of warmed connections behind one error boundary.
+
+Everything the driver raises because the database cannot take a call now -- refused,
+reset or missing socket, a connection lost in the middle of a call, a server starting
+up or shutting down, no connection slots, a statement cancelled or timed out, every
+pooled connection busy -- leaves this module as ``StoreUnavailable`` (``unavailable``
+is the one place that knows which driver errors those are).  A failure while a commit
+may have gone through is ``OutcomeUnknown``.  The HTTP layer answers both 503; the
+background loops back off.  Anything else is a bug or the caller's input, and passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import random
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import asyncpg
+import orjson
+
+from app.db import claims, finishing, jobs, lanes
+from app.domain import DEFAULT_PRIORITY, DEFAULT_RETRIES, DEFAULT_TENANT, utcnow
+from app.errors import OutcomeUnknown, StoreUnavailable
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R")
+
+# The driver's errors for a database that cannot take a call right now: refused, reset
+# or missing socket (OSError), a connection lost in the middle of a call (class 08), a
+# server starting up or shutting down (57P01-57P03), no connection slots left (53300), a
+# statement cancelled (57014) or timed out.
+_UNAVAILABLE: tuple[type[Exception], ...] = (
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
+    asyncpg.TooManyConnectionsError,
+    asyncpg.QueryCanceledError,
+)
+UNAVAILABLE_LOG_EVERY_S = 5.0
+STARTUP_RETRY_MAX_S = 2.0
+
+
+def unavailable(exc: BaseException) -> StoreUnavailable | None:
+    """``exc`` as the storage error it stands for, or None if it is not one: the call's
+    own fault (a refused value, a constraint) or a bug.  Besides the database being
+    away, asyncpg refusing to use a connection that died under it (InterfaceError
+    "connection is closed", InternalClientError "another operation is in progress")
+    counts: nothing was sent on it."""
+    if isinstance(exc, StoreUnavailable):
+        return exc
+    if isinstance(exc, _UNAVAILABLE | asyncpg.InterfaceError | asyncpg.InternalClientError):
+        return StoreUnavailable("the database is unavailable; retry later", retry_after_s=1)
+    return None
+
+
+async def until_reachable(attempt: Callable[[], Awaitable[R]], wait_s: float, what: str) -> R:
+    """``attempt()``, repeated with back-off while the database cannot be reached, for
+    at most ``wait_s``; logged once when it starts waiting and once when it is through.
+    A process started during an outage then comes up when the database does.  Raises
+    StoreUnavailable when the wait ran out."""
+    deadline = time.monotonic() + wait_s
+    delay_s = 0.1
+    waited = False
+    while True:
+        try:
+            result = await attempt()
+        except Exception as exc:
+            error = unavailable(exc)
+            if error is None:
+                raise
+            if time.monotonic() + delay_s > deadline:
+                log.error("%s: database still unreachable after %.0f s: %r", what, wait_s, exc)
+                raise error from exc
+            if not waited:
+                log.warning(
+                    "%s: database unreachable (%r); waiting up to %.0f s", what, exc, wait_s
+                )
+                waited = True
+            await asyncio.sleep(delay_s * (0.5 + random.random()))
+            delay_s = min(delay_s * 2, STARTUP_RETRY_MAX_S)
+            continue
+        if waited:
+            log.info("%s: database reachable", what)
+        return result
+
+
+async def ping_url(url: str) -> None:
+    """One connection, one ``SELECT 1``: whether the database at ``url`` answers."""
+    conn = await asyncpg.connect(url, timeout=10)
+    try:
+        await conn.fetchval("SELECT 1")
+    finally:
+        await conn.close()
+
+
+async def _init_connection(conn: asyncpg.Connection) -> None:
+    await conn.set_type_codec(
+        "jsonb", encoder=_encode_jsonb, decoder=orjson.loads, schema="pg_catalog"
+    )
+    for sql, args in _warm_up_calls():
+        await conn.fetch(sql, *args)
+
+
+def _warm_up_calls() -> list[tuple[str, tuple[Any, ...]]]:
+    """The statements of a job's path (create, activate, complete), each with arguments
+    that match nothing, so it writes nothing.  Run once on every new pool connection,
+    they leave it with the statements prepared and their generic plans built: otherwise
+    the first calls on a fresh connection pay for parsing and planning each statement,
+    and a connection opened under load held up every pickup behind it (ADR 010)."""
+    now = utcnow()
+    return [
+        (jobs.INSERT_JOBS, ("[]", now, DEFAULT_TENANT, DEFAULT_PRIORITY, DEFAULT_RETRIES)),
+        (jobs.INSERT_JOB_QUIET, ("[]", now, DEFAULT_TENANT, DEFAULT_PRIORITY, DEFAULT_RETRIES)),
+        (jobs.GET_JOB, (-1,)),
+        (lanes.READ_LANES, ("", 1, [], [], [], [])),
+        # The same with a tenant filter: a worker that names its tenants (as Camunda's
+        # clients do) reads with these.
+        (lanes.READ_LANES_OF_TENANTS, ("", 1, [], [], [], [], [])),
+        (claims.CLAIM, ("", [], [], now, [], [], 0, 1, False, [])),
+        (claims.CLAIM_LEAD, ("", now, [], [], 0, 1, False, [])),
+        (claims.CLAIM_LEAD_OF_TENANTS, ("", now, [], [], 0, 1, False, [], [])),
+        (lanes.CHARGE_LANES, ("", [], [], [])),
+        (finishing.COMPLETE_JOBS, ([], [], [], now)),
+    ]
+
+
+async def _reset_connection(conn: asyncpg.Connection) -> None:
+    """Replaces asyncpg's default reset (a round trip on every release).  Pool
+    connections keep no session state: advisory locks here are transaction-scoped, and
+    LISTEN and the leader lock live on dedicated connections.  Only an interrupted
+    transaction needs undoing."""
+    if conn.is_in_transaction():
+        await conn.execute("ROLLBACK")
+
+
+def _encode_jsonb(value: Any) -> str:
+    # Callers pass already-serialized JSON text (validated and size-checked at the edge).
+    return value if isinstance(value, str) else orjson.dumps(value).decode()
+
+
+_WRITE = re.compile(r"\b(INSERT|DELETE|MERGE)\b|(?<!FOR )(?<!KEY )\bUPDATE\b", re.IGNORECASE)
+
+
+@functools.lru_cache(maxsize=1024)
+def _writes(query: str) -> bool:
+    """Whether a statement may change rows (a SELECT ... FOR UPDATE does not)."""
+    return _WRITE.search(query) is not None
+
+
+class _Connection(asyncpg.Connection):  # type: ignore[misc]
+    """An asyncpg connection that marks the failure of a statement that could have
+    committed (a COMMIT, or a write outside a transaction) with ``may_have_committed``:
+    if the connection died then, the call's outcome is unknown (``OutcomeUnknown``).  A
+    failure anywhere else in a transaction rolled it back, and the call can be sent
+    again as it was.  (The mark is on the exception: a pool's proxy of a connection that
+    died is detached from it at once.)"""
+
+    def _may_commit(self, query: str) -> bool:
+        if self.is_in_transaction():
+            return query.lstrip()[:6].upper() == "COMMIT"
+        return _writes(query)
+
+    async def execute(self, query: str, *args: Any, **kwargs: Any) -> str:
+        may_commit = self._may_commit(query)
+        try:
+            return await super().execute(query, *args, **kwargs)  # type: ignore[no-any-return]
+        except _UNAVAILABLE as exc:
+            exc.may_have_committed = may_commit  # type: ignore[attr-defined]
+            raise
+
+    async def _execute(self, query: str, *args: Any, **kwargs: Any) -> Any:
+        may_commit = self._may_commit(query)
+        try:
+            return await super()._execute(query, *args, **kwargs)
+        except _UNAVAILABLE as exc:
+            exc.may_have_committed = may_commit  # type: ignore[attr-defined]
+            raise
+
+
+def _broken(conn: asyncpg.Connection, exc: Exception) -> bool:
+    """Whether asyncpg refused a call because its connection is closed or left in a
+    state it cannot use (after the server died under it: InterfaceError "connection is
+    closed", from ``Transaction.__aexit__`` too; InternalClientError "cannot switch to
+    state N; another operation is in progress"), rather than because of the call."""
+    if isinstance(exc, asyncpg.InternalClientError):
+        return True
+    try:
+        return bool(conn.is_closed())
+    except asyncpg.InterfaceError:  # the pool's proxy, detached from a connection that died
+        return True
+
+
+class Database:
+    """The pool, waiting at most ``timeout_s`` for a connection: an exhausted pool is back
+    pressure (503), not an unbounded queue.  So is a database that cannot be reached: the
+    call is answered 503 with ``Retry-After``, and the pool reconnects by itself on a
+    later call once the database is back.
+
+    Statements run on it directly (each on a connection of its own, autocommit), or on
+    the connection ``connection()`` or ``transaction()`` lends (see ``app.db.base``)."""
+
+    def __init__(self, pool: asyncpg.Pool, timeout_s: float) -> None:
+        self._pool = pool
+        self.timeout_s = timeout_s
+        self._unavailable_logged = -UNAVAILABLE_LOG_EVERY_S
+
+    @classmethod
+    async def connect(
+        cls,
+        url: str,
+        *,
+        size: int,
+        min_size: int | None = None,
+        acquire_timeout_s: float = 5.0,
+        wait_s: float = 0.0,
+    ) -> Database:
+        """A pool of ``size`` connections, ``min_size`` of them (default: all) opened now
+        and kept open, so that load arriving later finds them connected and warm.  An
+        unreachable database is waited for up to ``wait_s`` (``until_reachable``)."""
+        pool = await until_reachable(lambda: cls._create_pool(url, size, min_size), wait_s, "pool")
+        return cls(pool, acquire_timeout_s)
+
+    @staticmethod
+    async def _create_pool(url: str, size: int, min_size: int | None) -> asyncpg.Pool:
+        return await asyncpg.create_pool(
+            url,
+            min_size=size if min_size is None else min(min_size, size),
+            max_size=size,
+            init=_init_connection,
+            reset=_reset_connection,
+            connection_class=_Connection,
+            # The hot statements are written to be plan-robust (primary-key probes via
+            # ANY(ARRAY(...)), index range scans), so a generic plan is as good as a custom
+            # one and saves planning every claim.  JIT only adds latency here.
+            server_settings={"plan_cache_mode": "force_generic_plan", "jit": "off"},
+            command_timeout=60,
+        )
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[asyncpg.Connection]:
+        """A pooled connection for a sequence of statements (and transactions) of one
+        operation; every driver failure on it leaves as StoreUnavailable."""
+        try:
+            if self._pool.get_idle_size():
+                # Nothing to wait for, so no timeout: arming one costs CPU on every call
+                # of the hot path.
+                conn = await self._pool.acquire()
+            else:
+                conn = await self._pool.acquire(timeout=self.timeout_s)
+        except TimeoutError:
+            raise StoreUnavailable("all database connections are busy", retry_after_s=1) from None
+        except (*_UNAVAILABLE, asyncpg.InternalClientError) as exc:
+            raise self._unavailable(exc) from exc
+        try:
+            yield conn
+        except _UNAVAILABLE as exc:
+            if getattr(exc, "may_have_committed", False):
+                self._log_unavailable(exc)
+                raise OutcomeUnknown(
+                    "the database went away while this call's changes were being "
+                    "committed: they may or may not have been made",
+                ) from exc
+            raise self._unavailable(exc) from exc
+        except (asyncpg.InterfaceError, asyncpg.InternalClientError) as exc:
+            if not _broken(conn, exc):
+                raise  # a statement called wrongly: a bug
+            # Nothing was sent on it (the failure is asyncpg refusing to): the call is
+            # safe to repeat.  Not reused: the pool opens a fresh connection instead.
+            with contextlib.suppress(asyncpg.InterfaceError):  # a proxy already detached
+                conn.terminate()
+            raise self._unavailable(exc) from exc
+        finally:
+            await self._pool.release(conn)
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[asyncpg.Connection]:
+        """A pooled connection inside a transaction, committed when the block ends and
+        rolled back if it raises."""
+        async with self.connection() as conn:
+            async with conn.transaction():
+                yield conn
+
+    def _unavailable(self, exc: Exception) -> StoreUnavailable:
+        """The client's answer names no host or port; the log says what failed (at most
+        every few seconds: an outage fails every call)."""
+        self._log_unavailable(exc)
+        return StoreUnavailable("the database is unavailable; retry later", retry_after_s=1)
+
+    def _log_unavailable(self, exc: Exception) -> None:
+        now = time.monotonic()
+        if now - self._unavailable_logged >= UNAVAILABLE_LOG_EVERY_S:
+            self._unavailable_logged = now
+            log.warning("database unavailable: %r", exc)
+
+    async def fetch(self, query: str, *args: Any) -> list[asyncpg.Record]:
+        async with self.connection() as conn:
+            return await conn.fetch(query, *args)  # type: ignore[no-any-return]
+
+    async def fetchrow(self, query: str, *args: Any) -> asyncpg.Record | None:
+        async with self.connection() as conn:
+            return await conn.fetchrow(query, *args)
+
+    async def fetchval(self, query: str, *args: Any) -> Any:
+        async with self.connection() as conn:
+            return await conn.fetchval(query, *args)
+
+    async def execute(self, query: str, *args: Any) -> str:
+        async with self.connection() as conn:
+            return await conn.execute(query, *args)  # type: ignore[no-any-return]
+
+    def get_size(self) -> int:
+        return self._pool.get_size()  # type: ignore[no-any-return]
+
+    def get_idle_size(self) -> int:
+        return self._pool.get_idle_size()  # type: ignore[no-any-return]
+
+    async def close(self) -> None:
+        await self._pool.close()

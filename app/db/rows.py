@@ -1,0 +1,187 @@
+"""What the storage modules answer: typed rows, never records read by position.
+
+Rows that travel on the hot path (a job, a claim) are built positionally from records
+whose columns the statements list in field order (``JOB_COLUMNS``): one constructor call
+per row.  The others are built by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from app.domain import JobState
+
+# The columns of a job record, in JobRow's field order: every statement that answers
+# jobs selects or returns exactly these, so that JobRow(*record) builds the row.
+JOB_COLUMNS = """job_key, job_type, tenant_id, state, priority, retries, activation_count,
+    worker, deadline, run_at, queued_at, variables, custom_headers, error_code,
+    error_message, created_at, activated_at, completed_at, idempotency_key"""
+JOB_FIELDS = 19
+
+
+def job_columns(alias: str) -> str:
+    """JOB_COLUMNS of the table aliased ``alias``."""
+    return ", ".join(f"{alias}.{c.strip()}" for c in JOB_COLUMNS.split(","))
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    job_key: int
+    job_type: str
+    tenant_id: str
+    state: JobState
+    priority: int
+    retries: int
+    activation_count: int
+    worker: str | None
+    deadline: datetime | None
+    run_at: datetime
+    queued_at: datetime
+    variables: dict[str, Any]
+    custom_headers: dict[str, Any]
+    error_code: str | None
+    error_message: str | None
+    created_at: datetime
+    activated_at: datetime | None
+    completed_at: datetime | None
+    idempotency_key: str | None
+
+
+def job_row(values: Any, at: int = 0) -> JobRow:
+    """The JobRow in ``values`` (a record or tuple) from column ``at`` on."""
+    v = tuple(values)[at : at + JOB_FIELDS]
+    return JobRow(v[0], v[1], v[2], JobState(v[3]), *v[4:])
+
+
+class Inserted(NamedTuple):
+    job_key: int
+    created: bool
+
+
+class Claimed(NamedTuple):
+    """A job a claim activated, and the index (1-based) of the request share it went to."""
+
+    share: int
+    job: JobRow
+
+
+class JobFence(NamedTuple):
+    """What a finish is judged by: the job's state and current activation."""
+
+    job_key: int
+    state: JobState
+    activation_count: int
+
+
+class Ended(NamedTuple):
+    """A job a finish or release changed, and the state it left it in."""
+
+    job_key: int
+    job_type: str
+    tenant_id: str
+    state: JobState
+
+
+@dataclass(frozen=True, slots=True)
+class TypeConfig:
+    """A job type's configuration; None where it leaves a setting to the server."""
+
+    max_active_jobs: int | None
+    aging_interval_ms: int | None
+    aging_step: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredJob:
+    """A job with its type's aging settings, so a record renders in one round trip."""
+
+    job: JobRow
+    type_config: TypeConfig
+
+
+@dataclass(frozen=True, slots=True)
+class LaneRow:
+    tenant_id: str
+    vtime: float
+    weight: int
+    max_active_jobs: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class LaneRead:
+    """What a lane read found: the type's configuration; up to ``limit`` lanes with a
+    ready job, in (vtime, tenant) order; the active lanes met that have none (to be
+    parked); and whether there may be ready lanes beyond those read (``more``: the scan
+    stopped at a ready lane past ``limit``, or at SCANNED_LANES) -- when not, every
+    active lane not excluded was seen."""
+
+    config: TypeConfig
+    ready: list[LaneRow]
+    empty: list[str]
+    more: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LeadClaim:
+    """What a one-pick claim got: the job (None if nothing), its lane's weight and its
+    type's aging as the statement resolved them; and, when it got nothing, whether that
+    is because the type is dry for the asker's tenants (else the full rounds are needed)."""
+
+    job: JobRow | None
+    lane_weight: int | None
+    aging_step: int | None
+    aging_interval_ms: int | None
+    dry: bool
+
+
+class TenantRow(NamedTuple):
+    tenant_id: str
+    weight: int
+    max_active_jobs: int | None
+
+
+class JobTypeRow(NamedTuple):
+    job_type: str
+    max_active_jobs: int | None
+    aging_interval_ms: int | None
+    aging_step: int | None
+
+
+class LaneTotal(NamedTuple):
+    job_type: str
+    tenant_id: str
+    activated_total: int
+
+
+@dataclass(frozen=True, slots=True)
+class LaneStats:
+    """One lane's counts for ``GET /v2/stats`` (see ``app.db.operators.STATS``)."""
+
+    job_type: str
+    tenant_id: str
+    ready: int
+    delayed: int
+    active: int
+    oldest_ready_at: datetime | None
+    oldest_ready_key: int | None
+    tenant_cap: int | None
+    type_cap: int | None
+    tenant_active: int | None
+
+    @classmethod
+    def of(cls, r: Mapping[str, Any]) -> LaneStats:
+        return cls(
+            r["job_type"],
+            r["tenant_id"],
+            r["ready"],
+            r["delayed"],
+            r["active"],
+            r["oldest_ready_at"],
+            r["oldest_ready_key"],
+            r["tenant_cap"],
+            r["type_cap"],
+            r["tenant_active"],
+        )

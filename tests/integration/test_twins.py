@@ -1,0 +1,161 @@
+"""The rules that exist twice, once in Python (app.scheduler) and once in SQL (app.db),
+agree on a real database, for generated cases:
+
+* the effective priority (scheduler.effective_priority / claims.EFFECTIVE_PRIORITY, the
+  text CLAIM ranks heads by);
+* the re-entry virtual time of a lane woken by a new job (scheduler.reentry_vtime /
+  lanes' _REENTRY_VTIME, through the real insert);
+* the first pick (scheduler.allocate's / CLAIM_LEAD's lead lane, through the real claim).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.db import Database, claims
+from app.db import jobs as stored_jobs
+from app.db.claims import EFFECTIVE_PRIORITY, LeadAsk, Share
+from app.domain import utcnow
+from app.scheduler import Aging, Lane, allocate, effective_priority, reentry_vtime
+
+EXAMPLES = settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+
+
+@pytest.fixture
+def run(db_url: str):
+    """Runs coroutines on one loop with one Database, for hypothesis's sync tests."""
+    loop = asyncio.new_event_loop()
+    db = loop.run_until_complete(Database.connect(db_url, size=2, min_size=1))
+
+    def go(make: Callable[[Database], Coroutine[Any, Any, Any]]) -> Any:
+        return loop.run_until_complete(make(db))
+
+    yield go
+    loop.run_until_complete(db.close())
+    loop.close()
+
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+EFFECTIVE_SQL = "SELECT " + EFFECTIVE_PRIORITY.format(
+    priority="$1::int",
+    queued_at="$2::timestamptz",
+    now="$3::timestamptz",
+    step="$4::int",
+    interval="$5::int",
+)
+
+
+@st.composite
+def waits(draw: st.DrawFn) -> tuple[int, timedelta, Aging]:
+    interval_ms = draw(st.integers(1, 10_000_000))
+    aging = Aging(interval_ms=interval_ms, step=draw(st.integers(0, 100)))
+    # Waits on and around whole intervals (where rounding would show), and anywhere.
+    k = draw(st.integers(0, 1_000))
+    near = timedelta(milliseconds=k * interval_ms) + timedelta(
+        microseconds=draw(st.integers(-2, 2))
+    )
+    anywhere = timedelta(microseconds=draw(st.integers(-(10**9), 10**13)))
+    return draw(st.integers(0, 100)), draw(st.sampled_from([near, anywhere])), aging
+
+
+@EXAMPLES
+@given(case=waits())
+def test_effective_priority_in_sql_is_its_python_twin(run, case) -> None:
+    priority, wait, aging = case
+    queued_at = NOW - wait
+    in_sql = run(
+        lambda db: db.fetchval(
+            EFFECTIVE_SQL, priority, queued_at, NOW, aging.step, aging.interval_ms
+        )
+    )
+    assert int(in_sql) == effective_priority(priority, queued_at, NOW, aging)
+
+
+@st.composite
+def lane_sets(draw: st.DrawFn) -> list[tuple[str, float, bool, bool]]:
+    """Other lanes of the type: (tenant, vtime, active, held); vtimes on a coarse grid
+    so that ties (and equal minima) come up."""
+    n = draw(st.integers(0, 6))
+    return [
+        (f"o{i}", draw(st.integers(0, 20)) / 4, draw(st.booleans()), draw(st.booleans()))
+        for i in range(n)
+    ]
+
+
+@EXAMPLES
+@given(others=lane_sets(), own=st.integers(0, 20))
+def test_a_woken_lane_reenters_where_the_python_twin_says(run, others, own) -> None:
+    job_type = "twin-reentry"
+    own_vtime = own / 4
+
+    async def woken_vtime(db: Database) -> float:
+        async with db.transaction() as tx:
+            await tx.execute("DELETE FROM lanes WHERE job_type = $1", job_type)
+            await tx.execute("DELETE FROM jobs WHERE job_type = $1", job_type)
+            await tx.executemany(
+                "INSERT INTO lanes (job_type, tenant_id, vtime, active, held)"
+                " VALUES ($1, $2, $3, $4, $5)",
+                [(job_type, t, v, a, h) for t, v, a, h in others]
+                + [(job_type, "own", own_vtime, False, False)],  # parked
+            )
+        await stored_jobs.insert(db, [{"type": job_type, "tenantId": "own"}], utcnow())
+        vtime: float = await db.fetchval(
+            "SELECT vtime FROM lanes WHERE job_type = $1 AND tenant_id = 'own'", job_type
+        )
+        return vtime
+
+    backlogged = [v for _, v, active, held in others if active and not held]
+    expected = reentry_vtime(
+        own_vtime,
+        min(backlogged) if backlogged else None,
+        max([own_vtime, *(v for _, v, _, _ in others)]),
+    )
+    assert run(woken_vtime) == expected
+
+
+@st.composite
+def ready_lanes(draw: st.DrawFn) -> list[tuple[str, float, int]]:
+    """Up to 16 backlogged lanes (all probed by the lead claim): (tenant, vtime, weight)."""
+    n = draw(st.integers(1, 16))
+    return [(f"t{i:02}", draw(st.integers(0, 12)) / 4, draw(st.integers(1, 5))) for i in range(n)]
+
+
+@EXAMPLES
+@given(lanes=ready_lanes())
+def test_the_lead_claim_takes_the_python_twins_first_pick(run, lanes) -> None:
+    job_type = "twin-lead"
+
+    async def lead_tenant(db: Database) -> str | None:
+        async with db.transaction() as tx:
+            await tx.execute("DELETE FROM jobs WHERE job_type = $1", job_type)
+            await tx.execute("DELETE FROM lanes WHERE job_type = $1", job_type)
+            await tx.execute("DELETE FROM tenants")
+            await tx.executemany(
+                "INSERT INTO tenants (tenant_id, weight) VALUES ($1, $2)",
+                [(t, w) for t, _, w in lanes],
+            )
+        await stored_jobs.insert(
+            db, [{"type": job_type, "tenantId": t} for t, _, _ in lanes], utcnow()
+        )
+        async with db.transaction() as tx:
+            await tx.executemany(
+                "UPDATE lanes SET vtime = $3 WHERE job_type = $1 AND tenant_id = $2",
+                [(job_type, t, v) for t, v, _ in lanes],
+            )
+        ask = LeadAsk(None, Share("w", 60_000, 1), False, 10, 60_000)
+        got = await claims.claim_lead(db, job_type, ask, utcnow())
+        return None if got.job is None else got.job.tenant_id
+
+    [first] = allocate([Lane(t, v, w) for t, v, w in lanes], 1).picks
+    assert run(lead_tenant) == first
