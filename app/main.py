@@ -9,7 +9,6 @@ import signal
 import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 
 from fastapi import FastAPI, Request
 from starlette.responses import Response
@@ -20,6 +19,7 @@ from app.api import camunda as camunda_api
 from app.api import jobs as jobs_api
 from app.api import openapi, problems
 from app.api import operators as operators_api
+from app.api.context import Services
 from app.api.direct import App, DirectRoutes, literal_paths
 from app.config import Settings
 from app.jobs import JobService
@@ -47,19 +47,6 @@ HOT_ENDPOINTS = (
     jobs_api.fail_job,
     jobs_api.throw_error,
 )
-
-
-@dataclass
-class Services:
-    store: Store
-    activation: ActivationService
-    jobs: JobService
-    config: ConfigService
-    stats: StatsService
-    background: Background
-    waiters: WaiterHub
-    streams: StreamRegistry
-    notifier: Notifier
 
 
 def _chain_exit_signals(on_exit: Callable[[], None]) -> None:

@@ -21,10 +21,11 @@ import uvicorn
 from fastapi import FastAPI
 
 from app import embedded, migrations
+from app.api.context import Services
 from app.cli import IDLE_CONNECTION_TIMEOUT_S
 from app.config import Settings
 from app.http import RequestLimits, bounded_protocol
-from app.main import Services, create_app
+from app.main import create_app
 from app.store import Store
 
 TEMPLATE = "jobfair_template"

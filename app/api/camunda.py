@@ -14,7 +14,7 @@ from pydantic import AfterValidator, Field, WithJsonSchema
 from starlette.responses import Response
 
 from app.activation import ActivateRequest
-from app.api import schemas
+from app.api import context, schemas
 from app.api.jobs import fail, fenced, long_poll
 from app.api.parsing import ascii_digits, body, job_key, lease_token, optional_body, payload
 from app.api.problems import JSON
@@ -98,7 +98,7 @@ async def completion(request: Request, key: str) -> Response:
     spec = await optional_body(request, CamundaComplete)
     [variables] = payload(request, spec.variables)
     count = await fenced(request, k, None, spec.jobLeaseToken)
-    await request.app.state.services.jobs.complete(k, count, variables)
+    await context.services(request).jobs.complete(k, count, variables)
     return Response(status_code=204)
 
 
@@ -303,9 +303,9 @@ async def search(request: Request) -> Response:
             value = getattr(spec.filter, field)
             if value is not None:
                 filters[field] = _values(field, value)
-    sort = [(s.field, s.order.upper() == "DESC") for s in spec.sort or []]
+    sort: list[tuple[str, bool]] = [(s.field, s.order.upper() == "DESC") for s in spec.sort or []]
     page = spec.page or Page()
-    store = request.app.state.services.store
+    store = context.services(request).store
     rows, total, more = await store.search_jobs(filters, sort, page.limit, page.from_)
     return JSON(
         {

@@ -11,7 +11,7 @@ from sse_starlette import EventSourceResponse
 from starlette.responses import Response
 
 from app.activation import ActivateRequest
-from app.api import schemas
+from app.api import context, schemas
 from app.api.parsing import (
     ascii_digits,
     body,
@@ -54,7 +54,7 @@ async def create_job(request: Request) -> Response:
     spec = await body(request, CREATE_JOB)
     _check_jobs([spec], payload_limit(request))
     now = utcnow()
-    services = request.app.state.services
+    services = context.services(request)
     [inserted] = await services.jobs.create([spec], now)
     record = await services.jobs.get(inserted.job_key, now)
     return JSON(record, status_code=201 if inserted.created else 200)
@@ -68,14 +68,14 @@ async def create_batch(request: Request) -> Response:
         raise InvalidArgument(f"jobs: at most {limit} jobs per batch, got {len(jobs)}")
     _check_jobs(jobs, payload_limit(request))
     now = utcnow()
-    inserted = await request.app.state.services.jobs.create(jobs, now)
+    inserted = await context.services(request).jobs.create(jobs, now)
     return JSON({"jobKeys": [str(i.job_key) for i in inserted]}, status_code=201)
 
 
 @router.post("/activate")
 async def activate(request: Request) -> Response:
     spec = await body(request, schemas.Activate)
-    services = request.app.state.services
+    services = context.services(request)
     req = ActivateRequest(spec.type, spec.maxJobs, spec.timeout, spec.worker, spec.tenantIds)
     rows = await long_poll(request, req, spec.requestTimeout)
     now = utcnow()
@@ -104,7 +104,7 @@ async def stream(request: Request) -> Response:
     if q.get("fetchVariables"):
         raw["fetchVariables"] = q["fetchVariables"].split(",")
     spec = validate(schemas.Activate, raw)
-    services = request.app.state.services
+    services = context.services(request)
     if services.streams.shutdown.is_set():
         raise ResourceExhausted("the server is shutting down", retry_after_s=1)
     req = ActivateRequest(spec.type, spec.maxJobs, spec.timeout, spec.worker, spec.tenantIds)
@@ -144,7 +144,7 @@ async def long_poll(
     wait_ms = min(
         request_timeout_ms or settings.default_request_timeout_ms, settings.long_poll_cap_ms
     )
-    services = request.app.state.services
+    services = context.services(request)
     gone = asyncio.Event()
     watcher = asyncio.create_task(watch_disconnect(request, gone))
     try:
@@ -175,19 +175,19 @@ async def complete_batch(request: Request) -> Response:
     for item in spec.jobs:
         [variables] = payload(request, item.variables)
         items.append((job_key(item.jobKey), item.activationCount, variables))
-    results = await request.app.state.services.jobs.complete_many(items, utcnow())
+    results = await context.services(request).jobs.complete_many(items, utcnow())
     return JSON({"results": [{"jobKey": str(k), "status": s} for k, s in results]})
 
 
 @router.get("/{key}")
 async def get_job(request: Request, key: str) -> Response:
-    record = await request.app.state.services.jobs.get(job_key(key), utcnow())
+    record = await context.services(request).jobs.get(job_key(key), utcnow())
     return JSON(record)
 
 
 @router.post("/{key}/cancel", status_code=204)
 async def cancel_job(request: Request, key: str) -> Response:
-    await request.app.state.services.jobs.cancel(job_key(key), utcnow())
+    await context.services(request).jobs.cancel(job_key(key), utcnow())
     return Response(status_code=204)
 
 
@@ -196,7 +196,7 @@ async def complete_job(request: Request, key: str) -> Response:
     k = job_key(key)
     spec = await body(request, schemas.Complete)
     [variables] = payload(request, spec.variables)
-    await request.app.state.services.jobs.complete(k, spec.activationCount, variables)
+    await context.services(request).jobs.complete(k, spec.activationCount, variables)
     return Response(status_code=204)
 
 
@@ -211,7 +211,7 @@ async def fail_job(request: Request, key: str) -> Response:
 async def fail(request: Request, key: int, count: int | None, spec: schemas.FailFields) -> None:
     """A failure from either surface (they differ in the fence and the default retries)."""
     [variables] = payload(request, spec.variables)
-    await request.app.state.services.jobs.fail(
+    await context.services(request).jobs.fail(
         key,
         count,
         retries=spec.retries,
@@ -230,7 +230,7 @@ async def fenced(
     try:
         return fence(key, activation_count, token)
     except StaleActivation:
-        await request.app.state.services.jobs.get(key, utcnow())
+        await context.services(request).jobs.get(key, utcnow())
         raise
 
 
@@ -240,7 +240,7 @@ async def throw_error(request: Request, key: str) -> Response:
     spec = await body(request, schemas.ThrowError)
     count = await fenced(request, k, spec.activationCount, spec.jobLeaseToken)
     [variables] = payload(request, spec.variables)
-    await request.app.state.services.jobs.throw_error(
+    await context.services(request).jobs.throw_error(
         k, count, spec.errorCode, spec.errorMessage, variables, utcnow()
     )
     return Response(status_code=204)
@@ -255,5 +255,5 @@ async def update_job(request: Request, key: str) -> Response:
         raise InvalidArgument("changeset must set at least one of retries, timeout, priority")
     changes = JobChanges(retries=cs.retries, timeout_ms=cs.timeout, priority=cs.priority)
     count = await fenced(request, k, spec.activationCount, spec.jobLeaseToken)
-    await request.app.state.services.jobs.update(k, changes, count, utcnow())
+    await context.services(request).jobs.update(k, changes, count, utcnow())
     return Response(status_code=204)
