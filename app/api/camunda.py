@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from pydantic import AfterValidator, Field, WithJsonSchema
 from starlette.responses import Response
 
@@ -19,8 +19,6 @@ from app.api.jobs import fail, fenced, long_poll
 from app.api.parsing import ascii_digits, body, job_key, lease_token, optional_body, payload
 from app.api.problems import JSON
 from app.domain import rfc3339, visible_variables
-
-router = APIRouter(prefix="/v2/jobs", tags=["camunda"])
 
 # Neutral values for the BPMN fields Jobfair has no use for (valid for strict clients).
 NO_KEY = "0"
@@ -82,7 +80,6 @@ def camunda_job(row: Any, fetch: list[str] | None) -> dict[str, Any]:
     }
 
 
-@router.post("/activation")
 async def activation(request: Request) -> Response:
     spec = await body(request, CamundaActivate)
     req = ActivateRequest(
@@ -92,7 +89,6 @@ async def activation(request: Request) -> Response:
     return JSON({"jobs": [camunda_job(r, spec.fetchVariable) for r in rows]})
 
 
-@router.post("/{key}/completion", status_code=204)
 async def completion(request: Request, key: str) -> Response:
     k = job_key(key)
     spec = await optional_body(request, CamundaComplete)
@@ -102,7 +98,6 @@ async def completion(request: Request, key: str) -> Response:
     return Response(status_code=204)
 
 
-@router.post("/{key}/failure", status_code=204)
 async def failure(request: Request, key: str) -> Response:
     k = job_key(key)
     spec = await optional_body(request, CamundaFail)
@@ -294,7 +289,6 @@ def search_item(row: Any) -> dict[str, Any]:
     }
 
 
-@router.post("/search")
 async def search(request: Request) -> Response:
     spec = await optional_body(request, Search)
     filters: dict[str, list[Any]] = {}
@@ -320,10 +314,6 @@ async def search(request: Request) -> Response:
     )
 
 
-topology_router = APIRouter(tags=["camunda"])
-
-
-@topology_router.get("/v2/topology")
 async def topology(request: Request) -> Response:
     """A one-broker, one-partition cluster: what Jobfair looks like to Camunda clients."""
     settings = request.app.state.settings

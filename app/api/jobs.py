@@ -1,11 +1,11 @@
-"""Native job routes (API.md "Producers" and "Workers")."""
+"""Native job endpoints (API.md "Producers" and "Workers"), routed by ``app.api.routes``."""
 
 from __future__ import annotations
 
 import asyncio
 
 import asyncpg
-from fastapi import APIRouter, Request
+from fastapi import Request
 from pydantic import TypeAdapter
 from sse_starlette import EventSourceResponse
 from starlette.responses import Response
@@ -29,9 +29,6 @@ from app.errors import InvalidArgument, ResourceExhausted, StaleActivation
 from app.jobs import JobChanges
 from app.streaming import Stream, keep_alive_factory
 
-router = APIRouter(prefix="/v2/jobs", tags=["jobs"])
-
-
 CREATE_JOB = TypeAdapter(schemas.CreateJob)
 CREATE_BATCH = TypeAdapter(schemas.CreateBatch)
 
@@ -49,7 +46,6 @@ def _check_jobs(jobs: list[schemas.CreateJob], payload_limit: int | None) -> Non
             )
 
 
-@router.post("", status_code=201)
 async def create_job(request: Request) -> Response:
     spec = await body(request, CREATE_JOB)
     _check_jobs([spec], payload_limit(request))
@@ -60,7 +56,6 @@ async def create_job(request: Request) -> Response:
     return JSON(record, status_code=201 if inserted.created else 200)
 
 
-@router.post("/batch", status_code=201)
 async def create_batch(request: Request) -> Response:
     jobs = (await body(request, CREATE_BATCH))["jobs"]
     limit = request.app.state.settings.max_batch_jobs
@@ -72,7 +67,6 @@ async def create_batch(request: Request) -> Response:
     return JSON({"jobKeys": [str(i.job_key) for i in inserted]}, status_code=201)
 
 
-@router.post("/activate")
 async def activate(request: Request) -> Response:
     spec = await body(request, schemas.Activate)
     services = context.services(request)
@@ -84,7 +78,6 @@ async def activate(request: Request) -> Response:
     return JSON({"jobs": jobs})
 
 
-@router.get("/stream")
 async def stream(request: Request) -> Response:
     """SSE: ``event: job`` per activated job, at most ``maxJobs`` unfinished at once."""
     q = query_params(request)
@@ -168,7 +161,6 @@ async def watch_disconnect(request: Request, gone: asyncio.Event) -> None:
             return
 
 
-@router.post("/complete")
 async def complete_batch(request: Request) -> Response:
     spec = await body(request, schemas.CompleteBatch)
     items = []
@@ -179,19 +171,16 @@ async def complete_batch(request: Request) -> Response:
     return JSON({"results": [{"jobKey": str(k), "status": s} for k, s in results]})
 
 
-@router.get("/{key}")
 async def get_job(request: Request, key: str) -> Response:
     record = await context.services(request).jobs.get(job_key(key), utcnow())
     return JSON(record)
 
 
-@router.post("/{key}/cancel", status_code=204)
 async def cancel_job(request: Request, key: str) -> Response:
     await context.services(request).jobs.cancel(job_key(key), utcnow())
     return Response(status_code=204)
 
 
-@router.post("/{key}/complete", status_code=204)
 async def complete_job(request: Request, key: str) -> Response:
     k = job_key(key)
     spec = await body(request, schemas.Complete)
@@ -200,7 +189,6 @@ async def complete_job(request: Request, key: str) -> Response:
     return Response(status_code=204)
 
 
-@router.post("/{key}/fail", status_code=204)
 async def fail_job(request: Request, key: str) -> Response:
     k = job_key(key)
     spec = await body(request, schemas.Fail)
@@ -234,7 +222,6 @@ async def fenced(
         raise
 
 
-@router.post("/{key}/error", status_code=204)
 async def throw_error(request: Request, key: str) -> Response:
     k = job_key(key)
     spec = await body(request, schemas.ThrowError)
@@ -246,7 +233,6 @@ async def throw_error(request: Request, key: str) -> Response:
     return Response(status_code=204)
 
 
-@router.patch("/{key}", status_code=204)
 async def update_job(request: Request, key: str) -> Response:
     k = job_key(key)
     spec = await body(request, schemas.UpdateJob)

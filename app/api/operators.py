@@ -1,8 +1,8 @@
-"""Operator routes: tenants, job types, stats, health."""
+"""Operator endpoints: tenants, job types, stats, health; routed by ``app.api.routes``."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from starlette.responses import PlainTextResponse, Response
 
 from app.api import context, schemas
@@ -10,8 +10,6 @@ from app.api.parsing import body, query_params
 from app.api.problems import JSON
 from app.domain import JOB_TYPE_RE, TENANT_ID_RE, utcnow
 from app.errors import InvalidArgument, ResourceExhausted
-
-router = APIRouter(tags=["operators"])
 
 
 def _tenant_id(raw: str) -> str:
@@ -30,7 +28,6 @@ def _job_type(request: Request) -> str:
     return raw
 
 
-@router.put("/v2/tenants/{tenant_id}")
 async def put_tenant(request: Request, tenant_id: str) -> Response:
     tid = _tenant_id(tenant_id)
     spec = await body(request, schemas.PutTenant)
@@ -38,23 +35,19 @@ async def put_tenant(request: Request, tenant_id: str) -> Response:
     return JSON(out)
 
 
-@router.get("/v2/tenants")
 async def list_tenants(request: Request) -> Response:
     return JSON({"tenants": await context.services(request).config.list_tenants()})
 
 
-@router.get("/v2/tenants/{tenant_id}")
 async def get_tenant(request: Request, tenant_id: str) -> Response:
     return JSON(await context.services(request).config.get_tenant(_tenant_id(tenant_id)))
 
 
-@router.delete("/v2/tenants/{tenant_id}", status_code=204)
 async def delete_tenant(request: Request, tenant_id: str) -> Response:
     await context.services(request).config.delete_tenant(_tenant_id(tenant_id))
     return Response(status_code=204)
 
 
-@router.put("/v2/job-types/{job_type:path}")
 async def put_job_type(request: Request, job_type: str) -> Response:
     jt = _job_type(request)
     spec = await body(request, schemas.PutJobType)
@@ -64,19 +57,16 @@ async def put_job_type(request: Request, job_type: str) -> Response:
     return JSON(out)
 
 
-@router.get("/v2/job-types")
 async def list_job_types(request: Request) -> Response:
     items = await context.services(request).config.list_job_types()
     return JSON({"jobTypes": items})
 
 
-@router.get("/v2/job-types/{job_type:path}")
 async def get_job_type(request: Request, job_type: str) -> Response:
     out = await context.services(request).config.get_job_type(_job_type(request))
     return JSON(out)
 
 
-@router.get("/v2/stats")
 async def stats(request: Request) -> Response:
     params = query_params(request)
     unknown = set(params) - {"type"}
@@ -88,12 +78,10 @@ async def stats(request: Request) -> Response:
     return JSON(await context.services(request).stats.stats(utcnow(), job_type))
 
 
-@router.get("/healthz")
 async def healthz() -> Response:
     return JSON({"status": "ok"})
 
 
-@router.get("/readyz")
 async def readyz(request: Request) -> Response:
     store = context.services(request).store
     try:
@@ -109,7 +97,6 @@ async def readyz(request: Request) -> Response:
     return JSON({"status": "ready", "schema": revision})
 
 
-@router.get("/metrics")
 async def metrics(request: Request) -> Response:
     services = context.services(request)
     pool = services.store.pool
