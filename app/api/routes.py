@@ -36,9 +36,10 @@ TypedDictBody = schemas.CreateJob | schemas.CreateBatch
 ENDPOINT_PARAMS = {"{jobKey}": "{key}", "{tenantId}": "{tenant_id}", "{type}": "{job_type:path}"}
 
 
-@dataclass(frozen=True)
+# eq=False: an operation is its declaration (compared, and hashable, by identity).
+@dataclass(frozen=True, eq=False)
 class Operation:
-    method: str
+    method: str  # upper case, as HTTP and Starlette spell it
     path: str  # as API.md and the document name it; see ENDPOINT_PARAMS
     endpoint: Endpoint  # async def f(request, **path_params) -> Response
     permission: Permission
@@ -48,8 +49,9 @@ class Operation:
     # and a worker per job or per activation.  Its endpoint must use no FastAPI feature.
     hot: bool = False
     body: type[BaseModel] | type[TypedDictBody] | None = None
-    status: int = 200
-    answer: type[BaseModel] | dict[str, Any] | None = None
+    status: int = 200  # of success
+    answer: type[BaseModel] | dict[str, Any] | None = None  # None: no body
+    # The problems it answers besides 413/415 (with a body) and 503 (openapi.build).
     errors: tuple[int, ...] = (400,)
     query: tuple[tuple[str, dict[str, Any], bool], ...] = ()  # (name, schema, required)
     media: str = "application/json"
