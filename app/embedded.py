@@ -31,7 +31,7 @@ _SERVER_SETTINGS = {
     "max_connections": "300",
     "shared_buffers": "'512MB'",
     "autovacuum_naptime": "'5s'",
-    # Producers take one shared lane-bucket lock per lane in a batch (store.LANE_BUCKETS).
+    # Producers take one shared lane-bucket lock per lane in a batch (app.db.locks.LANE_BUCKETS).
     "max_locks_per_transaction": "2048",
 }
 

@@ -10,18 +10,16 @@ import signal
 import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 
 from fastapi import FastAPI, Request
 from starlette.responses import Response
 
 from app import __version__, migrations
 from app.activation import ActivationService
-from app.api import camunda as camunda_api
-from app.api import jobs as jobs_api
 from app.api import openapi, problems
-from app.api import operators as operators_api
+from app.api.context import Services
 from app.api.direct import App, DirectRoutes, literal_paths
+from app.api.routes import OPERATIONS, include
 from app.config import Settings
 from app.db import Database, finishing
 from app.db.listen import Notifier
@@ -32,37 +30,6 @@ from app.sweepers import Background
 from app.waiting import WaiterHub
 
 log = logging.getLogger(__name__)
-
-
-# In the order FastAPI tries them: Camunda's first, so /v2/jobs/activation is not taken
-# for a job key.
-ROUTERS = (camunda_api.router, camunda_api.topology_router, jobs_api.router, operators_api.router)
-# What a producer calls per job or batch and a worker per job or per activation, answered
-# without FastAPI's per-request cost (ADR 008).
-HOT_ENDPOINTS = (
-    jobs_api.create_job,
-    jobs_api.create_batch,
-    jobs_api.activate,
-    jobs_api.complete_job,
-    jobs_api.complete_batch,
-    jobs_api.fail_job,
-    jobs_api.throw_error,
-)
-
-
-@dataclass
-class Services:
-    db: Database
-    activation: ActivationService
-    jobs: JobService
-    config: ConfigService
-    stats: StatsService
-    search: SearchService
-    health: HealthService
-    background: Background
-    waiters: WaiterHub
-    streams: StreamRegistry
-    notifier: Notifier
 
 
 def _chain_exit_signals(on_exit: Callable[[], None]) -> None:
@@ -154,8 +121,14 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
             await notifier.stop()
             await db.close()
 
+    # FastAPI's own pages (the document, Swagger UI) are operations of the route table too.
     app = App(
-        title="Jobfair", version=__version__, lifespan=lifespan, docs_url="/docs", redoc_url=None
+        title="Jobfair",
+        version=__version__,
+        lifespan=lifespan,
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
     )
     app.openapi = openapi.build  # type: ignore[method-assign]
     app.state.settings = settings
@@ -167,8 +140,7 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
         log.exception("unhandled error on %s", request.url.path)
         return problems.internal(request.url.path)
 
-    for router in ROUTERS:
-        app.include_router(router)
-    app.direct = DirectRoutes(ROUTERS, HOT_ENDPOINTS)
-    app.literal = literal_paths(ROUTERS)
+    include(app, OPERATIONS)
+    app.direct = DirectRoutes(OPERATIONS)
+    app.literal = literal_paths(OPERATIONS)
     return app

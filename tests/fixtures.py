@@ -21,11 +21,12 @@ import uvicorn
 from fastapi import FastAPI
 
 from app import embedded, migrations
+from app.api.context import Services
 from app.cli import IDLE_CONNECTION_TIMEOUT_S
 from app.config import Settings
 from app.db import Database
 from app.http import RequestLimits, bounded_protocol
-from app.main import Services, create_app
+from app.main import create_app
 
 TEMPLATE = "jobfair_template"
 _counter = itertools.count()

@@ -9,19 +9,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from pydantic import AfterValidator, Field, WithJsonSchema
 from starlette.responses import Response
 
 from app.activation import ActivateRequest
-from app.api import schemas
+from app.api import context, schemas
 from app.api.jobs import fail, fenced, long_poll
 from app.api.parsing import ascii_digits, body, job_key, lease_token, optional_body, payload
 from app.api.problems import JSON
 from app.db.rows import JobRow
 from app.domain import JobState, rfc3339, visible_variables
-
-router = APIRouter(prefix="/v2/jobs", tags=["camunda"])
 
 # Neutral values for the BPMN fields Jobfair has no use for (valid for strict clients).
 NO_KEY = "0"
@@ -85,7 +83,6 @@ def camunda_job(row: JobRow, fetch: list[str] | None) -> dict[str, Any]:
     }
 
 
-@router.post("/activation")
 async def activation(request: Request) -> Response:
     spec = await body(request, CamundaActivate)
     req = ActivateRequest(
@@ -95,17 +92,15 @@ async def activation(request: Request) -> Response:
     return JSON({"jobs": [camunda_job(r, spec.fetchVariable) for r in rows]})
 
 
-@router.post("/{key}/completion", status_code=204)
 async def completion(request: Request, key: str) -> Response:
     k = job_key(key)
     spec = await optional_body(request, CamundaComplete)
     [variables] = payload(request, spec.variables)
     count = await fenced(request, k, None, spec.jobLeaseToken)
-    await request.app.state.services.jobs.complete(k, count, variables)
+    await context.services(request).jobs.complete(k, count, variables)
     return Response(status_code=204)
 
 
-@router.post("/{key}/failure", status_code=204)
 async def failure(request: Request, key: str) -> Response:
     k = job_key(key)
     spec = await optional_body(request, CamundaFail)
@@ -296,7 +291,6 @@ def search_item(row: JobRow) -> dict[str, Any]:
     }
 
 
-@router.post("/search")
 async def search(request: Request) -> Response:
     spec = await optional_body(request, Search)
     filters: dict[str, list[Any]] = {}
@@ -305,9 +299,9 @@ async def search(request: Request) -> Response:
             value = getattr(spec.filter, field)
             if value is not None:
                 filters[field] = _values(field, value)
-    sort = [(s.field, s.order.upper() == "DESC") for s in spec.sort or []]
+    sort: list[tuple[str, bool]] = [(s.field, s.order.upper() == "DESC") for s in spec.sort or []]
     page = spec.page or Page()
-    search_jobs = request.app.state.services.search.search
+    search_jobs = context.services(request).search.search
     rows, total, more = await search_jobs(filters, sort, page.limit, page.from_)
     return JSON(
         {
@@ -322,10 +316,6 @@ async def search(request: Request) -> Response:
     )
 
 
-topology_router = APIRouter(tags=["camunda"])
-
-
-@topology_router.get("/v2/topology")
 async def topology(request: Request) -> Response:
     """A one-broker, one-partition cluster: what Jobfair looks like to Camunda clients."""
     settings = request.app.state.settings

@@ -4,58 +4,54 @@ A worker finishing jobs one at a time makes one request per job, and so does a p
 creating them one at a time.  FastAPI's route search, endpoint wrapper and exception
 middleware cost more per request here than the work itself: an empty FastAPI route
 answers ~3,500 requests/s on this machine, the same route as bare ASGI ~18,000
-(``python -m bench.run ceiling``).  ``App`` answers the hot routes by calling the very
-endpoint functions the routers declare, with the same problem+json mapping; every other
-request goes on to FastAPI, and the routes stay declared in the routers, so the OpenAPI
-document and the behaviour do not change.
+(``python -m bench.run ceiling``).  ``App`` answers the hot operations of the route table
+(``app.api.routes``) by calling their endpoints, after the same ``authorize`` and with
+the same problem+json mapping; every other request goes on to FastAPI, which routes the
+same table, so the OpenAPI document and the behaviour do not change.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fastapi import APIRouter, FastAPI
-from fastapi.routing import APIRoute
+from fastapi import FastAPI
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
+from starlette.routing import compile_path
 from starlette.types import Receive, Scope, Send
 
-from app.api import problems
+from app.api import problems, security
+from app.api.routes import Operation
 from app.errors import JobfairError
 
 log = logging.getLogger(__name__)
-
-Endpoint = Callable[..., Awaitable[Response]]
 
 
 @dataclass(frozen=True)
 class _Route:
     method: str
     pattern: re.Pattern[str]
-    endpoint: Endpoint
+    operation: Operation
     # The routes FastAPI would try first for the same method, as one pattern: a path it
     # matches is theirs, exactly as in FastAPI's own in-order search.
     shadowed_by: re.Pattern[str] | None
 
 
-def _routes(routers: Sequence[APIRouter], endpoints: Iterable[Endpoint]) -> list[_Route]:
-    wanted = set(endpoints)
-    earlier: list[APIRoute] = []
+def _pattern(op: Operation) -> re.Pattern[str]:
+    """The pattern FastAPI's route for ``op`` matches paths with (``APIRoute.path_regex``)."""
+    pattern, _, _ = compile_path(op.route_path)
+    return pattern
+
+
+def _routes(operations: Sequence[Operation]) -> list[_Route]:
     found: list[_Route] = []
-    for route in (r for router in routers for r in router.routes):
-        if not isinstance(route, APIRoute):
-            continue
-        if route.endpoint in wanted:
-            [method] = list(route.methods or ())
-            shadows = [r.path_regex for r in earlier if method in (r.methods or ())]
-            found.append(_Route(method, route.path_regex, route.endpoint, _any_of(shadows)))
-        earlier.append(route)
-    missing = wanted - {r.endpoint for r in found}
-    if missing:
-        raise ValueError(f"not routes of these routers: {sorted(e.__name__ for e in missing)}")
+    for i, op in enumerate(operations):
+        if op.hot:
+            shadows = [_pattern(e) for e in operations[:i] if op.method in e.methods]
+            found.append(_Route(op.method, _pattern(op), op, _any_of(shadows)))
     return found
 
 
@@ -69,11 +65,11 @@ def _any_of(patterns: Sequence[re.Pattern[str]]) -> re.Pattern[str] | None:
 
 
 class DirectRoutes:
-    """``endpoints`` (``async def f(request, **path_params)`` functions routed by
-    ``routers``, given in the order the app includes them), called directly."""
+    """The ``hot`` operations of ``operations`` (given in the order the app routes them),
+    their endpoints called directly."""
 
-    def __init__(self, routers: Sequence[APIRouter], endpoints: Iterable[Endpoint]) -> None:
-        self.routes = _routes(routers, endpoints)
+    def __init__(self, operations: Sequence[Operation]) -> None:
+        self.routes = _routes(operations)
 
     async def serve(self, scope: Scope, receive: Receive, send: Send) -> bool:
         """Answer the request if it is one of ours; False leaves it to the caller."""
@@ -85,18 +81,18 @@ class DirectRoutes:
             match = route.pattern.match(scope["path"])
             if match is None or (route.shadowed_by and route.shadowed_by.match(scope["path"])):
                 continue
-            response = await _answer(route.endpoint, Request(scope, receive), match)
+            response = await _answer(route.operation, Request(scope, receive), match)
             await response(scope, receive, send)
             return True
         return False
 
 
-def literal_paths(routers: Sequence[APIRouter]) -> dict[str, frozenset[str]]:
-    """The methods of each path that a route names without parameters."""
+def literal_paths(operations: Sequence[Operation]) -> dict[str, frozenset[str]]:
+    """The methods of each path that an operation names without parameters."""
     methods: dict[str, set[str]] = {}
-    for route in (r for router in routers for r in router.routes):
-        if isinstance(route, APIRoute) and "{" not in route.path:
-            methods.setdefault(route.path, set()).update(route.methods or ())
+    for op in operations:
+        if "{" not in op.route_path:
+            methods.setdefault(op.route_path, set()).update(op.methods)
     return {path: frozenset(m) for path, m in methods.items()}
 
 
@@ -134,9 +130,10 @@ class App(FastAPI):
         await super().__call__(scope, receive, send)
 
 
-async def _answer(endpoint: Endpoint, request: Request, match: re.Match[str]) -> Response:
+async def _answer(op: Operation, request: Request, match: re.Match[str]) -> Response:
     try:
-        return await endpoint(request, **match.groupdict())
+        await security.authorize(request, op)
+        return await op.endpoint(request, **match.groupdict())
     except JobfairError as exc:
         return problems.from_error(exc, request.url.path)
     except ClientDisconnect:

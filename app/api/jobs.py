@@ -1,16 +1,16 @@
-"""Native job routes (API.md "Producers" and "Workers")."""
+"""Native job endpoints (API.md "Producers" and "Workers"), routed by ``app.api.routes``."""
 
 from __future__ import annotations
 
 import asyncio
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from pydantic import TypeAdapter
 from sse_starlette import EventSourceResponse
 from starlette.responses import Response
 
 from app.activation import ActivateRequest
-from app.api import schemas
+from app.api import context, schemas
 from app.api.parsing import (
     ascii_digits,
     body,
@@ -29,9 +29,6 @@ from app.errors import InvalidArgument, ResourceExhausted, StaleActivation
 from app.jobs import JobChanges
 from app.streaming import Stream, keep_alive_factory
 
-router = APIRouter(prefix="/v2/jobs", tags=["jobs"])
-
-
 CREATE_JOB = TypeAdapter(schemas.CreateJob)
 CREATE_BATCH = TypeAdapter(schemas.CreateBatch)
 
@@ -49,18 +46,16 @@ def _check_jobs(jobs: list[schemas.CreateJob], payload_limit: int | None) -> Non
             )
 
 
-@router.post("", status_code=201)
 async def create_job(request: Request) -> Response:
     spec = await body(request, CREATE_JOB)
     _check_jobs([spec], payload_limit(request))
     now = utcnow()
-    services = request.app.state.services
+    services = context.services(request)
     [inserted] = await services.jobs.create([spec], now)
     record = await services.jobs.get(inserted.job_key, now)
     return JSON(record, status_code=201 if inserted.created else 200)
 
 
-@router.post("/batch", status_code=201)
 async def create_batch(request: Request) -> Response:
     jobs = (await body(request, CREATE_BATCH))["jobs"]
     limit = request.app.state.settings.max_batch_jobs
@@ -68,14 +63,13 @@ async def create_batch(request: Request) -> Response:
         raise InvalidArgument(f"jobs: at most {limit} jobs per batch, got {len(jobs)}")
     _check_jobs(jobs, payload_limit(request))
     now = utcnow()
-    inserted = await request.app.state.services.jobs.create(jobs, now)
+    inserted = await context.services(request).jobs.create(jobs, now)
     return JSON({"jobKeys": [str(i.job_key) for i in inserted]}, status_code=201)
 
 
-@router.post("/activate")
 async def activate(request: Request) -> Response:
     spec = await body(request, schemas.Activate)
-    services = request.app.state.services
+    services = context.services(request)
     req = ActivateRequest(spec.type, spec.maxJobs, spec.timeout, spec.worker, spec.tenantIds)
     rows = await long_poll(request, req, spec.requestTimeout)
     now = utcnow()
@@ -84,7 +78,6 @@ async def activate(request: Request) -> Response:
     return JSON({"jobs": jobs})
 
 
-@router.get("/stream")
 async def stream(request: Request) -> Response:
     """SSE: ``event: job`` per activated job, at most ``maxJobs`` unfinished at once."""
     q = query_params(request)
@@ -104,7 +97,7 @@ async def stream(request: Request) -> Response:
     if q.get("fetchVariables"):
         raw["fetchVariables"] = q["fetchVariables"].split(",")
     spec = validate(schemas.Activate, raw)
-    services = request.app.state.services
+    services = context.services(request)
     if services.streams.shutdown.is_set():
         raise ResourceExhausted("the server is shutting down", retry_after_s=1)
     req = ActivateRequest(spec.type, spec.maxJobs, spec.timeout, spec.worker, spec.tenantIds)
@@ -144,7 +137,7 @@ async def long_poll(
     wait_ms = min(
         request_timeout_ms or settings.default_request_timeout_ms, settings.long_poll_cap_ms
     )
-    services = request.app.state.services
+    services = context.services(request)
     gone = asyncio.Event()
     watcher = asyncio.create_task(watch_disconnect(request, gone))
     try:
@@ -166,39 +159,34 @@ async def watch_disconnect(request: Request, gone: asyncio.Event) -> None:
             return
 
 
-@router.post("/complete")
 async def complete_batch(request: Request) -> Response:
     spec = await body(request, schemas.CompleteBatch)
     items = []
     for item in spec.jobs:
         [variables] = payload(request, item.variables)
         items.append((job_key(item.jobKey), item.activationCount, variables))
-    results = await request.app.state.services.jobs.complete_many(items, utcnow())
+    results = await context.services(request).jobs.complete_many(items, utcnow())
     return JSON({"results": [{"jobKey": str(k), "status": s} for k, s in results]})
 
 
-@router.get("/{key}")
 async def get_job(request: Request, key: str) -> Response:
-    record = await request.app.state.services.jobs.get(job_key(key), utcnow())
+    record = await context.services(request).jobs.get(job_key(key), utcnow())
     return JSON(record)
 
 
-@router.post("/{key}/cancel", status_code=204)
 async def cancel_job(request: Request, key: str) -> Response:
-    await request.app.state.services.jobs.cancel(job_key(key), utcnow())
+    await context.services(request).jobs.cancel(job_key(key), utcnow())
     return Response(status_code=204)
 
 
-@router.post("/{key}/complete", status_code=204)
 async def complete_job(request: Request, key: str) -> Response:
     k = job_key(key)
     spec = await body(request, schemas.Complete)
     [variables] = payload(request, spec.variables)
-    await request.app.state.services.jobs.complete(k, spec.activationCount, variables)
+    await context.services(request).jobs.complete(k, spec.activationCount, variables)
     return Response(status_code=204)
 
 
-@router.post("/{key}/fail", status_code=204)
 async def fail_job(request: Request, key: str) -> Response:
     k = job_key(key)
     spec = await body(request, schemas.Fail)
@@ -209,7 +197,7 @@ async def fail_job(request: Request, key: str) -> Response:
 async def fail(request: Request, key: int, count: int | None, spec: schemas.FailFields) -> None:
     """A failure from either surface (they differ in the fence and the default retries)."""
     [variables] = payload(request, spec.variables)
-    await request.app.state.services.jobs.fail(
+    await context.services(request).jobs.fail(
         key,
         count,
         retries=spec.retries,
@@ -228,23 +216,21 @@ async def fenced(
     try:
         return fence(key, activation_count, token)
     except StaleActivation:
-        await request.app.state.services.jobs.get(key, utcnow())
+        await context.services(request).jobs.get(key, utcnow())
         raise
 
 
-@router.post("/{key}/error", status_code=204)
 async def throw_error(request: Request, key: str) -> Response:
     k = job_key(key)
     spec = await body(request, schemas.ThrowError)
     count = await fenced(request, k, spec.activationCount, spec.jobLeaseToken)
     [variables] = payload(request, spec.variables)
-    await request.app.state.services.jobs.throw_error(
+    await context.services(request).jobs.throw_error(
         k, count, spec.errorCode, spec.errorMessage, variables, utcnow()
     )
     return Response(status_code=204)
 
 
-@router.patch("/{key}", status_code=204)
 async def update_job(request: Request, key: str) -> Response:
     k = job_key(key)
     spec = await body(request, schemas.UpdateJob)
@@ -253,5 +239,5 @@ async def update_job(request: Request, key: str) -> Response:
         raise InvalidArgument("changeset must set at least one of retries, timeout, priority")
     changes = JobChanges(retries=cs.retries, timeout_ms=cs.timeout, priority=cs.priority)
     count = await fenced(request, k, spec.activationCount, spec.jobLeaseToken)
-    await request.app.state.services.jobs.update(k, changes, count, utcnow())
+    await context.services(request).jobs.update(k, changes, count, utcnow())
     return Response(status_code=204)

@@ -1,524 +1,26 @@
-"""The OpenAPI description of API.md, built from the request models the routes validate with.
+"""The OpenAPI description of API.md, built from the route table and the request models
+the routes validate with.
 
 The routes read their bodies themselves (``parsing.body``) so that every error is
-problem+json, which leaves FastAPI's generated description without bodies or errors.  This
-module states, once per route, what it takes and answers; ``tests/unit/test_openapi.py``
-fails when a route is missing here or ``clients/openapi.json`` is stale.  Regenerate with
-``make openapi`` (``python -m app.api.openapi > clients/openapi.json``).
+problem+json, which leaves FastAPI's generated description without bodies or errors.
+Each operation of ``app.api.routes.OPERATIONS`` states what it takes and answers; this
+module turns that into the document.  ``tests/unit/test_openapi.py`` fails when
+``clients/openapi.json`` is stale.  Regenerate with ``make openapi``
+(``python -m app.api.openapi > clients/openapi.json``).
 """
 
 from __future__ import annotations
 
 import functools
 import sys
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import orjson
-from pydantic import BaseModel, Field, TypeAdapter
+from pydantic import BaseModel, TypeAdapter
 
 from app import __version__
-from app.api import camunda, schemas
-from app.domain import MAX_ACTIVATE_JOBS, MAX_LEASE_MS
-
-# The TypedDict request bodies (pydantic validates them through a TypeAdapter).
-TypedDictBody = schemas.CreateJob | schemas.CreateBatch
-
-# -- answers (documentation models: the routes build these shapes as dicts) -------------
-
-
-class Problem(BaseModel):
-    """RFC 9457 problem details; ``type`` is stable per kind of error."""
-
-    type: str = Field(examples=["urn:jobfair:stale-activation"])
-    title: Literal[
-        "INVALID_ARGUMENT",
-        "NOT_FOUND",
-        "INVALID_STATE",
-        "RESOURCE_EXHAUSTED",
-        "OUTCOME_UNKNOWN",
-        "METHOD_NOT_ALLOWED",
-        "PAYLOAD_TOO_LARGE",
-        "UNSUPPORTED_MEDIA_TYPE",
-    ]
-    status: int
-    detail: str
-    instance: str
-
-
-class Job(BaseModel):
-    jobKey: str = Field(description="int64 as a decimal string")
-    type: str
-    tenantId: str
-    state: Literal["CREATED", "ACTIVATED", "COMPLETED", "FAILED", "ERROR_THROWN", "CANCELED"]
-    priority: int
-    effectivePriority: int = Field(
-        description="after aging: what the scheduler uses now (CREATED), or what the pick "
-        "that activated the job used"
-    )
-    retries: int
-    activationCount: int = Field(description="the fencing token: +1 on every activation")
-    worker: str | None
-    deadline: str | None = Field(description="lease end while ACTIVATED (RFC 3339, UTC)")
-    runAt: str
-    variables: dict[str, Any]
-    customHeaders: dict[str, Any]
-    errorCode: str | None
-    errorMessage: str | None
-    createdAt: str
-    activatedAt: str | None
-    completedAt: str | None
-    idempotencyKey: str | None
-
-
-class Jobs(BaseModel):
-    jobs: list[Job]
-
-
-class JobKeys(BaseModel):
-    jobKeys: list[str]
-
-
-class CompleteResult(BaseModel):
-    jobKey: str
-    status: Literal[204, 404, 409]
-
-
-class CompleteResults(BaseModel):
-    results: list[CompleteResult]
-
-
-class Tenant(BaseModel):
-    tenantId: str
-    weight: int
-    maxActiveJobs: int | None
-
-
-class Tenants(BaseModel):
-    tenants: list[Tenant]
-
-
-class JobTypeConfig(BaseModel):
-    type: str
-    maxActiveJobs: int | None
-    agingIntervalMs: int
-    agingStep: int
-
-
-class JobTypes(BaseModel):
-    jobTypes: list[JobTypeConfig]
-
-
-class TenantStats(BaseModel):
-    tenantId: str
-    pending: int = Field(description="CREATED jobs: ready + delayed")
-    ready: int = Field(description="activatable now")
-    delayed: int = Field(description="a runAt or a retry back-off still ahead")
-    active: int
-    oldestPendingAgeMs: int | None = Field(
-        description="how long the oldest ready job has been ready (delayed jobs left out)"
-    )
-    oldestReadyJobKey: str | None
-    cappedBy: Literal["tenant", "type"] | None = Field(
-        description="the cap that keeps the lane from more jobs now: its tenant's (over "
-        "every type), else its type's; null when neither is reached"
-    )
-    activatedLastMinute: int
-    realizedShare: float
-    configuredShare: float = Field(description="of the weights of the lanes with ready jobs")
-
-
-class TypeStats(BaseModel):
-    type: str
-    pending: int
-    ready: int
-    delayed: int
-    active: int
-    oldestPendingAgeMs: int | None
-    oldestReadyJobKey: str | None
-    tenants: list[TenantStats]
-
-
-class Stats(BaseModel):
-    jobTypes: list[TypeStats]
-
-
-class CamundaJob(BaseModel):
-    jobKey: str
-    type: str
-    worker: str
-    retries: int
-    deadline: int = Field(description="epoch milliseconds")
-    variables: dict[str, Any]
-    customHeaders: dict[str, Any]
-    tenantId: str
-    kind: Literal["BPMN_ELEMENT"]
-    listenerEventType: Literal["UNSPECIFIED"]
-    processDefinitionId: str
-    processDefinitionVersion: int
-    processDefinitionKey: str
-    processInstanceKey: str
-    elementId: str
-    elementInstanceKey: str
-    userTask: None
-    tags: list[str]
-    rootProcessInstanceKey: None
-    priority: int
-    physicalTenantId: str
-    businessId: None
-    jobLeaseToken: str = Field(description="the fencing token; send it back to finish")
-
-
-class CamundaJobs(BaseModel):
-    jobs: list[CamundaJob]
-
-
-class Status(BaseModel):
-    status: str
-
-
-ANY_OBJECT: dict[str, Any] = {"type": "object", "additionalProperties": True}
-# One event of the stream (as OpenAPI 3.2's itemSchema would say; keep-alives are
-# comments, not events).
-SSE_EVENT: dict[str, Any] = {
-    "type": "object",
-    "description": "event: job, id: <jobKey>, data: <Job as JSON>",
-    "properties": {
-        "event": {"const": "job"},
-        "id": {"type": "string", "pattern": "^[0-9]+$"},
-        "data": {"type": "string", "contentMediaType": "application/json"},
-    },
-    "required": ["event", "id", "data"],
-}
-
-
-# -- the routes ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Op:
-    method: str
-    path: str
-    summary: str
-    tag: str
-    body: type[BaseModel] | type[TypedDictBody] | None = None
-    status: int = 200
-    answer: type[BaseModel] | dict[str, Any] | None = None
-    errors: tuple[int, ...] = (400,)
-    query: tuple[tuple[str, dict[str, Any], bool], ...] = ()  # (name, schema, required)
-    media: str = "application/json"
-    body_optional: bool = False
-    notes: str = ""
-    also: dict[int, str] = field(default_factory=dict)
-    # OpenAPI links from the success answer: what a client (or a stateful fuzzer) can
-    # call next with what it got, {name: (operationId, parameters, requestBody)}.
-    links: dict[str, tuple[str, dict[str, str], dict[str, Any] | None]] = field(
-        default_factory=dict
-    )
-
-
-JOB_KEY = "/v2/jobs/{jobKey}"
-_TENANT = schemas.TENANT_ID_PATTERN.strip("^$")
-TENANT_LIST_PATTERN = f"^({_TENANT}(,{_TENANT})*)?$"
-NAME_LIST_PATTERN = r"^[^,\x00]{0,1000}(,[^,\x00]{0,1000})*$"
-# "." and ".." are valid names but dot segments of a URL: clients resolve them away, and
-# the request then names another path, or none (404).
-DOT_SEGMENTS = "A tenant id or job type of . or .. cannot be sent in a path (404)."
-
-
-def _job_links(key: str, count: str | None = None) -> dict[str, Any]:
-    """Links to the calls on one job: its key (and activationCount) at these pointers."""
-    params = {"jobKey": f"$response.body#{key}"}
-    links: dict[str, Any] = {
-        "GetJob": ("getJobsByKey", params, None),
-        "CancelJob": ("postJobsCancelByKey", params, None),
-    }
-    if count is not None:
-        fence = {"activationCount": f"$response.body#{count}"}
-        links |= {
-            "CompleteJob": ("postJobsCompleteByKey", params, fence),
-            "FailJob": ("postJobsFailByKey", params, fence),
-            "ThrowError": ("postJobsErrorByKey", params, {**fence, "errorCode": "E"}),
-            "Heartbeat": ("patchJobsByKey", params, {**fence, "changeset": {"timeout": 60000}}),
-        }
-    return links
-
-
-FIRST = "/jobs/0"
-CAMUNDA_LINKS: dict[str, Any] = {
-    f"Camunda{name}": (
-        op,
-        {"jobKey": f"$response.body#{FIRST}/jobKey"},
-        {"jobLeaseToken": f"$response.body#{FIRST}/jobLeaseToken"},
-    )
-    for name, op in (("Complete", "postJobsCompletionByKey"), ("Fail", "postJobsFailureByKey"))
-}
-OPS: tuple[Op, ...] = (
-    Op(
-        "post",
-        "/v2/jobs",
-        "Create a job",
-        "jobs",
-        schemas.CreateJob,
-        201,
-        Job,
-        also={200: "an existing job with the same idempotencyKey"},
-        links={
-            **_job_links("/jobKey"),
-            # Activate the job's type, so that the calls on an activated job follow.
-            "ActivateType": (
-                "postJobsActivate",
-                {},
-                {
-                    "type": "$response.body#/type",
-                    "maxJobs": 1,
-                    "timeout": 60000,
-                    "requestTimeout": -1,
-                },
-            ),
-            "CamundaActivateType": (
-                "postJobsActivation",
-                {},
-                {
-                    "type": "$response.body#/type",
-                    "maxJobsToActivate": 1,
-                    "timeout": 60000,
-                    "requestTimeout": -1,
-                },
-            ),
-        },
-    ),
-    Op(
-        "post",
-        "/v2/jobs/batch",
-        "Create up to 10,000 jobs, all or nothing",
-        "jobs",
-        schemas.CreateBatch,
-        201,
-        JobKeys,
-    ),
-    Op("get", JOB_KEY, "Get a job", "jobs", answer=Job, errors=(400, 404)),
-    Op(
-        "post",
-        JOB_KEY + "/cancel",
-        "Cancel a CREATED job",
-        "jobs",
-        status=204,
-        errors=(400, 404, 409),
-    ),
-    Op(
-        "post",
-        "/v2/jobs/activate",
-        "Activate jobs (long polling)",
-        "jobs",
-        schemas.Activate,
-        200,
-        Jobs,
-        errors=(400, 503),
-        notes="Answers as soon as at least one job is activated, or with an empty list when "
-        "requestTimeout ends (0 or absent: the server default; negative: at once).",
-        links=_job_links(f"{FIRST}/jobKey", f"{FIRST}/activationCount"),
-    ),
-    Op(
-        "get",
-        "/v2/jobs/stream",
-        "Stream activated jobs (Server-Sent Events)",
-        "jobs",
-        answer=SSE_EVENT,
-        errors=(400, 503),
-        media="text/event-stream",
-        query=(
-            ("type", {"type": "string", "pattern": schemas.JOB_TYPE_PATTERN}, True),
-            ("maxJobs", {"type": "integer", "minimum": 1, "maximum": MAX_ACTIVATE_JOBS}, True),
-            ("timeout", {"type": "integer", "minimum": 1, "maximum": MAX_LEASE_MS}, True),
-            ("worker", {"type": "string", "maxLength": 128, "pattern": schemas.NO_NUL}, False),
-            ("tenantIds", {"type": "string", "pattern": TENANT_LIST_PATTERN}, False),
-            ("fetchVariables", {"type": "string", "pattern": NAME_LIST_PATTERN}, False),
-        ),
-        notes="maxJobs is the stream's credit: at most that many of its jobs ACTIVATED and "
-        "unfinished at once. tenantIds and fetchVariables are comma-separated (empty: none). "
-        "A job counts as delivered once its event is written: when the stream ends, jobs "
-        "not written, and the one whose write the break cut, return to CREATED at once; "
-        "jobs written before the break keep their lease (they may be unread in socket "
-        "buffers) until it ends.",
-    ),
-    Op(
-        "post",
-        JOB_KEY + "/complete",
-        "Complete a job",
-        "jobs",
-        schemas.Complete,
-        204,
-        errors=(400, 404, 409),
-    ),
-    Op(
-        "post",
-        JOB_KEY + "/fail",
-        "Fail a job (retry after a back-off, or FAILED)",
-        "jobs",
-        schemas.Fail,
-        204,
-        errors=(400, 404, 409),
-    ),
-    Op(
-        "post",
-        JOB_KEY + "/error",
-        "Throw a business error (terminal ERROR_THROWN)",
-        "jobs",
-        schemas.ThrowError,
-        204,
-        errors=(400, 404, 409),
-        notes="Shared with the Camunda surface: fenced by activationCount or jobLeaseToken; "
-        "with neither, only an ACTIVATED job.",
-    ),
-    Op(
-        "post",
-        "/v2/jobs/complete",
-        "Complete up to 1,000 jobs",
-        "jobs",
-        schemas.CompleteBatch,
-        200,
-        CompleteResults,
-    ),
-    Op(
-        "patch",
-        JOB_KEY,
-        "Update retries, lease (timeout) or priority",
-        "jobs",
-        schemas.UpdateJob,
-        204,
-        errors=(400, 404, 409),
-        notes="timeout sets the lease to now + timeout (a heartbeat). Fenced by "
-        "activationCount or jobLeaseToken (a stale one is 409); without a fence the lease "
-        "is only ever extended, never shortened.",
-    ),
-    Op(
-        "post",
-        "/v2/jobs/activation",
-        "Camunda: activate jobs",
-        "camunda",
-        camunda.CamundaActivate,
-        200,
-        CamundaJobs,
-        errors=(400, 503),
-        links=CAMUNDA_LINKS,
-    ),
-    Op(
-        "post",
-        JOB_KEY + "/completion",
-        "Camunda: complete a job",
-        "camunda",
-        camunda.CamundaComplete,
-        204,
-        errors=(400, 404, 409),
-        body_optional=True,
-    ),
-    Op(
-        "post",
-        JOB_KEY + "/failure",
-        "Camunda: fail a job (retries default to 0)",
-        "camunda",
-        camunda.CamundaFail,
-        204,
-        errors=(400, 404, 409),
-        body_optional=True,
-    ),
-    Op(
-        "post",
-        "/v2/jobs/search",
-        "Camunda: search jobs",
-        "camunda",
-        camunda.Search,
-        200,
-        ANY_OBJECT,
-        body_optional=True,
-    ),
-    Op("get", "/v2/topology", "Camunda: cluster topology", "camunda", answer=ANY_OBJECT, errors=()),
-    Op("get", "/v2/tenants", "List tenant configurations", "operators", answer=Tenants, errors=()),
-    Op(
-        "put",
-        "/v2/tenants/{tenantId}",
-        "Configure a tenant (weight, cap)",
-        "operators",
-        schemas.PutTenant,
-        200,
-        Tenant,
-        errors=(400, 404),
-        notes=DOT_SEGMENTS,
-    ),
-    Op(
-        "get",
-        "/v2/tenants/{tenantId}",
-        "A tenant's configuration",
-        "operators",
-        answer=Tenant,
-        errors=(400, 404),
-        notes=DOT_SEGMENTS,
-    ),
-    Op(
-        "delete",
-        "/v2/tenants/{tenantId}",
-        "Reset a tenant to defaults",
-        "operators",
-        status=204,
-        errors=(400, 404),
-    ),
-    Op(
-        "get",
-        "/v2/job-types",
-        "List job type configurations",
-        "operators",
-        answer=JobTypes,
-        errors=(),
-    ),
-    Op(
-        "put",
-        "/v2/job-types/{type}",
-        "Configure a job type (cap, aging)",
-        "operators",
-        schemas.PutJobType,
-        200,
-        JobTypeConfig,
-        errors=(400, 404),
-        notes=DOT_SEGMENTS,
-    ),
-    Op(
-        "get",
-        "/v2/job-types/{type}",
-        "A job type's configuration",
-        "operators",
-        answer=JobTypeConfig,
-        errors=(400, 404),
-        notes=DOT_SEGMENTS,
-    ),
-    Op(
-        "get",
-        "/v2/stats",
-        "Ready, delayed, active jobs, caps and shares per type and tenant",
-        "operators",
-        answer=Stats,
-        query=(("type", {"type": "string", "pattern": schemas.JOB_TYPE_PATTERN}, False),),
-        notes="type: one job type only.",
-    ),
-    Op("get", "/healthz", "Liveness", "operators", answer=Status, errors=()),
-    Op(
-        "get",
-        "/readyz",
-        "Readiness (database reachable, migrations at head)",
-        "operators",
-        answer=Status,
-        errors=(503,),
-    ),
-    Op(
-        "get",
-        "/metrics",
-        "Prometheus metrics",
-        "operators",
-        answer={"type": "string"},
-        errors=(),
-        media="text/plain",
-    ),
-)
+from app.api import answers, schemas
+from app.api.routes import OPERATIONS, TypedDictBody
 
 PATH_PARAMS = {
     "jobKey": {
@@ -577,10 +79,10 @@ def build() -> dict[str, Any]:
         components[model.__name__] = _json_values(schema)
         return {"$ref": f"#/components/schemas/{model.__name__}"}
 
-    problem = ref(Problem)
+    problem = ref(answers.Problem)
     components["JsonValue"] = _json_values(JSON_VALUE)
     paths: dict[str, Any] = {}
-    for op in OPS:
+    for op in (o for o in OPERATIONS if o.documented):
         params = [
             {"name": name, "in": "path", "required": True, "schema": PATH_PARAMS[name]}
             for name in PATH_PARAMS
@@ -627,7 +129,7 @@ def build() -> dict[str, Any]:
                 }
             responses[str(status)] = error
         operation: dict[str, Any] = {
-            "operationId": _operation_id(op),
+            "operationId": op.operation_id,
             "summary": op.summary,
             "tags": [op.tag],
             "responses": responses,
@@ -641,7 +143,7 @@ def build() -> dict[str, Any]:
                 "required": not op.body_optional,
                 "content": {"application/json": {"schema": ref(op.body)}},
             }
-        paths.setdefault(op.path, {})[op.method] = operation
+        paths.setdefault(op.path, {})[op.method.lower()] = operation
     return {
         "openapi": "3.1.0",
         "info": {
@@ -671,12 +173,6 @@ def _json_values(schema: Any) -> Any:
     if isinstance(schema, list):
         return [_json_values(v) for v in schema]
     return schema
-
-
-def _operation_id(op: Op) -> str:
-    words = [w for w in op.path.replace("/v2/", "/").split("/") if w and not w.startswith("{")]
-    tail = "".join(w.title().replace("-", "") for w in words)
-    return op.method + tail + ("ByKey" if "{" in op.path else "")
 
 
 def render() -> bytes:

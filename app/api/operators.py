@@ -1,17 +1,15 @@
-"""Operator routes: tenants, job types, stats, health."""
+"""Operator endpoints: tenants, job types, stats, health; routed by ``app.api.routes``."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from starlette.responses import PlainTextResponse, Response
 
-from app.api import schemas
+from app.api import context, schemas
 from app.api.parsing import body, query_params
 from app.api.problems import JSON
 from app.domain import JOB_TYPE_RE, TENANT_ID_RE, utcnow
 from app.errors import InvalidArgument, ResourceExhausted
-
-router = APIRouter(tags=["operators"])
 
 
 def _tenant_id(raw: str) -> str:
@@ -30,53 +28,45 @@ def _job_type(request: Request) -> str:
     return raw
 
 
-@router.put("/v2/tenants/{tenant_id}")
 async def put_tenant(request: Request, tenant_id: str) -> Response:
     tid = _tenant_id(tenant_id)
     spec = await body(request, schemas.PutTenant)
-    out = await request.app.state.services.config.put_tenant(tid, spec.weight, spec.maxActiveJobs)
+    out = await context.services(request).config.put_tenant(tid, spec.weight, spec.maxActiveJobs)
     return JSON(out)
 
 
-@router.get("/v2/tenants")
 async def list_tenants(request: Request) -> Response:
-    return JSON({"tenants": await request.app.state.services.config.list_tenants()})
+    return JSON({"tenants": await context.services(request).config.list_tenants()})
 
 
-@router.get("/v2/tenants/{tenant_id}")
 async def get_tenant(request: Request, tenant_id: str) -> Response:
-    return JSON(await request.app.state.services.config.get_tenant(_tenant_id(tenant_id)))
+    return JSON(await context.services(request).config.get_tenant(_tenant_id(tenant_id)))
 
 
-@router.delete("/v2/tenants/{tenant_id}", status_code=204)
 async def delete_tenant(request: Request, tenant_id: str) -> Response:
-    await request.app.state.services.config.delete_tenant(_tenant_id(tenant_id))
+    await context.services(request).config.delete_tenant(_tenant_id(tenant_id))
     return Response(status_code=204)
 
 
-@router.put("/v2/job-types/{job_type:path}")
 async def put_job_type(request: Request, job_type: str) -> Response:
     jt = _job_type(request)
     spec = await body(request, schemas.PutJobType)
-    out = await request.app.state.services.config.put_job_type(
+    out = await context.services(request).config.put_job_type(
         jt, spec.maxActiveJobs, spec.agingIntervalMs, spec.agingStep
     )
     return JSON(out)
 
 
-@router.get("/v2/job-types")
 async def list_job_types(request: Request) -> Response:
-    items = await request.app.state.services.config.list_job_types()
+    items = await context.services(request).config.list_job_types()
     return JSON({"jobTypes": items})
 
 
-@router.get("/v2/job-types/{job_type:path}")
 async def get_job_type(request: Request, job_type: str) -> Response:
-    out = await request.app.state.services.config.get_job_type(_job_type(request))
+    out = await context.services(request).config.get_job_type(_job_type(request))
     return JSON(out)
 
 
-@router.get("/v2/stats")
 async def stats(request: Request) -> Response:
     params = query_params(request)
     unknown = set(params) - {"type"}
@@ -85,17 +75,15 @@ async def stats(request: Request) -> Response:
     job_type = params.get("type")
     if job_type is not None and not JOB_TYPE_RE.fullmatch(job_type):
         raise InvalidArgument(f"type {job_type!r} must match {JOB_TYPE_RE.pattern}")
-    return JSON(await request.app.state.services.stats.stats(utcnow(), job_type))
+    return JSON(await context.services(request).stats.stats(utcnow(), job_type))
 
 
-@router.get("/healthz")
 async def healthz() -> Response:
     return JSON({"status": "ok"})
 
 
-@router.get("/readyz")
 async def readyz(request: Request) -> Response:
-    health = request.app.state.services.health
+    health = context.services(request).health
     revision = await health.schema_revision()  # StoreUnavailable (503) if it cannot answer
     head = request.app.state.schema_head
     if revision != head:
@@ -103,9 +91,8 @@ async def readyz(request: Request) -> Response:
     return JSON({"status": "ready", "schema": revision})
 
 
-@router.get("/metrics")
 async def metrics(request: Request) -> Response:
-    services = request.app.state.services
+    services = context.services(request)
     pool_size, pool_idle = services.health.pool_sizes()
     counters = services.activation.counters
     lines = [

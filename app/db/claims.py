@@ -111,8 +111,15 @@ heads AS (
     -- The effective priority: twin of app.scheduler.effective_priority (property-tested
     -- against it, tests/integration/test_twins.py).
     SELECT u.*,
-           {EFFECTIVE_PRIORITY.format(priority="u.priority", queued_at="u.queued_at",
-                                      now="{now}", step="{step}", interval="{interval}")}
+           {
+    EFFECTIVE_PRIORITY.format(
+        priority="u.priority",
+        queued_at="u.queued_at",
+        now="{now}",
+        step="{step}",
+        interval="{interval}",
+    )
+}
              AS eff
     FROM ({_PRIORITY_HEADS.format(lock="FOR UPDATE SKIP LOCKED", which="p.top")}
       UNION ALL

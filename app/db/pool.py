@@ -58,7 +58,7 @@ def unavailable(exc: BaseException) -> StoreUnavailable | None:
     counts: nothing was sent on it."""
     if isinstance(exc, StoreUnavailable):
         return exc
-    if isinstance(exc, _UNAVAILABLE | asyncpg.InterfaceError | asyncpg.InternalClientError):
+    if isinstance(exc, (*_UNAVAILABLE, asyncpg.InterfaceError, asyncpg.InternalClientError)):
         return StoreUnavailable("the database is unavailable; retry later", retry_after_s=1)
     return None
 

@@ -127,10 +127,10 @@ lanes = Table(
     Column("tenant_id", Text, primary_key=True),
     # Stride scheduling's virtual time: +1/weight per activation.
     Column("vtime", Double, nullable=False, server_default=text("0")),
-    # True while the lane may hold ready jobs; see store.py for the no-lost-wake-up protocol.
+    # True while the lane may hold ready jobs; see app/db/lanes.py for the no-lost-wake-up protocol.
     Column("active", Boolean, nullable=False, server_default=text("true")),
     # True while the lane's tenant is at its cap: lane reads skip it until capacity frees
-    # (store.py: hold_lanes, jobfair_release_holds; ADR 016).
+    # (app/db/lanes.py: hold_lanes, jobfair_release_holds; ADR 016).
     Column("held", Boolean, nullable=False, server_default=text("false")),
     Column("activated_total", BigInteger, nullable=False, server_default=text("0")),
     postgresql_with={

@@ -65,7 +65,8 @@ heads AS (
     SELECT u.*,
            LEAST(100, u.priority + $7::int * floor(
                GREATEST(0, extract(epoch FROM ($4::timestamptz - u.queued_at)) * 1000)
-               / $8::int)) AS eff
+               / $8::int))
+             AS eff
     FROM (SELECT h.job_key, p.tenant_id, p.priority, p.k, p.top, h.queued_at
           FROM prios p
           CROSS JOIN LATERAL (
@@ -187,7 +188,8 @@ heads AS (
     SELECT u.*,
            LEAST(100, u.priority + (SELECT aging_step FROM lead) * floor(
                GREATEST(0, extract(epoch FROM ($2::timestamptz - u.queued_at)) * 1000)
-               / (SELECT aging_interval_ms FROM lead))) AS eff
+               / (SELECT aging_interval_ms FROM lead)))
+             AS eff
     FROM (SELECT h.job_key, p.tenant_id, p.priority, p.k, p.top, h.queued_at
           FROM prios p
           CROSS JOIN LATERAL (
@@ -307,7 +309,8 @@ heads AS (
     SELECT u.*,
            LEAST(100, u.priority + (SELECT aging_step FROM lead) * floor(
                GREATEST(0, extract(epoch FROM ($2::timestamptz - u.queued_at)) * 1000)
-               / (SELECT aging_interval_ms FROM lead))) AS eff
+               / (SELECT aging_interval_ms FROM lead)))
+             AS eff
     FROM (SELECT h.job_key, p.tenant_id, p.priority, p.k, p.top, h.queued_at
           FROM prios p
           CROSS JOIN LATERAL (

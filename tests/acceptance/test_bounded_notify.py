@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from app.activation import ActivateRequest
+from app.db import finishing
 from app.domain import utcnow
 from app.streaming import Stream
 from tests.helpers import enqueue
@@ -105,13 +106,13 @@ async def test_a_group_commit_of_1000_single_completions_of_stream_jobs_succeeds
     await enqueue(live.client, "group", "acme", PER_STREAM)
     held = await _hold(live, "group", PER_STREAM)
     statements: list[int] = []
-    complete_jobs = services.db.complete_jobs
+    complete = finishing.complete
 
-    async def counted(items: Any, now: Any) -> set[int]:
+    async def counted(db: Any, items: Any, now: Any) -> set[int]:
         statements.append(len(items))
-        return await complete_jobs(items, now)
+        return await complete(db, items, now)
 
-    monkeypatch.setattr(services.db, "complete_jobs", counted)
+    monkeypatch.setattr(finishing, "complete", counted)
     try:
         await asyncio.gather(
             *(

@@ -21,7 +21,7 @@ from fastapi.routing import APIRoute
 
 from app.api import openapi
 from app.config import Settings
-from app.main import ROUTERS
+from app.main import create_app
 from tests.fixtures import quiet_settings
 from tests.helpers import activate
 
@@ -159,7 +159,7 @@ def _operations() -> list[tuple[str, str, dict[str, Any]]]:
     """(method, documented path, operation) of every route of the app."""
     doc = openapi.build()["paths"]
     found = []
-    routes = [r for router in ROUTERS for r in router.routes]
+    routes = create_app(Settings(), "postgresql://unused/unused", background=False).routes
     for route in routes:
         if not isinstance(route, APIRoute) or route.path in NOT_API:
             continue

@@ -1,4 +1,4 @@
-"""The no-lost-wake-up protocol of ``lanes.active`` (store.py's docstring), on real
+"""The no-lost-wake-up protocol of ``lanes.active`` (app/db/lanes.py's docstring), on real
 PostgreSQL: a lane holding ready jobs is never left parked, whatever the interleaving."""
 
 from __future__ import annotations

@@ -6,26 +6,23 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from fastapi import APIRouter, Request
+from fastapi import Request
 from starlette.responses import Response
 
 from app.api import problems
 from app.api.direct import App, DirectRoutes
+from app.api.routes import OPERATIONS, Operation, include
+from app.api.security import Permission
 from app.errors import InvalidArgument, ResourceExhausted
-from app.main import HOT_ENDPOINTS, ROUTERS
 
-first = APIRouter(prefix="/things")
-second = APIRouter(prefix="/things")
 served_by: list[str] = []
 
 
-@first.post("/special/poke")
 async def special(request: Request) -> Response:
     served_by.append("fastapi:special")
     return Response(b"special", status_code=200)
 
 
-@second.post("/{key}/poke")
 async def poke(request: Request, key: str) -> Response:
     served_by.append(f"direct:{key}:{request.url.path}")
     if key == "bad":
@@ -37,10 +34,17 @@ async def poke(request: Request, key: str) -> Response:
     return Response(await request.body(), status_code=201)
 
 
-@second.get("/{key}")
 async def get_thing(request: Request, key: str) -> Response:
     served_by.append("fastapi:get")
     return Response(b"got", status_code=200)
+
+
+# In the order they are routed: the first takes a path the second also matches.
+THINGS = (
+    Operation("POST", "/things/special/poke", special, Permission.PUBLIC, "special", "t"),
+    Operation("POST", "/things/{key}/poke", poke, Permission.PUBLIC, "poke", "t", hot=True),
+    Operation("GET", "/things/{key}", get_thing, Permission.PUBLIC, "get", "t"),
+)
 
 
 def make_app() -> App:
@@ -51,9 +55,8 @@ def make_app() -> App:
     async def _unexpected(request: Request, exc: Exception) -> Response:
         return problems.internal(request.url.path)
 
-    for router in (first, second):
-        app.include_router(router)
-    app.direct = DirectRoutes((first, second), (poke,))
+    include(app, THINGS)
+    app.direct = DirectRoutes(THINGS)
     return app
 
 
@@ -104,14 +107,7 @@ async def test_a_bug_is_a_500_problem_not_a_dropped_connection(client):
     assert r.json()["title"] == "INTERNAL"
 
 
-def test_an_endpoint_no_router_routes_is_refused_at_start():
-    async def stray(request: Request) -> Response:
-        return Response()
-
-    with pytest.raises(ValueError, match="stray"):
-        DirectRoutes((first, second), (stray,))
-
-
-def test_the_apps_hot_endpoints_are_all_routed():
-    direct = DirectRoutes(ROUTERS, HOT_ENDPOINTS)
-    assert {r.endpoint for r in direct.routes} == set(HOT_ENDPOINTS)
+def test_the_direct_routes_are_the_hot_operations_in_their_order():
+    direct = DirectRoutes(OPERATIONS)
+    assert [r.operation for r in direct.routes] == [op for op in OPERATIONS if op.hot]
+    assert [r.operation.endpoint for r in DirectRoutes(THINGS).routes] == [poke]

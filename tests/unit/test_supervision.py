@@ -12,6 +12,7 @@ import pytest
 
 from app.config import Settings
 from app.db import Database
+from app.db.pool import unavailable
 from app.errors import StoreUnavailable
 from app.operators import StatsService
 from app.sweepers import Background
@@ -96,3 +97,33 @@ async def test_an_unavailable_database_is_waited_out_in_every_guise(exc):
     restarting PostgreSQL or a connection torn down under a call raise."""
     died, calls = await _run(exc)
     assert died == [] and calls >= 2
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        asyncpg.PostgresConnectionError("gone"),
+        asyncpg.CannotConnectNowError("the database system is starting up"),
+        asyncpg.AdminShutdownError("terminating connection due to administrator command"),
+        asyncpg.TooManyConnectionsError("sorry, too many clients already"),
+        asyncpg.QueryCanceledError("canceling statement due to statement timeout"),
+        asyncpg.InternalClientError("cannot perform operation: another operation is in progress"),
+        asyncpg.InterfaceError("cannot perform operation: connection is closed"),
+        ConnectionRefusedError(111, "Connection refused"),
+        TimeoutError(),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_every_guise_of_an_unavailable_database_is_one_storage_error(exc):
+    """What start-up, the leader lock and the pool classify with ``unavailable``: the one
+    list of the driver's transient errors."""
+    assert isinstance(unavailable(exc), StoreUnavailable)
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [asyncpg.DataError("invalid input"), asyncpg.UniqueViolationError("dup"), KeyError("bug")],
+    ids=lambda e: type(e).__name__,
+)
+def test_a_refused_value_or_a_bug_is_not_a_storage_error(exc):
+    assert unavailable(exc) is None

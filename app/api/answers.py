@@ -1,0 +1,173 @@
+"""The shapes of the answers, for the OpenAPI document only: the routes build them as
+dicts (``app.api.problems.JSON``), and ``app.api.routes`` names them per operation."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details; ``type`` is stable per kind of error."""
+
+    type: str = Field(examples=["urn:jobfair:stale-activation"])
+    title: Literal[
+        "INVALID_ARGUMENT",
+        "NOT_FOUND",
+        "INVALID_STATE",
+        "RESOURCE_EXHAUSTED",
+        "OUTCOME_UNKNOWN",
+        "METHOD_NOT_ALLOWED",
+        "PAYLOAD_TOO_LARGE",
+        "UNSUPPORTED_MEDIA_TYPE",
+    ]
+    status: int
+    detail: str
+    instance: str
+
+
+class Job(BaseModel):
+    jobKey: str = Field(description="int64 as a decimal string")
+    type: str
+    tenantId: str
+    state: Literal["CREATED", "ACTIVATED", "COMPLETED", "FAILED", "ERROR_THROWN", "CANCELED"]
+    priority: int
+    effectivePriority: int = Field(
+        description="after aging: what the scheduler uses now (CREATED), or what the pick "
+        "that activated the job used"
+    )
+    retries: int
+    activationCount: int = Field(description="the fencing token: +1 on every activation")
+    worker: str | None
+    deadline: str | None = Field(description="lease end while ACTIVATED (RFC 3339, UTC)")
+    runAt: str
+    variables: dict[str, Any]
+    customHeaders: dict[str, Any]
+    errorCode: str | None
+    errorMessage: str | None
+    createdAt: str
+    activatedAt: str | None
+    completedAt: str | None
+    idempotencyKey: str | None
+
+
+class Jobs(BaseModel):
+    jobs: list[Job]
+
+
+class JobKeys(BaseModel):
+    jobKeys: list[str]
+
+
+class CompleteResult(BaseModel):
+    jobKey: str
+    status: Literal[204, 404, 409]
+
+
+class CompleteResults(BaseModel):
+    results: list[CompleteResult]
+
+
+class Tenant(BaseModel):
+    tenantId: str
+    weight: int
+    maxActiveJobs: int | None
+
+
+class Tenants(BaseModel):
+    tenants: list[Tenant]
+
+
+class JobTypeConfig(BaseModel):
+    type: str
+    maxActiveJobs: int | None
+    agingIntervalMs: int
+    agingStep: int
+
+
+class JobTypes(BaseModel):
+    jobTypes: list[JobTypeConfig]
+
+
+class TenantStats(BaseModel):
+    tenantId: str
+    pending: int = Field(description="CREATED jobs: ready + delayed")
+    ready: int = Field(description="activatable now")
+    delayed: int = Field(description="a runAt or a retry back-off still ahead")
+    active: int
+    oldestPendingAgeMs: int | None = Field(
+        description="how long the oldest ready job has been ready (delayed jobs left out)"
+    )
+    oldestReadyJobKey: str | None
+    cappedBy: Literal["tenant", "type"] | None = Field(
+        description="the cap that keeps the lane from more jobs now: its tenant's (over "
+        "every type), else its type's; null when neither is reached"
+    )
+    activatedLastMinute: int
+    realizedShare: float
+    configuredShare: float = Field(description="of the weights of the lanes with ready jobs")
+
+
+class TypeStats(BaseModel):
+    type: str
+    pending: int
+    ready: int
+    delayed: int
+    active: int
+    oldestPendingAgeMs: int | None
+    oldestReadyJobKey: str | None
+    tenants: list[TenantStats]
+
+
+class Stats(BaseModel):
+    jobTypes: list[TypeStats]
+
+
+class CamundaJob(BaseModel):
+    jobKey: str
+    type: str
+    worker: str
+    retries: int
+    deadline: int = Field(description="epoch milliseconds")
+    variables: dict[str, Any]
+    customHeaders: dict[str, Any]
+    tenantId: str
+    kind: Literal["BPMN_ELEMENT"]
+    listenerEventType: Literal["UNSPECIFIED"]
+    processDefinitionId: str
+    processDefinitionVersion: int
+    processDefinitionKey: str
+    processInstanceKey: str
+    elementId: str
+    elementInstanceKey: str
+    userTask: None
+    tags: list[str]
+    rootProcessInstanceKey: None
+    priority: int
+    physicalTenantId: str
+    businessId: None
+    jobLeaseToken: str = Field(description="the fencing token; send it back to finish")
+
+
+class CamundaJobs(BaseModel):
+    jobs: list[CamundaJob]
+
+
+class Status(BaseModel):
+    status: str
+
+
+ANY_OBJECT: dict[str, Any] = {"type": "object", "additionalProperties": True}
+# One event of the stream (as OpenAPI 3.2's itemSchema would say; keep-alives are
+# comments, not events).
+SSE_EVENT: dict[str, Any] = {
+    "type": "object",
+    "description": "event: job, id: <jobKey>, data: <Job as JSON>",
+    "properties": {
+        "event": {"const": "job"},
+        "id": {"type": "string", "pattern": "^[0-9]+$"},
+        "data": {"type": "string", "contentMediaType": "application/json"},
+    },
+    "required": ["event", "id", "data"],
+}

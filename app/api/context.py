@@ -1,0 +1,45 @@
+"""What a route reads from its app, typed: the services the lifespan builds.
+
+The lifespan (``app.main``) stores a ``Services`` on ``app.state``; a route asks for it
+with ``services(request)`` rather than reading the untyped ``request.app.state``.  The
+service classes are named for the type checker only, so this module imports none of them
+(nor anything of the app) at run time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from starlette.requests import Request
+
+if TYPE_CHECKING:
+    from app.activation import ActivationService
+    from app.db import Database
+    from app.db.listen import Notifier
+    from app.jobs import JobService
+    from app.operators import ConfigService, HealthService, SearchService, StatsService
+    from app.streaming import StreamRegistry
+    from app.sweepers import Background
+    from app.waiting import WaiterHub
+
+
+@dataclass
+class Services:
+    db: Database
+    activation: ActivationService
+    jobs: JobService
+    config: ConfigService
+    stats: StatsService
+    search: SearchService
+    health: HealthService
+    background: Background
+    waiters: WaiterHub
+    streams: StreamRegistry
+    notifier: Notifier
+
+
+def services(request: Request) -> Services:
+    """The services of the app serving ``request`` (set while its lifespan runs)."""
+    found: Services = request.app.state.services
+    return found
