@@ -43,8 +43,9 @@ class Coalescer(Generic[I, R]):
         self._pending: list[tuple[I, asyncio.Future[R]]] = []
         self._runner: asyncio.Task[Any] | None = None
         # The event loop of the first call, which every later call shares (the app's).
-        # Asking asyncio for it on every call cost a getpid system call each time on
-        # Python 3.11: 4 % of the server's CPU in a drain of single completions (py-spy).
+        # Asking asyncio for it on every call costs a getpid system call each time on
+        # Python 3.11, a visible share of the server's CPU in a drain of single
+        # completions (py-spy).
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @property

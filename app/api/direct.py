@@ -2,12 +2,12 @@
 
 A worker finishing jobs one at a time makes one request per job, and so does a producer
 creating them one at a time.  FastAPI's route search, endpoint wrapper and exception
-middleware cost more per request here than the work itself: an empty FastAPI route
-answers ~3,500 requests/s on this machine, the same route as bare ASGI ~18,000
-(``python -m bench.run ceiling``).  ``App`` answers the hot operations of the route table
-(``app.api.routes``) by calling their endpoints, after the same ``authorize`` and with
-the same problem+json mapping; every other request goes on to FastAPI, which routes the
-same table, so the OpenAPI document and the behaviour do not change.
+middleware cost more per request here than the work itself (ADR 008 has the figures
+of ``python -m bench.run ceiling``: an empty FastAPI route against the same as bare
+ASGI).  ``App`` answers the hot operations of the route table (``app.api.routes``) by
+calling their endpoints, after the same ``authorize`` and with the same problem+json
+mapping; every other request goes on to FastAPI, which routes the same table, so the
+OpenAPI document and the behaviour do not change.
 """
 
 from __future__ import annotations

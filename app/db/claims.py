@@ -183,7 +183,7 @@ CLAIM = _CLAIM.format(
 # lane in (vtime, tenant) order that has a ready job -- the lane scheduler.allocate picks
 # first -- gives its best job, exactly as CLAIM would give it with the count 1 for that
 # lane.  For a waiter woken by one new job of an idle type, this saves read_lanes' round
-# trip (~0.3-0.5 ms of a ~1.5 ms pickup).  It claims nothing where a cap is involved
+# trip, a large part of a pickup (ADR 011).  It claims nothing where a cap is involved
 # (the type's, or the lead lane's tenant's: those need their locks and counts), when none
 # of the first PROBED_LANES active lanes has a ready job, or when the lead lane's heads
 # are held by another activator; the caller then runs the full rounds, unless the answer

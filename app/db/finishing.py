@@ -57,7 +57,7 @@ CREDIT_NOTIFY = f"""credited AS (
 # tests/integration/test_claim.py).  The
 # keys come from the unnest the statement joins, probed one by one; an extra
 # "j.job_key = ANY($1)" made the generic plan scan jobs_pkey for all the keys and then
-# rescan the unnest once per job (quadratic: 221 ms instead of 19 to complete 1,000).
+# rescan the unnest once per job (quadratic in the batch; ADR 002).
 _LEASED = "(j.state = 'ACTIVATED') IS TRUE"
 
 # -- name: complete_jobs

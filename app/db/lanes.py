@@ -162,8 +162,7 @@ charged AS (
     FROM charge c
     -- ANY(ARRAY(...)) keeps the update to one lanes_pkey probe per charged lane, as in
     -- the claim.  (An IN (...) of the locked keys made the generic plan a semi join
-    -- comparing every charged lane with every other: 21 ms for 400 lanes, against 15 ms
-    -- by key.)
+    -- comparing every charged lane with every other, slower than by key.)
     WHERE l.job_type = $1 AND l.tenant_id = ANY(ARRAY(SELECT tenant_id FROM charge))
       AND l.tenant_id = c.tenant_id
       AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
@@ -172,7 +171,7 @@ charged AS (
 
 # Whether lane ``{lane}`` of job type $1 has a ready job: one descent of jobs_ready_idx.
 # min(), not EXISTS: the min/max rewrite always descends jobs_ready_idx, where EXISTS let
-# the generic plan scan the heap for a first match (660 ms at 1M).  min(), not max(): it
+# the generic plan scan the heap for a first match (ADR 014).  min(), not max(): it
 # reads the lane's youngest entry, not its head, where draining activators leave entries
 # of jobs just claimed (dead, not yet pruned).
 _READY_PROBE = """(SELECT min(j.priority) FROM jobs j
@@ -232,8 +231,8 @@ SCANNED_LANES = 1024
 # (claim_lead): small activations (long polls, streams), which an empty lane would cost a
 # whole round.  A larger read (100 jobs over 108 lanes) takes every lane as ready: an
 # empty one comes up short in the claim, is excluded and parked, and the call reads on.
-# Probing them cost the 10,000-tenant drain 7 % (an earlier session) to ~25 % (medians of
-# three alternating pairs under load, ADR 014) for rounds that eager parking makes rare.
+# Probing every lane of a large read cost the 10,000-tenant drain a measurable share
+# (ADR 014, with the figures) for rounds that eager parking makes rare.
 PROBED_LANES = 16
 _READ_CHARGE = _CHARGE.format(tenants="$4", counts="$5", strides="$6")
 READ_LANES = _READ_LANES.format(
