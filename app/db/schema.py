@@ -27,21 +27,26 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
+from app.domain import JobState
+
 metadata = MetaData()
 
 # Camunda's keys start at partition 1's base (1 << 51) + 1; ours do too, so that keys look
 # familiar to Camunda users and stay below 2**53 for a long time.
 job_key_seq = Sequence("job_key_seq", start=2251799813685249, cache=1000, metadata=metadata)
 
+# Every JobState, in the order the migrations wrote the CHECK constraint (SCHEDULED: a
+# job whose runAt or retry back-off is still ahead).
 JOB_STATES = (
-    "SCHEDULED",  # CREATED, but runAt is in the future or a retry back-off is running
-    "CREATED",
-    "ACTIVATED",
-    "COMPLETED",
-    "FAILED",
-    "ERROR_THROWN",
-    "CANCELED",
+    JobState.SCHEDULED,
+    JobState.CREATED,
+    JobState.ACTIVATED,
+    JobState.COMPLETED,
+    JobState.FAILED,
+    JobState.ERROR_THROWN,
+    JobState.CANCELED,
 )
+assert set(JOB_STATES) == set(JobState)
 
 jobs = Table(
     "jobs",
