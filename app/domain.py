@@ -7,12 +7,9 @@ import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from app.scheduler import Aging, effective_priority
-
-if TYPE_CHECKING:
-    from app.db.rows import JobRow
 
 DEFAULT_TENANT = "<default>"
 DEFAULT_PRIORITY = 50
@@ -81,8 +78,51 @@ def visible_variables(
     return {k: v for k, v in variables.items() if k in fetch_variables}
 
 
+class StoredJobFields(Protocol):
+    """What a job record is rendered from: a job as stored (``app.db.rows.JobRow``)."""
+
+    @property
+    def job_key(self) -> int: ...
+    @property
+    def job_type(self) -> str: ...
+    @property
+    def tenant_id(self) -> str: ...
+    @property
+    def state(self) -> JobState: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def retries(self) -> int: ...
+    @property
+    def activation_count(self) -> int: ...
+    @property
+    def worker(self) -> str | None: ...
+    @property
+    def deadline(self) -> datetime | None: ...
+    @property
+    def run_at(self) -> datetime: ...
+    @property
+    def queued_at(self) -> datetime: ...
+    @property
+    def variables(self) -> dict[str, Any]: ...
+    @property
+    def custom_headers(self) -> dict[str, Any]: ...
+    @property
+    def error_code(self) -> str | None: ...
+    @property
+    def error_message(self) -> str | None: ...
+    @property
+    def created_at(self) -> datetime: ...
+    @property
+    def activated_at(self) -> datetime | None: ...
+    @property
+    def completed_at(self) -> datetime | None: ...
+    @property
+    def idempotency_key(self) -> str | None: ...
+
+
 def job_record(
-    row: JobRow,
+    row: StoredJobFields,
     now: datetime,
     aging: Aging,
     fetch_variables: Sequence[str] | None = None,

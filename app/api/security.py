@@ -16,12 +16,9 @@ The roles to come, and the permissions each will hold:
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from starlette.requests import Request
-
-if TYPE_CHECKING:
-    from app.api.routes import Operation
 
 
 class Permission(enum.Enum):
@@ -40,7 +37,14 @@ class Permission(enum.Enum):
     ADMIN = "admin"
 
 
-async def authorize(request: Request, operation: Operation) -> None:
+class Guarded(Protocol):
+    """What ``authorize`` reads of an operation (``app.api.routes.Operation``)."""
+
+    @property
+    def permission(self) -> Permission: ...
+
+
+async def authorize(request: Request, operation: Guarded) -> None:
     """Refuse ``request`` (raise a ``JobfairError``, answered as problem+json) unless
     its caller holds ``operation.permission``.  Called before the endpoint, before the
     body is read.  Today every caller holds every permission."""
