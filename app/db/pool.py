@@ -46,6 +46,18 @@ _UNAVAILABLE: tuple[type[Exception], ...] = (
     asyncpg.TooManyConnectionsError,
     asyncpg.QueryCanceledError,
 )
+# Of those, what start-up waits out: a database not up yet (refused, starting, shutting
+# down, a connection lost).  Not a lack of connection slots: a pool asking for more than
+# the server allows fails at once, for the operator to see (a replacement process would
+# fail the same way).
+_NOT_UP_YET: tuple[type[Exception], ...] = (
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
+)
 UNAVAILABLE_LOG_EVERY_S = 5.0
 STARTUP_RETRY_MAX_S = 2.0
 
@@ -74,10 +86,9 @@ async def until_reachable(attempt: Callable[[], Awaitable[R]], wait_s: float, wh
     while True:
         try:
             result = await attempt()
-        except Exception as exc:
+        except _NOT_UP_YET as exc:
             error = unavailable(exc)
-            if error is None:
-                raise
+            assert error is not None
             if time.monotonic() + delay_s > deadline:
                 log.error("%s: database still unreachable after %.0f s: %r", what, wait_s, exc)
                 raise error from exc
