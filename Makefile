@@ -52,7 +52,7 @@ $(PG15_INITDB):
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql-15
 
 test: $(STAMP) $(CAMUNDA_SDKS) $(CAMUNDA_JS)/.stamp $(TS_CLIENT)/dist/.stamp $(JUNIT_JAR) $(PG15_INITDB)  ## every test, on embedded PostgreSQL
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=30
 
 # Outage scenarios left out of `make test` for time (an external PostgreSQL 15 restarted
 # and killed under load with --workers 2; `make test` runs the --workers 1 one).

@@ -23,7 +23,7 @@ from tests.fixtures import quiet_settings
 
 ST = Path(sys.executable).with_name("st")
 CONFIG = Path(__file__).parents[1] / "schemathesis.toml"
-EXAMPLES = int(os.environ.get("JOBFAIR_FUZZ_EXAMPLES", "8"))
+EXAMPLES = int(os.environ.get("JOBFAIR_FUZZ_EXAMPLES", "5"))
 SEED = os.environ.get("JOBFAIR_FUZZ_SEED", "" if "JOBFAIR_FUZZ_EXAMPLES" in os.environ else "19")
 
 
