@@ -32,24 +32,9 @@ log = logging.getLogger(__name__)
 
 R = TypeVar("R")
 
-# The driver's errors for a database that cannot take a call right now: refused, reset
-# or missing socket (OSError), a connection lost in the middle of a call (class 08), a
-# server starting up or shutting down (57P01-57P03), no connection slots left (53300), a
-# statement cancelled (57014) or timed out.
-_UNAVAILABLE: tuple[type[Exception], ...] = (
-    OSError,
-    TimeoutError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.CannotConnectNowError,
-    asyncpg.AdminShutdownError,
-    asyncpg.CrashShutdownError,
-    asyncpg.TooManyConnectionsError,
-    asyncpg.QueryCanceledError,
-)
-# Of those, what start-up waits out: a database not up yet (refused, starting, shutting
-# down, a connection lost).  Not a lack of connection slots: a pool asking for more than
-# the server allows fails at once, for the operator to see (a replacement process would
-# fail the same way).
+# The driver's errors for a database that is not up (yet): refused, reset or missing
+# socket (OSError), a connection lost in the middle of a call (class 08), a server
+# starting up or shutting down (57P01-57P03).  Start-up waits these out (until_reachable).
 _NOT_UP_YET: tuple[type[Exception], ...] = (
     OSError,
     TimeoutError,
@@ -57,6 +42,15 @@ _NOT_UP_YET: tuple[type[Exception], ...] = (
     asyncpg.CannotConnectNowError,
     asyncpg.AdminShutdownError,
     asyncpg.CrashShutdownError,
+)
+# And those for a database that cannot take a call right now: besides the above, no
+# connection slots left (53300) and a statement cancelled (57014) or timed out.  Not
+# waited out at start-up: a pool asking for more connections than the server allows
+# fails at once, for the operator to see (a replacement process would fail the same way).
+_UNAVAILABLE: tuple[type[Exception], ...] = (
+    *_NOT_UP_YET,
+    asyncpg.TooManyConnectionsError,
+    asyncpg.QueryCanceledError,
 )
 UNAVAILABLE_LOG_EVERY_S = 5.0
 STARTUP_RETRY_MAX_S = 2.0
@@ -71,8 +65,13 @@ def unavailable(exc: BaseException) -> StoreUnavailable | None:
     if isinstance(exc, StoreUnavailable):
         return exc
     if isinstance(exc, (*_UNAVAILABLE, asyncpg.InterfaceError, asyncpg.InternalClientError)):
-        return StoreUnavailable("the database is unavailable; retry later", retry_after_s=1)
+        return _unavailable_now()
     return None
+
+
+def _unavailable_now() -> StoreUnavailable:
+    """The answer a caller gets: it names no host or port (the log says what failed)."""
+    return StoreUnavailable("the database is unavailable; retry later", retry_after_s=1)
 
 
 async def until_reachable(attempt: Callable[[], Awaitable[R]], wait_s: float, what: str) -> R:
@@ -305,7 +304,7 @@ class Database:
         """The client's answer names no host or port; the log says what failed (at most
         every few seconds: an outage fails every call)."""
         self._log_unavailable(exc)
-        return StoreUnavailable("the database is unavailable; retry later", retry_after_s=1)
+        return _unavailable_now()
 
     def _log_unavailable(self, exc: Exception) -> None:
         now = time.monotonic()
