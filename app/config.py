@@ -34,7 +34,21 @@ class Settings(BaseSettings):
     aging_interval_ms: Positive = 60_000
     aging_step: Annotated[int, Field(ge=0, le=100)] = 10
     retention_s: NonNegative = 604_800
+    # API keys (app.keys, app.api.security).  None: off on loopback, required elsewhere.
     auth: Literal["off", "required"] | None = None
+    # A server re-reads a key it has verified at most this long after (revocation and
+    # expiry take effect within it on every process).
+    key_refresh_ms: Annotated[int, Field(ge=1, le=1000)] = 500
+    # Lifetime of the OAuth access tokens of POST /oauth/token.
+    access_token_ttl_s: Annotated[int, Field(ge=10, le=86_400)] = 600
+    # /metrics without a key; /docs and /openapi.json without one.
+    metrics_open: bool = False
+    docs_open: bool = True
+    # Per key and server process: requests per second (0: no limit) with this burst, and
+    # long polls plus streams held at once (else 429 with Retry-After).
+    key_rate_limit: Annotated[float, Field(ge=0)] = 0
+    key_rate_burst: Positive = 100
+    max_waiters_per_key: Positive = 1000
     db_pool_size: Positive = 20
     # Connections opened at start and kept open (None: all of db_pool_size).
     db_pool_min_size: NonNegative | None = None

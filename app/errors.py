@@ -7,6 +7,8 @@ class JobfairError(Exception):
     status = 500
     type = "urn:jobfair:internal"
     title = "INTERNAL"
+    # Response headers every error of the class carries (a 401's challenge).
+    headers: tuple[tuple[str, str], ...] = ()
 
     def __init__(self, detail: str, *, retry_after_s: int | None = None) -> None:
         super().__init__(detail)
@@ -34,6 +36,31 @@ class UnsupportedMediaType(JobfairError):
     status = 415
     type = "urn:jobfair:unsupported-media-type"
     title = "UNSUPPORTED_MEDIA_TYPE"
+
+
+class Unauthenticated(JobfairError):
+    """No key, or one that is unknown, revoked or expired (or a token that is not ours)."""
+
+    status = 401
+    type = "urn:jobfair:unauthenticated"
+    title = "UNAUTHENTICATED"
+    headers = (("WWW-Authenticate", 'Bearer realm="jobfair", Basic realm="jobfair"'),)
+
+
+class Forbidden(JobfairError):
+    """A valid key without the right: its role's, or its tenants' and job types' scope."""
+
+    status = 403
+    type = "urn:jobfair:forbidden"
+    title = "FORBIDDEN"
+
+
+class TooManyRequests(JobfairError):
+    """A key over its request rate, or holding as many long polls and streams as it may."""
+
+    status = 429
+    type = "urn:jobfair:too-many-requests"
+    title = "TOO_MANY_REQUESTS"
 
 
 class NotFound(JobfairError):

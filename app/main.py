@@ -20,10 +20,12 @@ from app.api import openapi, problems
 from app.api.context import Services
 from app.api.direct import App, DirectRoutes, literal_paths
 from app.api.routes import OPERATIONS, include
+from app.api.security import KeyLimits
 from app.config import Settings
 from app.db import Database, finishing
 from app.db.listen import Notifier
 from app.jobs import JobService
+from app.keys import KeyService
 from app.operators import ConfigService, HealthService, SearchService, StatsService
 from app.streaming import StreamRegistry
 from app.sweepers import Background
@@ -94,6 +96,14 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
             waiters=waiters,
             streams=streams,
             notifier=notifier,
+            keys=KeyService(
+                db,
+                refresh_s=settings.key_refresh_ms / 1000,
+                access_token_ttl_s=settings.access_token_ttl_s,
+            ),
+            limits=KeyLimits(
+                settings.key_rate_limit, settings.key_rate_burst, settings.max_waiters_per_key
+            ),
         )
         loop = asyncio.get_running_loop()
         shutting_down = asyncio.Event()

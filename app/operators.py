@@ -97,7 +97,12 @@ class StatsService:
             self.samples.popleft()
         return totals
 
-    async def stats(self, now: datetime, job_type: str | None = None) -> dict[str, Any]:
+    async def stats(
+        self,
+        now: datetime,
+        job_type: str | None = None,
+        visible: Callable[[str, str], bool] | None = None,
+    ) -> dict[str, Any]:
         """Per job type (``job_type`` alone, if given) and lane: ``pending`` jobs are
         ``ready`` (activatable now) or ``delayed`` (a runAt or a retry back-off still
         ahead).  ``oldestPendingAgeMs`` and ``oldestReadyJobKey`` are those of the
@@ -109,6 +114,13 @@ class StatsService:
         base = self.samples[0][1] if self.samples else {}
         current = await self.sample()
         rows = await stored.stats(self.db, job_type)
+        # A type's cap holds its lanes back whoever's jobs fill it; the rest is of the
+        # lanes the caller may see (its key's scope), shares among them alone.
+        type_active: dict[str, int] = {}
+        for r in rows:
+            type_active[r.job_type] = type_active.get(r.job_type, 0) + r.active
+        if visible is not None:
+            rows = [r for r in rows if visible(r.tenant_id, r.job_type)]
         weights = {r.tenant_id: r.weight for r in await stored.list_tenants(self.db)}
         types: dict[str, dict[str, Any]] = {}
         type_caps: dict[str, int | None] = {}
@@ -156,7 +168,7 @@ class StatsService:
             )
         for t in types.values():
             type_cap = type_caps[t["type"]]
-            type_full = type_cap is not None and t["active"] >= type_cap
+            type_full = type_cap is not None and type_active[t["type"]] >= type_cap
             counts = {x["tenantId"]: x["activatedLastMinute"] for x in t["tenants"]}
             realized = scheduler.shares(counts)
             backlogged = [x["tenantId"] for x in t["tenants"] if x["ready"] > 0]

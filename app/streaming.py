@@ -63,8 +63,10 @@ class Stream:
         check_ms: int,
         fetch_variables: Sequence[str] | None = None,
         is_disconnected: Callable[[], Awaitable[bool]] | None = None,
+        on_jobs: Callable[[Sequence[JobRow]], None] | None = None,
     ) -> None:
         self.req = dataclasses.replace(req, via_stream=True)
+        self.on_jobs = on_jobs  # told of the jobs activated, before they are written
         self.hub = hub
         self.registry = registry
         self.db = db
@@ -98,6 +100,8 @@ class Stream:
                     continue
                 if rows is None:
                     continue
+                if self.on_jobs is not None:
+                    self.on_jobs(rows)
                 self.undelivered = list(rows)
                 aging = await self.activation.recent_aging(self.req.job_type)
                 while self.undelivered:

@@ -21,6 +21,9 @@ class Problem(BaseModel):
         "METHOD_NOT_ALLOWED",
         "PAYLOAD_TOO_LARGE",
         "UNSUPPORTED_MEDIA_TYPE",
+        "UNAUTHENTICATED",
+        "FORBIDDEN",
+        "TOO_MANY_REQUESTS",
     ]
     status: int
     detail: str
@@ -152,6 +155,36 @@ class CamundaJob(BaseModel):
 
 class CamundaJobs(BaseModel):
     jobs: list[CamundaJob]
+
+
+class Key(BaseModel):
+    keyId: str
+    role: Literal["admin", "producer", "worker"]
+    tenants: Literal["*"] | list[str]
+    types: Literal["*"] | list[str]
+    name: str | None
+    expiresAt: str | None
+    createdAt: str
+    createdBy: str | None = Field(description="the key id that made it; null: the CLI")
+    lastUsedAt: str | None = Field(description="updated at most once a minute per server")
+    revokedAt: str | None
+
+
+class NewKey(Key):
+    secret: str = Field(
+        description="the whole token, shown this once: a Bearer token, the Basic password "
+        "(user: keyId), or the OAuth client secret (client id: keyId)"
+    )
+
+
+class Keys(BaseModel):
+    keys: list[Key]
+
+
+class AccessToken(BaseModel):
+    access_token: str
+    token_type: Literal["Bearer"]
+    expires_in: int = Field(description="seconds")
 
 
 class Status(BaseModel):

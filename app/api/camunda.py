@@ -14,7 +14,7 @@ from pydantic import AfterValidator, Field, WithJsonSchema
 from starlette.responses import Response
 
 from app.activation import ActivateRequest
-from app.api import context, schemas
+from app.api import context, schemas, security
 from app.api.jobs import fail, fenced, long_poll
 from app.api.parsing import ascii_digits, body, job_key, lease_token, optional_body, payload
 from app.api.problems import JSON
@@ -85,9 +85,12 @@ def camunda_job(row: JobRow, fetch: list[str] | None) -> dict[str, Any]:
 
 async def activation(request: Request) -> Response:
     spec = await body(request, CamundaActivate)
-    req = ActivateRequest(
-        spec.type, spec.maxJobsToActivate, spec.timeout, spec.worker, spec.tenantIds or None
-    )
+    caller = security.principal(request)
+    asked = spec.tenantIds or None
+    if spec.tenantFilter == "ASSIGNED" and caller.tenants is not None:
+        asked = None  # Camunda's "the tenants assigned to me": the key's (below)
+    tenants = security.activation_tenants(caller, spec.type, asked)
+    req = ActivateRequest(spec.type, spec.maxJobsToActivate, spec.timeout, spec.worker, tenants)
     rows = await long_poll(request, req, spec.requestTimeout)
     return JSON({"jobs": [camunda_job(r, spec.fetchVariable) for r in rows]})
 
@@ -96,6 +99,7 @@ async def completion(request: Request, key: str) -> Response:
     k = job_key(key)
     spec = await optional_body(request, CamundaComplete)
     [variables] = payload(request, spec.variables)
+    await security.visible_job(request, k)
     count = await fenced(request, k, None, spec.jobLeaseToken)
     await context.services(request).jobs.complete(k, count, variables)
     return Response(status_code=204)
@@ -104,6 +108,7 @@ async def completion(request: Request, key: str) -> Response:
 async def failure(request: Request, key: str) -> Response:
     k = job_key(key)
     spec = await optional_body(request, CamundaFail)
+    await security.visible_job(request, k)
     await fail(request, k, await fenced(request, k, None, spec.jobLeaseToken), spec)
     return Response(status_code=204)
 
@@ -301,6 +306,10 @@ async def search(request: Request) -> Response:
                 filters[field] = _values(field, value)
     sort: list[tuple[str, bool]] = [(s.field, s.order.upper() == "DESC") for s in spec.sort or []]
     page = spec.page or Page()
+    caller = security.principal(request)
+    for field, scope in (("tenantId", caller.tenants), ("type", caller.types)):
+        if scope is not None:  # only what the key may see
+            filters[field] = [v for v in filters.get(field, sorted(scope)) if v in scope]
     search_jobs = context.services(request).search.search
     rows, total, more = await search_jobs(filters, sort, page.limit, page.from_)
     return JSON(

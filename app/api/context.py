@@ -15,9 +15,11 @@ from starlette.requests import Request
 
 if TYPE_CHECKING:
     from app.activation import ActivationService
+    from app.api.security import KeyLimits
     from app.db import Database
     from app.db.listen import Notifier
     from app.jobs import JobService
+    from app.keys import KeyService
     from app.operators import ConfigService, HealthService, SearchService, StatsService
     from app.streaming import StreamRegistry
     from app.sweepers import Background
@@ -37,6 +39,8 @@ class Services:
     waiters: WaiterHub
     streams: StreamRegistry
     notifier: Notifier
+    keys: KeyService
+    limits: KeyLimits
 
 
 def services(request: Request) -> Services:

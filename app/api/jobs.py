@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import AbstractContextManager
+from typing import Any
 
 from fastapi import Request
 from pydantic import TypeAdapter
@@ -10,7 +13,7 @@ from sse_starlette import EventSourceResponse
 from starlette.responses import Response
 
 from app.activation import ActivateRequest
-from app.api import context, schemas
+from app.api import context, schemas, security
 from app.api.parsing import (
     ascii_digits,
     body,
@@ -23,6 +26,7 @@ from app.api.parsing import (
     validate,
 )
 from app.api.problems import JSON
+from app.db.jobs import tenant_of
 from app.db.rows import JobRow
 from app.domain import job_record, utcnow
 from app.errors import InvalidArgument, ResourceExhausted, StaleActivation
@@ -33,11 +37,15 @@ CREATE_JOB = TypeAdapter(schemas.CreateJob)
 CREATE_BATCH = TypeAdapter(schemas.CreateBatch)
 
 
-def _check_jobs(jobs: list[schemas.CreateJob], payload_limit: int | None) -> None:
-    """The rules a schema cannot say.  ``payload_limit``: check each job's variables +
-    customHeaders against it, or None when the whole body is under it (then no job in
-    it can be over: the usual case, which skips the work)."""
+def _check_jobs(request: Request, jobs: list[schemas.CreateJob], payload_limit: int | None) -> None:
+    """The rules a schema cannot say, and the key's scope (403 for a tenant or type out
+    of it).  ``payload_limit``: check each job's variables + customHeaders against it, or
+    None when the whole body is under it (then no job in it can be over: the usual case,
+    which skips the work)."""
+    caller = security.principal(request)
     for job in jobs:
+        if caller.scoped:
+            security.require_scope(caller, tenant_of(job), job["type"])
         if job.get("runAt") is not None and job.get("delay") is not None:
             raise InvalidArgument("give runAt or delay, not both")
         if payload_limit is not None:
@@ -48,7 +56,7 @@ def _check_jobs(jobs: list[schemas.CreateJob], payload_limit: int | None) -> Non
 
 async def create_job(request: Request) -> Response:
     spec = await body(request, CREATE_JOB)
-    _check_jobs([spec], payload_limit(request))
+    _check_jobs(request, [spec], payload_limit(request))
     now = utcnow()
     services = context.services(request)
     [inserted] = await services.jobs.create([spec], now)
@@ -61,7 +69,7 @@ async def create_batch(request: Request) -> Response:
     limit = request.app.state.settings.max_batch_jobs
     if len(jobs) > limit:
         raise InvalidArgument(f"jobs: at most {limit} jobs per batch, got {len(jobs)}")
-    _check_jobs(jobs, payload_limit(request))
+    _check_jobs(request, jobs, payload_limit(request))
     now = utcnow()
     inserted = await context.services(request).jobs.create(jobs, now)
     return JSON({"jobKeys": [str(i.job_key) for i in inserted]}, status_code=201)
@@ -70,7 +78,8 @@ async def create_batch(request: Request) -> Response:
 async def activate(request: Request) -> Response:
     spec = await body(request, schemas.Activate)
     services = context.services(request)
-    req = ActivateRequest(spec.type, spec.maxJobs, spec.timeout, spec.worker, spec.tenantIds)
+    tenants = security.activation_tenants(security.principal(request), spec.type, spec.tenantIds)
+    req = ActivateRequest(spec.type, spec.maxJobs, spec.timeout, spec.worker, tenants)
     rows = await long_poll(request, req, spec.requestTimeout)
     now = utcnow()
     aging = await services.activation.recent_aging(spec.type)
@@ -100,7 +109,11 @@ async def stream(request: Request) -> Response:
     services = context.services(request)
     if services.streams.shutdown.is_set():
         raise ResourceExhausted("the server is shutting down", retry_after_s=1)
-    req = ActivateRequest(spec.type, spec.maxJobs, spec.timeout, spec.worker, spec.tenantIds)
+    caller = security.principal(request)
+    tenants = security.activation_tenants(caller, spec.type, spec.tenantIds)
+    req = ActivateRequest(spec.type, spec.maxJobs, spec.timeout, spec.worker, tenants)
+    held = services.limits.waiter(caller)
+    held.__enter__()  # left when the stream ends (the response's events, below)
     s = Stream(
         req,
         services.waiters,
@@ -110,12 +123,24 @@ async def stream(request: Request) -> Response:
         check_ms=request.app.state.settings.backup_poll_ms,
         fetch_variables=spec.fetchVariables,
         is_disconnected=request.is_disconnected,
+        on_jobs=services.keys.remember if caller.scoped else None,
     )
     return EventSourceResponse(
-        s.events(),
+        _holding(s.events(), held),
         ping=request.app.state.settings.keep_alive_s,
         ping_message_factory=keep_alive_factory(),
     )
+
+
+async def _holding(
+    events: AsyncIterator[dict[str, Any]], held: AbstractContextManager[None]
+) -> AsyncIterator[dict[str, Any]]:
+    """``events``, with the key's waiter place ``held`` given back when they end."""
+    try:
+        async for event in events:
+            yield event
+    finally:
+        held.__exit__(None, None, None)
 
 
 def _int_param(value: str | None, name: str) -> int | None:
@@ -138,15 +163,19 @@ async def long_poll(
         request_timeout_ms or settings.default_request_timeout_ms, settings.long_poll_cap_ms
     )
     services = context.services(request)
+    caller = security.principal(request)
     gone = asyncio.Event()
-    watcher = asyncio.create_task(watch_disconnect(request, gone))
-    try:
-        rows: list[JobRow] = await services.waiters.long_poll(req, max(0, wait_ms) / 1000, gone)
-    finally:
-        watcher.cancel()
+    with services.limits.waiter(caller):
+        watcher = asyncio.create_task(watch_disconnect(request, gone))
+        try:
+            rows: list[JobRow] = await services.waiters.long_poll(req, max(0, wait_ms) / 1000, gone)
+        finally:
+            watcher.cancel()
     if gone.is_set() and rows:
         await services.waiters.release(rows)
         return []
+    if caller.scoped:
+        services.keys.remember(rows)
     return rows
 
 
@@ -165,23 +194,33 @@ async def complete_batch(request: Request) -> Response:
     for item in spec.jobs:
         [variables] = payload(request, item.variables)
         items.append((job_key(item.jobKey), item.activationCount, variables))
-    results = await context.services(request).jobs.complete_many(items, utcnow())
+    # Jobs out of the key's scope are answered as unknown ones, and not touched.
+    hidden = await security.visible_jobs(request, [k for k, _, _ in items])
+    shown = [i for i in items if i[0] not in hidden]
+    verdicts = iter(await context.services(request).jobs.complete_many(shown, utcnow()))
+    results = [(k, 404) if k in hidden else next(verdicts) for k, _, _ in items]
     return JSON({"results": [{"jobKey": str(k), "status": s} for k, s in results]})
 
 
 async def get_job(request: Request, key: str) -> Response:
-    record = await context.services(request).jobs.get(job_key(key), utcnow())
+    k = job_key(key)
+    record = await context.services(request).jobs.get(k, utcnow())
+    if not security.principal(request).sees(record["tenantId"], record["type"]):
+        raise security.not_found(k)
     return JSON(record)
 
 
 async def cancel_job(request: Request, key: str) -> Response:
-    await context.services(request).jobs.cancel(job_key(key), utcnow())
+    k = job_key(key)
+    await security.visible_job(request, k)
+    await context.services(request).jobs.cancel(k, utcnow())
     return Response(status_code=204)
 
 
 async def complete_job(request: Request, key: str) -> Response:
     k = job_key(key)
     spec = await body(request, schemas.Complete)
+    await security.visible_job(request, k)
     [variables] = payload(request, spec.variables)
     await context.services(request).jobs.complete(k, spec.activationCount, variables)
     return Response(status_code=204)
@@ -190,6 +229,7 @@ async def complete_job(request: Request, key: str) -> Response:
 async def fail_job(request: Request, key: str) -> Response:
     k = job_key(key)
     spec = await body(request, schemas.Fail)
+    await security.visible_job(request, k)
     await fail(request, k, spec.activationCount, spec)
     return Response(status_code=204)
 
@@ -223,6 +263,7 @@ async def fenced(
 async def throw_error(request: Request, key: str) -> Response:
     k = job_key(key)
     spec = await body(request, schemas.ThrowError)
+    await security.visible_job(request, k)
     count = await fenced(request, k, spec.activationCount, spec.jobLeaseToken)
     [variables] = payload(request, spec.variables)
     await context.services(request).jobs.throw_error(
@@ -238,6 +279,7 @@ async def update_job(request: Request, key: str) -> Response:
     if cs.retries is None and cs.timeout is None and cs.priority is None:
         raise InvalidArgument("changeset must set at least one of retries, timeout, priority")
     changes = JobChanges(retries=cs.retries, timeout_ms=cs.timeout, priority=cs.priority)
+    await security.visible_job(request, k)
     count = await fenced(request, k, spec.activationCount, spec.jobLeaseToken)
     await context.services(request).jobs.update(k, changes, count, utcnow())
     return Response(status_code=204)

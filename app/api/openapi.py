@@ -21,6 +21,7 @@ from pydantic import BaseModel, TypeAdapter
 from app import __version__
 from app.api import answers, schemas
 from app.api.routes import OPERATIONS, TypedDictBody
+from app.api.security import Permission
 
 PATH_PARAMS = {
     "jobKey": {
@@ -30,13 +31,17 @@ PATH_PARAMS = {
     },
     "tenantId": {"type": "string", "pattern": schemas.TENANT_ID_PATTERN},
     "type": {"type": "string", "pattern": schemas.JOB_TYPE_PATTERN},
+    "keyId": {"type": "string", "maxLength": 200},
 }
 ERROR_TEXT = {
     400: "Invalid input, naming the field (nothing was changed)",
+    401: "No API key, or one that is unknown, revoked or expired (WWW-Authenticate)",
+    403: "The key's role may not do this, or it names a tenant or job type outside the key's scope",
     404: "No such job, tenant or job type",
     409: "Stale activationCount or lease token, or the wrong state",
     413: "The body is larger than the server's limit (16 MiB by default)",
     415: "The body is not application/json",
+    429: "The key is over its request rate, or holds its most long polls and streams (Retry-After)",
     503: "urn:jobfair:resource-exhausted (back pressure, or the database unavailable): "
     "nothing was changed, retry after Retry-After seconds.  urn:jobfair:outcome-unknown "
     "(no Retry-After): the database went away while the call's changes were being "
@@ -64,6 +69,11 @@ JSON_VALUE: dict[str, Any] = {
         },
     ],
 }
+
+
+# Operations that need no key (with auth off, none does: API.md "Security").
+OPEN = (Permission.PUBLIC,)
+KEYED: list[dict[str, list[str]]] = [{"bearer": []}, {"basic": []}, {"oauth": []}]
 
 
 @functools.cache
@@ -113,14 +123,16 @@ def build() -> dict[str, Any]:
             responses[str(status)] = {**responses[str(op.status)], "description": text}
         # Every body is read by parsing.body: over the limit, or not JSON, it is refused.
         body_errors = (413, 415) if op.body is not None else ()
+        # Every operation that needs a key: none (or a bad one), not its right, its rate.
+        key_errors = () if op.permission in OPEN else (401, 403, 429)
         # Every call that reaches the database answers 503 while it is unavailable.
         unavailable = (503,) if op.path != "/healthz" else ()
-        for status in dict.fromkeys((*op.errors, *body_errors, *unavailable)):
+        for status in dict.fromkeys((*op.errors, *key_errors, *body_errors, *unavailable)):
             error: dict[str, Any] = {
                 "description": ERROR_TEXT[status],
                 "content": {"application/problem+json": {"schema": problem}},
             }
-            if status == 503:
+            if status in (429, 503):
                 error["headers"] = {
                     "Retry-After": {
                         "description": "seconds; absent for urn:jobfair:outcome-unknown",
@@ -141,8 +153,9 @@ def build() -> dict[str, Any]:
         if op.body is not None:
             operation["requestBody"] = {
                 "required": not op.body_optional,
-                "content": {"application/json": {"schema": ref(op.body)}},
+                "content": {op.body_media: {"schema": ref(op.body)}},
             }
+        operation["security"] = [{}] if op.permission in OPEN else KEYED
         paths.setdefault(op.path, {})[op.method.lower()] = operation
     return {
         "openapi": "3.1.0",
@@ -158,9 +171,24 @@ def build() -> dict[str, Any]:
         "paths": paths,
         "components": {
             "schemas": dict(sorted(components.items())),
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "an API key's secret (jf_<keyId>_...), or an access "
+                    "token of /oauth/token",
+                },
+                "basic": {
+                    "type": "http",
+                    "scheme": "basic",
+                    "description": "user: the key id; password: the key's secret",
+                },
+                "oauth": {
+                    "type": "oauth2",
+                    "flows": {"clientCredentials": {"tokenUrl": "/oauth/token", "scopes": {}}},
+                },
+            },
         },
-        "security": [{}, {"bearer": []}],
     }
 
 

@@ -5,11 +5,17 @@ from __future__ import annotations
 from fastapi import Request
 from starlette.responses import PlainTextResponse, Response
 
-from app.api import context, schemas
+from app.api import context, schemas, security
 from app.api.parsing import body, query_params
 from app.api.problems import JSON
 from app.domain import JOB_TYPE_RE, TENANT_ID_RE, utcnow
 from app.errors import InvalidArgument, ResourceExhausted
+from app.keys import audit
+
+
+def _by(request: Request) -> str:
+    """Who made a change, for the audit log: the key id ("-" with auth off)."""
+    return security.principal(request).key_id or "-"
 
 
 def _tenant_id(raw: str) -> str:
@@ -32,6 +38,13 @@ async def put_tenant(request: Request, tenant_id: str) -> Response:
     tid = _tenant_id(tenant_id)
     spec = await body(request, schemas.PutTenant)
     out = await context.services(request).config.put_tenant(tid, spec.weight, spec.maxActiveJobs)
+    audit.info(
+        "tenant configured: %s weight=%s maxActiveJobs=%s by=%s",
+        tid,
+        spec.weight,
+        spec.maxActiveJobs,
+        _by(request),
+    )
     return JSON(out)
 
 
@@ -44,7 +57,9 @@ async def get_tenant(request: Request, tenant_id: str) -> Response:
 
 
 async def delete_tenant(request: Request, tenant_id: str) -> Response:
-    await context.services(request).config.delete_tenant(_tenant_id(tenant_id))
+    tid = _tenant_id(tenant_id)
+    await context.services(request).config.delete_tenant(tid)
+    audit.info("tenant reset to defaults: %s by=%s", tid, _by(request))
     return Response(status_code=204)
 
 
@@ -53,6 +68,14 @@ async def put_job_type(request: Request, job_type: str) -> Response:
     spec = await body(request, schemas.PutJobType)
     out = await context.services(request).config.put_job_type(
         jt, spec.maxActiveJobs, spec.agingIntervalMs, spec.agingStep
+    )
+    audit.info(
+        "job type configured: %s maxActiveJobs=%s agingIntervalMs=%s agingStep=%s by=%s",
+        jt,
+        spec.maxActiveJobs,
+        spec.agingIntervalMs,
+        spec.agingStep,
+        _by(request),
     )
     return JSON(out)
 
@@ -75,7 +98,9 @@ async def stats(request: Request) -> Response:
     job_type = params.get("type")
     if job_type is not None and not JOB_TYPE_RE.fullmatch(job_type):
         raise InvalidArgument(f"type {job_type!r} must match {JOB_TYPE_RE.pattern}")
-    return JSON(await context.services(request).stats.stats(utcnow(), job_type))
+    caller = security.principal(request)
+    visible = caller.sees if caller.scoped else None
+    return JSON(await context.services(request).stats.stats(utcnow(), job_type, visible))
 
 
 async def healthz() -> Response:

@@ -40,9 +40,9 @@ def problem(
 
 
 def from_error(exc: JobfairError, instance: str) -> Response:
-    headers = None
+    headers = dict(exc.headers) if exc.headers else None
     if exc.retry_after_s is not None:
-        headers = {"Retry-After": str(exc.retry_after_s)}
+        headers = (headers or {}) | {"Retry-After": str(exc.retry_after_s)}
     return problem(exc.status, exc.type, exc.title, exc.detail, instance, headers)
 
 

@@ -23,7 +23,7 @@ from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import Response
 
-from app.api import answers, camunda, docs, jobs, operators, schemas, security
+from app.api import answers, camunda, docs, jobs, keys, operators, schemas, security
 from app.api.security import Permission
 from app.domain import MAX_ACTIVATE_JOBS, MAX_LEASE_MS
 
@@ -33,7 +33,12 @@ TypedDictBody = schemas.CreateJob | schemas.CreateBatch
 
 # A path parameter as the wire (and the document) names it, and as the endpoint takes it.
 # ``{job_type:path}``: a job type may contain "/".
-ENDPOINT_PARAMS = {"{jobKey}": "{key}", "{tenantId}": "{tenant_id}", "{type}": "{job_type:path}"}
+ENDPOINT_PARAMS = {
+    "{jobKey}": "{key}",
+    "{tenantId}": "{tenant_id}",
+    "{type}": "{job_type:path}",
+    "{keyId}": "{key_id}",
+}
 
 
 # eq=False: an operation is its declaration (compared, and hashable, by identity).
@@ -54,7 +59,8 @@ class Operation:
     # The problems it answers besides 413/415 (with a body) and 503 (openapi.build).
     errors: tuple[int, ...] = (400,)
     query: tuple[tuple[str, dict[str, Any], bool], ...] = ()  # (name, schema, required)
-    media: str = "application/json"
+    media: str = "application/json"  # of the answer
+    body_media: str = "application/json"
     body_optional: bool = False
     notes: str = ""
     also: dict[int, str] = field(default_factory=dict)
@@ -152,7 +158,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "GET",
         docs.OPENAPI_URL,
         docs.openapi_document,
-        Permission.PUBLIC,
+        Permission.DOCS,
         "This document",
         "operators",
         documented=False,
@@ -162,7 +168,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "GET",
         docs.DOCS_URL,
         docs.swagger_ui,
-        Permission.PUBLIC,
+        Permission.DOCS,
         "Swagger UI",
         "operators",
         documented=False,
@@ -172,7 +178,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "GET",
         docs.OAUTH2_REDIRECT_URL,
         docs.swagger_ui_redirect,
-        Permission.PUBLIC,
+        Permission.DOCS,
         "Swagger UI's OAuth2 redirect",
         "operators",
         documented=False,
@@ -232,7 +238,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "GET",
         "/v2/topology",
         camunda.topology,
-        Permission.PUBLIC,
+        Permission.AUTHENTICATED,
         "Camunda: cluster topology",
         "camunda",
         answer=answers.ANY_OBJECT,
@@ -493,7 +499,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "GET",
         "/v2/stats",
         operators.stats,
-        Permission.ADMIN,
+        Permission.READ_STATS,
         "Ready, delayed, active jobs, caps and shares per type and tenant",
         "operators",
         answer=answers.Stats,
@@ -520,17 +526,65 @@ OPERATIONS: tuple[Operation, ...] = (
         answer=answers.Status,
         errors=(503,),
     ),
-    # Process counters only (no tenant, type or job): a scraper needs no key, and should
-    # not need one that can also reconfigure tenants.
+    # Any key (a scraper's need not be able to reconfigure tenants), or none when
+    # settings.metrics_open.
     Operation(
         "GET",
         "/metrics",
         operators.metrics,
-        Permission.PUBLIC,
+        Permission.METRICS,
         "Prometheus metrics",
         "operators",
         answer={"type": "string"},
         errors=(),
         media="text/plain",
+    ),
+    # -- keys (API.md "Security") ---------------------------------------------------------
+    Operation(
+        "POST",
+        "/v2/keys",
+        keys.create_key,
+        Permission.ADMIN,
+        "Create an API key (its secret is answered this once)",
+        "security",
+        body=keys.CreateKey,
+        status=201,
+        answer=answers.NewKey,
+    ),
+    Operation(
+        "GET",
+        "/v2/keys",
+        keys.list_keys,
+        Permission.ADMIN,
+        "List API keys (never their secrets)",
+        "security",
+        answer=answers.Keys,
+        errors=(),
+    ),
+    Operation(
+        "DELETE",
+        "/v2/keys/{keyId}",
+        keys.revoke_key,
+        Permission.ADMIN,
+        "Revoke an API key (on every server within a second)",
+        "security",
+        status=204,
+        errors=(404,),
+    ),
+    Operation(
+        "POST",
+        "/oauth/token",
+        keys.token,
+        Permission.PUBLIC,
+        "OAuth 2.0 client credentials: an access token for a key",
+        "security",
+        body=keys.TokenRequest,
+        answer=answers.AccessToken,
+        errors=(400, 401),
+        body_media="application/x-www-form-urlencoded",
+        notes="Form fields grant_type=client_credentials, client_id (the key id), "
+        "client_secret (the key's secret); or the id and secret as HTTP Basic. audience "
+        "and scope are accepted and ignored. Answers RFC 6749's error members in a "
+        "problem+json body.",
     ),
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, NotRequired, Protocol
 
@@ -137,21 +138,29 @@ RFC3339 = re.compile(
 )
 
 
-def _instant(v: str) -> str:
-    """An RFC 3339 instant, respelled in UTC as Python's isoformat: the one spelling
-    both this server and PostgreSQL read the same way.  Moved to UTC here, so that an
-    instant beyond the calendar there (9999-12-31T23:59:59-14:00) is refused here."""
-    if not RFC3339.fullmatch(v):
-        raise ValueError("runAt must be an RFC 3339 instant, e.g. 2026-11-30T02:18:41Z")
-    if v.startswith(EDGE_DAYS):
-        raise ValueError("runAt must lie between 0001-01-02 and 9999-12-30")
-    try:
-        parsed = datetime.fromisoformat(v.upper().replace("Z", "+00:00"))
-        return parsed.astimezone(UTC).isoformat()
-    except ValueError as exc:  # a 13th month, a 61st second
-        raise ValueError(f"runAt is not a valid instant: {exc}") from None
-    except OverflowError:
-        raise ValueError("runAt must lie between the years 1 and 9999 in UTC") from None
+def instant(name: str) -> Callable[[str], str]:
+    """A validator of the field ``name``: an RFC 3339 instant, respelled in UTC as
+    Python's isoformat: the one spelling both this server and PostgreSQL read the same
+    way.  Moved to UTC here, so that an instant beyond the calendar there
+    (9999-12-31T23:59:59-14:00) is refused here."""
+
+    def check(v: str) -> str:
+        if not RFC3339.fullmatch(v):
+            raise ValueError(f"{name} must be an RFC 3339 instant, e.g. 2026-11-30T02:18:41Z")
+        if v.startswith(EDGE_DAYS):
+            raise ValueError(f"{name} must lie between 0001-01-02 and 9999-12-30")
+        try:
+            parsed = datetime.fromisoformat(v.upper().replace("Z", "+00:00"))
+            return parsed.astimezone(UTC).isoformat()
+        except ValueError as exc:  # a 13th month, a 61st second
+            raise ValueError(f"{name} is not a valid instant: {exc}") from None
+        except OverflowError:
+            raise ValueError(f"{name} must lie between the years 1 and 9999 in UTC") from None
+
+    return check
+
+
+_instant = instant("runAt")
 
 
 def _defaults_to(value: int | str | dict[str, Any]) -> Any:

@@ -1,40 +1,84 @@
-"""What each operation needs from its caller, and the one place that checks it.
+"""Who may call what: the one place that checks it.
 
-Every operation of ``app.api.routes`` names a ``Permission``; ``authorize`` is called
-before every route's endpoint, on the direct path (``app.api.direct``) and on FastAPI's
-(a dependency of every route ``routes.include`` registers).  It allows everything for
-now: API keys and their roles come next, and change this function only.
+Every operation of ``app.api.routes`` names a ``Permission``; ``authorize`` runs before
+every route's endpoint, on the direct path (``app.api.direct``) and on FastAPI's (a
+dependency of every route ``routes.include`` registers), so a route cannot forget it.
+It finds the caller's key (``Authorization: Bearer``, HTTP Basic, or an OAuth access
+token), checks that the key's role holds the permission, applies the key's rate limit,
+and leaves the caller's ``Principal`` on the request for the endpoint, which applies
+the key's tenant and job-type scope (``principal``, ``require_scope``,
+``visible_job``, ``activation_tenants``).
 
-The roles to come, and the permissions each will hold:
+What each role holds:
 
-- ``admin``: all of them;
-- ``producer``: ``PRODUCE`` and ``READ_JOBS``, for the jobs of its tenants;
-- ``worker``: ``WORK``, for the jobs of its tenants and types;
-- no key: ``PUBLIC`` only.
+- ``admin``: every permission, over every tenant and job type;
+- ``producer``: ``PRODUCE``, ``READ_JOBS``, ``READ_STATS`` (its tenants and types);
+- ``worker``: ``WORK``, ``READ_JOBS``, ``READ_STATS`` (its tenants and types);
+- any valid key: ``AUTHENTICATED``, ``METRICS`` and ``DOCS``;
+- no key: ``PUBLIC``; also ``METRICS`` and ``DOCS`` when settings open them.
+
+With auth off (loopback only) every caller is ``EVERYONE``.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import contextlib
 import enum
+import math
+import time
+from collections.abc import Iterator, Sequence
 from typing import Protocol
 
 from starlette.requests import Request
 
+from app.api import context
+from app.config import Settings
+from app.errors import Forbidden, NotFound, TooManyRequests, Unauthenticated
+from app.keys import EVERYONE, Principal, Role
+
+PRINCIPAL = "jobfair.principal"  # the request scope's entry authorize leaves
+
 
 class Permission(enum.Enum):
-    """What an operation needs (not who holds it: that is the roles', above)."""
+    """What an operation needs (not who holds it: that is ``ROLES``)."""
 
-    # No key: liveness, readiness, the metrics scrape, the API's own description.
+    # No key: liveness, readiness, the OAuth token endpoint (it takes the key itself).
     PUBLIC = "public"
+    # The API's own description: open unless settings.docs_open is false.
+    DOCS = "docs"
+    # The Prometheus scrape: any key, or none when settings.metrics_open.
+    METRICS = "metrics"
+    # Any valid key (Camunda's topology, which its clients ask first).
+    AUTHENTICATED = "authenticated"
     # Create and cancel jobs.
     PRODUCE = "produce"
     # Read jobs: one by key, or Camunda's search.
     READ_JOBS = "read-jobs"
+    # The fairness statistics of the key's tenants and types.
+    READ_STATS = "read-stats"
     # Take and finish jobs: activate, stream, complete, fail, throw an error, extend the
     # lease (PATCH, which also sets retries and priority).
     WORK = "work"
-    # Configure tenants and job types, read the fairness statistics.
+    # Configure tenants and job types, manage keys.
     ADMIN = "admin"
+
+
+ANY_KEY = frozenset({Permission.AUTHENTICATED, Permission.METRICS, Permission.DOCS})
+ROLES: dict[Role, frozenset[Permission]] = {
+    Role.ADMIN: frozenset(Permission),
+    Role.PRODUCER: ANY_KEY
+    | {Permission.PRODUCE, Permission.READ_JOBS, Permission.READ_STATS, Permission.PUBLIC},
+    Role.WORKER: ANY_KEY
+    | {Permission.WORK, Permission.READ_JOBS, Permission.READ_STATS, Permission.PUBLIC},
+}
+
+MISSING_KEY = (
+    "this operation needs an API key: send 'Authorization: Bearer <key>' "
+    "(an admin makes one with `jobfair keys create --role worker` or POST /v2/keys)"
+)
+BAD_KEY = "the API key or access token is unknown, revoked or expired"
 
 
 class Guarded(Protocol):
@@ -43,8 +87,176 @@ class Guarded(Protocol):
     @property
     def permission(self) -> Permission: ...
 
+    @property
+    def summary(self) -> str: ...
+
 
 async def authorize(request: Request, operation: Guarded) -> None:
     """Refuse ``request`` (raise a ``JobfairError``, answered as problem+json) unless
-    its caller holds ``operation.permission``.  Called before the endpoint, before the
-    body is read.  Today every caller holds every permission."""
+    its caller holds ``operation.permission``; leave its ``Principal`` on it.  Called
+    before the endpoint, before the body is read."""
+    needed = operation.permission
+    if needed is Permission.PUBLIC:
+        request.scope[PRINCIPAL] = EVERYONE
+        return
+    settings = request.app.state.settings
+    if settings.auth_mode == "off" or _open(needed, settings):
+        request.scope[PRINCIPAL] = EVERYONE
+        return
+    caller = await authenticate(request)
+    if needed not in ROLES[caller.role]:
+        raise Forbidden(f"a {caller.role} key may not do this: {operation.summary}")
+    context.services(request).limits.admit(caller)
+    request.scope[PRINCIPAL] = caller
+
+
+def _open(needed: Permission, settings: Settings) -> bool:
+    """Whether the operation needs no key."""
+    return (needed is Permission.DOCS and settings.docs_open) or (
+        needed is Permission.METRICS and settings.metrics_open
+    )
+
+
+async def authenticate(request: Request) -> Principal:
+    """The key the request carries, verified; ``Unauthenticated`` if none or not valid."""
+    header = request.headers.get("authorization")
+    if not header:
+        raise Unauthenticated(MISSING_KEY)
+    scheme, _, credentials = header.strip().partition(" ")
+    credentials = credentials.strip()
+    keys = context.services(request).keys
+    found: Principal | None = None
+    if scheme.lower() == "bearer" and credentials:
+        found = await keys.verify(credentials)
+    elif scheme.lower() == "basic" and credentials:
+        user, password = basic_credentials(credentials)
+        if user is not None and password is not None:
+            found = await keys.verify_basic(user, password)
+    else:
+        raise Unauthenticated("the Authorization header must be 'Bearer <key>' or HTTP Basic")
+    if found is None:
+        raise Unauthenticated(BAD_KEY)
+    return found
+
+
+def basic_credentials(encoded: str) -> tuple[str | None, str | None]:
+    """(user, password) of an HTTP Basic credential, or (None, None) if malformed."""
+    try:
+        decoded = base64.b64decode(encoded, validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return None, None
+    user, sep, password = decoded.partition(":")
+    return (user, password) if sep else (None, None)
+
+
+def principal(request: Request) -> Principal:
+    """The caller ``authorize`` found (it ran before every endpoint)."""
+    found: Principal = request.scope[PRINCIPAL]
+    return found
+
+
+# -- the key's scope, applied by the endpoints --------------------------------------------
+
+
+def require_scope(caller: Principal, tenant: str, job_type: str) -> None:
+    """403 unless the key may touch jobs of ``tenant`` and ``job_type`` (a request that
+    names them itself: a create, an activation)."""
+    if caller.tenants is not None and tenant not in caller.tenants:
+        raise Forbidden(f"this key may not use tenant {tenant}")
+    if caller.types is not None and job_type not in caller.types:
+        raise Forbidden(f"this key may not use job type {job_type}")
+
+
+def activation_tenants(
+    caller: Principal, job_type: str, tenant_ids: Sequence[str] | None
+) -> Sequence[str] | None:
+    """The tenants an activation may draw from: those it names (403 if one is out of the
+    key's scope), or all of the key's when it names none."""
+    if caller.types is not None and job_type not in caller.types:
+        raise Forbidden(f"this key may not use job type {job_type}")
+    if caller.tenants is None:
+        return tenant_ids
+    if tenant_ids is None:
+        return sorted(caller.tenants)
+    outside = sorted(set(tenant_ids) - caller.tenants)
+    if outside:
+        raise Forbidden(f"this key may not use tenants {', '.join(outside)}")
+    return tenant_ids
+
+
+def not_found(job_key: int) -> NotFound:
+    """What a job out of the key's scope answers: the same as a job that does not exist."""
+    return NotFound(f"job {job_key} does not exist")
+
+
+async def visible_job(request: Request, job_key: int) -> None:
+    """404 unless the job is in the caller's scope (or does not exist: then the operation
+    answers its own 404)."""
+    caller = principal(request)
+    if not caller.scoped:
+        return
+    scopes = await context.services(request).keys.job_scopes([job_key])
+    found = scopes.get(job_key)
+    if found is not None and not caller.sees(*found):
+        raise not_found(job_key)
+
+
+async def visible_jobs(request: Request, job_keys: Sequence[int]) -> set[int]:
+    """Those of ``job_keys`` out of the caller's scope (answered as unknown jobs)."""
+    caller = principal(request)
+    if not caller.scoped:
+        return set()
+    scopes = await context.services(request).keys.job_scopes(job_keys)
+    return {k for k, s in scopes.items() if not caller.sees(*s)}
+
+
+# -- abuse bounds per key -------------------------------------------------------------------
+
+
+class KeyLimits:
+    """Per key, in this process: a token bucket of ``rate`` requests per second (0: none)
+    with ``burst`` at most, and at most ``max_waiters`` long polls and streams held."""
+
+    def __init__(self, rate: float, burst: int, max_waiters: int) -> None:
+        self.rate = rate
+        self.burst = burst
+        self.max_waiters = max_waiters
+        self._buckets: dict[str, tuple[float, float]] = {}  # key id -> (tokens, at)
+        self.waiting: dict[str, int] = {}
+
+    def admit(self, caller: Principal) -> None:
+        if self.rate <= 0 or caller.key_id is None:
+            return
+        now = time.monotonic()
+        tokens, at = self._buckets.get(caller.key_id, (float(self.burst), now))
+        tokens = min(float(self.burst), tokens + (now - at) * self.rate)
+        if tokens < 1:
+            self._buckets[caller.key_id] = (tokens, now)
+            wait_s = max(1, math.ceil((1 - tokens) / self.rate))
+            raise TooManyRequests(
+                f"this key is over its rate of {self.rate:g} requests per second",
+                retry_after_s=wait_s,
+            )
+        self._buckets[caller.key_id] = (tokens - 1, now)
+
+    @contextlib.contextmanager
+    def waiter(self, caller: Principal) -> Iterator[None]:
+        """Hold one of the key's waiter places while the block runs."""
+        key = caller.key_id
+        if key is None:
+            yield
+            return
+        held = self.waiting.get(key, 0)
+        if held >= self.max_waiters:
+            raise TooManyRequests(
+                f"this key holds {held} long polls and streams, its most", retry_after_s=1
+            )
+        self.waiting[key] = held + 1
+        try:
+            yield
+        finally:
+            left = self.waiting[key] - 1
+            if left:
+                self.waiting[key] = left
+            else:
+                del self.waiting[key]

@@ -122,6 +122,11 @@ WHERE j.job_key = $1
 # Index: jobs pkey.
 JOB_STATES = "SELECT job_key, state, activation_count FROM jobs WHERE job_key = ANY($1::bigint[])"
 
+# -- name: job_scopes
+# Each job's tenant and type, by key: what an API key's scope is checked against (they
+# never change, so app.keys keeps what it read).  Index: jobs pkey.
+JOB_SCOPES = "SELECT job_key, tenant_id, job_type FROM jobs WHERE job_key = ANY($1::bigint[])"
+
 # -- name: cancel_job
 # CREATED (or SCHEDULED) -> CANCELED.  Index: jobs pkey.  Row lock via UPDATE.
 CANCEL_JOB = """
@@ -221,6 +226,12 @@ async def fences(db: Queries, job_keys: Sequence[int]) -> dict[int, JobFence]:
         r["job_key"]: JobFence(r["job_key"], JobState(r["state"]), r["activation_count"])
         for r in rows
     }
+
+
+async def scopes(db: Queries, job_keys: Sequence[int]) -> dict[int, tuple[str, str]]:
+    """The (tenant, type) of each of ``job_keys`` that exists."""
+    rows = await db.fetch(JOB_SCOPES, list(job_keys))
+    return {r["job_key"]: (r["tenant_id"], r["job_type"]) for r in rows}
 
 
 async def cancel(db: Sessions, job_key: int, now: datetime) -> bool:

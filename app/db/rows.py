@@ -190,3 +190,19 @@ class LaneStats:
             r["type_cap"],
             r["tenant_active"],
         )
+
+
+class KeyRow(NamedTuple):
+    """An API key as stored (``app.db.keys``): never its secret, only the secret's hash."""
+
+    key_id: str
+    secret_sha256: bytes
+    role: str
+    tenants: list[str] | None  # None: every tenant
+    job_types: list[str] | None  # None: every job type
+    name: str | None
+    expires_at: datetime | None
+    created_at: datetime
+    created_by: str | None
+    last_used_at: datetime | None
+    revoked_at: datetime | None

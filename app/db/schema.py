@@ -18,6 +18,7 @@ from sqlalchemy import (
     Double,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     Sequence,
     SmallInteger,
@@ -25,7 +26,7 @@ from sqlalchemy import (
     Text,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
 from app.domain import JobState
 
@@ -177,4 +178,34 @@ job_types = Table(
     CheckConstraint("max_active_jobs >= 0", name="job_types_max_active_jobs_check"),
     CheckConstraint("aging_interval_ms > 0", name="job_types_aging_interval_check"),
     CheckConstraint("aging_step BETWEEN 0 AND 100", name="job_types_aging_step_check"),
+)
+
+# API keys (app.keys): the secret is stored only as its SHA-256 (ADR 019); tenants and
+# job_types NULL mean every one.  A revoked key keeps its row, for the audit trail.
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("key_id", Text, primary_key=True),
+    Column("secret_sha256", LargeBinary, nullable=False),
+    Column("role", Text, nullable=False),
+    Column("tenants", ARRAY(Text)),
+    Column("job_types", ARRAY(Text)),
+    Column("name", Text),
+    Column("expires_at", DateTime(timezone=True)),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("created_by", Text),
+    Column("last_used_at", DateTime(timezone=True)),
+    Column("revoked_at", DateTime(timezone=True)),
+    CheckConstraint("role IN ('admin', 'producer', 'worker')", name="api_keys_role_check"),
+)
+
+# What signs the OAuth access tokens (app.keys): one row, made by the first server to
+# start, shared by every server process on the database.
+signing_keys = Table(
+    "signing_keys",
+    metadata,
+    Column("id", SmallInteger, primary_key=True),
+    Column("secret", LargeBinary, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    CheckConstraint("id = 1", name="signing_keys_one_row"),
 )

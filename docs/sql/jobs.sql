@@ -194,6 +194,11 @@ WHERE j.job_key = $1;
 -- Index: jobs pkey.
 SELECT job_key, state, activation_count FROM jobs WHERE job_key = ANY($1::bigint[]);
 
+-- name: job_scopes
+-- Each job's tenant and type, by key: what an API key's scope is checked against (they
+-- never change, so app.keys keeps what it read).  Index: jobs pkey.
+SELECT job_key, tenant_id, job_type FROM jobs WHERE job_key = ANY($1::bigint[]);
+
 -- name: cancel_job
 -- CREATED (or SCHEDULED) -> CANCELED.  Index: jobs pkey.  Row lock via UPDATE.
 UPDATE jobs SET state = 'CANCELED', completed_at = $2

@@ -29,6 +29,7 @@ def _routes() -> set[tuple[str, str]]:
         # The routes name their path parameters after Python; API.md after the wire.
         path = re.sub(r"\{(key)\}", "{jobKey}", path)
         path = path.replace("{tenant_id}", "{tenantId}").replace("{job_type:path}", "{type}")
+        path = path.replace("{key_id}", "{keyId}")
         for method in route.methods - {"HEAD"}:
             found.add((method.lower(), path))
     return found

@@ -89,21 +89,17 @@ async def test_authorize_sees_every_operation_before_its_endpoint(monkeypatch, o
 def test_the_permissions_are_the_security_contracts():
     """What each operation needs, by group; changing it is a decision: make it here too."""
     expected = {
-        Permission.PUBLIC: [
-            "GET /healthz",
-            "GET /readyz",
-            "GET /metrics",
-            "GET /v2/topology",
-            "GET /openapi.json",
-            "GET /docs",
-            "GET /docs/oauth2-redirect",
-        ],
+        Permission.PUBLIC: ["GET /healthz", "GET /readyz", "POST /oauth/token"],
+        Permission.DOCS: ["GET /openapi.json", "GET /docs", "GET /docs/oauth2-redirect"],
+        Permission.METRICS: ["GET /metrics"],
+        Permission.AUTHENTICATED: ["GET /v2/topology"],
         Permission.PRODUCE: [
             "POST /v2/jobs",
             "POST /v2/jobs/batch",
             "POST /v2/jobs/{jobKey}/cancel",
         ],
         Permission.READ_JOBS: ["GET /v2/jobs/{jobKey}", "POST /v2/jobs/search"],
+        Permission.READ_STATS: ["GET /v2/stats"],
         Permission.WORK: [
             "POST /v2/jobs/activate",
             "GET /v2/jobs/stream",
@@ -124,7 +120,9 @@ def test_the_permissions_are_the_security_contracts():
             "GET /v2/job-types",
             "PUT /v2/job-types/{type}",
             "GET /v2/job-types/{type}",
-            "GET /v2/stats",
+            "POST /v2/keys",
+            "GET /v2/keys",
+            "DELETE /v2/keys/{keyId}",
         ],
     }
     declared = {f"{op.method} {op.path}": op.permission for op in OPERATIONS}
