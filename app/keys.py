@@ -20,6 +20,7 @@ import asyncio
 import hashlib
 import hmac
 import logging
+import re
 import secrets
 import time
 from collections.abc import Iterable, Sequence
@@ -42,6 +43,7 @@ audit = logging.getLogger("jobfair.audit")
 
 TOKEN_PREFIX = "jf_"
 KEY_ID_HEX = 16  # 64 random bits: ids are not secret, only unique
+KEY_ID_RE = re.compile(f"^[0-9a-f]{{{KEY_ID_HEX}}}$")
 ACCESS_TOKEN_ISSUER = "jobfair"
 # A key's last use is written at most this often per key and process.
 TOUCH_EVERY = timedelta(seconds=60)
@@ -88,7 +90,7 @@ def key_id_of(token: str) -> str | None:
     if not token.startswith(TOKEN_PREFIX):
         return None
     key_id, sep, secret = token[len(TOKEN_PREFIX) :].partition("_")
-    if not sep or len(key_id) != KEY_ID_HEX or not secret or len(token) > 200:
+    if not sep or not KEY_ID_RE.fullmatch(key_id) or not secret or len(token) > 200:
         return None
     return key_id
 
@@ -272,7 +274,7 @@ class KeyService:
         except jwt.PyJWTError:
             return None
         key_id = claims["sub"]
-        if not isinstance(key_id, str) or len(key_id) != KEY_ID_HEX:
+        if not isinstance(key_id, str) or not KEY_ID_RE.fullmatch(key_id):
             return None
         read = await self._read(key_id)
         if read.row is None or not live(read.row, utcnow()):

@@ -14,8 +14,8 @@ from starlette.responses import Response
 from app.api import context, schemas, security
 from app.api.parsing import body, form_body
 from app.api.problems import JSON, PROBLEM
-from app.errors import NotFound
-from app.keys import Role, key_id_of, key_record
+from app.errors import InvalidArgument, NotFound
+from app.keys import KEY_ID_RE, Role, key_id_of, key_record
 
 
 def _future(v: str) -> str:
@@ -76,6 +76,8 @@ async def list_keys(request: Request) -> Response:
 
 
 async def revoke_key(request: Request, key_id: str) -> Response:
+    if not KEY_ID_RE.fullmatch(key_id):
+        raise InvalidArgument(f"keyId {key_id!r} must match {KEY_ID_RE.pattern}")
     by = security.principal(request).key_id
     if await context.services(request).keys.revoke(key_id, by) is None:
         raise NotFound(f"key {key_id} does not exist")

@@ -22,6 +22,7 @@ from app import __version__
 from app.api import answers, schemas
 from app.api.routes import OPERATIONS, TypedDictBody
 from app.api.security import Permission
+from app.keys import KEY_ID_RE
 
 PATH_PARAMS = {
     "jobKey": {
@@ -31,7 +32,7 @@ PATH_PARAMS = {
     },
     "tenantId": {"type": "string", "pattern": schemas.TENANT_ID_PATTERN},
     "type": {"type": "string", "pattern": schemas.JOB_TYPE_PATTERN},
-    "keyId": {"type": "string", "maxLength": 200},
+    "keyId": {"type": "string", "pattern": KEY_ID_RE.pattern},
 }
 ERROR_TEXT = {
     400: "Invalid input, naming the field (nothing was changed)",

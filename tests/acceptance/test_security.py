@@ -374,3 +374,37 @@ async def test_revocation_reaches_another_server_process_within_a_second(spawn_s
                 await asyncio.sleep(0.02)
     finally:
         await db.close()
+
+
+async def test_hostile_token_requests_are_4xx_and_issue_nothing(live: Live):
+    key_id, token = await make_key(live, Role.WORKER)
+    good = f"grant_type=client_credentials&client_id={key_id}&client_secret={token}"
+    form = {"content-type": "application/x-www-form-urlencoded"}
+    hostile = [
+        b"",
+        b"grant_type=client_credentials&grant_type=client_credentials",
+        b"grant_type=client_credentials&client_id=%00&client_secret=x",
+        b"grant_type=client_credentials&client_id=\xff&client_secret=x",
+        b"grant_type=client_credentials&client_id=%ED%A0%80&client_secret=x",
+        b"grant_type=client_credentials&client_id=a&client_secret=" + b"x" * 20_000,
+        b"&".join([b"a=1"] * 200),
+        b"grant_type=client_credentials&" + good.encode()[:-1],
+        (good + "&client_id=other").encode(),
+        b"%%%",
+        b"grant_type=client_credentials;client_id=x",
+    ]
+    for content in hostile:
+        r = await live.client.post("/oauth/token", content=content, headers=form)
+        assert 400 <= r.status_code < 500, (content[:80], r.status_code, r.text)
+        assert r.headers["content-type"] == "application/problem+json", content[:80]
+    for media in ("application/json", "text/plain", "multipart/form-data", None):
+        headers = {} if media is None else {"content-type": media}
+        r = await live.client.post("/oauth/token", content=good.encode(), headers=headers)
+        assert r.status_code == 415, (media, r.text)
+    r = await live.client.post("/oauth/token", content=good.encode(), headers=form)
+    assert r.status_code == 200
+    bad_basic = {**form, "Authorization": "Basic !!!"}
+    r = await live.client.post(
+        "/oauth/token", content=b"grant_type=client_credentials", headers=bad_basic
+    )
+    assert r.status_code == 401

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 from fastapi.routing import APIRoute
 from openapi_spec_validator import validate
 
 from app.api import openapi
+from app.api.routes import ENDPOINT_PARAMS
 from app.config import Settings
 from app.main import create_app
 
@@ -27,9 +27,8 @@ def _routes() -> set[tuple[str, str]]:
         if path in NOT_API:
             continue
         # The routes name their path parameters after Python; API.md after the wire.
-        path = re.sub(r"\{(key)\}", "{jobKey}", path)
-        path = path.replace("{tenant_id}", "{tenantId}").replace("{job_type:path}", "{type}")
-        path = path.replace("{key_id}", "{keyId}")
+        for wire, python in ENDPOINT_PARAMS.items():
+            path = path.replace(python, wire)
         for method in route.methods - {"HEAD"}:
             found.add((method.lower(), path))
     return found
