@@ -190,6 +190,9 @@ def _run_keys(data_dir: Path | None, database_url: str | None, action: Any) -> A
     """Run ``action(keys)`` against the database (migrated first: this is how the first
     key of a new database is made, before any server ran on it)."""
     settings = _settings(data_dir=data_dir, database_url=database_url)
+    # The audit line (key created, revoked: app.keys) goes to stderr.
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("jobfair.audit").setLevel(logging.INFO)
     url = resolve_database(settings)
     _migrate_when_reachable(url, settings)
 

@@ -91,6 +91,7 @@ async def _pickup(
             await asyncio.sleep(delay)
         sent = time.perf_counter()
         r = await producer.post("/v2/jobs", {"type": "pickup", "tenantId": f"t{i % 4}"})
+        assert r.status in (200, 201), r.body
         key = r.json()["jobKey"]
         returned[key] = time.perf_counter()
         posted[key] = sent

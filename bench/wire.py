@@ -70,20 +70,28 @@ def _content_length(head: bytes) -> int:
     return int(head[at + 15 : stop if stop >= 0 else len(head)])
 
 
+def _auth(base: str) -> str:
+    """The Authorization header line (after a CRLF) for a key given as the URL's user."""
+    key = urlsplit(base).username
+    return f"\r\nAuthorization: Bearer {key}" if key else ""
+
+
 class Connection:
-    def __init__(self, transport: asyncio.Transport, answers: _Answers, host: str) -> None:
+    def __init__(self, transport: asyncio.Transport, answers: _Answers, host: bytes) -> None:
         self.transport = transport
         self.answers = answers
-        self.host = host.encode()
+        self.host = host  # the Host header's value, and any header lines after it
         self.loop = asyncio.get_running_loop()
 
     @classmethod
     async def open(cls, base: str) -> Connection:
+        """``base``: ``http://host:port``, or ``http://<api key>@host:port`` to send the
+        key as a Bearer token on every request."""
         u = urlsplit(base)
         loop = asyncio.get_running_loop()
         host, port = u.hostname or "127.0.0.1", u.port or 80
         transport, answers = await loop.create_connection(_Answers, host, port)
-        return cls(transport, answers, f"{host}:{port}")
+        return cls(transport, answers, f"{host}:{port}{_auth(base)}".encode())
 
     async def request(self, method: str, path: str, body: Any = None) -> Response:
         if self.answers.lost is not None:
@@ -119,7 +127,8 @@ class EventStream:
     async def open(cls, base: str, path: str) -> EventStream:
         u = urlsplit(base)
         reader, writer = await asyncio.open_connection(u.hostname, u.port)
-        writer.write(f"GET {path} HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\n\r\n".encode())
+        head = f"GET {path} HTTP/1.1\r\nHost: {u.hostname}:{u.port}{_auth(base)}\r\n\r\n"
+        writer.write(head.encode())
         status = int((await reader.readline()).split(b" ", 2)[1])
         if status != 200:
             raise RuntimeError(f"stream answered {status}")
