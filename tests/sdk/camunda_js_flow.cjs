@@ -1,6 +1,11 @@
 // Run by tests/acceptance/test_camunda_js_sdk.py with Node: drives Camunda's JavaScript
 // SDK (@camunda8/sdk, installed by `make test` under CAMUNDA_JS_PREFIX) against the
 // Jobfair at ZEEBE_REST_ADDRESS, and prints one JSON line of what it saw.
+// `node camunda_js_flow.cjs` runs the job calls one by one; `... auth TYPE OUTSIDE
+// [assigned]` (tests/acceptance/test_camunda_sdk_auth.py) activates and completes the
+// jobs of TYPE with the credentials the environment configures (CAMUNDA_AUTH_STRATEGY
+// BASIC or OAUTH; with tenantFilter ASSIGNED if asked), then activates naming tenant
+// OUTSIDE, which the key may not use.
 const path = require('node:path')
 const { createRequire } = require('node:module')
 
@@ -40,7 +45,31 @@ async function main() {
   console.log(JSON.stringify(seen))
 }
 
-main().catch((e) => {
+async function auth(type, outside, assigned) {
+  const rest = new Camunda8().getCamundaRestClient()
+  const seen = {}
+  // No tenantIds here: the SDK sends [CAMUNDA_TENANT_ID] (by default '<default>'), which
+  // tenantFilter ASSIGNED ("the tenants assigned to me") overrides.
+  const tenants = assigned ? { tenantFilter: 'ASSIGNED' } : {}
+  const jobs = await rest.activateJobs({
+    type, maxJobsToActivate: 10, timeout: 30000, requestTimeout: -1, ...tenants,
+  })
+  seen.activated = jobs.map((j) => [j.jobKey, j.tenantId]).sort()
+  seen.completed = []
+  for (const job of jobs) seen.completed.push(await outcome(() => rest.completeJob({ jobKey: job.jobKey })))
+  seen.outside = await outcome(() => rest.activateJobs({
+    type, maxJobsToActivate: 10, timeout: 30000, requestTimeout: -1, tenantIds: [outside],
+  }))
+  // What the SDK put on its requests: "Basic ...", or "Bearer <the token it fetched>".
+  const [scheme, credentials] = (await rest.getHeaders()).authorization.split(' ')
+  seen.scheme = scheme
+  seen.accessToken = scheme === 'Bearer' ? credentials : null
+  console.log(JSON.stringify(seen))
+}
+
+const [mode, ...args] = process.argv.slice(2)
+const run = mode === 'auth' ? () => auth(args[0], args[1], args[2] === 'assigned') : main
+run().catch((e) => {
   console.error(e)
   process.exit(1)
 })

@@ -4,8 +4,11 @@ virtualenvs (the 9.x or the 10.x line of camunda-orchestration-sdk).
 Drives Camunda's Python SDK against the Jobfair whose address is in CAMUNDA_REST_ADDRESS
 and prints one JSON line of what it saw.  ``flow`` exercises the client's job calls one by
 one; ``worker`` drains jobs with the SDK's own job worker and reports the order in which
-its handler saw the tenants.  The SDK validates every response strictly, so getting
-through either mode is itself part of the proof.
+its handler saw the tenants; ``auth`` (tests/acceptance/test_camunda_sdk_auth.py) takes
+and completes jobs with the credentials the environment configures (CAMUNDA_AUTH_STRATEGY
+BASIC or OAUTH; with tenantFilter ASSIGNED if asked), then asks for a tenant outside the
+key's scope.  The SDK validates every
+response strictly, so getting through any mode is itself part of the proof.
 """
 
 import asyncio
@@ -20,8 +23,8 @@ from camunda_orchestration_sdk import CamundaAsyncClient, CamundaClient, WorkerC
 LEASES = any(f.name == "with_lease" for f in attrs.fields(sdk.JobActivationRequest))
 
 
-def activate(client, job_type, n, timeout=30_000, request_timeout=-1):
-    extra = {"with_lease": True} if LEASES else {}
+def activate(client, job_type, n, timeout=30_000, request_timeout=-1, **tenants):
+    extra = {"with_lease": True, **tenants} if LEASES else tenants
     return client.activate_jobs(
         data=sdk.JobActivationRequest(
             type_=job_type,
@@ -33,12 +36,12 @@ def activate(client, job_type, n, timeout=30_000, request_timeout=-1):
     ).jobs
 
 
-def outcome(call):
-    """The SDK's own name for how a call ended."""
+def outcome(call, status=False):
+    """The SDK's own name for how a call ended (with the HTTP status, if ``status``)."""
     try:
         call()
     except sdk.errors.ApiError as exc:
-        return type(exc).__name__
+        return f"{type(exc).__name__} {exc.status_code}" if status else type(exc).__name__
     return "ok"
 
 
@@ -94,6 +97,30 @@ def flow():
     print(json.dumps(seen))
 
 
+def auth(job_type, outside, assigned=False):
+    """Activate and complete every job of ``job_type`` the key may see, as the SDK
+    authenticates from the environment (with tenantFilter ASSIGNED if ``assigned``);
+    then activate naming tenant ``outside``."""
+    client = CamundaClient()
+    seen = {"strategy": client.configuration.CAMUNDA_AUTH_STRATEGY}
+    tenants = {"tenant_filter": sdk.JobActivationRequestTenantFilter.ASSIGNED} if assigned else {}
+    jobs = activate(client, job_type, 10, **tenants)
+    seen["activated"] = sorted([j.job_key, j.tenant_id] for j in jobs)
+    seen["completed"] = [
+        outcome(lambda j=j: client.complete_job(j.job_key, data=sdk.JobCompletionRequest()))
+        for j in jobs
+    ]
+    seen["outside"] = outcome(
+        lambda: activate(client, job_type, 10, tenant_ids=[outside]), status=True
+    )
+    # What the SDK put on its requests: "Basic ...", or "Bearer <the token it fetched>".
+    scheme, _, credentials = client.auth_provider.get_headers()["Authorization"].partition(" ")
+    seen["scheme"] = scheme
+    seen["accessToken"] = credentials if scheme == "Bearer" else None
+    client.close()
+    print(json.dumps(seen))
+
+
 async def worker(job_type, total, concurrency):
     """Camunda's job worker draining ``total`` jobs; prints the tenants in handling order."""
     order = []
@@ -138,5 +165,7 @@ async def worker(job_type, total, concurrency):
 if __name__ == "__main__":
     if sys.argv[1] == "flow":
         flow()
+    elif sys.argv[1] == "auth":
+        auth(sys.argv[2], sys.argv[3], assigned=sys.argv[4:] == ["assigned"])
     else:
         asyncio.run(worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4])))
