@@ -45,6 +45,7 @@ TOKEN_PREFIX = "jf_"
 KEY_ID_HEX = 16  # 64 random bits: ids are not secret, only unique
 KEY_ID_RE = re.compile(f"^[0-9a-f]{{{KEY_ID_HEX}}}$")
 ACCESS_TOKEN_ISSUER = "jobfair"
+MAX_KEY_READS = 4  # per process
 # A key's last use is written at most this often per key and process.
 TOUCH_EVERY = timedelta(seconds=60)
 
@@ -141,11 +142,16 @@ class KeyService:
         self.max_cached = max_cached
         self._reads: dict[str, _Read] = {}
         self._reading: dict[str, asyncio.Future[_Read]] = {}
+        # Reads of keys at once: a flood of made-up key ids (each a read: nothing to
+        # cache) waits here rather than taking the pool's connections from the jobs.
+        self._readers = asyncio.Semaphore(MAX_KEY_READS)
         self._signing: bytes | None = None
         # Job key -> (tenant, type): never change, so kept (bounded, oldest dropped).
         self._job_scopes: dict[int, tuple[str, str]] = {}
         self.max_job_scopes = max_job_scopes
         self.reads = 0  # key reads that reached the database
+        self._reading_now = 0
+        self.peak_reads = 0  # most key reads at once
 
     # -- keys ---------------------------------------------------------------------------
 
@@ -222,9 +228,15 @@ class KeyService:
         future: asyncio.Future[_Read] = asyncio.get_running_loop().create_future()
         self._reading[key_id] = future
         try:
-            now = utcnow()
-            self.reads += 1
-            row = await stored.in_use(self.db, key_id, now, now - TOUCH_EVERY)
+            async with self._readers:
+                now = utcnow()
+                self.reads += 1
+                self._reading_now += 1
+                self.peak_reads = max(self.peak_reads, self._reading_now)
+                try:
+                    row = await stored.in_use(self.db, key_id, now, now - TOUCH_EVERY)
+                finally:
+                    self._reading_now -= 1
             read = _Read(row, None if row is None else principal_of(row), time.monotonic())
             if len(self._reads) >= self.max_cached:
                 self._reads.pop(next(iter(self._reads)))

@@ -569,7 +569,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "Revoke an API key (on every server within a second)",
         "security",
         status=204,
-        errors=(404,),
+        errors=(400, 404),
     ),
     Operation(
         "POST",

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from app.config import Settings
+from app.keys import Role
 from tests.fixtures import quiet_settings
 
 ST = Path(sys.executable).with_name("st")
@@ -31,10 +32,13 @@ SEED = os.environ.get("JOBFAIR_FUZZ_SEED", "" if "JOBFAIR_FUZZ_EXAMPLES" in os.e
 def settings() -> Settings:
     # Long polls answer within the fuzzer's request timeout, whatever requestTimeout it
     # draws (up to an hour): the cap is a setting for this.
-    return quiet_settings(long_poll_cap_ms=100, default_request_timeout_ms=100)
+    # Auth required: the fuzzer sends an admin key, and its own checks try every
+    # operation without one and with a bad one (401 expected).
+    return quiet_settings(long_poll_cap_ms=100, default_request_timeout_ms=100, auth="required")
 
 
 async def test_the_fuzzer_finds_no_server_error_and_nothing_the_document_denies(live, tmp_path):
+    _, admin = await live.services.keys.create(Role.ADMIN, None, None, "fuzz", None, "test")
     command = [
         str(ST),
         f"--config-file={CONFIG}",
@@ -47,6 +51,7 @@ async def test_the_fuzzer_finds_no_server_error_and_nothing_the_document_denies(
         # A stream with no job to send never ends; schemathesis reads it this long.
         "--request-timeout=1",
         "--no-color",
+        f"--header=Authorization: Bearer {admin}",
         *([f"--seed={SEED}"] if SEED else []),
     ]
     proc = await asyncio.create_subprocess_exec(

@@ -408,3 +408,34 @@ async def test_hostile_token_requests_are_4xx_and_issue_nothing(live: Live):
         "/oauth/token", content=b"grant_type=client_credentials", headers=bad_basic
     )
     assert r.status_code == 401
+
+
+@pytest.fixture
+def opened() -> Settings:
+    return quiet_settings(auth="required", metrics_open=True, docs_open=False)
+
+
+async def test_metrics_and_docs_follow_their_settings(db_url: str, opened: Settings):
+    from app.main import create_app
+    from tests.fixtures import serving
+
+    async with serving(create_app(opened, db_url, background=False)) as live:
+        assert (await live.client.get("/metrics")).status_code == 200
+        for path in ("/openapi.json", "/docs"):
+            assert (await live.client.get(path)).status_code == 401, path
+        _, token = await make_key(live, Role.PRODUCER)
+        assert (await live.client.get("/openapi.json", headers=bearer(token))).status_code == 200
+
+
+async def test_a_flood_of_unknown_keys_reads_a_few_at_a_time(live: Live):
+    """Made-up key ids cannot be cached; their reads wait for each other, so the pool
+    keeps connections for the jobs, and every one of them is still a 401."""
+    tokens = [f"jf_{i:016x}_{'x' * 43}" for i in range(200)]
+    before = live.services.keys.reads
+    answers = await asyncio.gather(
+        *(live.client.get("/v2/topology", headers=bearer(t)) for t in tokens)
+    )
+    assert {r.status_code for r in answers} == {401}
+    assert live.services.keys.reads - before == 200
+    peak = live.services.keys.peak_reads
+    assert 1 <= peak <= 4
