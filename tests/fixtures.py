@@ -150,6 +150,34 @@ async def serving(app: FastAPI) -> AsyncIterator[Live]:
     await task
 
 
+@pytest.fixture
+async def live_tls(live: Live, tls: Tls) -> AsyncIterator[str]:
+    """``live``'s app served over HTTPS as well, on another loopback port (its start-up
+    and shut-down are ``live``'s): the https URL, certificate issued by ``tls``'s CA."""
+    port = free_port()
+    config = uvicorn.Config(
+        live.app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        lifespan="off",
+        loop="asyncio",
+        timeout_keep_alive=IDLE_CONNECTION_TIMEOUT_S,
+        http=bounded_protocol(RequestLimits.of(live.app.state.settings)),
+        ssl_certfile=str(tls.cert),
+        ssl_keyfile=str(tls.key),
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.01)
+    yield f"https://127.0.0.1:{port}"
+    server.should_exit = True
+    await task
+
+
 @dataclass
 class ServerProcess:
     proc: subprocess.Popen[bytes]
