@@ -9,6 +9,7 @@ import contextlib
 import itertools
 import os
 import socket
+import ssl
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import trustme
 import uvicorn
 from fastapi import FastAPI
 
@@ -148,6 +150,34 @@ async def serving(app: FastAPI) -> AsyncIterator[Live]:
     await task
 
 
+@pytest.fixture
+async def live_tls(live: Live, tls: Tls) -> AsyncIterator[str]:
+    """``live``'s app served over HTTPS as well, on another loopback port (its start-up
+    and shut-down are ``live``'s): the https URL, certificate issued by ``tls``'s CA."""
+    port = free_port()
+    config = uvicorn.Config(
+        live.app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        lifespan="off",
+        loop="asyncio",
+        timeout_keep_alive=IDLE_CONNECTION_TIMEOUT_S,
+        http=bounded_protocol(RequestLimits.of(live.app.state.settings)),
+        ssl_certfile=str(tls.cert),
+        ssl_keyfile=str(tls.key),
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.01)
+    yield f"https://127.0.0.1:{port}"
+    server.should_exit = True
+    await task
+
+
 @dataclass
 class ServerProcess:
     proc: subprocess.Popen[bytes]
@@ -155,13 +185,47 @@ class ServerProcess:
     log: Path
 
 
+@dataclass(frozen=True)
+class Tls:
+    """A certificate authority of this test session, and a server certificate it issued
+    for 127.0.0.1 and localhost, as PEM files."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+    @property
+    def args(self) -> tuple[str, ...]:
+        """``jobfair serve``'s options to serve HTTPS with the certificate."""
+        return ("--ssl-certfile", str(self.cert), "--ssl-keyfile", str(self.key))
+
+    def client_context(self) -> ssl.SSLContext:
+        """Trusts the CA alone (not the system's): what a verified client sees."""
+        return ssl.create_default_context(cafile=str(self.ca))
+
+
+@pytest.fixture(scope="session")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> Tls:
+    root = tmp_path_factory.mktemp("tls")
+    ca = trustme.CA()
+    leaf = ca.issue_cert("127.0.0.1", "localhost")
+    files = Tls(root / "ca.pem", root / "cert.pem", root / "key.pem")
+    ca.cert_pem.write_to_path(str(files.ca))
+    leaf.private_key_pem.write_to_path(str(files.key))
+    with open(files.cert, "wb") as chain:
+        for blob in leaf.cert_chain_pems:
+            chain.write(blob.bytes())
+    return files
+
+
 @pytest.fixture
 def spawn_server(db_url: str, tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
-    """Start ``jobfair serve`` processes on this test's database (killed at teardown)."""
+    """Start ``jobfair serve`` processes on this test's database (killed at teardown):
+    ``spawn(*options, **environment)``; with ``--ssl-certfile`` its url is https."""
     started: list[ServerProcess] = []
     files = []
 
-    def spawn(**env_overrides: str) -> ServerProcess:
+    def spawn(*args: str, **env_overrides: str) -> ServerProcess:
         port = free_port()
         log_path = tmp_path / f"server-{port}.log"
         log = open(log_path, "wb")  # noqa: SIM115 - closed at teardown
@@ -177,12 +241,14 @@ def spawn_server(db_url: str, tmp_path: Path) -> Iterator[Callable[..., ServerPr
                 str(port),
                 "--log-level",
                 "warning",
+                *args,
             ],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-        server = ServerProcess(proc, f"http://127.0.0.1:{port}", log_path)
+        scheme = "https" if "--ssl-certfile" in args else "http"
+        server = ServerProcess(proc, f"{scheme}://127.0.0.1:{port}", log_path)
         started.append(server)
         return server
 

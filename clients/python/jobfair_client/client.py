@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import ssl
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -173,6 +174,16 @@ class _Calls:
         return params
 
 
+# What ``verify`` takes: True (the system's CAs), a CA bundle's path (PEM), an SSLContext.
+Verify = bool | str | ssl.SSLContext
+
+
+def _ssl(verify: Verify) -> bool | ssl.SSLContext:
+    """httpx's ``verify``: a CA bundle's path becomes a context trusting it alone (httpx
+    0.28 deprecates passing the path)."""
+    return ssl.create_default_context(cafile=verify) if isinstance(verify, str) else verify
+
+
 def _headers(api_key: str | None) -> dict[str, str]:
     headers = {"User-Agent": "jobfair-client-python/0.1"}
     if api_key:
@@ -246,6 +257,7 @@ class AsyncJobfair:
         backoff: Backoff | None = None,
         timeout_s: float = 30.0,
         http: httpx.AsyncClient | None = None,
+        verify: Verify = True,
     ) -> None:
         self.max_attempts = max_attempts
         self.backoff = backoff or Backoff()
@@ -254,6 +266,7 @@ class AsyncJobfair:
             base_url=base_url.rstrip("/"),
             headers=_headers(api_key),
             timeout=timeout_s,
+            verify=_ssl(verify),
             limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
         )
 
@@ -379,14 +392,19 @@ class Jobfair:
         max_attempts: int = 6,
         backoff: Backoff | None = None,
         timeout_s: float = 30.0,
+        verify: Verify = True,
     ) -> None:
         self.base_url = base_url
         self.api_key = api_key
+        self.verify = verify
         self.max_attempts = max_attempts
         self.backoff = backoff or Backoff()
         self.retried = 0
         self._http = httpx.Client(
-            base_url=base_url.rstrip("/"), headers=_headers(api_key), timeout=timeout_s
+            base_url=base_url.rstrip("/"),
+            headers=_headers(api_key),
+            timeout=timeout_s,
+            verify=_ssl(verify),
         )
 
     def __enter__(self) -> Jobfair:

@@ -279,6 +279,7 @@ class Worker:
         async with AsyncJobfair(
             self.client.base_url,
             api_key=self.client.api_key,
+            verify=self.client.verify,
             max_attempts=self.client.max_attempts,
             backoff=self.client.backoff,
         ) as jf:

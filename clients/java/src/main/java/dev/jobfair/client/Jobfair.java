@@ -1,6 +1,7 @@
 package dev.jobfair.client;
 
 import java.io.IOException;
+import java.io.InputStream;
 import java.net.ConnectException;
 import java.net.URI;
 import java.net.URLEncoder;
@@ -8,6 +9,12 @@ import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.security.GeneralSecurityException;
+import java.security.KeyStore;
+import java.security.cert.Certificate;
+import java.security.cert.CertificateFactory;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Iterator;
@@ -20,6 +27,8 @@ import java.util.concurrent.ExecutionException;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.Consumer;
 import java.util.stream.Stream;
+import javax.net.ssl.SSLContext;
+import javax.net.ssl.TrustManagerFactory;
 
 /**
  * The HTTP calls of API.md over {@code java.net.http}. Back pressure (503/429 with
@@ -43,13 +52,47 @@ public final class Jobfair {
 
     /** @param apiKey sent as {@code Authorization: Bearer <apiKey>}, or null */
     public Jobfair(String baseUrl, String apiKey, int maxAttempts, Backoff backoff) {
+        this(baseUrl, apiKey, maxAttempts, backoff, null);
+    }
+
+    /**
+     * @param apiKey sent as {@code Authorization: Bearer <apiKey>}, or null
+     * @param sslContext for an https URL: whom to trust, e.g. {@link #trusting(Path)} a CA
+     *     of one's own; null: the JVM's default trust store
+     */
+    public Jobfair(String baseUrl, String apiKey, int maxAttempts, Backoff backoff, SSLContext sslContext) {
         this.baseUrl = baseUrl.replaceAll("/+$", "");
         this.apiKey = apiKey;
         this.maxAttempts = maxAttempts;
         this.backoff = backoff;
         // HTTP/1.1: an h2c upgrade offer on every request buys nothing from a plain-HTTP server.
-        this.http = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1)
-                .connectTimeout(Duration.ofSeconds(10)).build();
+        HttpClient.Builder http = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1)
+                .connectTimeout(Duration.ofSeconds(10));
+        if (sslContext != null) http.sslContext(sslContext);
+        this.http = http.build();
+    }
+
+    /**
+     * A TLS context that trusts the CA certificates of a PEM file, and only those: for a
+     * server whose certificate a CA outside the JVM's trust store issued.
+     */
+    public static SSLContext trusting(Path caPem) {
+        try (InputStream in = Files.newInputStream(caPem)) {
+            KeyStore store = KeyStore.getInstance(KeyStore.getDefaultType());
+            store.load(null, null);
+            int n = 0;
+            for (Certificate ca : CertificateFactory.getInstance("X.509").generateCertificates(in)) {
+                store.setCertificateEntry("ca-" + n++, ca);
+            }
+            if (n == 0) throw new JobfairException("no certificate in " + caPem);
+            TrustManagerFactory trust = TrustManagerFactory.getInstance(TrustManagerFactory.getDefaultAlgorithm());
+            trust.init(store);
+            SSLContext context = SSLContext.getInstance("TLS");
+            context.init(null, trust.getTrustManagers(), null);
+            return context;
+        } catch (IOException | GeneralSecurityException e) {
+            throw new JobfairException("cannot trust the certificates of " + caPem + ": " + e, e);
+        }
     }
 
     public Backoff backoff() {
