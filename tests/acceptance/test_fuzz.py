@@ -38,7 +38,7 @@ def settings() -> Settings:
 
 
 async def test_the_fuzzer_finds_no_server_error_and_nothing_the_document_denies(live, tmp_path):
-    _, admin = await live.services.keys.create(Role.ADMIN, None, None, "fuzz", None, "test")
+    row, admin = await live.services.keys.create(Role.ADMIN, None, None, "fuzz", None, "test")
     command = [
         str(ST),
         f"--config-file={CONFIG}",
@@ -51,11 +51,11 @@ async def test_the_fuzzer_finds_no_server_error_and_nothing_the_document_denies(
         # A stream with no job to send never ends; schemathesis reads it this long.
         "--request-timeout=1",
         "--no-color",
-        f"--header=Authorization: Bearer {admin}",
         *([f"--seed={SEED}"] if SEED else []),
     ]
     proc = await asyncio.create_subprocess_exec(
         *command,
+        env={**os.environ, "JOBFAIR_FUZZ_KEY": admin, "JOBFAIR_FUZZ_KEY_ID": row.key_id},
         cwd=tmp_path,  # its .hypothesis folder and reports stay out of the work tree
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
