@@ -88,12 +88,10 @@ def new_token() -> tuple[str, str]:
 
 def key_id_of(token: str) -> str | None:
     """The key id a token names, or None if it is not one of ours in form."""
-    if not token.startswith(TOKEN_PREFIX):
+    if not token.startswith(TOKEN_PREFIX) or len(token) > 200:
         return None
     key_id, sep, secret = token[len(TOKEN_PREFIX) :].partition("_")
-    if not sep or not KEY_ID_RE.fullmatch(key_id) or not secret or len(token) > 200:
-        return None
-    return key_id
+    return key_id if sep and secret and KEY_ID_RE.fullmatch(key_id) else None
 
 
 def digest(token: str) -> bytes:
@@ -206,10 +204,15 @@ class KeyService:
         key_id = key_id_of(token)
         if key_id is None:
             return await self.verify_access_token(token)
-        read = await self._read(key_id)
-        if read.row is None or not hmac.compare_digest(digest(token), read.row.secret_sha256):
+        read = self._reads.get(key_id)
+        if read is None or time.monotonic() - read.at >= self.refresh_s:
+            read = await self._read(key_id)
+        row = read.row
+        if row is None or not hmac.compare_digest(digest(token), row.secret_sha256):
             return None
-        return read.principal if live(read.row, utcnow()) else None
+        if row.expires_at is None and row.revoked_at is None:
+            return read.principal
+        return read.principal if live(row, utcnow()) else None
 
     async def verify_basic(self, user: str, password: str) -> Principal | None:
         """HTTP Basic: the key id as user name, the token as password."""
@@ -307,6 +310,10 @@ class KeyService:
             scopes[r.job_key] = (r.tenant_id, r.job_type)
         while len(scopes) > self.max_job_scopes:
             scopes.pop(next(iter(scopes)))
+
+    def known_scope(self, job_key: int) -> tuple[str, str] | None:
+        """The (tenant, type) of a job this process has seen, without a read."""
+        return self._job_scopes.get(job_key)
 
     async def job_scopes(self, job_keys: Sequence[int]) -> dict[int, tuple[str, str]]:
         """(tenant, type) of each of ``job_keys`` that exists."""

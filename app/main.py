@@ -20,7 +20,7 @@ from app.api import openapi, problems
 from app.api.context import Services
 from app.api.direct import App, DirectRoutes, literal_paths
 from app.api.routes import OPERATIONS, include
-from app.api.security import KeyLimits
+from app.api.security import Gate, KeyLimits
 from app.config import Settings
 from app.db import Database, finishing
 from app.db.listen import Notifier
@@ -84,6 +84,14 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
 
         notifier = Notifier(database_url, waiters.notify, streams.credit, on_reconnect)
         bg = Background(db, settings, database_url, stats, _stop_process, enabled=background)
+        keys = KeyService(
+            db,
+            refresh_s=settings.key_refresh_ms / 1000,
+            access_token_ttl_s=settings.access_token_ttl_s,
+        )
+        limits = KeyLimits(
+            settings.key_rate_limit, settings.key_rate_burst, settings.max_waiters_per_key
+        )
         app.state.services = Services(
             db=db,
             activation=activation,
@@ -96,14 +104,15 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
             waiters=waiters,
             streams=streams,
             notifier=notifier,
-            keys=KeyService(
-                db,
-                refresh_s=settings.key_refresh_ms / 1000,
-                access_token_ttl_s=settings.access_token_ttl_s,
-            ),
-            limits=KeyLimits(
-                settings.key_rate_limit, settings.key_rate_burst, settings.max_waiters_per_key
-            ),
+            keys=keys,
+            limits=limits,
+        )
+        app.gate = Gate(  # type: ignore[attr-defined]
+            off=settings.auth_mode == "off",
+            docs_open=settings.docs_open,
+            metrics_open=settings.metrics_open,
+            keys=keys,
+            limits=limits,
         )
         loop = asyncio.get_running_loop()
         shutting_down = asyncio.Event()

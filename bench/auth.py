@@ -19,7 +19,17 @@ from typing import Any
 from app.db import Database
 from app.keys import KeyService, Role
 from bench.delivery import _pickup
-from bench.harness import ROOT, Postgres, latency_row, machine_speed, median, server, table
+from bench.harness import (
+    ROOT,
+    CpuMeter,
+    Postgres,
+    latency_row,
+    machine_speed,
+    median,
+    server,
+    server_pid,
+    table,
+)
 from bench.run import _drain, preload
 
 MODES = ("off", "key", "scoped key")
@@ -45,6 +55,7 @@ def _with_key(base: str, token: str | None) -> str:
 
 def run(pg: Postgres, args: argparse.Namespace) -> dict[str, Any]:
     drains: dict[str, list[float]] = {m: [] for m in MODES}
+    cpu: dict[str, list[float]] = {m: [] for m in MODES}  # server CPU µs per drained job
     pickups: dict[str, list[list[float]]] = {m: [] for m in MODES}
     for r in range(args.rounds):
         order = MODES[r % len(MODES) :] + MODES[: r % len(MODES)]
@@ -56,12 +67,19 @@ def run(pg: Postgres, args: argparse.Namespace) -> dict[str, Any]:
             token = None if mode == "off" else asyncio.run(_make_key(url, mode))
             with server(url, env=env) as base:
                 keyed = _with_key(base, token)
+                meter = CpuMeter(server_pid(base), pg.postmaster_pid)
                 drains[mode].append(
                     asyncio.run(_drain(keyed, args.workers, 10, "single", args.jobs))
                 )
+                seconds, _ = meter.split()
+                cpu[mode].append(1e6 * seconds["server"] / args.jobs)
                 after_answer, _ = asyncio.run(_pickup(keyed, "longpoll", args.pickup_jobs, 200))
                 pickups[mode].append(after_answer)
-            print(f"round {r + 1} {mode}: {drains[mode][-1]:.0f} jobs/s", flush=True)
+            print(
+                f"round {r + 1} {mode}: {drains[mode][-1]:.0f} jobs/s, "
+                f"server {cpu[mode][-1]:.0f} µs CPU per job",
+                flush=True,
+            )
     base_drain = median(drains["off"])
     rows = []
     for mode in MODES:
@@ -72,6 +90,12 @@ def run(pg: Postgres, args: argparse.Namespace) -> dict[str, Any]:
                 "drainJobsPerSec": median(drains[mode]),
                 "drainVsOff": round(median(drains[mode]) / base_drain, 3),
                 "drainRuns": [round(x) for x in drains[mode]],
+                # Each round's ratio to the "off" run of the same round.
+                "drainPairedVsOff": [
+                    round(x / o, 3) for x, o in zip(drains[mode], drains["off"], strict=True)
+                ],
+                "serverUsPerJob": median(cpu[mode]),
+                "serverUsPerJobRuns": [round(x) for x in cpu[mode]],
                 **{f"pickup{k[0].upper()}{k[1:]}": v for k, v in pickup.items()},
             }
         )
@@ -90,7 +114,16 @@ def main() -> None:
     results: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "speed": machine_speed()}}
     results["args"] = vars(args)
     results["auth"] = run(pg, args)["rows"]
-    columns = ["auth", "drainJobsPerSec", "drainVsOff", "drainRuns", "pickupP50Ms", "pickupP99Ms"]
+    columns = [
+        "auth",
+        "drainJobsPerSec",
+        "drainVsOff",
+        "drainPairedVsOff",
+        "serverUsPerJob",
+        "serverUsPerJobRuns",
+        "pickupP50Ms",
+        "pickupP99Ms",
+    ]
     print(table(results["auth"], columns))
     out = json.dumps(results, indent=2)
     (ROOT / "bench" / "results").mkdir(parents=True, exist_ok=True)

@@ -106,6 +106,7 @@ class App(FastAPI):
 
     direct: DirectRoutes | None = None
     literal: dict[str, frozenset[str]] = {}
+    gate: security.Gate | None = None  # set while the lifespan runs
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":

@@ -29,14 +29,15 @@ import enum
 import math
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from starlette.requests import Request
+from starlette.types import Scope
 
 from app.api import context
-from app.config import Settings
 from app.errors import Forbidden, NotFound, TooManyRequests, Unauthenticated
-from app.keys import EVERYONE, Principal, Role
+from app.keys import EVERYONE, KeyService, Principal, Role
 
 PRINCIPAL = "jobfair.principal"  # the request scope's entry authorize leaves
 
@@ -91,44 +92,60 @@ class Guarded(Protocol):
     def summary(self) -> str: ...
 
 
+@dataclass(slots=True)
+class Gate:
+    """What ``authorize`` reads, in one attribute of the app (``App.gate``, set by the
+    lifespan): a worker pays for the check on every call it makes, so it is kept to a
+    few attribute reads (the settings and services lookups cost more than the key's
+    hash, measured in ADR 019)."""
+
+    off: bool  # auth is off (loopback only)
+    docs_open: bool
+    metrics_open: bool
+    keys: KeyService
+    limits: KeyLimits
+
+
 async def authorize(request: Request, operation: Guarded) -> None:
     """Refuse ``request`` (raise a ``JobfairError``, answered as problem+json) unless
     its caller holds ``operation.permission``; leave its ``Principal`` on it.  Called
     before the endpoint, before the body is read."""
     needed = operation.permission
+    scope = request.scope
     if needed is Permission.PUBLIC:
-        request.scope[PRINCIPAL] = EVERYONE
+        scope[PRINCIPAL] = EVERYONE
         return
-    settings = request.app.state.settings
-    if settings.auth_mode == "off" or _open(needed, settings):
-        request.scope[PRINCIPAL] = EVERYONE
+    gate: Gate = scope["app"].gate
+    if (
+        gate.off
+        or (needed is Permission.DOCS and gate.docs_open)
+        or (needed is Permission.METRICS and gate.metrics_open)
+    ):
+        scope[PRINCIPAL] = EVERYONE
         return
-    caller = await authenticate(request)
+    caller = await authenticate(scope, gate.keys)
     if needed not in ROLES[caller.role]:
         raise Forbidden(f"a {caller.role} key may not do this: {operation.summary}")
-    context.services(request).limits.admit(caller)
-    request.scope[PRINCIPAL] = caller
+    if gate.limits.rate > 0:
+        gate.limits.admit(caller)
+    scope[PRINCIPAL] = caller
 
 
-def _open(needed: Permission, settings: Settings) -> bool:
-    """Whether the operation needs no key."""
-    return (needed is Permission.DOCS and settings.docs_open) or (
-        needed is Permission.METRICS and settings.metrics_open
-    )
-
-
-async def authenticate(request: Request) -> Principal:
+async def authenticate(scope: Scope, keys: KeyService) -> Principal:
     """The key the request carries, verified; ``Unauthenticated`` if none or not valid."""
-    header = request.headers.get("authorization")
-    if not header:
+    for name, value in scope["headers"]:  # ASGI: names in lower case
+        if name == b"authorization":
+            header = value.decode("latin-1")
+            break
+    else:
         raise Unauthenticated(MISSING_KEY)
     scheme, _, credentials = header.strip().partition(" ")
     credentials = credentials.strip()
-    keys = context.services(request).keys
     found: Principal | None = None
-    if scheme.lower() == "bearer" and credentials:
+    kind = scheme.lower()
+    if kind == "bearer" and credentials:
         found = await keys.verify(credentials)
-    elif scheme.lower() == "basic" and credentials:
+    elif kind == "basic" and credentials:
         user, password = basic_credentials(credentials)
         if user is not None and password is not None:
             found = await keys.verify_basic(user, password)
@@ -195,8 +212,10 @@ async def visible_job(request: Request, job_key: int) -> None:
     caller = principal(request)
     if not caller.scoped:
         return
-    scopes = await context.services(request).keys.job_scopes([job_key])
-    found = scopes.get(job_key)
+    keys: KeyService = request.scope["app"].gate.keys
+    found = keys.known_scope(job_key)  # the jobs this process activated: no read
+    if found is None:
+        found = (await keys.job_scopes([job_key])).get(job_key)
     if found is not None and not caller.sees(*found):
         raise not_found(job_key)
 
