@@ -12,7 +12,11 @@ import os
 from app.config import Settings
 from app.main import create_app
 
-app = create_app(Settings(), os.environ["JOBFAIR_DATABASE_URL"])
+# ``jobfair serve`` sets JOBFAIR_AUTH (off only on loopback).  Served any other way
+# (uvicorn or gunicorn given this module), the bind address is not known here: keys are
+# then required unless JOBFAIR_AUTH says otherwise.
+settings = Settings() if os.environ.get("JOBFAIR_AUTH") else Settings(auth="required")
+app = create_app(settings, os.environ["JOBFAIR_DATABASE_URL"])
 
 # What is imported and built by now lives as long as the process: keep it out of the
 # collector's generations, so that a full collection walks only what serving allocated

@@ -22,7 +22,7 @@ from app.db import Database, StoreUnavailable
 from app.db.pool import ping_url, until_reachable
 from app.db.rows import KeyRow
 from app.domain import JOB_TYPE_RE, TENANT_ID_RE, utcnow
-from app.keys import KeyService, Role, key_record
+from app.keys import KEY_ID_RE, KeyService, Role, key_record
 
 cli = typer.Typer(add_completion=False, no_args_is_help=True, help="Jobfair job activation service")
 
@@ -221,6 +221,11 @@ def keys_create(
     """Create a key; its secret is printed alone on the last line (and never again)."""
     tenant_scope = _scope_option(tenants, TENANT_ID_RE, "tenants")
     type_scope = _scope_option(types, JOB_TYPE_RE, "types")
+    if role is Role.ADMIN and (tenant_scope is not None or type_scope is not None):
+        typer.echo(
+            "an admin key has every tenant and job type: leave out --tenants/--types", err=True
+        )
+        raise typer.Exit(2)
     if name is not None and (len(name) > 128 or "\x00" in name):
         typer.echo("--name: at most 128 characters, without NUL", err=True)
         raise typer.Exit(2)
@@ -282,6 +287,10 @@ def keys_revoke(
     database_url: DatabaseUrl = None,
 ) -> None:
     """Revoke a key: every server refuses it within a second."""
+
+    if not KEY_ID_RE.fullmatch(key_id):
+        typer.echo(f"a key id matches {KEY_ID_RE.pattern}, not {key_id!r}", err=True)
+        raise typer.Exit(2)
 
     async def revoke(keys: KeyService) -> KeyRow | None:
         return await keys.revoke(key_id, "cli")

@@ -99,7 +99,7 @@ def digest(token: str) -> bytes:
 
 
 def scope_list(values: Iterable[str] | None) -> list[str] | None:
-    return None if values is None else sorted(values)
+    return None if values is None else sorted(set(values))
 
 
 def live(row: KeyRow, now: datetime) -> bool:
@@ -190,9 +190,10 @@ class KeyService:
         return await stored.list_all(self.db)
 
     async def revoke(self, key_id: str, by: str | None) -> KeyRow | None:
-        row = await stored.revoke(self.db, key_id, utcnow())
+        now = utcnow()
+        row = await stored.revoke(self.db, key_id, now)
         self._reads.pop(key_id, None)
-        if row is not None:
+        if row is not None and row.revoked_at == now:  # not revoked before
             audit.info("key revoked: %s by=%s", key_id, by or "-")
         return row
 
@@ -213,6 +214,17 @@ class KeyService:
         if row.expires_at is None and row.revoked_at is None:
             return read.principal
         return read.principal if live(row, utcnow()) else None
+
+    async def still_live(self, caller: Principal) -> bool:
+        """Whether the key ``caller`` was verified with is still live (neither revoked nor
+        expired), as of at most ``refresh_s`` ago: asked again by a long poll before it
+        answers with jobs, and by a stream before each delivery."""
+        if caller.key_id is None:
+            return True
+        read = self._reads.get(caller.key_id)
+        if read is None or time.monotonic() - read.at >= self.refresh_s:
+            read = await self._read(caller.key_id)
+        return read.row is not None and live(read.row, utcnow())
 
     async def verify_basic(self, user: str, password: str) -> Principal | None:
         """HTTP Basic: the key id as user name, the token as password."""
@@ -241,9 +253,10 @@ class KeyService:
                 finally:
                     self._reading_now -= 1
             read = _Read(row, None if row is None else principal_of(row), time.monotonic())
-            if len(self._reads) >= self.max_cached:
-                self._reads.pop(next(iter(self._reads)))
-            self._reads[key_id] = read
+            if row is not None:  # made-up ids are not kept: they must not evict real keys
+                if len(self._reads) >= self.max_cached:
+                    self._reads.pop(next(iter(self._reads)))
+                self._reads[key_id] = read
             future.set_result(read)
             return read
         except BaseException as exc:

@@ -64,9 +64,13 @@ class Stream:
         fetch_variables: Sequence[str] | None = None,
         is_disconnected: Callable[[], Awaitable[bool]] | None = None,
         on_jobs: Callable[[Sequence[JobRow]], None] | None = None,
+        allowed: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         self.req = dataclasses.replace(req, via_stream=True)
         self.on_jobs = on_jobs  # told of the jobs activated, before they are written
+        # Whether the caller's key is still live: asked before jobs are written (and on
+        # every wake-up); a revoked or expired key ends the stream, its jobs given back.
+        self.allowed = allowed
         self.hub = hub
         self.registry = registry
         self.db = db
@@ -91,6 +95,8 @@ class Stream:
         self.registry.streams.add(self)
         try:
             while not self.registry.shutdown.is_set():
+                if self.allowed is not None and not await self.allowed():
+                    return
                 try:
                     rows = await self._next_jobs()
                 except StoreUnavailable:
@@ -100,9 +106,11 @@ class Stream:
                     continue
                 if rows is None:
                     continue
+                self.undelivered = list(rows)
+                if self.allowed is not None and not await self.allowed():
+                    return  # revoked while it waited: the jobs go back (_close)
                 if self.on_jobs is not None:
                     self.on_jobs(rows)
-                self.undelivered = list(rows)
                 aging = await self.activation.recent_aging(self.req.job_type)
                 while self.undelivered:
                     # Counted ours before the write, so that a credit for it (the client

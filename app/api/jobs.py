@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator
 from contextlib import AbstractContextManager
 from typing import Any
@@ -26,10 +27,11 @@ from app.api.parsing import (
     validate,
 )
 from app.api.problems import JSON
+from app.db import jobs as stored
 from app.db.jobs import tenant_of
 from app.db.rows import JobRow
 from app.domain import job_record, utcnow
-from app.errors import InvalidArgument, ResourceExhausted, StaleActivation
+from app.errors import InvalidArgument, ResourceExhausted, StaleActivation, Unauthenticated
 from app.jobs import JobChanges
 from app.streaming import Stream, keep_alive_factory
 
@@ -61,6 +63,8 @@ async def create_job(request: Request) -> Response:
     services = context.services(request)
     [inserted] = await services.jobs.create([spec], now)
     record = await services.jobs.get(inserted.job_key, now)
+    if not security.principal(request).sees(record["tenantId"], record["type"]):
+        raise security.taken_out_of_scope()  # an existing job of another type: not shown
     return JSON(record, status_code=201 if inserted.created else 200)
 
 
@@ -71,7 +75,19 @@ async def create_batch(request: Request) -> Response:
         raise InvalidArgument(f"jobs: at most {limit} jobs per batch, got {len(jobs)}")
     _check_jobs(request, jobs, payload_limit(request))
     now = utcnow()
-    inserted = await context.services(request).jobs.create(jobs, now)
+    services = context.services(request)
+    caller = security.principal(request)
+    if caller.scoped:  # an idempotencyKey taken by a job the key may not see: nothing made
+        hidden = await security.visible_jobs(request, await stored.idempotent(services.db, jobs))
+        if hidden:
+            raise security.taken_out_of_scope()
+    inserted = await services.jobs.create(jobs, now)
+    if caller.scoped:
+        # Taken between that check and the insert (a concurrent create of another type
+        # under the same key): the new jobs of the batch stay, the hidden one is not shown.
+        existing = [i.job_key for i in inserted if not i.created]
+        if existing and await security.visible_jobs(request, existing):
+            raise security.taken_out_of_scope()
     return JSON({"jobKeys": [str(i.job_key) for i in inserted]}, status_code=201)
 
 
@@ -124,6 +140,9 @@ async def stream(request: Request) -> Response:
         fetch_variables=spec.fetchVariables,
         is_disconnected=request.is_disconnected,
         on_jobs=services.keys.remember if caller.scoped else None,
+        allowed=None
+        if caller.key_id is None
+        else functools.partial(services.keys.still_live, caller),
     )
     return EventSourceResponse(
         _holding(s.events(), held),
@@ -174,6 +193,9 @@ async def long_poll(
     if gone.is_set() and rows:
         await services.waiters.release(rows)
         return []
+    if rows and not await services.keys.still_live(caller):  # revoked while it waited
+        await services.waiters.release(rows)
+        raise Unauthenticated(security.BAD_KEY)
     if caller.scoped:
         services.keys.remember(rows)
     return rows

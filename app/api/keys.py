@@ -14,7 +14,7 @@ from starlette.responses import Response
 from app.api import context, schemas, security
 from app.api.parsing import body, form_body
 from app.api.problems import JSON, PROBLEM
-from app.errors import InvalidArgument, NotFound
+from app.errors import InvalidArgument, NotFound, UnsupportedMediaType
 from app.keys import KEY_ID_RE, Role, key_id_of, key_record
 
 
@@ -52,12 +52,22 @@ class TokenRequest(schemas.Strict):
     scope: str | None = Field(None, description="accepted, ignored")
 
 
+def admin_scope_check(role: str, tenants: Any, types: Any) -> None:
+    """An admin key holds every tenant and type: a scoped one would configure tenants and
+    make keys beyond its scope, so it is refused rather than half-enforced."""
+    if role == Role.ADMIN and (tenants != "*" or types != "*"):
+        raise InvalidArgument(
+            "an admin key has every tenant and job type: give tenants and types *"
+        )
+
+
 def _scope(value: Any) -> list[str] | None:
     return None if value == "*" else value
 
 
 async def create_key(request: Request) -> Response:
     spec = await body(request, CreateKey)
+    admin_scope_check(spec.role, spec.tenants, spec.types)
     expires = None if spec.expiresAt is None else datetime.fromisoformat(spec.expiresAt)
     row, token = await context.services(request).keys.create(
         Role(spec.role),
@@ -111,7 +121,10 @@ async def token(request: Request) -> Response:
     Basic (both are OAuth's "client authentication").  ``audience`` and ``scope`` are
     accepted and change nothing: the token carries the key's own scopes."""
     path = request.url.path
-    form = await form_body(request)
+    try:
+        form = await form_body(request)
+    except (InvalidArgument, UnsupportedMediaType) as exc:
+        return oauth_error(exc.status, "invalid_request", exc.detail, path)
     if form.get("grant_type") != "client_credentials":
         return oauth_error(
             400, "unsupported_grant_type", "grant_type must be client_credentials", path
@@ -120,8 +133,14 @@ async def token(request: Request) -> Response:
     header = request.headers.get("authorization", "")
     scheme, _, credentials = header.partition(" ")
     if scheme.lower() == "basic":
+        if client_id is not None or client_secret is not None:
+            # RFC 6749 2.3: one way of authenticating the client, not two.
+            return oauth_error(
+                400, "invalid_request", "send the client's credentials as Basic or in the "
+                "form, not both", path,
+            )  # fmt: skip
         user, password = security.basic_credentials(credentials.strip())
-        if user is None or (client_id is not None and client_id != user):
+        if user is None:
             return oauth_error(401, "invalid_client", "malformed Basic credentials", path)
         client_id, client_secret = user, password
     if not client_id or not client_secret:

@@ -39,7 +39,8 @@ ERROR_TEXT = {
     401: "No API key, or one that is unknown, revoked or expired (WWW-Authenticate)",
     403: "The key's role may not do this, or it names a tenant or job type outside the key's scope",
     404: "No such job, tenant or job type",
-    409: "Stale activationCount or lease token, or the wrong state",
+    409: "Stale activationCount or lease token, or the wrong state; on a create, an "
+    "idempotencyKey taken by a job the key may not see",
     413: "The body is larger than the server's limit (16 MiB by default)",
     415: "The body is not application/json",
     429: "The key is over its request rate, or holds its most long polls and streams (Retry-After)",

@@ -256,6 +256,7 @@ OPERATIONS: tuple[Operation, ...] = (
         body=schemas.CreateJob,
         status=201,
         answer=answers.Job,
+        errors=(400, 409),
         also={200: "an existing job with the same idempotencyKey"},
         links={
             **_job_links("/jobKey"),
@@ -293,6 +294,7 @@ OPERATIONS: tuple[Operation, ...] = (
         body=schemas.CreateBatch,
         status=201,
         answer=answers.JobKeys,
+        errors=(400, 409),
     ),
     Operation(
         "POST",

@@ -36,7 +36,7 @@ from starlette.requests import Request
 from starlette.types import Scope
 
 from app.api import context
-from app.errors import Forbidden, NotFound, TooManyRequests, Unauthenticated
+from app.errors import Forbidden, InvalidState, NotFound, TooManyRequests, Unauthenticated
 from app.keys import EVERYONE, KeyService, Principal, Role
 
 PRINCIPAL = "jobfair.principal"  # the request scope's entry authorize leaves
@@ -133,12 +133,15 @@ async def authorize(request: Request, operation: Guarded) -> None:
 
 async def authenticate(scope: Scope, keys: KeyService) -> Principal:
     """The key the request carries, verified; ``Unauthenticated`` if none or not valid."""
+    found_header: bytes | None = None
     for name, value in scope["headers"]:  # ASGI: names in lower case
         if name == b"authorization":
-            header = value.decode("latin-1")
-            break
-    else:
+            if found_header is not None:  # which one counts is a proxy's guess: neither
+                raise Unauthenticated("send one Authorization header, not several")
+            found_header = value
+    if found_header is None:
         raise Unauthenticated(MISSING_KEY)
+    header = found_header.decode("latin-1")
     scheme, _, credentials = header.strip().partition(" ")
     credentials = credentials.strip()
     found: Principal | None = None
@@ -199,6 +202,12 @@ def activation_tenants(
     if outside:
         raise Forbidden(f"this key may not use tenants {', '.join(outside)}")
     return tenant_ids
+
+
+def taken_out_of_scope() -> InvalidState:
+    """A create whose idempotencyKey is taken by a job outside the key's scope (another
+    job type of the same tenant): refused without that job's record or key."""
+    return InvalidState("idempotencyKey is taken by a job this key may not see")
 
 
 def not_found(job_key: int) -> NotFound:

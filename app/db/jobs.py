@@ -211,6 +211,17 @@ async def insert(db: Sessions, jobs: Sequence[Mapping[str, Any]], now: datetime)
     return out
 
 
+async def idempotent(db: Queries, jobs: Sequence[Mapping[str, Any]]) -> list[int]:
+    """The keys of jobs already created under the idempotency keys ``jobs`` carry."""
+    named = [j for j in jobs if j.get("idempotencyKey") is not None]
+    if not named:
+        return []
+    found = await db.fetch(
+        FIND_IDEMPOTENT, [tenant_of(j) for j in named], [j["idempotencyKey"] for j in named]
+    )
+    return [f["job_key"] for f in found]
+
+
 async def get(db: Queries, job_key: int) -> StoredJob | None:
     row = await db.fetchrow(GET_JOB, job_key)
     if row is None:

@@ -430,12 +430,109 @@ async def test_metrics_and_docs_follow_their_settings(db_url: str, opened: Setti
 async def test_a_flood_of_unknown_keys_reads_a_few_at_a_time(live: Live):
     """Made-up key ids cannot be cached; their reads wait for each other, so the pool
     keeps connections for the jobs, and every one of them is still a 401."""
-    tokens = [f"jf_{i:016x}_{'x' * 43}" for i in range(200)]
+    tokens = [f"jf_{i:016x}_{'x' * 43}" for i in range(40)]
     before = live.services.keys.reads
     answers = await asyncio.gather(
         *(live.client.get("/v2/topology", headers=bearer(t)) for t in tokens)
     )
     assert {r.status_code for r in answers} == {401}
-    assert live.services.keys.reads - before == 200
+    assert live.services.keys.reads - before == 40
     peak = live.services.keys.peak_reads
     assert 1 <= peak <= 4
+
+
+# -- found by an adversarial pass (issue 22) ------------------------------------------------
+
+
+async def test_an_admin_key_cannot_be_scoped(live: Live):
+    """A scoped admin would configure tenants and make unscoped keys beyond its scope."""
+    _, admin = await make_key(live, Role.ADMIN)
+    for scope in ({"tenants": ["A"], "types": "*"}, {"tenants": "*", "types": ["t"]}):
+        r = await live.client.post(
+            "/v2/keys", json={"role": "admin", **scope}, headers=bearer(admin)
+        )
+        assert r.status_code == 400, r.text
+    assert len((await live.client.get("/v2/keys", headers=bearer(admin))).json()["keys"]) == 1
+
+
+async def test_an_idempotency_key_taken_by_another_type_shows_nothing(live: Live):
+    c = live.client
+    _, admin = await make_key(live, Role.ADMIN)
+    _, producer = await make_key(live, Role.PRODUCER, ["A"], ["t1"])
+    hidden = {"type": "t2", "tenantId": "A", "idempotencyKey": "k", "variables": {"s": "hide"}}
+    assert (await c.post("/v2/jobs", json=hidden, headers=bearer(admin))).status_code == 201
+    mine = {"type": "t1", "tenantId": "A", "idempotencyKey": "k"}
+    r = await c.post("/v2/jobs", json=mine, headers=bearer(producer))
+    assert r.status_code == 409 and "hide" not in r.text, r.text
+    batch = {"jobs": [{"type": "t1", "tenantId": "A"}, mine]}
+    r = await c.post("/v2/jobs/batch", json=batch, headers=bearer(producer))
+    assert r.status_code == 409, r.text
+    assert await live.services.db.fetchval("SELECT count(*) FROM jobs") == 1  # nothing made
+
+
+async def test_a_revoked_key_gets_no_more_jobs_on_its_open_long_poll_and_stream(live: Live):
+    c = live.client
+    _, admin = await make_key(live, Role.ADMIN)
+    worker_id, worker = await make_key(live, Role.WORKER)
+    act = {"type": "rv", "maxJobs": 5, "timeout": 60000, "requestTimeout": 20000}
+    poll = asyncio.create_task(c.post("/v2/jobs/activate", json=act, headers=bearer(worker)))
+    url = "/v2/jobs/stream?type=rv&maxJobs=5&timeout=60000"
+    async with c.stream("GET", url, headers=bearer(worker), timeout=30) as stream:
+        assert stream.status_code == 200
+        deadline = time.monotonic() + 30
+        while live.services.waiters.waiting < 2:  # the hub exposes a count, not an event
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+        await live.services.keys.revoke(worker_id, "test")
+        batch = {"jobs": [{"type": "rv"} for _ in range(4)]}
+        assert (
+            await c.post("/v2/jobs/batch", json=batch, headers=bearer(admin))
+        ).status_code == 201
+        r = await poll
+        assert r.status_code == 401, r.text
+        events = [line async for line in stream.aiter_lines() if line.startswith("data:")]
+    assert events == []  # the stream ended without writing a job
+    await live.services.activation.settle()
+    states = await live.services.db.fetch("SELECT state FROM jobs WHERE job_type = 'rv'")
+    assert [s["state"] for s in states] == ["CREATED"] * 4  # every one given back
+
+
+async def test_two_authorization_headers_are_refused(live: Live):
+    _, admin = await make_key(live, Role.ADMIN)
+    headers = [("Authorization", f"Bearer {admin}"), ("Authorization", "Bearer junk")]
+    r = await live.client.get("/v2/keys", headers=headers)
+    assert r.status_code == 401 and "one Authorization header" in r.json()["detail"]
+
+
+async def test_token_request_errors_carry_the_oauth_members(live: Live):
+    key_id, token = await make_key(live, Role.WORKER)
+    form = {"content-type": "application/x-www-form-urlencoded"}
+    r = await live.client.post(
+        "/oauth/token", content=b"grant_type=client_credentials&client_id=a&client_id=b",
+        headers=form,
+    )  # fmt: skip
+    assert (r.status_code, r.json()["error"]) == (400, "invalid_request")
+    r = await live.client.post("/oauth/token", json={"grant_type": "client_credentials"})
+    assert (r.status_code, r.json()["error"]) == (415, "invalid_request")
+    both = {"grant_type": "client_credentials", "client_secret": token}
+    r = await live.client.post("/oauth/token", data=both, headers=basic(key_id, token))
+    assert (r.status_code, r.json()["error"]) == (400, "invalid_request")
+
+
+def test_the_asgi_module_requires_keys_unless_told_otherwise(db_url: str):
+    """Served by uvicorn or gunicorn directly, the bind address is unknown to the app."""
+    import os
+    import subprocess
+    import sys
+
+    code = "from app.asgi import app; print(app.state.settings.auth_mode)"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBFAIR_")}
+    for extra, expected in (({}, "required"), ({"JOBFAIR_AUTH": "off"}, "off")):
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            env={**env, "JOBFAIR_DATABASE_URL": db_url, **extra},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert out.stdout.strip() == expected
