@@ -76,10 +76,10 @@ async def test_producer_api_and_typed_errors(jf):
 
 
 @pytest.mark.parametrize("mode", ["poll", "stream"])
-async def test_four_handlers_drain_400_jobs_each_exactly_once(jf, mode):
-    # 400, not more: through this client a worker drains slowly (issue 23), and this is
+async def test_four_handlers_drain_160_jobs_each_exactly_once(jf, mode):
+    # 160, not more: through this client a worker drains slowly (issue 23), and this is
     # a test of exactly-once and bounded concurrency, not of throughput.
-    keys = await jf.create_jobs([NewJob("drain", tenant_id=f"t{i % 3}") for i in range(400)])
+    keys = await jf.create_jobs([NewJob("drain", tenant_id=f"t{i % 3}") for i in range(160)])
     seen: Counter[str] = Counter()
     running = 0
     peak = 0
@@ -92,7 +92,7 @@ async def test_four_handlers_drain_400_jobs_each_exactly_once(jf, mode):
         seen[job.key] += 1
         await asyncio.sleep(0)
         running -= 1
-        if sum(seen.values()) == 400:
+        if sum(seen.values()) == 160:
             finished.set()
         return {"handled": 1}
 
@@ -103,8 +103,8 @@ async def test_four_handlers_drain_400_jobs_each_exactly_once(jf, mode):
     await run
     assert set(seen) == set(keys) and set(seen.values()) == {1}
     assert peak <= 4
-    assert worker.stats.completed == 400 and worker.stats.conflicts == 0
-    assert await states(jf, keys) == Counter({"COMPLETED": 400})
+    assert worker.stats.completed == 160 and worker.stats.conflicts == 0
+    assert await states(jf, keys) == Counter({"COMPLETED": 160})
 
 
 async def test_a_handler_exception_fails_the_job_and_it_is_retried(jf):
@@ -183,7 +183,7 @@ async def test_a_slow_handler_keeps_its_lease_by_heartbeat(jf):
 
 
 async def test_shutdown_mid_drain_loses_nothing(jf):
-    keys = await jf.create_jobs([NewJob("shut") for _ in range(200)])
+    keys = await jf.create_jobs([NewJob("shut") for _ in range(100)])
     handled: Counter[str] = Counter()
     twenty = asyncio.Event()
     all_done = asyncio.Event()
@@ -193,7 +193,7 @@ async def test_shutdown_mid_drain_loses_nothing(jf):
         handled[j.key] += 1
         if sum(handled.values()) >= 20:
             twenty.set()
-        if sum(handled.values()) == 200:
+        if sum(handled.values()) == 100:
             all_done.set()
 
     first = AsyncWorker(jf, "shut", handler, concurrency=4, request_timeout_ms=500)
@@ -203,15 +203,15 @@ async def test_shutdown_mid_drain_loses_nothing(jf):
     await run
     after_stop = await states(jf, keys)
     assert after_stop["ACTIVATED"] == 0, after_stop  # nothing stranded with a dead worker
-    assert after_stop["COMPLETED"] == first.stats.completed < 200
+    assert after_stop["COMPLETED"] == first.stats.completed < 100
 
     second = AsyncWorker(jf, "shut", handler, concurrency=4, request_timeout_ms=500)
     run = asyncio.create_task(second.run())
     await asyncio.wait_for(all_done.wait(), timeout=60)
     second.stop()
     await run
-    assert set(handled.values()) == {1} and len(handled) == 200
-    assert await states(jf, keys) == Counter({"COMPLETED": 200})
+    assert set(handled.values()) == {1} and len(handled) == 100
+    assert await states(jf, keys) == Counter({"COMPLETED": 100})
 
 
 async def test_shutdown_releases_a_job_whose_handler_outlives_the_grace(jf):
@@ -234,7 +234,7 @@ async def test_shutdown_releases_a_job_whose_handler_outlives_the_grace(jf):
 async def test_sync_client_and_threaded_worker(live):
     def produce() -> list[str]:
         with Jobfair(live.url) as client:
-            return client.create_jobs([NewJob("sync") for _ in range(300)])
+            return client.create_jobs([NewJob("sync") for _ in range(120)])
 
     keys = await asyncio.to_thread(produce)
     seen: Counter[str] = Counter()
@@ -244,7 +244,7 @@ async def test_sync_client_and_threaded_worker(live):
     def handler(j: Job) -> dict[str, str]:
         with lock:  # runs on one of the worker's threads
             seen[j.key] += 1
-            if sum(seen.values()) == 300:
+            if sum(seen.values()) == 120:
                 all_seen.set()
         return {"thread": "yes"}
 
@@ -257,4 +257,4 @@ async def test_sync_client_and_threaded_worker(live):
     client.close()
     assert set(seen) == set(keys) and set(seen.values()) == {1}
     async with AsyncJobfair(live.url) as jf:
-        assert await states(jf, keys) == Counter({"COMPLETED": 300})
+        assert await states(jf, keys) == Counter({"COMPLETED": 120})
