@@ -15,6 +15,7 @@ import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -125,16 +126,28 @@ async def live(db_url: str, settings: Settings, background: bool) -> AsyncIterat
 @contextlib.asynccontextmanager
 async def serving(app: FastAPI) -> AsyncIterator[Live]:
     """``app`` under uvicorn on a free loopback port, in this event loop."""
+    async with _uvicorn(app, lifespan="on") as port:
+        url = f"http://127.0.0.1:{port}"
+        limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
+        async with httpx.AsyncClient(base_url=url, timeout=30, limits=limits) as client:
+            yield Live(url, app, client)
+
+
+@contextlib.asynccontextmanager
+async def _uvicorn(app: FastAPI, lifespan: str, **options: Any) -> AsyncIterator[int]:
+    """``app`` under uvicorn, as `jobfair serve` configures it, on a free loopback port
+    (yielded) in this event loop; stopped at exit."""
     port = free_port()
     config = uvicorn.Config(
         app,
         host="127.0.0.1",
         port=port,
         log_level="warning",
-        lifespan="on",
+        lifespan=lifespan,
         loop="asyncio",
         timeout_keep_alive=IDLE_CONNECTION_TIMEOUT_S,  # as `jobfair serve`
         http=bounded_protocol(RequestLimits.of(app.state.settings)),  # as `jobfair serve`
+        **options,
     )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
@@ -142,40 +155,20 @@ async def serving(app: FastAPI) -> AsyncIterator[Live]:
         if task.done():
             task.result()
         await asyncio.sleep(0.01)
-    url = f"http://127.0.0.1:{port}"
-    limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
-    async with httpx.AsyncClient(base_url=url, timeout=30, limits=limits) as client:
-        yield Live(url, app, client)
-    server.should_exit = True
-    await task
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        await task
 
 
 @pytest.fixture
 async def live_tls(live: Live, tls: Tls) -> AsyncIterator[str]:
     """``live``'s app served over HTTPS as well, on another loopback port (its start-up
     and shut-down are ``live``'s): the https URL, certificate issued by ``tls``'s CA."""
-    port = free_port()
-    config = uvicorn.Config(
-        live.app,
-        host="127.0.0.1",
-        port=port,
-        log_level="warning",
-        lifespan="off",
-        loop="asyncio",
-        timeout_keep_alive=IDLE_CONNECTION_TIMEOUT_S,
-        http=bounded_protocol(RequestLimits.of(live.app.state.settings)),
-        ssl_certfile=str(tls.cert),
-        ssl_keyfile=str(tls.key),
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.01)
-    yield f"https://127.0.0.1:{port}"
-    server.should_exit = True
-    await task
+    tls_files = {"ssl_certfile": str(tls.cert), "ssl_keyfile": str(tls.key)}
+    async with _uvicorn(live.app, lifespan="off", **tls_files) as port:
+        yield f"https://127.0.0.1:{port}"
 
 
 @dataclass
