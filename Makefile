@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: serve test check lint typecheck bench clean openapi fuzz chaos
+.PHONY: serve test check lint typecheck bench bench-peers clean openapi fuzz chaos
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
@@ -81,6 +81,12 @@ fuzz: $(STAMP)  ## schemathesis against the app's OpenAPI document, long (minute
 
 bench: $(STAMP)  ## the benchmarks, JSON + a table (minutes; not part of `make test`)
 	$(BIN)/python -m bench.run
+
+# Jobfair against PgQueuer and Procrastinate, in-process on the same embedded PostgreSQL;
+# W2 at 50 in flight also through the TypeScript and Java clients' workers.
+bench-peers: $(STAMP) $(TS_CLIENT)/dist/.stamp  ## Jobfair vs PgQueuer and Procrastinate (minutes)
+	$(BIN)/pip install --quiet -e '.[dev,peers]'
+	$(BIN)/python -m bench.peers
 
 clean:
 	rm -rf $(VENV) .jobfair .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -33,11 +33,14 @@ class Postgres:
     def postmaster_pid(self) -> int:
         return postmaster_pid(Path(self.server.pgdata))
 
-    def fresh_db(self, name: str) -> str:
+    def fresh_db(self, name: str, migrate: bool = True) -> str:
+        """An empty database ``name`` (dropped first if it exists), with Jobfair's schema
+        unless ``migrate`` is false; its asyncpg URL."""
         self.server.psql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE);')
         self.server.psql(f'CREATE DATABASE "{name}";')
         url = embedded.asyncpg_url(self.server.get_uri(name))
-        migrations.upgrade(url)
+        if migrate:
+            migrations.upgrade(url)
         return url
 
 
