@@ -211,10 +211,11 @@ def main() -> None:
         print(table(results[workload]["rows"], COLUMNS[workload]))
         ratios = results[workload]["ratio"]
         for label, ratio in ratios.items() if workload == "W2" else [("", ratios)]:
-            if ratio:
+            if "jobfair" in ratio:
+                at = f" at {label[8:]} in flight" if label else ""
                 print(
-                    f"Jobfair / best peer ({ratio['bestPeer']}) {label}, {RATIO_OF[workload]}: "
-                    f"{ratio.get('jobfair', float('nan')):.2f}"
+                    f"Jobfair / best peer ({ratio['bestPeer']}){at}, {RATIO_OF[workload]}: "
+                    f"{ratio['jobfair']:.2f}"
                 )
     print(f"\nmachine speed after: {_speed(machine['speedAfter'])}")
     RESULTS.mkdir(parents=True, exist_ok=True)
