@@ -13,13 +13,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
-from bench.harness import ROOT, Postgres, latency_row, machine_speed, median, table
-from bench.peers import jobfair, pgqueuer_, procrastinate_
-from bench.peers.common import Sizes
+from bench.harness import ROOT as _ROOT
+
+# Jobfair's side goes through the Python client, as a user's code would: the one in this
+# checkout (the tests find it the same way, through pyproject's pythonpath).
+sys.path.insert(0, str(_ROOT / "clients" / "python"))
+
+from bench.harness import ROOT, Postgres, latency_row, machine_speed, median, table  # noqa: E402
+from bench.peers import jobfair, pgqueuer_, procrastinate_  # noqa: E402
+from bench.peers.common import Sizes  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 SYSTEMS = {"jobfair": jobfair, "pgqueuer": pgqueuer_, "procrastinate": procrastinate_}

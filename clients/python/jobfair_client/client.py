@@ -13,19 +13,20 @@ by ``activationCount``) and creations that carry an idempotency key.
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import ssl
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
+from jobfair_client import codec
 from jobfair_client.errors import OutcomeUnknown, ProblemError, problem
 from jobfair_client.models import Job, NewJob
 from jobfair_client.sse import SseReader
+from jobfair_client.transport import FastTransport
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +53,8 @@ class Backoff:
 
 @dataclass(frozen=True, slots=True)
 class Call:
+    """One request.  ``body`` is a JSON value, or bytes already encoded."""
+
     method: str
     path: str
     body: Any = None
@@ -110,6 +113,11 @@ class _Calls:
         if variables is not None:
             body["variables"] = variables
         return Call("POST", f"/v2/jobs/{key}/complete", body)
+
+    @staticmethod
+    def complete_many(encoded_items: Sequence[bytes]) -> Call:
+        """``POST /v2/jobs/complete`` of items each encoded by ``completion_item``."""
+        return Call("POST", "/v2/jobs/complete", b'{"jobs":[' + b",".join(encoded_items) + b"]}")
 
     @staticmethod
     def fail(
@@ -191,16 +199,25 @@ def _headers(api_key: str | None) -> dict[str, str]:
     return headers
 
 
+def completion_item(job: Job | tuple[str, int], variables: dict[str, Any] | None) -> bytes:
+    """One job of a batched completion, encoded (so that a batch can be sized by it)."""
+    key, count = _finish(job)
+    item: dict[str, Any] = {"jobKey": key, "activationCount": count}
+    if variables is not None:
+        item["variables"] = variables
+    return codec.dumps(item)
+
+
 def _answer(response: httpx.Response) -> Any:
     if response.status_code >= 400:
         try:
-            body = response.json()
+            body = codec.loads(response.content)
         except ValueError:
             body = response.text
         raise problem(response.status_code, body, response.headers.get("Retry-After"))
     if response.status_code == 204 or not response.content:
         return None
-    return response.json()
+    return codec.loads(response.content)
 
 
 def _should_retry(exc: Exception, call: Call) -> float | None:
@@ -218,13 +235,28 @@ def _should_retry(exc: Exception, call: Call) -> float | None:
 
 def _request_args(call: Call) -> dict[str, Any]:
     timeout = call.timeout_s if call.timeout_s is not None else httpx.USE_CLIENT_DEFAULT
-    return {
-        "method": call.method,
-        "url": call.path,
-        "json": call.body,
-        "params": call.params,
-        "timeout": timeout,
-    }
+    args: dict[str, Any] = {"method": call.method, "url": call.path, "timeout": timeout}
+    if call.params is not None:
+        args["params"] = call.params
+    if call.body is not None:
+        body = call.body
+        args["content"] = body if isinstance(body, bytes) else codec.dumps(body)
+        args["headers"] = codec.CONTENT_TYPE
+    return args
+
+
+def _items(
+    jobs: Sequence[Job | tuple[str, int]], variables: Sequence[dict[str, Any] | None] | None
+) -> list[bytes]:
+    if variables is None:
+        return [completion_item(j, None) for j in jobs]
+    if len(variables) != len(jobs):
+        raise ValueError("one variables entry (or None) per job")
+    return [completion_item(j, v) for j, v in zip(jobs, variables, strict=True)]
+
+
+def _verdicts(answer: Any) -> list[int]:
+    return [int(r["status"]) for r in answer["results"]]
 
 
 class _Attempts:
@@ -258,17 +290,27 @@ class AsyncJobfair:
         timeout_s: float = 30.0,
         http: httpx.AsyncClient | None = None,
         verify: Verify = True,
+        transport: Literal["fast", "httpcore"] = "fast",
     ) -> None:
+        """``transport``: "fast" (``jobfair_client.transport``) or "httpcore", httpx's own
+        (for proxies or HTTP/2); ignored when ``http`` brings a client."""
         self.max_attempts = max_attempts
         self.backoff = backoff or Backoff()
         self.retried = 0  # requests sent again after back pressure or a connection error
-        self._http = http or httpx.AsyncClient(
-            base_url=base_url.rstrip("/"),
-            headers=_headers(api_key),
-            timeout=timeout_s,
-            verify=_ssl(verify),
-            limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
-        )
+        if http is None:
+            options: dict[str, Any] = {}
+            if transport == "fast":
+                options["transport"] = FastTransport(verify=_ssl(verify), max_connections=200)
+            else:
+                options["verify"] = _ssl(verify)
+                options["limits"] = httpx.Limits(max_connections=200, max_keepalive_connections=50)
+            http = httpx.AsyncClient(
+                base_url=base_url.rstrip("/"),
+                headers=_headers(api_key),
+                timeout=timeout_s,
+                **options,
+            )
+        self._http = http
 
     async def __aenter__(self) -> AsyncJobfair:
         return self
@@ -333,6 +375,20 @@ class AsyncJobfair:
     ) -> None:
         await self.send(_Calls.complete(job, variables))
 
+    async def complete_many(
+        self,
+        jobs: Sequence[Job | tuple[str, int]],
+        variables: Sequence[dict[str, Any] | None] | None = None,
+    ) -> list[int]:
+        """Complete up to 1,000 jobs in one round trip, each fenced by its activation
+        count; ``variables[i]`` (if given) are job i's.  One verdict per job, in order:
+        204 completed, 404 unknown, 409 not (or no longer) this activation's."""
+        return await self.send_completions(_items(jobs, variables))
+
+    async def send_completions(self, encoded_items: Sequence[bytes]) -> list[int]:
+        """``complete_many`` of items already encoded by ``completion_item``."""
+        return _verdicts(await self.send(_Calls.complete_many(encoded_items)))
+
     async def fail(
         self,
         job: Job | tuple[str, int],
@@ -378,7 +434,7 @@ class AsyncJobfair:
             async for chunk in r.aiter_bytes():
                 for event, data in events.feed(chunk):
                     if event == "job":
-                        yield Job.from_json(json.loads(data))
+                        yield Job.from_json(codec.loads(data))
 
 
 class Jobfair:
@@ -459,6 +515,14 @@ class Jobfair:
 
     def complete(self, job: Job | tuple[str, int], variables: dict[str, Any] | None = None) -> None:
         self.send(_Calls.complete(job, variables))
+
+    def complete_many(
+        self,
+        jobs: Sequence[Job | tuple[str, int]],
+        variables: Sequence[dict[str, Any] | None] | None = None,
+    ) -> list[int]:
+        """As ``AsyncJobfair.complete_many``."""
+        return _verdicts(self.send(_Calls.complete_many(_items(jobs, variables))))
 
     def fail(
         self,

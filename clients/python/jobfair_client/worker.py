@@ -6,6 +6,11 @@ exception fails it with ``retries - 1`` and an exponential back-off; a ``Busines
 activation is no longer current: it is logged and dropped, never retried.  Long handlers
 keep their lease by heartbeat.  ``stop()`` stops activating, lets handlers finish for
 ``shutdown_grace_s`` and releases the jobs of those that do not.
+
+Completions are sent together (``batch_completion``, on by default): the handlers that
+finish while a batch is on its way are completed by the next one, each still fenced by
+its activation count and each with its own verdict.  One request per job would cost a
+worker more than the job: with fifty handlers, fifty requests in flight at once.
 """
 
 from __future__ import annotations
@@ -22,13 +27,17 @@ from typing import Any, Literal
 
 import httpx
 
-from jobfair_client.client import AsyncJobfair, Backoff, Jobfair
+from jobfair_client.client import AsyncJobfair, Backoff, Jobfair, completion_item
 from jobfair_client.errors import Conflict, JobfairError, ProblemError
 from jobfair_client.models import BusinessError, Job
 
 log = logging.getLogger("jobfair_client")
 
 STOP_ABORT_DELAY_S = 0.25
+# A batch of completions: at most this many jobs (the server's limit) and about this many
+# bytes (a handler's variables can be large; the server's body limit is 16 MiB).
+BATCH_MAX_JOBS = 1_000
+BATCH_MAX_BYTES = 1 << 20
 Result = dict[str, Any] | BusinessError | None
 AsyncHandler = Callable[[Job], Awaitable[Result]]
 SyncHandler = Callable[[Job], Result]
@@ -41,6 +50,60 @@ class WorkerStats:
     errors_thrown: int = 0
     conflicts: int = 0
     released: int = 0
+
+
+class _Completions:
+    """A worker's completions, sent together: whatever is queued when the previous batch
+    comes back goes in the next one, so a batch grows with the load and a lone
+    completion goes at once.  Each queued job gets its own verdict (204, 404 or 409), or
+    the exception that failed its batch."""
+
+    def __init__(self, client: AsyncJobfair) -> None:
+        self.client = client
+        self._queue: list[tuple[bytes, asyncio.Future[int]]] = []
+        self._sender: asyncio.Task[None] | None = None
+
+    def complete(self, job: Job, variables: dict[str, Any] | None) -> asyncio.Future[int]:
+        """Queue ``job``'s completion (ValueError or TypeError, at once, when its variables
+        cannot be sent as JSON); the future is its verdict."""
+        item = completion_item(job, variables)
+        verdict: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._queue.append((item, verdict))
+        if self._sender is None:
+            # A task, not a call now: handlers finishing in this turn of the loop join in.
+            self._sender = asyncio.create_task(self._send())
+        return verdict
+
+    async def flushed(self) -> None:
+        if self._sender is not None:
+            await asyncio.shield(self._sender)
+
+    async def _send(self) -> None:
+        try:
+            while self._queue:
+                batch = self._take()
+                try:
+                    verdicts = await self.client.send_completions([item for item, _ in batch])
+                except (JobfairError, httpx.HTTPError) as exc:
+                    for _, verdict in batch:
+                        if not verdict.done():
+                            verdict.set_exception(exc)
+                    continue
+                for (_, verdict), status in zip(batch, verdicts, strict=True):
+                    if not verdict.done():
+                        verdict.set_result(status)
+        finally:
+            self._sender = None
+
+    def _take(self) -> list[tuple[bytes, asyncio.Future[int]]]:
+        size, n = 0, 0
+        for item, _ in self._queue:
+            if n == BATCH_MAX_JOBS or (n and size + len(item) > BATCH_MAX_BYTES):
+                break
+            size += len(item) + 1
+            n += 1
+        batch, self._queue = self._queue[:n], self._queue[n:]
+        return batch
 
 
 class AsyncWorker:
@@ -59,6 +122,7 @@ class AsyncWorker:
         fail_backoff: Backoff | None = None,
         heartbeat: bool = True,
         shutdown_grace_s: float = 30.0,
+        batch_completion: bool = True,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -74,10 +138,12 @@ class AsyncWorker:
         self.fail_backoff = fail_backoff or Backoff(base_ms=1_000, factor=2, max_ms=300_000)
         self.heartbeat = heartbeat
         self.shutdown_grace_s = shutdown_grace_s
+        self._completions = _Completions(client) if batch_completion else None
         self.stats = WorkerStats()
         self._stopping = asyncio.Event()
         self._slot_freed = asyncio.Event()
-        self._inflight: dict[asyncio.Task[None], Job] = {}
+        self._inflight: dict[asyncio.Task[None], Job] = {}  # from activation to verdict
+        self._handling = 0  # of those, the ones whose handler is running
 
     def stop(self) -> None:
         """Stop activating; ``run()`` returns once in-flight jobs are finished or released."""
@@ -102,13 +168,22 @@ class AsyncWorker:
             with contextlib.suppress(asyncio.CancelledError):
                 await feeder
             await self._drain()
+            if self._completions is not None:
+                await self._completions.flushed()
 
     # -- feeding -------------------------------------------------------------------------
 
     async def _poll(self) -> None:
         failures = 0
         while not self._stopping.is_set():
-            free = self.concurrency - len(self._inflight)
+            # A handler's slot is free once it returns: the next activation goes out while
+            # its completion is on its way.  Jobs waiting for their verdicts are bounded
+            # too, so a slow server slows the worker down instead of piling up its jobs.
+            # (Two activations in flight, each for half the slots, drained a backlog
+            # slower: 2,077-2,461 jobs/s against 2,626-3,249 in alternating runs.)
+            free = min(
+                self.concurrency - self._handling, 2 * self.concurrency - len(self._inflight)
+            )
             if free <= 0:
                 self._slot_freed.clear()
                 await self._slot_freed.wait()
@@ -154,6 +229,7 @@ class AsyncWorker:
     def _start(self, job: Job) -> None:
         task = asyncio.create_task(self._handle(job))
         self._inflight[task] = job
+        self._handling += 1
         task.add_done_callback(self._done)
 
     def _done(self, task: asyncio.Task[None]) -> None:
@@ -163,42 +239,64 @@ class AsyncWorker:
     # -- one job -------------------------------------------------------------------------
 
     async def _handle(self, job: Job) -> None:
-        beat = asyncio.create_task(self._heartbeat(job)) if self.heartbeat else None
-        try:
-            try:
-                result = await self.handler(job)
-            except BusinessError as exc:
-                result = exc
-            except Exception as exc:  # the handler failed: retry later, one attempt fewer
-                backoff = self.fail_backoff.exact_ms(max(0, job.activation_count - 1))
-                log.info("job %s failed: %r; retrying in %d ms", job.key, exc, backoff)
-                await self._finish(
-                    job,
-                    self.client.fail(
-                        job,
-                        retries=max(0, job.retries - 1),
-                        error_message=f"{type(exc).__name__}: {exc}",
-                        retry_backoff_ms=backoff,
-                    ),
-                )
-                self.stats.failed += 1
-                return
-        finally:
-            if beat is not None:
-                beat.cancel()
-        if isinstance(result, BusinessError):
+        outcome = await self._run_handler(job)
+        if isinstance(outcome, BusinessError):
             await self._finish(
-                job, self.client.throw_error(job, result.code, result.message, result.variables)
+                job, self.client.throw_error(job, outcome.code, outcome.message, outcome.variables)
             )
             self.stats.errors_thrown += 1
-        else:
-            if await self._finish(job, self.client.complete(job, result)):
-                self.stats.completed += 1
+            return
+        if not isinstance(outcome, Exception):
+            if self._completions is None:
+                if await self._finish(job, self.client.complete(job, outcome)):
+                    self.stats.completed += 1
+                return
+            try:
+                verdict = self._completions.complete(job, outcome)
+            except (TypeError, ValueError) as exc:  # what the handler returned is not JSON
+                outcome = ValueError(f"its result cannot be sent as JSON ({exc})")
+            else:
+                if await self._finish(job, verdict):
+                    self.stats.completed += 1
+                return
+        # The handler failed: retry later, one attempt fewer.
+        backoff = self.fail_backoff.exact_ms(max(0, job.activation_count - 1))
+        log.info("job %s failed: %r; retrying in %d ms", job.key, outcome, backoff)
+        await self._finish(
+            job,
+            self.client.fail(
+                job,
+                retries=max(0, job.retries - 1),
+                error_message=f"{type(outcome).__name__}: {outcome}",
+                retry_backoff_ms=backoff,
+            ),
+        )
+        self.stats.failed += 1
 
-    async def _finish(self, job: Job, call: Awaitable[None]) -> bool:
+    async def _run_handler(self, job: Job) -> Result | Exception:
+        """The handler's result, or what it raised; its slot is free when this returns."""
+        beat: list[Any] = []
+        if self.heartbeat:
+            self._beat_later(job, beat)
         try:
-            await call
-            return True
+            return await self.handler(job)
+        except Exception as exc:  # a BusinessError raised is one returned
+            return exc
+        finally:
+            for pending in beat:  # the timer, or the call extending the lease
+                pending.cancel()
+            self._handling -= 1
+            self._slot_freed.set()
+
+    async def _finish(self, job: Job, call: Awaitable[int | None]) -> bool:
+        try:
+            status = await call
+            if status is None or status == 204:
+                return True
+            # A batched completion's verdict: 409 (not this activation) or 404 (gone).
+            self.stats.conflicts += 1
+            log.warning("job %s: finishing refused (%s); dropped", job.key, status)
+            return False
         except Conflict as exc:
             # Our activation is no longer current (lease expired, job reactivated or
             # finished elsewhere).  Retrying cannot help and must not be tried.
@@ -208,17 +306,25 @@ class AsyncWorker:
             log.error("job %s: finishing failed (%s); its lease will expire", job.key, exc)
         return False
 
-    async def _heartbeat(self, job: Job) -> None:
+    def _beat_later(self, job: Job, beat: list[Any]) -> None:
+        """Extend ``job``'s lease in a third of its timeout, and again after that.
+        ``beat`` holds what to cancel when the handler returns: a timer while waiting
+        (cheaper than a sleeping task per job), then the extending call."""
         interval = max(0.05, self.timeout_ms / 3000)
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await self.client.extend_lease(job, self.timeout_ms)
-            except Conflict as exc:
-                log.warning("job %s: lease lost (%s)", job.key, exc.detail)
-                return
-            except (ProblemError, httpx.HTTPError) as exc:
-                log.warning("job %s: heartbeat failed (%s)", job.key, exc)
+        beat[:] = [asyncio.get_running_loop().call_later(interval, self._beat, job, beat)]
+
+    def _beat(self, job: Job, beat: list[Any]) -> None:
+        beat[:] = [asyncio.create_task(self._extend(job, beat))]
+
+    async def _extend(self, job: Job, beat: list[Any]) -> None:
+        try:
+            await self.client.extend_lease(job, self.timeout_ms)
+        except Conflict as exc:
+            log.warning("job %s: lease lost (%s)", job.key, exc.detail)
+            return
+        except (ProblemError, httpx.HTTPError) as exc:
+            log.warning("job %s: heartbeat failed (%s)", job.key, exc)
+        self._beat_later(job, beat)
 
     # -- shutdown ------------------------------------------------------------------------
 

@@ -77,8 +77,6 @@ async def test_producer_api_and_typed_errors(jf):
 
 @pytest.mark.parametrize("mode", ["poll", "stream"])
 async def test_four_handlers_drain_160_jobs_each_exactly_once(jf, mode):
-    # 160, not more: through this client a worker drains slowly (issue 23), and this is
-    # a test of exactly-once and bounded concurrency, not of throughput.
     keys = await jf.create_jobs([NewJob("drain", tenant_id=f"t{i % 3}") for i in range(160)])
     seen: Counter[str] = Counter()
     running = 0
@@ -105,6 +103,79 @@ async def test_four_handlers_drain_160_jobs_each_exactly_once(jf, mode):
     assert peak <= 4
     assert worker.stats.completed == 160 and worker.stats.conflicts == 0
     assert await states(jf, keys) == Counter({"COMPLETED": 160})
+
+
+@pytest.mark.parametrize("mode", ["poll", "stream"])
+async def test_completions_go_in_batches_each_with_its_own_verdict(jf, mode):
+    n = 1_000
+    keys = await jf.create_jobs([NewJob("batched", tenant_id=f"t{i % 5}") for i in range(n)])
+    batches: list[int] = []
+    send = jf.send_completions
+
+    async def counted(items):  # the real call, its batch sizes recorded
+        batches.append(len(items))
+        return await send(items)
+
+    jf.send_completions = counted  # type: ignore[method-assign]
+    stolen: list[str] = []
+    finished = asyncio.Event()
+    seen: Counter[str] = Counter()
+
+    async def handler(job: Job) -> dict[str, int] | None:
+        seen[job.key] += 1
+        if len(stolen) < 3 and seen.total() % 97 == 0:
+            # Someone else finishes this job first: the worker's completion of it, in
+            # a batch with others, must be refused alone.
+            await jf.complete(job)
+            stolen.append(job.key)
+        if seen.total() == n:
+            finished.set()
+        return {"i": seen.total()}
+
+    worker = AsyncWorker(jf, "batched", handler, concurrency=50, mode=mode, request_timeout_ms=1000)
+    run = asyncio.create_task(worker.run())
+    await asyncio.wait_for(finished.wait(), timeout=120)
+    worker.stop()
+    await run
+    assert set(seen.values()) == {1} and len(seen) == n
+    assert len(stolen) == 3
+    assert worker.stats.completed == n - 3 and worker.stats.conflicts == 3
+    assert sum(batches) == n and max(batches) > 1 and len(batches) < n / 5
+    assert await states(jf, keys) == Counter({"COMPLETED": n})
+    assert (await jf.get_job(keys[-1])).variables.get("i") is not None
+
+
+async def test_complete_many_answers_each_job(jf):
+    keys = await jf.create_jobs([NewJob("many") for _ in range(3)])
+    jobs = await jf.activate("many", max_jobs=3, request_timeout_ms=-1)
+    by_key = {j.key: j for j in jobs}
+    first, second, third = (by_key[k] for k in keys)
+    await jf.complete(second)
+    verdicts = await jf.complete_many(
+        [first, second, (third.key, third.activation_count + 1), ("999999", 1)],
+        [{"ok": True}, None, None, None],
+    )
+    assert verdicts == [204, 409, 409, 404]
+    assert (await jf.get_job(first.key)).variables == {"ok": True}
+    assert (await jf.get_job(third.key)).state == "ACTIVATED"
+
+
+async def test_a_result_that_is_not_json_fails_the_job_instead(jf):
+    [key] = await jf.create_jobs([NewJob("nan", retries=2)])
+    done = asyncio.Event()
+
+    async def handler(job: Job) -> dict[str, float]:
+        done.set()
+        return {"x": float("nan")}
+
+    worker = AsyncWorker(jf, "nan", handler, concurrency=1, request_timeout_ms=500)
+    run = asyncio.create_task(worker.run())
+    await asyncio.wait_for(done.wait(), timeout=30)
+    worker.stop()
+    await run
+    job = await jf.get_job(key)
+    assert worker.stats.failed == 1 and worker.stats.completed == 0
+    assert job.retries == 1 and "JSON" in (job.error_message or "")
 
 
 async def test_a_handler_exception_fails_the_job_and_it_is_retried(jf):
