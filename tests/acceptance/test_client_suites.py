@@ -55,7 +55,7 @@ async def test_typescript_client_suite(live):
     report = await run_suite(
         live, client, node, "--test", "--test-concurrency=1", "--test-reporter=spec", "test/"
     )
-    assert "ℹ fail 0" in report and "ℹ pass 23" in report, report[-3000:]
+    assert "ℹ fail 0" in report and "ℹ pass 25" in report, report[-3000:]
 
 
 async def test_java_client_suite(live):
