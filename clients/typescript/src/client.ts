@@ -58,6 +58,20 @@ export interface StreamOptions {
   signal?: AbortSignal
 }
 
+/** One job of `completeMany`, with the variables to complete it with. */
+export interface Completion {
+  job: JobRef
+  variables?: Variables
+}
+
+/** One job of a batched completion, encoded as JSON (so that a batch can be sized by it);
+ * throws when `variables` have no JSON form. */
+export function completionItem(job: JobRef, variables?: Variables): string {
+  const item: Record<string, unknown> = { jobKey: job.jobKey, activationCount: job.activationCount }
+  if (variables !== undefined) item.variables = variables
+  return stringifyJson(item)
+}
+
 export interface FailOptions {
   retries?: number
   errorMessage?: string
@@ -69,6 +83,8 @@ interface Call {
   method: string
   path: string
   body?: unknown
+  /** The body already encoded as JSON (instead of `body`). */
+  encoded?: string
   idempotent?: boolean
   timeoutMs?: number
   signal?: AbortSignal
@@ -164,8 +180,8 @@ export class Jobfair {
     try {
       response = await fetch(this.baseUrl + call.path, {
         method: call.method,
-        headers: this.headers(call.body !== undefined),
-        body: call.body === undefined ? undefined : stringifyJson(call.body),
+        headers: this.headers(call.body !== undefined || call.encoded !== undefined),
+        body: call.encoded ?? (call.body === undefined ? undefined : stringifyJson(call.body)),
         signal: combined?.signal ?? timeout,
       })
       text = await response.text()
@@ -232,6 +248,26 @@ export class Jobfair {
     const body: Record<string, unknown> = { activationCount: job.activationCount }
     if (variables !== undefined) body.variables = variables
     await this.send({ method: 'POST', path: `/v2/jobs/${job.jobKey}/complete`, body })
+  }
+
+  /**
+   * Up to 1,000 jobs completed in one round trip, each fenced by its activationCount:
+   * a job (completed without variables) or `{ job, variables }`. One verdict per job, in
+   * order: 204 completed, 404 unknown, 409 not (or no longer) this activation's.
+   */
+  completeMany(jobs: Array<JobRef | Completion>): Promise<number[]> {
+    return this.sendCompletions(jobs.map((j) => ('job' in j ? completionItem(j.job, j.variables) : completionItem(j))))
+  }
+
+  /** `completeMany` of items already encoded by `completionItem`. */
+  async sendCompletions(encodedItems: string[]): Promise<number[]> {
+    const answer = await this.send<{ results: { status: number }[] }>({
+      method: 'POST', path: '/v2/jobs/complete', encoded: `{"jobs":[${encodedItems.join(',')}]}`,
+    })
+    if (answer.results.length !== encodedItems.length) {
+      throw new JobfairError(`${answer.results.length} verdicts for ${encodedItems.length} completions`)
+    }
+    return answer.results.map((r) => Number(r.status))
   }
 
   async fail(job: JobRef, options: FailOptions = {}): Promise<void> {

@@ -1,5 +1,5 @@
 export { Backoff, Jobfair } from './client.js'
-export type { ActivateOptions, ClientOptions, FailOptions, StreamOptions } from './client.js'
+export type { ActivateOptions, ClientOptions, Completion, FailOptions, StreamOptions } from './client.js'
 export {
   Conflict,
   Forbidden,

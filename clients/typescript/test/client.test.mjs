@@ -107,6 +107,75 @@ for (const mode of ['poll', 'stream']) {
   })
 }
 
+/** Counts the requests this process sends to each kind of path while `body` runs. */
+async function countingRequests(body) {
+  const counts = { batch: 0, single: 0, activate: [] }
+  const real = globalThis.fetch
+  globalThis.fetch = (url, init) => {
+    const path = new globalThis.URL(url).pathname
+    if (path === '/v2/jobs/complete') counts.batch++
+    else if (/^\/v2\/jobs\/\d+\/complete$/.test(path)) counts.single++
+    else if (path === '/v2/jobs/activate') counts.activate.push(JSON.parse(init.body).maxJobs)
+    return real(url, init)
+  }
+  try {
+    await body()
+  } finally {
+    globalThis.fetch = real
+  }
+  return counts
+}
+
+async function drainCounting(type, n, options) {
+  const keys = await jf.createJobs(Array.from({ length: n }, () => ({ type })))
+  const seen = new Map()
+  let running = 0
+  let peak = 0
+  const all = deferred()
+  const worker = new Worker(jf, type, async (job) => {
+    running++
+    peak = Math.max(peak, running)
+    seen.set(job.jobKey, (seen.get(job.jobKey) ?? 0) + 1)
+    await new Promise((r) => setTimeout(r, 1))
+    running--
+    if (seen.size === n) all.resolve()
+    return { n: seen.size }
+  }, { concurrency: 20, requestTimeoutMs: 1000, ...options })
+  const counts = await countingRequests(async () => {
+    const run = worker.run()
+    await all.promise
+    worker.stop()
+    await run
+  })
+  assert.deepEqual(new Set(seen.values()), new Set([1]))
+  assert.ok(peak <= 20, `peak ${peak}`)
+  assert.ok(Math.max(...counts.activate) <= 20, counts.activate.join())
+  assert.equal(worker.stats.completed, n)
+  assert.equal(worker.stats.conflicts, 0)
+  assert.deepEqual(await statesOf(keys), { COMPLETED: n })
+  return counts
+}
+
+test('completions go in batches, one per job otherwise (batchCompletion: false)', async () => {
+  const batched = await drainCounting(`ts-batch-${RUN}`, 200, {})
+  assert.equal(batched.single, 0)
+  assert.ok(batched.batch >= 1 && batched.batch < 200, `${batched.batch} batches`)
+  const single = await drainCounting(`ts-single-${RUN}`, 60, { batchCompletion: false })
+  assert.deepEqual([single.single, single.batch], [60, 0])
+})
+
+test('a batch of completions has a verdict per job: a stale one is 409, the others 204', async () => {
+  const type = `ts-verdicts-${RUN}`
+  await jf.createJobs([0, 1, 2].map((n) => ({ type, variables: { n } })))
+  const [a, b, c] = (await jf.activate(type, { maxJobs: 3, requestTimeoutMs: -1 })).sort((x, y) => x.variables.n - y.variables.n)
+  await jf.complete(a)
+  const stale = { jobKey: c.jobKey, activationCount: c.activationCount + 1 }
+  assert.deepEqual(await jf.completeMany([a, { job: b, variables: { done: true } }, stale]), [409, 204, 409])
+  assert.deepEqual(await jf.completeMany([{ job: c }, b]), [204, 409])
+  assert.deepEqual((await jf.getJob(b.jobKey)).variables, { n: 1, done: true })
+  assert.deepEqual(await statesOf([a.jobKey, b.jobKey, c.jobKey]), { COMPLETED: 3 })
+})
+
 test('a handler exception fails the job and it is retried', async () => {
   const job = await jf.createJob({ type: `ts-flaky-${RUN}`, retries: 3 })
   const attempts = []

@@ -1,5 +1,8 @@
 package dev.jobfair.client;
 
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayDeque;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
@@ -7,9 +10,10 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
+import java.util.concurrent.FutureTask;
+import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ScheduledFuture;
-import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReference;
@@ -27,6 +31,12 @@ import java.util.logging.Logger;
  * activation is no longer current: logged and dropped, never retried. Long handlers keep
  * their lease by heartbeat. {@link #stop()} stops activating, gives handlers the grace
  * period and releases the jobs of those still running.
+ *
+ * <p>Completions are sent together ({@link Options#batchCompletion}, on by default): one
+ * sender thread sends what the handlers queued while its previous batch was on its way,
+ * each job still fenced by its activation count and given its own verdict. One request
+ * per job would cost the worker more than a short job does: with fifty handlers, fifty
+ * requests in flight.
  */
 public final class Worker {
     /** Returns the variables to complete the job with (or null); throws to fail it. */
@@ -47,6 +57,7 @@ public final class Worker {
         Backoff failBackoff = new Backoff(1_000, 2, 300_000);
         boolean heartbeat = true;
         long shutdownGraceMs = 30_000;
+        boolean batchCompletion = true;
 
         public Options concurrency(int n) { if (n < 1) throw new IllegalArgumentException("concurrency >= 1"); concurrency = n; return this; }
         public Options mode(Mode m) { mode = m; return this; }
@@ -57,6 +68,8 @@ public final class Worker {
         public Options failBackoff(Backoff b) { failBackoff = b; return this; }
         public Options heartbeat(boolean on) { heartbeat = on; return this; }
         public Options shutdownGraceMs(long ms) { shutdownGraceMs = ms; return this; }
+        /** Send completions together (default true); false: one request per job. */
+        public Options batchCompletion(boolean on) { batchCompletion = on; return this; }
     }
 
     public static final class Stats {
@@ -65,30 +78,38 @@ public final class Worker {
         public final AtomicInteger errorsThrown = new AtomicInteger();
         public final AtomicInteger conflicts = new AtomicInteger();
         public final AtomicInteger released = new AtomicInteger();
+        /** Batched completion requests sent ({@code completed / completionBatches}: their mean size). */
+        public final AtomicInteger completionBatches = new AtomicInteger();
     }
 
     private static final Logger LOG = Logger.getLogger("dev.jobfair.client");
     private static final long STOP_ABORT_DELAY_MS = 250;
+    // A batch of completions: at most this many jobs (the server's limit) and about this many
+    // bytes (a handler's variables can be large; the server's body limit is 16 MiB).
+    private static final int BATCH_MAX_JOBS = 1_000;
+    private static final int BATCH_MAX_BYTES = 1 << 20;
 
     public final Stats stats = new Stats();
     private final Jobfair client;
     private final String type;
     private final Handler handler;
     private final Options o;
-    private final Semaphore slots;
     private final ExecutorService handlers;
     private final ScheduledExecutorService beats;
     private final Map<Job, Future<?>> inflight = new ConcurrentHashMap<>();
     private final AtomicReference<CompletableFuture<?>> activation = new AtomicReference<>();
     private final AtomicReference<AutoCloseable> stream = new AtomicReference<>();
     private volatile boolean stopping;
+    private final Object room = new Object();
+    private int handling; // guarded by room: handlers running
+    private int held; // guarded by room: jobs from their activation to their verdict
+    private final Completions completions; // null: batchCompletion off
 
     public Worker(Jobfair client, String type, Handler handler, Options options) {
         this.client = client;
         this.type = type;
         this.handler = handler;
         this.o = options;
-        this.slots = new Semaphore(options.concurrency);
         this.handlers = Executors.newFixedThreadPool(options.concurrency, r -> {
             Thread t = new Thread(r, "jobfair-handler");
             t.setDaemon(true);
@@ -99,13 +120,16 @@ public final class Worker {
             t.setDaemon(true);
             return t;
         });
+        this.completions = options.batchCompletion ? new Completions() : null;
     }
 
     /** Stop activating; {@link #run()} returns once in-flight jobs are finished or released. */
     public void stop() {
         if (stopping) return;
         stopping = true;
-        slots.release(); // wake a poller waiting for a free slot
+        synchronized (room) {
+            room.notifyAll(); // wake a poller waiting for a free slot
+        }
         // An activation answered this instant carries jobs the server counts as delivered:
         // cutting the connection then would strand them until their lease ends. So a request
         // in flight gets a moment to come back (its jobs are then handled); one still waiting
@@ -139,11 +163,21 @@ public final class Worker {
     private void poll() {
         int failures = 0;
         while (!stopping) {
-            int free = slots.availablePermits();
-            if (free <= 0) {
-                slots.acquireUninterruptibly();
-                slots.release();
-                continue;
+            // A handler's slot is free once it returns: the next activation goes out while
+            // its completion is on its way. Jobs waiting for their verdicts are bounded too,
+            // so a slow server slows the worker down instead of piling up its jobs.
+            int free;
+            synchronized (room) {
+                free = Math.min(o.concurrency - handling, 2 * o.concurrency - held);
+                if (free <= 0) {
+                    try {
+                        room.wait();
+                    } catch (InterruptedException e) {
+                        Thread.currentThread().interrupt();
+                        return;
+                    }
+                    continue;
+                }
             }
             List<Job> jobs;
             try {
@@ -180,19 +214,37 @@ public final class Worker {
     }
 
     private void start(Job job) {
-        if (o.mode == Mode.POLL) slots.acquireUninterruptibly();
-        Future<?> f = handlers.submit(() -> {
+        synchronized (room) {
+            handling++;
+            held++;
+        }
+        FutureTask<Void> task = new FutureTask<>(() -> {
+            boolean queued = false;
             try {
-                handle(job);
+                queued = handle(job);
             } finally {
                 inflight.remove(job);
-                if (o.mode == Mode.POLL) slots.release();
+                // Without batches the slot stays taken until the job is finished, as before.
+                synchronized (room) {
+                    handling--;
+                    if (!queued) held--;
+                    room.notifyAll();
+                }
             }
-        });
-        inflight.put(job, f);
+        }, null);
+        inflight.put(job, task); // before it runs: it removes itself when done
+        handlers.execute(task);
     }
 
-    private void handle(Job job) {
+    private void verdictGiven() {
+        synchronized (room) {
+            held--;
+            room.notifyAll();
+        }
+    }
+
+    /** Runs the handler and finishes the job; true when its completion is queued. */
+    private boolean handle(Job job) {
         ScheduledFuture<?> beat = null;
         if (o.heartbeat) {
             long every = Math.max(50, o.timeoutMs / 3);
@@ -204,24 +256,44 @@ public final class Worker {
         } catch (BusinessError e) {
             cancel(beat);
             if (finish(job, () -> client.throwError(job, e.code, e.getMessage(), e.variables))) stats.errorsThrown.incrementAndGet();
-            return;
+            return false;
         } catch (InterruptedException e) {
             cancel(beat);
-            return; // released at shutdown
+            return false; // released at shutdown
         } catch (Exception e) {
             cancel(beat);
-            if (stopping && Thread.currentThread().isInterrupted()) return;
+            if (stopping && Thread.currentThread().isInterrupted()) return false;
             fail(job, e);
-            return;
+            return false;
         }
         cancel(beat);
         try {
-            if (finish(job, () -> client.complete(job, result))) stats.completed.incrementAndGet();
+            if (completions == null) {
+                if (finish(job, () -> client.complete(job, result))) stats.completed.incrementAndGet();
+                return false;
+            }
+            completions.complete(job, result).whenComplete((status, err) -> {
+                try {
+                    if (err != null) {
+                        LOG.log(Level.SEVERE, "job {0}: finishing failed ({1}); its lease will expire", new Object[] {job.key(), err.getMessage()});
+                    } else if (status == 204) {
+                        stats.completed.incrementAndGet();
+                    } else {
+                        // A batched completion's verdict: 409 (not this activation's) or 404 (gone).
+                        stats.conflicts.incrementAndGet();
+                        LOG.log(Level.WARNING, "job {0}: finishing refused ({1}); dropped", new Object[] {job.key(), status});
+                    }
+                } finally {
+                    verdictGiven();
+                }
+            });
+            return true;
         } catch (IllegalArgumentException e) {
             // Json cannot write the result (NaN, a type it does not know), so nothing was
             // sent: the handler's fault, failed like its exceptions rather than left, unlogged,
             // to wait out the lease and come back the same.
             fail(job, e);
+            return false;
         }
     }
 
@@ -271,10 +343,88 @@ public final class Worker {
                 }
                 handlers.shutdownNow();
             }
+            // Every completion queued goes out before run() returns.
+            if (completions != null) completions.flush();
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
         } finally {
             beats.shutdownNow();
+        }
+    }
+
+    /**
+     * The worker's completions, sent together by one thread: whatever is queued when the
+     * previous batch comes back goes in the next one, so a batch grows with the load and a
+     * lone completion goes at once. Each job's future is its verdict (204, 404 or 409), or
+     * the exception that failed its batch.
+     */
+    private final class Completions {
+        private record Queued(String item, int bytes, CompletableFuture<Integer> verdict) {}
+
+        private final ArrayDeque<Queued> queue = new ArrayDeque<>(); // guarded by this
+        private boolean sending; // guarded by this
+        private final ExecutorService sender = Executors.newSingleThreadExecutor(r -> {
+            Thread t = new Thread(r, "jobfair-completions");
+            t.setDaemon(true);
+            return t;
+        });
+
+        /** @throws IllegalArgumentException at once when the variables have no JSON form */
+        CompletableFuture<Integer> complete(Job job, Map<String, Object> variables) {
+            String item = Jobfair.completionItem(new Jobfair.Completion(job, variables));
+            Queued q = new Queued(item, item.getBytes(StandardCharsets.UTF_8).length, new CompletableFuture<>());
+            synchronized (this) {
+                queue.add(q);
+                if (!sending) {
+                    try {
+                        sender.execute(this::send);
+                        sending = true;
+                    } catch (RejectedExecutionException e) { // a handler outlived the shutdown
+                        queue.remove(q);
+                        q.verdict.completeExceptionally(new JobfairException("the worker has stopped", e));
+                    }
+                }
+            }
+            return q.verdict;
+        }
+
+        private void send() {
+            while (true) {
+                List<Queued> batch = new ArrayList<>();
+                synchronized (this) {
+                    if (queue.isEmpty()) {
+                        sending = false;
+                        notifyAll();
+                        return;
+                    }
+                    long bytes = 0;
+                    while (!queue.isEmpty() && batch.size() < BATCH_MAX_JOBS
+                            && (batch.isEmpty() || bytes + queue.peek().bytes <= BATCH_MAX_BYTES)) {
+                        Queued q = queue.poll();
+                        bytes += q.bytes + 1;
+                        batch.add(q);
+                    }
+                }
+                List<String> items = new ArrayList<>(batch.size());
+                for (Queued q : batch) items.add(q.item);
+                List<Integer> verdicts;
+                try {
+                    stats.completionBatches.incrementAndGet();
+                    verdicts = client.sendCompletions(items);
+                } catch (RuntimeException e) {
+                    for (Queued q : batch) q.verdict.completeExceptionally(e);
+                    continue;
+                }
+                for (int i = 0; i < batch.size(); i++) batch.get(i).verdict.complete(verdicts.get(i));
+            }
+        }
+
+        /** Until every queued completion has its verdict; then the sender thread ends. */
+        void flush() throws InterruptedException {
+            synchronized (this) {
+                while (sending) wait();
+            }
+            sender.shutdown();
         }
     }
 

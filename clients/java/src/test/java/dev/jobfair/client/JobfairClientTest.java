@@ -118,6 +118,61 @@ class JobfairClientTest {
         drain(Worker.Mode.STREAM);
     }
 
+    Worker drainTwenty(String type, int n, boolean batchCompletion) throws Exception {
+        List<NewJob> batch = new ArrayList<>();
+        for (int i = 0; i < n; i++) batch.add(new NewJob(type));
+        List<String> keys = jf.createJobs(batch);
+        Map<String, AtomicInteger> seen = new ConcurrentHashMap<>();
+        AtomicInteger running = new AtomicInteger();
+        AtomicInteger peak = new AtomicInteger();
+        CountDownLatch all = new CountDownLatch(n);
+        Worker w = new Worker(jf, type, job -> {
+            peak.accumulateAndGet(running.incrementAndGet(), Math::max);
+            seen.computeIfAbsent(job.key(), k -> new AtomicInteger()).incrementAndGet();
+            Thread.sleep(1);
+            running.decrementAndGet();
+            all.countDown();
+            return Map.of("handled", 1);
+        }, new Worker.Options().concurrency(20).requestTimeoutMs(1000).batchCompletion(batchCompletion));
+        Thread t = runInBackground(w);
+        assertTrue(all.await(60, TimeUnit.SECONDS));
+        w.stop();
+        t.join();
+        assertEquals(Set.copyOf(keys), seen.keySet());
+        assertTrue(seen.values().stream().allMatch(c -> c.get() == 1));
+        assertTrue(peak.get() <= 20, "peak " + peak.get());
+        assertEquals(n, w.stats.completed.get());
+        assertEquals(0, w.stats.conflicts.get());
+        assertEquals(Map.of("COMPLETED", n), states(keys));
+        return w;
+    }
+
+    @Test
+    void completionsGoInBatchesOrOnePerJobWhenOff() throws Exception {
+        Worker batched = drainTwenty("java-batch-" + RUN, 200, true);
+        int batches = batched.stats.completionBatches.get();
+        assertTrue(batches >= 1 && batches < 200, batches + " batches for 200 jobs");
+        Worker single = drainTwenty("java-single-" + RUN, 60, false);
+        assertEquals(0, single.stats.completionBatches.get());
+    }
+
+    @Test
+    void aBatchHasAVerdictPerJobStaleOnesAre409() {
+        String type = "java-verdicts-" + RUN;
+        jf.createJobs(List.of(new NewJob(type).variables(Map.of("n", 0)), new NewJob(type).variables(Map.of("n", 1)),
+                new NewJob(type).variables(Map.of("n", 2))));
+        List<Job> got = new ArrayList<>(jf.activate(type, new Jobfair.Activate(3, 60_000, -1L)));
+        got.sort((x, y) -> Long.compare((Long) x.variables().get("n"), (Long) y.variables().get("n")));
+        Job a = got.get(0), b = got.get(1), c = got.get(2);
+        jf.complete(a, null);
+        Jobfair.Completion stale = new Jobfair.Completion(c.key(), c.activationCount() + 1, null);
+        assertEquals(List.of(409, 204, 409), jf.completeMany(List.of(
+                new Jobfair.Completion(a), new Jobfair.Completion(b, Map.of("done", true)), stale)));
+        assertEquals(List.of(204, 409), jf.completeMany(List.of(new Jobfair.Completion(c), new Jobfair.Completion(b))));
+        assertEquals(Map.of("n", 1L, "done", true), jf.getJob(b.key()).variables());
+        assertEquals(Map.of("COMPLETED", 3), states(List.of(a.key(), b.key(), c.key())));
+    }
+
     @Test
     void aHandlerExceptionFailsTheJobAndItIsRetried() throws Exception {
         Job job = jf.createJob(new NewJob("java-flaky-" + RUN).retries(3));
