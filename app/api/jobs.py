@@ -61,11 +61,10 @@ async def create_job(request: Request) -> Response:
     _check_jobs(request, [spec], payload_limit(request))
     now = utcnow()
     services = context.services(request)
-    [inserted] = await services.jobs.create([spec], now)
-    record = await services.jobs.get(inserted.job_key, now)
+    record, created = await services.jobs.create_one(spec, now)
     if not security.principal(request).sees(record["tenantId"], record["type"]):
         raise security.taken_out_of_scope()  # an existing job of another type: not shown
-    return JSON(record, status_code=201 if inserted.created else 200)
+    return JSON(record, status_code=201 if created else 200)
 
 
 async def create_batch(request: Request) -> Response:

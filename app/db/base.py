@@ -12,9 +12,10 @@ transactions (a park's two tries, an insert followed by its idempotency lookup) 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, ParamSpec, Protocol, TypeVar
 
@@ -40,7 +41,30 @@ class Sessions(Queries, Protocol):
 
     def connection(self) -> AbstractAsyncContextManager[Any]: ...
 
-    def transaction(self) -> AbstractAsyncContextManager[Any]: ...
+    def transaction(self, first: str | None = None) -> AbstractAsyncContextManager[Any]: ...
+
+
+@contextlib.asynccontextmanager
+async def transaction_on(conn: asyncpg.Connection, first: str | None = None) -> AsyncIterator[None]:
+    """A transaction on ``conn``, committed when the block ends and rolled back if it
+    raises.  ``first``: a statement without parameters (locks) run first, sent with the
+    BEGIN in one round trip (the simple protocol takes both; asyncpg's own transaction
+    sends its BEGIN alone, a round trip of a single create's five)."""
+    if first is None:
+        async with conn.transaction():
+            yield
+        return
+    await conn.execute("BEGIN; " + first)
+    try:
+        yield
+    except BaseException:
+        # Left in a transaction by a failed statement, or cancelled: undo it now (the
+        # pool's reset would, on release, if this cannot).
+        if not conn.is_closed() and conn.is_in_transaction():
+            with contextlib.suppress(Exception):
+                await conn.execute("ROLLBACK")
+        raise
+    await conn.execute("COMMIT")
 
 
 P = ParamSpec("P")

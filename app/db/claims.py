@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from app.db.base import Queries, Sessions
-from app.db.jobs import INSERT_JOB_QUIET, NOTIFY_READY, insert_into
+from app.db.jobs import INSERT_JOB_QUIET, NOTIFY_READY, insert_into, locks_for
 from app.db.lanes import LANE_READY, PROBED_LANES
 from app.db.locks import TENANT_CAP_LOCK_CLASS, TYPE_CAP_LOCK_CLASS, cap_key, int4
 from app.db.rows import Claimed, JobRow, LeadClaim, job_columns, job_row
@@ -388,7 +388,7 @@ async def insert_and_claim_lead(
     ahead of it, a cap, a head held) the new job is announced as insert_jobs announces
     it.  The new job's key, and what the claim got."""
     sql, args = _lead_call(job["type"], ask, now)
-    async with db.transaction() as tx:
+    async with db.transaction(first=locks_for([job], now)) as tx:
         [key], _ = await insert_into(tx, INSERT_JOB_QUIET, [job], now)
         got = _lead_claim(await tx.fetchrow(sql, *args))
         if got.job is None or got.job.job_key != key:

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from app.db import lanes
-from app.db.base import Queries, Sessions, retry_deadlock
+from app.db.base import Queries, Sessions, retry_deadlock, transaction_on
 from app.db.lanes import QUIET_WAKE_CTES, WAKE_CTES, park
 from app.db.listen import NOTIFY_CHANNEL
 from app.db.locks import buckets_of, share_buckets_sql
@@ -38,6 +38,23 @@ _INSERT_INPUT = """INSERT INTO jobs (job_key, job_type, tenant_id, state, priori
            custom_headers, $2, idempotency_key
     FROM input"""
 
+# The jobs to insert, as rows, from the JSON array $1 (a str.format template: its braces
+# are doubled).
+_INPUT_CTE = """input AS MATERIALIZED (
+    SELECT x.ord, nextval('job_key_seq') AS job_key,
+           x.e->>'type' AS job_type, COALESCE(x.e->>'tenantId', $3) AS tenant_id,
+           COALESCE((x.e->>'priority')::int, $4) AS priority,
+           COALESCE((x.e->>'retries')::int, $5) AS retries,
+           COALESCE(x.e->'variables', '{{}}') AS variables,
+           COALESCE(x.e->'customHeaders', '{{}}') AS custom_headers,
+           x.e->>'idempotencyKey' AS idempotency_key,
+           CASE WHEN x.e->>'runAt' IS NOT NULL THEN (x.e->>'runAt')::timestamptz
+                WHEN x.e->>'delay' IS NOT NULL
+                  THEN $2::timestamptz + (x.e->>'delay')::float8 * interval '1 millisecond'
+                ELSE $2::timestamptz END AS run_at
+    FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS x(e, ord)
+)"""
+
 # -- name: insert_jobs
 # Inserts a batch of jobs in one round trip, marks their lanes backlogged and notifies
 # once per job type.  Keys are drawn before the insert so that results map back to input
@@ -50,20 +67,7 @@ _INSERT_INPUT = """INSERT INTO jobs (job_key, job_type, tenant_id, state, priori
 # was taken.
 # Locks: the caller holds the shared lane-bucket locks (app.db.lanes, the protocol).
 _INSERT_JOBS = f"""
-WITH input AS MATERIALIZED (
-    SELECT x.ord, nextval('job_key_seq') AS job_key,
-           x.e->>'type' AS job_type, COALESCE(x.e->>'tenantId', $3) AS tenant_id,
-           COALESCE((x.e->>'priority')::int, $4) AS priority,
-           COALESCE((x.e->>'retries')::int, $5) AS retries,
-           COALESCE(x.e->'variables', '{{{{}}}}') AS variables,
-           COALESCE(x.e->'customHeaders', '{{{{}}}}') AS custom_headers,
-           x.e->>'idempotencyKey' AS idempotency_key,
-           CASE WHEN x.e->>'runAt' IS NOT NULL THEN (x.e->>'runAt')::timestamptz
-                WHEN x.e->>'delay' IS NOT NULL
-                  THEN $2::timestamptz + (x.e->>'delay')::float8 * interval '1 millisecond'
-                ELSE $2::timestamptz END AS run_at
-    FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS x(e, ord)
-),
+WITH {_INPUT_CTE},
 -- Jobs without an idempotency key are inserted apart: ON CONFLICT makes every row a
 -- speculative insertion (a lock and an extra WAL record each).
 ins_plain AS (
@@ -94,6 +98,27 @@ INSERT_JOBS = _INSERT_JOBS.format(wake=WAKE_CTES)
 # insert_jobs without its NOTIFY, for a hand-off (claims.insert_and_claim_lead, ADR 012):
 # the job may go to a waiter in the same transaction, and then nobody need be woken.
 INSERT_JOB_QUIET = _INSERT_JOBS.format(wake=QUIET_WAKE_CTES)
+
+# -- name: insert_job
+# insert_jobs for one job without an idempotency key, answering its record (with its
+# type's aging settings, as get_job): POST /v2/jobs in one statement instead of an insert
+# and a read.  Locks: the caller holds the shared lane-bucket locks if it is ready.
+INSERT_JOB = f"""
+WITH {_INPUT_CTE},
+ins AS (
+    {_INSERT_INPUT}
+    RETURNING {JOB_COLUMNS}
+),
+ready_lanes AS (
+    SELECT job_type, tenant_id, count(*) AS n FROM ins WHERE state = 'CREATED'
+    GROUP BY job_type, tenant_id
+),
+{{wake}}SELECT {job_columns("ins")},
+       t.aging_interval_ms AS type_aging_interval_ms, t.aging_step AS type_aging_step,
+       (SELECT count(*) FROM notified) + (SELECT count(*) FROM new_lanes)
+         + (SELECT count(*) FROM woken) AS _side_effects
+FROM ins LEFT JOIN job_types t ON t.job_type = ins.job_type
+""".format(wake=WAKE_CTES)
 
 # -- name: notify_ready
 # A job type's jobs that became activatable ("type n"), announced by hand.
@@ -168,15 +193,19 @@ def ready_at_once(job: Mapping[str, Any], now: datetime) -> bool:
     return not job.get("delay")
 
 
+def locks_for(jobs: Sequence[Mapping[str, Any]], now: datetime) -> str | None:
+    """The statement taking the shared bucket locks of the lanes ``jobs`` make ready, if
+    any (a transaction's ``first``)."""
+    buckets = buckets_of((j["type"], tenant_of(j)) for j in jobs if ready_at_once(j, now))
+    return share_buckets_sql(buckets) if buckets else None
+
+
 async def insert_into(
     tx: Queries, statement: str, jobs: Sequence[Mapping[str, Any]], now: datetime
 ) -> tuple[list[int], list[int]]:
-    """In the caller's transaction: the shared bucket locks of the lanes the jobs make
-    ready, then ``statement`` (INSERT_JOBS or INSERT_JOB_QUIET).  The keys in input
-    order, and the 1-based positions not inserted (their idempotency key was taken)."""
-    buckets = buckets_of((j["type"], tenant_of(j)) for j in jobs if ready_at_once(j, now))
-    if buckets:
-        await tx.execute(share_buckets_sql(buckets))
+    """In the caller's transaction, which holds ``locks_for(jobs)``: ``statement``
+    (INSERT_JOBS or INSERT_JOB_QUIET).  The keys in input order, and the 1-based
+    positions not inserted (their idempotency key was taken)."""
     row = await tx.fetchrow(
         statement,
         orjson.dumps(jobs).decode(),
@@ -193,8 +222,12 @@ async def insert(db: Sessions, jobs: Sequence[Mapping[str, Any]], now: datetime)
     """Insert jobs given as the API spells them (validated ``schemas.CreateJob`` dicts: a
     field left out takes its default here, in SQL)."""
     async with db.connection() as conn:
-        async with conn.transaction():
+        locks = locks_for(jobs, now)
+        if locks is None:  # only jobs for later: one statement is its own transaction
             keys, not_inserted = await insert_into(conn, INSERT_JOBS, jobs, now)
+        else:
+            async with transaction_on(conn, locks):
+                keys, not_inserted = await insert_into(conn, INSERT_JOBS, jobs, now)
         out = [Inserted(key, True) for key in keys]
         if not_inserted:
             # Their idempotency key was taken: answer with the job that holds it.  A new
@@ -209,6 +242,23 @@ async def insert(db: Sessions, jobs: Sequence[Mapping[str, Any]], now: datetime)
             for o, j in zip(not_inserted, taken, strict=True):
                 out[o - 1] = Inserted(existing[(tenant_of(j), j["idempotencyKey"])], False)
     return out
+
+
+@retry_deadlock
+async def insert_one(db: Sessions, job: Mapping[str, Any], now: datetime) -> StoredJob:
+    """One job without an idempotency key, and its record as stored: two round trips
+    and a commit when it is ready at once (BEGIN with the locks, the insert, COMMIT),
+    one when it is for later."""
+    assert job.get("idempotencyKey") is None
+    args = (orjson.dumps([job]).decode(), now, DEFAULT_TENANT, DEFAULT_PRIORITY, DEFAULT_RETRIES)
+    locks = locks_for([job], now)
+    if locks is None:
+        row = await db.fetchrow(INSERT_JOB, *args)
+    else:
+        async with db.transaction(first=locks) as tx:
+            row = await tx.fetchrow(INSERT_JOB, *args)
+    config = TypeConfig(None, row["type_aging_interval_ms"], row["type_aging_step"])
+    return StoredJob(job_row(row), config)
 
 
 async def idempotent(db: Queries, jobs: Sequence[Mapping[str, Any]]) -> list[int]:

@@ -25,6 +25,7 @@ import asyncpg
 import orjson
 
 from app.db import claims, finishing, jobs, lanes
+from app.db.base import transaction_on
 from app.domain import DEFAULT_PRIORITY, DEFAULT_RETRIES, DEFAULT_TENANT, utcnow
 from app.errors import OutcomeUnknown, StoreUnavailable
 
@@ -293,12 +294,13 @@ class Database:
             await self._pool.release(conn)
 
     @contextlib.asynccontextmanager
-    async def transaction(self) -> AsyncIterator[asyncpg.Connection]:
+    async def transaction(self, first: str | None = None) -> AsyncIterator[asyncpg.Connection]:
         """A pooled connection inside a transaction, committed when the block ends and
-        rolled back if it raises."""
-        async with self.connection() as conn:
-            async with conn.transaction():
-                yield conn
+        rolled back if it raises.  ``first``: a statement without parameters (locks) to
+        run first, sent with the BEGIN in one round trip (the simple protocol takes
+        both); asyncpg's own transaction sends its BEGIN alone."""
+        async with self.connection() as conn, transaction_on(conn, first):
+            yield conn
 
     def _unavailable(self, exc: Exception) -> StoreUnavailable:
         """The client's answer names no host or port; the log says what failed (at most

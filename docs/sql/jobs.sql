@@ -172,6 +172,76 @@ SELECT ARRAY(SELECT job_key FROM input ORDER BY ord) AS job_keys,
        (SELECT count(*) FROM notified) + (SELECT count(*) FROM new_lanes)
          + (SELECT count(*) FROM woken) AS _side_effects;
 
+-- name: insert_job
+-- insert_jobs for one job without an idempotency key, answering its record (with its
+-- type's aging settings, as get_job): POST /v2/jobs in one statement instead of an insert
+-- and a read.  Locks: the caller holds the shared lane-bucket locks if it is ready.
+WITH input AS MATERIALIZED (
+    SELECT x.ord, nextval('job_key_seq') AS job_key,
+           x.e->>'type' AS job_type, COALESCE(x.e->>'tenantId', $3) AS tenant_id,
+           COALESCE((x.e->>'priority')::int, $4) AS priority,
+           COALESCE((x.e->>'retries')::int, $5) AS retries,
+           COALESCE(x.e->'variables', '{}') AS variables,
+           COALESCE(x.e->'customHeaders', '{}') AS custom_headers,
+           x.e->>'idempotencyKey' AS idempotency_key,
+           CASE WHEN x.e->>'runAt' IS NOT NULL THEN (x.e->>'runAt')::timestamptz
+                WHEN x.e->>'delay' IS NOT NULL
+                  THEN $2::timestamptz + (x.e->>'delay')::float8 * interval '1 millisecond'
+                ELSE $2::timestamptz END AS run_at
+    FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS x(e, ord)
+),
+ins AS (
+    INSERT INTO jobs (job_key, job_type, tenant_id, state, priority, retries, run_at,
+                      queued_at, variables, custom_headers, created_at, idempotency_key)
+    SELECT job_key, job_type, tenant_id,
+           CASE WHEN run_at > $2 THEN 'SCHEDULED' ELSE 'CREATED' END,
+           priority, retries, run_at, GREATEST(run_at, $2), variables,
+           custom_headers, $2, idempotency_key
+    FROM input
+    RETURNING job_key, job_type, tenant_id, state, priority, retries, activation_count,
+    worker, deadline, run_at, queued_at, variables, custom_headers, error_code,
+    error_message, created_at, activated_at, completed_at, idempotency_key
+),
+ready_lanes AS (
+    SELECT job_type, tenant_id, count(*) AS n FROM ins WHERE state = 'CREATED'
+    GROUP BY job_type, tenant_id
+),
+new_lanes AS (
+    INSERT INTO lanes (job_type, tenant_id, vtime, active)
+    SELECT r.job_type, r.tenant_id, COALESCE(
+    (SELECT min(x.vtime) FROM lanes x WHERE x.job_type = r.job_type AND x.active AND NOT x.held),
+    (SELECT max(x.vtime) FROM lanes x WHERE x.job_type = r.job_type),
+    0), true
+    FROM ready_lanes r
+    ORDER BY r.job_type, r.tenant_id
+    ON CONFLICT (job_type, tenant_id) DO NOTHING
+    RETURNING 1
+),
+woken AS (
+    UPDATE lanes l
+    SET active = true, vtime = GREATEST(l.vtime, COALESCE(
+    (SELECT min(x.vtime) FROM lanes x WHERE x.job_type = l.job_type AND x.active AND NOT x.held),
+    (SELECT max(x.vtime) FROM lanes x WHERE x.job_type = l.job_type),
+    0))
+    WHERE (l.job_type, l.tenant_id) IN (
+        -- Parked lanes only (an active one is not written), locked in key order.
+        SELECT x.job_type, x.tenant_id FROM lanes x JOIN ready_lanes r
+          ON x.job_type = r.job_type AND x.tenant_id = r.tenant_id
+        WHERE NOT x.active
+        ORDER BY x.job_type, x.tenant_id
+        FOR NO KEY UPDATE OF x)
+    RETURNING 1
+),
+notified AS (
+    SELECT pg_notify('jobfair', job_type || ' ' || sum(n))
+    FROM ready_lanes GROUP BY job_type
+)
+SELECT ins.job_key, ins.job_type, ins.tenant_id, ins.state, ins.priority, ins.retries, ins.activation_count, ins.worker, ins.deadline, ins.run_at, ins.queued_at, ins.variables, ins.custom_headers, ins.error_code, ins.error_message, ins.created_at, ins.activated_at, ins.completed_at, ins.idempotency_key,
+       t.aging_interval_ms AS type_aging_interval_ms, t.aging_step AS type_aging_step,
+       (SELECT count(*) FROM notified) + (SELECT count(*) FROM new_lanes)
+         + (SELECT count(*) FROM woken) AS _side_effects
+FROM ins LEFT JOIN job_types t ON t.job_type = ins.job_type;
+
 -- name: notify_ready
 -- A job type's jobs that became activatable ("type n"), announced by hand.
 SELECT pg_notify('jobfair', $1);

@@ -25,3 +25,25 @@ async def test_create_activate_complete(live):
     assert done["state"] == "COMPLETED"
     assert done["variables"] == {"to": "a@example.com", "sent": True}
     assert done["completedAt"] is not None and done["deadline"] is None
+
+
+async def test_a_create_answers_the_record_a_read_gives(live):
+    """POST /v2/jobs answers from its insert (one statement, ready or for later, with
+    its type's aging settings); a read of the job must give the same record."""
+    c = live.client
+    r = await c.put("/v2/job-types/aged", json={"agingIntervalMs": 60_000, "agingStep": 7})
+    assert r.status_code in (200, 204), r.text
+    bodies = [
+        {"type": "aged", "tenantId": "acme", "priority": 12, "retries": 9,
+         "variables": {"big": 18446744073709551615, "s": "é\u2028"},
+         "customHeaders": {"h": [1, None]}},
+        {"type": "aged", "delay": 60_000},
+        {"type": "plain", "runAt": "2030-01-01T00:00:00Z", "tenantId": "t"},
+        {"type": "plain"},
+    ]  # fmt: skip
+    for body in bodies:
+        r = await c.post("/v2/jobs", json=body)
+        assert r.status_code == 201, r.text
+        created = r.json()
+        read = (await c.get(f"/v2/jobs/{created['jobKey']}")).json()
+        assert created == read
