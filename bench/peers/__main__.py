@@ -65,11 +65,23 @@ def _runs(args: argparse.Namespace, pg: Postgres, sizes: Sizes) -> dict[str, dic
                         record(figure, name, lambda m=mod: m.enqueue(pg, sizes))
                     elif workload == "W2":
                         record(figure, name, lambda m=mod, c=c: m.drain(pg, sizes, c))
+                        if name == "jobfair":  # the Python worker over SSE too
+                            record(
+                                figure,
+                                "jobfair-sse",
+                                lambda c=c: jobfair.drain(pg, sizes, c, mode="stream"),
+                            )
                         if name == "jobfair" and c == 50 and args.clients:
                             for client, fn in CLIENT_DRAINS.items():
                                 record(figure, client, lambda f=fn: f(pg, sizes, 50))
                     elif workload == "W3":
                         record(figure, name, lambda m=mod: m.pickup(pg, sizes))
+                        if name == "jobfair":
+                            record(
+                                figure,
+                                "jobfair-sse",
+                                lambda: jobfair.pickup(pg, sizes, mode="stream"),
+                            )
                     else:
                         record(figure, name, lambda m=mod: m.fairness(pg, sizes))
     return runs

@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import asyncpg
 from jobfair_client import AsyncJobfair, AsyncWorker, Job, NewJob
@@ -35,6 +35,7 @@ TS_DIST = ROOT / "clients" / "typescript" / "dist" / "index.js"
 JAVA_JAR = ROOT / "clients" / "java" / "build" / "jobfair-client.jar"
 JAVA_OUT = ROOT / ".jobfair" / "peers-java"
 TENANTS = 10  # W1 and W2 spread their jobs over t0..t9
+Mode = Literal["poll", "stream"]
 
 
 async def _count(url: str, where: str = "") -> int:
@@ -88,12 +89,14 @@ async def _noop(job: Job) -> None:
     return None
 
 
-async def _drain(base: str, pg_pid: int, n: int, concurrency: int) -> dict[str, Any]:
+async def _drain(
+    base: str, pg_pid: int, n: int, concurrency: int, mode: Mode = "poll"
+) -> dict[str, Any]:
     async with AsyncJobfair(base) as jf:
         await _warm(jf)
         meter = Meter(server_pid(base), pg_pid)
         t0 = time.perf_counter()
-        w = AsyncWorker(jf, TYPE, _noop, concurrency=concurrency)
+        w = AsyncWorker(jf, TYPE, _noop, concurrency=concurrency, mode=mode)
         running = asyncio.create_task(w.run())
         await until(lambda: w.stats.completed >= n or running.done(), "W2: drain unfinished")
         elapsed = time.perf_counter() - t0
@@ -111,10 +114,11 @@ def _preloaded(pg: Postgres, n: int) -> str:
     return url
 
 
-def drain(pg: Postgres, sizes: Sizes, concurrency: int) -> dict[str, Any]:
+def drain(pg: Postgres, sizes: Sizes, concurrency: int, mode: Mode = "poll") -> dict[str, Any]:
+    """``mode``: the worker long-polls ("poll") or takes an SSE stream ("stream")."""
     url = _preloaded(pg, sizes.drain)
     with server(url) as base:
-        row = asyncio.run(_drain(base, pg.postmaster_pid, sizes.drain, concurrency))
+        row = asyncio.run(_drain(base, pg.postmaster_pid, sizes.drain, concurrency, mode))
     assert asyncio.run(_count(url, "AND state IN ('CREATED', 'ACTIVATED')")) == 0
     return row
 
@@ -179,7 +183,7 @@ def drain_java(pg: Postgres, sizes: Sizes, concurrency: int) -> dict[str, Any]:
 # -- W3 ---------------------------------------------------------------------------------
 
 
-async def _pickup(base: str, sizes: Sizes) -> dict[str, list[float]]:
+async def _pickup(base: str, sizes: Sizes, mode: Mode) -> dict[str, list[float]]:
     stamps = Pickup(sizes.pickup_warmup, sizes.pickup)
 
     async def handler(job: Job) -> None:
@@ -187,7 +191,7 @@ async def _pickup(base: str, sizes: Sizes) -> dict[str, list[float]]:
 
     async with AsyncJobfair(base) as worker_client, AsyncJobfair(base) as producer:
         await _warm(producer)
-        w = AsyncWorker(worker_client, TYPE, handler, concurrency=W3_CONCURRENCY)
+        w = AsyncWorker(worker_client, TYPE, handler, concurrency=W3_CONCURRENCY, mode=mode)
         running = asyncio.create_task(w.run())
         await asyncio.sleep(0.5)  # the worker is waiting
 
@@ -201,10 +205,10 @@ async def _pickup(base: str, sizes: Sizes) -> dict[str, list[float]]:
     return stamps.samples()
 
 
-def pickup(pg: Postgres, sizes: Sizes) -> dict[str, list[float]]:
+def pickup(pg: Postgres, sizes: Sizes, mode: Mode = "poll") -> dict[str, list[float]]:
     url = pg.fresh_db("peers_jobfair")
     with server(url) as base:
-        return asyncio.run(_pickup(base, sizes))
+        return asyncio.run(_pickup(base, sizes, mode))
 
 
 # -- W4 ---------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from typing import Any, Literal
 import httpx
 
 from jobfair_client import codec
-from jobfair_client.errors import OutcomeUnknown, ProblemError, problem
+from jobfair_client.errors import JobfairError, OutcomeUnknown, ProblemError, problem
 from jobfair_client.models import Job, NewJob
 from jobfair_client.sse import SseReader
 from jobfair_client.transport import FastTransport
@@ -255,8 +255,15 @@ def _items(
     return [completion_item(j, v) for j, v in zip(jobs, variables, strict=True)]
 
 
-def _verdicts(answer: Any) -> list[int]:
-    return [int(r["status"]) for r in answer["results"]]
+def _verdicts(answer: Any, expected: int) -> list[int]:
+    """The statuses of a batch's answer, one per job sent (JobfairError otherwise)."""
+    try:
+        verdicts = [int(r["status"]) for r in answer["results"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise JobfairError(f"a batch's answer is not a list of verdicts: {exc!r}") from exc
+    if len(verdicts) != expected:
+        raise JobfairError(f"{len(verdicts)} verdicts for {expected} jobs")
+    return verdicts
 
 
 class _Attempts:
@@ -387,7 +394,7 @@ class AsyncJobfair:
 
     async def send_completions(self, encoded_items: Sequence[bytes]) -> list[int]:
         """``complete_many`` of items already encoded by ``completion_item``."""
-        return _verdicts(await self.send(_Calls.complete_many(encoded_items)))
+        return _verdicts(await self.send(_Calls.complete_many(encoded_items)), len(encoded_items))
 
     async def fail(
         self,
@@ -522,7 +529,8 @@ class Jobfair:
         variables: Sequence[dict[str, Any] | None] | None = None,
     ) -> list[int]:
         """As ``AsyncJobfair.complete_many``."""
-        return _verdicts(self.send(_Calls.complete_many(_items(jobs, variables))))
+        items = _items(jobs, variables)
+        return _verdicts(self.send(_Calls.complete_many(items)), len(items))
 
     def fail(
         self,

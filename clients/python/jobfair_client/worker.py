@@ -84,10 +84,15 @@ class _Completions:
                 batch = self._take()
                 try:
                     verdicts = await self.client.send_completions([item for item, _ in batch])
-                except (JobfairError, httpx.HTTPError) as exc:
+                except Exception as exc:  # each job's finish fails as a single call would
+                    failure = (
+                        exc
+                        if isinstance(exc, JobfairError | httpx.HTTPError)
+                        else JobfairError(f"completing a batch failed: {exc!r}")
+                    )
                     for _, verdict in batch:
                         if not verdict.done():
-                            verdict.set_exception(exc)
+                            verdict.set_exception(failure)
                     continue
                 for (_, verdict), status in zip(batch, verdicts, strict=True):
                     if not verdict.done():
@@ -302,7 +307,7 @@ class AsyncWorker:
             # finished elsewhere).  Retrying cannot help and must not be tried.
             self.stats.conflicts += 1
             log.warning("job %s: finishing refused (%s); dropped", job.key, exc.detail)
-        except (ProblemError, httpx.HTTPError) as exc:
+        except (JobfairError, httpx.HTTPError) as exc:
             log.error("job %s: finishing failed (%s); its lease will expire", job.key, exc)
         return False
 

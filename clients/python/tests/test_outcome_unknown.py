@@ -73,3 +73,42 @@ async def test_a_creation_refused_as_unavailable_is_sent_again():
     async with client(transport) as jf:
         await jf.create_job("t")
     assert len(seen) == 2
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        httpx.Response(200, json={"results": []}),  # fewer verdicts than jobs
+        httpx.Response(200, content=b"not json"),
+        httpx.Response(500, json={"status": 500, "title": "INTERNAL", "detail": "x"}),
+    ],
+    ids=["short", "garbage", "500"],
+)
+async def test_a_batch_of_completions_that_fails_fails_each_finish_and_the_worker_goes_on(answer):
+    """A worker whose batch of completions comes back wrong logs each job's finish as
+    failed (their leases will expire) and carries on; nothing hangs or escapes."""
+    from jobfair_client import AsyncWorker
+
+    activations = 0
+    jobs = [{**JOB, "jobKey": str(k), "state": "ACTIVATED", "activationCount": 1} for k in (1, 2)]
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        nonlocal activations
+        if request.url.path == "/v2/jobs/activate":
+            activations += 1
+            return httpx.Response(200, json={"jobs": jobs if activations == 1 else []})
+        assert request.url.path == "/v2/jobs/complete"
+        return answer
+
+    async with client(httpx.MockTransport(handle)) as jf:
+        handled = []
+
+        async def handler(job):
+            handled.append(job.key)
+            if len(handled) == 2:
+                worker.stop()
+
+        worker = AsyncWorker(jf, "t", handler, concurrency=2, heartbeat=False)
+        await worker.run()
+    assert sorted(handled) == ["1", "2"]
+    assert worker.stats.completed == 0 and worker.stats.conflicts == 0
