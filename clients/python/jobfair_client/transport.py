@@ -7,16 +7,18 @@ httpx's own layer costs and more than the server spends answering it, and its po
 checks every connection it holds on every request (``has_expired`` → ``getpeername``),
 so fifty requests in flight cost each of them fifty system calls.  A worker makes two
 requests per batch of jobs and a producer one per job: that cost was the client's rate.
-``docs/adr/020-the-clients-own-http-transport.md`` has the measurements.
+``docs/adr/020-the-clients-own-http-transport-and-batched-completions.md`` has the
+measurements.
 
 What is here: a connection per request in flight, kept open and reused when the answer
 says so; TLS through ``ssl``; answers parsed by httptools (llhttp, the parser uvicorn
-runs), Content-Length or chunked; bodies streamed to the caller (SSE) with back pressure;
-httpx's connect, read and pool timeouts; failures raised as httpx's exceptions (a
-connection that could not be opened is ``ConnectError``; one that broke after the
-request was written is ``ReadError``), so the retry policy reads them as before.  What is
-not: proxies, HTTP/2, ``Expect: 100-continue``.  ``AsyncJobfair(transport="httpcore")``
-goes back to httpx's own transport for those.
+runs), their bodies framed by Content-Length, chunks or the connection's close, and
+streamed to the caller (SSE) with back pressure; httpx's connect, read and pool
+timeouts; failures raised as httpx's exceptions (a connection that could not be opened
+is ``ConnectError``; one that broke after the request was written is ``ReadError``), so
+the retry policy reads them as before.  What is not: proxies, HTTP/2, ``Expect:
+100-continue``.  ``AsyncJobfair(transport="httpcore")`` goes back to httpx's own
+transport for those.
 """
 
 from __future__ import annotations
@@ -67,8 +69,15 @@ class _Connection(asyncio.Protocol):
             self.close()
 
     def eof_received(self) -> bool:
+        if self._head is not None and self._head.done() and not self._delimited():
+            self.complete = True  # a body without a length or chunks ends at the close
+            self._more.set()
         self._fail(httpx.ReadError("the server closed the connection"))
         return False
+
+    def _delimited(self) -> bool:
+        """Whether the answer said where its body ends (else it ends at the close)."""
+        return any(n.lower() in (b"content-length", b"transfer-encoding") for n, _ in self._headers)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._fail(httpx.ReadError(f"connection lost: {exc or 'closed'}"))

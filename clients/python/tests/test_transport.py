@@ -115,6 +115,21 @@ async def test_a_chunked_answer_is_decoded(serve):
     assert server.connections == 1
 
 
+async def test_a_body_without_a_length_ends_where_the_connection_closes(serve):
+    async def until_close(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")
+        for part in (b'{"a": ', b"[1, 2]}"):
+            writer.write(part)
+            await writer.drain()
+        return False  # the handler closes: that is the body's end
+
+    server = await serve(until_close)
+    async with client(server.url) as http:
+        for _ in range(2):
+            assert (await http.get("/")).json() == {"a": [1, 2]}
+    assert server.connections == 2
+
+
 async def test_an_answer_larger_than_the_buffer_streams_whole(serve):
     body = bytes(range(256)) * (3 * PAUSE_AT_BYTES // 256)
     server = await serve(fixed(body))
