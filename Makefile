@@ -84,9 +84,11 @@ bench: $(STAMP)  ## the benchmarks, JSON + a table (minutes; not part of `make t
 
 # Jobfair against PgQueuer and Procrastinate, in-process on the same embedded PostgreSQL;
 # W2 at 50 in flight also through the TypeScript and Java clients' workers.
-bench-peers: $(STAMP) $(TS_CLIENT)/dist/.stamp  ## Jobfair vs PgQueuer and Procrastinate (minutes)
+# The published figures' sizes (docs/benchmarks.md "Issue 23"); PEERS_ARGS= for full size.
+PEERS_ARGS ?= --scale 0.5 --repeat 3
+bench-peers: $(STAMP) $(TS_CLIENT)/dist/.stamp  ## Jobfair vs PgQueuer and Procrastinate (~15 minutes)
 	$(BIN)/pip install --quiet -e '.[dev,peers]'
-	$(BIN)/python -m bench.peers
+	$(BIN)/python -m bench.peers $(PEERS_ARGS)
 
 clean:
 	rm -rf $(VENV) .jobfair .pytest_cache .mypy_cache .ruff_cache *.egg-info
