@@ -62,6 +62,9 @@ class _Connection(asyncio.Protocol):
         self.pool.add(self)
 
     def data_received(self, data: bytes) -> None:
+        if self._head is None or self.complete:  # bytes nobody asked for: not reusable
+            self.close()
+            return
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
@@ -98,16 +101,25 @@ class _Connection(asyncio.Protocol):
 
     # -- httptools -------------------------------------------------------------------
 
+    def on_message_begin(self) -> None:
+        if self.complete:  # a second answer to one request: the connection is not sane
+            self.usable = False
+
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers.append((name, value))
+        if not self.complete:
+            self._headers.append((name, value))
 
     def on_headers_complete(self) -> None:
+        if self.complete:
+            return
         self.status = self.parser.get_status_code()
         self.keep_alive = self.parser.should_keep_alive()
         if self._head is not None and not self._head.done():
             self._head.set_result(None)
 
     def on_body(self, body: bytes) -> None:
+        if self.complete:
+            return
         self._chunks.append(body)
         self._buffered += len(body)
         self._more.set()
@@ -115,6 +127,8 @@ class _Connection(asyncio.Protocol):
             self.transport.pause_reading()
 
     def on_message_complete(self) -> None:
+        if self.complete:
+            return
         self.complete = True
         self._more.set()
 

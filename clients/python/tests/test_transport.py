@@ -165,6 +165,26 @@ async def test_an_idle_connection_the_server_closed_is_not_reused(serve):
     assert server.connections == 2 and len(server.requests) == 2
 
 
+async def test_a_connection_that_speaks_unasked_is_not_reused(serve):
+    async def chatty(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        await fixed(b"{}")(request, writer)
+        writer.write(b'HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\n{"x":1}')  # unasked
+        await writer.drain()
+        return True
+
+    server = await serve(chatty)
+    transport = FastTransport()
+    async with httpx.AsyncClient(base_url=server.url, transport=transport) as http:
+        assert (await http.get("/")).json() == {}
+        # The extra answer came with the first or just after it: either way the
+        # connection is closed, not kept for the next request.
+        [conn] = transport._open or [None]
+        if conn is not None:
+            await asyncio.wait_for(conn.lost, timeout=5)
+        assert (await http.get("/")).json() == {}  # not the stale {"x": 1}
+    assert server.connections == 2
+
+
 async def test_a_cut_answer_is_a_read_error_and_is_retried_only_if_safe(serve):
     async def cut(request: bytes, writer: asyncio.StreamWriter) -> bool:
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{")
