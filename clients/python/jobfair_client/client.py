@@ -394,6 +394,8 @@ class AsyncJobfair:
 
     async def send_completions(self, encoded_items: Sequence[bytes]) -> list[int]:
         """``complete_many`` of items already encoded by ``completion_item``."""
+        if not encoded_items:
+            return []
         return _verdicts(await self.send(_Calls.complete_many(encoded_items)), len(encoded_items))
 
     async def fail(
@@ -530,6 +532,8 @@ class Jobfair:
     ) -> list[int]:
         """As ``AsyncJobfair.complete_many``."""
         items = _items(jobs, variables)
+        if not items:
+            return []
         return _verdicts(self.send(_Calls.complete_many(items)), len(items))
 
     def fail(

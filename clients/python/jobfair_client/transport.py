@@ -24,6 +24,7 @@ transport for those.
 from __future__ import annotations
 
 import asyncio
+import re
 import ssl
 from collections import deque
 from collections.abc import AsyncIterator
@@ -33,6 +34,7 @@ import httptools
 import httpx
 
 PAUSE_AT_BYTES = 1 << 20  # a streamed answer the caller has not read: stop reading there
+MAX_HEAD_BYTES = 64 * 1024  # an answer's status line and headers, at most (httpcore's too)
 
 
 class _Connection(asyncio.Protocol):
@@ -51,6 +53,8 @@ class _Connection(asyncio.Protocol):
         self._buffered = 0
         self._more: asyncio.Event = asyncio.Event()
         self.complete = False
+        self._interim = False
+        self._head_bytes = 0
         self.status = 0
         self.keep_alive = True
 
@@ -108,9 +112,17 @@ class _Connection(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         if not self.complete:
             self._headers.append((name, value))
+            self._head_bytes += len(name) + len(value) + 4
+            if self._head_bytes > MAX_HEAD_BYTES:
+                self._fail(httpx.RemoteProtocolError("the answer's headers are too large"))
+                self.close()
 
     def on_headers_complete(self) -> None:
         if self.complete:
+            return
+        if 100 <= self.parser.get_status_code() < 200:  # 103 Early Hints and the like
+            self._interim = True
+            self._headers = []
             return
         self.status = self.parser.get_status_code()
         self.keep_alive = self.parser.should_keep_alive()
@@ -129,6 +141,9 @@ class _Connection(asyncio.Protocol):
     def on_message_complete(self) -> None:
         if self.complete:
             return
+        if self._interim:  # the final answer is still to come
+            self._interim = False
+            return
         self.complete = True
         self._more.set()
 
@@ -139,7 +154,7 @@ class _Connection(asyncio.Protocol):
         assert self.transport is not None
         self._head = asyncio.get_running_loop().create_future()
         self._headers, self._chunks, self._buffered = [], deque(), 0
-        self.complete, self.failure = False, None
+        self.complete, self.failure, self._interim, self._head_bytes = False, None, False, 0
         self.transport.write(data)
         try:
             async with asyncio.timeout(read_timeout):
@@ -170,7 +185,9 @@ class _Connection(asyncio.Protocol):
                 raise httpx.ReadTimeout("the answer stopped within the read timeout") from None
 
     def reusable(self) -> bool:
-        return self.usable and self.complete and self.keep_alive
+        """Read to its end, the server keeping it open: a body left unread (its reading
+        perhaps paused) would stall the next answer."""
+        return self.usable and self.complete and self.keep_alive and not self._chunks
 
     def close(self) -> None:
         self.usable = False
@@ -285,9 +302,15 @@ class FastTransport(httpx.AsyncBaseTransport):
 
 
 _FRAMING = (b"content-length", b"transfer-encoding")
+_UNSAFE = re.compile(rb"[\r\n\x00]")
 
 
 def _encode(request: httpx.Request, body: bytes) -> bytes:
+    """The request's bytes; LocalProtocolError for a header that would split the request
+    (CR, LF or NUL in it: an API key read with its newline, say)."""
+    for name, value in request.headers.raw:
+        if _UNSAFE.search(name) or _UNSAFE.search(value):
+            raise httpx.LocalProtocolError(f"illegal header {name!r}: CR, LF or NUL in it")
     url = request.url
     target = url.raw_path  # path and query, percent-encoded
     lines = [request.method.encode(), b" ", target, b" HTTP/1.1\r\n"]

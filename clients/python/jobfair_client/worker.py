@@ -16,7 +16,6 @@ worker more than the job: with fifty handlers, fifty requests in flight at once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import threading
@@ -28,12 +27,16 @@ from typing import Any, Literal
 import httpx
 
 from jobfair_client.client import AsyncJobfair, Backoff, Jobfair, completion_item
-from jobfair_client.errors import Conflict, JobfairError, ProblemError
+from jobfair_client.errors import Conflict, InvalidArgument, JobfairError, NotFound
 from jobfair_client.models import BusinessError, Job
 
 log = logging.getLogger("jobfair_client")
 
 STOP_ABORT_DELAY_S = 0.25
+# What an answer the client did not expect raises (not JSON, a field missing or odd).
+UNEXPECTED = (ValueError, KeyError, TypeError)
+# At shutdown, how long a job whose handler returned may wait for its verdict.
+FINISH_WAIT_S = 60.0
 # A batch of completions: at most this many jobs (the server's limit) and about this many
 # bytes (a handler's variables can be large; the server's body limit is 16 MiB).
 BATCH_MAX_JOBS = 1_000
@@ -81,24 +84,33 @@ class _Completions:
     async def _send(self) -> None:
         try:
             while self._queue:
-                batch = self._take()
-                try:
-                    verdicts = await self.client.send_completions([item for item, _ in batch])
-                except Exception as exc:  # each job's finish fails as a single call would
-                    failure = (
-                        exc
-                        if isinstance(exc, JobfairError | httpx.HTTPError)
-                        else JobfairError(f"completing a batch failed: {exc!r}")
-                    )
-                    for _, verdict in batch:
-                        if not verdict.done():
-                            verdict.set_exception(failure)
-                    continue
-                for (_, verdict), status in zip(batch, verdicts, strict=True):
-                    if not verdict.done():
-                        verdict.set_result(status)
+                await self._send_batch(self._take())
         finally:
             self._sender = None
+
+    async def _send_batch(self, batch: list[tuple[bytes, asyncio.Future[int]]]) -> None:
+        try:
+            verdicts = await self.client.send_completions([item for item, _ in batch])
+        except InvalidArgument as exc:
+            if len(batch) == 1:
+                _fail(batch, exc)
+                return
+            # One job's values refused the whole batch (the server checks the whole body
+            # first): each is sent again alone, so only the bad one is refused.
+            for entry in batch:
+                await self._send_batch([entry])
+            return
+        except Exception as exc:  # each job's finish fails as a single call would
+            failure = (
+                exc
+                if isinstance(exc, JobfairError | httpx.HTTPError)
+                else JobfairError(f"completing a batch failed: {exc!r}")
+            )
+            _fail(batch, failure)
+            return
+        for (_, verdict), status in zip(batch, verdicts, strict=True):
+            if not verdict.done():
+                verdict.set_result(status)
 
     def _take(self) -> list[tuple[bytes, asyncio.Future[int]]]:
         size, n = 0, 0
@@ -109,6 +121,12 @@ class _Completions:
             n += 1
         batch, self._queue = self._queue[:n], self._queue[n:]
         return batch
+
+
+def _fail(batch: list[tuple[bytes, asyncio.Future[int]]], exc: Exception) -> None:
+    for _, verdict in batch:
+        if not verdict.done():
+            verdict.set_exception(exc)
 
 
 class AsyncWorker:
@@ -149,6 +167,7 @@ class AsyncWorker:
         self._slot_freed = asyncio.Event()
         self._inflight: dict[asyncio.Task[None], Job] = {}  # from activation to verdict
         self._handling = 0  # of those, the ones whose handler is running
+        self._in_handler: set[asyncio.Task[Any]] = set()
 
     def stop(self) -> None:
         """Stop activating; ``run()`` returns once in-flight jobs are finished or released."""
@@ -170,8 +189,12 @@ class AsyncWorker:
         finally:
             feeder.cancel()
             stopping.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            try:
                 await feeder
+            except asyncio.CancelledError:
+                pass
+            except Exception:  # a bug, or an answer nobody foresaw: the jobs held first
+                log.exception("the feeder of %s failed; draining", self.job_type)
             await self._drain()
             if self._completions is not None:
                 await self._completions.flushed()
@@ -203,9 +226,9 @@ class AsyncWorker:
                     tenant_ids=self.tenant_ids,
                 )
                 failures = 0
-            except (JobfairError, httpx.HTTPError) as exc:
+            except (JobfairError, httpx.HTTPError, *UNEXPECTED) as exc:
                 failures += 1
-                log.warning("activating %s failed (%s); backing off", self.job_type, exc)
+                log.warning("activating %s failed (%r); backing off", self.job_type, exc)
                 await asyncio.sleep(self.client.backoff.delay_s(min(failures, 8)))
                 continue
             for job in jobs:
@@ -226,8 +249,8 @@ class AsyncWorker:
                     self._start(job)
                     if self._stopping.is_set():
                         return
-            except (JobfairError, httpx.HTTPError) as exc:
-                log.warning("stream of %s broke (%s); reconnecting", self.job_type, exc)
+            except (JobfairError, httpx.HTTPError, *UNEXPECTED) as exc:
+                log.warning("stream of %s broke (%r); reconnecting", self.job_type, exc)
             failures += 1
             await asyncio.sleep(self.client.backoff.delay_s(min(failures, 8)))
 
@@ -246,11 +269,17 @@ class AsyncWorker:
     async def _handle(self, job: Job) -> None:
         outcome = await self._run_handler(job)
         if isinstance(outcome, BusinessError):
-            await self._finish(
-                job, self.client.throw_error(job, outcome.code, outcome.message, outcome.variables)
-            )
-            self.stats.errors_thrown += 1
-            return
+            try:
+                call = self.client.throw_error(
+                    job, outcome.code, outcome.message, outcome.variables
+                )
+                thrown = await self._finish(job, call)
+            except (TypeError, ValueError) as exc:  # its variables are not JSON
+                outcome = ValueError(f"its BusinessError's variables cannot be sent ({exc})")
+            else:
+                if thrown:
+                    self.stats.errors_thrown += 1
+                return
         if not isinstance(outcome, Exception):
             if self._completions is None:
                 if await self._finish(job, self.client.complete(job, outcome)):
@@ -261,13 +290,16 @@ class AsyncWorker:
             except (TypeError, ValueError) as exc:  # what the handler returned is not JSON
                 outcome = ValueError(f"its result cannot be sent as JSON ({exc})")
             else:
-                if await self._finish(job, verdict):
-                    self.stats.completed += 1
-                return
+                try:
+                    if await self._finish(job, verdict, refused=InvalidArgument):
+                        self.stats.completed += 1
+                    return
+                except InvalidArgument as exc:  # the server refused the result's values
+                    outcome = ValueError(f"its result was refused: {exc.detail}")
         # The handler failed: retry later, one attempt fewer.
         backoff = self.fail_backoff.exact_ms(max(0, job.activation_count - 1))
         log.info("job %s failed: %r; retrying in %d ms", job.key, outcome, backoff)
-        await self._finish(
+        if await self._finish(
             job,
             self.client.fail(
                 job,
@@ -275,11 +307,14 @@ class AsyncWorker:
                 error_message=f"{type(outcome).__name__}: {outcome}",
                 retry_backoff_ms=backoff,
             ),
-        )
-        self.stats.failed += 1
+        ):
+            self.stats.failed += 1
 
     async def _run_handler(self, job: Job) -> Result | Exception:
         """The handler's result, or what it raised; its slot is free when this returns."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._in_handler.add(task)
         beat: list[Any] = []
         if self.heartbeat:
             self._beat_later(job, beat)
@@ -290,10 +325,18 @@ class AsyncWorker:
         finally:
             for pending in beat:  # the timer, or the call extending the lease
                 pending.cancel()
+            if task is not None:
+                self._in_handler.discard(task)
             self._handling -= 1
             self._slot_freed.set()
 
-    async def _finish(self, job: Job, call: Awaitable[int | None]) -> bool:
+    async def _finish(
+        self,
+        job: Job,
+        call: Awaitable[int | None],
+        refused: type[Exception] | tuple[()] = (),
+    ) -> bool:
+        """Whether the finish was accepted; ``refused``: a failure to raise, not log."""
         try:
             status = await call
             if status is None or status == 204:
@@ -302,6 +345,8 @@ class AsyncWorker:
             self.stats.conflicts += 1
             log.warning("job %s: finishing refused (%s); dropped", job.key, status)
             return False
+        except refused:
+            raise
         except Conflict as exc:
             # Our activation is no longer current (lease expired, job reactivated or
             # finished elsewhere).  Retrying cannot help and must not be tried.
@@ -324,11 +369,11 @@ class AsyncWorker:
     async def _extend(self, job: Job, beat: list[Any]) -> None:
         try:
             await self.client.extend_lease(job, self.timeout_ms)
-        except Conflict as exc:
+        except (Conflict, NotFound) as exc:
             log.warning("job %s: lease lost (%s)", job.key, exc.detail)
             return
-        except (ProblemError, httpx.HTTPError) as exc:
-            log.warning("job %s: heartbeat failed (%s)", job.key, exc)
+        except (JobfairError, httpx.HTTPError, *UNEXPECTED) as exc:
+            log.warning("job %s: heartbeat failed (%r)", job.key, exc)
         self._beat_later(job, beat)
 
     # -- shutdown ------------------------------------------------------------------------
@@ -337,16 +382,25 @@ class AsyncWorker:
         if not self._inflight:
             return
         _, late = await asyncio.wait(set(self._inflight), timeout=self.shutdown_grace_s)
-        for task in late:
+        # Only a job whose handler still runs is given back: one whose handler returned
+        # is being finished (its completion may be on its way), and releasing it too
+        # could run it twice.  Those get their verdicts, a request's time at most.
+        running = [t for t in late if t in self._in_handler]
+        finishing = [t for t in late if t not in self._in_handler]
+        for task in running:
             job = self._inflight.get(task)
             task.cancel()
             if job is not None:
                 # Give the job back at once, without spending one of its retries.
-                await self._finish(
+                if await self._finish(
                     job,
                     self.client.fail(job, retries=job.retries, error_message="worker shut down"),
-                )
-                self.stats.released += 1
+                ):
+                    self.stats.released += 1
+        if finishing:
+            _, stuck = await asyncio.wait(finishing, timeout=FINISH_WAIT_S)
+            for task in stuck:
+                task.cancel()
         if late:
             await asyncio.gather(*late, return_exceptions=True)
 

@@ -329,3 +329,30 @@ async def test_sync_client_and_threaded_worker(live):
     assert set(seen) == set(keys) and set(seen.values()) == {1}
     async with AsyncJobfair(live.url) as jf:
         assert await states(jf, keys) == Counter({"COMPLETED": 120})
+
+
+async def test_one_refused_result_fails_its_job_alone_not_its_batch(jf):
+    """The server checks a batch's whole body first: a result it refuses (a NUL in a
+    string) must not leave the other jobs of the batch to their leases."""
+    keys = await jf.create_jobs([NewJob("poison", retries=1) for _ in range(10)])
+    bad = keys[0]
+    arrived = asyncio.Event()
+    seen = 0
+
+    async def handler(job: Job) -> dict[str, object]:
+        nonlocal seen
+        seen += 1
+        if seen == 10:
+            arrived.set()
+        await arrived.wait()  # all ten finish together: one batch
+        return {"x": "a\x00b"} if job.key == bad else {"ok": 1}
+
+    worker = AsyncWorker(jf, "poison", handler, concurrency=10, request_timeout_ms=500)
+    run = asyncio.create_task(worker.run())
+    await asyncio.wait_for(arrived.wait(), timeout=30)
+    worker.stop()  # run() returns once the ten have their verdicts
+    await run
+    assert worker.stats.completed == 9 and worker.stats.failed == 1
+    job = await jf.get_job(bad)
+    assert job.state == "FAILED" and "refused" in (job.error_message or "")
+    assert await states(jf, keys[1:]) == Counter({"COMPLETED": 9})

@@ -112,3 +112,46 @@ async def test_a_batch_of_completions_that_fails_fails_each_finish_and_the_worke
         await worker.run()
     assert sorted(handled) == ["1", "2"]
     assert worker.stats.completed == 0 and worker.stats.conflicts == 0
+
+
+async def test_at_shutdown_a_job_whose_handler_returned_is_not_released():
+    """stop() with a short grace while a completion is slow on its way: the job is not
+    also given back (released and completed, it could run twice); only a job whose
+    handler still runs is."""
+    import asyncio
+
+    from jobfair_client import AsyncWorker
+
+    sent: list[str] = []
+    jobs = [{**JOB, "jobKey": str(k), "state": "ACTIVATED", "activationCount": 1} for k in (1, 2)]
+    activations = 0
+
+    async def handle(request: httpx.Request) -> httpx.Response:
+        nonlocal activations
+        sent.append(request.url.path)
+        if request.url.path == "/v2/jobs/activate":
+            activations += 1
+            if activations > 1:
+                await asyncio.sleep(0.05)  # a long poll that finds nothing
+            return httpx.Response(200, json={"jobs": jobs if activations == 1 else []})
+        if request.url.path == "/v2/jobs/complete":
+            await asyncio.sleep(0.5)  # a slow answer, longer than the grace
+            return httpx.Response(200, json={"results": [{"jobKey": "1", "status": 204}]})
+        return httpx.Response(204)  # the release of job 2
+
+    slow_started = asyncio.Event()
+
+    async def handler(job):
+        if job.key == "2":
+            slow_started.set()
+            await asyncio.Event().wait()  # never returns: released at shutdown
+        return {"ok": True}
+
+    async with client(httpx.MockTransport(handle)) as jf:
+        worker = AsyncWorker(jf, "t", handler, concurrency=2, heartbeat=False, shutdown_grace_s=0.1)
+        run = asyncio.create_task(worker.run())
+        await slow_started.wait()
+        worker.stop()
+        await run
+    assert "/v2/jobs/1/fail" not in sent and "/v2/jobs/2/fail" in sent
+    assert worker.stats.completed == 1 and worker.stats.released == 1

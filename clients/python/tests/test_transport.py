@@ -185,6 +185,58 @@ async def test_a_connection_that_speaks_unasked_is_not_reused(serve):
     assert server.connections == 2
 
 
+async def test_an_interim_answer_is_skipped(serve):
+    async def early_hints(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n")
+        await writer.drain()
+        await fixed(b'{"a": 1}')(request, writer)
+        return True
+
+    server = await serve(early_hints)
+    async with client(server.url) as http:
+        for _ in range(2):
+            r = await http.get("/")
+            assert r.status_code == 200 and r.json() == {"a": 1} and "link" not in r.headers
+    assert server.connections == 1
+
+
+async def test_a_body_left_unread_does_not_stall_the_next_request(serve):
+    big = b"x" * (PAUSE_AT_BYTES + 10)
+
+    async def answer(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        await fixed(big if b"GET /big" in request else b"{}")(request, writer)
+        return True
+
+    server = await serve(answer)
+    async with client(server.url) as http:
+        async with http.stream("GET", "/big") as r:
+            assert r.status_code == 200  # and closed unread, its reading paused
+        small = await http.get("/small", timeout=httpx.Timeout(5, read=2))
+        assert small.json() == {}
+
+
+async def test_a_header_that_would_split_the_request_is_refused(serve):
+    server = await serve(fixed(b"{}"))
+    async with client(server.url) as http:
+        for bad in ("k\r\nX-Injected: yes", "k\nX: y", "k\x00"):
+            with pytest.raises(httpx.LocalProtocolError):
+                await http.get("/", headers={"Authorization": f"Bearer {bad}"})
+    assert server.requests == []
+
+
+async def test_headers_beyond_64_kib_are_refused(serve):
+    async def huge(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\n" + b"X-Pad: " + b"a" * 100_000 + b"\r\n")
+        writer.write(b"Content-Length: 2\r\n\r\n{}")
+        await writer.drain()
+        return False
+
+    server = await serve(huge)
+    async with client(server.url) as http:
+        with pytest.raises(httpx.RemoteProtocolError):
+            await http.get("/")
+
+
 async def test_a_cut_answer_is_a_read_error_and_is_retried_only_if_safe(serve):
     async def cut(request: bytes, writer: asyncio.StreamWriter) -> bool:
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{")
