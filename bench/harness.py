@@ -187,6 +187,14 @@ def machine_speed(rounds: int = 5) -> dict[str, float]:
     return {"pythonLoopMs": median(loop_ms), "loopbackRoundTripUs": median(trip_us)}
 
 
+def speed_line(speed: dict[str, float]) -> str:
+    """``machine_speed``'s figures, as the benchmarks print them."""
+    return (
+        f"Python loop {speed['pythonLoopMs']:.1f} ms, "
+        f"loopback round trip {speed['loopbackRoundTripUs']:.1f} µs (lower is faster)"
+    )
+
+
 @contextmanager
 def plain_server(app: str, workers: int = 1) -> Iterator[str]:
     """Any ASGI app (``module:attr``) under uvicorn on a free port; yields its base URL.

@@ -30,6 +30,7 @@ from bench.harness import (
     plain_server,
     server,
     server_pid,
+    speed_line,
     table,
 )
 from bench.wire import Connection
@@ -563,13 +564,6 @@ BENCHES = {
 }
 
 
-def _speed(speed: dict[str, float]) -> str:
-    return (
-        f"Python loop {speed['pythonLoopMs']:.1f} ms, "
-        f"loopback round trip {speed['loopbackRoundTripUs']:.1f} µs (lower is faster)"
-    )
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("benches", nargs="*", default=list(BENCHES), choices=[[], *BENCHES])
@@ -612,7 +606,7 @@ def main() -> None:
     pg = Postgres(ROOT / ".jobfair" / "bench")
     machine: dict[str, Any] = {"cpus": os.cpu_count(), "speedBefore": machine_speed()}
     results: dict[str, Any] = {"machine": machine, "args": vars(args)}
-    print(f"machine speed before: {_speed(machine['speedBefore'])}", flush=True)
+    print(f"machine speed before: {speed_line(machine['speedBefore'])}", flush=True)
     for name in args.benches or list(BENCHES):
         fn, columns = BENCHES[name]
         t0 = time.monotonic()
@@ -621,7 +615,7 @@ def main() -> None:
         print(f"\n## {name} ({time.monotonic() - t0:.0f} s)\n")
         print(table(rows, columns), flush=True)
     machine["speedAfter"] = machine_speed()
-    print(f"\nmachine speed after: {_speed(machine['speedAfter'])}")
+    print(f"\nmachine speed after: {speed_line(machine['speedAfter'])}")
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = json.dumps(results, indent=2)
     (RESULTS / "latest.json").write_text(out)

@@ -24,7 +24,15 @@ from bench.harness import ROOT as _ROOT
 # checkout (the tests find it the same way, through pyproject's pythonpath).
 sys.path.insert(0, str(_ROOT / "clients" / "python"))
 
-from bench.harness import ROOT, Postgres, latency_row, machine_speed, median, table  # noqa: E402
+from bench.harness import (  # noqa: E402
+    ROOT,
+    Postgres,
+    latency_row,
+    machine_speed,
+    median,
+    speed_line,
+    table,
+)
 from bench.peers import jobfair, pgqueuer_, procrastinate_  # noqa: E402
 from bench.peers.common import Sizes  # noqa: E402
 
@@ -178,13 +186,6 @@ RATIO_OF = {
 }
 
 
-def _speed(speed: dict[str, float]) -> str:
-    return (
-        f"Python loop {speed['pythonLoopMs']:.1f} ms, "
-        f"loopback round trip {speed['loopbackRoundTripUs']:.1f} µs (lower is faster)"
-    )
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--repeat", type=int, default=3, help="runs per figure (median reported)")
@@ -202,7 +203,7 @@ def main() -> None:
     os.makedirs(ROOT / ".jobfair", exist_ok=True)
     pg = Postgres(ROOT / ".jobfair" / "bench")
     machine: dict[str, Any] = {"cpus": os.cpu_count(), "speedBefore": machine_speed()}
-    print(f"machine speed before: {_speed(machine['speedBefore'])}", flush=True)
+    print(f"machine speed before: {speed_line(machine['speedBefore'])}", flush=True)
     t0 = time.monotonic()
     runs = _runs(args, pg, sizes)
     machine["speedAfter"] = machine_speed()
@@ -236,7 +237,7 @@ def main() -> None:
                     f"Jobfair / best peer ({ratio['bestPeer']}){at}, {RATIO_OF[workload]}: "
                     f"{ratio['jobfair']:.2f}"
                 )
-    print(f"\nmachine speed after: {_speed(machine['speedAfter'])}")
+    print(f"\nmachine speed after: {speed_line(machine['speedAfter'])}")
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = json.dumps(results, indent=2)
     (RESULTS / "peers.json").write_text(out)
