@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 from pydantic import ValidationError
 
-from app import embedded, migrations, supervisor
+from app import cli_ops, demo, embedded, migrations, supervisor
 from app.api.schemas import instant
 from app.config import Settings, is_loopback
 from app.db import Database, StoreUnavailable
@@ -299,6 +299,11 @@ def keys_revoke(
         typer.echo(f"no key {key_id}", err=True)
         raise typer.Exit(1)
     typer.echo(f"revoked {key_id}")
+
+
+# The commands over HTTP (app.cli_ops), the demo (app.demo), and --version.
+cli_ops.register(cli)
+demo.register(cli)
 
 
 def main() -> None:
