@@ -806,19 +806,18 @@ def bench(
             "`pip install -e .`, and run `jobfair bench` from the clone",
             2,
         )
-    names = list(benches or [])
-    extra = list(ctx.args)
-    # Options given before `--` arrive as names; keep them with the options.
-    while names and names[-1].startswith("-"):
-        extra.insert(0, names.pop())
+    given = [*(benches or []), *ctx.args]
+    # The names come first; bench/run.py's options (and their values) follow.
+    first_option = next((i for i, a in enumerate(given) if a.startswith("-")), len(given))
+    names, extra = given[:first_option], given[first_option:]
     command = [sys.executable, "-u", "-m", "bench.run", *names, *extra]
     total = len(names) or _bench_count(root)
-    console = stderr()
+    out = sys.stdout  # the results; the bar is on stderr
     proc = subprocess.Popen(
         command, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     try:
-        with progress_bar(console) as bar:
+        with progress_bar(stderr()) as bar:
             task = bar.add_task("benchmarks", total=total)
             assert proc.stdout is not None
             for line in proc.stdout:
@@ -826,7 +825,14 @@ def bench(
                 if line.startswith("## "):
                     bar.advance(task)
                     bar.update(task, description=f"benchmarks (done: {line[3:].split()[0]})")
-                bar.console.print(line.rstrip("\n"), markup=False, highlight=False)
+                if bar.console.is_terminal and out.isatty():
+                    # One terminal: above the bar (which a bare write would tear).
+                    bar.console.print(
+                        line.rstrip("\n"), markup=False, highlight=False, soft_wrap=True
+                    )
+                else:
+                    out.write(line)
+                    out.flush()
         code = proc.wait()
     except KeyboardInterrupt:
         proc.terminate()

@@ -144,7 +144,11 @@ def waited(ms: float | None) -> str:
 
 
 def pct(share: float | None) -> str:
-    return "-" if share is None else f"{share * 100:.1f}%"
+    if share is None:
+        return "-"
+    if 0 < share < 0.0005 or 0.9995 < share < 1:
+        return f"{share * 100:.3f}%"  # a weight of 1 against 10,000 is not 0% and 100%
+    return f"{share * 100:.1f}%"
 
 
 def worst(lane: Lane) -> float | None:
@@ -335,9 +339,9 @@ async def run_demo(url: str, options: Options, console: Console, run: Run) -> No
         r = await http.get("/v2/stats", params={"type": JOB_TYPE})
         if any(t["pending"] or t["active"] for t in r.json()["jobTypes"]):
             raise DemoFailed(
-                f"the server already has {JOB_TYPE!r} jobs waiting or active (an earlier "
-                "demo's?): give a fresh --data-dir, or cancel them with `jobfair jobs "
-                f"cancel --tenant {FLOOD} --type {JOB_TYPE} --yes --url {url}`"
+                f"this data folder's server already has {JOB_TYPE!r} jobs waiting or "
+                "active (an interrupted demo's), which would skew what is measured: give "
+                "another --data-dir, or none (a temporary one)"
             )
         for lane in lanes.values():
             r = await http.put(f"/v2/tenants/{lane.tenant}", json={"weight": lane.weight})
