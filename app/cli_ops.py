@@ -544,7 +544,7 @@ def jobs_list(
         )
     stdout().print(table)
     if answer.get("nextCursor"):
-        typer.echo(f"more: --cursor {answer['nextCursor']}", err=True)
+        typer.echo(f"more: --cursor {answer['nextCursor']} (with the same filters)", err=True)
 
 
 def _error(record: dict[str, Any]) -> str:
