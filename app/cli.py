@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 from pydantic import ValidationError
 
-from app import embedded, migrations, supervisor
+from app import cli_ops, demo, embedded, migrations, supervisor
 from app.api.schemas import instant
 from app.config import Settings, is_loopback
 from app.db import Database, StoreUnavailable
@@ -26,12 +26,29 @@ from app.keys import KEY_ID_RE, KeyService, Role, key_record
 
 cli = typer.Typer(add_completion=False, no_args_is_help=True, help="Jobfair job activation service")
 
+DataDir = Annotated[
+    Path | None,
+    typer.Option(
+        help="embedded PostgreSQL data folder", show_default="JOBFAIR_DATA_DIR, else .jobfair"
+    ),
+]
+DatabaseUrl = Annotated[
+    str | None,
+    typer.Option(help="postgresql:// URL", show_default="JOBFAIR_DATABASE_URL, else embedded"),
+]
+
 
 # How long an idle keep-alive connection stays open.  Longer than the clients' own idle
 # expiry (httpx 5 s, as in Camunda's Python SDK; Node's agent 4-5 s; Java clients up to
 # 60 s): a server that closes first races a client reusing the connection at that moment,
 # and a worker's complete call that loses that race fails (uvicorn's default is 5 s).
 IDLE_CONNECTION_TIMEOUT_S = 75
+
+
+def _unset(name: str) -> str:
+    """What an option left out falls back to, as --help shows it."""
+    default = Settings.model_fields[name].default
+    return f"JOBFAIR_{name.upper()}, else {'embedded' if default is None else default}"
 
 
 def _settings(**overrides: Any) -> Settings:
@@ -56,18 +73,25 @@ def resolve_database(settings: Settings, *, supervise: bool = False) -> str:
 
 @cli.command()
 def serve(
-    host: Annotated[str | None, typer.Option(help="address to listen on")] = None,
-    port: Annotated[int | None, typer.Option(help="port to listen on")] = None,
-    data_dir: Annotated[Path | None, typer.Option(help="embedded PostgreSQL data folder")] = None,
-    database_url: Annotated[
-        str | None, typer.Option(help="postgresql:// URL; unset = embedded")
+    host: Annotated[
+        str | None, typer.Option(help="address to listen on", show_default=_unset("host"))
     ] = None,
-    workers: Annotated[int | None, typer.Option(help="server worker processes")] = None,
+    port: Annotated[
+        int | None, typer.Option(help="port to listen on", show_default=_unset("port"))
+    ] = None,
+    data_dir: DataDir = None,
+    database_url: DatabaseUrl = None,
+    workers: Annotated[
+        int | None, typer.Option(help="server worker processes", show_default=_unset("workers"))
+    ] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
     ssl_certfile: Annotated[
-        Path | None, typer.Option(help="TLS certificate chain (PEM); serves HTTPS")
+        Path | None,
+        typer.Option(help="TLS certificate chain (PEM); serves HTTPS", show_default="none: HTTP"),
     ] = None,
-    ssl_keyfile: Annotated[Path | None, typer.Option(help="TLS private key (PEM)")] = None,
+    ssl_keyfile: Annotated[
+        Path | None, typer.Option(help="TLS private key (PEM)", show_default="none")
+    ] = None,
 ) -> None:
     """Start PostgreSQL if needed, migrate, and serve the API."""
     import uvicorn
@@ -154,12 +178,7 @@ def _exit_cleanly(signum: int, frame: object) -> None:
 
 
 @cli.command()
-def migrate(
-    data_dir: Annotated[Path | None, typer.Option(help="embedded PostgreSQL data folder")] = None,
-    database_url: Annotated[
-        str | None, typer.Option(help="postgresql:// URL; unset = embedded")
-    ] = None,
-) -> None:
+def migrate(data_dir: DataDir = None, database_url: DatabaseUrl = None) -> None:
     """Migrate the database to the newest schema."""
     settings = _settings(data_dir=data_dir, database_url=database_url)
     url = resolve_database(settings)
@@ -169,9 +188,6 @@ def migrate(
 
 keys_cli = typer.Typer(no_args_is_help=True, help="API keys (on the database directly)")
 cli.add_typer(keys_cli, name="keys")
-
-DataDir = Annotated[Path | None, typer.Option(help="embedded PostgreSQL data folder")]
-DatabaseUrl = Annotated[str | None, typer.Option(help="postgresql:// URL; unset = embedded")]
 
 
 def _scope_option(raw: str, pattern: re.Pattern[str], what: str) -> list[str] | None:
@@ -211,9 +227,12 @@ def keys_create(
     role: Annotated[Role, typer.Option(help="admin, producer or worker")],
     tenants: Annotated[str, typer.Option(help="comma-separated tenant ids, or *")] = "*",
     types: Annotated[str, typer.Option(help="comma-separated job types, or *")] = "*",
-    name: Annotated[str | None, typer.Option(help="a name to know it by")] = None,
+    name: Annotated[
+        str | None, typer.Option(help="a name to know it by", show_default="none")
+    ] = None,
     expires: Annotated[
-        str | None, typer.Option(help="expiry, RFC 3339 (2027-01-31T00:00:00Z)")
+        str | None,
+        typer.Option(help="expiry, RFC 3339 (2027-01-31T00:00:00Z)", show_default="never"),
     ] = None,
     data_dir: DataDir = None,
     database_url: DatabaseUrl = None,
@@ -299,6 +318,11 @@ def keys_revoke(
         typer.echo(f"no key {key_id}", err=True)
         raise typer.Exit(1)
     typer.echo(f"revoked {key_id}")
+
+
+# The commands over HTTP (app.cli_ops), the demo (app.demo), and --version.
+cli_ops.register(cli)
+demo.register(cli)
 
 
 def main() -> None:
