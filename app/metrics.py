@@ -308,6 +308,8 @@ class Metrics:
             ),
         }
         self._in_use = gauge("jobfair_db_pool_in_use", "Database connections lent out.")
+        # 1 per process: in multiprocess mode, how many server processes are live.
+        self._processes = gauge("jobfair_server_processes", "Server processes serving.")
 
     # -- events (hot path: a dict lookup and an inc per lane and batch) ------------------
 
@@ -397,6 +399,7 @@ class Metrics:
         for name, g in self._process_gauges.items():
             g.set(getattr(state, name))
         self._in_use.set(state.pool_size - state.pool_idle)
+        self._processes.set(1)
 
     # -- the exposition ----------------------------------------------------------------
 
