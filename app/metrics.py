@@ -170,12 +170,6 @@ def observe_all(child: Any, values: Iterable[float]) -> None:
     child._sum.inc(total)
 
 
-def _seconds(later: datetime | None, earlier: datetime | None) -> float:
-    if later is None or earlier is None:
-        return 0.0
-    return (later - earlier).total_seconds()
-
-
 class Metrics:
     """One app's metrics: the event counters and histograms, the process gauges, the
     tenant labels, and the exposition."""
@@ -255,6 +249,12 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self._outcomes = {
+            COMPLETED: self.completed,
+            FAILED: self.failed,
+            RETRIED: self.retried,
+            ERROR_THROWN: self.error_thrown,
+        }
         # The process's own integers, kept under the names /metrics always had.
         self._process_counters = {
             "activation_queries": Counter(
@@ -333,10 +333,16 @@ class Metrics:
         """Jobs of ``job_type`` just activated: counted, and their pickup latency."""
         if not rows:
             return
-        of = self.labels.of
+        members = self.labels.members
         waits: dict[str, list[float]] = {}
         for r in rows:
-            waits.setdefault(of(r.tenant_id), []).append(_seconds(r.activated_at, r.queued_at))
+            tenant = r.tenant_id if r.tenant_id in members else OTHER
+            took = (r.activated_at - r.queued_at).total_seconds() if r.activated_at else 0.0
+            into = waits.get(tenant)
+            if into is None:
+                waits[tenant] = [took]
+            else:
+                into.append(took)
         for tenant, seconds in waits.items():
             self._child(self.activated, job_type, tenant).inc(len(seconds))
             observe_all(self._child(self.pickup, job_type, tenant), seconds)
@@ -348,18 +354,19 @@ class Metrics:
         now: datetime,
     ) -> None:
         """Jobs (type, tenant, activated_at) a worker finished with ``outcome``."""
-        family = {
-            COMPLETED: self.completed,
-            FAILED: self.failed,
-            RETRIED: self.retried,
-            ERROR_THROWN: self.error_thrown,
-        }[outcome]
-        of = self.labels.of
-        lanes: Tally[tuple[str, str]] = Tally()
+        family = self._outcomes[outcome]
+        members = self.labels.members
+        lanes: dict[tuple[str, str], int] = {}
         took: dict[str, list[float]] = {}
         for job_type, tenant, activated_at in rows:
-            lanes[(job_type, of(tenant))] += 1
-            took.setdefault(job_type, []).append(_seconds(now, activated_at))
+            lane = (job_type, tenant if tenant in members else OTHER)
+            lanes[lane] = lanes.get(lane, 0) + 1
+            seconds = (now - activated_at).total_seconds() if activated_at else 0.0
+            into = took.get(job_type)
+            if into is None:
+                took[job_type] = [seconds]
+            else:
+                into.append(seconds)
         for (job_type, tenant), n in lanes.items():
             self._child(family, job_type, tenant).inc(n)
         for job_type, seconds in took.items():
