@@ -361,12 +361,12 @@ class Metrics:
         for job_type, tenant, activated_at in rows:
             lane = (job_type, tenant if tenant in members else OTHER)
             lanes[lane] = lanes.get(lane, 0) + 1
-            seconds = (now - activated_at).total_seconds() if activated_at else 0.0
+            spent = (now - activated_at).total_seconds() if activated_at else 0.0
             into = took.get(job_type)
             if into is None:
-                took[job_type] = [seconds]
+                took[job_type] = [spent]
             else:
-                into.append(seconds)
+                into.append(spent)
         for (job_type, tenant), n in lanes.items():
             self._child(family, job_type, tenant).inc(n)
         for job_type, seconds in took.items():

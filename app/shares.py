@@ -19,12 +19,12 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 Lane = tuple[str, str]  # (job type, tenant)
 
 
-@dataclass(frozen=True, slots=True)
-class LaneSample:
+class LaneSample(NamedTuple):
     """One lane at one sample: its running count of activations (``lanes.activated_total``),
     whether the scheduler was choosing among it (active and not held at a cap), and its
     tenant's weight."""

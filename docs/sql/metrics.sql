@@ -10,6 +10,22 @@ SELECT l.job_type, l.tenant_id, l.activated_total, l.active, l.held, l.vtime,
        COALESCE(t.weight, 1) AS weight
 FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id;
 
+-- name: lane_counts
+-- Per lane: ready jobs and the oldest one's queued_at, delayed jobs, active jobs -- the
+-- stats view's counts without its oldest job keys or its caps (the caller joins those),
+-- each counted over its own partial index: jobs_ready_idx (index only), then
+-- jobs_scheduled_idx and jobs_lease_idx.  Finished jobs, however many retention keeps,
+-- are never read.  Reads the backlog: an operator query.  No locks.
+SELECT job_type, tenant_id, count(*) AS ready, 0::bigint AS delayed, 0::bigint AS active,
+       min(queued_at) AS oldest_ready_at
+FROM jobs WHERE state = 'CREATED' GROUP BY job_type, tenant_id
+UNION ALL
+SELECT job_type, tenant_id, 0, count(*), 0, NULL
+FROM jobs WHERE state = 'SCHEDULED' GROUP BY job_type, tenant_id
+UNION ALL
+SELECT job_type, tenant_id, 0, 0, count(*), NULL
+FROM jobs WHERE state = 'ACTIVATED' GROUP BY job_type, tenant_id;
+
 -- name: metric_tenant_sets
 -- The sets of tenants labelled by name, oldest first: the newest one whose effective_at
 -- has come is in force, later ones are coming.  A few rows (pruned below).
