@@ -5,6 +5,7 @@ two server processes add up."""
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import timedelta
 
 import httpx
@@ -130,7 +131,10 @@ async def test_a_long_poll_is_timed_by_how_its_wait_ended(live: Live):
     waiting = asyncio.create_task(
         c.post("/v2/jobs/activate", json={**body, "requestTimeout": 30_000})
     )
+    deadline = time.monotonic() + 30
     while (await scrape(c)).get(("jobfair_waiters", frozenset()), 0) < 1:
+        # The gauge is the only sign the poll waits: there is no event to await.
+        assert time.monotonic() < deadline, "the long poll never waited"
         await asyncio.sleep(0.01)
     await enqueue(c, "lp", "a", 1)
     assert len((await waiting).json()["jobs"]) == 1
