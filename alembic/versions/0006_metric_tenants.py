@@ -2,7 +2,7 @@
 
 Revision ID: 0006
 Revises: 0005
-Create Date: 2027-01-10
+Create Date: 2026-12-02
 
 Issue 24: /metrics labels the top K tenants by activity by name and folds the rest into
 one series; every server process must label alike, so the leader decides the set and
