@@ -151,6 +151,10 @@ def serve(
         options["ssl_certfile"] = str(ssl_certfile)
         options["ssl_keyfile"] = str(ssl_keyfile)
     if settings.workers == 1:
+        # One process needs no shared metrics files; if PROMETHEUS_MULTIPROC_DIR is set
+        # all the same, it writes there, so an earlier run's files go first.
+        if os.environ.get(supervisor.MULTIPROC_ENV):
+            supervisor.clear_metrics(os.environ[supervisor.MULTIPROC_ENV])
         uvicorn.run("app.asgi:app", host=settings.host, port=settings.port, **options)
     else:
         # A listening socket per process, not uvicorn's one shared socket (see supervisor).

@@ -41,6 +41,10 @@ class Settings(BaseSettings):
     key_refresh_ms: Annotated[int, Field(ge=1, le=1000)] = 500
     # Lifetime of the OAuth access tokens of POST /oauth/token.
     access_token_ttl_s: Annotated[int, Field(ge=10, le=86_400)] = 600
+    # /metrics labels this many tenants by name, the most active, and folds the others
+    # into tenant="<other>"; the leader re-ranks them this often (docs/metrics.md).
+    metrics_top_tenants: NonNegative = 50
+    metrics_top_tenants_interval_ms: Positive = 30_000
     # /metrics without a key; /docs and /openapi.json without one.
     metrics_open: bool = False
     docs_open: bool = True

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -14,9 +14,10 @@ from app.db import Database, finishing
 from app.db import jobs as stored
 from app.db.base import refused_input, retry_deadlock
 from app.db.jobs import ready_at_once, tenant_of
-from app.db.rows import Inserted, JobFence, JobRow, StoredJob
+from app.db.rows import Finished, Inserted, JobFence, JobRow, StoredJob
 from app.domain import FINISHED_STATES, MAX_LEASE_MS, JobState, job_record, utcnow
 from app.errors import InvalidState, NotFound, StaleActivation
+from app.metrics import COMPLETED, ERROR_THROWN, FAILED, RETRIED
 from app.waiting import Waiter, WaiterHub
 
 
@@ -40,9 +41,15 @@ class GroupCommit:
     the database refuses) is split until that completion fails alone (ADR 006).
     """
 
-    def __init__(self, db: Database, max_batch: int = 1000) -> None:
+    def __init__(
+        self,
+        db: Database,
+        max_batch: int = 1000,
+        completed: Callable[[Iterable[Finished], datetime], None] | None = None,
+    ) -> None:
         self.db = db
         self.max_batch = max_batch
+        self.completed = completed  # told of the jobs each statement completed
         self._writes: Coalescer[tuple[int, int, str | None], bool] = Coalescer(
             self._write, self._one_statement, split=refused_input
         )
@@ -63,7 +70,10 @@ class GroupCommit:
         return chosen
 
     async def _write(self, items: list[tuple[int, int, str | None]]) -> list[bool]:
-        completed = await finishing.complete(self.db, items, utcnow())
+        now = utcnow()
+        completed = await finishing.complete(self.db, items, now)
+        if self.completed is not None:
+            self.completed(completed.values(), now)
         return [key in completed for key, _, _ in items]
 
 
@@ -72,7 +82,12 @@ class JobService:
         self.db = db
         self.activation = activation
         self.waiters = waiters
-        self.group_commit = GroupCommit(db)
+        # Every event is counted here once its statement committed (app.metrics).
+        self.metrics = activation.metrics
+        self.group_commit = GroupCommit(db, completed=self._completed)
+
+    def _completed(self, jobs: Iterable[Finished], now: datetime) -> None:
+        self.metrics.jobs_finished(COMPLETED, jobs, now)
 
     async def create(self, jobs: Sequence[Mapping[str, Any]], now: datetime) -> list[Inserted]:
         if len(jobs) == 1:
@@ -81,7 +96,12 @@ class JobService:
                 waiter = self.waiters.take_head(job["type"], tenant_of(job))
                 if waiter is not None:
                     return [await self._hand_off(job, now, waiter)]
-        return await stored.insert(self.db, jobs, now)
+        inserted = await stored.insert(self.db, jobs, now)
+        self.metrics.count(
+            self.metrics.created,
+            ((j["type"], tenant_of(j)) for j, i in zip(jobs, inserted, strict=True) if i.created),
+        )
+        return inserted
 
     async def create_one(
         self, job: Mapping[str, Any], now: datetime
@@ -92,6 +112,8 @@ class JobService:
         waiter by a claim that does."""
         if job.get("idempotencyKey") is not None:
             [inserted] = await stored.insert(self.db, [job], now)
+            if inserted.created:
+                self.metrics.count_one(self.metrics.created, job["type"], tenant_of(job))
             return await self.get(inserted.job_key, now), inserted.created
         if ready_at_once(job, now):
             waiter = self.waiters.take_head(job["type"], tenant_of(job))
@@ -103,7 +125,9 @@ class JobService:
                 # 0.00 -> 0.68 ms, `python -m bench.run pickup`).
                 inserted = await self._hand_off(job, now, waiter)
                 return await self.get(inserted.job_key, now), True
-        return self._record(await stored.insert_one(self.db, job, now), now), True
+        stored_job = await stored.insert_one(self.db, job, now)
+        self.metrics.count_one(self.metrics.created, job["type"], tenant_of(job))
+        return self._record(stored_job, now), True
 
     async def _hand_off(self, job: Mapping[str, Any], now: datetime, waiter: Waiter) -> Inserted:
         """Create ``job`` and claim for ``waiter`` in one transaction (ADR 012): the job
@@ -117,12 +141,14 @@ class JobService:
         rows: list[JobRow] = []
         try:
             key, got = await self.activation.create_and_claim_lead(job, now, waiter.req)
+            self.metrics.count_one(self.metrics.created, job["type"], tenant_of(job))
             if got is not None:
                 rows.append(got)
         except Exception as exc:
             if not refused_input(exc):
                 raise
             [inserted] = await stored.insert(self.db, [job], now)
+            self.metrics.count_one(self.metrics.created, job["type"], tenant_of(job))
             self.waiters.fail(waiter, exc)
             return inserted
         finally:
@@ -142,9 +168,11 @@ class JobService:
         return job_record(found.job, now, aging)
 
     async def cancel(self, job_key: int, now: datetime) -> None:
-        if not await stored.cancel(self.db, job_key, now):
+        lane = await stored.cancel(self.db, job_key, now)
+        if lane is None:
             row = await self._existing(job_key)
             raise InvalidState(f"job {job_key} is {row.state}; only a CREATED job can be canceled")
+        self.metrics.count_one(self.metrics.canceled, *lane)
 
     async def complete(
         self, job_key: int, activation_count: int | None, variables: str | None
@@ -160,6 +188,7 @@ class JobService:
         keys = [key for key, _, _ in items]
         if len(set(keys)) == len(keys):  # no job named twice: one statement, as usual
             done = await finishing.complete(self.db, items, now)
+            self._completed(done.values(), now)
             completed = [key in done for key in keys]
         else:
             completed = await self._complete_in_order(items, now)
@@ -187,6 +216,7 @@ class JobService:
         completed = [False] * len(items)
         for positions in statements:
             done = await finishing.complete(self.db, [items[i] for i in positions], now)
+            self._completed(done.values(), now)
             for i in positions:
                 completed[i] = items[i][0] in done
         return completed
@@ -215,6 +245,9 @@ class JobService:
         )
         if row is None:
             await self._explain_fenced(job_key, activation_count)
+            return
+        outcome = FAILED if row.state is JobState.FAILED else RETRIED
+        self.metrics.jobs_finished(outcome, [(row.job_type, row.tenant_id, row.activated_at)], now)
 
     async def throw_error(
         self,
@@ -226,10 +259,13 @@ class JobService:
         now: datetime,
     ) -> None:
         activation_count = await self._fence(job_key, activation_count)
-        if not await finishing.throw_error(
+        ended = await finishing.throw_error(
             self.db, job_key, activation_count, error_code, error_message, variables, now
-        ):
+        )
+        if ended is None:
             await self._explain_fenced(job_key, activation_count)
+            return
+        self.metrics.jobs_finished(ERROR_THROWN, [ended], now)
 
     @retry_deadlock
     async def update(

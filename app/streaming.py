@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from app.activation import ActivateRequest, ActivationService
-from app.db import Database, finishing
+from app.db import Database
 from app.db import jobs as stored_jobs
 from app.db.rows import JobRow
 from app.domain import JobState, job_record, utcnow
@@ -206,7 +206,7 @@ class Stream:
         # gone cancels it at every await), and the stream stays in the registry until it
         # has: once a stream leaves the registry, what it released is back.
         rows, self.undelivered = self.undelivered, []
-        release = asyncio.ensure_future(finishing.release(self.db, rows))
+        release = asyncio.ensure_future(self.activation.release(rows))
         release.add_done_callback(lambda task: self._released(task, len(rows)))
         with contextlib.suppress(StoreUnavailable):  # logged by _released
             await asyncio.shield(release)

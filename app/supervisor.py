@@ -25,13 +25,18 @@ the whole service.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
+import glob
 import logging
 import multiprocessing
 import os
+import shutil
 import signal
 import socket
+import tempfile
 import time
+from collections.abc import Iterator
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from multiprocessing.synchronize import Event
@@ -42,6 +47,7 @@ from uvicorn.config import STARTUP_FAILURE
 
 log = logging.getLogger(__name__)
 
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # as app.metrics, which this module must not import
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # How long a worker may take to stop after SIGTERM beyond uvicorn's graceful timeout.
 STOP_GRACE_S = 5.0
@@ -56,6 +62,50 @@ def serve(app: str, host: str, port: int, workers: int, options: dict[str, Any])
     ``options`` are uvicorn.Config's.  Call refuse_if_taken first.  Returns when every
     process has stopped cleanly; SystemExit (raised by the caller's signal handlers)
     stops them all and goes through."""
+    with metrics_directory() as directory:
+        _serve(app, host, port, workers, options, directory)
+
+
+@contextlib.contextmanager
+def metrics_directory() -> Iterator[str]:
+    """The folder where the server processes write their metrics (prometheus-client's
+    multiprocess mode; docs/metrics.md), named to them in ``PROMETHEUS_MULTIPROC_DIR``:
+    the one that variable names, emptied of an earlier run's files, or else a new one,
+    removed at exit."""
+    given = os.environ.get(MULTIPROC_ENV)
+    if given:
+        clear_metrics(given)
+        yield given
+        return
+    made = tempfile.mkdtemp(prefix="jobfair-metrics-")
+    os.environ[MULTIPROC_ENV] = made  # the spawned processes inherit it
+    try:
+        yield made
+    finally:
+        del os.environ[MULTIPROC_ENV]
+        shutil.rmtree(made, ignore_errors=True)
+
+
+def clear_metrics(directory: str) -> None:
+    """Remove an earlier run's metrics files from ``directory`` (its counters would be
+    added to this run's), and nothing else."""
+    os.makedirs(directory, exist_ok=True)
+    for prefix in ("counter", "gauge", "histogram", "summary"):
+        for stale in glob.glob(os.path.join(directory, f"{prefix}_*.db")):
+            os.remove(stale)
+
+
+def _forget(process: BaseProcess, directory: str) -> None:
+    """A process has exited: its gauges leave the sums (its counters stay in them)."""
+    from prometheus_client import multiprocess
+
+    if process.pid is not None:
+        multiprocess.mark_process_dead(process.pid, directory)
+
+
+def _serve(
+    app: str, host: str, port: int, workers: int, options: dict[str, Any], directory: str
+) -> None:
     context = multiprocessing.get_context("spawn")
     reports, report = context.Pipe(duplex=False)
     go = context.Event()
@@ -90,7 +140,9 @@ def serve(app: str, host: str, port: int, workers: int, options: dict[str, Any])
                 code = process.exitcode
                 if code is None:
                     running.append(process)
-                elif code == STARTUP_FAILURE and not go.is_set():
+                    continue
+                _forget(process, directory)
+                if code == STARTUP_FAILURE and not go.is_set():
                     # Its app failed to start, as the others' would: give up, as one
                     # process would (and as uvicorn's supervisor does).
                     log.error("server process %s failed to start; stopping", process.pid)

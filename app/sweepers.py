@@ -21,6 +21,7 @@ from app.config import Settings
 from app.db import Database, StoreUnavailable, maintenance
 from app.db.leader import LeaderLock
 from app.domain import utcnow
+from app.metrics import LabelRefresher, Metrics, ProcessSync, TenantRanker, multiprocess_dir
 from app.operators import StatsService
 
 log = logging.getLogger(__name__)
@@ -42,16 +43,23 @@ async def _in_batches(step: Callable[[], Awaitable[int]]) -> int:
 
 
 class LeaseSweeper:
-    """Expired ACTIVATED -> CREATED, retries unchanged."""
+    """Expired ACTIVATED -> CREATED, retries unchanged; each counted as a lease expiry."""
 
     name = "lease-sweeper"
 
-    def __init__(self, db: Database, interval_ms: int) -> None:
+    def __init__(self, db: Database, interval_ms: int, metrics: Metrics | None = None) -> None:
         self.db = db
         self.interval_ms = interval_ms
+        self.metrics = metrics
 
     async def run_once(self, now: datetime) -> int:
-        return await _in_batches(lambda: maintenance.release_expired(self.db, now, BATCH))
+        async def batch() -> int:
+            expired = await maintenance.release_expired(self.db, now, BATCH)
+            if self.metrics is not None:
+                self.metrics.count(self.metrics.lease_expired, expired)
+            return len(expired)
+
+        return await _in_batches(batch)
 
 
 class Promoter:
@@ -94,7 +102,15 @@ class StatsSampler:
         return 0
 
 
-Task = LeaseSweeper | Promoter | RetentionSweeper | StatsSampler
+Task = (
+    LeaseSweeper
+    | Promoter
+    | RetentionSweeper
+    | StatsSampler
+    | LabelRefresher
+    | ProcessSync
+    | TenantRanker
+)
 
 
 class Background:
@@ -106,17 +122,36 @@ class Background:
         stats: StatsService,
         on_fatal: Callable[[BaseException], None],
         enabled: bool = True,
+        metrics: Metrics | None = None,
     ) -> None:
         self.db = db
         self.on_fatal = on_fatal
         self.enabled = enabled
-        self.lease = LeaseSweeper(db, settings.lease_sweep_interval_ms)
+        self.lease = LeaseSweeper(db, settings.lease_sweep_interval_ms, metrics)
         self.promoter = Promoter(db, settings.promote_interval_ms)
         self.retention = RetentionSweeper(
             db, settings.retention_sweep_interval_ms, settings.retention_s
         )
         self.sampler = StatsSampler(stats)
         self.leader_tasks: list[Task] = [self.lease, self.promoter, self.retention]
+        # Every process: its state into the shared metrics files (multiprocess mode) and
+        # the labelled tenants read; the leader decides those (app.metrics).
+        self.process_tasks: list[Task] = [self.sampler]
+        self.labels: LabelRefresher | None = None
+        self.ranker: TenantRanker | None = None
+        if metrics is not None:
+            self.labels = LabelRefresher(db, metrics.labels)
+            self.ranker = TenantRanker(
+                db,
+                stats,
+                metrics.labels,
+                settings.metrics_top_tenants,
+                settings.metrics_top_tenants_interval_ms,
+            )
+            self.process_tasks.append(self.labels)
+            self.leader_tasks.append(self.ranker)
+            if multiprocess_dir() is not None:
+                self.process_tasks.append(ProcessSync(metrics))
         self.is_leader = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._leader = LeaderLock(database_url)
@@ -125,7 +160,8 @@ class Background:
         if not self.enabled:
             return
         self._spawn(self._leadership())
-        self._spawn(self._loop(self.sampler, leader_only=False))
+        for task in self.process_tasks:
+            self._spawn(self._loop(task, leader_only=False))
         for task in self.leader_tasks:
             self._spawn(self._loop(task, leader_only=True))
 

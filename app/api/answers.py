@@ -110,6 +110,14 @@ class TenantStats(BaseModel):
     activatedLastMinute: int
     realizedShare: float
     configuredShare: float = Field(description="of the weights of the lanes with ready jobs")
+    entitledShare: float = Field(
+        description="what its weight entitled it to of the type's activations in the window, "
+        "among the lanes backlogged then (docs/metrics.md)"
+    )
+    vtimeLag: float | None = Field(
+        description="its virtual time minus the smallest of its type's backlogged lanes "
+        "not held at a cap; null when not backlogged"
+    )
 
 
 class TypeStats(BaseModel):

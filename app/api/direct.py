@@ -136,7 +136,7 @@ async def _answer(op: Operation, request: Request, match: re.Match[str]) -> Resp
         await security.authorize(request, op)
         return await op.endpoint(request, **match.groupdict())
     except JobfairError as exc:
-        return problems.from_error(exc, request.url.path)
+        return problems.answer(request, exc)
     except ClientDisconnect:
         return problems.client_gone(request.url.path)
     except Exception:

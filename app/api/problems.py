@@ -46,6 +46,15 @@ def from_error(exc: JobfairError, instance: str) -> Response:
     return problem(exc.status, exc.type, exc.title, exc.detail, instance, headers)
 
 
+def answer(request: Request, exc: JobfairError) -> Response:
+    """``exc`` answered for ``request``: as ``from_error``, a 503 counted in the metrics."""
+    if exc.status == 503:
+        services = getattr(request.app.state, "services", None)
+        if services is not None:
+            services.metrics.refused(exc)
+    return from_error(exc, request.url.path)
+
+
 def internal(instance: str) -> Response:
     """A bug's answer; the caller logs the exception."""
     detail = "an unexpected error occurred; it has been logged"
@@ -66,7 +75,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(JobfairError)
     async def _domain(request: Request, exc: JobfairError) -> Response:
-        return from_error(exc, request.url.path)
+        return answer(request, exc)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> Response:

@@ -16,7 +16,7 @@ from app.db import lanes
 from app.db.base import Queries, Sessions, retry_deadlock
 from app.db.listen import CREDIT_KEYS_PER_NOTIFY, DONE_CHANNEL, NOTIFY_CHANNEL
 from app.db.locks import RELEASE_GATE_CLASS, TENANT_CAP_LOCK_CLASS
-from app.db.rows import Ended, JobRow
+from app.db.rows import Ended, Finished, JobRow
 from app.domain import JobState
 
 # Releases the held lanes of the capped tenants whose jobs ``ended`` had, for they have
@@ -75,12 +75,12 @@ ended AS (
     FROM input i
     WHERE j.job_key = i.job_key AND {_LEASED}
       AND j.activation_count = i.activation_count
-    RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream
+    RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activated_at
 ),
 {CREDIT_NOTIFY},
 {CAPACITY_NOTIFY},
 {RELEASE_HOLDS}
-SELECT job_key,
+SELECT job_key, job_type, tenant_id, activated_at,
        (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
          AS _n
 FROM ended
@@ -105,12 +105,12 @@ WITH ended AS (
     CROSS JOIN LATERAL (SELECT COALESCE($3::int, GREATEST(0, cur.retries - 1)) AS retries) r
     WHERE j.job_key = $1 AND cur.job_key = $1 AND {_LEASED}
       AND j.activation_count = $2
-    RETURNING j.job_key, j.job_type, j.tenant_id, j.state, j.via_stream
+    RETURNING j.job_key, j.job_type, j.tenant_id, j.state, j.via_stream, j.activated_at
 ),
 {CREDIT_NOTIFY},
 {CAPACITY_NOTIFY},
 {RELEASE_HOLDS}
-SELECT job_key, job_type, tenant_id, state,
+SELECT job_key, job_type, tenant_id, state, activated_at,
        (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
          AS _n
 FROM ended
@@ -124,12 +124,12 @@ WITH ended AS (
     SET state = 'ERROR_THROWN', error_code = $3, error_message = $4, deadline = NULL,
         completed_at = $6, variables = j.variables || COALESCE($5::jsonb, '{{}}'::jsonb)
     WHERE j.job_key = $1 AND {_LEASED} AND j.activation_count = $2
-    RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream
+    RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activated_at
 ),
 {CREDIT_NOTIFY},
 {CAPACITY_NOTIFY},
 {RELEASE_HOLDS}
-SELECT job_key,
+SELECT job_key, job_type, tenant_id, activated_at,
        (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
          AS _n
 FROM ended
@@ -153,10 +153,10 @@ SELECT job_key, job_type, tenant_id, (SELECT n FROM unheld) AS _n FROM ended
 
 async def complete(
     db: Queries, items: Sequence[tuple[int, int, str | None]], now: datetime
-) -> set[int]:
+) -> dict[int, Finished]:
     """Complete (key, activationCount, variables JSON or None) items in one statement
-    (complete_jobs); the keys completed.  A key named twice is judged once: callers
-    that may name a job twice send the namings in separate statements."""
+    (complete_jobs); the jobs completed, by key.  A key named twice is judged once:
+    callers that may name a job twice send the namings in separate statements."""
     rows = await db.fetch(
         COMPLETE_JOBS,
         [i[0] for i in items],
@@ -164,7 +164,7 @@ async def complete(
         [i[2] for i in items],
         now,
     )
-    return {r["job_key"] for r in rows}
+    return {r[0]: Finished(r[1], r[2], r[3]) for r in rows}
 
 
 @retry_deadlock
@@ -188,7 +188,13 @@ async def fail(
         )
         if row is None:
             return None
-        ended = Ended(row["job_key"], row["job_type"], row["tenant_id"], JobState(row["state"]))
+        ended = Ended(
+            row["job_key"],
+            row["job_type"],
+            row["tenant_id"],
+            JobState(row["state"]),
+            row["activated_at"],
+        )
         if ended.state is JobState.CREATED:
             await lanes.lock_to_wake(tx, [(ended.job_type, ended.tenant_id)])
             await lanes.wake(tx, [ended.job_type], [ended.tenant_id])
@@ -203,24 +209,25 @@ async def throw_error(
     error_message: str | None,
     variables: str | None,
     now: datetime,
-) -> bool:
-    """ACTIVATED -> ERROR_THROWN (throw_error); whether the fence matched."""
+) -> Finished | None:
+    """ACTIVATED -> ERROR_THROWN (throw_error); the job, or None if the fence did not
+    match."""
     row = await db.fetchrow(
         THROW_ERROR, job_key, activation_count, error_code, error_message, variables, now
     )
-    return row is not None
+    return None if row is None else Finished(row[1], row[2], row[3])
 
 
 @retry_deadlock
-async def release(db: Sessions, jobs: Sequence[JobRow]) -> int:
+async def release(db: Sessions, jobs: Sequence[JobRow]) -> list[tuple[str, str]]:
     """Give back activations their caller never received (release_jobs), fenced by their
-    activationCount, their lanes woken; how many went back."""
+    activationCount, their lanes woken; the (type, tenant) of each that went back."""
     if not jobs:
-        return 0
+        return []
     async with db.transaction() as tx:
         await lanes.lock_to_wake(tx, [(j.job_type, j.tenant_id) for j in jobs])
         rows = await tx.fetch(
             RELEASE_JOBS, [j.job_key for j in jobs], [j.activation_count for j in jobs]
         )
         await lanes.wake(tx, [r["job_type"] for r in rows], [r["tenant_id"] for r in rows])
-    return len(rows)
+    return [(r["job_type"], r["tenant_id"]) for r in rows]

@@ -295,14 +295,15 @@ async def scopes(db: Queries, job_keys: Sequence[int]) -> dict[int, tuple[str, s
     return {r["job_key"]: (r["tenant_id"], r["job_type"]) for r in rows}
 
 
-async def cancel(db: Sessions, job_key: int, now: datetime) -> bool:
+async def cancel(db: Sessions, job_key: int, now: datetime) -> tuple[str, str] | None:
     """Cancel a CREATED or SCHEDULED job; then park its lane if that emptied it (an empty
-    lane left active would keep its idle vtime, ADR 014)."""
+    lane left active would keep its idle vtime, ADR 014).  Its (type, tenant), or None if
+    it was not CREATED."""
     row = await db.fetchrow(CANCEL_JOB, job_key, now)
     if row is None:
-        return False
+        return None
     await park(db, row["job_type"], [row["tenant_id"]])
-    return True
+    return row["job_type"], row["tenant_id"]
 
 
 async def lock(tx: Queries, job_key: int) -> JobRow | None:

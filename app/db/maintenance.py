@@ -75,28 +75,30 @@ async def _ready_by_keys(
     select_args: tuple[Any, ...],
     update_sql: str,
     update_args: tuple[Any, ...],
-) -> int:
+) -> list[tuple[str, str]]:
     """Select candidates, take their lanes' shared bucket locks, then update them and
-    wake their lanes; how many were updated."""
+    wake their lanes; the (type, tenant) of each job updated."""
     async with db.connection() as conn:
         candidates = await conn.fetch(select_sql, *select_args)
         if not candidates:
-            return 0
+            return []
         async with conn.transaction():
             await lanes.lock_to_wake(conn, [(r["job_type"], r["tenant_id"]) for r in candidates])
             rows = await conn.fetch(update_sql, [r["job_key"] for r in candidates], *update_args)
             await lanes.wake(conn, [r["job_type"] for r in rows], [r["tenant_id"] for r in rows])
-        return len(rows)
+        return [(r["job_type"], r["tenant_id"]) for r in rows]
 
 
-async def release_expired(db: Sessions, now: datetime, limit: int) -> int:
-    """Up to ``limit`` expired leases back to CREATED (release_expired)."""
+async def release_expired(db: Sessions, now: datetime, limit: int) -> list[tuple[str, str]]:
+    """Up to ``limit`` expired leases back to CREATED (release_expired); the (type,
+    tenant) of each."""
     return await _ready_by_keys(db, EXPIRED_LEASES, (now, limit), RELEASE_EXPIRED, (now,))
 
 
 async def promote_scheduled(db: Sessions, now: datetime, limit: int) -> int:
-    """Up to ``limit`` due delayed jobs to CREATED (promote_scheduled)."""
-    return await _ready_by_keys(db, DUE_SCHEDULED, (now, limit), PROMOTE_SCHEDULED, (now,))
+    """Up to ``limit`` due delayed jobs to CREATED (promote_scheduled); how many."""
+    promoted = await _ready_by_keys(db, DUE_SCHEDULED, (now, limit), PROMOTE_SCHEDULED, (now,))
+    return len(promoted)
 
 
 async def prune_terminal(db: Sessions, before: datetime, limit: int) -> int:

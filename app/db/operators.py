@@ -18,7 +18,6 @@ from app.db.rows import (
     JobRow,
     JobTypeRow,
     LaneStats,
-    LaneTotal,
     TenantRow,
     TypeConfig,
     job_row,
@@ -66,11 +65,6 @@ STATS = _STATS.format(type="")
 # -- name: stats_of_type
 # As stats, for job type $1 only.
 STATS_OF_TYPE = _STATS.format(type="AND job_type = $1")
-
-# -- name: lane_totals
-# Every lane's running count of activations (the stats' "last minute" is the difference
-# of two samples).  A sequential read of lanes.
-LANE_TOTALS = "SELECT job_type, tenant_id, activated_total FROM lanes"
 
 # -- name: upsert_tenant
 # A tenant's configuration set; its held lanes are released (the cap that held them may
@@ -249,10 +243,6 @@ async def search_jobs(
 async def stats(db: Queries, job_type: str | None = None) -> list[LaneStats]:
     rows = await (db.fetch(STATS) if job_type is None else db.fetch(STATS_OF_TYPE, job_type))
     return [LaneStats.of(r) for r in rows]
-
-
-async def lane_totals(db: Queries) -> list[LaneTotal]:
-    return [LaneTotal(*r) for r in await db.fetch(LANE_TOTALS)]
 
 
 async def ping(db: Queries) -> None:

@@ -224,6 +224,7 @@ class Database:
         self._pool = pool
         self.timeout_s = timeout_s
         self._unavailable_logged = -UNAVAILABLE_LOG_EVERY_S
+        self.waiting = 0  # calls waiting for a connection (none was idle), for /metrics
 
     @classmethod
     async def connect(
@@ -267,7 +268,11 @@ class Database:
                 # of the hot path.
                 conn = await self._pool.acquire()
             else:
-                conn = await self._pool.acquire(timeout=self.timeout_s)
+                self.waiting += 1
+                try:
+                    conn = await self._pool.acquire(timeout=self.timeout_s)
+                finally:
+                    self.waiting -= 1
         except TimeoutError:
             raise StoreUnavailable("all database connections are busy", retry_after_s=1) from None
         except (*_UNAVAILABLE, asyncpg.InternalClientError) as exc:
@@ -335,6 +340,9 @@ class Database:
 
     def get_idle_size(self) -> int:
         return self._pool.get_idle_size()  # type: ignore[no-any-return]
+
+    def get_max_size(self) -> int:
+        return self._pool.get_max_size()  # type: ignore[no-any-return]
 
     async def close(self) -> None:
         await self._pool.close()

@@ -82,12 +82,21 @@ class JobFence(NamedTuple):
 
 
 class Ended(NamedTuple):
-    """A job a finish or release changed, and the state it left it in."""
+    """A job a finish changed, the state it left it in, and when it had been activated."""
 
     job_key: int
     job_type: str
     tenant_id: str
     state: JobState
+    activated_at: datetime | None
+
+
+class Finished(NamedTuple):
+    """A job a worker finished: its lane, and when it had been activated."""
+
+    job_type: str
+    tenant_id: str
+    activated_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,10 +164,23 @@ class JobTypeRow(NamedTuple):
     aging_step: int | None
 
 
-class LaneTotal(NamedTuple):
+class LaneSampleRow(NamedTuple):
+    """A lane as the share window samples it (``app.db.metrics.LANE_SAMPLES``)."""
+
     job_type: str
     tenant_id: str
     activated_total: int
+    active: bool
+    held: bool
+    vtime: float
+    weight: int
+
+
+class TenantSet(NamedTuple):
+    """Tenants labelled by name in the metrics, from ``effective_at`` on."""
+
+    effective_at: datetime
+    tenants: frozenset[str]
 
 
 @dataclass(frozen=True, slots=True)

@@ -209,3 +209,13 @@ signing_keys = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     CheckConstraint("id = 1", name="signing_keys_one_row"),
 )
+
+# The tenants labelled by name in the metrics (app.metrics): decided by the leader, each
+# set applying from ``effective_at`` in every process; the newest that applies is the one
+# in force, a later one is coming.
+metric_tenant_sets = Table(
+    "metric_tenant_sets",
+    metadata,
+    Column("effective_at", DateTime(timezone=True), primary_key=True),
+    Column("tenants", ARRAY(Text), nullable=False),
+)

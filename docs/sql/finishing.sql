@@ -15,7 +15,7 @@ ended AS (
     FROM input i
     WHERE j.job_key = i.job_key AND (j.state = 'ACTIVATED') IS TRUE
       AND j.activation_count = i.activation_count
-    RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream
+    RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activated_at
 ),
 credited AS (
     SELECT pg_notify('jobfair_done', string_agg(job_key::text, ','))
@@ -35,7 +35,7 @@ unheld AS (
     SELECT jobfair_release_holds(1246101507, 1246101508,
         ARRAY(SELECT DISTINCT e.tenant_id FROM ended e), 'jobfair') AS n
 )
-SELECT job_key,
+SELECT job_key, job_type, tenant_id, activated_at,
        (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
          AS _n
 FROM ended;
@@ -58,7 +58,7 @@ WITH ended AS (
     CROSS JOIN LATERAL (SELECT COALESCE($3::int, GREATEST(0, cur.retries - 1)) AS retries) r
     WHERE j.job_key = $1 AND cur.job_key = $1 AND (j.state = 'ACTIVATED') IS TRUE
       AND j.activation_count = $2
-    RETURNING j.job_key, j.job_type, j.tenant_id, j.state, j.via_stream
+    RETURNING j.job_key, j.job_type, j.tenant_id, j.state, j.via_stream, j.activated_at
 ),
 credited AS (
     SELECT pg_notify('jobfair_done', string_agg(job_key::text, ','))
@@ -78,7 +78,7 @@ unheld AS (
     SELECT jobfair_release_holds(1246101507, 1246101508,
         ARRAY(SELECT DISTINCT e.tenant_id FROM ended e), 'jobfair') AS n
 )
-SELECT job_key, job_type, tenant_id, state,
+SELECT job_key, job_type, tenant_id, state, activated_at,
        (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
          AS _n
 FROM ended;
@@ -90,7 +90,7 @@ WITH ended AS (
     SET state = 'ERROR_THROWN', error_code = $3, error_message = $4, deadline = NULL,
         completed_at = $6, variables = j.variables || COALESCE($5::jsonb, '{}'::jsonb)
     WHERE j.job_key = $1 AND (j.state = 'ACTIVATED') IS TRUE AND j.activation_count = $2
-    RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream
+    RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activated_at
 ),
 credited AS (
     SELECT pg_notify('jobfair_done', string_agg(job_key::text, ','))
@@ -110,7 +110,7 @@ unheld AS (
     SELECT jobfair_release_holds(1246101507, 1246101508,
         ARRAY(SELECT DISTINCT e.tenant_id FROM ended e), 'jobfair') AS n
 )
-SELECT job_key,
+SELECT job_key, job_type, tenant_id, activated_at,
        (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
          AS _n
 FROM ended;

@@ -60,11 +60,6 @@ LEFT JOIN tenants tn ON tn.tenant_id = l.tenant_id
 LEFT JOIN job_types jt ON jt.job_type = l.job_type
 ORDER BY l.job_type, l.tenant_id;
 
--- name: lane_totals
--- Every lane's running count of activations (the stats' "last minute" is the difference
--- of two samples).  A sequential read of lanes.
-SELECT job_type, tenant_id, activated_total FROM lanes;
-
 -- name: upsert_tenant
 -- A tenant's configuration set; its held lanes are released (the cap that held them may
 -- be gone or higher; a claim holds them again if not), under its cap lock, which orders
