@@ -51,7 +51,14 @@ $(PG15_INITDB):
 	$(SUDO) apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql-15
 
-test: $(STAMP) $(CAMUNDA_SDKS) $(CAMUNDA_JS)/.stamp $(TS_CLIENT)/dist/.stamp $(JUNIT_JAR)  ## every test, on embedded PostgreSQL
+# deploy/prometheus/alerts.yml is checked, and its unit tests run, by promtool, from
+# Debian's prometheus package, installed the same way.
+PROMTOOL := /usr/bin/promtool
+$(PROMTOOL):
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus
+
+test: $(STAMP) $(CAMUNDA_SDKS) $(CAMUNDA_JS)/.stamp $(TS_CLIENT)/dist/.stamp $(JUNIT_JAR) $(PROMTOOL)  ## every test, on embedded PostgreSQL
 	$(BIN)/pytest -q --durations=30
 
 # Outage scenarios left out of `make test` for time (an external PostgreSQL 15 restarted
