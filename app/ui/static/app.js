@@ -178,8 +178,11 @@ function live(draw) {
   const tick = async () => {
     if (live.current !== token) return;
     running = true;
+    const started = performance.now();
     try {
       await draw();
+      // Each redraw's time, request included, for bench/dashboard.py (and devtools).
+      performance.measure("jobfair:refresh", { start: started });
       notice("");
     } catch (err) {
       if (err.status !== 401) notice(`Could not refresh: ${err.message}`);
