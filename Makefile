@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: serve test check lint typecheck bench bench-peers clean openapi fuzz chaos
+.PHONY: serve test check lint typecheck bench bench-peers clean openapi fuzz chaos screenshots
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
@@ -73,6 +73,9 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy app
 	$(BIN)/mypy --strict clients/python/jobfair_client
+
+screenshots: $(STAMP) $(CHROMIUM)  ## docs/img/*.png: each dashboard view, from a live server
+	$(BIN)/python tools/screenshots.py
 
 openapi: $(STAMP)  ## regenerate clients/openapi.json (a test fails when it is stale)
 	$(BIN)/python -m app.api.openapi > clients/openapi.json

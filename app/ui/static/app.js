@@ -206,6 +206,17 @@ function live(draw) {
   return tick();
 }
 
+// A type nobody configured has the server's defaults, which only its own record says:
+// asked once per type and kept (a configured type comes with the list each refresh).
+const defaults = new Map();
+async function withDefaults(byType, types) {
+  const missing = types.filter((t) => !byType.has(t) && !defaults.has(t));
+  await Promise.all(missing.map(async (t) => {
+    defaults.set(t, await api(`/v2/job-types/${t.split("/").map(encodeURIComponent).join("/")}`));
+  }));
+  for (const t of types) if (!byType.has(t) && defaults.has(t)) byType.set(t, defaults.get(t));
+}
+
 function agingBound(config) {
   // A job's priority rises by agingStep every agingIntervalMs until 100: from 0 that
   // takes this long (the bound an oldest ready age is read against).
@@ -245,6 +256,7 @@ async function overview() {
       isAdmin() ? api("/v2/tenants").then((a) => a.tenants) : Promise.resolve([]),
     ]);
     const byType = new Map(configs.map((c) => [c.type, c]));
+    if (isAdmin()) await withDefaults(byType, stats.jobTypes.map((t) => t.type));
     const pausedTenants = new Set(paused.filter((t) => t.paused).map((t) => t.tenantId));
     const cards = stats.jobTypes.map((type) => typeCard(type, byType.get(type.type), pausedTenants));
     // A redraw replaces the cards: keep the keyboard's place (a pager button) across it.
