@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: serve test check lint typecheck bench bench-peers clean openapi fuzz chaos
+.PHONY: serve test check lint typecheck bench bench-peers clean openapi fuzz chaos screenshots
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
@@ -58,7 +58,14 @@ $(PROMTOOL):
 	$(SUDO) apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus
 
-test: $(STAMP) $(CAMUNDA_SDKS) $(CAMUNDA_JS)/.stamp $(TS_CLIENT)/dist/.stamp $(JUNIT_JAR) $(PROMTOOL)  ## every test, on embedded PostgreSQL
+# The dashboard's tests drive Debian's chromium through Playwright (whose own browser
+# download cannot run here), installed the same way.
+CHROMIUM := /usr/bin/chromium
+$(CHROMIUM):
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium
+
+test: $(STAMP) $(CAMUNDA_SDKS) $(CAMUNDA_JS)/.stamp $(TS_CLIENT)/dist/.stamp $(JUNIT_JAR) $(PROMTOOL) $(CHROMIUM)  ## every test, on embedded PostgreSQL
 	$(BIN)/pytest -q --durations=30
 
 # Outage scenarios left out of `make test` for time (an external PostgreSQL 15 restarted
@@ -73,6 +80,9 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy app
 	$(BIN)/mypy --strict clients/python/jobfair_client
+
+screenshots: $(STAMP) $(CHROMIUM)  ## docs/img/*.png: each dashboard view, from a live server
+	$(BIN)/python tools/screenshots.py
 
 openapi: $(STAMP)  ## regenerate clients/openapi.json (a test fails when it is stale)
 	$(BIN)/python -m app.api.openapi > clients/openapi.json

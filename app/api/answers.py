@@ -72,6 +72,14 @@ class CompleteResults(BaseModel):
     results: list[CompleteResult]
 
 
+class Caller(BaseModel):
+    keyId: str | None = Field(description="null when auth is off (loopback only)")
+    role: Literal["admin", "producer", "worker"]
+    tenants: Literal["*"] | list[str]
+    types: Literal["*"] | list[str]
+    auth: Literal["on", "off"]
+
+
 class Tenant(BaseModel):
     tenantId: str
     weight: int

@@ -23,7 +23,7 @@ from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import Response
 
-from app.api import answers, camunda, docs, jobs, keys, operators, schemas, security
+from app.api import answers, camunda, docs, jobs, keys, operators, schemas, security, ui
 from app.api.security import Permission
 from app.domain import MAX_ACTIVATE_JOBS, MAX_LEASE_MS
 
@@ -38,6 +38,7 @@ ENDPOINT_PARAMS = {
     "{tenantId}": "{tenant_id}",
     "{type}": "{job_type:path}",
     "{keyId}": "{key_id}",
+    "{asset}": "{asset}",
 }
 
 
@@ -540,6 +541,38 @@ OPERATIONS: tuple[Operation, ...] = (
         answer={"type": "string"},
         errors=(),
         media="text/plain",
+    ),
+    # -- the dashboard (ADR 021): a page that holds no data, so it needs no key ----------
+    Operation(
+        "GET",
+        "/ui",
+        ui.page,
+        Permission.PUBLIC,
+        "The live dashboard (a web page; it signs in with an API key)",
+        "operators",
+        answer={"type": "string"},
+        errors=(),
+        media="text/html",
+    ),
+    Operation(
+        "GET",
+        "/ui/{asset}",
+        ui.asset,
+        Permission.PUBLIC,
+        "The dashboard's scripts and styles",
+        "operators",
+        errors=(404,),
+        documented=False,
+    ),
+    Operation(
+        "GET",
+        "/v2/whoami",
+        keys.whoami,
+        Permission.AUTHENTICATED,
+        "The calling key's role and scope (what a page may ask for)",
+        "security",
+        answer=answers.Caller,
+        errors=(),
     ),
     # -- keys (API.md "Security") ---------------------------------------------------------
     Operation(

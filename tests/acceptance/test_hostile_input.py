@@ -156,7 +156,8 @@ BAD_QUERY_TEXT = ["a%00", "%ED%A0%80", "a%FF", "%C3"]
 BAD_QUERY_INTEGERS = ["%D9%A1", "1_0", "%201", "1.5", "99999999999999999999", "0x10", ""]
 # Wire names of the routes' path parameters (the routes name them after Python).
 WIRE_NAMES = {python: wire for wire, python in ENDPOINT_PARAMS.items()}
-NOT_API = {"/docs", "/docs/oauth2-redirect", "/openapi.json"}
+# FastAPI's pages, and the dashboard's assets (tested in test_dashboard.py): not the API.
+NOT_API = {"/docs", "/docs/oauth2-redirect", "/openapi.json", "/ui/{asset}"}
 
 
 @pytest.fixture
