@@ -247,7 +247,7 @@ async function overview() {
     el("div", { class: "toolbar" }, search,
       el("span", { class: "legend" },
         el("span", {}, el("span", { class: "swatch realised" }), "realised share (last minute)"),
-        el("span", {}, el("span", { class: "swatch entitled" }), "entitled share (weight over backlogged weights)"))),
+        el("span", {}, el("span", { class: "swatch entitled" }), "entitled share (its weight over the weights backlogged in the last minute)"))),
     body);
   await live(async () => {
     const [stats, configs, paused] = await Promise.all([
@@ -287,7 +287,7 @@ function typeCard(type, config, pausedTenants) {
       el("td", { class: late ? "num late" : "num", "data-field": "oldest" },
         age(t.oldestPendingAgeMs), bound !== null ? el("span", { class: "muted" }, ` / ${age(bound)}`) : null),
       el("td", { class: "num", "data-field": "activated" }, num(t.activatedLastMinute)),
-      el("td", {}, shareBar(t.realizedShare, t.configuredShare)));
+      el("td", {}, shareBar(t.realizedShare, t.entitledShare ?? t.configuredShare)));
   });
   const pager = pages > 1 ? el("div", { class: "toolbar" },
     el("button", { type: "button", "data-focus": `prev:${type.type}`, disabled: page === 0, onclick: () => { overviewState.pages.set(type.type, page - 1); live.again(); } }, "← Previous"),
@@ -397,7 +397,7 @@ async function tenantView(tenant) {
             el("td", {}, el("a", { href: typeHref(l.type) }, l.type)),
             el("td", { class: "num" }, num(l.ready)), el("td", { class: "num" }, num(l.delayed)),
             el("td", { class: "num" }, num(l.active)), el("td", { class: "num" }, age(l.oldestPendingAgeMs)),
-            el("td", {}, shareBar(l.realizedShare, l.configuredShare)))))),
+            el("td", {}, shareBar(l.realizedShare, l.entitledShare ?? l.configuredShare)))))),
       el("p", {}, el("a", { href: `#/jobs?tenantId=${encodeURIComponent(tenant)}` }, "This tenant's jobs")));
   };
   await draw();
