@@ -90,7 +90,14 @@ def test_the_permissions_are_the_security_contracts():
     """What each operation needs, by group; changing it is a decision: make it here too."""
     expected = {
         Permission.PUBLIC: ["GET /healthz", "GET /readyz", "POST /oauth/token"],
-        Permission.DOCS: ["GET /openapi.json", "GET /docs", "GET /docs/oauth2-redirect"],
+        Permission.DOCS: [
+            "GET /openapi.json",
+            "GET /docs",
+            "GET /docs/oauth2-redirect",
+            "GET /docs/swagger-ui-bundle.js",
+            "GET /docs/swagger-ui.css",
+            "GET /docs/favicon.png",
+        ],
         Permission.METRICS: ["GET /metrics"],
         Permission.AUTHENTICATED: ["GET /v2/topology"],
         Permission.PRODUCE: [
