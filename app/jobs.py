@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from app import scheduler
+from app import logs, scheduler
 from app.activation import ActivationService
 from app.coalescing import Coalescer
 from app.db import Database, finishing
 from app.db import jobs as stored
 from app.db.base import refused_input, retry_deadlock
 from app.db.jobs import ready_at_once, tenant_of
-from app.db.rows import Inserted, JobFence, JobRow, StoredJob
+from app.db.rows import Ended, Inserted, JobFence, JobRow, StoredJob
 from app.domain import FINISHED_STATES, MAX_LEASE_MS, JobState, job_record, utcnow
 from app.errors import InvalidState, NotFound, StaleActivation
 from app.waiting import Waiter, WaiterHub
@@ -63,8 +64,29 @@ class GroupCommit:
         return chosen
 
     async def _write(self, items: list[tuple[int, int, str | None]]) -> list[bool]:
-        completed = await finishing.complete(self.db, items, utcnow())
+        completed = _completed(await finishing.complete_jobs(self.db, items, utcnow()))
         return [key in completed for key, _, _ in items]
+
+
+def _completed(ended: list[Ended]) -> set[int]:
+    """The keys of ``ended``, each logged ``job completed`` (DEBUG)."""
+    if logs.jobs.isEnabledFor(logging.DEBUG):
+        for e in ended:
+            logs.job_event(logging.DEBUG, "completed", e.job_key, e.job_type, e.tenant_id)
+    return {e.job_key for e in ended}
+
+
+def _created(jobs: Sequence[Mapping[str, Any]], inserted: Sequence[Inserted]) -> None:
+    """``job created`` (DEBUG) for each job ``inserted`` made (not those an idempotency
+    key already had)."""
+    if logs.jobs.isEnabledFor(logging.DEBUG):
+        for job, row in zip(jobs, inserted, strict=True):
+            _created_one(job, row)
+
+
+def _created_one(job: Mapping[str, Any], row: Inserted | JobRow) -> None:
+    if logs.jobs.isEnabledFor(logging.DEBUG) and getattr(row, "created", True):
+        logs.job_event(logging.DEBUG, "created", row.job_key, job["type"], tenant_of(job))
 
 
 class JobService:
@@ -80,8 +102,12 @@ class JobService:
             if ready_at_once(job, now) and job.get("idempotencyKey") is None:
                 waiter = self.waiters.take_head(job["type"], tenant_of(job))
                 if waiter is not None:
-                    return [await self._hand_off(job, now, waiter)]
-        return await stored.insert(self.db, jobs, now)
+                    handed = await self._hand_off(job, now, waiter)
+                    _created_one(job, handed)
+                    return [handed]
+        inserted = await stored.insert(self.db, jobs, now)
+        _created(jobs, inserted)
+        return inserted
 
     async def create_one(
         self, job: Mapping[str, Any], now: datetime
@@ -92,6 +118,7 @@ class JobService:
         waiter by a claim that does."""
         if job.get("idempotencyKey") is not None:
             [inserted] = await stored.insert(self.db, [job], now)
+            _created_one(job, inserted)
             return await self.get(inserted.job_key, now), inserted.created
         if ready_at_once(job, now):
             waiter = self.waiters.take_head(job["type"], tenant_of(job))
@@ -102,8 +129,11 @@ class JobService:
                 # producer was answered first: pickup p50 from the producer's answer
                 # 0.00 -> 0.68 ms, `python -m bench.run pickup`).
                 inserted = await self._hand_off(job, now, waiter)
+                _created_one(job, inserted)
                 return await self.get(inserted.job_key, now), True
-        return self._record(await stored.insert_one(self.db, job, now), now), True
+        stored_job = await stored.insert_one(self.db, job, now)
+        _created_one(job, stored_job.job)
+        return self._record(stored_job, now), True
 
     async def _hand_off(self, job: Mapping[str, Any], now: datetime, waiter: Waiter) -> Inserted:
         """Create ``job`` and claim for ``waiter`` in one transaction (ADR 012): the job
@@ -145,6 +175,8 @@ class JobService:
         if not await stored.cancel(self.db, job_key, now):
             row = await self._existing(job_key)
             raise InvalidState(f"job {job_key} is {row.state}; only a CREATED job can be canceled")
+        if logs.jobs.isEnabledFor(logging.INFO):
+            logs.job_event(logging.INFO, "canceled", job_key, None, None)
 
     async def complete(
         self, job_key: int, activation_count: int | None, variables: str | None
@@ -159,7 +191,7 @@ class JobService:
         """One verdict per item, in order, as if each were sent after the one before."""
         keys = [key for key, _, _ in items]
         if len(set(keys)) == len(keys):  # no job named twice: one statement, as usual
-            done = await finishing.complete(self.db, items, now)
+            done = _completed(await finishing.complete_jobs(self.db, items, now))
             completed = [key in done for key in keys]
         else:
             completed = await self._complete_in_order(items, now)
@@ -186,7 +218,8 @@ class JobService:
             statements[n].append(i)
         completed = [False] * len(items)
         for positions in statements:
-            done = await finishing.complete(self.db, [items[i] for i in positions], now)
+            chosen = [items[i] for i in positions]
+            done = _completed(await finishing.complete_jobs(self.db, chosen, now))
             for i in positions:
                 completed[i] = items[i][0] in done
         return completed
@@ -215,6 +248,18 @@ class JobService:
         )
         if row is None:
             await self._explain_fenced(job_key, activation_count)
+        elif logs.jobs.isEnabledFor(logging.INFO):
+            logs.job_event(
+                logging.INFO,
+                "failed",
+                job_key,
+                row.job_type,
+                row.tenant_id,
+                activationCount=activation_count,
+                # CREATED or SCHEDULED: to be retried; FAILED: no retries left.
+                state=row.state.value,
+                errorMessage=_bounded(error_message),
+            )
 
     async def throw_error(
         self,
@@ -226,10 +271,22 @@ class JobService:
         now: datetime,
     ) -> None:
         activation_count = await self._fence(job_key, activation_count)
-        if not await finishing.throw_error(
+        ended = await finishing.throw_error(
             self.db, job_key, activation_count, error_code, error_message, variables, now
-        ):
+        )
+        if ended is None:
             await self._explain_fenced(job_key, activation_count)
+        elif logs.jobs.isEnabledFor(logging.INFO):
+            logs.job_event(
+                logging.INFO,
+                "error thrown",
+                job_key,
+                ended.job_type,
+                ended.tenant_id,
+                activationCount=activation_count,
+                errorCode=error_code,
+                errorMessage=_bounded(error_message),
+            )
 
     @retry_deadlock
     async def update(
@@ -276,6 +333,16 @@ class JobService:
                 f"job {job_key} is at activation {row.activation_count}, not {activation_count}"
             )
         raise StaleActivation(f"job {job_key} is {row.state}, not ACTIVATED")
+
+
+# A worker's error message is logged to this many characters (it may be a whole page).
+LOGGED_ERROR_CHARS = 500
+
+
+def _bounded(message: str | None) -> str | None:
+    if message is None or len(message) <= LOGGED_ERROR_CHARS:
+        return message
+    return message[:LOGGED_ERROR_CHARS] + "..."
 
 
 def _patched(

@@ -17,6 +17,7 @@ import random
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
+from app import logs
 from app.config import Settings
 from app.db import Database, StoreUnavailable, maintenance
 from app.db.leader import LeaderLock
@@ -51,7 +52,22 @@ class LeaseSweeper:
         self.interval_ms = interval_ms
 
     async def run_once(self, now: datetime) -> int:
-        return await _in_batches(lambda: maintenance.release_expired(self.db, now, BATCH))
+        async def step() -> int:
+            expired = await maintenance.release_expired(self.db, now, BATCH)
+            if logs.jobs.isEnabledFor(logging.INFO):
+                for job in expired:
+                    logs.job_event(
+                        logging.INFO,
+                        "lease expired",
+                        job.job_key,
+                        job.job_type,
+                        job.tenant_id,
+                        activationCount=job.activation_count,
+                        worker=job.worker,
+                    )
+            return len(expired)
+
+        return await _in_batches(step)
 
 
 class Promoter:

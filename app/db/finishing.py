@@ -80,7 +80,7 @@ ended AS (
 {CREDIT_NOTIFY},
 {CAPACITY_NOTIFY},
 {RELEASE_HOLDS}
-SELECT job_key,
+SELECT job_key, job_type, tenant_id,
        (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
          AS _n
 FROM ended
@@ -129,7 +129,7 @@ WITH ended AS (
 {CREDIT_NOTIFY},
 {CAPACITY_NOTIFY},
 {RELEASE_HOLDS}
-SELECT job_key,
+SELECT job_key, job_type, tenant_id,
        (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
          AS _n
 FROM ended
@@ -157,6 +157,13 @@ async def complete(
     """Complete (key, activationCount, variables JSON or None) items in one statement
     (complete_jobs); the keys completed.  A key named twice is judged once: callers
     that may name a job twice send the namings in separate statements."""
+    return {e.job_key for e in await complete_jobs(db, items, now)}
+
+
+async def complete_jobs(
+    db: Queries, items: Sequence[tuple[int, int, str | None]], now: datetime
+) -> list[Ended]:
+    """As ``complete``: the jobs completed."""
     rows = await db.fetch(
         COMPLETE_JOBS,
         [i[0] for i in items],
@@ -164,7 +171,7 @@ async def complete(
         [i[2] for i in items],
         now,
     )
-    return {r["job_key"] for r in rows}
+    return [Ended(r["job_key"], r["job_type"], r["tenant_id"], JobState.COMPLETED) for r in rows]
 
 
 @retry_deadlock
@@ -203,12 +210,14 @@ async def throw_error(
     error_message: str | None,
     variables: str | None,
     now: datetime,
-) -> bool:
-    """ACTIVATED -> ERROR_THROWN (throw_error); whether the fence matched."""
+) -> Ended | None:
+    """ACTIVATED -> ERROR_THROWN (throw_error); None if the fence did not match."""
     row = await db.fetchrow(
         THROW_ERROR, job_key, activation_count, error_code, error_message, variables, now
     )
-    return row is not None
+    if row is None:
+        return None
+    return Ended(row["job_key"], row["job_type"], row["tenant_id"], JobState.ERROR_THROWN)
 
 
 @retry_deadlock

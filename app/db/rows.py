@@ -81,6 +81,16 @@ class JobFence(NamedTuple):
     activation_count: int
 
 
+class ExpiredLease(NamedTuple):
+    """A job whose lease ran out, back to CREATED: the activation it was at, and whose."""
+
+    job_key: int
+    job_type: str
+    tenant_id: str
+    activation_count: int
+    worker: str | None
+
+
 class Ended(NamedTuple):
     """A job a finish or release changed, and the state it left it in."""
 

@@ -35,7 +35,7 @@ unheld AS (
     SELECT jobfair_release_holds(1246101507, 1246101508,
         ARRAY(SELECT DISTINCT e.tenant_id FROM ended e), 'jobfair') AS n
 )
-SELECT job_key,
+SELECT job_key, job_type, tenant_id,
        (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
          AS _n
 FROM ended;
@@ -110,7 +110,7 @@ unheld AS (
     SELECT jobfair_release_holds(1246101507, 1246101508,
         ARRAY(SELECT DISTINCT e.tenant_id FROM ended e), 'jobfair') AS n
 )
-SELECT job_key,
+SELECT job_key, job_type, tenant_id,
        (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
          AS _n
 FROM ended;
