@@ -146,7 +146,7 @@ class ActivationService:
                 self._activate_together,
                 _take_together,
                 unwanted=self._release,
-                spawn=lambda runner: self._spawn(runner, "activating"),
+                spawn=lambda runner: self._spawn(logs.unattributed(runner), "activating"),
                 # A caller's worker name or lease the claim refuses fails that caller
                 # alone: the others are activated without it.
                 split=refused_input,
@@ -210,7 +210,6 @@ class ActivationService:
         """A lead claim got its job: charge its lane as a round's picks are charged."""
         assert got.job is not None and got.lane_weight is not None
         assert got.aging_interval_ms is not None and got.aging_step is not None
-        logs.jobs_activated([got.job])
         self.counters.lead_claims += 1
         tenant = got.job.tenant_id
         self.charges.add(req.job_type, Counter({tenant: 1}), {tenant: 1.0 / got.lane_weight})
@@ -373,8 +372,6 @@ class ActivationService:
         if aging is None:  # defensive: maxJobs >= 1 always runs a round
             aging = await self.aging_for(job_type)
         self.aging_seen[job_type] = aging
-        for theirs in claimed:
-            logs.jobs_activated(theirs)
         return [_in_pick_order(theirs, picks) for theirs in claimed], dry
 
 

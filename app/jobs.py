@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from app import logs, scheduler
 from app.activation import ActivationService
@@ -44,12 +45,15 @@ class GroupCommit:
     def __init__(self, db: Database, max_batch: int = 1000) -> None:
         self.db = db
         self.max_batch = max_batch
-        self._writes: Coalescer[tuple[int, int, str | None], bool] = Coalescer(
-            self._write, self._one_statement, split=refused_input
+        self._writes: Coalescer[tuple[int, int, str | None], Ended | None] = Coalescer(
+            self._write,
+            self._one_statement,
+            spawn=lambda runner: asyncio.ensure_future(logs.unattributed(runner)),
+            split=refused_input,
         )
 
-    async def complete(self, item: tuple[int, int, str | None]) -> bool:
-        """True if this (key, activationCount) completed the job."""
+    async def complete(self, item: tuple[int, int, str | None]) -> Ended | None:
+        """The job, if this (key, activationCount) completed it."""
         return await self._writes.submit(item)
 
     def _one_statement(self, items: Sequence[tuple[int, int, str | None]]) -> list[bool]:
@@ -63,9 +67,9 @@ class GroupCommit:
             chosen.append(fits)
         return chosen
 
-    async def _write(self, items: list[tuple[int, int, str | None]]) -> list[bool]:
-        completed = _completed(await finishing.complete_jobs(self.db, items, utcnow()))
-        return [key in completed for key, _, _ in items]
+    async def _write(self, items: list[tuple[int, int, str | None]]) -> list[Ended | None]:
+        completed = {e.job_key: e for e in await finishing.complete_jobs(self.db, items, utcnow())}
+        return [completed.get(key) for key, _, _ in items]
 
 
 def _completed(ended: list[Ended]) -> set[int]:
@@ -182,8 +186,13 @@ class JobService:
         self, job_key: int, activation_count: int | None, variables: str | None
     ) -> None:
         activation_count = await self._fence(job_key, activation_count)
-        if not await self.group_commit.complete((job_key, activation_count, variables)):
+        ended = await self.group_commit.complete((job_key, activation_count, variables))
+        if ended is None:
             await self._explain_fenced(job_key, activation_count)
+        # Here, not in the group commit's task, which serves many requests: the line
+        # carries this request's id.
+        if logs.jobs.isEnabledFor(logging.DEBUG):
+            logs.job_event(logging.DEBUG, "completed", job_key, ended.job_type, ended.tenant_id)
 
     async def complete_many(
         self, items: Sequence[tuple[int, int, str | None]], now: datetime
@@ -326,7 +335,7 @@ class JobService:
             raise InvalidState(f"job {job_key} is {row.state}, not ACTIVATED")
         return row.activation_count
 
-    async def _explain_fenced(self, job_key: int, activation_count: int) -> None:
+    async def _explain_fenced(self, job_key: int, activation_count: int) -> NoReturn:
         row = await self._existing(job_key)
         if row.activation_count != activation_count:
             raise StaleActivation(

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from contextvars import ContextVar
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import orjson
 
@@ -34,6 +34,17 @@ LogLevel = Literal["critical", "error", "warning", "info", "debug"]
 
 # The id of the request being handled in this task (None outside requests).
 request_id: ContextVar[str | None] = ContextVar("request_id", default=None)
+
+T = TypeVar("T")
+
+
+async def unattributed(work: Awaitable[T]) -> T:
+    """``work`` with no request id: for the coroutine of a task started by one request
+    that serves many (a waiter dispatcher, a shared batch), whose lines would otherwise
+    carry the first one's id (a task starts with a copy of its creator's context)."""
+    request_id.set(None)  # in this task's copy only
+    return await work
+
 
 # What every LogRecord has; anything else on a record is an extra field.  uvicorn adds a
 # coloured copy of its messages (``color_message``), not worth a field.

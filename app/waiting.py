@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app import logs
 from app.activation import ActivateRequest, ActivationService, TenantFilter
 from app.db.base import refused_input
 from app.db.rows import JobRow
@@ -209,7 +210,7 @@ class WaiterHub:
         self.live += 1
         waiter.future.add_done_callback(lambda _: self._left(q))
         if q.task is None or q.task.done():
-            q.task = asyncio.create_task(self._dispatch(req.job_type, q))
+            q.task = asyncio.create_task(logs.unattributed(self._dispatch(req.job_type, q)))
         if not self.known_dry(req):
             q.wake.set()
         return waiter
@@ -223,6 +224,13 @@ class WaiterHub:
         """Activate now if nobody waits ahead; else (or if nothing was there) wait up to
         ``timeout_s`` for the dispatcher to hand this request jobs.  Returns [] on timeout
         or when ``gone`` (the client disconnected) is set first."""
+        rows = await self._long_poll(req, timeout_s, gone)
+        # Logged here, in the caller's own task, so that the lines carry its request's id:
+        # the claim may have run in the dispatcher's or a shared activation's task.
+        logs.jobs_activated(rows)
+        return rows
+
+    async def _long_poll(self, req: ActivateRequest, timeout_s: float, gone: asyncio.Event) -> Rows:
         if timeout_s <= 0:
             # Not waiting: ask now, unless others wait (they are owed what there is).
             if self.has_waiters(req.job_type):

@@ -163,6 +163,67 @@ async def test_a_line_logged_while_handling_a_request_carries_its_id(
     }
 
 
+@pytest.fixture
+def job_events_on() -> Iterator[None]:
+    logs.jobs.setLevel(logging.DEBUG)
+    yield
+    logs.jobs.setLevel(logging.NOTSET)
+
+
+def events_of(captured: Captured) -> list[tuple[str, str, str | None]]:
+    """(message, jobKey, requestId) of each job event."""
+    return [
+        (r.getMessage(), f["jobKey"], f.get("requestId"))
+        for r, f in captured.entries
+        if r.name == "jobfair.jobs"
+    ]
+
+
+async def test_a_job_handed_to_a_waiting_worker_is_logged_under_each_ones_request(
+    live: Live, captured: Captured, job_events_on: None
+):
+    """The claim runs in the producer's task (a hand-off) or the dispatcher's; the job is
+    activated for the worker's request, and logged so."""
+    body = {"type": "t", "maxJobs": 1, "timeout": 60000, "requestTimeout": 10000}
+    poll = asyncio.create_task(
+        live.client.post("/v2/jobs/activate", json=body, headers={"X-Request-Id": "worker-1"})
+    )
+    deadline = asyncio.get_running_loop().time() + 30
+    while not live.services.waiters.has_waiters("t"):  # no event to wait on
+        assert asyncio.get_running_loop().time() < deadline, "the poll never waited"
+        await asyncio.sleep(0.01)
+    made = await live.client.post("/v2/jobs", json={"type": "t"}, headers={"X-Request-Id": "p-1"})
+    [got] = (await poll).json()["jobs"]
+    key = made.json()["jobKey"]
+    assert got["jobKey"] == key
+    assert events_of(captured) == [("job created", key, "p-1"), ("job activated", key, "worker-1")]
+
+
+async def test_completions_written_together_are_each_logged_under_their_request(
+    live: Live, captured: Captured, job_events_on: None
+):
+    """Concurrent completions share one statement (the group commit), run in the task of
+    whichever came first; each job's line still names the request that completed it."""
+    c = live.client
+    await c.post("/v2/jobs/batch", json={"jobs": [{"type": "t"}] * 20})
+    body = {"type": "t", "maxJobs": 20, "timeout": 60000}
+    jobs = (await c.post("/v2/jobs/activate", json=body)).json()["jobs"]
+    assert len(jobs) == 20
+    answers = await asyncio.gather(
+        *(
+            c.post(
+                f"/v2/jobs/{j['jobKey']}/complete",
+                json={"activationCount": 1},
+                headers={"X-Request-Id": f"c-{j['jobKey']}"},
+            )
+            for j in jobs
+        )
+    )
+    assert {r.status_code for r in answers} == {204}
+    completed = [(k, rid) for m, k, rid in events_of(captured) if m == "job completed"]
+    assert sorted(completed) == sorted((j["jobKey"], f"c-{j['jobKey']}") for j in jobs)
+
+
 # -- server processes ---------------------------------------------------------------------
 
 
@@ -199,13 +260,11 @@ async def stop(server: ServerProcess) -> None:
 async def test_with_json_logs_every_line_of_every_process_is_one_object(
     spawn_server: Callable[..., ServerProcess],
 ):
-    server = spawn_server(
-        "--workers", "2", "--log-level", "info",
-        JOBFAIR_LOG_FORMAT="json", JOBFAIR_ACCESS_LOG="true",
-    )  # fmt: skip
+    server = spawn_server("--workers", "2", JOBFAIR_LOG_FORMAT="json", JOBFAIR_ACCESS_LOG="true")
     answered = []
     await until_logged(server, "Jobfair serving on")
-    # A connection each: the kernel spreads them over both processes.
+    # Made the moment the banner is out, each at the first try: both processes listen by
+    # then.  A connection each: the kernel spreads them over both processes.
     for _ in range(24):
         async with httpx.AsyncClient(base_url=server.url, timeout=30) as c:
             answered.append(await c.post("/v2/jobs", json={"type": "t"}))
@@ -223,11 +282,10 @@ async def test_with_json_logs_every_line_of_every_process_is_one_object(
     assert [e["message"] for e in banners] == [f"Jobfair serving on {server.url}"]
 
 
-@pytest.mark.parametrize("workers", ["1", "2"])
 async def test_the_banner_is_printed_once_the_server_listens(
-    spawn_server: Callable[..., ServerProcess], workers: str
+    spawn_server: Callable[..., ServerProcess],
 ):
-    server = spawn_server("--workers", workers)
+    server = spawn_server()  # one process; --workers 2: the JSON test above
     log = await until_logged(server, "Jobfair serving on")
     # Connections made the moment it is printed are all accepted, at the first try.
     for _ in range(8):
@@ -256,8 +314,9 @@ async def test_an_ipv6_address_is_printed_in_brackets(spawn_server: Callable[...
         assert (await c.get("/healthz")).status_code == 200
 
 
-async def job_events(server: ServerProcess) -> list[dict[str, Any]]:
-    """A job completed and one failed for good, through the server; its job events."""
+async def job_events(server: ServerProcess, lease: bool = False) -> list[dict[str, Any]]:
+    """A job completed and one failed for good, through the server (and with ``lease``
+    one whose lease ran out); its job events."""
     async with httpx.AsyncClient(base_url=server.url, timeout=30) as c:
         await wait_ready(c, server)
         for tenant in ("acme", "globex"):
@@ -274,6 +333,11 @@ async def job_events(server: ServerProcess) -> list[dict[str, Any]]:
             json={**finish, "retries": 0, "errorMessage": "smtp down"},
         )
         assert failed.status_code == 204
+        if lease:
+            assert (await c.post("/v2/jobs", json={"type": "slow"})).status_code == 201
+            slow = {"type": "slow", "maxJobs": 1, "timeout": 100, "worker": "w-9"}
+            assert len((await c.post("/v2/jobs/activate", json=slow)).json()["jobs"]) == 1
+            await until_logged(server, "job lease expired")
     await stop(server)
     entries = json_lines(server)
     events = [e for e in entries if e["logger"] == "jobfair.jobs"]
@@ -306,31 +370,19 @@ async def test_at_debug_every_job_event_names_its_job_and_tenant(
     assert activated["worker"] == "w1" and activated["level"] == "DEBUG"
 
 
-async def test_at_the_default_level_only_failures_are_job_events(
+async def test_at_the_default_level_only_failures_and_expired_leases_are_job_events(
     spawn_server: Callable[..., ServerProcess],
 ):
-    server = spawn_server(JOBFAIR_LOG_FORMAT="json")  # at the default level, info
-    events = await job_events(server)
-    assert [(e["event"], e["tenantId"]) for e in events] == [("failed", "globex")]
-
-
-async def test_an_expired_lease_is_an_info_line_with_its_job_and_worker(
-    spawn_server: Callable[..., ServerProcess],
-):
-    server = spawn_server(JOBFAIR_LEASE_SWEEP_INTERVAL_MS="100")
-    async with httpx.AsyncClient(base_url=server.url, timeout=30) as c:
-        await wait_ready(c, server)
-        created = await c.post("/v2/jobs", json={"type": "slow", "tenantId": "acme"})
-        body = {"type": "slow", "maxJobs": 1, "timeout": 100, "worker": "w-9"}
-        [job] = (await c.post("/v2/jobs/activate", json=body)).json()["jobs"]
-    key = created.json()["jobKey"]
-    assert job["jobKey"] == key
-    log = await until_logged(server, "job lease expired")
-    [line] = [x for x in log.splitlines() if "job lease expired" in x]
-    assert re.search(r" INFO jobfair\.jobs: job lease expired ", line), line
-    for field in ("event=\"lease expired\"", f"jobKey={key}", "jobType=slow", "tenantId=acme",
-                  "activationCount=1", "worker=w-9"):  # fmt: skip
-        assert field in line, line
+    server = spawn_server(JOBFAIR_LOG_FORMAT="json", JOBFAIR_LEASE_SWEEP_INTERVAL_MS="100")
+    events = await job_events(server, lease=True)
+    assert [(e["event"], e["level"]) for e in events] == [
+        ("failed", "INFO"),
+        ("lease expired", "INFO"),
+    ]
+    expired = events[1]
+    assert (expired["jobType"], expired["tenantId"]) == ("slow", "<default>")
+    assert (expired["activationCount"], expired["worker"]) == (1, "w-9")
+    assert "requestId" not in expired  # the sweeper's, not a request's
 
 
 # -- a database that cannot be reached at start ------------------------------------------

@@ -3,6 +3,7 @@ line may say about a database URL."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -186,3 +187,13 @@ def test_a_callers_request_id_is_kept_only_if_it_is_sane(header: bytes, kept: bo
 def test_a_new_request_id_is_sixteen_hex_digits_and_new_each_time():
     ids = {tracing.new_request_id() for _ in range(1000)}
     assert len(ids) == 1000 and all(re.fullmatch(r"[0-9a-f]{16}", i) for i in ids)
+
+
+async def test_a_task_serving_many_requests_logs_under_none_of_them():
+    async def seen() -> str | None:
+        return logs.request_id.get()
+
+    logs.request_id.set("first")
+    inherited = await asyncio.create_task(seen())
+    shared = await asyncio.create_task(logs.unattributed(seen()))
+    assert (inherited, shared, logs.request_id.get()) == ("first", None, "first")
