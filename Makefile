@@ -6,11 +6,12 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: serve test check lint typecheck bench bench-peers clean openapi fuzz chaos screenshots
 
-$(STAMP): pyproject.toml
+# The Python client too, so that clients/examples/two_tenants.py runs with .venv/bin/python.
+$(STAMP): pyproject.toml clients/python/pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev]' -e ./clients/python
 	@touch $(STAMP)
 
 serve: $(STAMP)  ## embedded PostgreSQL + migrate + serve on 127.0.0.1:8080

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from app import logs
 from app.charging import PARK_RETRIES, LaneCharges
 from app.coalescing import Coalescer
 from app.config import Settings
@@ -149,7 +150,7 @@ class ActivationService:
                 self._activate_together,
                 _take_together,
                 unwanted=self._release,
-                spawn=lambda runner: self._spawn(runner, "activating"),
+                spawn=lambda runner: self._spawn(logs.unattributed(runner), "activating"),
                 # A caller's worker name or lease the claim refuses fails that caller
                 # alone: the others are activated without it.
                 split=refused_input,

@@ -7,8 +7,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from app.logs import LogFormat, LogLevel
 
 # Out of range is refused at start, naming the setting, rather than failing later.
 Positive = Annotated[int, Field(ge=1)]
@@ -77,9 +79,20 @@ class Settings(BaseSettings):
     max_header_bytes: Positive = 32 * 1024
     max_headers: Positive = 100
 
+    # Logs (app.logs, docs/logging.md): text for people or one JSON object per line; the
+    # level of every logger; an access-log line per request (jobfair.access, at INFO).
+    log_format: LogFormat = "text"
+    log_level: LogLevel = "info"
+    access_log: bool = False
+
     max_batch_jobs: Positive = 10_000
     max_payload_bytes: Positive = 1024 * 1024
     max_body_bytes: Positive = 16 * 1024 * 1024
+
+    @field_validator("log_level", "log_format", mode="before")
+    @classmethod
+    def _lower_case(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
 
     @cached_property
     def auth_mode(self) -> str:

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import asyncio
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NoReturn
 
-from app import scheduler
+from app import logs, scheduler
 from app.activation import ActivationService
 from app.coalescing import Coalescer
 from app.db import Database, finishing
 from app.db import jobs as stored
 from app.db.base import refused_input, retry_deadlock
 from app.db.jobs import ready_at_once, tenant_of
-from app.db.rows import Finished, Inserted, JobFence, JobRow, StoredJob
+from app.db.rows import Ended, Inserted, JobFence, JobRow, StoredJob
 from app.domain import FINISHED_STATES, MAX_LEASE_MS, JobState, job_record, utcnow
 from app.errors import InvalidState, NotFound, StaleActivation
 from app.metrics import COMPLETED, ERROR_THROWN, FAILED, RETRIED
@@ -45,17 +47,20 @@ class GroupCommit:
         self,
         db: Database,
         max_batch: int = 1000,
-        completed: Callable[[Iterable[Finished], datetime], None] | None = None,
+        completed: Callable[[Sequence[Ended], datetime], None] | None = None,
     ) -> None:
         self.db = db
         self.max_batch = max_batch
         self.completed = completed  # told of the jobs each statement completed
-        self._writes: Coalescer[tuple[int, int, str | None], bool] = Coalescer(
-            self._write, self._one_statement, split=refused_input
+        self._writes: Coalescer[tuple[int, int, str | None], Ended | None] = Coalescer(
+            self._write,
+            self._one_statement,
+            spawn=lambda runner: asyncio.ensure_future(logs.unattributed(runner)),
+            split=refused_input,
         )
 
-    async def complete(self, item: tuple[int, int, str | None]) -> bool:
-        """True if this (key, activationCount) completed the job."""
+    async def complete(self, item: tuple[int, int, str | None]) -> Ended | None:
+        """The job, if this (key, activationCount) completed it."""
         return await self._writes.submit(item)
 
     def _one_statement(self, items: Sequence[tuple[int, int, str | None]]) -> list[bool]:
@@ -69,12 +74,34 @@ class GroupCommit:
             chosen.append(fits)
         return chosen
 
-    async def _write(self, items: list[tuple[int, int, str | None]]) -> list[bool]:
+    async def _write(self, items: list[tuple[int, int, str | None]]) -> list[Ended | None]:
         now = utcnow()
-        completed = await finishing.complete(self.db, items, now)
+        ended = await finishing.complete(self.db, items, now)
         if self.completed is not None:
-            self.completed(completed.values(), now)
-        return [key in completed for key, _, _ in items]
+            self.completed(ended, now)
+        completed = {e.job_key: e for e in ended}
+        return [completed.get(key) for key, _, _ in items]
+
+
+def _log_completed(ended: list[Ended]) -> set[int]:
+    """The keys of ``ended``, each logged ``job completed`` (DEBUG)."""
+    if logs.jobs.isEnabledFor(logging.DEBUG):
+        for e in ended:
+            logs.job_event(logging.DEBUG, "completed", e.job_key, e.job_type, e.tenant_id)
+    return {e.job_key for e in ended}
+
+
+def _created(jobs: Sequence[Mapping[str, Any]], inserted: Sequence[Inserted]) -> None:
+    """``job created`` (DEBUG) for each job ``inserted`` made (not those an idempotency
+    key already had)."""
+    if logs.jobs.isEnabledFor(logging.DEBUG):
+        for job, row in zip(jobs, inserted, strict=True):
+            _created_one(job, row)
+
+
+def _created_one(job: Mapping[str, Any], row: Inserted | JobRow) -> None:
+    if logs.jobs.isEnabledFor(logging.DEBUG) and getattr(row, "created", True):
+        logs.job_event(logging.DEBUG, "created", row.job_key, job["type"], tenant_of(job))
 
 
 class JobService:
@@ -86,8 +113,10 @@ class JobService:
         self.metrics = activation.metrics
         self.group_commit = GroupCommit(db, completed=self._completed)
 
-    def _completed(self, jobs: Iterable[Finished], now: datetime) -> None:
-        self.metrics.jobs_finished(COMPLETED, jobs, now)
+    def _completed(self, jobs: Sequence[Ended], now: datetime) -> None:
+        self.metrics.jobs_finished(
+            COMPLETED, ((e.job_type, e.tenant_id, e.activated_at) for e in jobs), now
+        )
 
     async def create(self, jobs: Sequence[Mapping[str, Any]], now: datetime) -> list[Inserted]:
         if len(jobs) == 1:
@@ -95,12 +124,15 @@ class JobService:
             if ready_at_once(job, now) and job.get("idempotencyKey") is None:
                 waiter = self.waiters.take_head(job["type"], tenant_of(job))
                 if waiter is not None:
-                    return [await self._hand_off(job, now, waiter)]
+                    handed = await self._hand_off(job, now, waiter)
+                    _created_one(job, handed)
+                    return [handed]
         inserted = await stored.insert(self.db, jobs, now)
         self.metrics.count(
             self.metrics.created,
             ((j["type"], tenant_of(j)) for j, i in zip(jobs, inserted, strict=True) if i.created),
         )
+        _created(jobs, inserted)
         return inserted
 
     async def create_one(
@@ -114,6 +146,7 @@ class JobService:
             [inserted] = await stored.insert(self.db, [job], now)
             if inserted.created:
                 self.metrics.count_one(self.metrics.created, job["type"], tenant_of(job))
+            _created_one(job, inserted)
             return await self.get(inserted.job_key, now), inserted.created
         if ready_at_once(job, now):
             waiter = self.waiters.take_head(job["type"], tenant_of(job))
@@ -124,9 +157,11 @@ class JobService:
                 # producer was answered first: pickup p50 from the producer's answer
                 # 0.00 -> 0.68 ms, `python -m bench.run pickup`).
                 inserted = await self._hand_off(job, now, waiter)
+                _created_one(job, inserted)
                 return await self.get(inserted.job_key, now), True
         stored_job = await stored.insert_one(self.db, job, now)
         self.metrics.count_one(self.metrics.created, job["type"], tenant_of(job))
+        _created_one(job, stored_job.job)
         return self._record(stored_job, now), True
 
     async def _hand_off(self, job: Mapping[str, Any], now: datetime, waiter: Waiter) -> Inserted:
@@ -173,13 +208,20 @@ class JobService:
             row = await self._existing(job_key)
             raise InvalidState(f"job {job_key} is {row.state}; only a CREATED job can be canceled")
         self.metrics.count_one(self.metrics.canceled, *lane)
+        if logs.jobs.isEnabledFor(logging.INFO):
+            logs.job_event(logging.INFO, "canceled", job_key, *lane)
 
     async def complete(
         self, job_key: int, activation_count: int | None, variables: str | None
     ) -> None:
         activation_count = await self._fence(job_key, activation_count)
-        if not await self.group_commit.complete((job_key, activation_count, variables)):
+        ended = await self.group_commit.complete((job_key, activation_count, variables))
+        if ended is None:
             await self._explain_fenced(job_key, activation_count)
+        # Here, not in the group commit's task, which serves many requests: the line
+        # carries this request's id.
+        if logs.jobs.isEnabledFor(logging.DEBUG):
+            logs.job_event(logging.DEBUG, "completed", job_key, ended.job_type, ended.tenant_id)
 
     async def complete_many(
         self, items: Sequence[tuple[int, int, str | None]], now: datetime
@@ -187,8 +229,9 @@ class JobService:
         """One verdict per item, in order, as if each were sent after the one before."""
         keys = [key for key, _, _ in items]
         if len(set(keys)) == len(keys):  # no job named twice: one statement, as usual
-            done = await finishing.complete(self.db, items, now)
-            self._completed(done.values(), now)
+            ended = await finishing.complete(self.db, items, now)
+            self._completed(ended, now)
+            done = _log_completed(ended)
             completed = [key in done for key in keys]
         else:
             completed = await self._complete_in_order(items, now)
@@ -215,8 +258,9 @@ class JobService:
             statements[n].append(i)
         completed = [False] * len(items)
         for positions in statements:
-            done = await finishing.complete(self.db, [items[i] for i in positions], now)
-            self._completed(done.values(), now)
+            ended = await finishing.complete(self.db, [items[i] for i in positions], now)
+            self._completed(ended, now)
+            done = _log_completed(ended)
             for i in positions:
                 completed[i] = items[i][0] in done
         return completed
@@ -248,6 +292,18 @@ class JobService:
             return
         outcome = FAILED if row.state is JobState.FAILED else RETRIED
         self.metrics.jobs_finished(outcome, [(row.job_type, row.tenant_id, row.activated_at)], now)
+        if logs.jobs.isEnabledFor(logging.INFO):
+            logs.job_event(
+                logging.INFO,
+                "failed",
+                job_key,
+                row.job_type,
+                row.tenant_id,
+                activationCount=activation_count,
+                # CREATED or SCHEDULED: to be retried; FAILED: no retries left.
+                state=row.state.value,
+                errorMessage=_bounded(error_message),
+            )
 
     async def throw_error(
         self,
@@ -265,7 +321,20 @@ class JobService:
         if ended is None:
             await self._explain_fenced(job_key, activation_count)
             return
-        self.metrics.jobs_finished(ERROR_THROWN, [ended], now)
+        self.metrics.jobs_finished(
+            ERROR_THROWN, [(ended.job_type, ended.tenant_id, ended.activated_at)], now
+        )
+        if logs.jobs.isEnabledFor(logging.INFO):
+            logs.job_event(
+                logging.INFO,
+                "error thrown",
+                job_key,
+                ended.job_type,
+                ended.tenant_id,
+                activationCount=activation_count,
+                errorCode=error_code,
+                errorMessage=_bounded(error_message),
+            )
 
     @retry_deadlock
     async def update(
@@ -305,13 +374,23 @@ class JobService:
             raise InvalidState(f"job {job_key} is {row.state}, not ACTIVATED")
         return row.activation_count
 
-    async def _explain_fenced(self, job_key: int, activation_count: int) -> None:
+    async def _explain_fenced(self, job_key: int, activation_count: int) -> NoReturn:
         row = await self._existing(job_key)
         if row.activation_count != activation_count:
             raise StaleActivation(
                 f"job {job_key} is at activation {row.activation_count}, not {activation_count}"
             )
         raise StaleActivation(f"job {job_key} is {row.state}, not ACTIVATED")
+
+
+# A worker's error message is logged to this many characters (it may be a whole page).
+LOGGED_ERROR_CHARS = 500
+
+
+def _bounded(message: str | None) -> str | None:
+    if message is None or len(message) <= LOGGED_ERROR_CHARS:
+        return message
+    return message[:LOGGED_ERROR_CHARS] + "..."
 
 
 def _patched(

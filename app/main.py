@@ -12,8 +12,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request
-from starlette.responses import Response
+from fastapi import FastAPI
 
 from app import __version__, migrations
 from app.activation import ActivationService
@@ -195,12 +194,7 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
     app.state.settings = settings
     app.state.schema_head = migrations.head_revision()
     problems.install(app)
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> Response:
-        log.exception("unhandled error on %s", request.url.path)
-        return problems.internal(request.url.path)
-
+    app.access_log = settings.access_log
     include(app, OPERATIONS)
     app.direct = DirectRoutes(OPERATIONS)
     app.literal = literal_paths(OPERATIONS)

@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 
+from app import logs
 from app.activation import ActivateRequest, ActivationService
 from app.db import Database
 from app.db import jobs as stored_jobs
@@ -106,6 +107,7 @@ class Stream:
                     continue
                 if rows is None:
                     continue
+                logs.jobs_activated(rows)  # in the stream's task: with its request's id
                 self.undelivered = list(rows)
                 if self.allowed is not None and not await self.allowed():
                     return  # revoked while it waited: the jobs go back (_close)

@@ -17,6 +17,7 @@ import random
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
+from app import logs
 from app.config import Settings
 from app.db import Database, StoreUnavailable, maintenance
 from app.db.leader import LeaderLock
@@ -56,7 +57,20 @@ class LeaseSweeper:
         async def batch() -> int:
             expired = await maintenance.release_expired(self.db, now, BATCH)
             if self.metrics is not None:
-                self.metrics.count(self.metrics.lease_expired, expired)
+                self.metrics.count(
+                    self.metrics.lease_expired, ((j.job_type, j.tenant_id) for j in expired)
+                )
+            if logs.jobs.isEnabledFor(logging.INFO):
+                for job in expired:
+                    logs.job_event(
+                        logging.INFO,
+                        "lease expired",
+                        job.job_key,
+                        job.job_type,
+                        job.tenant_id,
+                        activationCount=job.activation_count,
+                        worker=job.worker,
+                    )
             return len(expired)
 
         return await _in_batches(batch)

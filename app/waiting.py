@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app import logs
 from app.activation import ActivateRequest, ActivationService, TenantFilter
 from app.db.base import refused_input
 from app.db.rows import JobRow
@@ -216,7 +217,7 @@ class WaiterHub:
         self.live += 1
         waiter.future.add_done_callback(lambda _: self._left(q))
         if q.task is None or q.task.done():
-            q.task = asyncio.create_task(self._dispatch(req.job_type, q))
+            q.task = asyncio.create_task(logs.unattributed(self._dispatch(req.job_type, q)))
         if not self.known_dry(req):
             q.wake.set()
         return waiter
@@ -240,6 +241,9 @@ class WaiterHub:
             self.metrics.activate_request(
                 req.job_type, time.perf_counter() - started, waited=waited, empty=not rows
             )
+        # Logged here, in the caller's own task, so that the lines carry its request's id:
+        # the claim may have run in the dispatcher's or a shared activation's task.
+        logs.jobs_activated(rows)
         return rows
 
     async def _long_poll(

@@ -15,6 +15,7 @@ from starlette.responses import Response
 
 from app.api.parsing import describe_errors
 from app.errors import InvalidArgument, JobfairError
+from app.logs import request_id
 
 PROBLEM = "application/problem+json"
 METHOD_NOT_ALLOWED = "urn:jobfair:method-not-allowed"
@@ -55,10 +56,21 @@ def answer(request: Request, exc: JobfairError) -> Response:
     return from_error(exc, request.url.path)
 
 
-def internal(instance: str) -> Response:
-    """A bug's answer; the caller logs the exception."""
+def internal(instance: str, request_id: str | None) -> Response:
+    """A bug's answer, naming the request whose log entry has its traceback
+    (``app.api.tracing`` logs it)."""
     detail = "an unexpected error occurred; it has been logged"
-    return problem(500, "urn:jobfair:internal", "INTERNAL", detail, instance)
+    if request_id is not None:
+        detail += f" with requestId {request_id}"
+    body = {
+        "type": "urn:jobfair:internal",
+        "title": "INTERNAL",
+        "status": 500,
+        "detail": detail,
+        "instance": instance,
+        "requestId": request_id,
+    }
+    return Response(orjson.dumps(body), status_code=500, media_type=PROBLEM)
 
 
 def client_gone(instance: str) -> Response:
@@ -69,6 +81,12 @@ def client_gone(instance: str) -> Response:
 
 
 def install(app: FastAPI) -> None:
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> Response:
+        # Starlette raises the exception on after this answer; it is logged, once, where
+        # the request entered (app.api.tracing).
+        return internal(request.url.path, request_id.get())
+
     @app.exception_handler(ClientDisconnect)
     async def _gone(request: Request, exc: ClientDisconnect) -> Response:
         return client_gone(request.url.path)

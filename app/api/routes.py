@@ -185,6 +185,36 @@ OPERATIONS: tuple[Operation, ...] = (
         documented=False,
         head=True,
     ),
+    Operation(
+        "GET",
+        docs.SWAGGER_JS_URL,
+        docs.swagger_js,
+        Permission.DOCS,
+        "Swagger UI's script",
+        "operators",
+        documented=False,
+        head=True,
+    ),
+    Operation(
+        "GET",
+        docs.SWAGGER_CSS_URL,
+        docs.swagger_css,
+        Permission.DOCS,
+        "Swagger UI's stylesheet",
+        "operators",
+        documented=False,
+        head=True,
+    ),
+    Operation(
+        "GET",
+        docs.FAVICON_URL,
+        docs.favicon,
+        Permission.DOCS,
+        "Swagger UI's icon",
+        "operators",
+        documented=False,
+        head=True,
+    ),
     # -- Camunda (API.md "Camunda-compatible surface") ------------------------------------
     Operation(
         "POST",
@@ -542,7 +572,7 @@ OPERATIONS: tuple[Operation, ...] = (
         errors=(),
         media="text/plain",
     ),
-    # -- the dashboard (ADR 021): a page that holds no data, so it needs no key ----------
+    # -- the dashboard (ADR 022): a page that holds no data, so it needs no key ----------
     Operation(
         "GET",
         "/ui",

@@ -1,6 +1,6 @@
 """The dashboard (``GET /ui``): a page and its assets, all served by the app itself.
 
-The assets are plain files shipped in the package (``app/ui/static``, ADR 021): no CDN
+The assets are plain files shipped in the package (``app/ui/static``, ADR 022): no CDN
 and no build step.  They are read once, at import, and answered from memory.  The page
 holds no data: it asks the public API for everything with the key its user signs in
 with, so the page and its assets need no key themselves.

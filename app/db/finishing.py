@@ -16,7 +16,7 @@ from app.db import lanes
 from app.db.base import Queries, Sessions, retry_deadlock
 from app.db.listen import CREDIT_KEYS_PER_NOTIFY, DONE_CHANNEL, NOTIFY_CHANNEL
 from app.db.locks import RELEASE_GATE_CLASS, TENANT_CAP_LOCK_CLASS
-from app.db.rows import Ended, Finished, JobRow
+from app.db.rows import Ended, JobRow
 from app.domain import JobState
 
 # Releases the held lanes of the capped tenants whose jobs ``ended`` had, for they have
@@ -153,10 +153,10 @@ SELECT job_key, job_type, tenant_id, (SELECT n FROM unheld) AS _n FROM ended
 
 async def complete(
     db: Queries, items: Sequence[tuple[int, int, str | None]], now: datetime
-) -> dict[int, Finished]:
+) -> list[Ended]:
     """Complete (key, activationCount, variables JSON or None) items in one statement
-    (complete_jobs); the jobs completed, by key.  A key named twice is judged once:
-    callers that may name a job twice send the namings in separate statements."""
+    (complete_jobs); the jobs completed.  A key named twice is judged once: callers
+    that may name a job twice send the namings in separate statements."""
     rows = await db.fetch(
         COMPLETE_JOBS,
         [i[0] for i in items],
@@ -164,7 +164,10 @@ async def complete(
         [i[2] for i in items],
         now,
     )
-    return {r[0]: Finished(r[1], r[2], r[3]) for r in rows}
+    return [
+        Ended(r["job_key"], r["job_type"], r["tenant_id"], JobState.COMPLETED, r["activated_at"])
+        for r in rows
+    ]
 
 
 @retry_deadlock
@@ -209,13 +212,21 @@ async def throw_error(
     error_message: str | None,
     variables: str | None,
     now: datetime,
-) -> Finished | None:
+) -> Ended | None:
     """ACTIVATED -> ERROR_THROWN (throw_error); the job, or None if the fence did not
     match."""
     row = await db.fetchrow(
         THROW_ERROR, job_key, activation_count, error_code, error_message, variables, now
     )
-    return None if row is None else Finished(row[1], row[2], row[3])
+    if row is None:
+        return None
+    return Ended(
+        row["job_key"],
+        row["job_type"],
+        row["tenant_id"],
+        JobState.ERROR_THROWN,
+        row["activated_at"],
+    )
 
 
 @retry_deadlock

@@ -10,9 +10,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+import asyncpg
+
 from app.db import lanes
 from app.db.base import Sessions, retry_deadlock
 from app.db.finishing import CREDIT_NOTIFY, RELEASE_HOLDS
+from app.db.rows import ExpiredLease
 
 # -- name: expired_leases
 # ACTIVATED jobs whose lease ended.  Index: jobs_lease_idx.  No locks (the release
@@ -30,11 +33,12 @@ RELEASE_EXPIRED = f"""
 WITH ended AS (
     UPDATE jobs SET state = 'CREATED', deadline = NULL
     WHERE job_key = ANY($1::bigint[]) AND state = 'ACTIVATED' AND deadline < $2
-    RETURNING job_key, job_type, tenant_id, via_stream
+    RETURNING job_key, job_type, tenant_id, via_stream, activation_count, worker
 ),
 {CREDIT_NOTIFY},
 {RELEASE_HOLDS}
-SELECT job_key, job_type, tenant_id, (SELECT count(*) FROM credited) + (SELECT n FROM unheld) AS _n
+SELECT job_key, job_type, tenant_id, activation_count, worker,
+       (SELECT count(*) FROM credited) + (SELECT n FROM unheld) AS _n
 FROM ended
 """
 
@@ -75,9 +79,9 @@ async def _ready_by_keys(
     select_args: tuple[Any, ...],
     update_sql: str,
     update_args: tuple[Any, ...],
-) -> list[tuple[str, str]]:
+) -> list[asyncpg.Record]:
     """Select candidates, take their lanes' shared bucket locks, then update them and
-    wake their lanes; the (type, tenant) of each job updated."""
+    wake their lanes; the rows updated."""
     async with db.connection() as conn:
         candidates = await conn.fetch(select_sql, *select_args)
         if not candidates:
@@ -86,19 +90,19 @@ async def _ready_by_keys(
             await lanes.lock_to_wake(conn, [(r["job_type"], r["tenant_id"]) for r in candidates])
             rows = await conn.fetch(update_sql, [r["job_key"] for r in candidates], *update_args)
             await lanes.wake(conn, [r["job_type"] for r in rows], [r["tenant_id"] for r in rows])
-        return [(r["job_type"], r["tenant_id"]) for r in rows]
+        return list(rows)
 
 
-async def release_expired(db: Sessions, now: datetime, limit: int) -> list[tuple[str, str]]:
-    """Up to ``limit`` expired leases back to CREATED (release_expired); the (type,
-    tenant) of each."""
-    return await _ready_by_keys(db, EXPIRED_LEASES, (now, limit), RELEASE_EXPIRED, (now,))
+async def release_expired(db: Sessions, now: datetime, limit: int) -> list[ExpiredLease]:
+    """Up to ``limit`` expired leases back to CREATED (release_expired): their jobs."""
+    rows = await _ready_by_keys(db, EXPIRED_LEASES, (now, limit), RELEASE_EXPIRED, (now,))
+    fields = ("job_key", "job_type", "tenant_id", "activation_count", "worker")
+    return [ExpiredLease(*(r[f] for f in fields)) for r in rows]
 
 
 async def promote_scheduled(db: Sessions, now: datetime, limit: int) -> int:
-    """Up to ``limit`` due delayed jobs to CREATED (promote_scheduled); how many."""
-    promoted = await _ready_by_keys(db, DUE_SCHEDULED, (now, limit), PROMOTE_SCHEDULED, (now,))
-    return len(promoted)
+    """Up to ``limit`` due delayed jobs to CREATED (promote_scheduled)."""
+    return len(await _ready_by_keys(db, DUE_SCHEDULED, (now, limit), PROMOTE_SCHEDULED, (now,)))
 
 
 async def prune_terminal(db: Sessions, before: datetime, limit: int) -> int:

@@ -81,21 +81,24 @@ class JobFence(NamedTuple):
     activation_count: int
 
 
+class ExpiredLease(NamedTuple):
+    """A job whose lease ran out, back to CREATED: the activation it was at, and whose."""
+
+    job_key: int
+    job_type: str
+    tenant_id: str
+    activation_count: int
+    worker: str | None
+
+
 class Ended(NamedTuple):
-    """A job a finish changed, the state it left it in, and when it had been activated."""
+    """A job a finish or release changed, the state it left it in, and when it had been
+    activated (for the metrics' processing time)."""
 
     job_key: int
     job_type: str
     tenant_id: str
     state: JobState
-    activated_at: datetime | None
-
-
-class Finished(NamedTuple):
-    """A job a worker finished: its lane, and when it had been activated."""
-
-    job_type: str
-    tenant_id: str
     activated_at: datetime | None
 
 

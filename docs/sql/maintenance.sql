@@ -14,7 +14,7 @@ ORDER BY deadline LIMIT $2;
 WITH ended AS (
     UPDATE jobs SET state = 'CREATED', deadline = NULL
     WHERE job_key = ANY($1::bigint[]) AND state = 'ACTIVATED' AND deadline < $2
-    RETURNING job_key, job_type, tenant_id, via_stream
+    RETURNING job_key, job_type, tenant_id, via_stream, activation_count, worker
 ),
 credited AS (
     SELECT pg_notify('jobfair_done', string_agg(job_key::text, ','))
@@ -26,7 +26,8 @@ unheld AS (
     SELECT jobfair_release_holds(1246101507, 1246101508,
         ARRAY(SELECT DISTINCT e.tenant_id FROM ended e), 'jobfair') AS n
 )
-SELECT job_key, job_type, tenant_id, (SELECT count(*) FROM credited) + (SELECT n FROM unheld) AS _n
+SELECT job_key, job_type, tenant_id, activation_count, worker,
+       (SELECT count(*) FROM credited) + (SELECT n FROM unheld) AS _n
 FROM ended;
 
 -- name: due_scheduled

@@ -97,7 +97,14 @@ def test_the_permissions_are_the_security_contracts():
             "GET /ui",
             "GET /ui/{asset}",
         ],
-        Permission.DOCS: ["GET /openapi.json", "GET /docs", "GET /docs/oauth2-redirect"],
+        Permission.DOCS: [
+            "GET /openapi.json",
+            "GET /docs",
+            "GET /docs/oauth2-redirect",
+            "GET /docs/swagger-ui-bundle.js",
+            "GET /docs/swagger-ui.css",
+            "GET /docs/favicon.png",
+        ],
         Permission.METRICS: ["GET /metrics"],
         Permission.AUTHENTICATED: ["GET /v2/topology", "GET /v2/whoami"],
         Permission.PRODUCE: [

@@ -1,4 +1,4 @@
-// Jobfair's dashboard: plain modern JavaScript, no libraries (ADR 021).
+// Jobfair's dashboard: plain modern JavaScript, no libraries (ADR 022).
 //
 // Every figure comes from the public API, asked with the key the user signed in with;
 // the page asks only for what that key may see (GET /v2/whoami says its role and
