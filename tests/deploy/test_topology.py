@@ -253,7 +253,7 @@ def test_the_health_check_asks_a_readiness_route_of_the_app():
 
 
 async def test_jobs_drain_through_the_balancer_and_both_replicas_activate_them(topology, lb):
-    n = 300
+    n = 200
     keys = set(await enqueue(lb, "drain", "acme", n))
     done: list[str] = []
 
@@ -277,7 +277,7 @@ async def test_jobs_drain_through_the_balancer_and_both_replicas_activate_them(t
     # HAProxy kept its connections to the replicas alive: far fewer than the requests.
     made = total(topology.stats_url, "haproxy_server_connection_attempts_total")
     reused = total(topology.stats_url, "haproxy_server_connection_reuses_total")
-    assert reused > 0 and made < n / 4, (made, reused)
+    assert reused > 0 and made < n / 10, (made, reused)
 
 
 async def test_a_stream_through_the_balancer_delivers_a_job_created_after_it_opened(topology, lb):
