@@ -1,8 +1,9 @@
 """deploy/compose.yaml's topology without containers: Debian's HAProxy, run as an
-unprivileged user with deploy/haproxy/haproxy.cfg unchanged (its addresses come from the
-environment), in front of two `jobfair serve` processes on one database.  Jobs drain
-through it from both replicas, streams and long polls pass through it unbuffered and
-uncut, and a replica's 503 reaches the client as the replica wrote it."""
+unprivileged user with deploy/haproxy/haproxy.cfg unchanged (a byte-for-byte copy that
+user can read; its addresses come from the environment), in front of two `jobfair serve`
+processes on one database.  Jobs drain through it from both replicas, streams and long
+polls pass through it unbuffered and uncut, and a replica's 503 reaches the client as the
+replica wrote it."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -64,6 +66,17 @@ def _haproxy() -> str:
 def _unprivileged() -> dict[str, str]:
     """Run as nobody when the tests run as root: the config must need no privilege."""
     return {"user": "nobody", "group": "nogroup"} if os.geteuid() == 0 else {}
+
+
+def _readable_copy(folder: Path) -> Path:
+    """haproxy.cfg, byte for byte, where any user may read it (a checkout under /root, or
+    pytest's own temporary folders, are closed to nobody)."""
+    folder.chmod(0o755)
+    copy = folder / CONFIG.name
+    shutil.copyfile(CONFIG, copy)
+    copy.chmod(0o644)
+    assert copy.read_bytes() == CONFIG.read_bytes()
+    return copy
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -121,6 +134,7 @@ def topology(postgres: Postgres, tmp_path_factory: pytest.TempPathFactory) -> It
     replicas: list[Replica] = []
     files = []
     balancer = None
+    shared = Path(tempfile.mkdtemp(prefix="jobfair-haproxy-"))
     try:
         for name in ("jobfair-1", "jobfair-2"):
             port = free_port()
@@ -134,8 +148,9 @@ def topology(postgres: Postgres, tmp_path_factory: pytest.TempPathFactory) -> It
         lb_port, stats_port = free_port(), free_port()
         haproxy_log = root / "haproxy.log"
         files.append(out := open(haproxy_log, "wb"))  # noqa: SIM115
+        config = _readable_copy(shared)
         balancer = subprocess.Popen(
-            [haproxy, "-db", "-f", str(CONFIG)],
+            [haproxy, "-db", "-f", str(config)],
             env={
                 "PATH": os.environ.get("PATH", ""),
                 "LB_BIND": f"127.0.0.1:{lb_port}",
@@ -171,6 +186,7 @@ def topology(postgres: Postgres, tmp_path_factory: pytest.TempPathFactory) -> It
             _stop(r.proc)
         for f in files:
             f.close()
+        shutil.rmtree(shared)
         postgres.psql(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE);')
 
 
@@ -361,6 +377,12 @@ async def test_a_body_above_the_proxys_usual_default_passes_to_the_app(lb):
     r = await lb.post("/v2/jobs/batch", json={"jobs": jobs})
     assert r.status_code == 201, r.text
     assert len(r.json()["jobKeys"]) == 2_000
+
+
+async def test_a_body_above_the_apps_limit_gets_the_apps_413_through_the_balancer(lb):
+    body = b'{"jobs": [' + b" " * (Settings().max_body_bytes + 1) + b"]}"
+    r = await lb.post("/v2/jobs/batch", content=body, headers={"content-type": "application/json"})
+    assert_problem(r, 413)
 
 
 async def test_a_replica_that_dies_is_taken_out_and_the_other_answers_for_it(topology, lb):
