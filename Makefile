@@ -66,7 +66,14 @@ $(CHROMIUM):
 	$(SUDO) apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium
 
-test: $(STAMP) $(CAMUNDA_SDKS) $(CAMUNDA_JS)/.stamp $(TS_CLIENT)/dist/.stamp $(JUNIT_JAR) $(PROMTOOL) $(CHROMIUM)  ## every test, on embedded PostgreSQL
+# tests/deploy/test_topology.py runs deploy/haproxy/haproxy.cfg in Debian's HAProxy, in
+# front of two `jobfair serve` (compose.yaml's topology without containers).
+HAPROXY := /usr/sbin/haproxy
+$(HAPROXY):
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends haproxy
+
+test: $(STAMP) $(CAMUNDA_SDKS) $(CAMUNDA_JS)/.stamp $(TS_CLIENT)/dist/.stamp $(JUNIT_JAR) $(PROMTOOL) $(CHROMIUM) $(HAPROXY)  ## every test, on embedded PostgreSQL
 	$(BIN)/pytest -q --durations=30
 
 # Outage scenarios left out of `make test` for time (an external PostgreSQL 15 restarted
