@@ -27,6 +27,7 @@ import httpx
 import pytest
 
 from app.cli import GRACEFUL_SHUTDOWN_S
+from app.domain import MAX_REQUEST_TIMEOUT_MS
 from app.supervisor import STOP_GRACE_S
 from tests.fixtures import Postgres, free_port
 
@@ -73,13 +74,17 @@ def image() -> str:
     if shutil.which("podman") is None:
         pytest.skip("no container engine: podman is not installed (`make image-base` installs it)")
     tag = f"localhost/jobfair:test-{inputs_digest()}"
-    if podman("image", "exists", tag).returncode != 0:
-        make = ["make", "--no-print-directory", "-C", str(ROOT)]
+    make = ["make", "--no-print-directory", "-C", str(ROOT)]
+    exists = podman("image", "exists", tag).returncode == 0
+    if not exists:
         base = subprocess.run([*make, "image-base"], capture_output=True, text=True, timeout=900)
         assert base.returncode == 0, base.stdout + base.stderr
-        runs = podman("run", "--rm", "--no-healthcheck", BASE, "true")
-        if runs.returncode != 0:
-            pytest.skip(f"podman cannot run a container here: {runs.stderr.strip()}")
+    runs = podman(
+        "run", "--rm", "--no-healthcheck", "--entrypoint", "true", tag if exists else BASE
+    )
+    if runs.returncode != 0:
+        pytest.skip(f"podman cannot run a container here: {runs.stderr.strip()}")
+    if not exists:
         built = subprocess.run(
             [*make, "image", f"IMAGE={tag}"], capture_output=True, text=True, timeout=900
         )
@@ -327,7 +332,12 @@ def test_sigterm_answers_a_long_poll_in_flight_and_stops_within_the_grace(
             poll = pool.submit(
                 c.post,
                 "/v2/jobs/activate",
-                json={"type": "idle", "maxJobs": 1, "timeout": 30000, "requestTimeout": 3_600_000},
+                json={
+                    "type": "idle",
+                    "maxJobs": 1,
+                    "timeout": 30000,
+                    "requestTimeout": MAX_REQUEST_TIMEOUT_MS,
+                },
             )
             until(lambda: _waiters(c) == 1, "the long poll waiting", name)
             started = time.monotonic()
