@@ -47,7 +47,7 @@ chroot "$ROOTFS" sh -c 'apt-get update -qq &&
     DEBIAN_FRONTEND=noninteractive apt-get upgrade -y -qq >/dev/null && apt-get clean' >&2
 rm -rf "$ROOTFS"/var/lib/apt/lists/* "$ROOTFS"/var/cache/apt/*.bin "$ROOTFS"/var/log/*.log \
     "$ROOTFS"/usr/share/man/* "$ROOTFS"/usr/share/info/* "$ROOTFS"/usr/share/locale/*
-find "$ROOTFS/usr/share/doc" -type f ! -name copyright -delete
+find "$ROOTFS/usr/share/doc" ! -type d ! -name copyright -delete
 # The container engine mounts its own /dev, /proc and /sys, and writes the DNS and host
 # files that debootstrap copied from this machine.
 rm -rf "${ROOTFS:?}"/dev/* "${ROOTFS:?}"/proc/* "${ROOTFS:?}"/sys/*

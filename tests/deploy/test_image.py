@@ -55,8 +55,8 @@ def podman(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]
     )
 
 
-def inputs_digest() -> str:
-    digest = hashlib.sha256()
+def inputs_digest(base_id: str) -> str:
+    digest = hashlib.sha256(base_id.encode())
     for name in INPUTS:
         path = ROOT / name
         files = [path] if path.is_file() else sorted(path.rglob("*"))
@@ -68,23 +68,21 @@ def inputs_digest() -> str:
 
 @pytest.fixture(scope="module")
 def image() -> str:
-    """The image of the code at hand, tagged by a digest of its inputs: built by `make
-    image` when absent (with the base, `make image-base`, if that is absent too); earlier
-    test builds are removed."""
+    """The image of the code at hand, tagged by a digest of its inputs and its base: built
+    by `make image` when absent (the base by `make image-base`, if that is absent too);
+    earlier test builds are removed."""
     if shutil.which("podman") is None:
         pytest.skip("no container engine: podman is not installed (`make image-base` installs it)")
-    tag = f"localhost/jobfair:test-{inputs_digest()}"
     make = ["make", "--no-print-directory", "-C", str(ROOT)]
-    exists = podman("image", "exists", tag).returncode == 0
-    if not exists:
+    if podman("image", "exists", BASE).returncode != 0:
         base = subprocess.run([*make, "image-base"], capture_output=True, text=True, timeout=900)
         assert base.returncode == 0, base.stdout + base.stderr
-    runs = podman(
-        "run", "--rm", "--no-healthcheck", "--entrypoint", "true", tag if exists else BASE
-    )
+    runs = podman("run", "--rm", "--no-healthcheck", BASE, "true")
     if runs.returncode != 0:
         pytest.skip(f"podman cannot run a container here: {runs.stderr.strip()}")
-    if not exists:
+    base_id = podman("image", "inspect", "--format", "{{.Id}}", BASE).stdout.strip()
+    tag = f"localhost/jobfair:test-{inputs_digest(base_id)}"
+    if podman("image", "exists", tag).returncode != 0:
         built = subprocess.run(
             [*make, "image", f"IMAGE={tag}"], capture_output=True, text=True, timeout=900
         )
