@@ -136,3 +136,55 @@ async def test_the_overview_pages_and_searches_many_tenants_without_drawing_them
         await page.get_by_label("Search tenants").fill("t11")
         await expect(rows).to_have_count(10)  # t110 .. t119
         await expect(rows.first).to_have_attribute("data-tenant", "t110")
+
+
+async def test_a_failed_job_is_retried_from_the_failures_page_and_is_created_again(
+    live: Live, browser: Browser
+):
+    c = live.client
+    [key] = await enqueue(c, "report", "acme", 1)
+    [job] = await activate(c, "report")
+    r = await c.post(
+        f"/v2/jobs/{key}/fail",
+        json={"activationCount": job["activationCount"], "retries": 0, "errorMessage": "no disk"},
+    )
+    assert r.status_code == 204
+    assert (await c.get(f"/v2/jobs/{key}")).json()["state"] == "FAILED"
+    async with visit(browser, live.url) as seen:
+        page = seen.page
+        await page.goto("/ui#/failures")
+        row = page.locator(f'section[aria-label="failed jobs"] tr[data-job="{key}"]')
+        await expect(row).to_contain_text("no disk")
+        await row.get_by_role("button", name="Retry").click()
+        await expect(row).to_have_count(0)
+    assert (await c.get(f"/v2/jobs/{key}")).json()["state"] == "CREATED"
+
+
+async def test_retry_all_asks_first_and_revives_every_failed_job_of_the_filter(
+    live: Live, browser: Browser
+):
+    c = live.client
+    keys = await enqueue(c, "report", "acme", 3) + await enqueue(c, "report", "globex", 2)
+    for job in await activate(c, "report", max_jobs=5):
+        await c.post(
+            f"/v2/jobs/{job['jobKey']}/fail",
+            json={"activationCount": job["activationCount"], "retries": 0},
+        )
+    async with visit(browser, live.url) as seen:
+        page = seen.page
+        await page.goto("/ui#/failures?tenantId=acme")
+        questions: list[str] = []
+
+        async def answer(dialog):  # type: ignore[no-untyped-def]
+            questions.append(dialog.message)
+            await dialog.accept()
+
+        page.on("dialog", answer)
+        await page.get_by_role("button", name="Retry all FAILED").click()
+        await expect(page.get_by_text("3 jobs retried.")).to_be_visible()
+        assert questions and "tenant acme" in questions[0]
+    states = {k: (await c.get(f"/v2/jobs/{k}")).json() for k in keys}
+    assert sorted(s["state"] for s in states.values() if s["tenantId"] == "acme") == ["CREATED"] * 3
+    assert (
+        sorted(s["state"] for s in states.values() if s["tenantId"] == "globex") == ["FAILED"] * 2
+    )
