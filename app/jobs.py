@@ -142,9 +142,13 @@ class JobService:
         return job_record(found.job, now, aging)
 
     async def cancel(self, job_key: int, now: datetime) -> None:
-        if not await stored.cancel(self.db, job_key, now):
+        """CREATED (delayed too) or ACTIVATED -> CANCELED; an ACTIVATED job's worker
+        then gets 409 for its finish."""
+        if not await finishing.cancel(self.db, job_key, now):
             row = await self._existing(job_key)
-            raise InvalidState(f"job {job_key} is {row.state}; only a CREATED job can be canceled")
+            raise InvalidState(
+                f"job {job_key} is {row.state}; only a CREATED or ACTIVATED job can be canceled"
+            )
 
     async def complete(
         self, job_key: int, activation_count: int | None, variables: str | None

@@ -30,9 +30,19 @@ class ConfigService:
     async def get_tenant(self, tenant_id: str) -> dict[str, Any]:
         row = await stored.get_tenant(self.db, tenant_id)
         if row is None:
-            # An unconfigured tenant has the defaults; it is not an error to look at it.
-            return {"tenantId": tenant_id, "weight": 1, "maxActiveJobs": None}
+            # An unconfigured tenant has the defaults; it is not an error to look at it,
+            # and the answer says it is not configured.
+            return _unconfigured_tenant(tenant_id)
         return _tenant(row)
+
+    async def pause_tenant(self, tenant_id: str) -> dict[str, Any]:
+        """Paused: its lanes are held out of every activation until it is resumed."""
+        return _tenant(await stored.pause_tenant(self.db, tenant_id))
+
+    async def resume_tenant(self, tenant_id: str) -> dict[str, Any]:
+        """Resumed: its lanes re-enter at the type's virtual time (no banked credit)."""
+        row = await stored.resume_tenant(self.db, tenant_id)
+        return _unconfigured_tenant(tenant_id) if row is None else _tenant(row)
 
     async def list_tenants(self) -> list[dict[str, Any]]:
         return [_tenant(r) for r in await stored.list_tenants(self.db)]
@@ -50,15 +60,26 @@ class ConfigService:
 
     async def get_job_type(self, job_type: str) -> dict[str, Any]:
         row = await stored.get_job_type(self.db, job_type)
-        if row is None:
-            aging = self.resolve_aging(None, None)
-            return {
-                "type": job_type,
-                "maxActiveJobs": None,
-                "agingIntervalMs": aging.interval_ms,
-                "agingStep": aging.step,
-            }
-        return self._job_type(row)
+        return self._unconfigured_job_type(job_type) if row is None else self._job_type(row)
+
+    async def pause_job_type(self, job_type: str) -> dict[str, Any]:
+        """Paused: no activation gives a job of the type until it is resumed."""
+        return self._job_type(await stored.pause_job_type(self.db, job_type))
+
+    async def resume_job_type(self, job_type: str) -> dict[str, Any]:
+        row = await stored.resume_job_type(self.db, job_type)
+        return self._unconfigured_job_type(job_type) if row is None else self._job_type(row)
+
+    def _unconfigured_job_type(self, job_type: str) -> dict[str, Any]:
+        aging = self.resolve_aging(None, None)
+        return {
+            "type": job_type,
+            "maxActiveJobs": None,
+            "agingIntervalMs": aging.interval_ms,
+            "agingStep": aging.step,
+            "paused": False,
+            "configured": False,
+        }
 
     async def list_job_types(self) -> list[dict[str, Any]]:
         return [self._job_type(r) for r in await stored.list_job_types(self.db)]
@@ -70,11 +91,29 @@ class ConfigService:
             "maxActiveJobs": row.max_active_jobs,
             "agingIntervalMs": aging.interval_ms,
             "agingStep": aging.step,
+            "paused": row.paused,
+            "configured": True,
         }
 
 
 def _tenant(row: TenantRow) -> dict[str, Any]:
-    return {"tenantId": row.tenant_id, "weight": row.weight, "maxActiveJobs": row.max_active_jobs}
+    return {
+        "tenantId": row.tenant_id,
+        "weight": row.weight,
+        "maxActiveJobs": row.max_active_jobs,
+        "paused": row.paused,
+        "configured": True,
+    }
+
+
+def _unconfigured_tenant(tenant_id: str) -> dict[str, Any]:
+    return {
+        "tenantId": tenant_id,
+        "weight": 1,
+        "maxActiveJobs": None,
+        "paused": False,
+        "configured": False,
+    }
 
 
 class StatsService:
@@ -109,8 +148,9 @@ class StatsService:
         oldest ready job, timed from when it became ready: a delayed job is not
         waiting.  ``cappedBy`` says which cap, if any, stops the lane from getting more
         jobs now ("tenant": its tenant's, over every type; else "type"), so a lane held
-        back by a cap does not look starved.  Configured shares are over the lanes with
-        ready jobs."""
+        back by a cap does not look starved; ``paused``, whether the type or the tenant
+        is paused.  Configured shares are over the lanes with ready jobs whose tenant is
+        not paused."""
         base = self.samples[0][1] if self.samples else {}
         current = await self.sample()
         rows = await stored.stats(self.db, job_type)
@@ -135,6 +175,7 @@ class StatsService:
                     "active": 0,
                     "oldestPendingAgeMs": None,
                     "oldestReadyJobKey": None,
+                    "paused": r.type_paused,
                     "tenants": [],
                 }
                 type_caps[r.job_type] = r.type_cap
@@ -164,6 +205,7 @@ class StatsService:
                     if tenant_cap is not None and (r.tenant_active or 0) >= tenant_cap
                     else None,
                     "activatedLastMinute": current.get(lane, 0) - base.get(lane, 0),
+                    "paused": r.tenant_paused,
                 }
             )
         for t in types.values():
@@ -171,7 +213,8 @@ class StatsService:
             type_full = type_cap is not None and type_active[t["type"]] >= type_cap
             counts = {x["tenantId"]: x["activatedLastMinute"] for x in t["tenants"]}
             realized = scheduler.shares(counts)
-            backlogged = [x["tenantId"] for x in t["tenants"] if x["ready"] > 0]
+            # A paused tenant is owed nothing while paused: its weight is left out.
+            backlogged = [x["tenantId"] for x in t["tenants"] if x["ready"] > 0 and not x["paused"]]
             configured = scheduler.configured_shares(weights, backlogged)
             for x in t["tenants"]:
                 if x["cappedBy"] is None and type_full:

@@ -1,4 +1,5 @@
-"""Background work: lease expiry, promotion of due jobs, retention, stats sampling.
+"""Background work: lease expiry, promotion of due jobs, retention, stats sampling, and
+writing the workers seen.
 
 Leader-only tasks run on one process at a time across replicas: the holder of a
 session-level advisory lock on a dedicated connection.  Every task is safe to run twice
@@ -22,6 +23,7 @@ from app.db import Database, StoreUnavailable, maintenance
 from app.db.leader import LeaderLock
 from app.domain import utcnow
 from app.operators import StatsService
+from app.workers import SEEN_WINDOW, WorkerSightings
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +70,8 @@ class Promoter:
 
 
 class RetentionSweeper:
-    """Deletes terminal jobs older than the retention period, in bounded batches."""
+    """Deletes terminal jobs older than the retention period, in bounded batches (their
+    history with them), and worker names not seen for a day."""
 
     name = "retention"
 
@@ -79,7 +82,9 @@ class RetentionSweeper:
 
     async def run_once(self, now: datetime) -> int:
         before = now - timedelta(seconds=self.retention_s)
-        return await _in_batches(lambda: maintenance.prune_terminal(self.db, before, BATCH))
+        pruned = await _in_batches(lambda: maintenance.prune_terminal(self.db, before, BATCH))
+        await maintenance.prune_workers(self.db, now - SEEN_WINDOW)
+        return pruned
 
 
 class StatsSampler:
@@ -94,7 +99,7 @@ class StatsSampler:
         return 0
 
 
-Task = LeaseSweeper | Promoter | RetentionSweeper | StatsSampler
+Task = LeaseSweeper | Promoter | RetentionSweeper | StatsSampler | WorkerSightings
 
 
 class Background:
@@ -106,6 +111,7 @@ class Background:
         stats: StatsService,
         on_fatal: Callable[[BaseException], None],
         enabled: bool = True,
+        workers: WorkerSightings | None = None,
     ) -> None:
         self.db = db
         self.on_fatal = on_fatal
@@ -116,6 +122,10 @@ class Background:
             db, settings.retention_sweep_interval_ms, settings.retention_s
         )
         self.sampler = StatsSampler(stats)
+        # Every process writes the worker names it saw (not the leader alone).
+        self.local_tasks: list[Task] = [self.sampler]
+        if workers is not None:
+            self.local_tasks.append(workers)
         self.leader_tasks: list[Task] = [self.lease, self.promoter, self.retention]
         self.is_leader = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -125,7 +135,8 @@ class Background:
         if not self.enabled:
             return
         self._spawn(self._leadership())
-        self._spawn(self._loop(self.sampler, leader_only=False))
+        for local in self.local_tasks:
+            self._spawn(self._loop(local, leader_only=False))
         for task in self.leader_tasks:
             self._spawn(self._loop(task, leader_only=True))
 

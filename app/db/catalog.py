@@ -17,7 +17,18 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-MODULES = ("lanes", "claims", "jobs", "finishing", "maintenance", "operators", "keys")
+MODULES = (
+    "lanes",
+    "claims",
+    "jobs",
+    "finishing",
+    "maintenance",
+    "operators",
+    "keys",
+    "history",
+    "bulk",
+    "workers",
+)
 _HEADER = re.compile(r"^# -- name: (\w+)\n((?:#.*\n)*)", re.MULTILINE)
 
 

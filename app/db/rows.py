@@ -127,6 +127,7 @@ class LaneRead:
     ready: list[LaneRow]
     empty: list[str]
     more: bool
+    paused: bool = False  # the job type is paused: nothing may be claimed
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +147,7 @@ class TenantRow(NamedTuple):
     tenant_id: str
     weight: int
     max_active_jobs: int | None
+    paused: bool
 
 
 class JobTypeRow(NamedTuple):
@@ -153,6 +155,7 @@ class JobTypeRow(NamedTuple):
     max_active_jobs: int | None
     aging_interval_ms: int | None
     aging_step: int | None
+    paused: bool
 
 
 class LaneTotal(NamedTuple):
@@ -175,6 +178,8 @@ class LaneStats:
     tenant_cap: int | None
     type_cap: int | None
     tenant_active: int | None
+    tenant_paused: bool
+    type_paused: bool
 
     @classmethod
     def of(cls, r: Mapping[str, Any]) -> LaneStats:
@@ -189,6 +194,8 @@ class LaneStats:
             r["tenant_cap"],
             r["type_cap"],
             r["tenant_active"],
+            r["tenant_paused"],
+            r["type_paused"],
         )
 
 
@@ -206,3 +213,12 @@ class KeyRow(NamedTuple):
     created_by: str | None
     last_used_at: datetime | None
     revoked_at: datetime | None
+
+
+class WorkerRow(NamedTuple):
+    """A worker name seen asking for jobs of a type (``app.db.workers``)."""
+
+    job_type: str
+    worker: str
+    last_seen_at: datetime
+    last_activated_at: datetime | None

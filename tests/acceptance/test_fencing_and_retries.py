@@ -121,16 +121,21 @@ async def test_error_is_terminal(live):
     assert await activate(c, "f") == []
 
 
-async def test_cancel_only_from_created(live):
+async def test_cancel_from_created_or_activated_never_from_a_finished_job(live):
     c = live.client
     job = await _one(c)
     assert (await c.post(f"/v2/jobs/{job['jobKey']}/cancel")).status_code == 204
     assert (await c.get(f"/v2/jobs/{job['jobKey']}")).json()["state"] == "CANCELED"
     assert await activate(c, "f") == []
     assert_problem(await c.post(f"/v2/jobs/{job['jobKey']}/cancel"), 409, "INVALID_STATE")
-    other = await _one(c)
-    await activate(c, "f")
-    assert_problem(await c.post(f"/v2/jobs/{other['jobKey']}/cancel"), 409)
+    await _one(c)
+    [running] = await activate(c, "f")
+    assert (await c.post(f"/v2/jobs/{running['jobKey']}/cancel")).status_code == 204
+    assert_problem(await complete(c, running), 409, "INVALID_STATE")
+    finished = await _one(c)
+    [done] = await activate(c, "f")
+    assert (await complete(c, done)).status_code == 204
+    assert_problem(await c.post(f"/v2/jobs/{finished['jobKey']}/cancel"), 409)
     assert_problem(await c.post("/v2/jobs/12345/cancel"), 404, "NOT_FOUND")
 
 
