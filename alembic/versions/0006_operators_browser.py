@@ -15,11 +15,13 @@ Issue 24, section 3:
   impossible, and lets the claim drop a whole old activation by key (the history is
   bounded: app.db.history).  No foreign key: the check would cost every transition a
   probe and a row lock of jobs; retention deletes the rows with the job.
-- Listing indexes over the terminal jobs, by tenant and by type, each with the state
-  before the key, so that ``GET /v2/jobs?tenantId=x&state=FAILED`` (and the bulk retry)
-  read one index range in key order.  Terminal rows only: a job enters them once, when
-  it finishes, and the live states keep their own partial indexes.  On a large table the
-  builds block writes to jobs while they run (minutes for tens of millions of rows).
+- ``jobs_done_tenant_idx``: the terminal jobs by tenant, the state before the key, so
+  that ``GET /v2/jobs?tenantId=x&state=COMPLETED`` reads one index range in key order,
+  however small the tenant.  Terminal rows only: a job enters it once, when it finishes,
+  and the live states keep their own partial indexes.  None by type: it cost the drain
+  as much again (ADR 023), and a type is a large share of the jobs, which the key index
+  finds a page of soon.  On a large table the builds block writes to jobs while they run
+  (minutes for tens of millions of rows).
 - ``jobs_failed_idx``: FAILED jobs by key, for listing and retrying incidents without a
   tenant or type.  FAILED jobs are few; it costs an entry per incident.
 - ``tenants.paused``, ``job_types.paused``: pause and resume, shared by every server.
@@ -133,12 +135,6 @@ def upgrade() -> None:
         "jobs_done_tenant_idx",
         "jobs",
         ["tenant_id", "state", "job_key"],
-        postgresql_where=sa.text(TERMINAL),
-    )
-    op.create_index(
-        "jobs_done_type_idx",
-        "jobs",
-        ["job_type", "state", "job_key"],
         postgresql_where=sa.text(TERMINAL),
     )
     op.create_index(

@@ -22,7 +22,7 @@ claimed rows, so no probe before a job's 31st activation), so a job never has mo
 costs no retries).  The history says it was cut (``truncated``) when the job has had
 more activations than both windows hold.
 
-Writing it costs the database a row and an index entry per activation (ADR 021);
+Writing it costs the database a row and an index entry per activation (ADR 023);
 JOBFAIR_JOB_HISTORY=false turns the writes off, through the connection setting
 ``HISTORY_SETTING`` that every one of them tests.
 """

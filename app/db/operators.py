@@ -271,9 +271,10 @@ SEARCH_COUNT_LIMIT = 10_000
 # many jobs were added above it since.  The state is a literal in each branch, so that
 # each branch's plan may use the partial index of its state (a parameter would match
 # none), and the branches' key order merges without a sort (Merge Append):
-#   COMPLETED, FAILED, ERROR_THROWN, CANCELED: jobs_done_tenant_idx (tenant) or
-#     jobs_done_type_idx (type), one range in key order; FAILED without either:
-#     jobs_failed_idx; the others without either: jobs pkey from the newest down.
+#   COMPLETED, FAILED, ERROR_THROWN, CANCELED: jobs_done_tenant_idx for a tenant, one
+#     range in key order; FAILED without a tenant: jobs_failed_idx; the others without
+#     a tenant: jobs pkey from the newest down, filtered (a type is dense: a page of it
+#     is found soon; a rare type reads the newer jobs of the others).
 #   CREATED: jobs_ready_idx for a type (and tenant), sorted by key (reads the lane's
 #     backlog), or jobs pkey from the newest down; delayed jobs (SCHEDULED):
 #     jobs_scheduled_idx or jobs pkey.  ACTIVATED: jobs_active_tenant_idx,

@@ -118,8 +118,9 @@ Index(
     jobs.c.completed_at,
     postgresql_where=text("state IN ('COMPLETED', 'FAILED', 'ERROR_THROWN', 'CANCELED')"),
 )
-# The listing (``GET /v2/jobs``) and the bulk retry over finished jobs: by tenant or by
-# type, then state, in key order (alembic 0006).  A job enters them once, as it finishes.
+# The listing (``GET /v2/jobs``) of a tenant's finished jobs: by tenant, then state, in
+# key order (alembic 0006).  A job enters it once, as it finishes.  None by type: types
+# are few and dense, and the key index finds a page of one soon (ADR 023).
 TERMINAL = text("state IN ('COMPLETED', 'FAILED', 'ERROR_THROWN', 'CANCELED')")
 Index(
     "jobs_done_tenant_idx",
@@ -127,9 +128,6 @@ Index(
     jobs.c.state,
     jobs.c.job_key,
     postgresql_where=TERMINAL,
-)
-Index(
-    "jobs_done_type_idx", jobs.c.job_type, jobs.c.state, jobs.c.job_key, postgresql_where=TERMINAL
 )
 # Incidents by key, whatever their tenant or type (few: an entry per FAILED job).
 Index("jobs_failed_idx", jobs.c.job_key, postgresql_where=text("state = 'FAILED'"))

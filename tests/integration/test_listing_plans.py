@@ -89,7 +89,6 @@ async def test_each_filter_combination_reads_indexes_only(table, combo):
         assert _indexes(scans) <= {
             "jobs_failed_idx",
             "jobs_done_tenant_idx",
-            "jobs_done_type_idx",
         }, scans
     if combo == "a small tenant, COMPLETED":
         assert _indexes(scans) == {"jobs_done_tenant_idx"}, scans
