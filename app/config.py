@@ -7,8 +7,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from app.logs import LogFormat, LogLevel
 
 # Out of range is refused at start, naming the setting, rather than failing later.
 Positive = Annotated[int, Field(ge=1)]
@@ -44,6 +46,10 @@ class Settings(BaseSettings):
     key_refresh_ms: Annotated[int, Field(ge=1, le=1000)] = 500
     # Lifetime of the OAuth access tokens of POST /oauth/token.
     access_token_ttl_s: Annotated[int, Field(ge=10, le=86_400)] = 600
+    # /metrics labels this many tenants by name, the most active, and folds the others
+    # into tenant="<other>"; the leader re-ranks them this often (docs/metrics.md).
+    metrics_top_tenants: NonNegative = 50
+    metrics_top_tenants_interval_ms: Positive = 30_000
     # /metrics without a key; /docs and /openapi.json without one.
     metrics_open: bool = False
     docs_open: bool = True
@@ -76,9 +82,20 @@ class Settings(BaseSettings):
     max_header_bytes: Positive = 32 * 1024
     max_headers: Positive = 100
 
+    # Logs (app.logs, docs/logging.md): text for people or one JSON object per line; the
+    # level of every logger; an access-log line per request (jobfair.access, at INFO).
+    log_format: LogFormat = "text"
+    log_level: LogLevel = "info"
+    access_log: bool = False
+
     max_batch_jobs: Positive = 10_000
     max_payload_bytes: Positive = 1024 * 1024
     max_body_bytes: Positive = 16 * 1024 * 1024
+
+    @field_validator("log_level", "log_format", mode="before")
+    @classmethod
+    def _lower_case(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
 
     @cached_property
     def auth_mode(self) -> str:

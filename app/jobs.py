@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import asyncio
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NoReturn
 
-from app import scheduler
+from app import logs, scheduler
 from app.activation import ActivationService
 from app.coalescing import Coalescer
 from app.db import Database, finishing
 from app.db import jobs as stored
 from app.db.base import refused_input, retry_deadlock
 from app.db.jobs import ready_at_once, tenant_of
-from app.db.rows import Inserted, JobFence, JobRow, StoredJob
+from app.db.rows import Ended, Inserted, JobFence, JobRow, StoredJob
 from app.domain import FINISHED_STATES, MAX_LEASE_MS, JobState, job_record, utcnow
 from app.errors import InvalidState, NotFound, StaleActivation
+from app.metrics import COMPLETED, ERROR_THROWN, FAILED, RETRIED
 from app.waiting import Waiter, WaiterHub
 
 
@@ -40,15 +43,24 @@ class GroupCommit:
     the database refuses) is split until that completion fails alone (ADR 006).
     """
 
-    def __init__(self, db: Database, max_batch: int = 1000) -> None:
+    def __init__(
+        self,
+        db: Database,
+        max_batch: int = 1000,
+        completed: Callable[[Sequence[Ended], datetime], None] | None = None,
+    ) -> None:
         self.db = db
         self.max_batch = max_batch
-        self._writes: Coalescer[tuple[int, int, str | None], bool] = Coalescer(
-            self._write, self._one_statement, split=refused_input
+        self.completed = completed  # told of the jobs each statement completed
+        self._writes: Coalescer[tuple[int, int, str | None], Ended | None] = Coalescer(
+            self._write,
+            self._one_statement,
+            spawn=lambda runner: asyncio.ensure_future(logs.unattributed(runner)),
+            split=refused_input,
         )
 
-    async def complete(self, item: tuple[int, int, str | None]) -> bool:
-        """True if this (key, activationCount) completed the job."""
+    async def complete(self, item: tuple[int, int, str | None]) -> Ended | None:
+        """The job, if this (key, activationCount) completed it."""
         return await self._writes.submit(item)
 
     def _one_statement(self, items: Sequence[tuple[int, int, str | None]]) -> list[bool]:
@@ -62,9 +74,34 @@ class GroupCommit:
             chosen.append(fits)
         return chosen
 
-    async def _write(self, items: list[tuple[int, int, str | None]]) -> list[bool]:
-        completed = await finishing.complete(self.db, items, utcnow())
-        return [key in completed for key, _, _ in items]
+    async def _write(self, items: list[tuple[int, int, str | None]]) -> list[Ended | None]:
+        now = utcnow()
+        ended = await finishing.complete(self.db, items, now)
+        if self.completed is not None:
+            self.completed(ended, now)
+        completed = {e.job_key: e for e in ended}
+        return [completed.get(key) for key, _, _ in items]
+
+
+def _log_completed(ended: list[Ended]) -> set[int]:
+    """The keys of ``ended``, each logged ``job completed`` (DEBUG)."""
+    if logs.jobs.isEnabledFor(logging.DEBUG):
+        for e in ended:
+            logs.job_event(logging.DEBUG, "completed", e.job_key, e.job_type, e.tenant_id)
+    return {e.job_key for e in ended}
+
+
+def _created(jobs: Sequence[Mapping[str, Any]], inserted: Sequence[Inserted]) -> None:
+    """``job created`` (DEBUG) for each job ``inserted`` made (not those an idempotency
+    key already had)."""
+    if logs.jobs.isEnabledFor(logging.DEBUG):
+        for job, row in zip(jobs, inserted, strict=True):
+            _created_one(job, row)
+
+
+def _created_one(job: Mapping[str, Any], row: Inserted | JobRow) -> None:
+    if logs.jobs.isEnabledFor(logging.DEBUG) and getattr(row, "created", True):
+        logs.job_event(logging.DEBUG, "created", row.job_key, job["type"], tenant_of(job))
 
 
 class JobService:
@@ -72,7 +109,14 @@ class JobService:
         self.db = db
         self.activation = activation
         self.waiters = waiters
-        self.group_commit = GroupCommit(db)
+        # Every event is counted here once its statement committed (app.metrics).
+        self.metrics = activation.metrics
+        self.group_commit = GroupCommit(db, completed=self._completed)
+
+    def _completed(self, jobs: Sequence[Ended], now: datetime) -> None:
+        self.metrics.jobs_finished(
+            COMPLETED, ((e.job_type, e.tenant_id, e.activated_at) for e in jobs), now
+        )
 
     async def create(self, jobs: Sequence[Mapping[str, Any]], now: datetime) -> list[Inserted]:
         if len(jobs) == 1:
@@ -80,8 +124,16 @@ class JobService:
             if ready_at_once(job, now) and job.get("idempotencyKey") is None:
                 waiter = self.waiters.take_head(job["type"], tenant_of(job))
                 if waiter is not None:
-                    return [await self._hand_off(job, now, waiter)]
-        return await stored.insert(self.db, jobs, now)
+                    handed = await self._hand_off(job, now, waiter)
+                    _created_one(job, handed)
+                    return [handed]
+        inserted = await stored.insert(self.db, jobs, now)
+        self.metrics.count(
+            self.metrics.created,
+            ((j["type"], tenant_of(j)) for j, i in zip(jobs, inserted, strict=True) if i.created),
+        )
+        _created(jobs, inserted)
+        return inserted
 
     async def create_one(
         self, job: Mapping[str, Any], now: datetime
@@ -92,6 +144,9 @@ class JobService:
         waiter by a claim that does."""
         if job.get("idempotencyKey") is not None:
             [inserted] = await stored.insert(self.db, [job], now)
+            if inserted.created:
+                self.metrics.count_one(self.metrics.created, job["type"], tenant_of(job))
+            _created_one(job, inserted)
             return await self.get(inserted.job_key, now), inserted.created
         if ready_at_once(job, now):
             waiter = self.waiters.take_head(job["type"], tenant_of(job))
@@ -102,8 +157,12 @@ class JobService:
                 # producer was answered first: pickup p50 from the producer's answer
                 # 0.00 -> 0.68 ms, `python -m bench.run pickup`).
                 inserted = await self._hand_off(job, now, waiter)
+                _created_one(job, inserted)
                 return await self.get(inserted.job_key, now), True
-        return self._record(await stored.insert_one(self.db, job, now), now), True
+        stored_job = await stored.insert_one(self.db, job, now)
+        self.metrics.count_one(self.metrics.created, job["type"], tenant_of(job))
+        _created_one(job, stored_job.job)
+        return self._record(stored_job, now), True
 
     async def _hand_off(self, job: Mapping[str, Any], now: datetime, waiter: Waiter) -> Inserted:
         """Create ``job`` and claim for ``waiter`` in one transaction (ADR 012): the job
@@ -117,12 +176,14 @@ class JobService:
         rows: list[JobRow] = []
         try:
             key, got = await self.activation.create_and_claim_lead(job, now, waiter.req)
+            self.metrics.count_one(self.metrics.created, job["type"], tenant_of(job))
             if got is not None:
                 rows.append(got)
         except Exception as exc:
             if not refused_input(exc):
                 raise
             [inserted] = await stored.insert(self.db, [job], now)
+            self.metrics.count_one(self.metrics.created, job["type"], tenant_of(job))
             self.waiters.fail(waiter, exc)
             return inserted
         finally:
@@ -144,18 +205,27 @@ class JobService:
     async def cancel(self, job_key: int, now: datetime) -> None:
         """CREATED (delayed too) or ACTIVATED -> CANCELED; an ACTIVATED job's worker
         then gets 409 for its finish."""
-        if not await finishing.cancel(self.db, job_key, now):
+        lane = await finishing.cancel(self.db, job_key, now)
+        if lane is None:
             row = await self._existing(job_key)
             raise InvalidState(
                 f"job {job_key} is {row.state}; only a CREATED or ACTIVATED job can be canceled"
             )
+        self.metrics.count_one(self.metrics.canceled, *lane)
+        if logs.jobs.isEnabledFor(logging.INFO):
+            logs.job_event(logging.INFO, "canceled", job_key, *lane)
 
     async def complete(
         self, job_key: int, activation_count: int | None, variables: str | None
     ) -> None:
         activation_count = await self._fence(job_key, activation_count)
-        if not await self.group_commit.complete((job_key, activation_count, variables)):
+        ended = await self.group_commit.complete((job_key, activation_count, variables))
+        if ended is None:
             await self._explain_fenced(job_key, activation_count)
+        # Here, not in the group commit's task, which serves many requests: the line
+        # carries this request's id.
+        if logs.jobs.isEnabledFor(logging.DEBUG):
+            logs.job_event(logging.DEBUG, "completed", job_key, ended.job_type, ended.tenant_id)
 
     async def complete_many(
         self, items: Sequence[tuple[int, int, str | None]], now: datetime
@@ -163,7 +233,9 @@ class JobService:
         """One verdict per item, in order, as if each were sent after the one before."""
         keys = [key for key, _, _ in items]
         if len(set(keys)) == len(keys):  # no job named twice: one statement, as usual
-            done = await finishing.complete(self.db, items, now)
+            ended = await finishing.complete(self.db, items, now)
+            self._completed(ended, now)
+            done = _log_completed(ended)
             completed = [key in done for key in keys]
         else:
             completed = await self._complete_in_order(items, now)
@@ -179,10 +251,19 @@ class JobService:
     ) -> list[bool]:
         """One statement cannot judge a job twice (its UPDATE changes a row once, and
         both namings read as done), so the n-th naming of each job goes into the n-th
-        statement, after the one before committed."""
+        statement, after the one before committed.  A naming of a job with the same
+        activationCount as an earlier one is judged without a statement, as if it came
+        right after that one (namings of other jobs commute with it), where it cannot
+        complete the job: the earlier one did, or found it not ACTIVATED at that count.
+        So a body naming one job a thousand times costs one statement, not a thousand
+        in a row."""
         statements: list[list[int]] = []  # positions in items, per statement
         namings: dict[int, int] = {}
-        for i, (key, _, _) in enumerate(items):
+        fences: set[tuple[int, int]] = set()
+        for i, (key, count, _) in enumerate(items):
+            if (key, count) in fences:
+                continue  # not completed: answered 409 (or 404) with the others
+            fences.add((key, count))
             n = namings.get(key, 0)
             namings[key] = n + 1
             if n == len(statements):
@@ -190,7 +271,9 @@ class JobService:
             statements[n].append(i)
         completed = [False] * len(items)
         for positions in statements:
-            done = await finishing.complete(self.db, [items[i] for i in positions], now)
+            ended = await finishing.complete(self.db, [items[i] for i in positions], now)
+            self._completed(ended, now)
+            done = _log_completed(ended)
             for i in positions:
                 completed[i] = items[i][0] in done
         return completed
@@ -219,6 +302,21 @@ class JobService:
         )
         if row is None:
             await self._explain_fenced(job_key, activation_count)
+            return
+        outcome = FAILED if row.state is JobState.FAILED else RETRIED
+        self.metrics.jobs_finished(outcome, [(row.job_type, row.tenant_id, row.activated_at)], now)
+        if logs.jobs.isEnabledFor(logging.INFO):
+            logs.job_event(
+                logging.INFO,
+                "failed",
+                job_key,
+                row.job_type,
+                row.tenant_id,
+                activationCount=activation_count,
+                # CREATED or SCHEDULED: to be retried; FAILED: no retries left.
+                state=row.state.value,
+                errorMessage=_bounded(error_message),
+            )
 
     async def throw_error(
         self,
@@ -230,10 +328,26 @@ class JobService:
         now: datetime,
     ) -> None:
         activation_count = await self._fence(job_key, activation_count)
-        if not await finishing.throw_error(
+        ended = await finishing.throw_error(
             self.db, job_key, activation_count, error_code, error_message, variables, now
-        ):
+        )
+        if ended is None:
             await self._explain_fenced(job_key, activation_count)
+            return
+        self.metrics.jobs_finished(
+            ERROR_THROWN, [(ended.job_type, ended.tenant_id, ended.activated_at)], now
+        )
+        if logs.jobs.isEnabledFor(logging.INFO):
+            logs.job_event(
+                logging.INFO,
+                "error thrown",
+                job_key,
+                ended.job_type,
+                ended.tenant_id,
+                activationCount=activation_count,
+                errorCode=error_code,
+                errorMessage=_bounded(error_message),
+            )
 
     @retry_deadlock
     async def update(
@@ -273,13 +387,23 @@ class JobService:
             raise InvalidState(f"job {job_key} is {row.state}, not ACTIVATED")
         return row.activation_count
 
-    async def _explain_fenced(self, job_key: int, activation_count: int) -> None:
+    async def _explain_fenced(self, job_key: int, activation_count: int) -> NoReturn:
         row = await self._existing(job_key)
         if row.activation_count != activation_count:
             raise StaleActivation(
                 f"job {job_key} is at activation {row.activation_count}, not {activation_count}"
             )
         raise StaleActivation(f"job {job_key} is {row.state}, not ACTIVATED")
+
+
+# A worker's error message is logged to this many characters (it may be a whole page).
+LOGGED_ERROR_CHARS = 500
+
+
+def _bounded(message: str | None) -> str | None:
+    if message is None or len(message) <= LOGGED_ERROR_CHARS:
+        return message
+    return message[:LOGGED_ERROR_CHARS] + "..."
 
 
 def _patched(

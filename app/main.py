@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
@@ -11,8 +12,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request
-from starlette.responses import Response
+from fastapi import FastAPI
 
 from app import __version__, migrations
 from app.activation import ActivationService
@@ -23,10 +23,12 @@ from app.api.routes import OPERATIONS, include
 from app.api.security import Gate, KeyLimits
 from app.browser import BrowserService
 from app.config import Settings
-from app.db import Database, finishing
+from app.db import Database, StoreUnavailable
 from app.db.listen import Notifier
+from app.domain import utcnow
 from app.jobs import JobService
 from app.keys import KeyService
+from app.metrics import Metrics, ProcessState
 from app.operators import ConfigService, HealthService, SearchService, StatsService
 from app.streaming import StreamRegistry
 from app.sweepers import Background
@@ -58,6 +60,32 @@ def _stop_process(exc: BaseException) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
+def _process_state(
+    db: Database,
+    activation: ActivationService,
+    waiters: WaiterHub,
+    streams: StreamRegistry,
+    notifier: Notifier,
+) -> ProcessState:
+    """What /metrics copies of this process (``Metrics.sync``)."""
+    counters = activation.counters
+    return ProcessState(
+        activation_queries=counters.queries,
+        lead_claims=counters.lead_claims,
+        hand_offs=counters.hand_offs,
+        wake_queries=waiters.wake_queries,
+        wakeups=waiters.wakeups,
+        backup_polls=waiters.backup_polls,
+        listen_connections=notifier.connections,
+        waiters=waiters.waiting,
+        streams=len(streams.streams),
+        pool_size=db.get_size(),
+        pool_idle=db.get_idle_size(),
+        pool_max=db.get_max_size(),
+        pool_waiting=db.waiting,
+    )
+
+
 def create_app(settings: Settings, database_url: str, *, background: bool = True) -> FastAPI:
     """Build the app for one database.  ``background=False`` leaves the sweepers to the
     caller (tests drive them through ``run_once``)."""
@@ -72,11 +100,12 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
             wait_s=settings.db_startup_wait_s,
             history=settings.job_history,
         )
-        activation = ActivationService(db, settings)
+        metrics = Metrics(settings.metrics_top_tenants)
+        activation = ActivationService(db, settings, metrics)
         stats = StatsService(db)
         waiters = WaiterHub(
             activation,
-            functools.partial(finishing.release, db),
+            activation.release,
             max_waiters=settings.max_waiters,
             backup_poll_ms=settings.backup_poll_ms,
         )
@@ -86,6 +115,9 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
             waiters.notify_all()
 
         notifier = Notifier(database_url, waiters.notify, streams.credit, on_reconnect)
+        metrics.process_state = functools.partial(
+            _process_state, db, activation, waiters, streams, notifier
+        )
         sightings = WorkerSightings(db)
         bg = Background(
             db,
@@ -94,6 +126,7 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
             stats,
             _stop_process,
             enabled=background,
+            metrics=metrics,
             workers=sightings,
         )
         keys = KeyService(
@@ -120,6 +153,7 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
             notifier=notifier,
             keys=keys,
             limits=limits,
+            metrics=metrics,
         )
         app.gate = Gate(  # type: ignore[attr-defined]
             off=settings.auth_mode == "off",
@@ -144,6 +178,11 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
 
         _chain_exit_signals(on_exit_signal)
         await notifier.start()
+        if bg.labels is not None:
+            # Label tenants as the database says from the first request on (the loop
+            # reads them again every few seconds, and tries again if this fails).
+            with contextlib.suppress(StoreUnavailable):
+                await bg.labels.run_once(utcnow())
         await bg.start()
         try:
             yield
@@ -152,6 +191,7 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
             await activation.settle()
             await bg.stop()
             await notifier.stop()
+            metrics.labels.close()
             await db.close()
 
     # FastAPI's own pages (the document, Swagger UI) are operations of the route table too.
@@ -167,12 +207,7 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
     app.state.settings = settings
     app.state.schema_head = migrations.head_revision()
     problems.install(app)
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> Response:
-        log.exception("unhandled error on %s", request.url.path)
-        return problems.internal(request.url.path)
-
+    app.access_log = settings.access_log
     include(app, OPERATIONS)
     app.direct = DirectRoutes(OPERATIONS)
     app.literal = literal_paths(OPERATIONS)

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from app import scheduler
 from app.db import Database
+from app.db import metrics as stored_metrics
 from app.db import operators as stored
-from app.db.rows import JobRow, JobTypeRow, TenantRow
+from app.db.rows import JobRow, JobTypeRow, LaneSampleRow, LaneStats, TenantRow
 from app.errors import NotFound
 from app.scheduler import Aging
+from app.shares import LaneSample, ShareWindow
 
 STATS_WINDOW_S = 60.0
 
@@ -116,25 +119,164 @@ def _unconfigured_tenant(tenant_id: str) -> dict[str, Any]:
     }
 
 
-class StatsService:
-    """``GET /v2/stats``.  Activations in the last minute come from the lanes' running
-    totals (shared by every replica), sampled in process every few seconds."""
+@dataclass(frozen=True, slots=True)
+class LaneView:
+    """One lane (job type, tenant) as the stats view and the metrics show it."""
 
-    def __init__(self, db: Database, sample_interval_s: float = 5.0) -> None:
+    job_type: str
+    tenant_id: str
+    ready: int
+    delayed: int
+    active: int
+    oldest_ready_age_ms: int | None  # of the oldest ready job, from when it became ready
+    oldest_ready_key: int | None
+    capped_by: str | None  # "tenant" or "type": the cap that holds the lane back now
+    activated_in_window: int
+    realized_share: float  # of the type's activations in the window
+    entitled_share: float  # what its weight entitled it to of them (app.shares)
+    configured_share: float  # its weight over those of the lanes with ready jobs now
+    # Its virtual time minus the smallest among its type's backlogged lanes not held at
+    # a cap (None: not backlogged).
+    vtime_lag: float | None
+    # Whether the lane's tenant or its job type is paused (POST .../pause), each apart,
+    # and either (the metrics' flag).
+    tenant_paused: bool = False
+    type_paused: bool = False
+
+    @property
+    def paused(self) -> bool:
+        return self.tenant_paused or self.type_paused
+
+
+class StatsService:
+    """``GET /v2/stats`` and the metrics' gauges.  Activations in the window (the last
+    minute) come from the lanes' running totals (shared by every replica), sampled in
+    process every few seconds and at every read (``app.shares``)."""
+
+    def __init__(
+        self, db: Database, sample_interval_s: float = 5.0, window_s: float = STATS_WINDOW_S
+    ) -> None:
         self.db = db
         self.sample_interval_s = sample_interval_s
-        self.samples: deque[tuple[float, dict[tuple[str, str], int]]] = deque()
+        self.window = ShareWindow(window_s)
+        self.latest: list[LaneSampleRow] = []
 
-    async def sample(self) -> dict[tuple[str, str], int]:
-        totals = {
-            (r.job_type, r.tenant_id): r.activated_total for r in await stored.lane_totals(self.db)
+    async def sample(self) -> list[LaneSampleRow]:
+        """Sample every lane into the window; the rows read."""
+        rows = await stored_metrics.lane_samples(self.db)
+        lanes = {
+            (r.job_type, r.tenant_id): LaneSample(
+                r.activated_total, r.active and not r.held, r.weight
+            )
+            for r in rows
         }
-        now = time.monotonic()
-        self.samples.append((now, totals))
-        # Keep one sample at least a window old, so "last minute" has a baseline.
-        while len(self.samples) > 2 and self.samples[1][0] <= now - STATS_WINDOW_S:
-            self.samples.popleft()
-        return totals
+        self.window.add(time.monotonic(), lanes)
+        self.latest = rows
+        return rows
+
+    async def lanes(
+        self,
+        now: datetime,
+        job_type: str | None = None,
+        visible: Callable[[str, str], bool] | None = None,
+        *,
+        every_lane: bool = False,
+    ) -> list[LaneView]:
+        """Every lane with jobs ready, delayed or active (``job_type``'s alone, if
+        given), by type and tenant; with ``every_lane``, also the lanes without any
+        (counts 0), and without the oldest ready job's key, as the metrics show them
+        (counted by a cheaper statement).  With ``visible``, the lanes it admits alone,
+        their shares among them alone (a key's scope).  Reads the backlog."""
+        sampled = await self.sample()
+        tenants = await stored.list_tenants(self.db)
+        weights = {r.tenant_id: r.weight for r in tenants}
+        paused_tenants = {r.tenant_id for r in tenants if r.paused}
+        paused_types: set[str] = set()
+        if every_lane:
+            job_types = await stored.list_job_types(self.db)
+            paused_types = {r.job_type for r in job_types if r.paused}
+            rows = _with_caps(await stored_metrics.lane_counts(self.db), tenants, job_types)
+            if job_type is not None:
+                rows = [r for r in rows if r.job_type == job_type]
+        else:
+            rows = await stored.stats(self.db, job_type)
+        lags = _vtime_lags(sampled)
+        # A type's cap holds its lanes back whoever's jobs fill it.
+        type_active: dict[str, int] = {}
+        type_full: dict[str, bool] = {}
+        for r in rows:
+            type_active[r.job_type] = type_active.get(r.job_type, 0) + r.active
+        for r in rows:
+            type_full[r.job_type] = r.type_cap is not None and type_active[r.job_type] >= r.type_cap
+        if visible is not None:
+            rows = [r for r in rows if visible(r.tenant_id, r.job_type)]
+            sampled = [s for s in sampled if visible(s.tenant_id, s.job_type)]
+        shares = self.window.shares(
+            None if visible is None else lambda lane: visible(lane[1], lane[0])
+        )
+        backlogged: dict[str, list[str]] = {}
+        for r in rows:
+            # A paused tenant is owed nothing while paused: its weight is left out.
+            if r.ready > 0 and not r.tenant_paused:
+                backlogged.setdefault(r.job_type, []).append(r.tenant_id)
+        configured = {
+            t: scheduler.configured_shares(weights, tenants) for t, tenants in backlogged.items()
+        }
+        views = []
+        seen = set()
+        for r in rows:
+            lane = (r.job_type, r.tenant_id)
+            seen.add(lane)
+            realized, entitled = shares.get(lane, (0.0, 0.0))
+            capped = None
+            if r.tenant_cap is not None and (r.tenant_active or 0) >= r.tenant_cap:
+                capped = "tenant"
+            elif type_full[r.job_type]:
+                capped = "type"
+            views.append(
+                LaneView(
+                    r.job_type,
+                    r.tenant_id,
+                    r.ready,
+                    r.delayed,
+                    r.active,
+                    _age_ms(now, r.oldest_ready_at),
+                    r.oldest_ready_key,
+                    capped,
+                    self.window.activated(lane),
+                    realized,
+                    entitled,
+                    configured.get(r.job_type, {}).get(r.tenant_id, 0.0),
+                    lags.get(lane),
+                    r.tenant_paused,
+                    r.type_paused,
+                )
+            )
+        if every_lane:
+            others = {(s.job_type, s.tenant_id) for s in sampled} | set(shares)
+            for lane in sorted(others - seen):
+                if job_type is not None and lane[0] != job_type:
+                    continue
+                realized, entitled = shares.get(lane, (0.0, 0.0))
+                views.append(
+                    LaneView(
+                        *lane,
+                        0,
+                        0,
+                        0,
+                        None,
+                        None,
+                        None,
+                        self.window.activated(lane),
+                        realized,
+                        entitled,
+                        0.0,
+                        lags.get(lane),
+                        lane[1] in paused_tenants,
+                        lane[0] in paused_types,
+                    )
+                )
+        return views
 
     async def stats(
         self,
@@ -149,79 +291,101 @@ class StatsService:
         waiting.  ``cappedBy`` says which cap, if any, stops the lane from getting more
         jobs now ("tenant": its tenant's, over every type; else "type"), so a lane held
         back by a cap does not look starved; ``paused``, whether the type or the tenant
-        is paused.  Configured shares are over the lanes with ready jobs whose tenant is
-        not paused."""
-        base = self.samples[0][1] if self.samples else {}
-        current = await self.sample()
-        rows = await stored.stats(self.db, job_type)
-        # A type's cap holds its lanes back whoever's jobs fill it; the rest is of the
-        # lanes the caller may see (its key's scope), shares among them alone.
-        type_active: dict[str, int] = {}
-        for r in rows:
-            type_active[r.job_type] = type_active.get(r.job_type, 0) + r.active
-        if visible is not None:
-            rows = [r for r in rows if visible(r.tenant_id, r.job_type)]
-        weights = {r.tenant_id: r.weight for r in await stored.list_tenants(self.db)}
+        is paused.  Configured shares are over the lanes with ready jobs now whose
+        tenant is not paused, entitled ones over the lanes backlogged in the window (a
+        paused tenant's lanes are held, so not backlogged); all shares are among the
+        lanes the caller may see (its key's scope)."""
         types: dict[str, dict[str, Any]] = {}
-        type_caps: dict[str, int | None] = {}
-        for r in rows:
-            t = types.get(r.job_type)
+        for v in await self.lanes(now, job_type, visible):
+            t = types.get(v.job_type)
             if t is None:
-                t = types[r.job_type] = {
-                    "type": r.job_type,
+                t = types[v.job_type] = {
+                    "type": v.job_type,
                     "pending": 0,
                     "ready": 0,
                     "delayed": 0,
                     "active": 0,
                     "oldestPendingAgeMs": None,
                     "oldestReadyJobKey": None,
-                    "paused": r.type_paused,
+                    "paused": v.type_paused,
                     "tenants": [],
                 }
-                type_caps[r.job_type] = r.type_cap
-            age = _age_ms(now, r.oldest_ready_at)
-            key = None if r.oldest_ready_key is None else str(r.oldest_ready_key)
-            pending = r.ready + r.delayed
+            age = v.oldest_ready_age_ms
+            key = None if v.oldest_ready_key is None else str(v.oldest_ready_key)
+            pending = v.ready + v.delayed
             t["pending"] += pending
-            t["ready"] += r.ready
-            t["delayed"] += r.delayed
-            t["active"] += r.active
+            t["ready"] += v.ready
+            t["delayed"] += v.delayed
+            t["active"] += v.active
             if age is not None and (
                 t["oldestPendingAgeMs"] is None or age > t["oldestPendingAgeMs"]
             ):
                 t["oldestPendingAgeMs"], t["oldestReadyJobKey"] = age, key
-            lane = (r.job_type, r.tenant_id)
-            tenant_cap = r.tenant_cap
             t["tenants"].append(
                 {
-                    "tenantId": r.tenant_id,
+                    "tenantId": v.tenant_id,
                     "pending": pending,
-                    "ready": r.ready,
-                    "delayed": r.delayed,
-                    "active": r.active,
+                    "ready": v.ready,
+                    "delayed": v.delayed,
+                    "active": v.active,
                     "oldestPendingAgeMs": age,
                     "oldestReadyJobKey": key,
-                    "cappedBy": "tenant"
-                    if tenant_cap is not None and (r.tenant_active or 0) >= tenant_cap
-                    else None,
-                    "activatedLastMinute": current.get(lane, 0) - base.get(lane, 0),
-                    "paused": r.tenant_paused,
+                    "cappedBy": v.capped_by,
+                    "activatedLastMinute": v.activated_in_window,
+                    "realizedShare": round(v.realized_share, 4),
+                    "configuredShare": round(v.configured_share, 4),
+                    "entitledShare": round(v.entitled_share, 4),
+                    "vtimeLag": None if v.vtime_lag is None else round(v.vtime_lag, 6),
+                    "paused": v.tenant_paused,
                 }
             )
-        for t in types.values():
-            type_cap = type_caps[t["type"]]
-            type_full = type_cap is not None and type_active[t["type"]] >= type_cap
-            counts = {x["tenantId"]: x["activatedLastMinute"] for x in t["tenants"]}
-            realized = scheduler.shares(counts)
-            # A paused tenant is owed nothing while paused: its weight is left out.
-            backlogged = [x["tenantId"] for x in t["tenants"] if x["ready"] > 0 and not x["paused"]]
-            configured = scheduler.configured_shares(weights, backlogged)
-            for x in t["tenants"]:
-                if x["cappedBy"] is None and type_full:
-                    x["cappedBy"] = "type"
-                x["realizedShare"] = round(realized.get(x["tenantId"], 0.0), 4)
-                x["configuredShare"] = round(configured.get(x["tenantId"], 0.0), 4)
         return {"jobTypes": list(types.values())}
+
+
+def _with_caps(
+    rows: Sequence[LaneStats],
+    tenants: Sequence[TenantRow],
+    job_types: Sequence[JobTypeRow],
+) -> list[LaneStats]:
+    """``rows`` with their caps, their tenants' active jobs (of every type) and whether
+    their tenant or type is paused, as the stats statement joins them."""
+    by_tenant = {t.tenant_id: t for t in tenants}
+    by_type = {t.job_type: t for t in job_types}
+    tenant_active: dict[str, int] = {}
+    for r in rows:
+        tenant_active[r.tenant_id] = tenant_active.get(r.tenant_id, 0) + r.active
+    out = []
+    for r in rows:
+        tenant, job_type = by_tenant.get(r.tenant_id), by_type.get(r.job_type)
+        out.append(
+            dataclasses.replace(
+                r,
+                tenant_cap=None if tenant is None else tenant.max_active_jobs,
+                type_cap=None if job_type is None else job_type.max_active_jobs,
+                tenant_active=tenant_active[r.tenant_id],
+                tenant_paused=tenant is not None and tenant.paused,
+                type_paused=job_type is not None and job_type.paused,
+            )
+        )
+    return out
+
+
+def _vtime_lags(rows: Sequence[LaneSampleRow]) -> dict[tuple[str, str], float]:
+    """Per backlogged lane: its vtime minus the smallest of its type's backlogged lanes
+    not held at a cap (the lane the scheduler picks next has 0); of every backlogged
+    lane when all are held."""
+    least: dict[str, float] = {}
+    least_held: dict[str, float] = {}
+    for r in rows:
+        if r.active:
+            into = least_held if r.held else least
+            into[r.job_type] = min(into.get(r.job_type, r.vtime), r.vtime)
+    out = {}
+    for r in rows:
+        if r.active:
+            base = least.get(r.job_type, least_held.get(r.job_type, r.vtime))
+            out[(r.job_type, r.tenant_id)] = r.vtime - base
+    return out
 
 
 def _age_ms(now: datetime, since: datetime | None) -> int | None:

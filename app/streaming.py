@@ -25,8 +25,9 @@ from typing import Any
 
 import orjson
 
+from app import logs
 from app.activation import ActivateRequest, ActivationService
-from app.db import Database, finishing
+from app.db import Database
 from app.db import jobs as stored_jobs
 from app.db.rows import JobRow
 from app.domain import JobState, job_record, utcnow
@@ -106,6 +107,7 @@ class Stream:
                     continue
                 if rows is None:
                     continue
+                logs.jobs_activated(rows)  # in the stream's task: with its request's id
                 self.undelivered = list(rows)
                 if self.allowed is not None and not await self.allowed():
                     return  # revoked while it waited: the jobs go back (_close)
@@ -206,7 +208,7 @@ class Stream:
         # gone cancels it at every await), and the stream stays in the registry until it
         # has: once a stream leaves the registry, what it released is back.
         rows, self.undelivered = self.undelivered, []
-        release = asyncio.ensure_future(finishing.release(self.db, rows))
+        release = asyncio.ensure_future(self.activation.release(rows))
         release.add_done_callback(lambda task: self._released(task, len(rows)))
         with contextlib.suppress(StoreUnavailable):  # logged by _released
             await asyncio.shield(release)

@@ -25,23 +25,30 @@ the whole service.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
+import glob
 import logging
 import multiprocessing
 import os
+import shutil
 import signal
 import socket
+import tempfile
 import time
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from multiprocessing.synchronize import Event
 from typing import Any
 
+import uvicorn
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.config import STARTUP_FAILURE
 
 log = logging.getLogger(__name__)
 
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # as app.metrics, which this module must not import
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # How long a worker may take to stop after SIGTERM beyond uvicorn's graceful timeout.
 STOP_GRACE_S = 5.0
@@ -51,11 +58,96 @@ PARENT_CHECK_S = 0.2
 RESTART_MAX_S = 30.0
 
 
-def serve(app: str, host: str, port: int, workers: int, options: dict[str, Any]) -> None:
+class _Server(uvicorn.Server):
+    """uvicorn's server, calling ``on_listening(port)`` once its sockets listen (after
+    its app has started: uvicorn listens then)."""
+
+    def __init__(self, config: uvicorn.Config, on_listening: Callable[[int], None]) -> None:
+        super().__init__(config)
+        self.on_listening = on_listening
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and not self.should_exit:
+            [first, *_] = [sock for server in self.servers for sock in server.sockets]
+            self.on_listening(first.getsockname()[1])
+
+
+def serve_one(
+    app: str, host: str, port: int, options: dict[str, Any], on_listening: Callable[[int], None]
+) -> None:
+    """Serve ``app`` (an import string) on ``host:port`` from this process, as
+    ``uvicorn.run`` does; ``on_listening(port)`` once it listens (the port it got, for a
+    port 0).  Exit code 3 if its app fails to start."""
+    server = _Server(uvicorn.Config(app, host=host, port=port, **options), on_listening)
+    server.run()
+    if not server.started:
+        raise SystemExit(STARTUP_FAILURE)
+
+
+def serve(
+    app: str,
+    host: str,
+    port: int,
+    workers: int,
+    options: dict[str, Any],
+    on_listening: Callable[[int], None] = lambda port: None,
+) -> None:
     """Serve ``app`` (an import string) on ``host:port`` from ``workers`` processes;
-    ``options`` are uvicorn.Config's.  Call refuse_if_taken first.  Returns when every
-    process has stopped cleanly; SystemExit (raised by the caller's signal handlers)
-    stops them all and goes through."""
+    ``options`` are uvicorn.Config's; ``on_listening(port)`` once, when the first
+    ``workers`` all listen.  Call refuse_if_taken first.  Returns when every process has
+    stopped cleanly; SystemExit (raised by the caller's signal handlers) stops them all
+    and goes through."""
+    with metrics_directory() as directory:
+        _serve(app, host, port, workers, options, directory, on_listening)
+
+
+@contextlib.contextmanager
+def metrics_directory() -> Iterator[str]:
+    """The folder where the server processes write their metrics (prometheus-client's
+    multiprocess mode; docs/metrics.md), named to them in ``PROMETHEUS_MULTIPROC_DIR``:
+    the one that variable names, emptied of an earlier run's files, or else a new one,
+    removed at exit."""
+    given = os.environ.get(MULTIPROC_ENV)
+    if given:
+        clear_metrics(given)
+        yield given
+        return
+    made = tempfile.mkdtemp(prefix="jobfair-metrics-")
+    os.environ[MULTIPROC_ENV] = made  # the spawned processes inherit it
+    try:
+        yield made
+    finally:
+        del os.environ[MULTIPROC_ENV]
+        shutil.rmtree(made, ignore_errors=True)
+
+
+def clear_metrics(directory: str) -> None:
+    """Remove an earlier run's metrics files from ``directory`` (its counters would be
+    added to this run's), and nothing else."""
+    os.makedirs(directory, exist_ok=True)
+    for prefix in ("counter", "gauge", "histogram", "summary"):
+        for stale in glob.glob(os.path.join(directory, f"{prefix}_*.db")):
+            os.remove(stale)
+
+
+def _forget(process: BaseProcess, directory: str) -> None:
+    """A process has exited: its gauges leave the sums (its counters stay in them)."""
+    from prometheus_client import multiprocess
+
+    if process.pid is not None:
+        multiprocess.mark_process_dead(process.pid, directory)
+
+
+def _serve(
+    app: str,
+    host: str,
+    port: int,
+    workers: int,
+    options: dict[str, Any],
+    directory: str,
+    on_listening: Callable[[int], None],
+) -> None:
     context = multiprocessing.get_context("spawn")
     reports, report = context.Pipe(duplex=False)
     go = context.Event()
@@ -68,7 +160,7 @@ def serve(app: str, host: str, port: int, workers: int, options: dict[str, Any])
         return process
 
     processes = [start() for _ in range(workers)]
-    ready = 0
+    ready = listening = 0
     # Replacements that failed to start, to be started again at (monotonic) time.
     pending: list[float] = []
     restart_delay_s = 1.0
@@ -77,9 +169,15 @@ def serve(app: str, host: str, port: int, workers: int, options: dict[str, Any])
             timeout = max(0.0, min(pending) - time.monotonic()) if pending else None
             for event in wait([p.sentinel for p in processes] + [reports], timeout):
                 if event is reports:
+                    what, pid = reports.recv()
+                    if what == "listening":
+                        listening += 1
+                        if listening == workers:  # once: replacements come later
+                            on_listening(port)
+                        continue
                     ready += 1
                     restart_delay_s = 1.0
-                    log.info("server process %s has started", reports.recv())
+                    log.info("server process %s has started", pid)
                     if ready == workers and not go.is_set():
                         log.info("all %d server processes have started: listening", workers)
                         go.set()
@@ -90,7 +188,9 @@ def serve(app: str, host: str, port: int, workers: int, options: dict[str, Any])
                 code = process.exitcode
                 if code is None:
                     running.append(process)
-                elif code == STARTUP_FAILURE and not go.is_set():
+                    continue
+                _forget(process, directory)
+                if code == STARTUP_FAILURE and not go.is_set():
                     # Its app failed to start, as the others' would: give up, as one
                     # process would (and as uvicorn's supervisor does).
                     log.error("server process %s failed to start; stopping", process.pid)
@@ -203,7 +303,7 @@ class _ListenTogether:
 
         async def send_when_all_started(message: Message) -> None:
             if message["type"] == "lifespan.startup.complete":
-                self.report.send(os.getpid())
+                self.report.send(("started", os.getpid()))
                 await asyncio.to_thread(self._wait_for_go)
             await send(message)
 
@@ -225,7 +325,6 @@ def _worker(
     report: Connection,
     go: Event,
 ) -> None:
-    import uvicorn
     from uvicorn.importer import import_from_string
 
     _stop_with(parent)
@@ -233,4 +332,4 @@ def _worker(
     sock = _listening_socket(host, port)
     gated = _ListenTogether(import_from_string(app), report, go, parent)
     config = uvicorn.Config(gated, host=host, port=port, **options)
-    uvicorn.Server(config).run(sockets=[sock])
+    _Server(config, lambda port: report.send(("listening", os.getpid()))).run(sockets=[sock])

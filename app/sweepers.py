@@ -18,10 +18,12 @@ import random
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
+from app import logs
 from app.config import Settings
 from app.db import Database, StoreUnavailable, maintenance
 from app.db.leader import LeaderLock
 from app.domain import utcnow
+from app.metrics import LabelRefresher, Metrics, ProcessSync, TenantRanker, multiprocess_dir
 from app.operators import StatsService
 from app.workers import SEEN_WINDOW, WorkerSightings
 
@@ -44,16 +46,36 @@ async def _in_batches(step: Callable[[], Awaitable[int]]) -> int:
 
 
 class LeaseSweeper:
-    """Expired ACTIVATED -> CREATED, retries unchanged."""
+    """Expired ACTIVATED -> CREATED, retries unchanged; each counted as a lease expiry."""
 
     name = "lease-sweeper"
 
-    def __init__(self, db: Database, interval_ms: int) -> None:
+    def __init__(self, db: Database, interval_ms: int, metrics: Metrics | None = None) -> None:
         self.db = db
         self.interval_ms = interval_ms
+        self.metrics = metrics
 
     async def run_once(self, now: datetime) -> int:
-        return await _in_batches(lambda: maintenance.release_expired(self.db, now, BATCH))
+        async def batch() -> int:
+            expired = await maintenance.release_expired(self.db, now, BATCH)
+            if self.metrics is not None:
+                self.metrics.count(
+                    self.metrics.lease_expired, ((j.job_type, j.tenant_id) for j in expired)
+                )
+            if logs.jobs.isEnabledFor(logging.INFO):
+                for job in expired:
+                    logs.job_event(
+                        logging.INFO,
+                        "lease expired",
+                        job.job_key,
+                        job.job_type,
+                        job.tenant_id,
+                        activationCount=job.activation_count,
+                        worker=job.worker,
+                    )
+            return len(expired)
+
+        return await _in_batches(batch)
 
 
 class Promoter:
@@ -99,7 +121,16 @@ class StatsSampler:
         return 0
 
 
-Task = LeaseSweeper | Promoter | RetentionSweeper | StatsSampler | WorkerSightings
+Task = (
+    LeaseSweeper
+    | Promoter
+    | RetentionSweeper
+    | StatsSampler
+    | LabelRefresher
+    | ProcessSync
+    | TenantRanker
+    | WorkerSightings
+)
 
 
 class Background:
@@ -111,22 +142,39 @@ class Background:
         stats: StatsService,
         on_fatal: Callable[[BaseException], None],
         enabled: bool = True,
+        metrics: Metrics | None = None,
         workers: WorkerSightings | None = None,
     ) -> None:
         self.db = db
         self.on_fatal = on_fatal
         self.enabled = enabled
-        self.lease = LeaseSweeper(db, settings.lease_sweep_interval_ms)
+        self.lease = LeaseSweeper(db, settings.lease_sweep_interval_ms, metrics)
         self.promoter = Promoter(db, settings.promote_interval_ms)
         self.retention = RetentionSweeper(
             db, settings.retention_sweep_interval_ms, settings.retention_s
         )
         self.sampler = StatsSampler(stats)
-        # Every process writes the worker names it saw (not the leader alone).
-        self.local_tasks: list[Task] = [self.sampler]
-        if workers is not None:
-            self.local_tasks.append(workers)
         self.leader_tasks: list[Task] = [self.lease, self.promoter, self.retention]
+        # Every process: its state into the shared metrics files (multiprocess mode) and
+        # the labelled tenants read; the leader decides those (app.metrics).
+        self.process_tasks: list[Task] = [self.sampler]
+        if workers is not None:  # every process writes the worker names it saw
+            self.process_tasks.append(workers)
+        self.labels: LabelRefresher | None = None
+        self.ranker: TenantRanker | None = None
+        if metrics is not None:
+            self.labels = LabelRefresher(db, metrics.labels)
+            self.ranker = TenantRanker(
+                db,
+                stats,
+                metrics.labels,
+                settings.metrics_top_tenants,
+                settings.metrics_top_tenants_interval_ms,
+            )
+            self.process_tasks.append(self.labels)
+            self.leader_tasks.append(self.ranker)
+            if multiprocess_dir() is not None:
+                self.process_tasks.append(ProcessSync(metrics))
         self.is_leader = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._leader = LeaderLock(database_url)
@@ -135,8 +183,8 @@ class Background:
         if not self.enabled:
             return
         self._spawn(self._leadership())
-        for local in self.local_tasks:
-            self._spawn(self._loop(local, leader_only=False))
+        for task in self.process_tasks:
+            self._spawn(self._loop(task, leader_only=False))
         for task in self.leader_tasks:
             self._spawn(self._loop(task, leader_only=True))
 

@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app import logs
 from app.activation import ActivateRequest, ActivationService, TenantFilter
 from app.db.base import refused_input
 from app.db.rows import JobRow
@@ -101,7 +102,9 @@ class WaiterHub:
         self.max_waiters = max_waiters
         self.backup_poll_ms = backup_poll_ms
         self.queues: dict[str, _TypeQueue] = {}
+        self.metrics = activation.metrics
         self.wake_queries = 0  # activation queries made by dispatchers (for /metrics)
+        self.backup_polls = 0  # dispatcher wake-ups by the backup poll (for /metrics)
         self.live = 0  # waiters still waiting, across job types
         self.closed = False
         # Dry marks: when an activation last found no ready job for a type and filter.
@@ -119,6 +122,11 @@ class WaiterHub:
     @property
     def waiting(self) -> int:
         return self.live
+
+    @property
+    def wakeups(self) -> int:
+        """Wake-ups seen: notifications and reconnects (for /metrics)."""
+        return self._wakes
 
     def notify(self, job_type: str, count: int | None = None) -> None:
         """Jobs of ``job_type`` became activatable (``count`` of them, if known) or its
@@ -209,7 +217,7 @@ class WaiterHub:
         self.live += 1
         waiter.future.add_done_callback(lambda _: self._left(q))
         if q.task is None or q.task.done():
-            q.task = asyncio.create_task(self._dispatch(req.job_type, q))
+            q.task = asyncio.create_task(logs.unattributed(self._dispatch(req.job_type, q)))
         if not self.known_dry(req):
             q.wake.set()
         return waiter
@@ -222,27 +230,54 @@ class WaiterHub:
     async def long_poll(self, req: ActivateRequest, timeout_s: float, gone: asyncio.Event) -> Rows:
         """Activate now if nobody waits ahead; else (or if nothing was there) wait up to
         ``timeout_s`` for the dispatcher to hand this request jobs.  Returns [] on timeout
-        or when ``gone`` (the client disconnected) is set first."""
+        or when ``gone`` (the client disconnected) is set first.  Counted and timed in
+        the metrics (requests, empty answers, latency, the wait)."""
+        started = time.perf_counter()
+        rows: Rows = []
+        waited = False
+        try:
+            rows, waited = await self._long_poll(req, timeout_s, gone)
+        finally:
+            self.metrics.activate_request(
+                req.job_type, time.perf_counter() - started, waited=waited, empty=not rows
+            )
+        # Logged here, in the caller's own task, so that the lines carry its request's id:
+        # the claim may have run in the dispatcher's or a shared activation's task.
+        logs.jobs_activated(rows)
+        return rows
+
+    async def _long_poll(
+        self, req: ActivateRequest, timeout_s: float, gone: asyncio.Event
+    ) -> tuple[Rows, bool]:
+        """long_poll's jobs, and whether it waited in the queue."""
         if timeout_s <= 0:
             # Not waiting: ask now, unless others wait (they are owed what there is).
             if self.has_waiters(req.job_type):
-                return []
-            return await self.activate(req)
+                return [], False
+            return await self.activate(req), False
         if not self.has_waiters(req.job_type) and not self.known_dry(req):
             rows = await self.activate(req)
             if rows:
-                return rows
+                return rows, False
         waiter = self.enqueue(req)
+        enqueued = time.perf_counter()
         gone_task: asyncio.Future[Any] = asyncio.ensure_future(gone.wait())
         pending: set[asyncio.Future[Any]] = {waiter.future, gone_task}
+        outcome = "error"
         try:
             await asyncio.wait(pending, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+            if waiter.future.done() and not waiter.future.cancelled():
+                if waiter.future.exception() is None:
+                    rows = waiter.future.result()
+                    outcome = "jobs" if rows else "closed"
+                    return rows, True
+                return waiter.future.result(), True  # raises its error
+            outcome = "gone" if gone.is_set() else "timeout"
+            waiter.future.cancel()  # the dispatcher skips it, or releases what it got for it
+            return [], True
         finally:
             gone_task.cancel()
-        if waiter.future.done() and not waiter.future.cancelled():
-            return waiter.future.result()
-        waiter.future.cancel()  # the dispatcher skips it, or releases what it got for it
-        return []
+            self.metrics.waited(req.job_type, time.perf_counter() - enqueued, outcome)
 
     def take_head(self, job_type: str, tenant: str) -> Waiter | None:
         """The waiter a job of ``job_type`` and ``tenant`` being created now may go to in
@@ -314,7 +349,8 @@ class WaiterHub:
             try:
                 await asyncio.wait_for(q.wake.wait(), timeout=backup_s)
             except TimeoutError:
-                pass  # the backup poll: covers a lost NOTIFY or a dead LISTEN connection
+                # The backup poll: covers a lost NOTIFY or a dead LISTEN connection.
+                self.backup_polls += 1
             q.wake.clear()
             q.serving = True
             try:

@@ -232,8 +232,6 @@ def spawn_server(db_url: str, tmp_path: Path) -> Iterator[Callable[..., ServerPr
                 "serve",
                 "--port",
                 str(port),
-                "--log-level",
-                "warning",
                 *args,
             ],
             env=env,

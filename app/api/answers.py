@@ -125,6 +125,14 @@ class CompleteResults(BaseModel):
     results: list[CompleteResult]
 
 
+class Caller(BaseModel):
+    keyId: str | None = Field(description="null when auth is off (loopback only)")
+    role: Literal["admin", "producer", "worker"]
+    tenants: Literal["*"] | list[str]
+    types: Literal["*"] | list[str]
+    auth: Literal["on", "off"]
+
+
 class Tenant(BaseModel):
     tenantId: str
     weight: int
@@ -168,6 +176,14 @@ class TenantStats(BaseModel):
     realizedShare: float
     configuredShare: float = Field(
         description="of the weights of the lanes with ready jobs (paused tenants left out)"
+    )
+    entitledShare: float = Field(
+        description="what its weight entitled it to of the type's activations in the window, "
+        "among the lanes backlogged then (docs/metrics.md)"
+    )
+    vtimeLag: float | None = Field(
+        description="its virtual time minus the smallest of its type's backlogged lanes "
+        "not held at a cap; null when not backlogged"
     )
     paused: bool = Field(description="the tenant is paused")
 

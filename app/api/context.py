@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from app.db.listen import Notifier
     from app.jobs import JobService
     from app.keys import KeyService
+    from app.metrics import Metrics
     from app.operators import ConfigService, HealthService, SearchService, StatsService
     from app.streaming import StreamRegistry
     from app.sweepers import Background
@@ -45,6 +46,7 @@ class Services:
     notifier: Notifier
     keys: KeyService
     limits: KeyLimits
+    metrics: Metrics
 
 
 def services(request: Request) -> Services:

@@ -23,7 +23,7 @@ from starlette.responses import Response
 from starlette.routing import compile_path
 from starlette.types import Receive, Scope, Send
 
-from app.api import problems, security
+from app.api import problems, security, tracing
 from app.api.routes import Operation
 from app.errors import JobfairError
 
@@ -107,8 +107,15 @@ class App(FastAPI):
     direct: DirectRoutes | None = None
     literal: dict[str, frozenset[str]] = {}
     gate: security.Gate | None = None  # set while the lifespan runs
+    access_log = False  # an access-log line per request (tracing)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await tracing.traced(self._serve, scope, receive, send, access_log=self.access_log)
+        else:
+            await super().__call__(scope, receive, send)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             owned = self.literal.get(scope["path"])
             if owned is not None and scope["method"] not in owned:
@@ -136,9 +143,7 @@ async def _answer(op: Operation, request: Request, match: re.Match[str]) -> Resp
         await security.authorize(request, op)
         return await op.endpoint(request, **match.groupdict())
     except JobfairError as exc:
-        return problems.from_error(exc, request.url.path)
+        return problems.answer(request, exc)
     except ClientDisconnect:
         return problems.client_gone(request.url.path)
-    except Exception:
-        log.exception("unhandled error on %s", request.url.path)
-        return problems.internal(request.url.path)
+    # Anything else is a bug: logged and answered where the request entered (tracing).

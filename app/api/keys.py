@@ -153,3 +153,16 @@ async def token(request: Request) -> Response:
         return oauth_error(401, "invalid_client", security.BAD_KEY, path)
     answer = {"access_token": access, "token_type": "Bearer", "expires_in": keys.access_token_ttl_s}
     return JSON(answer, headers={"Cache-Control": "no-store", "Pragma": "no-cache"})
+
+
+async def whoami(request: Request) -> Response:
+    caller = security.principal(request)
+    return JSON(
+        {
+            "keyId": caller.key_id,
+            "role": caller.role.value,
+            "tenants": "*" if caller.tenants is None else sorted(caller.tenants),
+            "types": "*" if caller.types is None else sorted(caller.types),
+            "auth": "off" if caller.key_id is None else "on",
+        }
+    )

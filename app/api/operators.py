@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fastapi import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import Response
 
 from app.api import context, schemas, security
 from app.api.parsing import body, query_params
@@ -11,6 +11,7 @@ from app.api.problems import JSON
 from app.domain import JOB_TYPE_RE, TENANT_ID_RE, utcnow
 from app.errors import InvalidArgument, ResourceExhausted
 from app.keys import audit
+from app.metrics import CONTENT_TYPE
 
 
 def _by(request: Request) -> str:
@@ -147,37 +148,11 @@ async def readyz(request: Request) -> Response:
 
 async def metrics(request: Request) -> Response:
     services = context.services(request)
-    pool_size, pool_idle = services.health.pool_sizes()
-    counters = services.activation.counters
-    lines = [
-        "# HELP jobfair_activation_queries_total Activation rounds that reached the database.",
-        "# TYPE jobfair_activation_queries_total counter",
-        f"jobfair_activation_queries_total {counters.queries}",
-        "# HELP jobfair_activation_lead_claims_total Activation rounds that read and claimed"
-        " one stride pick in one statement (a waiter woken by one new job).",
-        "# TYPE jobfair_activation_lead_claims_total counter",
-        f"jobfair_activation_lead_claims_total {counters.lead_claims}",
-        "# HELP jobfair_activation_hand_offs_total New jobs claimed for a waiting request"
-        " in the transaction that created them.",
-        "# TYPE jobfair_activation_hand_offs_total counter",
-        f"jobfair_activation_hand_offs_total {counters.hand_offs}",
-        "# HELP jobfair_db_pool_size Database connections open in this process.",
-        "# TYPE jobfair_db_pool_size gauge",
-        f"jobfair_db_pool_size {pool_size}",
-        "# HELP jobfair_db_pool_idle Idle database connections in this process.",
-        "# TYPE jobfair_db_pool_idle gauge",
-        f"jobfair_db_pool_idle {pool_idle}",
-        "# HELP jobfair_wake_queries_total Activation queries made for waiting requests.",
-        "# TYPE jobfair_wake_queries_total counter",
-        f"jobfair_wake_queries_total {services.waiters.wake_queries}",
-        "# HELP jobfair_waiters Long polls and streams waiting for jobs in this process.",
-        "# TYPE jobfair_waiters gauge",
-        f"jobfair_waiters {services.waiters.waiting}",
-        "# HELP jobfair_streams Open SSE job streams in this process.",
-        "# TYPE jobfair_streams gauge",
-        f"jobfair_streams {len(services.streams.streams)}",
-        "# HELP jobfair_listen_connections_total LISTEN connections established.",
-        "# TYPE jobfair_listen_connections_total counter",
-        f"jobfair_listen_connections_total {services.notifier.connections}",
-    ]
-    return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
+    text = await services.metrics.exposition(
+        services.db,
+        services.stats,
+        services.activation.resolve_aging,
+        utcnow(),
+        security.principal(request),
+    )
+    return Response(text, media_type=CONTENT_TYPE)

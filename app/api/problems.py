@@ -15,6 +15,7 @@ from starlette.responses import Response
 
 from app.api.parsing import describe_errors
 from app.errors import InvalidArgument, JobfairError
+from app.logs import request_id
 
 PROBLEM = "application/problem+json"
 METHOD_NOT_ALLOWED = "urn:jobfair:method-not-allowed"
@@ -46,10 +47,30 @@ def from_error(exc: JobfairError, instance: str) -> Response:
     return problem(exc.status, exc.type, exc.title, exc.detail, instance, headers)
 
 
-def internal(instance: str) -> Response:
-    """A bug's answer; the caller logs the exception."""
+def answer(request: Request, exc: JobfairError) -> Response:
+    """``exc`` answered for ``request``: as ``from_error``, a 503 counted in the metrics."""
+    if exc.status == 503:
+        services = getattr(request.app.state, "services", None)
+        if services is not None:
+            services.metrics.refused(exc)
+    return from_error(exc, request.url.path)
+
+
+def internal(instance: str, request_id: str | None) -> Response:
+    """A bug's answer, naming the request whose log entry has its traceback
+    (``app.api.tracing`` logs it)."""
     detail = "an unexpected error occurred; it has been logged"
-    return problem(500, "urn:jobfair:internal", "INTERNAL", detail, instance)
+    if request_id is not None:
+        detail += f" with requestId {request_id}"
+    body = {
+        "type": "urn:jobfair:internal",
+        "title": "INTERNAL",
+        "status": 500,
+        "detail": detail,
+        "instance": instance,
+        "requestId": request_id,
+    }
+    return Response(orjson.dumps(body), status_code=500, media_type=PROBLEM)
 
 
 def client_gone(instance: str) -> Response:
@@ -60,13 +81,19 @@ def client_gone(instance: str) -> Response:
 
 
 def install(app: FastAPI) -> None:
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> Response:
+        # Starlette raises the exception on after this answer; it is logged, once, where
+        # the request entered (app.api.tracing).
+        return internal(request.url.path, request_id.get())
+
     @app.exception_handler(ClientDisconnect)
     async def _gone(request: Request, exc: ClientDisconnect) -> Response:
         return client_gone(request.url.path)
 
     @app.exception_handler(JobfairError)
     async def _domain(request: Request, exc: JobfairError) -> Response:
-        return from_error(exc, request.url.path)
+        return answer(request, exc)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> Response:

@@ -23,7 +23,18 @@ from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import Response
 
-from app.api import answers, browser, camunda, docs, jobs, keys, operators, schemas, security
+from app.api import (
+    answers,
+    browser,
+    camunda,
+    docs,
+    jobs,
+    keys,
+    operators,
+    schemas,
+    security,
+    ui,
+)
 from app.api.security import Permission
 from app.domain import MAX_ACTIVATE_JOBS, MAX_LEASE_MS
 
@@ -38,6 +49,7 @@ ENDPOINT_PARAMS = {
     "{tenantId}": "{tenant_id}",
     "{type}": "{job_type:path}",
     "{keyId}": "{key_id}",
+    "{asset}": "{asset}",
 }
 
 
@@ -184,6 +196,36 @@ OPERATIONS: tuple[Operation, ...] = (
         docs.swagger_ui_redirect,
         Permission.DOCS,
         "Swagger UI's OAuth2 redirect",
+        "operators",
+        documented=False,
+        head=True,
+    ),
+    Operation(
+        "GET",
+        docs.SWAGGER_JS_URL,
+        docs.swagger_js,
+        Permission.DOCS,
+        "Swagger UI's script",
+        "operators",
+        documented=False,
+        head=True,
+    ),
+    Operation(
+        "GET",
+        docs.SWAGGER_CSS_URL,
+        docs.swagger_css,
+        Permission.DOCS,
+        "Swagger UI's stylesheet",
+        "operators",
+        documented=False,
+        head=True,
+    ),
+    Operation(
+        "GET",
+        docs.FAVICON_URL,
+        docs.favicon,
+        Permission.DOCS,
+        "Swagger UI's icon",
         "operators",
         documented=False,
         head=True,
@@ -653,6 +695,38 @@ OPERATIONS: tuple[Operation, ...] = (
         answer={"type": "string"},
         errors=(),
         media="text/plain",
+    ),
+    # -- the dashboard (ADR 022): a page that holds no data, so it needs no key ----------
+    Operation(
+        "GET",
+        "/ui",
+        ui.page,
+        Permission.PUBLIC,
+        "The live dashboard (a web page; it signs in with an API key)",
+        "operators",
+        answer={"type": "string"},
+        errors=(),
+        media="text/html",
+    ),
+    Operation(
+        "GET",
+        "/ui/{asset}",
+        ui.asset,
+        Permission.PUBLIC,
+        "The dashboard's scripts and styles",
+        "operators",
+        errors=(404,),
+        documented=False,
+    ),
+    Operation(
+        "GET",
+        "/v2/whoami",
+        keys.whoami,
+        Permission.AUTHENTICATED,
+        "The calling key's role and scope (what a page may ask for)",
+        "security",
+        answer=answers.Caller,
+        errors=(),
     ),
     # -- keys (API.md "Security") ---------------------------------------------------------
     Operation(

@@ -25,6 +25,7 @@ MODULES = (
     "maintenance",
     "operators",
     "keys",
+    "metrics",
     "history",
     "bulk",
     "workers",

@@ -84,7 +84,7 @@ ended AS (
 {CREDIT_NOTIFY},
 {CAPACITY_NOTIFY},
 {RELEASE_HOLDS}
-SELECT job_key,
+SELECT job_key, job_type, tenant_id, activated_at,
        (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
          AS _n
 FROM ended
@@ -124,7 +124,7 @@ WITH ended AS (
 {CREDIT_NOTIFY},
 {CAPACITY_NOTIFY},
 {RELEASE_HOLDS}
-SELECT job_key, job_type, tenant_id, state,
+SELECT job_key, job_type, tenant_id, state, activated_at,
        (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
          AS _n
 FROM ended
@@ -154,7 +154,7 @@ WITH ended AS (
 {CREDIT_NOTIFY},
 {CAPACITY_NOTIFY},
 {RELEASE_HOLDS}
-SELECT job_key,
+SELECT job_key, job_type, tenant_id, activated_at,
        (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
          AS _n
 FROM ended
@@ -205,9 +205,9 @@ FROM ended
 
 async def complete(
     db: Queries, items: Sequence[tuple[int, int, str | None]], now: datetime
-) -> set[int]:
+) -> list[Ended]:
     """Complete (key, activationCount, variables JSON or None) items in one statement
-    (complete_jobs); the keys completed.  A key named twice is judged once: callers
+    (complete_jobs); the jobs completed.  A key named twice is judged once: callers
     that may name a job twice send the namings in separate statements."""
     rows = await db.fetch(
         COMPLETE_JOBS,
@@ -216,7 +216,10 @@ async def complete(
         [i[2] for i in items],
         now,
     )
-    return {r["job_key"] for r in rows}
+    return [
+        Ended(r["job_key"], r["job_type"], r["tenant_id"], JobState.COMPLETED, r["activated_at"])
+        for r in rows
+    ]
 
 
 @retry_deadlock
@@ -240,7 +243,13 @@ async def fail(
         )
         if row is None:
             return None
-        ended = Ended(row["job_key"], row["job_type"], row["tenant_id"], JobState(row["state"]))
+        ended = Ended(
+            row["job_key"],
+            row["job_type"],
+            row["tenant_id"],
+            JobState(row["state"]),
+            row["activated_at"],
+        )
         if ended.state is JobState.CREATED:
             await lanes.lock_to_wake(tx, [(ended.job_type, ended.tenant_id)])
             await lanes.wake(tx, [ended.job_type], [ended.tenant_id])
@@ -255,34 +264,44 @@ async def throw_error(
     error_message: str | None,
     variables: str | None,
     now: datetime,
-) -> bool:
-    """ACTIVATED -> ERROR_THROWN (throw_error); whether the fence matched."""
+) -> Ended | None:
+    """ACTIVATED -> ERROR_THROWN (throw_error); the job, or None if the fence did not
+    match."""
     row = await db.fetchrow(
         THROW_ERROR, job_key, activation_count, error_code, error_message, variables, now
     )
-    return row is not None
+    if row is None:
+        return None
+    return Ended(
+        row["job_key"],
+        row["job_type"],
+        row["tenant_id"],
+        JobState.ERROR_THROWN,
+        row["activated_at"],
+    )
 
 
 @retry_deadlock
-async def release(db: Sessions, jobs: Sequence[JobRow]) -> int:
+async def release(db: Sessions, jobs: Sequence[JobRow]) -> list[tuple[str, str]]:
     """Give back activations their caller never received (release_jobs), fenced by their
-    activationCount, their lanes woken; how many went back."""
+    activationCount, their lanes woken; the (type, tenant) of each that went back."""
     if not jobs:
-        return 0
+        return []
     async with db.transaction() as tx:
         await lanes.lock_to_wake(tx, [(j.job_type, j.tenant_id) for j in jobs])
         rows = await tx.fetch(
             RELEASE_JOBS, [j.job_key for j in jobs], [j.activation_count for j in jobs], utcnow()
         )
         await lanes.wake(tx, [r["job_type"] for r in rows], [r["tenant_id"] for r in rows])
-    return len(rows)
+    return [(r["job_type"], r["tenant_id"]) for r in rows]
 
 
-async def cancel(db: Sessions, job_key: int, now: datetime) -> bool:
+async def cancel(db: Sessions, job_key: int, now: datetime) -> tuple[str, str] | None:
     """Cancel a CREATED, SCHEDULED or ACTIVATED job (cancel_job); then park its lane if
-    that emptied it (an empty lane left active would keep its idle vtime, ADR 014)."""
+    that emptied it (an empty lane left active would keep its idle vtime, ADR 014).  Its
+    (type, tenant), or None if it was in none of those states."""
     row = await db.fetchrow(CANCEL_JOB, job_key, now)
     if row is None:
-        return False
+        return None
     await lanes.park(db, row["job_type"], [row["tenant_id"]])
-    return True
+    return row["job_type"], row["tenant_id"]

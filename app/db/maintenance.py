@@ -10,10 +10,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+import asyncpg
+
 from app.db import lanes
 from app.db.base import Sessions, retry_deadlock
 from app.db.finishing import CREDIT_NOTIFY, RELEASE_HOLDS
 from app.db.history import ended_cte
+from app.db.rows import ExpiredLease
 
 # -- name: expired_leases
 # ACTIVATED jobs whose lease ended.  Index: jobs_lease_idx.  No locks (the release
@@ -37,7 +40,8 @@ WITH ended AS (
 {ended_cte("ended", "$1::bigint[]", event="'lease-expired'", at="$2")},
 {CREDIT_NOTIFY},
 {RELEASE_HOLDS}
-SELECT job_key, job_type, tenant_id, (SELECT count(*) FROM credited) + (SELECT n FROM unheld) AS _n
+SELECT job_key, job_type, tenant_id, activation_count, worker,
+       (SELECT count(*) FROM credited) + (SELECT n FROM unheld) AS _n
 FROM ended
 """
 
@@ -90,28 +94,30 @@ async def _ready_by_keys(
     select_args: tuple[Any, ...],
     update_sql: str,
     update_args: tuple[Any, ...],
-) -> int:
+) -> list[asyncpg.Record]:
     """Select candidates, take their lanes' shared bucket locks, then update them and
-    wake their lanes; how many were updated."""
+    wake their lanes; the rows updated."""
     async with db.connection() as conn:
         candidates = await conn.fetch(select_sql, *select_args)
         if not candidates:
-            return 0
+            return []
         async with conn.transaction():
             await lanes.lock_to_wake(conn, [(r["job_type"], r["tenant_id"]) for r in candidates])
             rows = await conn.fetch(update_sql, [r["job_key"] for r in candidates], *update_args)
             await lanes.wake(conn, [r["job_type"] for r in rows], [r["tenant_id"] for r in rows])
-        return len(rows)
+        return list(rows)
 
 
-async def release_expired(db: Sessions, now: datetime, limit: int) -> int:
-    """Up to ``limit`` expired leases back to CREATED (release_expired)."""
-    return await _ready_by_keys(db, EXPIRED_LEASES, (now, limit), RELEASE_EXPIRED, (now,))
+async def release_expired(db: Sessions, now: datetime, limit: int) -> list[ExpiredLease]:
+    """Up to ``limit`` expired leases back to CREATED (release_expired): their jobs."""
+    rows = await _ready_by_keys(db, EXPIRED_LEASES, (now, limit), RELEASE_EXPIRED, (now,))
+    fields = ("job_key", "job_type", "tenant_id", "activation_count", "worker")
+    return [ExpiredLease(*(r[f] for f in fields)) for r in rows]
 
 
 async def promote_scheduled(db: Sessions, now: datetime, limit: int) -> int:
     """Up to ``limit`` due delayed jobs to CREATED (promote_scheduled)."""
-    return await _ready_by_keys(db, DUE_SCHEDULED, (now, limit), PROMOTE_SCHEDULED, (now,))
+    return len(await _ready_by_keys(db, DUE_SCHEDULED, (now, limit), PROMOTE_SCHEDULED, (now,)))
 
 
 async def prune_terminal(db: Sessions, before: datetime, limit: int) -> int:

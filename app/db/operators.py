@@ -20,7 +20,6 @@ from app.db.rows import (
     JobRow,
     JobTypeRow,
     LaneStats,
-    LaneTotal,
     TenantRow,
     TypeConfig,
     job_row,
@@ -71,11 +70,6 @@ STATS = _STATS.format(type="")
 # -- name: stats_of_type
 # As stats, for job type $1 only.
 STATS_OF_TYPE = _STATS.format(type="AND job_type = $1")
-
-# -- name: lane_totals
-# Every lane's running count of activations (the stats' "last minute" is the difference
-# of two samples).  A sequential read of lanes.
-LANE_TOTALS = "SELECT job_type, tenant_id, activated_total FROM lanes"
 
 # -- name: upsert_tenant
 # A tenant's weight and cap set (a pause stays as it is); its held lanes are released
@@ -177,7 +171,7 @@ WAIT_FOR_FINISHES = f"SELECT pg_advisory_xact_lock({RELEASE_GATE_CLASS}, 0)"
 # pause may have released the tenant's lanes without seeing it): holds the paused
 # tenant's lanes out of the reads, as a cap holds them (ADR 016), every job type's.
 # Finishes after the pause see it and release none of them (jobfair_release_holds,
-# alembic 0006), and new lanes of the tenant are made held (app.db.lanes, WAKE).  A
+# alembic 0007), and new lanes of the tenant are made held (app.db.lanes, WAKE).  A
 # sequential read of lanes: a pause is rare.  Locks: the lane rows.
 HOLD_PAUSED_LANES = """
 UPDATE lanes SET held = true
@@ -476,10 +470,6 @@ async def search_jobs(
 async def stats(db: Queries, job_type: str | None = None) -> list[LaneStats]:
     rows = await (db.fetch(STATS) if job_type is None else db.fetch(STATS_OF_TYPE, job_type))
     return [LaneStats.of(r) for r in rows]
-
-
-async def lane_totals(db: Queries) -> list[LaneTotal]:
-    return [LaneTotal(*r) for r in await db.fetch(LANE_TOTALS)]
 
 
 async def ping(db: Queries) -> None:

@@ -54,6 +54,13 @@ _UNAVAILABLE: tuple[type[Exception], ...] = (
     asyncpg.TooManyConnectionsError,
     asyncpg.QueryCanceledError,
 )
+# What connecting raises when the database refuses us (a password, a database that does
+# not exist, too many connections) or the URL is wrong: not waited for at start-up.
+CONNECT_ERRORS: tuple[type[Exception], ...] = (
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    ValueError,
+)
 UNAVAILABLE_LOG_EVERY_S = 5.0
 STARTUP_RETRY_MAX_S = 2.0
 
@@ -80,7 +87,8 @@ async def until_reachable(attempt: Callable[[], Awaitable[R]], wait_s: float, wh
     """``attempt()``, repeated with back-off while the database cannot be reached, for
     at most ``wait_s``; logged once when it starts waiting and once when it is through.
     A process started during an outage then comes up when the database does.  Raises
-    StoreUnavailable when the wait ran out."""
+    StoreUnavailable when the wait ran out, from the driver's last error: the caller says
+    what failed, once (``connect_error``, ``without_password``)."""
     deadline = time.monotonic() + wait_s
     delay_s = 0.1
     waited = False
@@ -91,11 +99,13 @@ async def until_reachable(attempt: Callable[[], Awaitable[R]], wait_s: float, wh
             error = unavailable(exc)
             assert error is not None
             if time.monotonic() + delay_s > deadline:
-                log.error("%s: database still unreachable after %.0f s: %r", what, wait_s, exc)
                 raise error from exc
             if not waited:
                 log.warning(
-                    "%s: database unreachable (%r); waiting up to %.0f s", what, exc, wait_s
+                    "%s: database unreachable (%s); waiting up to %.0f s",
+                    what,
+                    connect_error(exc),
+                    wait_s,
                 )
                 waited = True
             await asyncio.sleep(delay_s * (0.5 + random.random()))
@@ -104,6 +114,27 @@ async def until_reachable(attempt: Callable[[], Awaitable[R]], wait_s: float, wh
         if waited:
             log.info("%s: database reachable", what)
         return result
+
+
+def connect_error(exc: BaseException) -> str:
+    """The driver's reason a connection failed, on one line."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def without_password(url: str) -> str:
+    """``url`` with its password, in its user part or a ``password=`` parameter, as ***,
+    for a log line or a message."""
+    scheme, sep, rest = url.partition("://")
+    if sep:
+        end = min((i for i in map(rest.find, "/?#") if i >= 0), default=len(rest))
+        netloc, tail = rest[:end], rest[end:]
+        if "@" in netloc:
+            userinfo, host = netloc.rsplit("@", 1)
+            if ":" in userinfo:
+                netloc = userinfo.split(":", 1)[0] + ":***@" + host
+        url = f"{scheme}://{netloc}{tail}"
+    return re.sub(r"(?i)(password=)[^&\s]*", r"\1***", url)
 
 
 async def ping_url(url: str) -> None:
@@ -225,6 +256,7 @@ class Database:
         self._pool = pool
         self.timeout_s = timeout_s
         self._unavailable_logged = -UNAVAILABLE_LOG_EVERY_S
+        self.waiting = 0  # calls waiting for a connection (none was idle), for /metrics
 
     @classmethod
     async def connect(
@@ -279,7 +311,11 @@ class Database:
                 # of the hot path.
                 conn = await self._pool.acquire()
             else:
-                conn = await self._pool.acquire(timeout=self.timeout_s)
+                self.waiting += 1
+                try:
+                    conn = await self._pool.acquire(timeout=self.timeout_s)
+                finally:
+                    self.waiting -= 1
         except TimeoutError:
             raise StoreUnavailable("all database connections are busy", retry_after_s=1) from None
         except (*_UNAVAILABLE, asyncpg.InternalClientError) as exc:
@@ -347,6 +383,9 @@ class Database:
 
     def get_idle_size(self) -> int:
         return self._pool.get_idle_size()  # type: ignore[no-any-return]
+
+    def get_max_size(self) -> int:
+        return self._pool.get_max_size()  # type: ignore[no-any-return]
 
     async def close(self) -> None:
         await self._pool.close()

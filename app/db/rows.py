@@ -81,13 +81,25 @@ class JobFence(NamedTuple):
     activation_count: int
 
 
+class ExpiredLease(NamedTuple):
+    """A job whose lease ran out, back to CREATED: the activation it was at, and whose."""
+
+    job_key: int
+    job_type: str
+    tenant_id: str
+    activation_count: int
+    worker: str | None
+
+
 class Ended(NamedTuple):
-    """A job a finish or release changed, and the state it left it in."""
+    """A job a finish or release changed, the state it left it in, and when it had been
+    activated (for the metrics' processing time)."""
 
     job_key: int
     job_type: str
     tenant_id: str
     state: JobState
+    activated_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,10 +170,23 @@ class JobTypeRow(NamedTuple):
     paused: bool
 
 
-class LaneTotal(NamedTuple):
+class LaneSampleRow(NamedTuple):
+    """A lane as the share window samples it (``app.db.metrics.LANE_SAMPLES``)."""
+
     job_type: str
     tenant_id: str
     activated_total: int
+    active: bool
+    held: bool
+    vtime: float
+    weight: int
+
+
+class TenantSet(NamedTuple):
+    """Tenants labelled by name in the metrics, from ``effective_at`` on."""
+
+    effective_at: datetime
+    tenants: frozenset[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,8 +203,8 @@ class LaneStats:
     tenant_cap: int | None
     type_cap: int | None
     tenant_active: int | None
-    tenant_paused: bool
-    type_paused: bool
+    tenant_paused: bool = False
+    type_paused: bool = False
 
     @classmethod
     def of(cls, r: Mapping[str, Any]) -> LaneStats:

@@ -119,7 +119,7 @@ Index(
     postgresql_where=text("state IN ('COMPLETED', 'FAILED', 'ERROR_THROWN', 'CANCELED')"),
 )
 # The listing (``GET /v2/jobs``) of a tenant's finished jobs: by tenant, then state, in
-# key order (alembic 0006).  A job enters it once, as it finishes.  None by type: types
+# key order (alembic 0007).  A job enters it once, as it finishes.  None by type: types
 # are few and dense, and the key index finds a page of one soon (ADR 023).
 TERMINAL = text("state IN ('COMPLETED', 'FAILED', 'ERROR_THROWN', 'CANCELED')")
 Index(
@@ -275,4 +275,14 @@ signing_keys = Table(
     Column("secret", LargeBinary, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
     CheckConstraint("id = 1", name="signing_keys_one_row"),
+)
+
+# The tenants labelled by name in the metrics (app.metrics): decided by the leader, each
+# set applying from ``effective_at`` in every process; the newest that applies is the one
+# in force, a later one is coming.
+metric_tenant_sets = Table(
+    "metric_tenant_sets",
+    metadata,
+    Column("effective_at", DateTime(timezone=True), primary_key=True),
+    Column("tenants", ARRAY(Text), nullable=False),
 )

@@ -63,8 +63,8 @@ SELECT (SELECT count(*) FROM notified) + (SELECT count(*) FROM new_lanes)
 -- are among the first $2 + len($4) by old (the caller keeps those $2).
 -- Lanes held at their tenant's cap are not read at all (the index range skips them); nor
 -- are paused tenants' lanes, held too (a lane a pause missed, made by a producer racing
--- with it, is filtered out here; it costs the read a row).  A paused type answers its
--- configuration row alone that matters: the caller claims nothing.
+-- with it, is filtered out here; it costs the read a row).  The first row says whether
+-- the type is paused; then the caller claims nothing, whatever lanes follow.
 -- Index: lanes_type_vtime_idx (job_type, active, held, vtime, tenant_id), a range scan of
 -- the lanes up to the stop, excluded ones ($3) included; one probe of jobs_ready_idx per lane
 -- scanned (small reads) and per lane charged.  Locks: the charged lanes only.

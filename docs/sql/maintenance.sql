@@ -37,7 +37,8 @@ unheld AS (
     SELECT jobfair_release_holds(1246101507, 1246101508,
         ARRAY(SELECT DISTINCT e.tenant_id FROM ended e), 'jobfair') AS n
 )
-SELECT job_key, job_type, tenant_id, (SELECT count(*) FROM credited) + (SELECT n FROM unheld) AS _n
+SELECT job_key, job_type, tenant_id, activation_count, worker,
+       (SELECT count(*) FROM credited) + (SELECT n FROM unheld) AS _n
 FROM ended;
 
 -- name: due_scheduled

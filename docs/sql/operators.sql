@@ -63,11 +63,6 @@ LEFT JOIN tenants tn ON tn.tenant_id = l.tenant_id
 LEFT JOIN job_types jt ON jt.job_type = l.job_type
 ORDER BY l.job_type, l.tenant_id;
 
--- name: lane_totals
--- Every lane's running count of activations (the stats' "last minute" is the difference
--- of two samples).  A sequential read of lanes.
-SELECT job_type, tenant_id, activated_total FROM lanes;
-
 -- name: upsert_tenant
 -- A tenant's weight and cap set (a pause stays as it is); its held lanes are released
 -- (the cap that held them may be gone or higher; a claim holds them again if not), under
@@ -149,7 +144,7 @@ SELECT pg_advisory_xact_lock(1246101508, 0);
 -- pause may have released the tenant's lanes without seeing it): holds the paused
 -- tenant's lanes out of the reads, as a cap holds them (ADR 016), every job type's.
 -- Finishes after the pause see it and release none of them (jobfair_release_holds,
--- alembic 0006), and new lanes of the tenant are made held (app.db.lanes, WAKE).  A
+-- alembic 0007), and new lanes of the tenant are made held (app.db.lanes, WAKE).  A
 -- sequential read of lanes: a pause is rare.  Locks: the lane rows.
 UPDATE lanes SET held = true
 WHERE tenant_id = $1 AND NOT held

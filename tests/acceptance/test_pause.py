@@ -240,3 +240,24 @@ async def test_a_paused_tenants_finishing_jobs_do_not_release_its_lanes(live):
     assert held is True
     await c.post("/v2/tenants/acme/resume")
     assert len(await activate(c, "r", 5)) == 2  # its cap again
+
+
+async def test_the_metrics_flag_the_lanes_of_a_paused_tenant_or_job_type(live):
+    from tests.acceptance.test_metrics import label, scrape, value
+
+    c = live.client
+    await enqueue(c, "m", "acme", 1)
+    await enqueue(c, "m", "globex", 1)
+    await enqueue(c, "n", "globex", 1)
+    await label(live, "acme", "globex")
+    await c.post("/v2/tenants/acme/pause")
+    await c.post("/v2/job-types/n/pause")
+    samples = await scrape(c)
+    assert value(samples, "jobfair_paused", type="m", tenant="acme") == 1
+    assert value(samples, "jobfair_paused", type="m", tenant="globex") == 0
+    assert value(samples, "jobfair_paused", type="n", tenant="globex") == 1
+    await c.post("/v2/tenants/acme/resume")
+    await c.post("/v2/job-types/n/resume")
+    samples = await scrape(c)
+    assert value(samples, "jobfair_paused", type="m", tenant="acme") == 0
+    assert value(samples, "jobfair_paused", type="n", tenant="globex") == 0

@@ -178,6 +178,7 @@ def request_of(op: Operation, world: World, target: str) -> tuple[str, str | Non
         "{tenantId}": tenant,
         "{type}": job_type,
         "{keyId}": world.victim,
+        "{asset}": "app.js",
     }.items():
         path = path.replace(name, value)
     query = _fill(QUERIES[op.operation_id], values) if op.operation_id in QUERIES else None

@@ -121,7 +121,7 @@ async def _release_by_throwing(store, job):
 
 
 async def _release_by_giving_back(store, job):
-    assert await finishing.release(store, [job]) == 1
+    assert await finishing.release(store, [job]) == [(job.job_type, job.tenant_id)]
 
 
 async def _release_by_expiry(store, job):

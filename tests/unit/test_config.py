@@ -54,5 +54,23 @@ def test_serve_with_a_bad_setting_says_which_and_exits_2() -> None:
         timeout=60,
     )
     assert r.returncode == 2, r.stderr
-    assert "invalid configuration" in r.stderr and "db_pool_size" in r.stderr
+    assert "invalid configuration" in r.stderr and "JOBFAIR_DB_POOL_SIZE" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_a_bad_setting_is_named_by_its_variable_or_option_and_its_value_only():
+    env = {**os.environ, "JOBFAIR_DB_POOL_SIZE": "many", "JOBFAIR_LOG_FORMAT": "xml"}
+    r = subprocess.run(
+        [sys.executable, "-m", "app.cli", "serve", "--port", "70000"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.splitlines()
+    assert lines[0] == "invalid configuration:"
+    assert any(line.startswith("  JOBFAIR_DB_POOL_SIZE: ") and "'many'" in line for line in lines)
+    assert any(line.startswith("  JOBFAIR_LOG_FORMAT: ") for line in lines), r.stderr
+    assert any(line.startswith("  --port (JOBFAIR_PORT): ") for line in lines), r.stderr
+    assert "db_pool_size" not in r.stderr  # pydantic's field names are not the operator's

@@ -50,11 +50,6 @@ THINGS = (
 def make_app() -> App:
     app = App()
     problems.install(app)
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> Response:
-        return problems.internal(request.url.path)
-
     include(app, THINGS)
     app.direct = DirectRoutes(THINGS)
     return app

@@ -1,0 +1,101 @@
+"""What the metrics read of the database besides the stats view (``app.db.operators``):
+every lane's state for the share window, and the tenants labelled by name.  Operator
+reads, off a job's path; only the leader writes, a few rows a minute at most.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from app.db.base import Queries, Sessions
+from app.db.rows import LaneSampleRow, LaneStats, TenantSet
+
+# -- name: lane_samples
+# Every lane: its running count of activations, whether it is backlogged (active) and
+# held at a cap, its virtual time, and its tenant's weight; what the share window
+# (app.shares) and the virtual-time lag are computed from.  A sequential read of lanes
+# joined to tenants by hash; no locks.
+LANE_SAMPLES = """
+SELECT l.job_type, l.tenant_id, l.activated_total, l.active, l.held, l.vtime,
+       COALESCE(t.weight, 1) AS weight
+FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
+"""
+
+# -- name: lane_counts
+# Per lane: ready jobs and the oldest one's queued_at, delayed jobs, active jobs -- the
+# stats view's counts without its oldest job keys or its caps (the caller joins those),
+# each counted over its own partial index: jobs_ready_idx (index only), then
+# jobs_scheduled_idx and jobs_lease_idx.  Finished jobs, however many retention keeps,
+# are never read.  Reads the backlog: an operator query.  No locks.
+LANE_COUNTS = """
+SELECT job_type, tenant_id, count(*) AS ready, 0::bigint AS delayed, 0::bigint AS active,
+       min(queued_at) AS oldest_ready_at
+FROM jobs WHERE state = 'CREATED' GROUP BY job_type, tenant_id
+UNION ALL
+SELECT job_type, tenant_id, 0, count(*), 0, NULL
+FROM jobs WHERE state = 'SCHEDULED' GROUP BY job_type, tenant_id
+UNION ALL
+SELECT job_type, tenant_id, 0, 0, count(*), NULL
+FROM jobs WHERE state = 'ACTIVATED' GROUP BY job_type, tenant_id
+"""
+
+# -- name: metric_tenant_sets
+# The sets of tenants labelled by name, oldest first: the newest one whose effective_at
+# has come is in force, later ones are coming.  A few rows (pruned below).
+METRIC_TENANT_SETS = "SELECT effective_at, tenants FROM metric_tenant_sets ORDER BY effective_at"
+
+# -- name: publish_metric_tenants
+# A new set of labelled tenants, in force from $1 (a set already published for that
+# instant stays).  Index: metric_tenant_sets pkey.
+PUBLISH_METRIC_TENANTS = """
+INSERT INTO metric_tenant_sets (effective_at, tenants) VALUES ($1, $2::text[])
+ON CONFLICT (effective_at) DO NOTHING
+"""
+
+# -- name: prune_metric_tenants
+# Drops the sets superseded at $1: older than the newest one in force then.
+PRUNE_METRIC_TENANTS = """
+DELETE FROM metric_tenant_sets
+WHERE effective_at < (SELECT max(effective_at) FROM metric_tenant_sets WHERE effective_at <= $1)
+"""
+
+
+async def lane_samples(db: Queries) -> list[LaneSampleRow]:
+    return [LaneSampleRow(*r) for r in await db.fetch(LANE_SAMPLES)]
+
+
+async def lane_counts(db: Queries) -> list[LaneStats]:
+    """Every lane with jobs ready, delayed or active, as the stats view counts them, with
+    no oldest key and with caps and tenant totals left to the caller (None)."""
+    lanes: dict[tuple[str, str], list[Any]] = {}
+    for r in await db.fetch(LANE_COUNTS):
+        got = lanes.get((r[0], r[1]))
+        if got is None:
+            lanes[(r[0], r[1])] = [r[2], r[3], r[4], r[5]]
+        else:
+            got[0] += r[2]
+            got[1] += r[3]
+            got[2] += r[4]
+            got[3] = got[3] or r[5]
+    return [
+        LaneStats(job_type, tenant, ready, delayed, active, oldest, None, None, None, None)
+        for (job_type, tenant), (ready, delayed, active, oldest) in sorted(lanes.items())
+    ]
+
+
+async def tenant_sets(db: Queries) -> list[TenantSet]:
+    return [
+        TenantSet(r["effective_at"], frozenset(r["tenants"]))
+        for r in await db.fetch(METRIC_TENANT_SETS)
+    ]
+
+
+async def publish_tenants(
+    db: Sessions, effective_at: datetime, tenants: Sequence[str], now: datetime
+) -> None:
+    """Publish a set in force from ``effective_at``, and drop those superseded ``now``."""
+    async with db.transaction() as tx:
+        await tx.execute(PUBLISH_METRIC_TENANTS, effective_at, sorted(tenants))
+        await tx.execute(PRUNE_METRIC_TENANTS, now)

@@ -1,0 +1,597 @@
+// Jobfair's dashboard: plain modern JavaScript, no libraries (ADR 022).
+//
+// Every figure comes from the public API, asked with the key the user signed in with;
+// the page asks only for what that key may see (GET /v2/whoami says its role and
+// scope), so a scoped key never meets a 403 here.  Data is written with textContent
+// only: a tenant called "<img onerror=...>" is shown as text.
+
+const KEY = "jobfair.key";
+const REFRESH_MS = 1000; // the overview is at most this (plus one request) behind
+const PAGE = 25; // tenants per page of a job type, jobs per page of the browser
+const VARIABLES_SHOWN = 10_000; // characters of a job's variables drawn at most
+
+let caller = null; // GET /v2/whoami
+let timer = null; // the current view's refresh
+const throughput = new Map(); // type -> [{at, total}] sampled by this page (fallback)
+
+// -- the API ---------------------------------------------------------------------------
+
+class Problem extends Error {
+  constructor(status, body) {
+    super(body && body.detail ? `${body.title || status}: ${body.detail}` : `HTTP ${status}`);
+    this.status = status;
+    this.body = body;
+  }
+}
+
+async function api(path, { method = "GET", body } = {}) {
+  const headers = { Accept: "application/json" };
+  const key = sessionStorage.getItem(KEY);
+  if (key) headers.Authorization = `Bearer ${key}`;
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const answer = await fetch(path, {
+    method, headers, body: body === undefined ? undefined : JSON.stringify(body),
+    credentials: "omit", cache: "no-store",
+  });
+  if (answer.status === 204) return null;
+  const text = await answer.text();
+  let parsed = null;
+  try { parsed = text ? JSON.parse(text) : null; } catch { parsed = null; }
+  if (!answer.ok) {
+    if (answer.status === 401) signIn("The key was refused: " + ((parsed && parsed.detail) || "401"));
+    throw new Problem(answer.status, parsed);
+  }
+  return parsed;
+}
+
+const isAdmin = () => caller && caller.role === "admin";
+const q = (params) => {
+  const s = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) if (v !== undefined && v !== null && v !== "") s.set(k, v);
+  const t = s.toString();
+  return t ? "?" + t : "";
+};
+
+// -- drawing ---------------------------------------------------------------------------
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "class") node.className = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else if (k === "text") node.textContent = v;
+    else node.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined || c === false) continue;
+    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return node;
+}
+
+const num = (n) => (n === null || n === undefined ? "—" : Number(n).toLocaleString("en-US"));
+function age(ms) {
+  if (ms === null || ms === undefined) return "—";
+  if (ms < 1000) return `${ms} ms`;
+  const s = ms / 1000;
+  if (s < 120) return `${s.toFixed(1)} s`;
+  if (s < 7200) return `${(s / 60).toFixed(1)} min`;
+  return `${(s / 3600).toFixed(1)} h`;
+}
+const pct = (f) => `${(100 * f).toFixed(1)} %`;
+const jobHref = (key) => `#/jobs/${encodeURIComponent(key)}`;
+const tenantHref = (t) => `#/tenants/${encodeURIComponent(t)}`;
+const typeHref = (t) => `#/types/${encodeURIComponent(t)}`;
+
+function shareBar(realised, entitled) {
+  const w = (f) => `width:${Math.max(0, Math.min(1, f)) * 100}%`;
+  const bar = (cls, f, label) => {
+    const span = el("span");
+    span.style.cssText = w(f);
+    return el("div", { class: `bar ${cls}`, role: "img", "aria-label": `${label} ${pct(f)}` }, span);
+  };
+  return el("div", { class: "share" },
+    bar("realised", realised, "realised share"),
+    bar("entitled", entitled, "entitled share"),
+    el("small", {}, `${pct(realised)} realised · ${pct(entitled)} entitled`));
+}
+
+function sparkline(points, label) {
+  const wide = 120, high = 24;
+  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  svg.setAttribute("class", "spark");
+  svg.setAttribute("width", wide);
+  svg.setAttribute("height", high);
+  svg.setAttribute("role", "img");
+  svg.setAttribute("aria-label", label);
+  const top = Math.max(1, ...points);
+  const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
+  const step = points.length > 1 ? wide / (points.length - 1) : wide;
+  line.setAttribute("points", points.map((p, i) => `${(i * step).toFixed(1)},${(high - 2 - (p / top) * (high - 4)).toFixed(1)}`).join(" "));
+  svg.append(line);
+  return svg;
+}
+
+function table(headers, rows) {
+  return el("table", {},
+    el("thead", {}, el("tr", {}, headers.map(([h, cls]) => el("th", { class: cls, scope: "col" }, h)))),
+    el("tbody", {}, rows));
+}
+
+function notice(message) {
+  const box = document.getElementById("notice");
+  box.textContent = message || "";
+  box.hidden = !message;
+}
+
+function show(...nodes) {
+  const view = document.getElementById("view");
+  view.replaceChildren(...nodes);
+}
+
+// -- signing in ------------------------------------------------------------------------
+
+function signIn(reason) {
+  stop();
+  const form = document.getElementById("sign-in").content.firstElementChild.cloneNode(true);
+  form.querySelector(".error").textContent = reason || "";
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    sessionStorage.setItem(KEY, form.elements.key.value.trim());
+    try {
+      await start();
+    } catch (err) {
+      form.querySelector(".error").textContent = err.message;
+    }
+  });
+  show(form);
+  form.elements.key.focus();
+}
+
+async function start() {
+  caller = await api("/v2/whoami");
+  const who = document.getElementById("who");
+  const scope = (s) => (s === "*" ? "all" : s.join(", "));
+  who.textContent = caller.auth === "off"
+    ? "auth off (loopback)"
+    : `${caller.role} key ${caller.keyId} · tenants: ${scope(caller.tenants)} · types: ${scope(caller.types)}`;
+  document.getElementById("sign-out").hidden = caller.auth === "off";
+  route();
+}
+
+// -- the views -------------------------------------------------------------------------
+
+function stop() {
+  if (timer) clearTimeout(timer);
+  timer = null;
+}
+
+// Redraw ``draw`` now and then every REFRESH_MS while the view is current; ``live.again``
+// redraws at once (after a click), never running two draws of the view at a time.
+function live(draw) {
+  stop();
+  const token = {};
+  live.current = token;
+  let running = false;
+  let again = false;
+  const tick = async () => {
+    if (live.current !== token) return;
+    running = true;
+    const started = performance.now();
+    try {
+      await draw();
+      // Each redraw's time, request included, for bench/dashboard.py (and devtools).
+      performance.measure("jobfair:refresh", { start: started });
+      notice("");
+    } catch (err) {
+      if (err.status !== 401) notice(`Could not refresh: ${err.message}`);
+    } finally {
+      running = false;
+    }
+    if (live.current !== token) return;
+    if (again) {
+      again = false;
+      await tick();
+      return;
+    }
+    timer = setTimeout(tick, REFRESH_MS);
+  };
+  live.again = () => {
+    if (live.current !== token) return;
+    if (running) { again = true; return; }
+    stop();
+    tick();
+  };
+  return tick();
+}
+
+// A type nobody configured has the server's defaults, which only its own record says:
+// asked once per type and kept (a configured type comes with the list each refresh).
+const defaults = new Map();
+async function withDefaults(byType, types) {
+  const missing = types.filter((t) => !byType.has(t) && !defaults.has(t));
+  await Promise.all(missing.map(async (t) => {
+    defaults.set(t, await api(`/v2/job-types/${t.split("/").map(encodeURIComponent).join("/")}`));
+  }));
+  for (const t of types) if (!byType.has(t) && defaults.has(t)) byType.set(t, defaults.get(t));
+}
+
+function agingBound(config) {
+  // A job's priority rises by agingStep every agingIntervalMs until 100: from 0 that
+  // takes this long (the bound an oldest ready age is read against).
+  if (!config) return null;
+  return Math.ceil(100 / config.agingStep) * config.agingIntervalMs;
+}
+
+function sample(type) {
+  const now = Date.now();
+  const series = throughput.get(type.type) || [];
+  const total = type.tenants.reduce((s, t) => s + t.activatedLastMinute, 0);
+  series.push({ at: now, total });
+  while (series.length && series[0].at < now - 15 * 60_000) series.shift();
+  throughput.set(type.type, series);
+  return series.map((p) => p.total);
+}
+
+const overviewState = { search: "", pages: new Map() };
+
+async function overview() {
+  const search = el("input", {
+    type: "search", placeholder: "tenant contains…", "aria-label": "Search tenants",
+    value: overviewState.search,
+  });
+  const body = el("div", { id: "types" });
+  search.addEventListener("input", () => { overviewState.search = search.value; overviewState.pages.clear(); live.again(); });
+  show(el("h1", {}, "Overview"),
+    el("div", { class: "toolbar" }, search,
+      el("span", { class: "legend" },
+        el("span", {}, el("span", { class: "swatch realised" }), "realised share (last minute)"),
+        el("span", {}, el("span", { class: "swatch entitled" }), "entitled share (its weight over the weights backlogged in the last minute)"))),
+    body);
+  await live(async () => {
+    const [stats, configs, paused] = await Promise.all([
+      api("/v2/stats"),
+      isAdmin() ? api("/v2/job-types").then((a) => a.jobTypes) : Promise.resolve([]),
+      isAdmin() ? api("/v2/tenants").then((a) => a.tenants) : Promise.resolve([]),
+    ]);
+    const byType = new Map(configs.map((c) => [c.type, c]));
+    if (isAdmin()) await withDefaults(byType, stats.jobTypes.map((t) => t.type));
+    const pausedTenants = new Set(paused.filter((t) => t.paused).map((t) => t.tenantId));
+    const cards = stats.jobTypes.map((type) => typeCard(type, byType.get(type.type), pausedTenants));
+    // A redraw replaces the cards: keep the keyboard's place (a pager button) across it.
+    const focused = document.activeElement && document.activeElement.dataset.focus;
+    body.replaceChildren(...(cards.length ? cards : [el("p", { class: "muted" }, "No job types yet: create a job and it appears here.")]));
+    if (focused) { const again = body.querySelector(`[data-focus="${CSS.escape(focused)}"]`); if (again) again.focus(); }
+  });
+}
+
+function typeCard(type, config, pausedTenants) {
+  const needle = overviewState.search.toLowerCase();
+  const tenants = type.tenants.filter((t) => !needle || t.tenantId.toLowerCase().includes(needle));
+  const total = type.tenantCount ?? tenants.length;
+  const pages = Math.max(1, Math.ceil(tenants.length / PAGE));
+  const page = Math.min(overviewState.pages.get(type.type) || 0, pages - 1);
+  const shown = tenants.slice(page * PAGE, page * PAGE + PAGE);
+  const bound = agingBound(config);
+  const series = type.throughput || sample(type);
+  const rows = shown.map((t) => {
+    const late = bound !== null && t.oldestPendingAgeMs !== null && t.oldestPendingAgeMs > bound;
+    return el("tr", { "data-tenant": t.tenantId },
+      el("td", {}, el("a", { href: tenantHref(t.tenantId) }, t.tenantId),
+        (t.paused || pausedTenants.has(t.tenantId)) && el("span", { class: "tag paused" }, "paused"),
+        t.cappedBy && el("span", { class: "tag capped", title: `held back by its ${t.cappedBy}'s cap` }, `capped (${t.cappedBy})`)),
+      el("td", { class: "num", "data-field": "ready" }, num(t.ready)),
+      el("td", { class: "num", "data-field": "delayed" }, num(t.delayed)),
+      el("td", { class: "num", "data-field": "active" }, num(t.active)),
+      el("td", { class: late ? "num late" : "num", "data-field": "oldest" },
+        age(t.oldestPendingAgeMs), bound !== null ? el("span", { class: "muted" }, ` / ${age(bound)}`) : null),
+      el("td", { class: "num", "data-field": "activated" }, num(t.activatedLastMinute)),
+      el("td", {}, shareBar(t.realizedShare, t.entitledShare ?? t.configuredShare)));
+  });
+  const pager = pages > 1 ? el("div", { class: "toolbar" },
+    el("button", { type: "button", "data-focus": `prev:${type.type}`, disabled: page === 0, onclick: () => { overviewState.pages.set(type.type, page - 1); live.again(); } }, "← Previous"),
+    el("span", { class: "muted" }, `page ${page + 1} of ${pages} · ${num(tenants.length)} tenants`),
+    el("button", { type: "button", "data-focus": `next:${type.type}`, disabled: page >= pages - 1, onclick: () => { overviewState.pages.set(type.type, page + 1); live.again(); } }, "Next →")) : null;
+  return el("section", { class: "card", "data-type": type.type, "aria-label": `job type ${type.type}` },
+    el("h2", {}, el("a", { href: typeHref(type.type) }, type.type),
+      (type.paused || (config && config.paused)) && el("span", { class: "tag paused" }, "paused"),
+      config && config.maxActiveJobs !== null && el("span", { class: "tag capped" }, `cap ${config.maxActiveJobs}`)),
+    el("div", { class: "totals" },
+      el("span", {}, "ready ", el("b", { "data-field": "ready" }, num(type.ready))),
+      el("span", {}, "delayed ", el("b", { "data-field": "delayed" }, num(type.delayed))),
+      el("span", {}, "active ", el("b", { "data-field": "active" }, num(type.active))),
+      el("span", {}, "oldest ready ", el("b", { "data-field": "oldest" }, age(type.oldestPendingAgeMs)),
+        bound !== null ? ` (aging bound ${age(bound)})` : ""),
+      el("span", {}, "activations per minute, last 15 min ",
+        sparkline(series, `activations per minute, latest ${num(series[series.length - 1] || 0)}`),
+        el("b", {}, num(series[series.length - 1] || 0))),
+      el("span", {}, `${num(total)} tenants`)),
+    table([["tenant"], ["ready", "num"], ["delayed", "num"], ["active", "num"], ["oldest ready / bound", "num"], ["activated last min", "num"], ["share"]], rows),
+    pager);
+}
+
+// Tenants and job types: list and edit.
+
+async function tenantsView() {
+  if (!isAdmin()) return mine("tenants");
+  const answer = await api("/v2/tenants");
+  show(el("h1", {}, "Tenants"),
+    el("p", { class: "muted" }, "Configured tenants. Any other tenant has weight 1 and no cap. Open one by name:"),
+    openBy("tenant id", tenantHref),
+    table([["tenant"], ["weight", "num"], ["max active jobs", "num"], ["state"]],
+      answer.tenants.map((t) => el("tr", {},
+        el("td", {}, el("a", { href: tenantHref(t.tenantId) }, t.tenantId)),
+        el("td", { class: "num" }, num(t.weight)),
+        el("td", { class: "num" }, t.maxActiveJobs === null ? "none" : num(t.maxActiveJobs)),
+        el("td", {}, t.paused ? el("span", { class: "tag paused" }, "paused") : "")))));
+}
+
+function mine(what) {
+  const list = what === "tenants" ? caller.tenants : caller.types;
+  const href = what === "tenants" ? tenantHref : typeHref;
+  show(el("h1", {}, what === "tenants" ? "Tenants" : "Job types"),
+    el("p", { class: "muted" }, "Configuration is for admin keys; this key's scope:"),
+    list === "*" ? el("p", {}, "all") : el("ul", {}, list.map((x) => el("li", {}, el("a", { href: href(x) }, x)))));
+}
+
+function openBy(label, href) {
+  const input = el("input", { "aria-label": label, placeholder: label, required: true });
+  return el("form", { class: "inline", onsubmit: (e) => { e.preventDefault(); location.hash = href(input.value); } },
+    input, el("button", { type: "submit" }, "Open"));
+}
+
+function field(name, label, value, attrs = {}) {
+  return el("label", {}, label, el("input", { name, value: value ?? "", ...attrs }));
+}
+
+function editForm(fields, save) {
+  const error = el("p", { class: "error", role: "alert" });
+  const done = el("span", { class: "muted", "aria-live": "polite" });
+  const form = el("form", { class: "inline" }, fields, el("button", { type: "submit", class: "primary" }, "Save"), done);
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    error.textContent = "";
+    done.textContent = "";
+    try {
+      await save(form.elements);
+      done.textContent = "saved";
+    } catch (err) {
+      error.textContent = err.message;
+    }
+  });
+  return el("div", {}, form, error);
+}
+
+// "" is null (no cap); anything else goes as typed, so the API judges it (a bad value
+// shows the API's own 400 message, and nothing changes).
+const intOrNull = (v) => (v.trim() === "" ? null : Number.isInteger(Number(v)) ? Number(v) : v);
+
+function pauseButton(path, paused, redraw) {
+  const verb = paused ? "resume" : "pause";
+  return el("button", { type: "button", onclick: async () => {
+    try { await api(`${path}/${verb}`, { method: "POST" }); await redraw(); } catch (err) { notice(err.message); }
+  } }, paused ? "Resume" : "Pause");
+}
+
+async function tenantView(tenant) {
+  const path = `/v2/tenants/${encodeURIComponent(tenant)}`;
+  const draw = async () => {
+    const [config, stats] = await Promise.all([
+      isAdmin() ? api(path) : Promise.resolve(null),
+      api("/v2/stats"),
+    ]);
+    const lanes = stats.jobTypes.flatMap((t) => t.tenants.filter((x) => x.tenantId === tenant).map((x) => ({ type: t.type, ...x })));
+    show(el("h1", {}, `Tenant ${tenant}`, config && config.paused && el("span", { class: "tag paused" }, "paused")),
+      config && el("section", { class: "card" }, el("h2", {}, "Configuration"),
+        editForm([
+          field("weight", "weight (1–10000)", config.weight, { inputmode: "numeric" }),
+          field("maxActiveJobs", "max active jobs (empty: none)", config.maxActiveJobs, { inputmode: "numeric" }),
+        ], async (f) => {
+          await api(path, { method: "PUT", body: { weight: intOrNull(f.weight.value), maxActiveJobs: intOrNull(f.maxActiveJobs.value) } });
+        }),
+        "paused" in config ? pauseButton(path, config.paused, draw) : null),
+      el("section", { class: "card" }, el("h2", {}, "Job types"),
+        table([["type"], ["ready", "num"], ["delayed", "num"], ["active", "num"], ["oldest ready", "num"], ["share"]],
+          lanes.map((l) => el("tr", {},
+            el("td", {}, el("a", { href: typeHref(l.type) }, l.type)),
+            el("td", { class: "num" }, num(l.ready)), el("td", { class: "num" }, num(l.delayed)),
+            el("td", { class: "num" }, num(l.active)), el("td", { class: "num" }, age(l.oldestPendingAgeMs)),
+            el("td", {}, shareBar(l.realizedShare, l.entitledShare ?? l.configuredShare)))))),
+      el("p", {}, el("a", { href: `#/jobs?tenantId=${encodeURIComponent(tenant)}` }, "This tenant's jobs")));
+  };
+  await draw();
+}
+
+async function typesView() {
+  if (!isAdmin()) return mine("types");
+  const answer = await api("/v2/job-types");
+  show(el("h1", {}, "Job types"), openBy("job type", typeHref),
+    table([["type"], ["max active jobs", "num"], ["aging interval", "num"], ["aging step", "num"], ["state"]],
+      answer.jobTypes.map((t) => el("tr", {},
+        el("td", {}, el("a", { href: typeHref(t.type) }, t.type)),
+        el("td", { class: "num" }, t.maxActiveJobs === null ? "none" : num(t.maxActiveJobs)),
+        el("td", { class: "num" }, age(t.agingIntervalMs)), el("td", { class: "num" }, num(t.agingStep)),
+        el("td", {}, t.paused ? el("span", { class: "tag paused" }, "paused") : "")))));
+}
+
+async function typeView(type) {
+  const path = `/v2/job-types/${type.split("/").map(encodeURIComponent).join("/")}`;
+  const draw = async () => {
+    const [config, stats] = await Promise.all([
+      isAdmin() ? api(path) : Promise.resolve(null),
+      api("/v2/stats" + q({ type })),
+    ]);
+    const card = stats.jobTypes.length ? typeCard(stats.jobTypes[0], config, new Set()) : el("p", { class: "muted" }, "No jobs of this type.");
+    show(el("h1", {}, `Job type ${type}`, config && config.paused && el("span", { class: "tag paused" }, "paused")),
+      config && el("section", { class: "card" }, el("h2", {}, "Configuration"),
+        editForm([
+          field("maxActiveJobs", "max active jobs (empty: none)", config.maxActiveJobs, { inputmode: "numeric" }),
+          field("agingIntervalMs", "aging interval, ms", config.agingIntervalMs, { inputmode: "numeric" }),
+          field("agingStep", "aging step", config.agingStep, { inputmode: "numeric" }),
+        ], async (f) => {
+          await api(path, { method: "PUT", body: {
+            maxActiveJobs: intOrNull(f.maxActiveJobs.value),
+            agingIntervalMs: intOrNull(f.agingIntervalMs.value), agingStep: intOrNull(f.agingStep.value),
+          } });
+        }),
+        "paused" in config ? pauseButton(path, config.paused, draw) : null),
+      card,
+      el("p", {}, el("a", { href: `#/jobs?type=${encodeURIComponent(type)}` }, "This type's jobs")));
+  };
+  await draw();
+}
+
+// The job browser.
+
+const STATES = ["", "CREATED", "ACTIVATED", "COMPLETED", "FAILED", "ERROR_THROWN", "CANCELED"];
+
+async function jobsView(params) {
+  const filters = { type: params.get("type") || "", tenantId: params.get("tenantId") || "", state: params.get("state") || "",
+    createdAfter: params.get("createdAfter") || "", createdBefore: params.get("createdBefore") || "" };
+  const cursors = [null]; // the cursor of each page seen, for "Previous"
+  const list = el("div");
+  const form = el("form", { class: "inline", onsubmit: (e) => {
+    e.preventDefault();
+    location.hash = "#/jobs" + q(Object.fromEntries(["type", "tenantId", "state", "createdAfter", "createdBefore"].map((n) => [n, form.elements[n].value])));
+  } },
+    field("type", "type", filters.type), field("tenantId", "tenant", filters.tenantId),
+    el("label", {}, "state", el("select", { name: "state" }, STATES.map((s) => el("option", { value: s, selected: s === filters.state }, s || "any")))),
+    field("createdAfter", "created after (RFC 3339)", filters.createdAfter),
+    field("createdBefore", "created before", filters.createdBefore),
+    el("button", { type: "submit" }, "Filter"));
+  show(el("h1", {}, "Jobs"), form, list);
+  const load = async (page) => {
+    const answer = await api("/v2/jobs" + q({ ...filters, limit: PAGE, cursor: cursors[page] }));
+    if (answer.nextCursor) cursors[page + 1] = answer.nextCursor;
+    list.replaceChildren(
+      jobTable(answer.items),
+      el("div", { class: "toolbar" },
+        el("button", { type: "button", disabled: page === 0, onclick: () => load(page - 1) }, "← Newer"),
+        el("span", { class: "muted" }, `page ${page + 1}`),
+        el("button", { type: "button", disabled: !answer.nextCursor, onclick: () => load(page + 1) }, "Older →")));
+  };
+  try { await load(0); } catch (err) { list.replaceChildren(el("p", { class: "error" }, err.message)); }
+}
+
+function jobTable(items, extra) {
+  return table([["job"], ["type"], ["tenant"], ["state"], ["created"], ["attempts", "num"], ["last error"], ...(extra ? [[""]] : [])],
+    items.map((j) => el("tr", { "data-job": j.jobKey },
+      el("td", {}, el("a", { href: jobHref(j.jobKey) }, j.jobKey)),
+      el("td", {}, j.type), el("td", {}, j.tenantId), el("td", {}, j.state),
+      el("td", {}, j.createdAt), el("td", { class: "num" }, num(j.activationCount)),
+      el("td", {}, j.errorMessage || j.errorCode || ""),
+      extra ? el("td", {}, extra(j)) : null)));
+}
+
+async function jobView(key) {
+  const path = `/v2/jobs/${encodeURIComponent(key)}`;
+  const draw = async () => {
+    const [job, history] = await Promise.all([api(path), api(path + "/history").catch(() => null)]);
+    const variables = JSON.stringify(job.variables, null, 2);
+    const actions = [];
+    if (job.state === "FAILED" && caller.role !== "producer") actions.push(el("button", { type: "button", onclick: () => act(() => api(path, { method: "PATCH", body: { retries: 1 } }), draw) }, "Retry"));
+    if ((job.state === "CREATED" || job.state === "ACTIVATED") && caller.role !== "worker") actions.push(el("button", { type: "button", class: "danger", onclick: () => confirm(`Cancel job ${key}?`) && act(() => api(path + "/cancel", { method: "POST" }), draw) }, "Cancel"));
+    const record = Object.entries(job).filter(([k]) => k !== "variables" && k !== "customHeaders");
+    show(el("h1", {}, `Job ${key}`), el("div", { class: "toolbar" }, actions),
+      el("section", { class: "card" }, el("dl", { class: "record" }, record.map(([k, v]) => [el("dt", {}, k), el("dd", {}, v === null ? "—" : String(v))]))),
+      el("details", { class: "card" }, el("summary", {}, `variables (${num(variables.length)} characters)`),
+        el("pre", {}, variables.length > VARIABLES_SHOWN ? variables.slice(0, VARIABLES_SHOWN) + "\n… (cut)" : variables)),
+      el("details", { class: "card" }, el("summary", {}, "custom headers"), el("pre", {}, JSON.stringify(job.customHeaders, null, 2))),
+      el("section", { class: "card" }, el("h2", {}, "History"),
+        history ? table([["at"], ["event"], ["activation", "num"], ["worker"], ["error"], ["retries left", "num"]],
+          history.items.map((h) => el("tr", {}, el("td", {}, h.at), el("td", {}, h.event), el("td", { class: "num" }, num(h.activationCount)),
+            el("td", {}, h.worker || ""), el("td", {}, [h.errorCode, h.errorMessage].filter(Boolean).join(": ")), el("td", { class: "num" }, num(h.retries)))))
+          : el("p", { class: "muted" }, "No history available."),
+        history && history.truncated ? el("p", { class: "muted" }, "Older entries were pruned.") : null));
+  };
+  await draw();
+}
+
+async function act(call, redraw) {
+  try { await call(); notice(""); await redraw(); } catch (err) { notice(err.message); }
+}
+
+// Failures: FAILED and ERROR_THROWN jobs, retried one by one or all (in bounded batches).
+
+async function failuresView(params) {
+  const filters = { type: params.get("type") || "", tenantId: params.get("tenantId") || "" };
+  const draw = async () => {
+    const [failed, thrown] = await Promise.all([
+      api("/v2/jobs" + q({ ...filters, state: "FAILED", limit: PAGE })),
+      api("/v2/jobs" + q({ ...filters, state: "ERROR_THROWN", limit: PAGE })),
+    ]);
+    const canRetry = caller.role !== "producer";
+    const retryOne = (j) => canRetry ? el("button", { type: "button", onclick: () => act(() => api(`/v2/jobs/${j.jobKey}`, { method: "PATCH", body: { retries: 1 } }), draw) }, "Retry") : null;
+    const status = el("p", { class: "muted", "aria-live": "polite" });
+    const retryAll = isAdmin() && failed.items.length ? el("button", { type: "button", class: "primary", onclick: async () => {
+      const scope = [filters.type && `type ${filters.type}`, filters.tenantId && `tenant ${filters.tenantId}`].filter(Boolean).join(", ") || "every type and tenant";
+      if (!confirm(`Retry every FAILED job of ${scope}${failed.nextCursor ? " (more than " + failed.items.length + ")" : " (" + failed.items.length + ")"}?`)) return;
+      let count = 0;
+      try {
+        for (;;) { // bounded batches: each call revives at most 1,000
+          const answer = await api("/v2/jobs/retry", { method: "POST", body: { ...Object.fromEntries(Object.entries(filters).filter(([, v]) => v)), limit: 1000 } });
+          count += answer.count;
+          status.textContent = `${num(count)} retried…`;
+          if (!answer.more) break;
+        }
+        status.textContent = `${num(count)} jobs retried.`;
+      } catch (err) { status.textContent = err.message; }
+      await draw().catch(() => {});
+    } }, "Retry all FAILED") : null;
+    show(el("h1", {}, "Failures"),
+      el("form", { class: "inline", onsubmit: (e) => { e.preventDefault(); location.hash = "#/failures" + q({ type: e.target.elements.type.value, tenantId: e.target.elements.tenantId.value }); } },
+        field("type", "type", filters.type), field("tenantId", "tenant", filters.tenantId), el("button", { type: "submit" }, "Filter")),
+      el("section", { class: "card", "aria-label": "failed jobs" }, el("h2", {}, "FAILED (retries exhausted)"),
+        el("div", { class: "toolbar" }, retryAll, status),
+        jobTable(failed.items, retryOne), failed.nextCursor ? el("p", { class: "muted" }, el("a", { href: "#/jobs" + q({ ...filters, state: "FAILED" }) }, "more in the job browser")) : null),
+      el("section", { class: "card", "aria-label": "thrown errors" }, el("h2", {}, "ERROR_THROWN (business errors)"), jobTable(thrown.items)));
+  };
+  try { await draw(); } catch (err) { show(el("h1", {}, "Failures"), el("p", { class: "error" }, err.message)); }
+}
+
+async function workersView() {
+  await live(async () => {
+    const answer = await api("/v2/workers");
+    show(el("h1", {}, "Workers"),
+      answer.waiters !== undefined ? el("p", {}, `Waiting now: ${num(answer.waiters)} long polls, ${num(answer.streams)} streams`) : null,
+      table([["type"], ["worker"], ["last seen"]],
+        answer.items.map((w) => el("tr", {}, el("td", {}, w.type), el("td", {}, w.worker), el("td", {}, w.lastSeenAt)))));
+  });
+}
+
+// -- routing ---------------------------------------------------------------------------
+
+function route() {
+  stop();
+  live.current = null;
+  notice("");
+  const [path, query = ""] = location.hash.replace(/^#/, "").split("?");
+  const params = new URLSearchParams(query);
+  const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
+  for (const a of document.querySelectorAll("#nav a")) {
+    const target = a.getAttribute("href").slice(2).split("/")[0];
+    if ((parts[0] || "") === target) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
+  }
+  const views = {
+    "": () => overview(),
+    tenants: () => (parts[1] !== undefined ? tenantView(parts.slice(1).join("/")) : tenantsView()),
+    types: () => (parts[1] !== undefined ? typeView(parts.slice(1).join("/")) : typesView()),
+    jobs: () => (parts[1] !== undefined ? jobView(parts[1]) : jobsView(params)),
+    failures: () => failuresView(params),
+    workers: () => workersView(),
+  };
+  const view = views[parts[0] || ""];
+  if (!view) return show(el("h1", {}, "Not found"), el("p", {}, el("a", { href: "#/" }, "Back to the overview")));
+  Promise.resolve(view()).catch((err) => { if (err.status !== 401) show(el("p", { class: "error" }, err.message)); });
+  document.getElementById("view").focus({ preventScroll: true });
+}
+
+window.addEventListener("hashchange", route);
+document.getElementById("sign-out").addEventListener("click", () => {
+  sessionStorage.removeItem(KEY);
+  caller = null;
+  document.getElementById("who").textContent = "";
+  signIn("");
+});
+start().catch((err) => { if (err.status !== 401) show(el("p", { class: "error" }, err.message)); });

@@ -1,0 +1,138 @@
+"""The dashboard at /ui in a real browser, against a live server with auth off (loopback):
+its numbers are the API's, it follows the queue without a reload, and an admin edits a
+tenant in place (issue 25)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from playwright.async_api import Browser, Page, expect
+
+from tests.acceptance.dashboard import chromium, visit
+from tests.fixtures import Live
+from tests.helpers import activate, assert_problem, enqueue
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    async with chromium() as b:
+        yield b
+
+
+def cell(page: Page, job_type: str, tenant: str, name: str):  # type: ignore[no-untyped-def]
+    return page.locator(
+        f'section[data-type="{job_type}"] tr[data-tenant="{tenant}"] td[data-field="{name}"]'
+    )
+
+
+async def test_the_page_and_its_assets_are_served_by_the_app_with_a_strict_policy(live: Live):
+    page = await live.client.get("/ui")
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
+    csp = page.headers["content-security-policy"]
+    assert "default-src 'none'" in csp and "script-src 'self'" in csp
+    for asset, media in (("app.js", "text/javascript"), ("style.css", "text/css")):
+        r = await live.client.get(f"/ui/{asset}")
+        assert r.status_code == 200 and r.headers["content-type"].startswith(media)
+        # No address of another host (SVG's namespace is a name, not a fetch).
+        text = r.text.replace("http://www.w3.org/2000/svg", "")
+        assert "http://" not in text and "https://" not in text
+    for missing in ("index.html", "nope.js", "..%2Fapp.py", "app.js.map"):
+        assert_problem(await live.client.get(f"/ui/{missing}"), 404)
+
+
+async def test_whoami_says_auth_is_off_on_loopback(live: Live):
+    r = await live.client.get("/v2/whoami")
+    assert r.status_code == 200
+    assert r.json() == {"keyId": None, "role": "admin", "tenants": "*", "types": "*", "auth": "off"}
+
+
+async def test_the_overview_shows_the_numbers_of_v2_stats(live: Live, browser: Browser):
+    c = live.client
+    for job_type, counts in (("email", (5, 2, 1)), ("report", (1, 4, 3))):
+        for tenant, n in zip(("acme", "globex", "initech"), counts, strict=True):
+            await enqueue(c, job_type, tenant, n)
+    await enqueue(c, "email", "acme", 2, runAt="2099-01-01T00:00:00Z")  # delayed
+    await activate(c, "email", max_jobs=3)
+    await activate(c, "report", max_jobs=2, tenantIds=["globex"])
+    stats = (await c.get("/v2/stats")).json()["jobTypes"]
+    async with visit(browser, live.url) as seen:
+        await seen.page.goto("/ui")
+        for t in stats:
+            assert len(t["tenants"]) == 3
+            for lane in t["tenants"]:
+                for name in ("ready", "delayed", "active"):
+                    await expect(cell(seen.page, t["type"], lane["tenantId"], name)).to_have_text(
+                        str(lane[name])
+                    )
+            card = seen.page.locator(f'section[data-type="{t["type"]}"] .totals')
+            await expect(card.locator('[data-field="ready"]')).to_have_text(str(t["ready"]))
+            await expect(card.locator('[data-field="active"]')).to_have_text(str(t["active"]))
+        rows = seen.page.locator("section[data-type] tbody tr")
+        await expect(rows).to_have_count(6)
+
+
+async def test_the_overview_follows_new_and_activated_jobs_without_a_reload(
+    live: Live, browser: Browser
+):
+    c = live.client
+    await enqueue(c, "email", "acme", 2)
+    async with visit(browser, live.url) as seen:
+        await seen.page.goto("/ui")
+        await expect(cell(seen.page, "email", "acme", "ready")).to_have_text("2")
+        loads = len(seen.asked("/ui"))
+        await enqueue(c, "email", "acme", 5)
+        await enqueue(c, "email", "globex", 1)
+        await activate(c, "email", max_jobs=3, tenantIds=["acme"])
+        # 2 + 5 - 3 ready, 3 active; globex appears: within 3 s, and without a reload.
+        await expect(cell(seen.page, "email", "acme", "ready")).to_have_text("4", timeout=3000)
+        await expect(cell(seen.page, "email", "acme", "active")).to_have_text("3", timeout=3000)
+        await expect(cell(seen.page, "email", "globex", "ready")).to_have_text("1", timeout=3000)
+        assert len(seen.asked("/ui")) == loads  # the page was not loaded again
+
+
+async def test_an_admin_edits_a_tenants_weight_and_a_bad_value_shows_the_apis_message(
+    live: Live, browser: Browser
+):
+    c = live.client
+    await c.put("/v2/tenants/acme", json={"weight": 2, "maxActiveJobs": 7})
+    async with visit(browser, live.url) as seen:
+        page = seen.page
+        await page.goto("/ui#/tenants/acme")
+        weight = page.get_by_label("weight (1–10000)")
+        await expect(weight).to_have_value("2")
+        await weight.fill("5")
+        await page.get_by_role("button", name="Save").click()
+        await expect(page.get_by_text("saved")).to_be_visible()
+        saved = (await c.get("/v2/tenants/acme")).json()
+        assert (saved["weight"], saved["maxActiveJobs"]) == (5, 7)
+        # The API's own words for a weight out of range, shown as they are; nothing changes.
+        refused = assert_problem(
+            await c.put("/v2/tenants/acme", json={"weight": 0, "maxActiveJobs": 7}), 400
+        )
+        await weight.fill("0")
+        await page.get_by_role("button", name="Save").click()
+        await expect(page.get_by_role("alert").filter(has_text=refused["detail"])).to_be_visible()
+        got = (await c.get("/v2/tenants/acme")).json()
+        assert (got["weight"], got["maxActiveJobs"]) == (5, 7)
+
+
+async def test_the_overview_pages_and_searches_many_tenants_without_drawing_them_all(
+    live: Live, browser: Browser
+):
+    c = live.client
+    jobs = [{"type": "bulk", "tenantId": f"t{i:03d}"} for i in range(120)]
+    assert (await c.post("/v2/jobs/batch", json={"jobs": jobs})).status_code == 201
+    async with visit(browser, live.url) as seen:
+        page = seen.page
+        await page.goto("/ui")
+        rows = page.locator('section[data-type="bulk"] tbody tr')
+        await expect(rows).to_have_count(25)
+        await expect(page.get_by_text("page 1 of 5")).to_be_visible()
+        await page.get_by_role("button", name="Next →").click()
+        await expect(page.get_by_text("page 2 of 5")).to_be_visible()
+        await expect(rows.first).to_have_attribute("data-tenant", "t025")
+        await page.get_by_label("Search tenants").fill("t11")
+        await expect(rows).to_have_count(10)  # t110 .. t119
+        await expect(rows.first).to_have_attribute("data-tenant", "t110")

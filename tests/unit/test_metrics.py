@@ -1,0 +1,126 @@
+"""The pure parts of the metrics: the share window's arithmetic, binning a batch of
+observations, the tenant labels' switch, and the text the exposition writes."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from hypothesis import given
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.parser import text_string_to_metric_families
+
+from app.db.rows import TenantSet
+from app.domain import utcnow
+from app.metrics import OTHER, Metrics, TenantLabels, observe_all, render
+from app.shares import LaneSample, ShareWindow, interval
+
+
+def lanes(**spec: tuple[int, bool, int]) -> dict[tuple[str, str], LaneSample]:
+    """``tenant=(activated_total, backlogged, weight)`` lanes of job type "t"."""
+    return {("t", tenant): LaneSample(*values) for tenant, values in spec.items()}
+
+
+def test_an_interval_entitles_the_backlogged_lanes_by_weight():
+    before = lanes(a=(0, True, 1), b=(0, True, 3), idle=(5, False, 1))
+    after = lanes(a=(10, True, 1), b=(30, True, 3), idle=(5, False, 1))
+    got = interval(before, after)
+    assert got == {("t", "a"): (10, 10.0), ("t", "b"): (30, 30.0)}
+
+
+def test_a_lane_that_comes_halfway_is_owed_a_share_of_what_came_after_alone():
+    window = ShareWindow(60)
+    window.add(0, lanes(a=(0, True, 1)))
+    window.add(5, lanes(a=(20, True, 1)))  # a alone: all 20 are its own
+    window.add(10, lanes(a=(30, True, 1), b=(10, True, 1)))  # b came: 10 and 10 of 20
+    shares = window.shares()
+    assert shares[("t", "a")] == (30 / 40, 30 / 40)
+    assert shares[("t", "b")] == (10 / 40, 10 / 40)
+
+
+def test_a_starved_lane_is_owed_what_it_did_not_get():
+    window = ShareWindow(60)
+    window.add(0, lanes(a=(0, True, 1), b=(0, True, 1)))
+    window.add(5, lanes(a=(40, True, 1), b=(0, True, 1)))
+    assert window.shares()[("t", "b")] == (0.0, 0.5)
+
+
+def test_the_window_forgets_intervals_older_than_it_and_keeps_one_that_spans_its_start():
+    window = ShareWindow(10)
+    window.add(0, lanes(a=(0, True, 1)))
+    window.add(5, lanes(a=(7, True, 1)))
+    window.add(12, lanes(a=(10, True, 1)))
+    assert window.activated(("t", "a")) == 10 and window.span_s == 12
+    window.add(16, lanes(a=(11, True, 1)))  # the first interval ended more than 10 s ago
+    assert window.activated(("t", "a")) == 4 and window.span_s == 11
+    window.add(40, lanes(a=(11, False, 1)))
+    assert window.lanes() == [] and window.span_s == 24
+
+
+@given(
+    st.lists(
+        st.dictionaries(
+            st.sampled_from("abcd"),
+            st.tuples(st.integers(0, 50), st.booleans(), st.integers(1, 5)),
+            min_size=1,
+        ),
+        min_size=2,
+        max_size=8,
+    )
+)
+def test_realised_and_entitled_shares_each_add_up_to_one(steps):
+    window = ShareWindow(1000)
+    totals: dict[str, int] = {}
+    for at, step in enumerate(steps):
+        sample = {}
+        for tenant, (more, backlogged, weight) in step.items():
+            totals[tenant] = totals.get(tenant, 0) + more
+            sample[("t", tenant)] = LaneSample(totals[tenant], backlogged, weight)
+        window.add(float(at), sample)
+    shares = window.shares()
+    if sum(window.activated(lane) for lane in shares):
+        assert abs(sum(r for r, _ in shares.values()) - 1) < 1e-9
+        assert abs(sum(e for _, e in shares.values()) - 1) < 1e-9
+
+
+@given(st.lists(st.floats(-1, 5000, allow_nan=False), max_size=50))
+def test_binning_a_batch_is_observing_each(values):
+    bounds = (0.01, 0.5, 1.0, 60.0)
+    one = Histogram("one", "", ["x"], buckets=bounds, registry=CollectorRegistry())
+    all_ = Histogram("all", "", ["x"], buckets=bounds, registry=CollectorRegistry())
+    child = one.labels("x")
+    for v in values:
+        child.observe(max(0.0, v))
+    observe_all(all_.labels("x"), values)
+
+    def samples(h: Histogram) -> list[tuple[str, dict[str, str], float]]:
+        [family] = h.collect()
+        return [(s.name.split("_", 1)[1], s.labels, round(s.value, 6)) for s in family.samples]
+
+    assert samples(one) == samples(all_)
+
+
+async def test_labels_switch_to_a_published_set_at_its_instant():
+    labels = TenantLabels()
+    now = utcnow()
+    soon = now + timedelta(milliseconds=50)
+    labels.apply(
+        [TenantSet(now - timedelta(hours=1), frozenset({"a"})), TenantSet(soon, frozenset({"b"}))],
+        now,
+    )
+    assert labels.of("a") == "a" and labels.of("b") == OTHER
+    await asyncio.sleep(0.2)
+    assert labels.of("a") == OTHER and labels.of("b") == "b"
+    labels.close()
+
+
+def test_the_text_is_prometheus_s_with_whole_numbers_as_integers():
+    m = Metrics(5)
+    m.count(m.created, [("t", "a"), ("t", "a"), ("t", "b")])
+    m.sync()
+    text = render(m.registry.collect()).decode()
+    assert "jobfair_waiters 0\n" in text
+    assert 'jobfair_jobs_created_total{tenant="<other>",type="t"} 3\n' in text
+    names = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
+    assert {"jobfair_jobs_created_total", "jobfair_waiters", "jobfair_db_pool_in_use"} <= names
