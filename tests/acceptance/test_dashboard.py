@@ -188,3 +188,34 @@ async def test_retry_all_asks_first_and_revives_every_failed_job_of_the_filter(
     assert (
         sorted(s["state"] for s in states.values() if s["tenantId"] == "globex") == ["FAILED"] * 2
     )
+
+
+async def test_the_workers_page_names_the_workers_seen_and_the_waiting_count(
+    live: Live, browser: Browser
+):
+    c = live.client
+    await enqueue(c, "email", "acme", 1)
+    await activate(c, "email", worker="mailer-7")
+    async with visit(browser, live.url) as seen:
+        page = seen.page
+        await page.goto("/ui#/workers")
+        # Workers seen are written every few seconds per process; the page follows.
+        await expect(page.locator('tr[data-worker="mailer-7"]')).to_contain_text(
+            "email", timeout=10_000
+        )
+        await expect(page.locator('[data-field="waiting"]')).to_contain_text("Waiting now: 0")
+
+
+async def test_an_admin_pauses_and_resumes_a_tenant_from_its_page(live: Live, browser: Browser):
+    c = live.client
+    await enqueue(c, "email", "acme", 1)
+    async with visit(browser, live.url) as seen:
+        page = seen.page
+        await page.goto("/ui#/tenants/acme")
+        await page.get_by_role("button", name="Pause").click()
+        await expect(page.get_by_role("button", name="Resume")).to_be_visible()
+        assert (await c.get("/v2/tenants/acme")).json()["paused"] is True
+        assert await activate(c, "email") == []  # paused work is not activated
+        await page.get_by_role("button", name="Resume").click()
+        await expect(page.get_by_role("button", name="Pause")).to_be_visible()
+        assert (await c.get("/v2/tenants/acme")).json()["paused"] is False
