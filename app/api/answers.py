@@ -197,6 +197,11 @@ class TypeStats(BaseModel):
     oldestPendingAgeMs: int | None
     oldestReadyJobKey: str | None
     paused: bool = Field(description="the job type is paused")
+    activatedPerMinute: list[int | None] | None = Field(
+        description="activations of each of the last 15 minutes, oldest first (null: a "
+        "minute before this server process started); null for a key scoped to some "
+        "tenants or types"
+    )
     tenants: list[TenantStats]
 
 

@@ -219,3 +219,14 @@ async def test_an_admin_pauses_and_resumes_a_tenant_from_its_page(live: Live, br
         await page.get_by_role("button", name="Resume").click()
         await expect(page.get_by_role("button", name="Pause")).to_be_visible()
         assert (await c.get("/v2/tenants/acme")).json()["paused"] is False
+
+
+async def test_stats_give_each_type_its_last_15_minutes_of_activations(live: Live):
+    c = live.client
+    await enqueue(c, "email", "acme", 5)
+    await c.get("/v2/stats")  # the process's first sample: the series counts from here
+    await activate(c, "email", max_jobs=3)
+    [t] = (await c.get("/v2/stats")).json()["jobTypes"]
+    series = t["activatedPerMinute"]
+    assert len(series) == 15
+    assert series[-1] == 3 and all(n is None for n in series[:-1])

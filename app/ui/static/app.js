@@ -274,7 +274,10 @@ function typeCard(type, config, pausedTenants) {
   const page = Math.min(overviewState.pages.get(type.type) || 0, pages - 1);
   const shown = tenants.slice(page * PAGE, page * PAGE + PAGE);
   const bound = agingBound(config);
-  const series = type.throughput || sample(type);
+  // The server's last 15 minutes when it gives them, else what this page has sampled.
+  const series = type.activatedPerMinute
+    ? type.activatedPerMinute.filter((n) => n !== null)
+    : sample(type);
   const rows = shown.map((t) => {
     const late = bound !== null && t.oldestPendingAgeMs !== null && t.oldestPendingAgeMs > bound;
     return el("tr", { "data-tenant": t.tenantId },
@@ -303,7 +306,7 @@ function typeCard(type, config, pausedTenants) {
       el("span", {}, "active ", el("b", { "data-field": "active" }, num(type.active))),
       el("span", {}, "oldest ready ", el("b", { "data-field": "oldest" }, age(type.oldestPendingAgeMs)),
         bound !== null ? ` (aging bound ${age(bound)})` : ""),
-      el("span", {}, "activations per minute, last 15 min ",
+      el("span", {}, type.activatedPerMinute ? "activations per minute, last 15 min " : "activations in the last minute, as sampled here ",
         sparkline(series, `activations per minute, latest ${num(series[series.length - 1] || 0)}`),
         el("b", {}, num(series[series.length - 1] || 0))),
       el("span", {}, `${num(total)} tenants`)),
