@@ -230,3 +230,51 @@ async def test_stats_give_each_type_its_last_15_minutes_of_activations(live: Liv
     series = t["activatedPerMinute"]
     assert len(series) == 15
     assert series[-1] == 3 and all(n is None for n in series[:-1])
+
+
+async def test_the_job_browser_filters_pages_and_opens_a_job_with_its_history(
+    live: Live, browser: Browser
+):
+    c = live.client
+    keys = await enqueue(c, "email", "acme", 30, variables={"to": "a@example.com"})
+    await enqueue(c, "email", "globex", 3)
+    [job] = await activate(c, "email", tenantIds=["acme"], worker="mailer-1")
+    await c.post(
+        f"/v2/jobs/{job['jobKey']}/fail",
+        json={"activationCount": job["activationCount"], "retries": 2, "errorMessage": "busy"},
+    )
+    async with visit(browser, live.url) as seen:
+        page = seen.page
+        await page.goto("/ui#/jobs?tenantId=acme")
+        rows = page.locator("tr[data-job]")
+        await expect(rows).to_have_count(25)  # a page
+        first = await rows.first.get_attribute("data-job")
+        assert first == max(keys, key=int)  # newest first
+        await page.get_by_role("button", name="Older →").click()
+        await expect(rows).to_have_count(5)
+        await expect(page.locator("tbody")).not_to_contain_text("globex")
+        await page.goto(f"/ui#/jobs/{job['jobKey']}")
+        await expect(page.locator("dl.record")).to_contain_text("acme")
+        details = page.locator("details", has_text="variables")
+        await expect(details).not_to_have_attribute("open", "")  # collapsed
+        await details.locator("summary").click()
+        await expect(details.locator("pre")).to_contain_text("a@example.com")
+        history = page.locator("section", has_text="History")
+        await expect(history).to_contain_text("mailer-1")
+        await expect(history).to_contain_text("busy")
+
+
+async def test_every_view_is_reached_by_the_keyboard_alone(live: Live, browser: Browser):
+    await enqueue(live.client, "email", "acme", 1)
+    async with visit(browser, live.url) as seen:
+        page = seen.page
+        await page.goto("/ui")
+        await expect(page.locator('section[data-type="email"]')).to_be_visible()
+        await page.locator("a.brand").focus()
+        reached = []
+        for _ in range(6):  # after the brand, the six views in order
+            await page.keyboard.press("Tab")
+            reached.append(await page.evaluate("() => document.activeElement.textContent"))
+        assert reached == ["Overview", "Tenants", "Job types", "Jobs", "Failures", "Workers"]
+        await page.keyboard.press("Enter")  # on "Workers"
+        await expect(page.get_by_role("heading", name="Workers")).to_be_visible()

@@ -497,7 +497,7 @@ async function jobView(key) {
     if ((job.state === "CREATED" || job.state === "ACTIVATED") && caller.role !== "worker") actions.push(el("button", { type: "button", class: "danger", onclick: () => confirm(`Cancel job ${key}?`) && act(() => api(path + "/cancel", { method: "POST" }), draw) }, "Cancel"));
     const record = Object.entries(job).filter(([k]) => k !== "variables" && k !== "customHeaders");
     show(el("h1", {}, `Job ${key}`), el("div", { class: "toolbar" }, actions),
-      el("section", { class: "card" }, el("dl", { class: "record" }, record.map(([k, v]) => [el("dt", {}, k), el("dd", {}, v === null ? "—" : String(v))]))),
+      el("section", { class: "card" }, el("dl", { class: "record" }, record.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v === null ? "—" : String(v))]))),
       el("details", { class: "card" }, el("summary", {}, `variables (${num(variables.length)} characters)`),
         el("pre", {}, variables.length > VARIABLES_SHOWN ? variables.slice(0, VARIABLES_SHOWN) + "\n… (cut)" : variables)),
       el("details", { class: "card" }, el("summary", {}, "custom headers"), el("pre", {}, JSON.stringify(job.customHeaders, null, 2))),
