@@ -38,6 +38,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
+    initialize,
     invariant,
     rule,
     run_state_machine_as_test,
@@ -162,6 +163,10 @@ class FencingMachine(RuleBasedStateMachine):
 
     # -- producing, activating ------------------------------------------------------------
 
+    @initialize(retries=st.lists(st.sampled_from((1, 2, 3)), min_size=4, max_size=12))
+    def create_a_backlog(self, retries):
+        self.create(retries)
+
     @rule(retries=st.lists(st.sampled_from((1, 2, 3)), min_size=1, max_size=4))
     def create(self, retries):
         jobs = [{"type": TYPE, "retries": r} for r in retries]
@@ -243,9 +248,17 @@ class FencingMachine(RuleBasedStateMachine):
     @rule(i=CHOICE, kind=st.sampled_from(FINISHES))
     def finish(self, i, kind):
         """A worker finishes a job it believes it holds (current, or a zombie's)."""
-        if not self.model.held():
-            return
-        worker, key, count = pick(self.model.held(), i)
+        if self.model.held():
+            self._finish(*pick(self.model.held(), i), kind)
+
+    @rule(i=CHOICE, kind=st.sampled_from(FINISHES))
+    def a_zombie_finishes(self, i, kind):
+        """A worker finishes a job another activation has had since its own."""
+        stale = [h for h in self.model.held() if self.model.jobs[h[1]].count > h[2]]
+        if stale:
+            self._finish(*pick(stale, i), kind)
+
+    def _finish(self, worker: str, key: int, count: int, kind: str) -> None:
         expected = self.model.current(key, count)
         before = self.row(key)
         try:
@@ -261,6 +274,7 @@ class FencingMachine(RuleBasedStateMachine):
         else:
             assert self.row(key) == before, "a refused finish changed the job"
             STEPS["refused"] += 1
+            STEPS["zombie"] += self.model.jobs[key].count > count
 
     async def _finish_in_store(self, kind: str, key: int, count: int) -> bool:
         if kind == "complete":
@@ -305,6 +319,7 @@ class FencingMachine(RuleBasedStateMachine):
         )
         for worker, _, _ in contenders:
             self.model.hands[worker].pop(key, None)
+        STEPS["zombie"] += sum(self.model.jobs[key].count > c for _, _, c in contenders)
         # Only a finish for the live activation may win, and then exactly one does.
         assert all(c for c, ok in zip(current, verdicts, strict=True) if ok), (contenders, verdicts)
         assert sum(verdicts) == (1 if any(current) else 0), (contenders, current, verdicts)
@@ -380,10 +395,14 @@ class FencingMachine(RuleBasedStateMachine):
         CLOCK[0] = max(self.now, deadline + timedelta(milliseconds=1))
         self.sweep_leases()
 
-    @rule(worker=st.sampled_from(WORKERS))
-    def crash(self, worker):
-        """The worker dies: it finishes nothing more; its jobs wait for their leases."""
-        self.model.hands[worker].clear()
+    @rule(i=CHOICE)
+    def crash(self, i):
+        """A worker holding jobs dies: it finishes nothing more; its jobs wait for their
+        leases to run out (a worker of the same name may start again, knowing none)."""
+        holding = [w for w in WORKERS if self.model.hands[w]]
+        if holding:
+            self.model.hands[pick(holding, i)].clear()
+            STEPS["crashed"] += 1
 
     # -- after every step -----------------------------------------------------------------
 
@@ -430,7 +449,7 @@ def test_fencing_and_leases_match_the_model(db_url, monkeypatch):
             FencingMachine,
             settings=settings(
                 max_examples=50,
-                stateful_step_count=50,
+                stateful_step_count=100,
                 deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
             ),
@@ -439,7 +458,7 @@ def test_fencing_and_leases_match_the_model(db_url, monkeypatch):
         loop.run_until_complete(store.close())
         loop.close()
     print(f"fencing model: {dict(STEPS)}")
-    assert STEPS["checked"] >= 2_000
+    assert STEPS["checked"] >= 4_000
     # The runs reached the races the model is about.
-    for what in ("accepted", "refused", "raced", "expired", "extended"):
+    for what in ("accepted", "refused", "zombie", "raced", "expired", "extended", "crashed"):
         assert STEPS[what] > 0, (what, STEPS)
