@@ -34,6 +34,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+import asyncpg
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -462,3 +464,17 @@ def test_fencing_and_leases_match_the_model(db_url, monkeypatch):
     # The runs reached the races the model is about.
     for what in ("accepted", "refused", "zombie", "raced", "expired", "extended", "crashed"):
         assert STEPS[what] > 0, (what, STEPS)
+
+
+async def test_the_database_refuses_an_activated_job_without_a_deadline(store):
+    """jobs_deadline_check: whatever a statement does, an ACTIVATED row has a deadline and
+    no other row has one (a job without one would never be swept back)."""
+    [job] = await stored_jobs.insert(store, [{"type": TYPE}], utcnow())
+    for sql in (
+        "UPDATE jobs SET state = 'ACTIVATED' WHERE job_key = $1",
+        "UPDATE jobs SET deadline = now() WHERE job_key = $1",
+    ):
+        with pytest.raises(asyncpg.CheckViolationError, match="jobs_deadline_check"):
+            await store.execute(sql, job.job_key)
+    row = await store.fetchrow("SELECT state, deadline FROM jobs WHERE job_key = $1", job.job_key)
+    assert (row["state"], row["deadline"]) == ("CREATED", None)
