@@ -363,6 +363,29 @@ class FencingMachine(RuleBasedStateMachine):
         del self.model.hands[worker][key]
         STEPS["refused"] += 1
 
+    @rule(i=CHOICE, timeout_ms=st.sampled_from(LEASES_MS))
+    def unfenced_heartbeat(self, i, timeout_ms):
+        """A PATCH of the lease without a count (Camunda's clients without a lease token):
+        whoever sends it, a zombie too, it may extend the live lease, never shorten it."""
+        if not self.model.held():
+            return
+        worker, key, _ = pick(self.model.held(), i)
+        job = self.model.jobs[key]
+        before = self.row(key)
+        try:
+            self.run(self.service.update(key, JobChanges(timeout_ms=timeout_ms), None, self.now))
+            refused = False
+        except InvalidState:
+            refused = True
+        assert refused == (job.state != "ACTIVATED"), (worker, key, job)
+        if refused:
+            assert self.row(key) == before, "a refused heartbeat changed the job"
+            return
+        asked = self.now + timedelta(milliseconds=timeout_ms)
+        assert job.deadline is not None
+        job.deadline = max(job.deadline, asked)
+        STEPS["extended"] += 1
+
     # -- time, the sweeper, crashes -------------------------------------------------------
 
     @rule(ms=st.sampled_from((250, 1_000, 1_500, 3_000, 6_000)))
