@@ -45,6 +45,8 @@ async def test_aging_lets_an_old_low_priority_job_overtake(live):
         "maxActiveJobs": None,
         "agingIntervalMs": 150,
         "agingStep": 50,
+        "paused": False,
+        "configured": True,
     }
     old = await _create(c, "aged", 0)
     assert (await c.get(f"/v2/jobs/{old}")).json()["effectivePriority"] < 100
