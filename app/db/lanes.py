@@ -243,7 +243,11 @@ _READ_CHARGE = _CHARGE.format(tenants="$4", counts="$5", strides="$6")
 READ_LANES = _READ_LANES.format(
     charge=_READ_CHARGE,
     tenants="",
-    scanned=SCANNED_LANES,
+    # A subquery, not a constant: a type with fewer lanes than SCANNED_LANES made the
+    # generic plan, expecting to read them all, join every lane to its tenant and sort
+    # them (2.6 ms a read at 2,000 lanes, against 0.5 ms in index order).  An unknown
+    # limit keeps the plan that stops early.
+    scanned=f"(SELECT {SCANNED_LANES})",
     probed=PROBED_LANES,
     ready=LANE_READY,
     charged_ready=_READY_PROBE.format(lane="ch.tenant_id"),
