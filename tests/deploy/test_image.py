@@ -42,7 +42,9 @@ INPUTS = (
     "alembic",
     "app",
 )
-# The stop timeout deploy/README.md tells an engine to give.
+# A stop timeout far below the 330 s deploy/README.md tells an engine to give (the image's
+# long-poll cap, 300 s, plus 30): a stop takes seconds, because SIGTERM answers the long
+# polls at once; the grace is only the bound.
 GRACE_S = 30
 UNPRIVILEGED_UID = 10001
 

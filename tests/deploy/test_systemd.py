@@ -1,6 +1,7 @@
 """deploy/systemd: the units pass ``systemd-analyze verify`` and its offline security
 review, and run what the app has: its commands, its JOBFAIR_* settings, a stop timeout
-above the graceful shutdown and a start timeout above the wait for the database."""
+above the graceful shutdown and the longest long poll, and a start timeout above the wait
+for the database."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import typer
 
 from app.cli import GRACEFUL_SHUTDOWN_S, cli
 from app.config import Settings
+from app.domain import MAX_REQUEST_TIMEOUT_MS
 from app.supervisor import STOP_GRACE_S
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,6 +94,13 @@ def test_the_stop_timeout_exceeds_the_graceful_shutdown_and_start_the_database_w
     service = unit("jobfair.service")["Service"]
     assert service["KillSignal"] == "SIGTERM" and service["Restart"] == "on-failure"
     assert seconds(service["TimeoutStopSec"]) > GRACEFUL_SHUTDOWN_S + STOP_GRACE_S
+    # and above the longest long poll the example's settings allow, as in compose and k8s
+    example = dict(
+        re.findall(r"^(JOBFAIR_\w+)=(.*)$", (UNITS / "jobfair.env.example").read_text(), re.M)
+    )
+    cap_ms = int(example.get("JOBFAIR_LONG_POLL_CAP_MS", Settings().long_poll_cap_ms))
+    longest_s = min(cap_ms, MAX_REQUEST_TIMEOUT_MS) / 1000
+    assert seconds(service["TimeoutStopSec"]) >= longest_s + 30
     wait_s = Settings().db_startup_wait_s
     assert seconds(service["TimeoutStartSec"]) > wait_s
     assert seconds(unit("jobfair-migrate.service")["Service"]["TimeoutStartSec"]) > wait_s
