@@ -13,6 +13,7 @@ import json
 import os
 import time
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
@@ -148,14 +149,20 @@ def bench_enqueue(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]
 HANDLERS = 10  # a worker's handler pool in the "parallel" completion mode
 
 
-async def _drain(base: str, workers: int, max_jobs: int, completion: str, total: int) -> float:
+async def _drain(
+    base: str | Sequence[str], workers: int, max_jobs: int, completion: str, total: int
+) -> float:
     """Jobs/s of ``workers`` activate-and-complete loops.  ``completion``: "batch" (one
     ``POST /v2/jobs/complete`` per activation), "single" (one call per job, one after the
     other) or "parallel" (one call per job, made by a pool of ``HANDLERS`` connections at
-    once, as a worker running its jobs' handlers concurrently does)."""
+    once, as a worker running its jobs' handlers concurrently does).  Several ``base``
+    URLs (replicas on one database): the i-th worker calls the (i mod n)-th."""
     done = 0
     pool = HANDLERS if completion == "parallel" else 1
-    conns = [[await Connection.open(base) for _ in range(pool)] for _ in range(workers)]
+    bases = [base] if isinstance(base, str) else list(base)
+    conns = [
+        [await Connection.open(bases[i % len(bases)]) for _ in range(pool)] for i in range(workers)
+    ]
 
     async def complete_each(c: Connection, jobs: list[dict[str, Any]]) -> None:
         for j in jobs:
