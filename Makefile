@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: serve test check lint typecheck bench bench-peers clean openapi fuzz chaos screenshots
+.PHONY: serve test check lint typecheck bench bench-peers clean openapi fuzz chaos screenshots image image-base
 
 # The Python client too, so that clients/examples/two_tenants.py runs with .venv/bin/python.
 $(STAMP): pyproject.toml clients/python/pyproject.toml
@@ -73,8 +73,44 @@ $(HAPROXY):
 	$(SUDO) apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends haproxy
 
+# The container image (deploy/Containerfile; deploy/README.md, "The image") with Debian's
+# podman.  No image registry is reachable here, so its base is made from Debian's packages
+# (deploy/image/base.sh: debootstrap, about 2 minutes, once); BASE=python:3.11-slim-bookworm
+# (or any Debian 12 Python 3.11 image) builds on that instead.
+IMAGE ?= jobfair:latest
+IMAGE_BASE ?= jobfair-base:bookworm
+BASE ?=
+CONTAINERS_CONF ?= $(CURDIR)/deploy/image/containers.conf
+PODMAN := $(SUDO) env CONTAINERS_CONF=$(CONTAINERS_CONF) podman
+# A proxy that re-signs TLS (this machine's) needs its CA bundle in the build: a secret,
+# never a layer of the image.
+PIP_CERT ?= /etc/ssl/certs/ca-certificates.crt
+comma := ,
+PODMAN_BIN := /usr/bin/podman
+$(PODMAN_BIN):
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq podman runc debootstrap
+
+image-base: $(PODMAN_BIN)  ## the image's base from Debian's packages (debootstrap, ~2 minutes, once)
+	@$(PODMAN) image exists $(IMAGE_BASE) || \
+	  $(SUDO) env CONTAINERS_CONF=$(CONTAINERS_CONF) deploy/image/base.sh $(IMAGE_BASE)
+
+image: $(if $(BASE),$(PODMAN_BIN),image-base)  ## the server's image, $(IMAGE) (about a minute)
+	nice $(PODMAN) build --format docker -f deploy/Containerfile -t $(IMAGE) \
+	  --build-arg BASE=$(or $(BASE),localhost/$(IMAGE_BASE)) \
+	  $(if $(wildcard $(PIP_CERT)),--secret id=pip_cert$(comma)src=$(PIP_CERT)) .
+	@# Earlier builds' images, untagged by this one (the builder's cached layers stay).
+	@$(PODMAN) image prune -f --filter label=org.opencontainers.image.title=jobfair >/dev/null
+
+# `make test` runs tests/deploy/test_image.py once the base exists (`make image-base`): on
+# it, building the image for the code at hand takes well under a minute; without it, 2
+# minutes more, and the suite is held to 15.
+IMAGE_TEST := $(shell $(PODMAN) image exists $(IMAGE_BASE) 2>/dev/null || \
+  echo --ignore=tests/deploy/test_image.py)
+
 test: $(STAMP) $(CAMUNDA_SDKS) $(CAMUNDA_JS)/.stamp $(TS_CLIENT)/dist/.stamp $(JUNIT_JAR) $(PROMTOOL) $(CHROMIUM) $(HAPROXY)  ## every test, on embedded PostgreSQL
-	$(BIN)/pytest -q --durations=30
+	$(if $(IMAGE_TEST),@echo "tests/deploy/test_image.py left out: no $(IMAGE_BASE) (make image-base, once)")
+	$(BIN)/pytest -q --durations=30 $(IMAGE_TEST)
 
 # Outage scenarios left out of `make test` for time (an external PostgreSQL 15 restarted
 # and killed under load with --workers 1 and 2; `make test` kills the embedded one).

@@ -13,6 +13,7 @@ import asyncpg
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from alembic import context
+from app.db.locks import MIGRATION_LOCK
 from app.db.schema import metadata
 
 config = context.config
@@ -28,6 +29,9 @@ def _url() -> str:
 def _run(connection) -> None:  # type: ignore[no-untyped-def]
     context.configure(connection=connection, target_metadata=metadata, compare_type=True)
     with context.begin_transaction():
+        # Before Alembic reads the version: migrations started together (N replicas) take
+        # turns, and each after the first finds the schema at head (app.db.locks).
+        connection.exec_driver_sql(MIGRATION_LOCK)
         context.run_migrations()
 
 

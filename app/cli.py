@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import sys
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -24,6 +25,7 @@ from app.db.pool import (
     CONNECT_ERRORS,
     connect_error,
     ping_url,
+    revision_at,
     until_reachable,
     without_password,
 )
@@ -52,6 +54,10 @@ DatabaseUrl = Annotated[
 # 60 s): a server that closes first races a client reusing the connection at that moment,
 # and a worker's complete call that loses that race fails (uvicorn's default is 5 s).
 IDLE_CONNECTION_TIMEOUT_S = 75
+# After SIGTERM, how long calls in flight may take to finish (uvicorn's graceful timeout).
+# Long polls are not among them: they are answered at once, however long their
+# requestTimeout; an orchestrator's grace before SIGKILL must exceed this (deploy/).
+GRACEFUL_SHUTDOWN_S = 10
 
 
 def _unset(name: str) -> str:
@@ -87,6 +93,13 @@ def resolve_database(settings: Settings, *, supervise: bool = False) -> str:
     with ``supervise`` started again whenever it dies)."""
     if settings.database_url:
         return settings.database_url
+    if not embedded.available():
+        typer.echo(
+            "JOBFAIR_DATABASE_URL is not set, and this install has no embedded PostgreSQL "
+            "(the container image never has): set it to postgresql://user:password@host:5432/db",
+            err=True,
+        )
+        raise typer.Exit(2)
     log.info("starting embedded PostgreSQL in %s/pgdata", settings.data_dir)
     server, _ = embedded.start(settings.data_dir)
     if supervise:
@@ -113,10 +126,14 @@ def serve(
     ] = None,
     ssl_certfile: Annotated[
         Path | None,
-        typer.Option(help="TLS certificate chain (PEM); serves HTTPS", show_default="none: HTTP"),
+        typer.Option(
+            help="TLS certificate chain (PEM); serves HTTPS",
+            show_default="JOBFAIR_SSL_CERTFILE, else none: HTTP",
+        ),
     ] = None,
     ssl_keyfile: Annotated[
-        Path | None, typer.Option(help="TLS private key (PEM)", show_default="none")
+        Path | None,
+        typer.Option(help="TLS private key (PEM)", show_default="JOBFAIR_SSL_KEYFILE, else none"),
     ] = None,
 ) -> None:
     """Start PostgreSQL if needed, migrate, and serve the API."""
@@ -127,7 +144,10 @@ def serve(
         database_url=database_url,
         workers=workers,
         log_level=log_level,
+        ssl_certfile=ssl_certfile,
+        ssl_keyfile=ssl_keyfile,
     )
+    ssl_certfile, ssl_keyfile = settings.ssl_certfile, settings.ssl_keyfile
     if settings.auth_mode == "off" and not is_loopback(settings.host):
         typer.echo(
             f"refusing to serve on {settings.host} with JOBFAIR_AUTH=off: auth may be off "
@@ -138,13 +158,20 @@ def serve(
         )
         raise typer.Exit(2)
     if (ssl_certfile is None) != (ssl_keyfile is None):
-        typer.echo("give --ssl-certfile and --ssl-keyfile together", err=True)
+        typer.echo(
+            "give --ssl-certfile and --ssl-keyfile (JOBFAIR_SSL_CERTFILE, JOBFAIR_SSL_KEYFILE) "
+            "together",
+            err=True,
+        )
         raise typer.Exit(2)
     # The same configuration in every server process: uvicorn applies it in each.
     log_config = logs.config(settings.log_format, settings.log_level)
     logging.config.dictConfig(log_config)
     url = resolve_database(settings, supervise=True)
-    _migrate_when_reachable(url, settings)
+    if settings.migrate_on_start:
+        _migrate_when_reachable(url, settings)
+    else:
+        _until_migrated(url, settings)
     # Worker processes read their settings from the environment.
     os.environ["JOBFAIR_DATABASE_URL"] = url
     os.environ["JOBFAIR_HOST"] = settings.host
@@ -181,7 +208,7 @@ def serve(
         # Nothing here reads the client's address, so X-Forwarded-* need not be parsed
         # on every request.
         "proxy_headers": False,
-        "timeout_graceful_shutdown": 10,
+        "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_S,
         "timeout_keep_alive": IDLE_CONNECTION_TIMEOUT_S,
     }
     if ssl_certfile is not None:
@@ -233,6 +260,48 @@ def _cannot_connect(url: str, exc: BaseException, waited: str) -> NoReturn:
         connect_error(exc),
     )
     raise typer.Exit(1)
+
+
+def _until_migrated(url: str, settings: Settings) -> None:
+    """Wait, up to ``db_startup_wait_s``, for the database to answer and for `jobfair
+    migrate` (run apart: JOBFAIR_MIGRATE_ON_START=false) to bring it to this server's
+    schema; a schema newer than this server knows fails at once."""
+    head = migrations.head_revision()
+    deadline = time.monotonic() + settings.db_startup_wait_s
+
+    async def wait() -> str | None:
+        announced = False
+        while True:
+            left_s = max(0.0, deadline - time.monotonic())
+            revision = await until_reachable(lambda: revision_at(url), left_s, "start-up")
+            if revision == head or not migrations.known(revision) or left_s == 0:
+                return revision
+            if not announced:
+                typer.echo(
+                    f"the schema is at {revision or 'nothing'}, this server needs {head}: "
+                    f"waiting up to {left_s:.0f} s for `jobfair migrate`",
+                    err=True,
+                )
+                announced = True
+            await asyncio.sleep(min(1.0, left_s))
+
+    try:
+        revision = asyncio.run(wait())
+    except StoreUnavailable as exc:
+        waited = f" (waited {settings.db_startup_wait_s} s)" if settings.db_startup_wait_s else ""
+        _cannot_connect(url, exc.__cause__ or exc, waited)
+    if revision != head:
+        behind = migrations.known(revision)
+        typer.echo(
+            f"the database's schema is at {revision or 'nothing'}, this server needs {head}: "
+            + (
+                "run `jobfair migrate` (JOBFAIR_MIGRATE_ON_START=false leaves it to you)"
+                if behind
+                else "it is newer than this server; run the newer version"
+            ),
+            err=True,
+        )
+        raise typer.Exit(1)
 
 
 def _exit_cleanly(signum: int, frame: object) -> None:

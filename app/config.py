@@ -25,6 +25,12 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=0, le=65535)] = 8080
     workers: Positive = 1
+    # HTTPS when both are given (PEM: the certificate chain and its private key).
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    # `jobfair serve` migrates the database first; false leaves that to `jobfair migrate`
+    # (a job of its own: the container image's default) and waits for the schema it needs.
+    migrate_on_start: bool = True
 
     default_request_timeout_ms: Positive = 10_000
     # A long poll is held at most this long, whatever its requestTimeout (at most 1 h):

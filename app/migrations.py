@@ -4,14 +4,27 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import sysconfig
 from pathlib import Path
 
 from alembic.config import Config
 from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 
 from alembic import command
 
-ROOT = Path(__file__).resolve().parent.parent
+
+def _scripts_root() -> Path:
+    """The folder of ``alembic.ini`` and ``alembic/``: the source tree around the package
+    (a checkout, an editable install), else the copy an installed wheel put in
+    ``<prefix>/share/jobfair`` (pyproject's data-files)."""
+    source = Path(__file__).resolve().parent.parent
+    if (source / "alembic.ini").is_file():
+        return source
+    return Path(sysconfig.get_path("data")) / "share" / "jobfair"
+
+
+ROOT = _scripts_root()
 
 
 def alembic_config(url: str) -> Config:
@@ -37,3 +50,15 @@ def upgrade(url: str) -> None:
 def head_revision() -> str | None:
     script = ScriptDirectory.from_config(alembic_config("unused"))
     return script.get_current_head()
+
+
+def known(revision: str | None) -> bool:
+    """Whether ``revision`` is one of this version's migrations (None, an empty database,
+    is behind them all); False: the database was migrated by a newer version."""
+    if revision is None:
+        return True
+    script = ScriptDirectory.from_config(alembic_config("unused"))
+    try:
+        return script.get_revision(revision) is not None
+    except CommandError:  # "Can't locate revision"
+        return False

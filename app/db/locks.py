@@ -8,7 +8,8 @@ Three kinds of lock order the writers of lanes (see ``app.db.lanes`` for the pro
   claims under them, and whatever frees a capped tenant's capacity releases its held lanes
   under them;
 * the release gate (``RELEASE_GATE_CLASS``, key 0): finishes take it shared, a tenant's
-  configuration change exclusively after it committed.
+  configuration change exclusively after it committed;
+* the migration lock (``MIGRATION_LOCK_CLASS``, key 0): ``MIGRATION_LOCK``.
 
 Keys live in PostgreSQL's two-int4 space, which never overlaps the one-bigint space of
 the leader lock.
@@ -25,6 +26,8 @@ TENANT_CAP_LOCK_CLASS = 0x4A460003
 # Key 0 of this class is the gate between finishes and tenant configuration changes
 # (jobfair_release_holds, alembic 0004).
 RELEASE_GATE_CLASS = 0x4A460004
+# Key 0 of this class is held by a migration for its whole transaction (alembic/env.py).
+MIGRATION_LOCK_CLASS = 0x4A460005
 LEADER_LOCK_KEY = 0x4A46_4C45_4144  # one-bigint space: "JFLEAD"
 # Lanes share this many lock buckets, so a 10,000-lane batch takes at most this many locks.
 LANE_BUCKETS = 1024
@@ -61,3 +64,10 @@ def lock_sql(fn: str, klass: int, keys: Sequence[int]) -> str:
 def share_buckets_sql(buckets: Sequence[int]) -> str:
     """The shared bucket locks a maker of ready jobs takes (``app.db.lanes``)."""
     return lock_sql("pg_advisory_xact_lock_shared", LANE_LOCK_CLASS, buckets)
+
+
+# Taken first in a migration's transaction (alembic/env.py), so that migrations started
+# at once (N replicas' ``jobfair migrate``) run one after the other: the second reads the
+# version the first committed and has nothing left to do, instead of creating the same
+# tables and failing on them.  Transaction-scoped: a migration that dies releases it.
+MIGRATION_LOCK = f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_CLASS}, 0)"

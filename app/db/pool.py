@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import asyncpg
 import orjson
 
-from app.db import claims, finishing, jobs, lanes
+from app.db import claims, finishing, jobs, lanes, operators
 from app.db.base import transaction_on
 from app.domain import DEFAULT_PRIORITY, DEFAULT_RETRIES, DEFAULT_TENANT, utcnow
 from app.errors import OutcomeUnknown, StoreUnavailable
@@ -141,6 +141,15 @@ async def ping_url(url: str) -> None:
     conn = await asyncpg.connect(url, timeout=10)
     try:
         await conn.fetchval("SELECT 1")
+    finally:
+        await conn.close()
+
+
+async def revision_at(url: str) -> str | None:
+    """One connection: the migration the database at ``url`` is at (None: never migrated)."""
+    conn = await asyncpg.connect(url, timeout=10)
+    try:
+        return await operators.schema_revision(conn)
     finally:
         await conn.close()
 

@@ -1,6 +1,12 @@
-"""An empty database migrates to head, and the result equals the declared metadata."""
+"""An empty database migrates to head, and the result equals the declared metadata; migrations
+started together take turns."""
 
 from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
 
 import asyncpg
 from alembic.autogenerate import compare_metadata
@@ -8,6 +14,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from app import migrations
+from app.db.locks import MIGRATION_LOCK, MIGRATION_LOCK_CLASS
 from app.db.schema import metadata
 
 
@@ -50,3 +57,63 @@ async def test_a_url_with_libpq_query_parameters_migrates(postgres):
             await conn.close()
     finally:
         postgres.psql('DROP DATABASE IF EXISTS "migrate_url" WITH (FORCE);')
+
+
+async def test_migrations_started_together_take_turns_and_all_succeed(postgres):
+    """N replicas' ``jobfair migrate`` on one fresh database: each waits for the
+    migration lock (held here until all of them wait on it), then the first migrates and
+    the others find the schema at head.  Without the lock they would create the same
+    tables at once and all but one fail."""
+    postgres.psql('DROP DATABASE IF EXISTS "migrate_race" WITH (FORCE);')
+    postgres.psql('CREATE DATABASE "migrate_race";')
+    url = postgres.url("migrate_race")
+    holder = await asyncpg.connect(url)
+    procs: list[asyncio.subprocess.Process] = []
+    try:
+        await holder.execute("BEGIN")
+        await holder.execute(MIGRATION_LOCK)
+        env = {**os.environ, "JOBFAIR_DATABASE_URL": url}
+        for _ in range(4):
+            procs.append(
+                await asyncio.create_subprocess_exec(
+                    sys.executable,
+                    *("-m", "app.cli", "migrate"),
+                    env=env,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.STDOUT,
+                )
+            )
+        await _until_waiting_for_the_lock(holder, procs)
+        await holder.execute("COMMIT")
+        for proc in procs:
+            out, _ = await asyncio.wait_for(proc.communicate(), 120)
+            assert proc.returncode == 0, out.decode()
+        assert await holder.fetchval("SELECT version_num FROM alembic_version") == (
+            migrations.head_revision()
+        )
+    finally:
+        for proc in procs:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        await holder.close()
+        postgres.psql('DROP DATABASE IF EXISTS "migrate_race" WITH (FORCE);')
+
+
+async def _until_waiting_for_the_lock(
+    conn: asyncpg.Connection, procs: list[asyncio.subprocess.Process]
+) -> None:
+    """Polls pg_locks (another process's wait has no event to await), with a deadline."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        waiting = await conn.fetchval(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            " AND classid = $1::bigint::oid AND objid = 0 AND objsubid = 2",
+            MIGRATION_LOCK_CLASS,
+        )
+        if waiting == len(procs):
+            return
+        for proc in procs:
+            assert proc.returncode is None, "a migration ended without waiting for the lock"
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{len(procs)} migrations never all waited for the migration lock")
