@@ -32,9 +32,7 @@ KEY_COUNTER_MASK = (1 << KEY_BITS) - 1
 
 def _hash(tenant_id: str) -> int:
     """The first 11 bits of the MD5 of the tenant's id (ASCII: TENANT_ID_RE)."""
-    return int.from_bytes(hashlib.md5(tenant_id.encode()).digest()[:2], "big") >> (
-        16 - SHARD_BITS
-    )
+    return int.from_bytes(hashlib.md5(tenant_id.encode()).digest()[:2], "big") >> (16 - SHARD_BITS)
 
 
 _DEFAULT_HASH = _hash(DEFAULT_TENANT)

@@ -118,9 +118,9 @@ def server_pid(base: str) -> int:
 
 class CpuMeter:
     """CPU time (user + system) of the process trees of the server (or servers: replicas
-    counted together) and of PostgreSQL (given by their root pids) and of this process (the load generator), from
-    construction to ``split``: where a benchmark's CPU went, since every part of it
-    shares this machine's cores."""
+    counted together) and of PostgreSQL (given by their root pids) and of this process
+    (the load generator), from construction to ``split``: where a benchmark's CPU went,
+    since every part of it shares this machine's cores."""
 
     def __init__(self, server: int | Sequence[int], postgres: int) -> None:
         servers = [server] if isinstance(server, int) else list(server)

@@ -49,10 +49,11 @@ async def preload(url: str, job_type: str, per_tenant: dict[str, int]) -> None:
         for tenant, n in per_tenant.items():
             await conn.execute(
                 """
-                INSERT INTO jobs (job_type, tenant_id, state, priority, retries, run_at, queued_at,
-                                  created_at, variables)
-                SELECT $1, $2, 'CREATED', (g % 3) * 25, 3, now(), now() + g * interval '1 us',
-                       now(), '{"n": 1}'::jsonb
+                INSERT INTO jobs (job_key, shard, job_type, tenant_id, state, priority, retries,
+                                  run_at, queued_at, created_at, variables)
+                SELECT jobfair_job_key(jobfair_shard($2), nextval('job_key_seq')),
+                       jobfair_shard($2), $1, $2, 'CREATED', (g % 3) * 25, 3, now(),
+                       now() + g * interval '1 us', now(), '{"n": 1}'::jsonb
                 FROM generate_series(1, $3) g
                 """,
                 job_type,
@@ -60,7 +61,8 @@ async def preload(url: str, job_type: str, per_tenant: dict[str, int]) -> None:
                 n,
             )
         await conn.executemany(
-            "INSERT INTO lanes (job_type, tenant_id, vtime, active) VALUES ($1, $2, 0, true)",
+            "INSERT INTO lanes (job_type, tenant_id, shard, vtime, active)"
+            " VALUES ($1, $2, jobfair_shard($2), 0, true)",
             [(job_type, t) for t in per_tenant],
         )
         await conn.execute("VACUUM ANALYZE jobs")
@@ -74,10 +76,11 @@ async def preload_many_tenants(url: str, job_type: str, tenants: int, per_tenant
     try:
         await conn.execute(
             """
-            INSERT INTO jobs (job_type, tenant_id, state, priority, retries, run_at, queued_at,
-                              created_at, variables)
-            SELECT $1, 't' || t, 'CREATED', 50, 3, now(), now() + g * interval '1 us', now(),
-                   '{"n": 1}'::jsonb
+            INSERT INTO jobs (job_key, shard, job_type, tenant_id, state, priority, retries,
+                              run_at, queued_at, created_at, variables)
+            SELECT jobfair_job_key(jobfair_shard('t' || t), nextval('job_key_seq')),
+                   jobfair_shard('t' || t), $1, 't' || t, 'CREATED', 50, 3, now(),
+                   now() + g * interval '1 us', now(), '{"n": 1}'::jsonb
             FROM generate_series(1, $2) t, generate_series(1, $3) g
             """,
             job_type,
@@ -85,8 +88,8 @@ async def preload_many_tenants(url: str, job_type: str, tenants: int, per_tenant
             per_tenant,
         )
         await conn.execute(
-            "INSERT INTO lanes (job_type, tenant_id, vtime, active) "
-            "SELECT $1, 't' || t, 0, true FROM generate_series(1, $2) t",
+            "INSERT INTO lanes (job_type, tenant_id, shard, vtime, active) "
+            "SELECT $1, 't' || t, jobfair_shard('t' || t), 0, true FROM generate_series(1, $2) t",
             job_type,
             tenants,
         )

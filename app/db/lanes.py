@@ -98,11 +98,12 @@ _NOTIFIED = f"""notified AS (
 # {notified} as QUIET, does not (a hand-off's insert: the job may go to its waiter in the
 # same transaction, and then nobody need be woken).  Index: lanes pkey.
 _WAKE = f"""new_lanes AS (
-    INSERT INTO lanes (job_type, tenant_id, vtime, active)
-    SELECT r.job_type, r.tenant_id, {_REENTRY_VTIME.format(t="r.job_type")}, true
+    INSERT INTO lanes (job_type, tenant_id, shard, vtime, active)
+    SELECT r.job_type, r.tenant_id, jobfair_shard(r.tenant_id),
+           {_REENTRY_VTIME.format(t="r.job_type")}, true
     FROM ready_lanes r
     ORDER BY r.job_type, r.tenant_id
-    ON CONFLICT (job_type, tenant_id) DO NOTHING
+    ON CONFLICT (job_type, tenant_id, shard) DO NOTHING
     RETURNING 1
 ),
 woken AS (

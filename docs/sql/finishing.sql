@@ -13,7 +13,7 @@ ended AS (
     SET state = 'COMPLETED', completed_at = $4, deadline = NULL,
         variables = j.variables || COALESCE(i.variables, '{}'::jsonb)
     FROM input i
-    WHERE j.job_key = i.job_key AND (j.state = 'ACTIVATED') IS TRUE
+    WHERE j.job_key = i.job_key AND j.shard = jobfair_key_shard(i.job_key) AND (j.state = 'ACTIVATED') IS TRUE
       AND j.activation_count = i.activation_count
     RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activated_at
 ),
@@ -56,7 +56,8 @@ WITH ended AS (
         variables = j.variables || COALESCE($6::jsonb, '{}'::jsonb)
     FROM jobs cur
     CROSS JOIN LATERAL (SELECT COALESCE($3::int, GREATEST(0, cur.retries - 1)) AS retries) r
-    WHERE j.job_key = $1 AND cur.job_key = $1 AND (j.state = 'ACTIVATED') IS TRUE
+    WHERE j.job_key = $1 AND j.shard = jobfair_key_shard($1)
+      AND cur.job_key = $1 AND cur.shard = jobfair_key_shard($1) AND (j.state = 'ACTIVATED') IS TRUE
       AND j.activation_count = $2
     RETURNING j.job_key, j.job_type, j.tenant_id, j.state, j.via_stream, j.activated_at
 ),
@@ -89,7 +90,8 @@ WITH ended AS (
     UPDATE jobs j
     SET state = 'ERROR_THROWN', error_code = $3, error_message = $4, deadline = NULL,
         completed_at = $6, variables = j.variables || COALESCE($5::jsonb, '{}'::jsonb)
-    WHERE j.job_key = $1 AND (j.state = 'ACTIVATED') IS TRUE AND j.activation_count = $2
+    WHERE j.job_key = $1 AND j.shard = jobfair_key_shard($1) AND (j.state = 'ACTIVATED') IS TRUE
+      AND j.activation_count = $2
     RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activated_at
 ),
 credited AS (
@@ -120,7 +122,7 @@ FROM ended;
 WITH ended AS (
     UPDATE jobs j SET state = 'CREATED', deadline = NULL
     FROM unnest($1::bigint[], $2::int[]) AS r(job_key, activation_count)
-    WHERE j.job_key = r.job_key AND (j.state = 'ACTIVATED') IS TRUE
+    WHERE j.job_key = r.job_key AND j.shard = jobfair_key_shard(r.job_key) AND (j.state = 'ACTIVATED') IS TRUE
       AND j.activation_count = r.activation_count
     RETURNING j.job_key, j.job_type, j.tenant_id
 ),

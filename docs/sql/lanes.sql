@@ -12,14 +12,15 @@ WITH ready_lanes AS (
     GROUP BY job_type, tenant_id
 ),
 new_lanes AS (
-    INSERT INTO lanes (job_type, tenant_id, vtime, active)
-    SELECT r.job_type, r.tenant_id, COALESCE(
+    INSERT INTO lanes (job_type, tenant_id, shard, vtime, active)
+    SELECT r.job_type, r.tenant_id, jobfair_shard(r.tenant_id),
+           COALESCE(
     (SELECT min(x.vtime) FROM lanes x WHERE x.job_type = r.job_type AND x.active AND NOT x.held),
     (SELECT max(x.vtime) FROM lanes x WHERE x.job_type = r.job_type),
     0), true
     FROM ready_lanes r
     ORDER BY r.job_type, r.tenant_id
-    ON CONFLICT (job_type, tenant_id) DO NOTHING
+    ON CONFLICT (job_type, tenant_id, shard) DO NOTHING
     RETURNING 1
 ),
 woken AS (

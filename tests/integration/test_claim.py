@@ -131,7 +131,9 @@ async def test_charging_many_lanes_costs_linear_time(store):
     lanes of 10,000, against 15 ms."""
     tenants = [f"t{i:05}" for i in range(10_000)]
     await store.execute(
-        "INSERT INTO lanes (job_type, tenant_id) SELECT 'claim', unnest($1::text[])", tenants
+        "INSERT INTO lanes (job_type, tenant_id, shard)"
+        " SELECT 'claim', t, jobfair_shard(t) FROM unnest($1::text[]) t",
+        tenants,
     )
     await store.execute("ANALYZE lanes")
     charged = "{" + ",".join(tenants[::25]) + "}"

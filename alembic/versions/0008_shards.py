@@ -1,0 +1,121 @@
+"""Shards: every job and lane carries its tenant's shard; job keys carry it too
+
+Revision ID: 0008
+Revises: 0006
+Create Date: 2026-12-02
+
+Issue 26, section 3: the schema made ready to be distributed by tenant (Citus, with
+``shard`` as the distribution column; docs/scaling.md), on one PostgreSQL changing
+nothing a query sees.
+
+- ``jobfair_shard(tenant_id)``: a tenant's shard, 0 to 2047: 11 bits of the MD5 of its
+  id, XOR those of ``<default>``, so that the default tenant is shard 0.  Twin of
+  ``app.shards.shard_of`` (tests/integration/test_citus_readiness.py).
+- ``jobfair_job_key(shard, n)``: a new job's key, ``((shard + 1) << 51) | n`` with n from
+  ``job_key_seq``, as Zeebe's keys carry their partition in those bits: the default
+  tenant's keys stay what every key was (Camunda's partition 1: 2251799813685249 and
+  on), and a key alone names its job's shard (``jobfair_key_shard``), so a lookup by key
+  is single-shard.  The sequence now stops at 2**52 - 1 instead of running into the next
+  shard's keys.
+- ``jobs.shard`` and ``lanes.shard``, in the primary keys and in the idempotency index
+  (Citus requires the distribution column in every unique index; the shard is a function
+  of what those indexes already hold, so they mean what they meant).  Existing indexes
+  keep their columns and their order; ``jobs_pkey`` still starts with ``job_key``.
+- ``jobs_shard_check``: a job's shard is the one its key names.  ``lanes_shard_check``: a
+  lane's shard is its tenant's.
+
+Jobs made before this migration keep their keys, all in partition 1, so they are in
+shard 0 whatever their tenant: a key is a name clients hold, and it does not change.  On
+one PostgreSQL that changes nothing; only a distributed database needs every job in its
+tenant's shard (``SELECT count(*) FROM jobs WHERE shard <> jobfair_shard(tenant_id)``
+counts those that are not: jobs of tenants other than the default made before this
+migration, gone once retention has deleted them).  An idempotency key of such a job
+still finds it (insert_jobs looks for the tenant's key outside the tenant's shard).
+
+The primary keys and the idempotency index are rebuilt, and every row of jobs and lanes
+written once: on a large table this takes minutes, with writes to jobs blocked.
+"""
+
+from collections.abc import Sequence
+
+from alembic import op
+
+revision: str = "0008"
+down_revision: str | None = "0006"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+# 11 bits of md5('<default>'): XOR-ed into every tenant's hash, so that <default> is 0.
+DEFAULT_HASH = 138
+KEY_MAX = (1 << 52) - 1  # the last n of partition 1: 2**51 + 2**51 - 1
+
+FUNCTIONS = (
+    f"""CREATE FUNCTION jobfair_shard(tenant_id text) RETURNS smallint
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+        SELECT ((('x' || left(md5(tenant_id), 4))::bit(16)::int >> 5) # {DEFAULT_HASH})::smallint
+    $$""",
+    f"""CREATE FUNCTION jobfair_job_key(shard smallint, n bigint) RETURNS bigint
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+        SELECT ((shard::bigint + 1) << 51) | (n & {(1 << 51) - 1})
+    $$""",
+    """CREATE FUNCTION jobfair_key_shard(job_key bigint) RETURNS smallint
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+        SELECT ((job_key >> 51) - 1)::smallint
+    $$""",
+)
+
+
+def upgrade() -> None:
+    for function in FUNCTIONS:
+        op.execute(function)
+    op.execute(f"ALTER SEQUENCE job_key_seq MAXVALUE {KEY_MAX}")
+
+    # A key is made by jobfair_job_key, from the tenant's shard: no default can know it.
+    op.execute("ALTER TABLE jobs ADD COLUMN shard smallint, ALTER COLUMN job_key DROP DEFAULT")
+    op.execute("UPDATE jobs SET shard = jobfair_key_shard(job_key)")
+    op.execute(
+        "ALTER TABLE jobs ALTER COLUMN shard SET NOT NULL,"
+        " DROP CONSTRAINT jobs_pkey,"
+        " ADD CONSTRAINT jobs_pkey PRIMARY KEY (job_key, shard),"
+        " ADD CONSTRAINT jobs_shard_check"
+        " CHECK (shard BETWEEN 0 AND 2047 AND shard = (job_key >> 51) - 1)"
+    )
+    op.execute("DROP INDEX jobs_idempotency_idx")
+    op.execute(
+        "CREATE UNIQUE INDEX jobs_idempotency_idx ON jobs (tenant_id, idempotency_key, shard)"
+        " WHERE idempotency_key IS NOT NULL"
+    )
+
+    op.execute("ALTER TABLE lanes ADD COLUMN shard smallint")
+    op.execute("UPDATE lanes SET shard = jobfair_shard(tenant_id)")
+    op.execute(
+        "ALTER TABLE lanes ALTER COLUMN shard SET NOT NULL,"
+        " DROP CONSTRAINT lanes_pkey,"
+        " ADD CONSTRAINT lanes_pkey PRIMARY KEY (job_type, tenant_id, shard),"
+        " ADD CONSTRAINT lanes_shard_check CHECK (shard = jobfair_shard(tenant_id))"
+    )
+
+
+def downgrade() -> None:
+    op.execute(
+        "ALTER TABLE lanes DROP CONSTRAINT lanes_shard_check, DROP CONSTRAINT lanes_pkey,"
+        " ADD CONSTRAINT lanes_pkey PRIMARY KEY (job_type, tenant_id)"
+    )
+    op.execute("ALTER TABLE lanes DROP COLUMN shard")
+    op.execute("DROP INDEX jobs_idempotency_idx")
+    op.execute(
+        "CREATE UNIQUE INDEX jobs_idempotency_idx ON jobs (tenant_id, idempotency_key)"
+        " WHERE idempotency_key IS NOT NULL"
+    )
+    # Keys made since keep their shard bits: still unique, and found by key as before.
+    op.execute(
+        "ALTER TABLE jobs DROP CONSTRAINT jobs_shard_check, DROP CONSTRAINT jobs_pkey,"
+        " ADD CONSTRAINT jobs_pkey PRIMARY KEY (job_key),"
+        " ALTER COLUMN job_key SET DEFAULT nextval('job_key_seq')"
+    )
+    op.execute("ALTER TABLE jobs DROP COLUMN shard")
+    op.execute("ALTER SEQUENCE job_key_seq NO MAXVALUE")
+    op.execute(
+        "DROP FUNCTION jobfair_key_shard(bigint), jobfair_job_key(smallint, bigint),"
+        " jobfair_shard(text)"
+    )
