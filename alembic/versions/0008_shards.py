@@ -5,18 +5,15 @@ Revises: 0006
 Create Date: 2026-12-02
 
 Issue 26, section 3: the schema made ready to be distributed by tenant (Citus, with
-``shard`` as the distribution column; docs/scaling.md), on one PostgreSQL changing
-nothing a query sees.
+``shard`` as the distribution column; docs/scaling.md, ADR 024), on one PostgreSQL
+changing nothing a query sees.
 
-- ``jobfair_shard(tenant_id)``: a tenant's shard, 0 to 2047: 11 bits of the MD5 of its
-  id, XOR those of ``<default>``, so that the default tenant is shard 0.  Twin of
-  ``app.shards.shard_of`` (tests/integration/test_citus_readiness.py).
-- ``jobfair_job_key(shard, n)``: a new job's key, ``((shard + 1) << 51) | n`` with n from
-  ``job_key_seq``, as Zeebe's keys carry their partition in those bits: the default
-  tenant's keys stay what every key was (Camunda's partition 1: 2251799813685249 and
-  on), and a key alone names its job's shard (``jobfair_key_shard``), so a lookup by key
-  is single-shard.  The sequence now stops at 2**52 - 1 instead of running into the next
-  shard's keys.
+- ``jobfair_shard(tenant_id)``: a tenant's shard, 0 to 2047, the first 11 bits of the
+  MD5 of its id.  Twin of ``app.shards.shard_of`` (tests/integration/test_citus_readiness.py).
+- ``jobfair_job_key(shard, n)``: a new job's key, ``(n << 11) | shard`` with n from
+  ``job_key_seq``: a key alone names its job's shard (``jobfair_key_shard``), so a lookup
+  by key is single-shard, and keys still grow in the order jobs are made.  The sequence
+  now stops at 2**52 - 1, so that every key stays below 2**63.
 - ``jobs.shard`` and ``lanes.shard``, in the primary keys and in the idempotency index
   (Citus requires the distribution column in every unique index; the shard is a function
   of what those indexes already hold, so they mean what they meant).  Existing indexes
@@ -24,13 +21,13 @@ nothing a query sees.
 - ``jobs_shard_check``: a job's shard is the one its key names.  ``lanes_shard_check``: a
   lane's shard is its tenant's.
 
-Jobs made before this migration keep their keys, all in partition 1, so they are in
-shard 0 whatever their tenant: a key is a name clients hold, and it does not change.  On
-one PostgreSQL that changes nothing; only a distributed database needs every job in its
-tenant's shard (``SELECT count(*) FROM jobs WHERE shard <> jobfair_shard(tenant_id)``
-counts those that are not: jobs of tenants other than the default made before this
-migration, gone once retention has deleted them).  An idempotency key of such a job
-still finds it (insert_jobs looks for the tenant's key outside the tenant's shard).
+Jobs made before this migration keep their keys (below 2**52; the new ones are above
+2**62), and with them the shard their key names, not their tenant's: a key is a name
+clients hold, and it does not change.  On one PostgreSQL that changes nothing; only a
+distributed database needs every job in its tenant's shard (``SELECT count(*) FROM jobs
+WHERE shard <> jobfair_shard(tenant_id)`` counts those that are not, gone once retention
+has deleted them).  An idempotency key of such a job still finds it (insert_jobs looks
+for the tenant's key outside the tenant's shard too).
 
 The primary keys and the idempotency index are rebuilt, and every row of jobs and lanes
 written once: on a large table this takes minutes, with writes to jobs blocked.
@@ -45,22 +42,21 @@ down_revision: str | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-# 11 bits of md5('<default>'): XOR-ed into every tenant's hash, so that <default> is 0.
-DEFAULT_HASH = 138
-KEY_MAX = (1 << 52) - 1  # the last n of partition 1: 2**51 + 2**51 - 1
+SHARD_MASK = (1 << 11) - 1
+KEY_MAX = (1 << 52) - 1  # the last n whose key, n << 11, is below 2**63
 
 FUNCTIONS = (
-    f"""CREATE FUNCTION jobfair_shard(tenant_id text) RETURNS smallint
+    """CREATE FUNCTION jobfair_shard(tenant_id text) RETURNS smallint
     LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-        SELECT ((('x' || left(md5(tenant_id), 4))::bit(16)::int >> 5) # {DEFAULT_HASH})::smallint
+        SELECT (('x' || left(md5(tenant_id), 4))::bit(16)::int >> 5)::smallint
     $$""",
-    f"""CREATE FUNCTION jobfair_job_key(shard smallint, n bigint) RETURNS bigint
+    """CREATE FUNCTION jobfair_job_key(shard smallint, n bigint) RETURNS bigint
     LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-        SELECT ((shard::bigint + 1) << 51) | (n & {(1 << 51) - 1})
+        SELECT (n << 11) | shard
     $$""",
-    """CREATE FUNCTION jobfair_key_shard(job_key bigint) RETURNS smallint
+    f"""CREATE FUNCTION jobfair_key_shard(job_key bigint) RETURNS smallint
     LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-        SELECT ((job_key >> 51) - 1)::smallint
+        SELECT (job_key & {SHARD_MASK})::smallint
     $$""",
 )
 
@@ -78,7 +74,7 @@ def upgrade() -> None:
         " DROP CONSTRAINT jobs_pkey,"
         " ADD CONSTRAINT jobs_pkey PRIMARY KEY (job_key, shard),"
         " ADD CONSTRAINT jobs_shard_check"
-        " CHECK (shard BETWEEN 0 AND 2047 AND shard = (job_key >> 51) - 1)"
+        f" CHECK (shard = (job_key & {SHARD_MASK}))"
     )
     op.execute("DROP INDEX jobs_idempotency_idx")
     op.execute(

@@ -81,8 +81,8 @@ ins_plain AS (
 ),
 ins_keyed AS (
     {_INSERT_INPUT} WHERE idempotency_key IS NOT NULL
-      -- A job made before alembic 0008 is in shard 0 whatever its tenant (its key says
-      -- so), out of reach of the unique index's (tenant, key, shard): found here.
+      -- A job made before alembic 0008 is in the shard its key names, not its tenant's,
+      -- out of reach of the unique index's (tenant, key, shard): found here.
       AND NOT EXISTS (SELECT 1 FROM jobs o
                       WHERE o.tenant_id = input.tenant_id
                         AND o.idempotency_key = input.idempotency_key

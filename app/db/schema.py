@@ -33,10 +33,9 @@ from app.domain import JobState
 
 metadata = MetaData()
 
-# Camunda's keys start at partition 1's base (1 << 51) + 1; ours do too, so that keys look
-# familiar to Camunda users.  A key is jobfair_job_key(shard, nextval): the shard in the
-# bits above 51, the sequence's low 51 bits below (app.shards, alembic 0008), so the
-# sequence stops where partition 1 ends.
+# Camunda's keys start at partition 1's base (1 << 51) + 1, and so does this sequence.
+# A key is jobfair_job_key(shard, nextval) = nextval << 11 | shard (app.shards, alembic
+# 0008), so the sequence stops where that would pass 2**63.
 job_key_seq = Sequence(
     "job_key_seq",
     start=2251799813685249,
@@ -63,9 +62,9 @@ jobs = Table(
     metadata,
     # Made by jobfair_job_key from the tenant's shard (no default could know it).
     Column("job_key", BigInteger, job_key_seq, nullable=False),
-    # The tenant's shard, named by the key too: the distribution column of a distributed
-    # database (docs/scaling.md), in every unique index.  Jobs made before alembic 0008
-    # keep their keys, hence shard 0.
+    # The tenant's shard, named by the key's low bits too: the distribution column of a
+    # distributed database (docs/scaling.md), in every unique index.  Jobs made before
+    # alembic 0008 keep their keys, and the shard those name.
     Column("shard", SmallInteger, nullable=False),
     Column("job_type", Text, nullable=False),
     Column("tenant_id", Text, nullable=False),
@@ -94,9 +93,7 @@ jobs = Table(
     CheckConstraint("priority BETWEEN 0 AND 100", name="jobs_priority_check"),
     CheckConstraint("retries >= 0", name="jobs_retries_check"),
     CheckConstraint("(state = 'ACTIVATED') = (deadline IS NOT NULL)", name="jobs_deadline_check"),
-    CheckConstraint(
-        "shard BETWEEN 0 AND 2047 AND shard = (job_key >> 51) - 1", name="jobs_shard_check"
-    ),
+    CheckConstraint("shard = (job_key & 2047)", name="jobs_shard_check"),
     PrimaryKeyConstraint("job_key", "shard", name="jobs_pkey"),
     # Dead tuples are the cost of a queue table: vacuum it early and often.
     postgresql_with={

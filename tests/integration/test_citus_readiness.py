@@ -61,24 +61,21 @@ async def test_a_tenants_shard_is_the_same_in_python_and_in_sql(store: Database)
     )
     in_sql = {r["t"]: r["shard"] for r in rows}
     assert in_sql == {t: shards.shard_of(t) for t in tenants}
-    assert in_sql[DEFAULT_TENANT] == 0
     assert all(0 <= s < shards.SHARDS for s in in_sql.values())
     # A hash spreads them: 5,000 tenants over 2,048 shards fill about 1,870.
     assert len(set(in_sql.values())) > 1700
 
 
 async def test_keys_are_made_and_read_alike_in_python_and_in_sql(store: Database) -> None:
-    cases = [(0, 2251799813685249), (0, (1 << 52) - 1), (5, 2251799813685300), (2047, 1 << 51)]
-    for shard, n in cases:
+    first, last = 2251799813685249, (1 << 52) - 1  # the sequence's range
+    for shard, n in [(0, first), (5, first + 51), (2047, first + 2), (1234, last)]:
         key = await store.fetchval("SELECT jobfair_job_key($1::smallint, $2)", shard, n)
         assert key == shards.job_key(shard, n)
-        assert key >> shards.KEY_BITS == shard + 1 and key < 1 << 63
+        assert key >> shards.SHARD_BITS == n and (1 << 62) < key < (1 << 63)
         assert await store.fetchval("SELECT jobfair_key_shard($1)", key) == shard
         assert shards.shard_of_key(key) == shard
-    # The default tenant's keys are what every key was: Camunda's partition 1.
-    assert shards.job_key(0, 2251799813685249) == 2251799813685249
-    # A key below 2**51 names no shard (a lookup of it finds nothing).
-    assert await store.fetchval("SELECT jobfair_key_shard(42)") == -1
+    # Keys grow with n whatever their shards: the primary key is appended to in order.
+    assert shards.job_key(2047, first) < shards.job_key(0, first + 1)
 
 
 UNIQUE_INDEXES = """
@@ -221,7 +218,7 @@ async def test_jobs_made_before_the_shards_keep_their_keys_and_their_idempotency
     db = await Database.connect(before_shards, size=2)
     try:
         for row in made:
-            # Every old key is partition 1, so shard 0: found by key as before.
+            # An old key names the shard it names: its job is found by it as before.
             job = await stored_jobs.get(db, row["job_key"])
             assert job is not None and job.job.tenant_id == row["tenant_id"]
             # Its idempotency key still answers with it, whatever its tenant's shard.
@@ -236,9 +233,17 @@ async def test_jobs_made_before_the_shards_keep_their_keys_and_their_idempotency
         assert {r["tenant_id"]: r["shard"] for r in lanes} == {
             t: shards.shard_of(t) for t in (DEFAULT_TENANT, "acme")
         }
-        # What a distributed database would need moved: the old job of another tenant.
-        assert await db.fetchval(
-            "SELECT array_agg(tenant_id) FROM jobs WHERE shard <> jobfair_shard(tenant_id)"
-        ) == ["acme"]
+        # What a distributed database would need moved: the old jobs outside their
+        # tenant's shard.
+        moved = await db.fetch("SELECT tenant_id FROM jobs WHERE shard <> jobfair_shard(tenant_id)")
+        assert {r["tenant_id"] for r in moved} == {
+            r["tenant_id"]
+            for r in made
+            if shards.shard_of_key(r["job_key"]) != shards.shard_of(r["tenant_id"])
+        }
+        # A new job of the same tenant is in its tenant's shard.
+        [new_job] = await stored_jobs.insert(db, [{"type": "old", "tenantId": "acme"}], utcnow())
+        assert shards.shard_of_key(new_job.job_key) == shards.shard_of("acme")
+        assert new_job.job_key > max(r["job_key"] for r in made)
     finally:
         await db.close()
