@@ -204,7 +204,10 @@ async def _read(conn: asyncpg.Connection, k: int) -> list[tuple[float, str]]:
 async def _reads(urls: list[str], k: int, calls: int, postgres: int) -> dict[str, Any]:
     """``calls`` lane reads of the first ``k`` lanes: on each database at once and merged
     when there are several.  Latency per read and PostgreSQL's CPU per read."""
-    conns = [await asyncpg.connect(u) for u in urls]
+    # As the server's pool connects: generic plans (app.db.pool), so each read is not
+    # planned anew.
+    settings = {"plan_cache_mode": "force_generic_plan", "jit": "off"}
+    conns = [await asyncpg.connect(u, server_settings=settings) for u in urls]
     try:
         for _ in range(20):  # plans made, caches warm
             await asyncio.gather(*(_read(c, k) for c in conns))
@@ -260,47 +263,87 @@ def bench_fanout(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]]
 # -- capacity ---------------------------------------------------------------------------
 
 
-def _per_job(meter: CpuMeter, jobs: int, rate: float) -> dict[str, Any]:
-    seconds, _ = meter.split()
-    return {
-        "jobsPerSec": rate,
-        "serverUsPerJob": 1e6 * seconds["server"] / jobs,
-        "postgresUsPerJob": 1e6 * seconds["postgres"] / jobs,
-    }
+async def _wal_lsn(url: str) -> str:
+    conn = await asyncpg.connect(url)
+    try:
+        lsn: str = await conn.fetchval("SELECT pg_current_wal_lsn()::text")
+        return lsn
+    finally:
+        await conn.close()
+
+
+async def _wal_since(url: str, lsn: str) -> float:
+    conn = await asyncpg.connect(url)
+    try:
+        return float(
+            await conn.fetchval(
+                "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::text::pg_lsn)", lsn
+            )
+        )
+    finally:
+        await conn.close()
+
+
+class _Measured:
+    """CPU of the server and PostgreSQL, and WAL written, from construction to ``row``."""
+
+    def __init__(self, url: str, base: str, postgres: int) -> None:
+        self.url = url
+        self.lsn = asyncio.run(_wal_lsn(url))
+        self.meter = CpuMeter(server_pid(base), postgres)
+
+    def row(self, jobs: int, rate: float) -> dict[str, Any]:
+        seconds, _ = self.meter.split()
+        return {
+            "jobsPerSec": rate,
+            "serverUsPerJob": 1e6 * seconds["server"] / jobs,
+            "postgresUsPerJob": 1e6 * seconds["postgres"] / jobs,
+            "walBytesPerJob": asyncio.run(_wal_since(self.url, self.lsn)) / jobs,
+        }
+
+
+async def _empty(url: str) -> None:
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute("TRUNCATE jobs, lanes")
+    finally:
+        await conn.close()
 
 
 def bench_capacity(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Each round: one server on a fresh database, each path in turn, the tables emptied
+    between them."""
     runs: dict[str, list[dict[str, Any]]] = {}
+    jobs = args.jobs - args.jobs % len(TENANTS)
     for _ in range(args.rounds):
-        # Enqueue: 4 producers, batches of 1,000 jobs (bench.run's enqueue).
         url = pg.fresh_db("bench_capacity")
         with server(url) as base:
-            batches = args.enqueue_batches
-            meter = CpuMeter(server_pid(base), pg.postmaster_pid)
-            rate = asyncio.run(_enqueue(base, 4, batches, 1000))
-            # _enqueue makes one more batch first (a warm-up), counted in the CPU.
+            # Enqueue: 4 producers, batches of 1,000 jobs (bench.run's enqueue); it makes
+            # one batch more first (a warm-up), counted here.
+            m = _Measured(url, base, pg.postmaster_pid)
+            rate = asyncio.run(_enqueue(base, 4, args.enqueue_batches, 1000))
             runs.setdefault("enqueue, batches of 1,000", []).append(
-                _per_job(meter, (4 * batches + 1) * 1000, rate)
+                m.row((4 * args.enqueue_batches + 1) * 1000, rate)
             )
-        # Pickup: one job per POST /v2/jobs, taken by one of 4 waiting long polls and
-        # completed with its own call; paced at --pickup-rate.
-        url = pg.fresh_db("bench_capacity")
-        with server(url) as base:
-            meter = CpuMeter(server_pid(base), pg.postmaster_pid)
+            # Pickup: one job per POST /v2/jobs, taken by one of 4 waiting long polls and
+            # completed with a call of its own, paced at most at --pickup-rate (100 warm-up
+            # jobs first, counted here): the producer waits for each answer, so the rate is
+            # what it reached.
+            asyncio.run(_empty(url))
+            m = _Measured(url, base, pg.postmaster_pid)
+            started = time.perf_counter()
             asyncio.run(_pickup(base, "longpoll", args.pickup_jobs, args.pickup_rate))
+            made = args.pickup_jobs + 100
             runs.setdefault("pickup, one job at a time", []).append(
-                _per_job(meter, args.pickup_jobs + 100, float(args.pickup_rate))
+                m.row(made, made / (time.perf_counter() - started))
             )
-        # Drain: activations of 10 and 100 jobs, completed in one call per activation.
-        for max_jobs in (10, 100):
-            url = pg.fresh_db("bench_capacity")
-            jobs = args.jobs - args.jobs % len(TENANTS)
-            asyncio.run(preload(url, "bench", {t: jobs // len(TENANTS) for t in TENANTS}))
-            with server(url) as base:
-                meter = CpuMeter(server_pid(base), pg.postmaster_pid)
+            # Drain: activations of 10 and 100 jobs, each completed in one call.
+            for max_jobs in (10, 100):
+                asyncio.run(_reload(url, jobs))
+                m = _Measured(url, base, pg.postmaster_pid)
                 rate = asyncio.run(_drain(base, args.workers, max_jobs, "batch", jobs))
                 runs.setdefault(f"drain, maxJobs {max_jobs}, batch completion", []).append(
-                    _per_job(meter, jobs, rate)
+                    m.row(jobs, rate)
                 )
     rows = []
     for path, rs in runs.items():
@@ -315,6 +358,7 @@ def bench_capacity(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any
                 "postgresSharePct": 100 * postgres_us / (server_us + postgres_us),
                 "jobsPerServerCore": 1e6 / server_us,
                 "jobsPerPostgresCore": 1e6 / postgres_us,
+                "walBytesPerJob": median([r["walBytesPerJob"] for r in rs]),
             }
         )
     return rows
@@ -361,6 +405,7 @@ BENCHES = {
             "postgresSharePct",
             "jobsPerServerCore",
             "jobsPerPostgresCore",
+            "walBytesPerJob",
         ],
     ),
 }
@@ -368,18 +413,18 @@ BENCHES = {
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("benches", nargs="*", default=list(BENCHES), choices=[[], *BENCHES])
+    p.add_argument("benches", nargs="*", default=[], choices=[[], *BENCHES], help="all if none")
     p.add_argument("--rounds", type=int, default=3, help="runs per figure (median reported)")
     p.add_argument("--replicas", type=int, nargs="+", default=[1, 2, 3])
     p.add_argument("--workers", type=int, default=12, help="drain workers (over the replicas)")
     p.add_argument("--max-jobs", type=int, default=10, help="the replicas drain's maxJobs")
-    p.add_argument("--jobs", type=int, default=20_000, help="jobs per drain")
+    p.add_argument("--jobs", type=int, default=10_000, help="jobs per drain")
     p.add_argument("--pool", type=int, default=20, help="each replica's JOBFAIR_DB_POOL_SIZE")
     p.add_argument("--shards", type=int, default=4, help="databases of the fan-out")
-    p.add_argument("--lanes", type=int, default=2_000, help="lanes (tenants) of the fan-out")
-    p.add_argument("--reads", type=int, default=300, help="lane reads per fan-out figure")
+    p.add_argument("--lanes", type=int, default=8_000, help="lanes (tenants) of the fan-out")
+    p.add_argument("--reads", type=int, default=500, help="lane reads per fan-out figure")
     p.add_argument("--enqueue-batches", type=int, default=5, help="per producer")
-    p.add_argument("--pickup-jobs", type=int, default=1_500)
+    p.add_argument("--pickup-jobs", type=int, default=300)
     p.add_argument("--pickup-rate", type=int, default=500)
     args = p.parse_args()
     os.makedirs(ROOT / ".jobfair", exist_ok=True)
