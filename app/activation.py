@@ -317,6 +317,11 @@ class ActivationService:
                 read = await self.charges.read(job_type, width, sorted(exclude), first.tenant_ids)
                 cfg, rows = read.config, read.ready
                 aging = self.resolve_aging(cfg.aging_interval_ms, cfg.aging_step)
+                if read.paused:
+                    # Nothing to give until it is resumed, which notifies the type: the
+                    # callers wait as for a dry type.
+                    dry = True
+                    break
                 # Lanes met without a ready job are parked after the call, and not read
                 # again in it.
                 short.update(read.empty)

@@ -47,6 +47,9 @@ class Settings(BaseSettings):
     aging_interval_ms: Positive = 60_000
     aging_step: Annotated[int, Field(ge=0, le=100)] = 10
     retention_s: NonNegative = 604_800
+    # Every transition of a job written to its attempt history (GET /v2/jobs/{key}/history)
+    # in the statement that makes it; off saves the database those writes (ADR 023).
+    job_history: bool = True
     # API keys (app.keys, app.api.security).  None: off on loopback, required elsewhere.
     auth: Literal["off", "required"] | None = None
     # A server re-reads a key it has verified at most this long after (revocation and

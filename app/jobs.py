@@ -203,10 +203,14 @@ class JobService:
         return job_record(found.job, now, aging)
 
     async def cancel(self, job_key: int, now: datetime) -> None:
-        lane = await stored.cancel(self.db, job_key, now)
+        """CREATED (delayed too) or ACTIVATED -> CANCELED; an ACTIVATED job's worker
+        then gets 409 for its finish."""
+        lane = await finishing.cancel(self.db, job_key, now)
         if lane is None:
             row = await self._existing(job_key)
-            raise InvalidState(f"job {job_key} is {row.state}; only a CREATED job can be canceled")
+            raise InvalidState(
+                f"job {job_key} is {row.state}; only a CREATED or ACTIVATED job can be canceled"
+            )
         self.metrics.count_one(self.metrics.canceled, *lane)
         if logs.jobs.isEnabledFor(logging.INFO):
             logs.job_event(logging.INFO, "canceled", job_key, *lane)
@@ -247,10 +251,19 @@ class JobService:
     ) -> list[bool]:
         """One statement cannot judge a job twice (its UPDATE changes a row once, and
         both namings read as done), so the n-th naming of each job goes into the n-th
-        statement, after the one before committed."""
+        statement, after the one before committed.  A naming of a job with the same
+        activationCount as an earlier one is judged without a statement, as if it came
+        right after that one (namings of other jobs commute with it), where it cannot
+        complete the job: the earlier one did, or found it not ACTIVATED at that count.
+        So a body naming one job a thousand times costs one statement, not a thousand
+        in a row."""
         statements: list[list[int]] = []  # positions in items, per statement
         namings: dict[int, int] = {}
-        for i, (key, _, _) in enumerate(items):
+        fences: set[tuple[int, int]] = set()
+        for i, (key, count, _) in enumerate(items):
+            if (key, count) in fences:
+                continue  # not completed: answered 409 (or 404) with the others
+            fences.add((key, count))
             n = namings.get(key, 0)
             namings[key] = n + 1
             if n == len(statements):

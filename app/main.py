@@ -21,6 +21,7 @@ from app.api.context import Services
 from app.api.direct import App, DirectRoutes, literal_paths
 from app.api.routes import OPERATIONS, include
 from app.api.security import Gate, KeyLimits
+from app.browser import BrowserService
 from app.config import Settings
 from app.db import Database, StoreUnavailable
 from app.db.listen import Notifier
@@ -32,6 +33,7 @@ from app.operators import ConfigService, HealthService, SearchService, StatsServ
 from app.streaming import StreamRegistry
 from app.sweepers import Background
 from app.waiting import WaiterHub
+from app.workers import WorkerSightings
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +98,7 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
             min_size=settings.db_pool_min_size,
             acquire_timeout_s=settings.db_acquire_timeout_ms / 1000,
             wait_s=settings.db_startup_wait_s,
+            history=settings.job_history,
         )
         metrics = Metrics(settings.metrics_top_tenants)
         activation = ActivationService(db, settings, metrics)
@@ -117,8 +120,16 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
         metrics.process_state = functools.partial(
             _process_state, db, activation, waiters, streams, notifier
         )
+        sightings = WorkerSightings(db)
         bg = Background(
-            db, settings, session_url, stats, _stop_process, enabled=background, metrics=metrics
+            db,
+            settings,
+            session_url,
+            stats,
+            _stop_process,
+            enabled=background,
+            metrics=metrics,
+            workers=sightings,
         )
         keys = KeyService(
             db,
@@ -135,6 +146,8 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
             config=ConfigService(db, activation.resolve_aging),
             stats=stats,
             search=SearchService(db),
+            browser=BrowserService(db, activation.resolve_aging),
+            workers=sightings,
             health=HealthService(db),
             background=bg,
             waiters=waiters,

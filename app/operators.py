@@ -16,7 +16,7 @@ from app.db import operators as stored
 from app.db.rows import JobRow, JobTypeRow, LaneSampleRow, LaneStats, TenantRow
 from app.errors import NotFound
 from app.scheduler import Aging
-from app.shares import LaneSample, ShareWindow
+from app.shares import LaneSample, ShareWindow, Throughput
 
 STATS_WINDOW_S = 60.0
 
@@ -33,9 +33,19 @@ class ConfigService:
     async def get_tenant(self, tenant_id: str) -> dict[str, Any]:
         row = await stored.get_tenant(self.db, tenant_id)
         if row is None:
-            # An unconfigured tenant has the defaults; it is not an error to look at it.
-            return {"tenantId": tenant_id, "weight": 1, "maxActiveJobs": None}
+            # An unconfigured tenant has the defaults; it is not an error to look at it,
+            # and the answer says it is not configured.
+            return _unconfigured_tenant(tenant_id)
         return _tenant(row)
+
+    async def pause_tenant(self, tenant_id: str) -> dict[str, Any]:
+        """Paused: its lanes are held out of every activation until it is resumed."""
+        return _tenant(await stored.pause_tenant(self.db, tenant_id))
+
+    async def resume_tenant(self, tenant_id: str) -> dict[str, Any]:
+        """Resumed: its lanes re-enter at the type's virtual time (no banked credit)."""
+        row = await stored.resume_tenant(self.db, tenant_id)
+        return _unconfigured_tenant(tenant_id) if row is None else _tenant(row)
 
     async def list_tenants(self) -> list[dict[str, Any]]:
         return [_tenant(r) for r in await stored.list_tenants(self.db)]
@@ -53,15 +63,26 @@ class ConfigService:
 
     async def get_job_type(self, job_type: str) -> dict[str, Any]:
         row = await stored.get_job_type(self.db, job_type)
-        if row is None:
-            aging = self.resolve_aging(None, None)
-            return {
-                "type": job_type,
-                "maxActiveJobs": None,
-                "agingIntervalMs": aging.interval_ms,
-                "agingStep": aging.step,
-            }
-        return self._job_type(row)
+        return self._unconfigured_job_type(job_type) if row is None else self._job_type(row)
+
+    async def pause_job_type(self, job_type: str) -> dict[str, Any]:
+        """Paused: no activation gives a job of the type until it is resumed."""
+        return self._job_type(await stored.pause_job_type(self.db, job_type))
+
+    async def resume_job_type(self, job_type: str) -> dict[str, Any]:
+        row = await stored.resume_job_type(self.db, job_type)
+        return self._unconfigured_job_type(job_type) if row is None else self._job_type(row)
+
+    def _unconfigured_job_type(self, job_type: str) -> dict[str, Any]:
+        aging = self.resolve_aging(None, None)
+        return {
+            "type": job_type,
+            "maxActiveJobs": None,
+            "agingIntervalMs": aging.interval_ms,
+            "agingStep": aging.step,
+            "paused": False,
+            "configured": False,
+        }
 
     async def list_job_types(self) -> list[dict[str, Any]]:
         return [self._job_type(r) for r in await stored.list_job_types(self.db)]
@@ -73,11 +94,29 @@ class ConfigService:
             "maxActiveJobs": row.max_active_jobs,
             "agingIntervalMs": aging.interval_ms,
             "agingStep": aging.step,
+            "paused": row.paused,
+            "configured": True,
         }
 
 
 def _tenant(row: TenantRow) -> dict[str, Any]:
-    return {"tenantId": row.tenant_id, "weight": row.weight, "maxActiveJobs": row.max_active_jobs}
+    return {
+        "tenantId": row.tenant_id,
+        "weight": row.weight,
+        "maxActiveJobs": row.max_active_jobs,
+        "paused": row.paused,
+        "configured": True,
+    }
+
+
+def _unconfigured_tenant(tenant_id: str) -> dict[str, Any]:
+    return {
+        "tenantId": tenant_id,
+        "weight": 1,
+        "maxActiveJobs": None,
+        "paused": False,
+        "configured": False,
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,8 +138,14 @@ class LaneView:
     # Its virtual time minus the smallest among its type's backlogged lanes not held at
     # a cap (None: not backlogged).
     vtime_lag: float | None
-    # Issue 24 section 3 (pause and resume) sets this; until then nothing is paused.
-    paused: bool = False
+    # Whether the lane's tenant or its job type is paused (POST .../pause), each apart,
+    # and either (the metrics' flag).
+    tenant_paused: bool = False
+    type_paused: bool = False
+
+    @property
+    def paused(self) -> bool:
+        return self.tenant_paused or self.type_paused
 
 
 class StatsService:
@@ -114,6 +159,7 @@ class StatsService:
         self.db = db
         self.sample_interval_s = sample_interval_s
         self.window = ShareWindow(window_s)
+        self.throughput = Throughput()
         self.latest: list[LaneSampleRow] = []
 
     async def sample(self) -> list[LaneSampleRow]:
@@ -125,7 +171,12 @@ class StatsService:
             )
             for r in rows
         }
-        self.window.add(time.monotonic(), lanes)
+        now = time.monotonic()
+        self.window.add(now, lanes)
+        totals: dict[str, int] = {}
+        for r in rows:
+            totals[r.job_type] = totals.get(r.job_type, 0) + r.activated_total
+        self.throughput.add(now, totals)
         self.latest = rows
         return rows
 
@@ -145,12 +196,12 @@ class StatsService:
         sampled = await self.sample()
         tenants = await stored.list_tenants(self.db)
         weights = {r.tenant_id: r.weight for r in tenants}
+        paused_tenants = {r.tenant_id for r in tenants if r.paused}
+        paused_types: set[str] = set()
         if every_lane:
-            rows = _with_caps(
-                await stored_metrics.lane_counts(self.db),
-                {r.tenant_id: r.max_active_jobs for r in tenants},
-                {r.job_type: r.max_active_jobs for r in await stored.list_job_types(self.db)},
-            )
+            job_types = await stored.list_job_types(self.db)
+            paused_types = {r.job_type for r in job_types if r.paused}
+            rows = _with_caps(await stored_metrics.lane_counts(self.db), tenants, job_types)
             if job_type is not None:
                 rows = [r for r in rows if r.job_type == job_type]
         else:
@@ -171,7 +222,8 @@ class StatsService:
         )
         backlogged: dict[str, list[str]] = {}
         for r in rows:
-            if r.ready > 0:
+            # A paused tenant is owed nothing while paused: its weight is left out.
+            if r.ready > 0 and not r.tenant_paused:
                 backlogged.setdefault(r.job_type, []).append(r.tenant_id)
         configured = {
             t: scheduler.configured_shares(weights, tenants) for t, tenants in backlogged.items()
@@ -202,6 +254,8 @@ class StatsService:
                     entitled,
                     configured.get(r.job_type, {}).get(r.tenant_id, 0.0),
                     lags.get(lane),
+                    r.tenant_paused,
+                    r.type_paused,
                 )
             )
         if every_lane:
@@ -224,6 +278,8 @@ class StatsService:
                         entitled,
                         0.0,
                         lags.get(lane),
+                        lane[1] in paused_tenants,
+                        lane[0] in paused_types,
                     )
                 )
         return views
@@ -240,9 +296,11 @@ class StatsService:
         oldest ready job, timed from when it became ready: a delayed job is not
         waiting.  ``cappedBy`` says which cap, if any, stops the lane from getting more
         jobs now ("tenant": its tenant's, over every type; else "type"), so a lane held
-        back by a cap does not look starved.  Configured shares are over the lanes with
-        ready jobs now, entitled ones over the lanes backlogged in the window; all
-        shares are among the lanes the caller may see (its key's scope)."""
+        back by a cap does not look starved; ``paused``, whether the type or the tenant
+        is paused.  Configured shares are over the lanes with ready jobs now whose
+        tenant is not paused, entitled ones over the lanes backlogged in the window (a
+        paused tenant's lanes are held, so not backlogged); all shares are among the
+        lanes the caller may see (its key's scope)."""
         types: dict[str, dict[str, Any]] = {}
         for v in await self.lanes(now, job_type, visible):
             t = types.get(v.job_type)
@@ -255,6 +313,7 @@ class StatsService:
                     "active": 0,
                     "oldestPendingAgeMs": None,
                     "oldestReadyJobKey": None,
+                    "paused": v.type_paused,
                     "tenants": [],
                 }
             age = v.oldest_ready_age_ms
@@ -283,30 +342,43 @@ class StatsService:
                     "configuredShare": round(v.configured_share, 4),
                     "entitledShare": round(v.entitled_share, 4),
                     "vtimeLag": None if v.vtime_lag is None else round(v.vtime_lag, 6),
+                    "paused": v.tenant_paused,
                 }
             )
+        # The series sums every tenant's activations: a key that sees only some is not
+        # given it (its dashboard draws the series from what it samples itself).
+        series = {} if visible is not None else self.throughput.per_minute(time.monotonic())
+        for t in types.values():
+            t["activatedPerMinute"] = series.get(t["type"]) if visible is None else None
         return {"jobTypes": list(types.values())}
 
 
 def _with_caps(
     rows: Sequence[LaneStats],
-    tenant_caps: dict[str, int | None],
-    type_caps: dict[str, int | None],
+    tenants: Sequence[TenantRow],
+    job_types: Sequence[JobTypeRow],
 ) -> list[LaneStats]:
-    """``rows`` with their caps and their tenants' active jobs (of every type), as the
-    stats statement joins them."""
+    """``rows`` with their caps, their tenants' active jobs (of every type) and whether
+    their tenant or type is paused, as the stats statement joins them."""
+    by_tenant = {t.tenant_id: t for t in tenants}
+    by_type = {t.job_type: t for t in job_types}
     tenant_active: dict[str, int] = {}
     for r in rows:
         tenant_active[r.tenant_id] = tenant_active.get(r.tenant_id, 0) + r.active
-    return [
-        dataclasses.replace(
-            r,
-            tenant_cap=tenant_caps.get(r.tenant_id),
-            type_cap=type_caps.get(r.job_type),
-            tenant_active=tenant_active[r.tenant_id],
+    out = []
+    for r in rows:
+        tenant, job_type = by_tenant.get(r.tenant_id), by_type.get(r.job_type)
+        out.append(
+            dataclasses.replace(
+                r,
+                tenant_cap=None if tenant is None else tenant.max_active_jobs,
+                type_cap=None if job_type is None else job_type.max_active_jobs,
+                tenant_active=tenant_active[r.tenant_id],
+                tenant_paused=tenant is not None and tenant.paused,
+                type_paused=job_type is not None and job_type.paused,
+            )
         )
-        for r in rows
-    ]
+    return out
 
 
 def _vtime_lags(rows: Sequence[LaneSampleRow]) -> dict[tuple[str, str], float]:

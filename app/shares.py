@@ -16,6 +16,7 @@ of activations for the others.
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -139,3 +140,41 @@ def interval(
         for lane, a, w in members:
             out[lane] = (a, total * w / weights)
     return out
+
+
+class Throughput:
+    """Each job type's activations per minute over the last ``minutes`` (the dashboard's
+    time series), from samples of the types' running totals (the sums of their lanes'
+    ``activated_total``, shared by every replica) kept in this process.  Pure: it is
+    given the instants.  A minute that ended before this process's first sample is None,
+    not 0; the minute that sample fell in counts from it."""
+
+    def __init__(self, minutes: int = 15) -> None:
+        self.minutes = minutes
+        self.samples: deque[tuple[float, Mapping[str, int]]] = deque()
+
+    def add(self, at: float, totals: Mapping[str, int]) -> None:
+        self.samples.append((at, totals))
+        # Keep one sample at or before the oldest minute's start, for its baseline.
+        horizon = at - self.minutes * 60.0
+        while len(self.samples) > 2 and self.samples[1][0] <= horizon:
+            self.samples.popleft()
+
+    def per_minute(self, now: float) -> dict[str, list[int | None]]:
+        """Per job type, the activations of each of the last ``minutes`` minutes, oldest
+        first, the last one ending at ``now``."""
+        times = [at for at, _ in self.samples]
+        bounds = [now - (self.minutes - i) * 60.0 for i in range(self.minutes + 1)]
+        # The latest sample at or before each bound (None before the first sample).
+        at_bound = [bisect.bisect_right(times, b) - 1 for b in bounds]
+        types = {t for _, totals in self.samples for t in totals}
+        series: dict[str, list[int | None]] = {}
+        for job_type in types:
+            values = [None if i < 0 else self.samples[i][1].get(job_type, 0) for i in at_bound]
+            # The minute this process's first sample fell in counts from that sample.
+            first = self.samples[0][1].get(job_type, 0) if self.samples else 0
+            series[job_type] = [
+                None if b is None else max(0, b - (first if a is None else a))
+                for a, b in zip(values, values[1:], strict=False)
+            ]
+        return series

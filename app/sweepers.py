@@ -1,4 +1,5 @@
-"""Background work: lease expiry, promotion of due jobs, retention, stats sampling.
+"""Background work: lease expiry, promotion of due jobs, retention, stats sampling, and
+writing the workers seen.
 
 Leader-only tasks run on one process at a time across replicas: the holder of a
 session-level advisory lock on a dedicated connection.  Every task is safe to run twice
@@ -24,6 +25,7 @@ from app.db.leader import LeaderLock
 from app.domain import utcnow
 from app.metrics import LabelRefresher, Metrics, ProcessSync, TenantRanker, multiprocess_dir
 from app.operators import StatsService
+from app.workers import SEEN_WINDOW, WorkerSightings
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +92,8 @@ class Promoter:
 
 
 class RetentionSweeper:
-    """Deletes terminal jobs older than the retention period, in bounded batches."""
+    """Deletes terminal jobs older than the retention period, in bounded batches (their
+    history with them), and worker names not seen for a day."""
 
     name = "retention"
 
@@ -101,7 +104,9 @@ class RetentionSweeper:
 
     async def run_once(self, now: datetime) -> int:
         before = now - timedelta(seconds=self.retention_s)
-        return await _in_batches(lambda: maintenance.prune_terminal(self.db, before, BATCH))
+        pruned = await _in_batches(lambda: maintenance.prune_terminal(self.db, before, BATCH))
+        await maintenance.prune_workers(self.db, now - SEEN_WINDOW)
+        return pruned
 
 
 class StatsSampler:
@@ -124,6 +129,7 @@ Task = (
     | LabelRefresher
     | ProcessSync
     | TenantRanker
+    | WorkerSightings
 )
 
 
@@ -137,6 +143,7 @@ class Background:
         on_fatal: Callable[[BaseException], None],
         enabled: bool = True,
         metrics: Metrics | None = None,
+        workers: WorkerSightings | None = None,
     ) -> None:
         self.db = db
         self.on_fatal = on_fatal
@@ -151,6 +158,8 @@ class Background:
         # Every process: its state into the shared metrics files (multiprocess mode) and
         # the labelled tenants read; the leader decides those (app.metrics).
         self.process_tasks: list[Task] = [self.sampler]
+        if workers is not None:  # every process writes the worker names it saw
+            self.process_tasks.append(workers)
         self.labels: LabelRefresher | None = None
         self.ranker: TenantRanker | None = None
         if metrics is not None:

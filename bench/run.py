@@ -225,11 +225,14 @@ def bench_drain(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]]:
                         )
                         with server(url, workers=sw) as base:
                             meter = CpuMeter(server_pid(base), pg.postmaster_pid)
+                            wal_before = asyncio.run(_wal_bytes(url))
                             runs.append(
                                 asyncio.run(_drain(base, workers, max_jobs, completion, total))
                             )
                             for name, value in _cpu_per_job(meter, total).items():
                                 cpu.setdefault(name, []).append(value)
+                            wal = asyncio.run(_wal_bytes(url)) - wal_before
+                            cpu.setdefault("walBytesPerJob", []).append(wal / total)
                     rows.append(
                         {
                             "workers": workers,
@@ -242,6 +245,17 @@ def bench_drain(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]]:
                         }
                     )
     return rows
+
+
+async def _wal_bytes(url: str) -> int:
+    """Where PostgreSQL's write-ahead log is, in bytes: the difference of two readings is
+    what a run wrote (the whole server's, so a checkpoint's full-page images count too).
+    Unlike CPU time it does not move with the machine's load."""
+    conn = await asyncpg.connect(url)
+    try:
+        return int(await conn.fetchval("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn"))
+    finally:
+        await conn.close()
 
 
 def _cpu_per_job(meter: CpuMeter, jobs: int) -> dict[str, float]:
@@ -529,6 +543,7 @@ BENCHES = {
             "postgresUsPerJob",
             "loadgenUsPerJob",
             "busyPct",
+            "walBytesPerJob",
         ],
     ),
     "backlog": (

@@ -1,7 +1,7 @@
 """Shards: every job and lane carries its tenant's shard; job keys carry it too
 
 Revision ID: 0008
-Revises: 0006
+Revises: 0007
 Create Date: 2026-12-02
 
 Issue 26, section 3: the schema made ready to be distributed by tenant (Citus, with
@@ -14,12 +14,13 @@ changing nothing a query sees.
   ``job_key_seq``: a key alone names its job's shard (``jobfair_key_shard``), so a lookup
   by key is single-shard, and keys still grow in the order jobs are made.  The sequence
   now stops at 2**52 - 1, so that every key stays below 2**63.
-- ``jobs.shard`` and ``lanes.shard``, in the primary keys and in the idempotency index
+- ``jobs.shard``, ``lanes.shard`` and ``job_events.shard`` (a job's history lives beside
+  it), in the primary keys and in the idempotency index
   (Citus requires the distribution column in every unique index; the shard is a function
   of what those indexes already hold, so they mean what they meant).  Existing indexes
   keep their columns and their order; ``jobs_pkey`` still starts with ``job_key``.
-- ``jobs_shard_check``: a job's shard is the one its key names.  ``lanes_shard_check``: a
-  lane's shard is its tenant's.
+- ``jobs_shard_check``, ``job_events_shard_check``: a job's shard is the one its key
+  names.  ``lanes_shard_check``: a lane's shard is its tenant's.
 
 Jobs made before this migration keep their keys (below 2**52; the new ones are above
 2**62), and with them the shard their key names, not their tenant's: a key is a name
@@ -29,8 +30,8 @@ WHERE shard <> jobfair_shard(tenant_id)`` counts those that are not, gone once r
 has deleted them).  An idempotency key of such a job still finds it (insert_jobs looks
 for the tenant's key outside the tenant's shard too).
 
-The primary keys and the idempotency index are rebuilt, and every row of jobs and lanes
-written once: on a large table this takes minutes, with writes to jobs blocked.
+The primary keys and the idempotency index are rebuilt, and every row of jobs, lanes
+and job_events written once: on a large table this takes minutes, with writes to jobs blocked.
 """
 
 from collections.abc import Sequence
@@ -38,7 +39,7 @@ from collections.abc import Sequence
 from alembic import op
 
 revision: str = "0008"
-down_revision: str | None = "0006"
+down_revision: str | None = "0007"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -82,6 +83,16 @@ def upgrade() -> None:
         " WHERE idempotency_key IS NOT NULL"
     )
 
+    op.execute("ALTER TABLE job_events ADD COLUMN shard smallint")
+    op.execute("UPDATE job_events SET shard = jobfair_key_shard(job_key)")
+    op.execute(
+        "ALTER TABLE job_events ALTER COLUMN shard SET NOT NULL,"
+        " DROP CONSTRAINT job_events_pkey,"
+        " ADD CONSTRAINT job_events_pkey PRIMARY KEY (job_key, activation_count, step, shard),"
+        " ADD CONSTRAINT job_events_shard_check"
+        f" CHECK (shard = (job_key & {SHARD_MASK}))"
+    )
+
     op.execute("ALTER TABLE lanes ADD COLUMN shard smallint")
     op.execute("UPDATE lanes SET shard = jobfair_shard(tenant_id)")
     op.execute(
@@ -98,6 +109,12 @@ def downgrade() -> None:
         " ADD CONSTRAINT lanes_pkey PRIMARY KEY (job_type, tenant_id)"
     )
     op.execute("ALTER TABLE lanes DROP COLUMN shard")
+    op.execute(
+        "ALTER TABLE job_events DROP CONSTRAINT job_events_shard_check,"
+        " DROP CONSTRAINT job_events_pkey,"
+        " ADD CONSTRAINT job_events_pkey PRIMARY KEY (job_key, activation_count, step)"
+    )
+    op.execute("ALTER TABLE job_events DROP COLUMN shard")
     op.execute("DROP INDEX jobs_idempotency_idx")
     op.execute(
         "CREATE UNIQUE INDEX jobs_idempotency_idx ON jobs (tenant_id, idempotency_key)"

@@ -59,6 +59,59 @@ class Jobs(BaseModel):
     jobs: list[Job]
 
 
+class JobPage(BaseModel):
+    items: list[Job] = Field(description="newest first (job key descending)")
+    nextCursor: str | None = Field(
+        description="pass as cursor for the next page; null: this page is the last"
+    )
+
+
+class HistoryEntry(BaseModel):
+    at: str = Field(description="RFC 3339, UTC")
+    event: Literal[
+        "created",
+        "activated",
+        "completed",
+        "failed",
+        "retried",
+        "error-thrown",
+        "lease-expired",
+        "released",
+        "revived",
+        "canceled",
+    ]
+    activationCount: int = Field(description="the activation the entry belongs to (0: none yet)")
+    worker: str | None = Field(description="the activation's worker, as it named itself")
+    deadline: str | None = Field(description="activated: the lease's end")
+    errorCode: str | None
+    errorMessage: str | None
+    retries: int | None = Field(description="attempts left after the event (null: created)")
+
+
+class JobHistory(BaseModel):
+    items: list[HistoryEntry] = Field(description="oldest first")
+    truncated: bool = Field(
+        description="some activations between the first and the latest were dropped "
+        "(a job keeps its first 10 and latest 20)"
+    )
+
+
+class BulkResult(BaseModel):
+    count: int = Field(description="jobs changed")
+    more: bool = Field(description="jobs matching remain beyond the limit: call again")
+
+
+class WorkerSeen(BaseModel):
+    type: str
+    worker: str
+    lastSeenAt: str = Field(description="its latest activation request or stream")
+    lastActivatedAt: str | None = Field(description="the latest that got jobs")
+
+
+class Workers(BaseModel):
+    items: list[WorkerSeen]
+
+
 class JobKeys(BaseModel):
     jobKeys: list[str]
 
@@ -84,6 +137,8 @@ class Tenant(BaseModel):
     tenantId: str
     weight: int
     maxActiveJobs: int | None
+    paused: bool
+    configured: bool = Field(description="false: never configured (the defaults answered)")
 
 
 class Tenants(BaseModel):
@@ -95,6 +150,8 @@ class JobTypeConfig(BaseModel):
     maxActiveJobs: int | None
     agingIntervalMs: int
     agingStep: int
+    paused: bool
+    configured: bool = Field(description="false: never configured (the defaults answered)")
 
 
 class JobTypes(BaseModel):
@@ -117,7 +174,9 @@ class TenantStats(BaseModel):
     )
     activatedLastMinute: int
     realizedShare: float
-    configuredShare: float = Field(description="of the weights of the lanes with ready jobs")
+    configuredShare: float = Field(
+        description="of the weights of the lanes with ready jobs (paused tenants left out)"
+    )
     entitledShare: float = Field(
         description="what its weight entitled it to of the type's activations in the window, "
         "among the lanes backlogged then (docs/metrics.md)"
@@ -126,6 +185,7 @@ class TenantStats(BaseModel):
         description="its virtual time minus the smallest of its type's backlogged lanes "
         "not held at a cap; null when not backlogged"
     )
+    paused: bool = Field(description="the tenant is paused")
 
 
 class TypeStats(BaseModel):
@@ -136,6 +196,12 @@ class TypeStats(BaseModel):
     active: int
     oldestPendingAgeMs: int | None
     oldestReadyJobKey: str | None
+    paused: bool = Field(description="the job type is paused")
+    activatedPerMinute: list[int | None] | None = Field(
+        description="activations of each of the last 15 minutes, oldest first (null: a "
+        "minute before this server process started); null for a key scoped to some "
+        "tenants or types"
+    )
     tenants: list[TenantStats]
 
 

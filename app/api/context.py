@@ -16,6 +16,7 @@ from starlette.requests import Request
 if TYPE_CHECKING:
     from app.activation import ActivationService
     from app.api.security import KeyLimits
+    from app.browser import BrowserService
     from app.db import Database
     from app.db.listen import Notifier
     from app.jobs import JobService
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from app.streaming import StreamRegistry
     from app.sweepers import Background
     from app.waiting import WaiterHub
+    from app.workers import WorkerSightings
 
 
 @dataclass
@@ -35,6 +37,8 @@ class Services:
     config: ConfigService
     stats: StatsService
     search: SearchService
+    browser: BrowserService
+    workers: WorkerSightings
     health: HealthService
     background: Background
     waiters: WaiterHub

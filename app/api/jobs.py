@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -129,6 +129,15 @@ async def stream(request: Request) -> Response:
     req = ActivateRequest(spec.type, spec.maxJobs, spec.timeout, spec.worker, tenants)
     held = services.limits.waiter(caller)
     held.__enter__()  # left when the stream ends (the response's events, below)
+    sightings = services.workers
+    sightings.seen(req.job_type, req.worker, utcnow(), False)
+    remember = services.keys.remember if caller.scoped else None
+
+    def on_jobs(rows: Sequence[JobRow]) -> None:
+        sightings.seen(req.job_type, req.worker, utcnow(), True)
+        if remember is not None:
+            remember(rows)
+
     s = Stream(
         req,
         services.waiters,
@@ -138,7 +147,7 @@ async def stream(request: Request) -> Response:
         check_ms=request.app.state.settings.backup_poll_ms,
         fetch_variables=spec.fetchVariables,
         is_disconnected=request.is_disconnected,
-        on_jobs=services.keys.remember if caller.scoped else None,
+        on_jobs=on_jobs,
         allowed=None
         if caller.key_id is None
         else functools.partial(services.keys.still_live, caller),
@@ -189,6 +198,7 @@ async def long_poll(
             rows: list[JobRow] = await services.waiters.long_poll(req, max(0, wait_ms) / 1000, gone)
         finally:
             watcher.cancel()
+    services.workers.seen(req.job_type, req.worker, utcnow(), bool(rows))
     if gone.is_set() and rows:
         await services.waiters.release(rows)
         return []

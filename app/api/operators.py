@@ -25,11 +25,12 @@ def _tenant_id(raw: str) -> str:
     return raw
 
 
-def _job_type(request: Request) -> str:
+def _job_type(request: Request, suffix: str = "") -> str:
     """The job type a ``/v2/job-types/{type}`` path names: all of the path after the
-    prefix.  Not the route's ``job_type`` parameter: Starlette's path convertor (``.*``)
-    stops before a final newline, so ``t%0A`` would be served as ``t``."""
-    raw = request.scope["path"].removeprefix("/v2/job-types/")
+    prefix (and before ``suffix``, an action's: ``/pause``).  Not the route's
+    ``job_type`` parameter: Starlette's path convertor (``.*``) stops before a final
+    newline, so ``t%0A`` would be served as ``t``."""
+    raw = request.scope["path"].removeprefix("/v2/job-types/").removesuffix(suffix)
     if not JOB_TYPE_RE.fullmatch(raw):
         raise InvalidArgument(f"type {raw!r} must match {JOB_TYPE_RE.pattern}")
     return raw
@@ -88,6 +89,34 @@ async def list_job_types(request: Request) -> Response:
 
 async def get_job_type(request: Request, job_type: str) -> Response:
     out = await context.services(request).config.get_job_type(_job_type(request))
+    return JSON(out)
+
+
+async def pause_tenant(request: Request, tenant_id: str) -> Response:
+    tid = _tenant_id(tenant_id)
+    out = await context.services(request).config.pause_tenant(tid)
+    audit.info("tenant paused: %s by=%s", tid, _by(request))
+    return JSON(out)
+
+
+async def resume_tenant(request: Request, tenant_id: str) -> Response:
+    tid = _tenant_id(tenant_id)
+    out = await context.services(request).config.resume_tenant(tid)
+    audit.info("tenant resumed: %s by=%s", tid, _by(request))
+    return JSON(out)
+
+
+async def pause_job_type(request: Request, job_type: str) -> Response:
+    jt = _job_type(request, "/pause")
+    out = await context.services(request).config.pause_job_type(jt)
+    audit.info("job type paused: %s by=%s", jt, _by(request))
+    return JSON(out)
+
+
+async def resume_job_type(request: Request, job_type: str) -> Response:
+    jt = _job_type(request, "/resume")
+    out = await context.services(request).config.resume_job_type(jt)
+    audit.info("job type resumed: %s by=%s", jt, _by(request))
     return JSON(out)
 
 

@@ -23,7 +23,18 @@ from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import Response
 
-from app.api import answers, camunda, docs, jobs, keys, operators, schemas, security, ui
+from app.api import (
+    answers,
+    browser,
+    camunda,
+    docs,
+    jobs,
+    keys,
+    operators,
+    schemas,
+    security,
+    ui,
+)
 from app.api.security import Permission
 from app.domain import MAX_ACTIVATE_JOBS, MAX_LEASE_MS
 
@@ -121,6 +132,10 @@ JOB_KEY = "/v2/jobs/{jobKey}"
 _TENANT = schemas.TENANT_ID_PATTERN.strip("^$")
 TENANT_LIST_PATTERN = f"^({_TENANT}(,{_TENANT})*)?$"
 NAME_LIST_PATTERN = r"^[^,\x00]{0,1000}(,[^,\x00]{0,1000})*$"
+STATE_LIST_PATTERN = (
+    "^(CREATED|ACTIVATED|COMPLETED|FAILED|ERROR_THROWN|CANCELED)"
+    "(,(CREATED|ACTIVATED|COMPLETED|FAILED|ERROR_THROWN|CANCELED))*$"
+)
 # "." and ".." are valid names but dot segments of a URL: clients resolve them away, and
 # the request then names another path, or none (404).
 DOT_SEGMENTS = "A tenant id or job type of . or .. cannot be sent in a path (404)."
@@ -393,7 +408,7 @@ OPERATIONS: tuple[Operation, ...] = (
         JOB_KEY + "/cancel",
         jobs.cancel_job,
         Permission.PRODUCE,
-        "Cancel a CREATED job",
+        "Cancel a CREATED or ACTIVATED job",
         "jobs",
         status=204,
         errors=(400, 404, 409),
@@ -451,6 +466,71 @@ OPERATIONS: tuple[Operation, ...] = (
         "activationCount or jobLeaseToken (a stale one is 409); without a fence the lease "
         "is only ever extended, never shortened.",
     ),
+    # -- a job browser's (issue 24) ------------------------------------------------------
+    Operation(
+        "GET",
+        "/v2/jobs",
+        browser.list_jobs,
+        Permission.READ_JOBS,
+        "List jobs, newest first, a page at a time",
+        "operators",
+        answer=answers.JobPage,
+        query=(
+            ("type", {"type": "string", "pattern": schemas.JOB_TYPE_PATTERN}, False),
+            ("tenantId", {"type": "string", "pattern": schemas.TENANT_ID_PATTERN}, False),
+            ("state", {"type": "string", "pattern": STATE_LIST_PATTERN}, False),
+            ("createdAfter", schemas.INSTANT_SCHEMA, False),
+            ("createdBefore", schemas.INSTANT_SCHEMA, False),
+            ("limit", {"type": "integer", "minimum": 1, "maximum": browser.MAX_PAGE}, False),
+            ("cursor", {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,200}$"}, False),
+        ),
+        notes="state: comma-separated, of CREATED (delayed jobs too), ACTIVATED, COMPLETED, "
+        "FAILED, ERROR_THROWN, CANCELED. createdAfter is inclusive, createdBefore exclusive. "
+        "cursor: a page's nextCursor, with the same filters (another is 400). A key sees "
+        "only its tenants' and types' jobs.",
+    ),
+    Operation(
+        "POST",
+        "/v2/jobs/retry",
+        browser.retry_jobs,
+        Permission.ADMIN,
+        "Revive FAILED jobs in bulk (by type, tenant, creation time)",
+        "operators",
+        body=schemas.RetryJobs,
+        answer=answers.BulkResult,
+        notes="In batches of 1,000, each its own transaction; more: call again.",
+    ),
+    Operation(
+        "POST",
+        "/v2/jobs/cancel",
+        browser.cancel_jobs,
+        Permission.ADMIN,
+        "Cancel a tenant's CREATED jobs in bulk",
+        "operators",
+        body=schemas.CancelJobs,
+        answer=answers.BulkResult,
+        notes="Delayed jobs too. In batches of 1,000, each its own transaction; more: call again.",
+    ),
+    Operation(
+        "GET",
+        JOB_KEY + "/history",
+        browser.job_history,
+        Permission.READ_JOBS,
+        "A job's attempt history",
+        "jobs",
+        answer=answers.JobHistory,
+        errors=(400, 404),
+    ),
+    Operation(
+        "GET",
+        "/v2/workers",
+        browser.list_workers,
+        Permission.ADMIN,
+        "Worker names seen asking for jobs in the last 24 hours, per job type",
+        "operators",
+        answer=answers.Workers,
+        query=(("type", {"type": "string", "pattern": schemas.JOB_TYPE_PATTERN}, False),),
+    ),
     # -- operators ----------------------------------------------------------------------
     Operation(
         "PUT",
@@ -494,6 +574,50 @@ OPERATIONS: tuple[Operation, ...] = (
         "operators",
         status=204,
         errors=(400, 404),
+    ),
+    Operation(
+        "POST",
+        "/v2/tenants/{tenantId}/pause",
+        operators.pause_tenant,
+        Permission.ADMIN,
+        "Pause a tenant: none of its jobs is activated until it is resumed",
+        "operators",
+        answer=answers.Tenant,
+        errors=(400, 404),
+        notes=DOT_SEGMENTS,
+    ),
+    Operation(
+        "POST",
+        "/v2/tenants/{tenantId}/resume",
+        operators.resume_tenant,
+        Permission.ADMIN,
+        "Resume a paused tenant, in its fair place",
+        "operators",
+        answer=answers.Tenant,
+        errors=(400, 404),
+        notes=DOT_SEGMENTS,
+    ),
+    Operation(
+        "POST",
+        "/v2/job-types/{type}/pause",
+        operators.pause_job_type,
+        Permission.ADMIN,
+        "Pause a job type: no job of it is activated until it is resumed",
+        "operators",
+        answer=answers.JobTypeConfig,
+        errors=(400, 404),
+        notes=DOT_SEGMENTS,
+    ),
+    Operation(
+        "POST",
+        "/v2/job-types/{type}/resume",
+        operators.resume_job_type,
+        Permission.ADMIN,
+        "Resume a paused job type",
+        "operators",
+        answer=answers.JobTypeConfig,
+        errors=(400, 404),
+        notes=DOT_SEGMENTS,
     ),
     Operation(
         "PUT",

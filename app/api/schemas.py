@@ -287,3 +287,37 @@ class PutJobType(Strict):
     maxActiveJobs: MaxActiveJobs | None = None
     agingIntervalMs: Annotated[int, Field(ge=1, le=INT32_MAX), JsonInteger] | None = None
     agingStep: Annotated[int, Field(ge=0, le=100), JsonInteger] | None = None
+
+
+# -- operators' bulk operations ------------------------------------------------------------
+
+MAX_BULK = 100_000
+DEFAULT_BULK = 10_000
+
+
+CreatedAfter = Annotated[
+    str, AfterValidator(instant("createdAfter")), WithJsonSchema(INSTANT_SCHEMA)
+]
+CreatedBefore = Annotated[
+    str, AfterValidator(instant("createdBefore")), WithJsonSchema(INSTANT_SCHEMA)
+]
+BulkLimit = Annotated[int, Field(ge=1, le=MAX_BULK), JsonInteger]
+
+
+class RetryJobs(Strict):
+    """Revive FAILED jobs matching every filter given (none: every FAILED job)."""
+
+    type: JobType | None = None
+    tenantId: TenantId | None = None
+    createdAfter: CreatedAfter | None = None
+    createdBefore: CreatedBefore | None = None
+    retries: Annotated[int, Field(ge=1, le=1_000_000), JsonInteger] = 1
+    limit: BulkLimit = DEFAULT_BULK
+
+
+class CancelJobs(Strict):
+    """Cancel a tenant's CREATED jobs (delayed ones too), of one type if given."""
+
+    tenantId: TenantId
+    type: JobType | None = None
+    limit: BulkLimit = DEFAULT_BULK

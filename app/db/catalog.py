@@ -17,7 +17,19 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-MODULES = ("lanes", "claims", "jobs", "finishing", "maintenance", "operators", "keys", "metrics")
+MODULES = (
+    "lanes",
+    "claims",
+    "jobs",
+    "finishing",
+    "maintenance",
+    "operators",
+    "keys",
+    "metrics",
+    "history",
+    "bulk",
+    "workers",
+)
 _HEADER = re.compile(r"^# -- name: (\w+)\n((?:#.*\n)*)", re.MULTILINE)
 
 

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from app.db.base import Queries, Sessions
+from app.db.history import TRIM_CTE
 from app.db.jobs import INSERT_JOB_QUIET, NOTIFY_READY, insert_into, locks_for
 from app.db.lanes import LANE_READY, PROBED_LANES
 from app.db.locks import TENANT_CAP_LOCK_CLASS, TYPE_CAP_LOCK_CLASS, cap_key, int4
@@ -92,6 +93,8 @@ EFFECTIVE_PRIORITY = """LEAST(100, {priority} + {step} * floor(
 #   out younger jobs while older ones sat locked by a claim that would not take them
 #   (ADR 003; tests/integration/test_claim.py).  No lane row is locked here: charging
 #   is charge_lanes, after this statement has committed.
+# History: writes nothing (an activation is recorded when it ends), but drops an old
+# activation's rows once a job is past the windows it keeps (app.db.history).
 _CLAIM = f"""
 WITH RECURSIVE {{alloc}},
 prios AS (
@@ -163,7 +166,8 @@ activated AS (
     -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
     WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
     RETURNING t.share, {job_columns("j")}
-)
+),
+{{log}}
 {{answer}}
 """
 CLAIM = _CLAIM.format(
@@ -175,6 +179,7 @@ CLAIM = _CLAIM.format(
     interval="$8::int",
     via_stream="$9",
     starts="$10::int[]",
+    log=TRIM_CTE,
     answer="SELECT * FROM activated",
 )
 
@@ -189,19 +194,22 @@ CLAIM = _CLAIM.format(
 # are held by another activator; the caller then runs the full rounds, unless the answer
 # says the type is dry.  Answers one row: the claimed job with the lane's weight (for its
 # charge) and the type's aging ($5, $6: the server's defaults), or NULLs and whether the
-# type is dry.  Index: lanes_type_vtime_idx, then as read_lanes and CLAIM.
+# type is dry.  A paused type, or a paused tenant's lane, gives nothing (as read_lanes).
+# Index: lanes_type_vtime_idx, then as read_lanes and CLAIM.
 _LEAD = f"""lead_lane AS (
     SELECT x.tenant_id, x.weight, x.cap, c.type_cap, c.aging_step, c.aging_interval_ms
     FROM (SELECT t.max_active_jobs AS type_cap,
                  COALESCE(t.aging_step, $5::int) AS aging_step,
                  COALESCE(t.aging_interval_ms, $6::int) AS aging_interval_ms
-          FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1) c
+          FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1
+          WHERE t.paused IS NOT TRUE) c
     CROSS JOIN LATERAL (
         SELECT r.tenant_id, r.weight, r.cap FROM (
             SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight,
                    t.max_active_jobs AS cap, {LANE_READY} AS ready
             FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
-            WHERE l.job_type = $1 AND l.active AND NOT l.held {{tenants}}
+            WHERE l.job_type = $1 AND l.active AND NOT l.held AND t.paused IS NOT TRUE
+              {{tenants}}
             ORDER BY l.vtime, l.tenant_id
             LIMIT {PROBED_LANES}) r
         WHERE r.ready
@@ -234,6 +242,7 @@ def _claim_lead(tenants: str) -> str:
         interval="(SELECT aging_interval_ms FROM lead)",
         via_stream="$7",
         starts="$8::int[]",
+        log=TRIM_CTE,
         answer=f"""SELECT a.*, lead.weight AS lane_weight, lead.aging_step AS lane_aging_step,
        lead.aging_interval_ms AS lane_aging_interval_ms,
        (a.job_key IS NULL AND {_LEAD_DRY.format(tenants=tenants)}) AS dry

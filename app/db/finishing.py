@@ -1,10 +1,11 @@
 """Finishing: the statements that end activations -- complete, fail, throw an error, or
 give back jobs a caller never received -- each fenced by the activation count.
 
-Every one of them, in the statement that ends the activations, gives streams their
-credit back (``jobfair_done``), wakes activators of capped types or tenants (capacity
-freed) and releases the held lanes of tenants that have room again
-(``jobfair_release_holds``; the protocol is in ``app.db.lanes``).
+Every one of them, in the statement that ends the activations, writes the activation's
+end into the job's history (``app.db.history``), gives streams their credit back
+(``jobfair_done``), wakes activators of capped types or tenants (capacity freed) and
+releases the held lanes of tenants that have room again (``jobfair_release_holds``; the
+protocol is in ``app.db.lanes``).
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from datetime import datetime
 
 from app.db import lanes
 from app.db.base import Queries, Sessions, retry_deadlock
+from app.db.history import CANCELED, ended_cte
 from app.db.listen import CREDIT_KEYS_PER_NOTIFY, DONE_CHANNEL, NOTIFY_CHANNEL
 from app.db.locks import RELEASE_GATE_CLASS, TENANT_CAP_LOCK_CLASS
 from app.db.rows import Ended, JobRow
-from app.domain import JobState
+from app.domain import JobState, utcnow
 
 # Releases the held lanes of the capped tenants whose jobs ``ended`` had, for they have
 # room again (jobfair_release_holds, alembic 0004; ADR 016): takes the release gate
@@ -75,8 +77,10 @@ ended AS (
     FROM input i
     WHERE j.job_key = i.job_key AND j.shard = jobfair_key_shard(i.job_key) AND {_LEASED}
       AND j.activation_count = i.activation_count
-    RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activated_at
+    RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activation_count,
+              j.activated_at, j.worker, j.retries
 ),
+{ended_cte("ended", "$1::bigint[]", event="'completed'", at="$4")},
 {CREDIT_NOTIFY},
 {CAPACITY_NOTIFY},
 {RELEASE_HOLDS}
@@ -106,8 +110,18 @@ WITH ended AS (
     WHERE j.job_key = $1 AND j.shard = jobfair_key_shard($1)
       AND cur.job_key = $1 AND cur.shard = jobfair_key_shard($1) AND {_LEASED}
       AND j.activation_count = $2
-    RETURNING j.job_key, j.job_type, j.tenant_id, j.state, j.via_stream, j.activated_at
+    RETURNING j.job_key, j.job_type, j.tenant_id, j.state, j.via_stream, j.activation_count,
+              j.activated_at, j.worker, j.retries, j.error_message
 ),
+{
+    ended_cte(
+        "ended",
+        "ARRAY[$1::bigint]",
+        event="CASE WHEN s.state = 'FAILED' THEN 'failed' ELSE 'retried' END",
+        at="$7",
+        error_message="s.error_message",
+    )
+},
 {CREDIT_NOTIFY},
 {CAPACITY_NOTIFY},
 {RELEASE_HOLDS}
@@ -126,8 +140,19 @@ WITH ended AS (
         completed_at = $6, variables = j.variables || COALESCE($5::jsonb, '{{}}'::jsonb)
     WHERE j.job_key = $1 AND j.shard = jobfair_key_shard($1) AND {_LEASED}
       AND j.activation_count = $2
-    RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activated_at
+    RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activation_count,
+              j.activated_at, j.worker, j.retries, j.error_code, j.error_message
 ),
+{
+    ended_cte(
+        "ended",
+        "ARRAY[$1::bigint]",
+        event="'error-thrown'",
+        at="$6",
+        error_code="s.error_code",
+        error_message="s.error_message",
+    )
+},
 {CREDIT_NOTIFY},
 {CAPACITY_NOTIFY},
 {RELEASE_HOLDS}
@@ -146,10 +171,38 @@ WITH ended AS (
     FROM unnest($1::bigint[], $2::int[]) AS r(job_key, activation_count)
     WHERE j.job_key = r.job_key AND j.shard = jobfair_key_shard(r.job_key) AND {_LEASED}
       AND j.activation_count = r.activation_count
-    RETURNING j.job_key, j.job_type, j.tenant_id
+    RETURNING j.job_key, j.job_type, j.tenant_id, j.activation_count, j.activated_at, j.worker,
+              j.retries
 ),
+{ended_cte("ended", "$1::bigint[]", event="'released'", at="$3")},
 {RELEASE_HOLDS}
 SELECT job_key, job_type, tenant_id, (SELECT n FROM unheld) AS _n FROM ended
+"""
+
+
+# -- name: cancel_job
+# CREATED, SCHEDULED or ACTIVATED -> CANCELED.  An ACTIVATED job's activation ends as a
+# finish ends it: its stream gets its credit back, a capped type or tenant its capacity
+# (its worker's later finish is fenced out: the job is not ACTIVATED).  The notifications
+# and the release also run for a job that was not ACTIVATED: the statement cannot tell
+# (RETURNING gives the new row), and for one job they cost a probe each.  Index: jobs
+# pkey.  Locks: the job's row; as RELEASE_HOLDS.
+CANCEL_JOB = f"""
+WITH ended AS (
+    UPDATE jobs j SET state = 'CANCELED', completed_at = $2, deadline = NULL
+    WHERE j.job_key = $1 AND j.shard = jobfair_key_shard($1)
+      AND j.state IN ('CREATED', 'SCHEDULED', 'ACTIVATED')
+    RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activation_count,
+              j.activated_at, j.worker, j.retries
+),
+{ended_cte("ended", "ARRAY[$1::bigint]", step=CANCELED, event="'canceled'", at="$2")},
+{CREDIT_NOTIFY},
+{CAPACITY_NOTIFY},
+{RELEASE_HOLDS}
+SELECT job_type, tenant_id,
+       (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
+         AS _n
+FROM ended
 """
 
 
@@ -240,7 +293,18 @@ async def release(db: Sessions, jobs: Sequence[JobRow]) -> list[tuple[str, str]]
     async with db.transaction() as tx:
         await lanes.lock_to_wake(tx, [(j.job_type, j.tenant_id) for j in jobs])
         rows = await tx.fetch(
-            RELEASE_JOBS, [j.job_key for j in jobs], [j.activation_count for j in jobs]
+            RELEASE_JOBS, [j.job_key for j in jobs], [j.activation_count for j in jobs], utcnow()
         )
         await lanes.wake(tx, [r["job_type"] for r in rows], [r["tenant_id"] for r in rows])
     return [(r["job_type"], r["tenant_id"]) for r in rows]
+
+
+async def cancel(db: Sessions, job_key: int, now: datetime) -> tuple[str, str] | None:
+    """Cancel a CREATED, SCHEDULED or ACTIVATED job (cancel_job); then park its lane if
+    that emptied it (an empty lane left active would keep its idle vtime, ADR 014).  Its
+    (type, tenant), or None if it was in none of those states."""
+    row = await db.fetchrow(CANCEL_JOB, job_key, now)
+    if row is None:
+        return None
+    await lanes.park(db, row["job_type"], [row["tenant_id"]])
+    return row["job_type"], row["tenant_id"]

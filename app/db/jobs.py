@@ -1,5 +1,6 @@
-"""Jobs: inserting them (with their lanes woken), reading them, canceling, and the
-read-modify-write of a PATCH (the service decides, under the row lock it holds).
+"""Jobs: inserting them (with their lanes woken), reading them, and the read-modify-write
+of a PATCH (the service decides, under the row lock it holds).  Canceling ends an
+activation too, so it is ``app.db.finishing``'s.
 
 Statements that answer job records list ``JOB_COLUMNS`` (``app.db.rows``).
 """
@@ -14,7 +15,8 @@ import orjson
 
 from app.db import lanes
 from app.db.base import Queries, Sessions, retry_deadlock, transaction_on
-from app.db.lanes import QUIET_WAKE_CTES, WAKE_CTES, park
+from app.db.history import REVIVED, log_cte
+from app.db.lanes import QUIET_WAKE_CTES, WAKE_CTES
 from app.db.listen import NOTIFY_CHANNEL
 from app.db.locks import buckets_of, share_buckets_sql
 from app.db.rows import (
@@ -165,15 +167,6 @@ JOB_STATES = "SELECT job_key, state, activation_count FROM jobs WHERE job_key = 
 # never change, so app.keys keeps what it read).  Index: jobs pkey.
 JOB_SCOPES = "SELECT job_key, tenant_id, job_type FROM jobs WHERE job_key = ANY($1::bigint[])"
 
-# -- name: cancel_job
-# CREATED (or SCHEDULED) -> CANCELED.  Index: jobs pkey.  Row lock via UPDATE.
-CANCEL_JOB = """
-UPDATE jobs SET state = 'CANCELED', completed_at = $2
-WHERE job_key = $1 AND shard = jobfair_key_shard($1) AND state IN ('CREATED', 'SCHEDULED')
-RETURNING job_type, tenant_id
-"""
-
-
 # -- name: lock_job
 # The job's row, locked for an update that reads before it writes (PATCH).
 LOCK_JOB = f"""
@@ -181,15 +174,29 @@ SELECT {JOB_COLUMNS} FROM jobs WHERE job_key = $1 AND shard = jobfair_key_shard(
 """
 
 # -- name: update_job
-# PATCH: retries, lease (deadline) and priority; revives FAILED when retries > 0.
-UPDATE_JOB = """
-UPDATE jobs
-SET retries = $2, deadline = $3, priority = $4, state = $5,
-    completed_at = CASE WHEN $5 = 'FAILED' THEN completed_at ELSE NULL END,
-    queued_at = CASE WHEN state = 'FAILED' AND $5 <> 'FAILED' THEN $6 ELSE queued_at END,
-    run_at = CASE WHEN state = 'FAILED' AND $5 <> 'FAILED' THEN $6 ELSE run_at END
-WHERE job_key = $1 AND shard = jobfair_key_shard($1)
-RETURNING job_key
+# PATCH: retries, lease (deadline) and priority; revives FAILED when retries > 0, and
+# then ($7) writes the revive into the job's history.  Index: jobs pkey.
+UPDATE_JOB = f"""
+WITH up AS (
+    UPDATE jobs
+    SET retries = $2, deadline = $3, priority = $4, state = $5,
+        completed_at = CASE WHEN $5 = 'FAILED' THEN completed_at ELSE NULL END,
+        queued_at = CASE WHEN state = 'FAILED' AND $5 <> 'FAILED' THEN $6 ELSE queued_at END,
+        run_at = CASE WHEN state = 'FAILED' AND $5 <> 'FAILED' THEN $6 ELSE run_at END
+    WHERE job_key = $1 AND shard = jobfair_key_shard($1)
+    RETURNING job_key, activation_count, retries
+),
+{
+    log_cte(
+        "logged",
+        "up",
+        step=REVIVED,
+        event="'revived'",
+        at="$6",
+        where="$7::bool",
+    )
+}
+SELECT job_key FROM up
 """
 
 
@@ -310,17 +317,6 @@ async def scopes(db: Queries, job_keys: Sequence[int]) -> dict[int, tuple[str, s
     return {r["job_key"]: (r["tenant_id"], r["job_type"]) for r in rows}
 
 
-async def cancel(db: Sessions, job_key: int, now: datetime) -> tuple[str, str] | None:
-    """Cancel a CREATED or SCHEDULED job; then park its lane if that emptied it (an empty
-    lane left active would keep its idle vtime, ADR 014).  Its (type, tenant), or None if
-    it was not CREATED."""
-    row = await db.fetchrow(CANCEL_JOB, job_key, now)
-    if row is None:
-        return None
-    await park(db, row["job_type"], [row["tenant_id"]])
-    return row["job_type"], row["tenant_id"]
-
-
 async def lock(tx: Queries, job_key: int) -> JobRow | None:
     """The job, its row locked until the transaction ends (a PATCH reads, then writes)."""
     row = await tx.fetchrow(LOCK_JOB, job_key)
@@ -342,6 +338,6 @@ async def update(
     revived = state is JobState.CREATED and job.state is not JobState.CREATED
     if revived:
         await lanes.lock_to_wake(tx, [(job.job_type, job.tenant_id)])
-    await tx.execute(UPDATE_JOB, job.job_key, retries, deadline, priority, state, now)
+    await tx.execute(UPDATE_JOB, job.job_key, retries, deadline, priority, state, now, revived)
     if revived:
         await lanes.wake(tx, [job.job_type], [job.tenant_id])

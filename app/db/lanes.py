@@ -92,15 +92,17 @@ _NOTIFIED = f"""notified AS (
 )"""
 
 # Marks the lanes in ``ready_lanes`` (job_type, tenant_id, n: how many of its jobs became
-# ready) backlogged: creates missing lanes at the re-entry virtual time, wakes parked ones
+# ready) backlogged: creates missing lanes at the re-entry virtual time (held if their
+# tenant is paused: a probe of tenants pkey per new lane), wakes parked ones
 # (a lane already active matches nothing and is not written: no hot row), and notifies
 # once per job type with how many of its jobs became ready ("type n") -- or, with
 # {notified} as QUIET, does not (a hand-off's insert: the job may go to its waiter in the
 # same transaction, and then nobody need be woken).  Index: lanes pkey.
 _WAKE = f"""new_lanes AS (
-    INSERT INTO lanes (job_type, tenant_id, shard, vtime, active)
+    INSERT INTO lanes (job_type, tenant_id, shard, vtime, active, held)
     SELECT r.job_type, r.tenant_id, jobfair_shard(r.tenant_id),
-           {_REENTRY_VTIME.format(t="r.job_type")}, true
+           {_REENTRY_VTIME.format(t="r.job_type")}, true,
+           EXISTS (SELECT 1 FROM tenants p WHERE p.tenant_id = r.tenant_id AND p.paused)
     FROM ready_lanes r
     ORDER BY r.job_type, r.tenant_id
     ON CONFLICT (job_type, tenant_id, shard) DO NOTHING
@@ -196,7 +198,10 @@ LANE_READY = _READY_PROBE.format(lane="l.tenant_id")
 # The read's snapshot predates the charge, so a charged lane's new vtime comes from
 # ``charged``; charges only move lanes later, so the first $2 ready lanes by new vtime
 # are among the first $2 + len($4) by old (the caller keeps those $2).
-# Lanes held at their tenant's cap are not read at all (the index range skips them).
+# Lanes held at their tenant's cap are not read at all (the index range skips them); nor
+# are paused tenants' lanes, held too (a lane a pause missed, made by a producer racing
+# with it, is filtered out here; it costs the read a row).  The first row says whether
+# the type is paused; then the caller claims nothing, whatever lanes follow.
 # Index: lanes_type_vtime_idx (job_type, active, held, vtime, tenant_id), a range scan of
 # the lanes up to the stop, excluded ones ($3) included; one probe of jobs_ready_idx per lane
 # scanned (small reads) and per lane charged.  Locks: the charged lanes only.
@@ -204,24 +209,24 @@ _READ_LANES = """
 WITH {charge}
 SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
        NULL::int AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
-       t.aging_step, NULL::bool AS ready, NULL::bool AS scanned
+       t.aging_step, NULL::bool AS ready, NULL::bool AS scanned, t.paused IS TRUE AS paused
 FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1
 UNION ALL
 SELECT w.tenant_id, COALESCE(ch.vtime, w.vtime), w.weight, w.max_active_jobs, NULL, NULL,
-       NULL, w.ready, true
+       NULL, w.ready, true, NULL
 FROM (SELECT s.*, count(*) FILTER (WHERE s.ready)
                     OVER (ORDER BY s.vtime, s.tenant_id ROWS UNBOUNDED PRECEDING) AS readies
       FROM (SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight, t.max_active_jobs,
                    CASE WHEN $2 <= {probed} THEN {ready} ELSE true END AS ready
             FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
             WHERE l.job_type = $1 AND l.active AND NOT l.held
-              AND l.tenant_id <> ALL($3::text[]) {tenants}
+              AND t.paused IS NOT TRUE AND l.tenant_id <> ALL($3::text[]) {tenants}
             ORDER BY l.vtime, l.tenant_id
             LIMIT {scanned}) s) w
 LEFT JOIN charged ch ON ch.tenant_id = w.tenant_id
 WHERE w.readies <= $2 + cardinality($4::text[])
 UNION ALL
-SELECT ch.tenant_id, ch.vtime, NULL, NULL, NULL, NULL, NULL, false, false
+SELECT ch.tenant_id, ch.vtime, NULL, NULL, NULL, NULL, NULL, false, false, NULL
 FROM charged ch WHERE NOT {charged_ready}
 """
 # A read scans at most this many lanes: past them, the next round reads on (the empty
@@ -333,6 +338,8 @@ async def read(
         )
     head, lanes = rows[0], rows[1:]
     cfg = TypeConfig(head["type_cap"], head["aging_interval_ms"], head["aging_step"])
+    if head["paused"]:
+        return LaneRead(cfg, [], [], False, paused=True)
     ready = [
         LaneRow(r["tenant_id"], r["vtime"], r["weight"], r["max_active_jobs"])
         for r in lanes

@@ -15,6 +15,7 @@ import asyncpg
 from app.db import lanes
 from app.db.base import Sessions, retry_deadlock
 from app.db.finishing import CREDIT_NOTIFY, RELEASE_HOLDS
+from app.db.history import ended_cte
 from app.db.rows import ExpiredLease
 
 # -- name: expired_leases
@@ -33,8 +34,10 @@ RELEASE_EXPIRED = f"""
 WITH ended AS (
     UPDATE jobs SET state = 'CREATED', deadline = NULL
     WHERE job_key = ANY($1::bigint[]) AND state = 'ACTIVATED' AND deadline < $2
-    RETURNING job_key, job_type, tenant_id, via_stream, activation_count, worker
+    RETURNING job_key, job_type, tenant_id, via_stream, activation_count, activated_at, worker,
+              retries
 ),
+{ended_cte("ended", "$1::bigint[]", event="'lease-expired'", at="$2")},
 {CREDIT_NOTIFY},
 {RELEASE_HOLDS}
 SELECT job_key, job_type, tenant_id, activation_count, worker,
@@ -61,15 +64,27 @@ RETURNING job_key, job_type, tenant_id
 """
 
 # -- name: prune_terminal
-# Deletes terminal jobs finished before $1, oldest first, in bounded batches.
-# Index: jobs_terminal_idx.
+# Deletes terminal jobs finished before $1, oldest first, in bounded batches, with their
+# history; answers how many jobs.  Index: jobs_terminal_idx, job_events pkey.
 PRUNE_TERMINAL = """
-DELETE FROM jobs WHERE job_key IN (
-    SELECT job_key FROM jobs
-    WHERE state IN ('COMPLETED', 'FAILED', 'ERROR_THROWN', 'CANCELED') AND completed_at < $1
-    ORDER BY completed_at LIMIT $2
+WITH gone AS (
+    DELETE FROM jobs WHERE job_key IN (
+        SELECT job_key FROM jobs
+        WHERE state IN ('COMPLETED', 'FAILED', 'ERROR_THROWN', 'CANCELED') AND completed_at < $1
+        ORDER BY completed_at LIMIT $2
+    )
+    RETURNING job_key
+),
+events AS (
+    DELETE FROM job_events e WHERE e.job_key = ANY(ARRAY(SELECT job_key FROM gone))
 )
+SELECT count(*) FROM gone
 """
+
+# -- name: prune_workers
+# Forgets worker names not seen since $1.  A sequential read of workers (one row per job
+# type and worker name).
+PRUNE_WORKERS = "DELETE FROM workers WHERE last_seen_at < $1"
 
 
 @retry_deadlock
@@ -107,5 +122,11 @@ async def promote_scheduled(db: Sessions, now: datetime, limit: int) -> int:
 
 async def prune_terminal(db: Sessions, before: datetime, limit: int) -> int:
     """Delete up to ``limit`` jobs finished before ``before`` (prune_terminal)."""
-    status = await db.execute(PRUNE_TERMINAL, before, limit)
+    pruned: int = await db.fetchval(PRUNE_TERMINAL, before, limit)
+    return pruned
+
+
+async def prune_workers(db: Sessions, before: datetime) -> int:
+    """Forget worker names last seen before ``before`` (prune_workers)."""
+    status = await db.execute(PRUNE_WORKERS, before)
     return int(status.split()[-1])

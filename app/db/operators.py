@@ -6,6 +6,8 @@ may read the backlog (bounded where they count).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -22,6 +24,7 @@ from app.db.rows import (
     TypeConfig,
     job_row,
 )
+from app.domain import JobState
 
 # -- name: type_config
 # A job type's cap and aging settings (no row: the server's defaults).  Index: job_types
@@ -35,7 +38,8 @@ SELECT max_active_jobs, aging_interval_ms, aging_step FROM job_types WHERE job_t
 # retry back-off still ahead), active ones; the oldest ready job (by queued_at, when it
 # became ready) and its key; and what may hold the lane back: its tenant's cap with the
 # tenant's active jobs of every type (counted up to the cap, jobs_active_tenant_idx),
-# and its type's cap.  Reads the backlog: an operator query, not hot path.  No locks.
+# and its type's cap; and whether its tenant or type is paused.  Reads the backlog: an
+# operator query, not hot path.  No locks.
 _STATS = """
 WITH per_lane AS (
     SELECT job_type, tenant_id,
@@ -50,6 +54,7 @@ WITH per_lane AS (
     GROUP BY job_type, tenant_id
 )
 SELECT l.*, tn.max_active_jobs AS tenant_cap, jt.max_active_jobs AS type_cap,
+       tn.paused IS TRUE AS tenant_paused, jt.paused IS TRUE AS type_paused,
        CASE WHEN tn.max_active_jobs IS NOT NULL THEN (
            SELECT count(*) FROM (
                SELECT 1 FROM jobs j WHERE j.state = 'ACTIVATED' AND j.tenant_id = l.tenant_id
@@ -67,15 +72,16 @@ STATS = _STATS.format(type="")
 STATS_OF_TYPE = _STATS.format(type="AND job_type = $1")
 
 # -- name: upsert_tenant
-# A tenant's configuration set; its held lanes are released (the cap that held them may
-# be gone or higher; a claim holds them again if not), under its cap lock, which orders
-# the change before or after every capped claim of the tenant (jobfair_release_holds).
+# A tenant's weight and cap set (a pause stays as it is); its held lanes are released
+# (the cap that held them may be gone or higher; a claim holds them again if not), under
+# its cap lock, which orders the change before or after every capped claim of the tenant
+# (jobfair_release_holds).
 UPSERT_TENANT = f"""
 WITH up AS (
     INSERT INTO tenants (tenant_id, weight, max_active_jobs) VALUES ($1, $2, $3)
     ON CONFLICT (tenant_id) DO UPDATE SET weight = EXCLUDED.weight,
                                           max_active_jobs = EXCLUDED.max_active_jobs
-    RETURNING tenant_id, weight, max_active_jobs
+    RETURNING tenant_id, weight, max_active_jobs, paused
 ),
 unheld AS (
     SELECT jobfair_release_holds(
@@ -86,11 +92,15 @@ SELECT up.* FROM up WHERE (SELECT count(*) FROM unheld) = 1
 
 # -- name: get_tenant
 # A tenant's configuration (no row: weight 1, no cap).  Index: tenants pkey.
-GET_TENANT = "SELECT tenant_id, weight, max_active_jobs FROM tenants WHERE tenant_id = $1"
+GET_TENANT = """
+SELECT tenant_id, weight, max_active_jobs, paused FROM tenants WHERE tenant_id = $1
+"""
 
 # -- name: list_tenants
 # Every configured tenant, by id.
-LIST_TENANTS = "SELECT tenant_id, weight, max_active_jobs FROM tenants ORDER BY tenant_id"
+LIST_TENANTS = """
+SELECT tenant_id, weight, max_active_jobs, paused FROM tenants ORDER BY tenant_id
+"""
 
 # -- name: release_after_finishes
 # After a tenant's configuration change committed: waits, on the release gate taken
@@ -116,27 +126,110 @@ SELECT gone.tenant_id FROM gone WHERE (SELECT count(*) FROM unheld) = 1
 """
 
 # -- name: upsert_job_type
-# A job type's cap and aging set (NULL: the server's default).  Index: job_types pkey.
+# A job type's cap and aging set (NULL: the server's default; a pause stays as it is).
+# Index: job_types pkey.
 UPSERT_JOB_TYPE = """
 INSERT INTO job_types (job_type, max_active_jobs, aging_interval_ms, aging_step)
 VALUES ($1, $2, $3, $4)
 ON CONFLICT (job_type) DO UPDATE SET max_active_jobs = EXCLUDED.max_active_jobs,
     aging_interval_ms = EXCLUDED.aging_interval_ms, aging_step = EXCLUDED.aging_step
-RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step
+RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused
 """
 
 # -- name: get_job_type
 # A job type's configuration.  Index: job_types pkey.
 GET_JOB_TYPE = """
-SELECT job_type, max_active_jobs, aging_interval_ms, aging_step FROM job_types WHERE job_type = $1
+SELECT job_type, max_active_jobs, aging_interval_ms, aging_step, paused
+FROM job_types WHERE job_type = $1
 """
 
 # -- name: list_job_types
 # Every configured job type, by name.
 LIST_JOB_TYPES = """
-SELECT job_type, max_active_jobs, aging_interval_ms, aging_step FROM job_types ORDER BY job_type
+SELECT job_type, max_active_jobs, aging_interval_ms, aging_step, paused
+FROM job_types ORDER BY job_type
 """
 
+
+# -- name: pause_tenant
+# Marks a tenant paused, its configuration made with the defaults if it had none; the
+# lanes are held by hold_paused_lanes once this committed.  Index: tenants pkey.
+PAUSE_TENANT = """
+INSERT INTO tenants (tenant_id, paused) VALUES ($1, true)
+ON CONFLICT (tenant_id) DO UPDATE SET paused = true
+RETURNING tenant_id, weight, max_active_jobs, paused
+"""
+
+# -- name: wait_for_finishes
+# The release gate, exclusively, until the transaction ends: waits for every finishing
+# statement in flight (each holds it shared), so that a statement after this one sees
+# what they released.  Locks: the gate.
+WAIT_FOR_FINISHES = f"SELECT pg_advisory_xact_lock({RELEASE_GATE_CLASS}, 0)"
+
+# -- name: hold_paused_lanes
+# After a pause committed, behind wait_for_finishes (a finish that began before the
+# pause may have released the tenant's lanes without seeing it): holds the paused
+# tenant's lanes out of the reads, as a cap holds them (ADR 016), every job type's.
+# Finishes after the pause see it and release none of them (jobfair_release_holds,
+# alembic 0007), and new lanes of the tenant are made held (app.db.lanes, WAKE).  A
+# sequential read of lanes: a pause is rare.  Locks: the lane rows.
+HOLD_PAUSED_LANES = """
+UPDATE lanes SET held = true
+WHERE tenant_id = $1 AND NOT held
+  AND EXISTS (SELECT 1 FROM tenants t WHERE t.tenant_id = $1 AND t.paused)
+"""
+
+# -- name: resume_tenant
+# Marks a tenant no longer paused (no row: it never was).  Its lanes are released by
+# release_resumed once this committed.  Index: tenants pkey.
+RESUME_TENANT = """
+UPDATE tenants SET paused = false WHERE tenant_id = $1
+RETURNING tenant_id, weight, max_active_jobs, paused
+"""
+
+# -- name: release_resumed
+# After a resume committed: as release_after_finishes, the tenant's held lanes released
+# (each re-enters at the type's virtual time if it fell behind it: a pause banks no
+# credit, and a lane ahead keeps its place, ADR 016), and every job type with an active
+# lane of the tenant notified, so that waiters read again at once (a lane that a pause
+# missed was not held, and its release notifies nothing).  Locks: the gate, then as
+# jobfair_release_holds.  A sequential read of lanes.
+RELEASE_RESUMED = f"""
+WITH released AS (
+    SELECT pg_advisory_xact_lock({RELEASE_GATE_CLASS}, 0),
+           jobfair_release_holds(
+               {TENANT_CAP_LOCK_CLASS}, {RELEASE_GATE_CLASS}, ARRAY[$1::text],
+               '{NOTIFY_CHANNEL}') AS n
+),
+notified AS (
+    SELECT pg_notify('{NOTIFY_CHANNEL}', job_type)
+    FROM (SELECT DISTINCT job_type FROM lanes WHERE tenant_id = $1 AND active) d
+    WHERE (SELECT n FROM released) IS NOT NULL
+)
+SELECT (SELECT n FROM released), (SELECT count(*) FROM notified)
+"""
+
+# -- name: pause_job_type
+# Marks a job type paused (configured with the defaults if it was not): a lane read of
+# the type answers nothing to claim (read_lanes), nor does a lead claim.  Index:
+# job_types pkey.
+PAUSE_JOB_TYPE = """
+INSERT INTO job_types (job_type, paused) VALUES ($1, true)
+ON CONFLICT (job_type) DO UPDATE SET paused = true
+RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused
+"""
+
+# -- name: resume_job_type
+# Marks a job type no longer paused and notifies it (at commit), so that its waiters
+# read at once.  Index: job_types pkey.
+RESUME_JOB_TYPE = f"""
+WITH up AS (
+    UPDATE job_types SET paused = false WHERE job_type = $1
+    RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused
+),
+notified AS (SELECT pg_notify('{NOTIFY_CHANNEL}', $1))
+SELECT up.* FROM up WHERE (SELECT count(*) FROM notified) = 1
+"""
 
 # Job search, assembled per call by search_jobs below (so not in docs/sql):
 # Job search (Camunda's POST /v2/jobs/search): equality/IN filters on whitelisted
@@ -155,6 +248,110 @@ SEARCH_COLUMNS = {
     "endTime": "completed_at",
 }
 SEARCH_COUNT_LIMIT = 10_000
+
+
+# Job listing (GET /v2/jobs), assembled per call by list_jobs below (so not in docs/sql):
+#   SELECT u.*, t.aging_interval_ms, t.aging_step FROM (
+#       SELECT * FROM (
+#           (SELECT <job columns> FROM jobs
+#            WHERE state = '<S>' [AND tenant_id = $] [AND job_type = $]
+#              [AND tenant_id = ANY($) AND job_type = ANY($)]  -- the key's scope
+#              [AND created_at >= $] [AND created_at < $] [AND job_key < $cursor]
+#            ORDER BY job_key DESC LIMIT $n)
+#           UNION ALL ... one branch per stored state asked for ...
+#       ) b ORDER BY job_key DESC LIMIT $n) u
+#   LEFT JOIN job_types t ON t.job_type = u.job_type ORDER BY u.job_key DESC
+# Keyset paging on job_key, newest first: a page is the n keys below the cursor, however
+# many jobs were added above it since.  The state is a literal in each branch, so that
+# each branch's plan may use the partial index of its state (a parameter would match
+# none), and the branches' key order merges without a sort (Merge Append):
+#   COMPLETED, FAILED, ERROR_THROWN, CANCELED: jobs_done_tenant_idx for a tenant, one
+#     range in key order; FAILED without a tenant: jobs_failed_idx; the others without
+#     a tenant: jobs pkey from the newest down, filtered (a type is dense: a page of it
+#     is found soon; a rare type reads the newer jobs of the others).
+#   CREATED: jobs_ready_idx for a type (and tenant), sorted by key (reads the lane's
+#     backlog), or jobs pkey from the newest down; delayed jobs (SCHEDULED):
+#     jobs_scheduled_idx or jobs pkey.  ACTIVATED: jobs_active_tenant_idx,
+#     jobs_active_type_idx, sorted (reads the jobs active).
+#   createdAfter/createdBefore filter within a branch (no index: keys follow creation
+#     only roughly, the key sequence being cached per connection).
+# An operator query: no locks.
+LISTED_STATES: dict[JobState, tuple[JobState, ...]] = {
+    JobState.CREATED: (JobState.CREATED, JobState.SCHEDULED),
+    JobState.ACTIVATED: (JobState.ACTIVATED,),
+    JobState.COMPLETED: (JobState.COMPLETED,),
+    JobState.FAILED: (JobState.FAILED,),
+    JobState.ERROR_THROWN: (JobState.ERROR_THROWN,),
+    JobState.CANCELED: (JobState.CANCELED,),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """What ``GET /v2/jobs`` (and the bulk operations) select: each None means any.
+    ``tenant_scope`` / ``type_scope``: the caller's key's tenants and types (None: all)."""
+
+    job_type: str | None = None
+    tenant_id: str | None = None
+    states: frozenset[JobState] | None = None  # public states (CREATED covers delayed)
+    created_after: datetime | None = None  # inclusive
+    created_before: datetime | None = None  # exclusive
+    tenant_scope: frozenset[str] | None = None
+    type_scope: frozenset[str] | None = None
+
+
+def list_statement(f: JobFilter, before_key: int | None, limit: int) -> tuple[str, list[Any]]:
+    """The listing's statement for ``f`` (see above) and its arguments."""
+    where: list[str] = []
+    args: list[Any] = []
+
+    def arg(value: Any, cast: str) -> str:
+        args.append(value)
+        return f"${len(args)}::{cast}"
+
+    if f.tenant_id is not None:
+        where.append(f"tenant_id = {arg(f.tenant_id, 'text')}")
+    elif f.tenant_scope is not None:
+        where.append(f"tenant_id = ANY({arg(sorted(f.tenant_scope), 'text[]')})")
+    if f.job_type is not None:
+        where.append(f"job_type = {arg(f.job_type, 'text')}")
+    elif f.type_scope is not None:
+        where.append(f"job_type = ANY({arg(sorted(f.type_scope), 'text[]')})")
+    if f.created_after is not None:
+        where.append(f"created_at >= {arg(f.created_after, 'timestamptz')}")
+    if f.created_before is not None:
+        where.append(f"created_at < {arg(f.created_before, 'timestamptz')}")
+    if before_key is not None:
+        where.append(f"job_key < {arg(before_key, 'bigint')}")
+    n = arg(limit, "int")
+    public = f.states if f.states is not None else frozenset(LISTED_STATES)
+    stored = sorted({s for p in public for s in LISTED_STATES[p]})
+    branches = [
+        f"(SELECT {JOB_COLUMNS} FROM jobs WHERE "
+        + " AND ".join([f"state = '{state.value}'", *where])
+        + f" ORDER BY job_key DESC LIMIT {n})"
+        for state in stored
+    ]
+    sql = (
+        "SELECT u.*, t.aging_interval_ms AS type_aging_interval_ms,"
+        " t.aging_step AS type_aging_step FROM ("
+        f"SELECT * FROM ({' UNION ALL '.join(branches)}) b ORDER BY job_key DESC LIMIT {n}"
+        ") u LEFT JOIN job_types t ON t.job_type = u.job_type ORDER BY u.job_key DESC"
+    )
+    return sql, args
+
+
+async def list_jobs(
+    db: Queries, f: JobFilter, before_key: int | None, limit: int
+) -> list[tuple[JobRow, TypeConfig]]:
+    """Up to ``limit`` jobs matching ``f`` with keys below ``before_key`` (None: from the
+    newest), newest first, each with its type's configuration (for its record)."""
+    sql, args = list_statement(f, before_key, limit)
+    rows = await db.fetch(sql, *args)
+    return [
+        (job_row(r), TypeConfig(None, r["type_aging_interval_ms"], r["type_aging_step"]))
+        for r in rows
+    ]
 
 
 async def type_config(db: Queries, job_type: str) -> TypeConfig:
@@ -189,6 +386,36 @@ async def delete_tenant(db: Sessions, tenant_id: str) -> bool:
     deleted = await db.fetchval(DELETE_TENANT, tenant_id) is not None
     await _release_after_finishes(db, tenant_id)
     return deleted
+
+
+async def pause_tenant(db: Sessions, tenant_id: str) -> TenantRow:
+    """Pause a tenant (pause_tenant), then hold its lanes behind the finishes in flight
+    (wait_for_finishes, hold_paused_lanes)."""
+    row = TenantRow(*await db.fetchrow(PAUSE_TENANT, tenant_id))
+    async with db.transaction() as tx:
+        await tx.execute(WAIT_FOR_FINISHES)
+        await tx.execute(HOLD_PAUSED_LANES, tenant_id)
+    return row
+
+
+async def resume_tenant(db: Sessions, tenant_id: str) -> TenantRow | None:
+    """Resume a tenant (resume_tenant), then release its lanes (release_resumed); None
+    if it has no configuration (it was never paused)."""
+    row = await db.fetchrow(RESUME_TENANT, tenant_id)
+    if row is None:
+        return None
+    async with db.transaction() as tx:
+        await tx.execute(RELEASE_RESUMED, tenant_id)
+    return TenantRow(*row)
+
+
+async def pause_job_type(db: Queries, job_type: str) -> JobTypeRow:
+    return JobTypeRow(*await db.fetchrow(PAUSE_JOB_TYPE, job_type))
+
+
+async def resume_job_type(db: Queries, job_type: str) -> JobTypeRow | None:
+    row = await db.fetchrow(RESUME_JOB_TYPE, job_type)
+    return None if row is None else JobTypeRow(*row)
 
 
 async def upsert_job_type(

@@ -26,6 +26,7 @@ import orjson
 
 from app.db import claims, finishing, jobs, lanes, operators
 from app.db.base import transaction_on
+from app.db.history import HISTORY_SETTING
 from app.domain import DEFAULT_PRIORITY, DEFAULT_RETRIES, DEFAULT_TENANT, utcnow
 from app.errors import OutcomeUnknown, StoreUnavailable
 
@@ -275,15 +276,22 @@ class Database:
         min_size: int | None = None,
         acquire_timeout_s: float = 5.0,
         wait_s: float = 0.0,
+        history: bool = True,
     ) -> Database:
         """A pool of ``size`` connections, ``min_size`` of them (default: all) opened now
         and kept open, so that load arriving later finds them connected and warm.  An
-        unreachable database is waited for up to ``wait_s`` (``until_reachable``)."""
-        pool = await until_reachable(lambda: cls._create_pool(url, size, min_size), wait_s, "pool")
+        unreachable database is waited for up to ``wait_s`` (``until_reachable``).
+        ``history``: whether its statements write jobs' attempt history (app.db.history,
+        read there from the connection's ``jobfair.history`` setting)."""
+        pool = await until_reachable(
+            lambda: cls._create_pool(url, size, min_size, history), wait_s, "pool"
+        )
         return cls(pool, acquire_timeout_s)
 
     @staticmethod
-    async def _create_pool(url: str, size: int, min_size: int | None) -> asyncpg.Pool:
+    async def _create_pool(
+        url: str, size: int, min_size: int | None, history: bool = True
+    ) -> asyncpg.Pool:
         return await asyncpg.create_pool(
             url,
             min_size=size if min_size is None else min(min_size, size),
@@ -294,7 +302,11 @@ class Database:
             # The hot statements are written to be plan-robust (primary-key probes via
             # ANY(ARRAY(...)), index range scans), so a generic plan is as good as a custom
             # one and saves planning every claim.  JIT only adds latency here.
-            server_settings={"plan_cache_mode": "force_generic_plan", "jit": "off"},
+            server_settings={
+                "plan_cache_mode": "force_generic_plan",
+                "jit": "off",
+                HISTORY_SETTING: "on" if history else "off",
+            },
             command_timeout=60,
         )
 

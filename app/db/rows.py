@@ -139,6 +139,7 @@ class LaneRead:
     ready: list[LaneRow]
     empty: list[str]
     more: bool
+    paused: bool = False  # the job type is paused: nothing may be claimed
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +159,7 @@ class TenantRow(NamedTuple):
     tenant_id: str
     weight: int
     max_active_jobs: int | None
+    paused: bool
 
 
 class JobTypeRow(NamedTuple):
@@ -165,6 +167,7 @@ class JobTypeRow(NamedTuple):
     max_active_jobs: int | None
     aging_interval_ms: int | None
     aging_step: int | None
+    paused: bool
 
 
 class LaneSampleRow(NamedTuple):
@@ -200,6 +203,8 @@ class LaneStats:
     tenant_cap: int | None
     type_cap: int | None
     tenant_active: int | None
+    tenant_paused: bool = False
+    type_paused: bool = False
 
     @classmethod
     def of(cls, r: Mapping[str, Any]) -> LaneStats:
@@ -214,6 +219,8 @@ class LaneStats:
             r["tenant_cap"],
             r["type_cap"],
             r["tenant_active"],
+            r["tenant_paused"],
+            r["type_paused"],
         )
 
 
@@ -231,3 +238,12 @@ class KeyRow(NamedTuple):
     created_by: str | None
     last_used_at: datetime | None
     revoked_at: datetime | None
+
+
+class WorkerRow(NamedTuple):
+    """A worker name seen asking for jobs of a type (``app.db.workers``)."""
+
+    job_type: str
+    worker: str
+    last_seen_at: datetime
+    last_activated_at: datetime | None

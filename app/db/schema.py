@@ -127,6 +127,19 @@ Index(
     jobs.c.completed_at,
     postgresql_where=text("state IN ('COMPLETED', 'FAILED', 'ERROR_THROWN', 'CANCELED')"),
 )
+# The listing (``GET /v2/jobs``) of a tenant's finished jobs: by tenant, then state, in
+# key order (alembic 0007).  A job enters it once, as it finishes.  None by type: types
+# are few and dense, and the key index finds a page of one soon (ADR 023).
+TERMINAL = text("state IN ('COMPLETED', 'FAILED', 'ERROR_THROWN', 'CANCELED')")
+Index(
+    "jobs_done_tenant_idx",
+    jobs.c.tenant_id,
+    jobs.c.state,
+    jobs.c.job_key,
+    postgresql_where=TERMINAL,
+)
+# Incidents by key, whatever their tenant or type (few: an entry per FAILED job).
+Index("jobs_failed_idx", jobs.c.job_key, postgresql_where=text("state = 'FAILED'"))
 Index(
     "jobs_idempotency_idx",
     jobs.c.tenant_id,
@@ -178,6 +191,8 @@ tenants = Table(
     Column("tenant_id", Text, primary_key=True),
     Column("weight", Integer, nullable=False, server_default=text("1")),
     Column("max_active_jobs", Integer),
+    # Paused: its lanes are held out of the reads until it is resumed (app.db.operators).
+    Column("paused", Boolean, nullable=False, server_default=text("false")),
     CheckConstraint("weight BETWEEN 1 AND 10000", name="tenants_weight_check"),
     CheckConstraint("max_active_jobs >= 0", name="tenants_max_active_jobs_check"),
 )
@@ -189,9 +204,65 @@ job_types = Table(
     Column("max_active_jobs", Integer),
     Column("aging_interval_ms", Integer),
     Column("aging_step", Integer),
+    # Paused: no activation gives a job of the type until it is resumed.
+    Column("paused", Boolean, nullable=False, server_default=text("false")),
     CheckConstraint("max_active_jobs >= 0", name="job_types_max_active_jobs_check"),
     CheckConstraint("aging_interval_ms > 0", name="job_types_aging_interval_check"),
     CheckConstraint("aging_step BETWEEN 0 AND 100", name="job_types_aging_step_check"),
+)
+
+# A job's attempt history (app.db.history): a row per ended activation (its start,
+# worker and lease, how and when it ended), per revive and per cancel, written by the
+# statement that makes the transition.  Keyed by the activation it belongs to and its
+# step (1: the activation's end, 2: revived, 3: canceled); no foreign key (retention
+# deletes a job's rows with it).  The job's creation and its running activation are
+# read from the job itself.
+EVENTS = (
+    "completed",
+    "failed",
+    "retried",
+    "error-thrown",
+    "lease-expired",
+    "released",
+    "revived",
+    "canceled",
+)
+job_events = Table(
+    "job_events",
+    metadata,
+    Column("job_key", BigInteger, nullable=False),
+    Column("activation_count", Integer, nullable=False),
+    Column("step", SmallInteger, nullable=False),
+    # The job's shard (its key's), as jobs.shard: a job's history lives beside it.
+    Column("shard", SmallInteger, nullable=False),
+    Column("event", Text, nullable=False),
+    Column("at", DateTime(timezone=True), nullable=False),
+    Column("started_at", DateTime(timezone=True)),
+    Column("worker", Text),
+    Column("deadline", DateTime(timezone=True)),
+    Column("retries", Integer),
+    Column("error_code", Text),
+    Column("error_message", Text),
+    CheckConstraint(
+        "event IN (" + ", ".join(f"'{e}'" for e in EVENTS) + ")", name="job_events_event_check"
+    ),
+    CheckConstraint("step BETWEEN 1 AND 3", name="job_events_step_check"),
+    CheckConstraint("shard = (job_key & 2047)", name="job_events_shard_check"),
+    PrimaryKeyConstraint("job_key", "activation_count", "step", "shard", name="job_events_pkey"),
+    postgresql_with={
+        "autovacuum_vacuum_scale_factor": "0.02",
+        "autovacuum_vacuum_insert_scale_factor": "0.05",
+    },
+)
+
+# Worker names seen activating each job type (app.workers), upserted in batches.
+workers = Table(
+    "workers",
+    metadata,
+    Column("job_type", Text, primary_key=True),
+    Column("worker", Text, primary_key=True),
+    Column("last_seen_at", DateTime(timezone=True), nullable=False),
+    Column("last_activated_at", DateTime(timezone=True)),
 )
 
 # API keys (app.keys): the secret is stored only as its SHA-256 (ADR 019); tenants and

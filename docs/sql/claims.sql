@@ -45,6 +45,8 @@ SELECT CASE WHEN $2::int IS NULL THEN NULL ELSE pg_advisory_xact_lock($1, $2) EN
 --   out younger jobs while older ones sat locked by a claim that would not take them
 --   (ADR 003; tests/integration/test_claim.py).  No lane row is locked here: charging
 --   is charge_lanes, after this statement has committed.
+-- History: writes nothing (an activation is recorded when it ends), but drops an old
+-- activation's rows once a job is past the windows it keeps (app.db.history).
 WITH RECURSIVE alloc AS (SELECT * FROM unnest($2::text[], $3::int[]) AS a(tenant_id, k)),
 prios AS (
     SELECT a.tenant_id, a.k, true AS top,
@@ -129,6 +131,13 @@ activated AS (
     -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
     WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
     RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key
+),
+trimmed AS (
+    DELETE FROM job_events e USING activated s
+    WHERE s.activation_count > 30
+      AND e.job_key = s.job_key AND e.shard = jobfair_key_shard(s.job_key)
+      AND e.activation_count = s.activation_count - 20
+      AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 )
 SELECT * FROM activated;
 
@@ -143,13 +152,15 @@ SELECT * FROM activated;
 -- are held by another activator; the caller then runs the full rounds, unless the answer
 -- says the type is dry.  Answers one row: the claimed job with the lane's weight (for its
 -- charge) and the type's aging ($5, $6: the server's defaults), or NULLs and whether the
--- type is dry.  Index: lanes_type_vtime_idx, then as read_lanes and CLAIM.
+-- type is dry.  A paused type, or a paused tenant's lane, gives nothing (as read_lanes).
+-- Index: lanes_type_vtime_idx, then as read_lanes and CLAIM.
 WITH RECURSIVE lead_lane AS (
     SELECT x.tenant_id, x.weight, x.cap, c.type_cap, c.aging_step, c.aging_interval_ms
     FROM (SELECT t.max_active_jobs AS type_cap,
                  COALESCE(t.aging_step, $5::int) AS aging_step,
                  COALESCE(t.aging_interval_ms, $6::int) AS aging_interval_ms
-          FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1) c
+          FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1
+          WHERE t.paused IS NOT TRUE) c
     CROSS JOIN LATERAL (
         SELECT r.tenant_id, r.weight, r.cap FROM (
             SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight,
@@ -157,7 +168,8 @@ WITH RECURSIVE lead_lane AS (
           WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = l.tenant_id)
          IS NOT NULL AS ready
             FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
-            WHERE l.job_type = $1 AND l.active AND NOT l.held
+            WHERE l.job_type = $1 AND l.active AND NOT l.held AND t.paused IS NOT TRUE
+
             ORDER BY l.vtime, l.tenant_id
             LIMIT 16) r
         WHERE r.ready
@@ -252,6 +264,13 @@ activated AS (
     -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
     WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
     RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key
+),
+trimmed AS (
+    DELETE FROM job_events e USING activated s
+    WHERE s.activation_count > 30
+      AND e.job_key = s.job_key AND e.shard = jobfair_key_shard(s.job_key)
+      AND e.activation_count = s.activation_count - 20
+      AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 )
 SELECT a.*, lead.weight AS lane_weight, lead.aging_step AS lane_aging_step,
        lead.aging_interval_ms AS lane_aging_interval_ms,
@@ -270,7 +289,8 @@ WITH RECURSIVE lead_lane AS (
     FROM (SELECT t.max_active_jobs AS type_cap,
                  COALESCE(t.aging_step, $5::int) AS aging_step,
                  COALESCE(t.aging_interval_ms, $6::int) AS aging_interval_ms
-          FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1) c
+          FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1
+          WHERE t.paused IS NOT TRUE) c
     CROSS JOIN LATERAL (
         SELECT r.tenant_id, r.weight, r.cap FROM (
             SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight,
@@ -278,7 +298,8 @@ WITH RECURSIVE lead_lane AS (
           WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = l.tenant_id)
          IS NOT NULL AS ready
             FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
-            WHERE l.job_type = $1 AND l.active AND NOT l.held AND l.tenant_id = ANY($9::text[])
+            WHERE l.job_type = $1 AND l.active AND NOT l.held AND t.paused IS NOT TRUE
+              AND l.tenant_id = ANY($9::text[])
             ORDER BY l.vtime, l.tenant_id
             LIMIT 16) r
         WHERE r.ready
@@ -373,6 +394,13 @@ activated AS (
     -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
     WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
     RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key
+),
+trimmed AS (
+    DELETE FROM job_events e USING activated s
+    WHERE s.activation_count > 30
+      AND e.job_key = s.job_key AND e.shard = jobfair_key_shard(s.job_key)
+      AND e.activation_count = s.activation_count - 20
+      AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 )
 SELECT a.*, lead.weight AS lane_weight, lead.aging_step AS lane_aging_step,
        lead.aging_interval_ms AS lane_aging_interval_ms,

@@ -15,7 +15,18 @@ ended AS (
     FROM input i
     WHERE j.job_key = i.job_key AND j.shard = jobfair_key_shard(i.job_key) AND (j.state = 'ACTIVATED') IS TRUE
       AND j.activation_count = i.activation_count
-    RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activated_at
+    RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activation_count,
+              j.activated_at, j.worker, j.retries
+),
+leases AS (
+    SELECT job_key, deadline FROM jobs WHERE job_key = ANY($1::bigint[]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
+),
+logged AS (
+    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
+    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 1, 'completed', $4,
+           CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END, CASE WHEN b.deadline IS NOT NULL THEN s.worker END, b.deadline, s.retries, NULL::text, NULL::text
+    FROM ended s JOIN leases b ON b.job_key = s.job_key
+    WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
 credited AS (
     SELECT pg_notify('jobfair_done', string_agg(job_key::text, ','))
@@ -59,7 +70,18 @@ WITH ended AS (
     WHERE j.job_key = $1 AND j.shard = jobfair_key_shard($1)
       AND cur.job_key = $1 AND cur.shard = jobfair_key_shard($1) AND (j.state = 'ACTIVATED') IS TRUE
       AND j.activation_count = $2
-    RETURNING j.job_key, j.job_type, j.tenant_id, j.state, j.via_stream, j.activated_at
+    RETURNING j.job_key, j.job_type, j.tenant_id, j.state, j.via_stream, j.activation_count,
+              j.activated_at, j.worker, j.retries, j.error_message
+),
+leases AS (
+    SELECT job_key, deadline FROM jobs WHERE job_key = ANY(ARRAY[$1::bigint]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
+),
+logged AS (
+    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
+    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 1, CASE WHEN s.state = 'FAILED' THEN 'failed' ELSE 'retried' END, $7,
+           CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END, CASE WHEN b.deadline IS NOT NULL THEN s.worker END, b.deadline, s.retries, NULL::text, s.error_message
+    FROM ended s JOIN leases b ON b.job_key = s.job_key
+    WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
 credited AS (
     SELECT pg_notify('jobfair_done', string_agg(job_key::text, ','))
@@ -92,7 +114,18 @@ WITH ended AS (
         completed_at = $6, variables = j.variables || COALESCE($5::jsonb, '{}'::jsonb)
     WHERE j.job_key = $1 AND j.shard = jobfair_key_shard($1) AND (j.state = 'ACTIVATED') IS TRUE
       AND j.activation_count = $2
-    RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activated_at
+    RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activation_count,
+              j.activated_at, j.worker, j.retries, j.error_code, j.error_message
+),
+leases AS (
+    SELECT job_key, deadline FROM jobs WHERE job_key = ANY(ARRAY[$1::bigint]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
+),
+logged AS (
+    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
+    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 1, 'error-thrown', $6,
+           CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END, CASE WHEN b.deadline IS NOT NULL THEN s.worker END, b.deadline, s.retries, s.error_code, s.error_message
+    FROM ended s JOIN leases b ON b.job_key = s.job_key
+    WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
 credited AS (
     SELECT pg_notify('jobfair_done', string_agg(job_key::text, ','))
@@ -124,10 +157,68 @@ WITH ended AS (
     FROM unnest($1::bigint[], $2::int[]) AS r(job_key, activation_count)
     WHERE j.job_key = r.job_key AND j.shard = jobfair_key_shard(r.job_key) AND (j.state = 'ACTIVATED') IS TRUE
       AND j.activation_count = r.activation_count
-    RETURNING j.job_key, j.job_type, j.tenant_id
+    RETURNING j.job_key, j.job_type, j.tenant_id, j.activation_count, j.activated_at, j.worker,
+              j.retries
+),
+leases AS (
+    SELECT job_key, deadline FROM jobs WHERE job_key = ANY($1::bigint[]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
+),
+logged AS (
+    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
+    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 1, 'released', $3,
+           CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END, CASE WHEN b.deadline IS NOT NULL THEN s.worker END, b.deadline, s.retries, NULL::text, NULL::text
+    FROM ended s JOIN leases b ON b.job_key = s.job_key
+    WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
 unheld AS (
     SELECT jobfair_release_holds(1246101507, 1246101508,
         ARRAY(SELECT DISTINCT e.tenant_id FROM ended e), 'jobfair') AS n
 )
 SELECT job_key, job_type, tenant_id, (SELECT n FROM unheld) AS _n FROM ended;
+
+-- name: cancel_job
+-- CREATED, SCHEDULED or ACTIVATED -> CANCELED.  An ACTIVATED job's activation ends as a
+-- finish ends it: its stream gets its credit back, a capped type or tenant its capacity
+-- (its worker's later finish is fenced out: the job is not ACTIVATED).  The notifications
+-- and the release also run for a job that was not ACTIVATED: the statement cannot tell
+-- (RETURNING gives the new row), and for one job they cost a probe each.  Index: jobs
+-- pkey.  Locks: the job's row; as RELEASE_HOLDS.
+WITH ended AS (
+    UPDATE jobs j SET state = 'CANCELED', completed_at = $2, deadline = NULL
+    WHERE j.job_key = $1 AND j.shard = jobfair_key_shard($1)
+      AND j.state IN ('CREATED', 'SCHEDULED', 'ACTIVATED')
+    RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activation_count,
+              j.activated_at, j.worker, j.retries
+),
+leases AS (
+    SELECT job_key, deadline FROM jobs WHERE job_key = ANY(ARRAY[$1::bigint]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
+),
+logged AS (
+    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
+    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 3, 'canceled', $2,
+           CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END, CASE WHEN b.deadline IS NOT NULL THEN s.worker END, b.deadline, s.retries, NULL::text, NULL::text
+    FROM ended s JOIN leases b ON b.job_key = s.job_key
+    WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
+),
+credited AS (
+    SELECT pg_notify('jobfair_done', string_agg(job_key::text, ','))
+    FROM (SELECT job_key, (row_number() OVER () - 1) / 399 AS chunk
+          FROM ended WHERE via_stream) s
+    GROUP BY chunk
+),
+freed AS (
+    SELECT pg_notify('jobfair', job_type) FROM (
+        SELECT DISTINCT e.job_type FROM ended e
+        WHERE EXISTS (SELECT 1 FROM job_types t WHERE t.job_type = e.job_type
+                        AND t.max_active_jobs IS NOT NULL)
+           OR EXISTS (SELECT 1 FROM tenants t WHERE t.tenant_id = e.tenant_id
+                        AND t.max_active_jobs IS NOT NULL)) capped
+),
+unheld AS (
+    SELECT jobfair_release_holds(1246101507, 1246101508,
+        ARRAY(SELECT DISTINCT e.tenant_id FROM ended e), 'jobfair') AS n
+)
+SELECT job_type, tenant_id,
+       (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
+         AS _n
+FROM ended;

@@ -70,12 +70,13 @@ ready_lanes AS (
     GROUP BY job_type, tenant_id
 ),
 new_lanes AS (
-    INSERT INTO lanes (job_type, tenant_id, shard, vtime, active)
+    INSERT INTO lanes (job_type, tenant_id, shard, vtime, active, held)
     SELECT r.job_type, r.tenant_id, jobfair_shard(r.tenant_id),
            COALESCE(
     (SELECT min(x.vtime) FROM lanes x WHERE x.job_type = r.job_type AND x.active AND NOT x.held),
     (SELECT max(x.vtime) FROM lanes x WHERE x.job_type = r.job_type),
-    0), true
+    0), true,
+           EXISTS (SELECT 1 FROM tenants p WHERE p.tenant_id = r.tenant_id AND p.paused)
     FROM ready_lanes r
     ORDER BY r.job_type, r.tenant_id
     ON CONFLICT (job_type, tenant_id, shard) DO NOTHING
@@ -166,12 +167,13 @@ ready_lanes AS (
     GROUP BY job_type, tenant_id
 ),
 new_lanes AS (
-    INSERT INTO lanes (job_type, tenant_id, shard, vtime, active)
+    INSERT INTO lanes (job_type, tenant_id, shard, vtime, active, held)
     SELECT r.job_type, r.tenant_id, jobfair_shard(r.tenant_id),
            COALESCE(
     (SELECT min(x.vtime) FROM lanes x WHERE x.job_type = r.job_type AND x.active AND NOT x.held),
     (SELECT max(x.vtime) FROM lanes x WHERE x.job_type = r.job_type),
-    0), true
+    0), true,
+           EXISTS (SELECT 1 FROM tenants p WHERE p.tenant_id = r.tenant_id AND p.paused)
     FROM ready_lanes r
     ORDER BY r.job_type, r.tenant_id
     ON CONFLICT (job_type, tenant_id, shard) DO NOTHING
@@ -238,12 +240,13 @@ ready_lanes AS (
     GROUP BY job_type, tenant_id
 ),
 new_lanes AS (
-    INSERT INTO lanes (job_type, tenant_id, shard, vtime, active)
+    INSERT INTO lanes (job_type, tenant_id, shard, vtime, active, held)
     SELECT r.job_type, r.tenant_id, jobfair_shard(r.tenant_id),
            COALESCE(
     (SELECT min(x.vtime) FROM lanes x WHERE x.job_type = r.job_type AND x.active AND NOT x.held),
     (SELECT max(x.vtime) FROM lanes x WHERE x.job_type = r.job_type),
-    0), true
+    0), true,
+           EXISTS (SELECT 1 FROM tenants p WHERE p.tenant_id = r.tenant_id AND p.paused)
     FROM ready_lanes r
     ORDER BY r.job_type, r.tenant_id
     ON CONFLICT (job_type, tenant_id, shard) DO NOTHING
@@ -301,12 +304,6 @@ SELECT job_key, state, activation_count FROM jobs WHERE job_key = ANY($1::bigint
 -- never change, so app.keys keeps what it read).  Index: jobs pkey.
 SELECT job_key, tenant_id, job_type FROM jobs WHERE job_key = ANY($1::bigint[]);
 
--- name: cancel_job
--- CREATED (or SCHEDULED) -> CANCELED.  Index: jobs pkey.  Row lock via UPDATE.
-UPDATE jobs SET state = 'CANCELED', completed_at = $2
-WHERE job_key = $1 AND shard = jobfair_key_shard($1) AND state IN ('CREATED', 'SCHEDULED')
-RETURNING job_type, tenant_id;
-
 -- name: lock_job
 -- The job's row, locked for an update that reads before it writes (PATCH).
 SELECT job_key, job_type, tenant_id, state, priority, retries, activation_count,
@@ -314,11 +311,22 @@ SELECT job_key, job_type, tenant_id, state, priority, retries, activation_count,
     error_message, created_at, activated_at, completed_at, idempotency_key FROM jobs WHERE job_key = $1 AND shard = jobfair_key_shard($1) FOR UPDATE;
 
 -- name: update_job
--- PATCH: retries, lease (deadline) and priority; revives FAILED when retries > 0.
-UPDATE jobs
-SET retries = $2, deadline = $3, priority = $4, state = $5,
-    completed_at = CASE WHEN $5 = 'FAILED' THEN completed_at ELSE NULL END,
-    queued_at = CASE WHEN state = 'FAILED' AND $5 <> 'FAILED' THEN $6 ELSE queued_at END,
-    run_at = CASE WHEN state = 'FAILED' AND $5 <> 'FAILED' THEN $6 ELSE run_at END
-WHERE job_key = $1 AND shard = jobfair_key_shard($1)
-RETURNING job_key;
+-- PATCH: retries, lease (deadline) and priority; revives FAILED when retries > 0, and
+-- then ($7) writes the revive into the job's history.  Index: jobs pkey.
+WITH up AS (
+    UPDATE jobs
+    SET retries = $2, deadline = $3, priority = $4, state = $5,
+        completed_at = CASE WHEN $5 = 'FAILED' THEN completed_at ELSE NULL END,
+        queued_at = CASE WHEN state = 'FAILED' AND $5 <> 'FAILED' THEN $6 ELSE queued_at END,
+        run_at = CASE WHEN state = 'FAILED' AND $5 <> 'FAILED' THEN $6 ELSE run_at END
+    WHERE job_key = $1 AND shard = jobfair_key_shard($1)
+    RETURNING job_key, activation_count, retries
+),
+logged AS (
+    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
+    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 2, 'revived', $6,
+           NULL::timestamptz, NULL::text, NULL::timestamptz, s.retries, NULL::text, NULL::text
+    FROM up s
+    WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off' AND $7::bool
+)
+SELECT job_key FROM up;

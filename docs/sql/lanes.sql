@@ -12,12 +12,13 @@ WITH ready_lanes AS (
     GROUP BY job_type, tenant_id
 ),
 new_lanes AS (
-    INSERT INTO lanes (job_type, tenant_id, shard, vtime, active)
+    INSERT INTO lanes (job_type, tenant_id, shard, vtime, active, held)
     SELECT r.job_type, r.tenant_id, jobfair_shard(r.tenant_id),
            COALESCE(
     (SELECT min(x.vtime) FROM lanes x WHERE x.job_type = r.job_type AND x.active AND NOT x.held),
     (SELECT max(x.vtime) FROM lanes x WHERE x.job_type = r.job_type),
-    0), true
+    0), true,
+           EXISTS (SELECT 1 FROM tenants p WHERE p.tenant_id = r.tenant_id AND p.paused)
     FROM ready_lanes r
     ORDER BY r.job_type, r.tenant_id
     ON CONFLICT (job_type, tenant_id, shard) DO NOTHING
@@ -61,7 +62,10 @@ SELECT (SELECT count(*) FROM notified) + (SELECT count(*) FROM new_lanes)
 -- The read's snapshot predates the charge, so a charged lane's new vtime comes from
 -- ``charged``; charges only move lanes later, so the first $2 ready lanes by new vtime
 -- are among the first $2 + len($4) by old (the caller keeps those $2).
--- Lanes held at their tenant's cap are not read at all (the index range skips them).
+-- Lanes held at their tenant's cap are not read at all (the index range skips them); nor
+-- are paused tenants' lanes, held too (a lane a pause missed, made by a producer racing
+-- with it, is filtered out here; it costs the read a row).  The first row says whether
+-- the type is paused; then the caller claims nothing, whatever lanes follow.
 -- Index: lanes_type_vtime_idx (job_type, active, held, vtime, tenant_id), a range scan of
 -- the lanes up to the stop, excluded ones ($3) included; one probe of jobs_ready_idx per lane
 -- scanned (small reads) and per lane charged.  Locks: the charged lanes only.
@@ -88,11 +92,11 @@ charged AS (
 )
 SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
        NULL::int AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
-       t.aging_step, NULL::bool AS ready, NULL::bool AS scanned
+       t.aging_step, NULL::bool AS ready, NULL::bool AS scanned, t.paused IS TRUE AS paused
 FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1
 UNION ALL
 SELECT w.tenant_id, COALESCE(ch.vtime, w.vtime), w.weight, w.max_active_jobs, NULL, NULL,
-       NULL, w.ready, true
+       NULL, w.ready, true, NULL
 FROM (SELECT s.*, count(*) FILTER (WHERE s.ready)
                     OVER (ORDER BY s.vtime, s.tenant_id ROWS UNBOUNDED PRECEDING) AS readies
       FROM (SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight, t.max_active_jobs,
@@ -101,13 +105,13 @@ FROM (SELECT s.*, count(*) FILTER (WHERE s.ready)
          IS NOT NULL ELSE true END AS ready
             FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
             WHERE l.job_type = $1 AND l.active AND NOT l.held
-              AND l.tenant_id <> ALL($3::text[])
+              AND t.paused IS NOT TRUE AND l.tenant_id <> ALL($3::text[])
             ORDER BY l.vtime, l.tenant_id
             LIMIT 1024) s) w
 LEFT JOIN charged ch ON ch.tenant_id = w.tenant_id
 WHERE w.readies <= $2 + cardinality($4::text[])
 UNION ALL
-SELECT ch.tenant_id, ch.vtime, NULL, NULL, NULL, NULL, NULL, false, false
+SELECT ch.tenant_id, ch.vtime, NULL, NULL, NULL, NULL, NULL, false, false, NULL
 FROM charged ch WHERE NOT (SELECT min(j.priority) FROM jobs j
           WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = ch.tenant_id)
          IS NOT NULL;
@@ -138,11 +142,11 @@ charged AS (
 )
 SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
        NULL::int AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
-       t.aging_step, NULL::bool AS ready, NULL::bool AS scanned
+       t.aging_step, NULL::bool AS ready, NULL::bool AS scanned, t.paused IS TRUE AS paused
 FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1
 UNION ALL
 SELECT w.tenant_id, COALESCE(ch.vtime, w.vtime), w.weight, w.max_active_jobs, NULL, NULL,
-       NULL, w.ready, true
+       NULL, w.ready, true, NULL
 FROM (SELECT s.*, count(*) FILTER (WHERE s.ready)
                     OVER (ORDER BY s.vtime, s.tenant_id ROWS UNBOUNDED PRECEDING) AS readies
       FROM (SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight, t.max_active_jobs,
@@ -151,13 +155,13 @@ FROM (SELECT s.*, count(*) FILTER (WHERE s.ready)
          IS NOT NULL ELSE true END AS ready
             FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
             WHERE l.job_type = $1 AND l.active AND NOT l.held
-              AND l.tenant_id <> ALL($3::text[]) AND l.tenant_id = ANY($7::text[])
+              AND t.paused IS NOT TRUE AND l.tenant_id <> ALL($3::text[]) AND l.tenant_id = ANY($7::text[])
             ORDER BY l.vtime, l.tenant_id
             LIMIT 1024) s) w
 LEFT JOIN charged ch ON ch.tenant_id = w.tenant_id
 WHERE w.readies <= $2 + cardinality($4::text[])
 UNION ALL
-SELECT ch.tenant_id, ch.vtime, NULL, NULL, NULL, NULL, NULL, false, false
+SELECT ch.tenant_id, ch.vtime, NULL, NULL, NULL, NULL, NULL, false, false, NULL
 FROM charged ch WHERE NOT (SELECT min(j.priority) FROM jobs j
           WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = ch.tenant_id)
          IS NOT NULL;

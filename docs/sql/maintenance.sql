@@ -14,7 +14,18 @@ ORDER BY deadline LIMIT $2;
 WITH ended AS (
     UPDATE jobs SET state = 'CREATED', deadline = NULL
     WHERE job_key = ANY($1::bigint[]) AND state = 'ACTIVATED' AND deadline < $2
-    RETURNING job_key, job_type, tenant_id, via_stream, activation_count, worker
+    RETURNING job_key, job_type, tenant_id, via_stream, activation_count, activated_at, worker,
+              retries
+),
+leases AS (
+    SELECT job_key, deadline FROM jobs WHERE job_key = ANY($1::bigint[]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
+),
+logged AS (
+    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
+    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 1, 'lease-expired', $2,
+           CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END, CASE WHEN b.deadline IS NOT NULL THEN s.worker END, b.deadline, s.retries, NULL::text, NULL::text
+    FROM ended s JOIN leases b ON b.job_key = s.job_key
+    WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
 credited AS (
     SELECT pg_notify('jobfair_done', string_agg(job_key::text, ','))
@@ -44,10 +55,22 @@ WHERE job_key = ANY($1::bigint[]) AND state = 'SCHEDULED' AND run_at <= $2
 RETURNING job_key, job_type, tenant_id;
 
 -- name: prune_terminal
--- Deletes terminal jobs finished before $1, oldest first, in bounded batches.
--- Index: jobs_terminal_idx.
-DELETE FROM jobs WHERE job_key IN (
-    SELECT job_key FROM jobs
-    WHERE state IN ('COMPLETED', 'FAILED', 'ERROR_THROWN', 'CANCELED') AND completed_at < $1
-    ORDER BY completed_at LIMIT $2
-);
+-- Deletes terminal jobs finished before $1, oldest first, in bounded batches, with their
+-- history; answers how many jobs.  Index: jobs_terminal_idx, job_events pkey.
+WITH gone AS (
+    DELETE FROM jobs WHERE job_key IN (
+        SELECT job_key FROM jobs
+        WHERE state IN ('COMPLETED', 'FAILED', 'ERROR_THROWN', 'CANCELED') AND completed_at < $1
+        ORDER BY completed_at LIMIT $2
+    )
+    RETURNING job_key
+),
+events AS (
+    DELETE FROM job_events e WHERE e.job_key = ANY(ARRAY(SELECT job_key FROM gone))
+)
+SELECT count(*) FROM gone;
+
+-- name: prune_workers
+-- Forgets worker names not seen since $1.  A sequential read of workers (one row per job
+-- type and worker name).
+DELETE FROM workers WHERE last_seen_at < $1;

@@ -11,7 +11,8 @@ SELECT max_active_jobs, aging_interval_ms, aging_step FROM job_types WHERE job_t
 -- retry back-off still ahead), active ones; the oldest ready job (by queued_at, when it
 -- became ready) and its key; and what may hold the lane back: its tenant's cap with the
 -- tenant's active jobs of every type (counted up to the cap, jobs_active_tenant_idx),
--- and its type's cap.  Reads the backlog: an operator query, not hot path.  No locks.
+-- and its type's cap; and whether its tenant or type is paused.  Reads the backlog: an
+-- operator query, not hot path.  No locks.
 WITH per_lane AS (
     SELECT job_type, tenant_id,
            count(*) FILTER (WHERE state = 'CREATED') AS ready,
@@ -25,6 +26,7 @@ WITH per_lane AS (
     GROUP BY job_type, tenant_id
 )
 SELECT l.*, tn.max_active_jobs AS tenant_cap, jt.max_active_jobs AS type_cap,
+       tn.paused IS TRUE AS tenant_paused, jt.paused IS TRUE AS type_paused,
        CASE WHEN tn.max_active_jobs IS NOT NULL THEN (
            SELECT count(*) FROM (
                SELECT 1 FROM jobs j WHERE j.state = 'ACTIVATED' AND j.tenant_id = l.tenant_id
@@ -50,6 +52,7 @@ WITH per_lane AS (
     GROUP BY job_type, tenant_id
 )
 SELECT l.*, tn.max_active_jobs AS tenant_cap, jt.max_active_jobs AS type_cap,
+       tn.paused IS TRUE AS tenant_paused, jt.paused IS TRUE AS type_paused,
        CASE WHEN tn.max_active_jobs IS NOT NULL THEN (
            SELECT count(*) FROM (
                SELECT 1 FROM jobs j WHERE j.state = 'ACTIVATED' AND j.tenant_id = l.tenant_id
@@ -61,14 +64,15 @@ LEFT JOIN job_types jt ON jt.job_type = l.job_type
 ORDER BY l.job_type, l.tenant_id;
 
 -- name: upsert_tenant
--- A tenant's configuration set; its held lanes are released (the cap that held them may
--- be gone or higher; a claim holds them again if not), under its cap lock, which orders
--- the change before or after every capped claim of the tenant (jobfair_release_holds).
+-- A tenant's weight and cap set (a pause stays as it is); its held lanes are released
+-- (the cap that held them may be gone or higher; a claim holds them again if not), under
+-- its cap lock, which orders the change before or after every capped claim of the tenant
+-- (jobfair_release_holds).
 WITH up AS (
     INSERT INTO tenants (tenant_id, weight, max_active_jobs) VALUES ($1, $2, $3)
     ON CONFLICT (tenant_id) DO UPDATE SET weight = EXCLUDED.weight,
                                           max_active_jobs = EXCLUDED.max_active_jobs
-    RETURNING tenant_id, weight, max_active_jobs
+    RETURNING tenant_id, weight, max_active_jobs, paused
 ),
 unheld AS (
     SELECT jobfair_release_holds(
@@ -78,11 +82,11 @@ SELECT up.* FROM up WHERE (SELECT count(*) FROM unheld) = 1;
 
 -- name: get_tenant
 -- A tenant's configuration (no row: weight 1, no cap).  Index: tenants pkey.
-SELECT tenant_id, weight, max_active_jobs FROM tenants WHERE tenant_id = $1;
+SELECT tenant_id, weight, max_active_jobs, paused FROM tenants WHERE tenant_id = $1;
 
 -- name: list_tenants
 -- Every configured tenant, by id.
-SELECT tenant_id, weight, max_active_jobs FROM tenants ORDER BY tenant_id;
+SELECT tenant_id, weight, max_active_jobs, paused FROM tenants ORDER BY tenant_id;
 
 -- name: release_after_finishes
 -- After a tenant's configuration change committed: waits, on the release gate taken
@@ -104,17 +108,88 @@ unheld AS (
 SELECT gone.tenant_id FROM gone WHERE (SELECT count(*) FROM unheld) = 1;
 
 -- name: upsert_job_type
--- A job type's cap and aging set (NULL: the server's default).  Index: job_types pkey.
+-- A job type's cap and aging set (NULL: the server's default; a pause stays as it is).
+-- Index: job_types pkey.
 INSERT INTO job_types (job_type, max_active_jobs, aging_interval_ms, aging_step)
 VALUES ($1, $2, $3, $4)
 ON CONFLICT (job_type) DO UPDATE SET max_active_jobs = EXCLUDED.max_active_jobs,
     aging_interval_ms = EXCLUDED.aging_interval_ms, aging_step = EXCLUDED.aging_step
-RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step;
+RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused;
 
 -- name: get_job_type
 -- A job type's configuration.  Index: job_types pkey.
-SELECT job_type, max_active_jobs, aging_interval_ms, aging_step FROM job_types WHERE job_type = $1;
+SELECT job_type, max_active_jobs, aging_interval_ms, aging_step, paused
+FROM job_types WHERE job_type = $1;
 
 -- name: list_job_types
 -- Every configured job type, by name.
-SELECT job_type, max_active_jobs, aging_interval_ms, aging_step FROM job_types ORDER BY job_type;
+SELECT job_type, max_active_jobs, aging_interval_ms, aging_step, paused
+FROM job_types ORDER BY job_type;
+
+-- name: pause_tenant
+-- Marks a tenant paused, its configuration made with the defaults if it had none; the
+-- lanes are held by hold_paused_lanes once this committed.  Index: tenants pkey.
+INSERT INTO tenants (tenant_id, paused) VALUES ($1, true)
+ON CONFLICT (tenant_id) DO UPDATE SET paused = true
+RETURNING tenant_id, weight, max_active_jobs, paused;
+
+-- name: wait_for_finishes
+-- The release gate, exclusively, until the transaction ends: waits for every finishing
+-- statement in flight (each holds it shared), so that a statement after this one sees
+-- what they released.  Locks: the gate.
+SELECT pg_advisory_xact_lock(1246101508, 0);
+
+-- name: hold_paused_lanes
+-- After a pause committed, behind wait_for_finishes (a finish that began before the
+-- pause may have released the tenant's lanes without seeing it): holds the paused
+-- tenant's lanes out of the reads, as a cap holds them (ADR 016), every job type's.
+-- Finishes after the pause see it and release none of them (jobfair_release_holds,
+-- alembic 0007), and new lanes of the tenant are made held (app.db.lanes, WAKE).  A
+-- sequential read of lanes: a pause is rare.  Locks: the lane rows.
+UPDATE lanes SET held = true
+WHERE tenant_id = $1 AND NOT held
+  AND EXISTS (SELECT 1 FROM tenants t WHERE t.tenant_id = $1 AND t.paused);
+
+-- name: resume_tenant
+-- Marks a tenant no longer paused (no row: it never was).  Its lanes are released by
+-- release_resumed once this committed.  Index: tenants pkey.
+UPDATE tenants SET paused = false WHERE tenant_id = $1
+RETURNING tenant_id, weight, max_active_jobs, paused;
+
+-- name: release_resumed
+-- After a resume committed: as release_after_finishes, the tenant's held lanes released
+-- (each re-enters at the type's virtual time if it fell behind it: a pause banks no
+-- credit, and a lane ahead keeps its place, ADR 016), and every job type with an active
+-- lane of the tenant notified, so that waiters read again at once (a lane that a pause
+-- missed was not held, and its release notifies nothing).  Locks: the gate, then as
+-- jobfair_release_holds.  A sequential read of lanes.
+WITH released AS (
+    SELECT pg_advisory_xact_lock(1246101508, 0),
+           jobfair_release_holds(
+               1246101507, 1246101508, ARRAY[$1::text],
+               'jobfair') AS n
+),
+notified AS (
+    SELECT pg_notify('jobfair', job_type)
+    FROM (SELECT DISTINCT job_type FROM lanes WHERE tenant_id = $1 AND active) d
+    WHERE (SELECT n FROM released) IS NOT NULL
+)
+SELECT (SELECT n FROM released), (SELECT count(*) FROM notified);
+
+-- name: pause_job_type
+-- Marks a job type paused (configured with the defaults if it was not): a lane read of
+-- the type answers nothing to claim (read_lanes), nor does a lead claim.  Index:
+-- job_types pkey.
+INSERT INTO job_types (job_type, paused) VALUES ($1, true)
+ON CONFLICT (job_type) DO UPDATE SET paused = true
+RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused;
+
+-- name: resume_job_type
+-- Marks a job type no longer paused and notifies it (at commit), so that its waiters
+-- read at once.  Index: job_types pkey.
+WITH up AS (
+    UPDATE job_types SET paused = false WHERE job_type = $1
+    RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused
+),
+notified AS (SELECT pg_notify('jobfair', $1))
+SELECT up.* FROM up WHERE (SELECT count(*) FROM notified) = 1;

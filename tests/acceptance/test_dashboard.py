@@ -136,3 +136,145 @@ async def test_the_overview_pages_and_searches_many_tenants_without_drawing_them
         await page.get_by_label("Search tenants").fill("t11")
         await expect(rows).to_have_count(10)  # t110 .. t119
         await expect(rows.first).to_have_attribute("data-tenant", "t110")
+
+
+async def test_a_failed_job_is_retried_from_the_failures_page_and_is_created_again(
+    live: Live, browser: Browser
+):
+    c = live.client
+    [key] = await enqueue(c, "report", "acme", 1)
+    [job] = await activate(c, "report")
+    r = await c.post(
+        f"/v2/jobs/{key}/fail",
+        json={"activationCount": job["activationCount"], "retries": 0, "errorMessage": "no disk"},
+    )
+    assert r.status_code == 204
+    assert (await c.get(f"/v2/jobs/{key}")).json()["state"] == "FAILED"
+    async with visit(browser, live.url) as seen:
+        page = seen.page
+        await page.goto("/ui#/failures")
+        row = page.locator(f'section[aria-label="failed jobs"] tr[data-job="{key}"]')
+        await expect(row).to_contain_text("no disk")
+        await row.get_by_role("button", name="Retry").click()
+        await expect(row).to_have_count(0)
+    assert (await c.get(f"/v2/jobs/{key}")).json()["state"] == "CREATED"
+
+
+async def test_retry_all_asks_first_and_revives_every_failed_job_of_the_filter(
+    live: Live, browser: Browser
+):
+    c = live.client
+    keys = await enqueue(c, "report", "acme", 3) + await enqueue(c, "report", "globex", 2)
+    for job in await activate(c, "report", max_jobs=5):
+        await c.post(
+            f"/v2/jobs/{job['jobKey']}/fail",
+            json={"activationCount": job["activationCount"], "retries": 0},
+        )
+    async with visit(browser, live.url) as seen:
+        page = seen.page
+        await page.goto("/ui#/failures?tenantId=acme")
+        questions: list[str] = []
+
+        async def answer(dialog):  # type: ignore[no-untyped-def]
+            questions.append(dialog.message)
+            await dialog.accept()
+
+        page.on("dialog", answer)
+        await page.get_by_role("button", name="Retry all FAILED").click()
+        await expect(page.get_by_text("3 jobs retried.")).to_be_visible()
+        assert questions and "tenant acme" in questions[0]
+    states = {k: (await c.get(f"/v2/jobs/{k}")).json() for k in keys}
+    assert sorted(s["state"] for s in states.values() if s["tenantId"] == "acme") == ["CREATED"] * 3
+    assert (
+        sorted(s["state"] for s in states.values() if s["tenantId"] == "globex") == ["FAILED"] * 2
+    )
+
+
+async def test_the_workers_page_names_the_workers_seen_and_the_waiting_count(
+    live: Live, browser: Browser
+):
+    c = live.client
+    await enqueue(c, "email", "acme", 1)
+    await activate(c, "email", worker="mailer-7")
+    async with visit(browser, live.url) as seen:
+        page = seen.page
+        await page.goto("/ui#/workers")
+        # Workers seen are written every few seconds per process; the page follows.
+        await expect(page.locator('tr[data-worker="mailer-7"]')).to_contain_text(
+            "email", timeout=10_000
+        )
+        await expect(page.locator('[data-field="waiting"]')).to_contain_text("Waiting now: 0")
+
+
+async def test_an_admin_pauses_and_resumes_a_tenant_from_its_page(live: Live, browser: Browser):
+    c = live.client
+    await enqueue(c, "email", "acme", 1)
+    async with visit(browser, live.url) as seen:
+        page = seen.page
+        await page.goto("/ui#/tenants/acme")
+        await page.get_by_role("button", name="Pause").click()
+        await expect(page.get_by_role("button", name="Resume")).to_be_visible()
+        assert (await c.get("/v2/tenants/acme")).json()["paused"] is True
+        assert await activate(c, "email") == []  # paused work is not activated
+        await page.get_by_role("button", name="Resume").click()
+        await expect(page.get_by_role("button", name="Pause")).to_be_visible()
+        assert (await c.get("/v2/tenants/acme")).json()["paused"] is False
+
+
+async def test_stats_give_each_type_its_last_15_minutes_of_activations(live: Live):
+    c = live.client
+    await enqueue(c, "email", "acme", 5)
+    await c.get("/v2/stats")  # the process's first sample: the series counts from here
+    await activate(c, "email", max_jobs=3)
+    [t] = (await c.get("/v2/stats")).json()["jobTypes"]
+    series = t["activatedPerMinute"]
+    assert len(series) == 15
+    assert series[-1] == 3 and all(n is None for n in series[:-1])
+
+
+async def test_the_job_browser_filters_pages_and_opens_a_job_with_its_history(
+    live: Live, browser: Browser
+):
+    c = live.client
+    keys = await enqueue(c, "email", "acme", 30, variables={"to": "a@example.com"})
+    await enqueue(c, "email", "globex", 3)
+    [job] = await activate(c, "email", tenantIds=["acme"], worker="mailer-1")
+    await c.post(
+        f"/v2/jobs/{job['jobKey']}/fail",
+        json={"activationCount": job["activationCount"], "retries": 2, "errorMessage": "busy"},
+    )
+    async with visit(browser, live.url) as seen:
+        page = seen.page
+        await page.goto("/ui#/jobs?tenantId=acme")
+        rows = page.locator("tr[data-job]")
+        await expect(rows).to_have_count(25)  # a page
+        first = await rows.first.get_attribute("data-job")
+        assert first == max(keys, key=int)  # newest first
+        await page.get_by_role("button", name="Older →").click()
+        await expect(rows).to_have_count(5)
+        await expect(page.locator("tbody")).not_to_contain_text("globex")
+        await page.goto(f"/ui#/jobs/{job['jobKey']}")
+        await expect(page.locator("dl.record")).to_contain_text("acme")
+        details = page.locator("details", has_text="variables")
+        await expect(details).not_to_have_attribute("open", "")  # collapsed
+        await details.locator("summary").click()
+        await expect(details.locator("pre")).to_contain_text("a@example.com")
+        history = page.locator("section", has_text="History")
+        await expect(history).to_contain_text("mailer-1")
+        await expect(history).to_contain_text("busy")
+
+
+async def test_every_view_is_reached_by_the_keyboard_alone(live: Live, browser: Browser):
+    await enqueue(live.client, "email", "acme", 1)
+    async with visit(browser, live.url) as seen:
+        page = seen.page
+        await page.goto("/ui")
+        await expect(page.locator('section[data-type="email"]')).to_be_visible()
+        await page.locator("a.brand").focus()
+        reached = []
+        for _ in range(6):  # after the brand, the six views in order
+            await page.keyboard.press("Tab")
+            reached.append(await page.evaluate("() => document.activeElement.textContent"))
+        assert reached == ["Overview", "Tenants", "Job types", "Jobs", "Failures", "Workers"]
+        await page.keyboard.press("Enter")  # on "Workers"
+        await expect(page.get_by_role("heading", name="Workers")).to_be_visible()

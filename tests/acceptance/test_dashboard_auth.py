@@ -79,7 +79,8 @@ async def test_a_scoped_key_sees_only_its_tenants_in_every_view(live: Live, brow
             rows = page.locator(f'section[data-type="{job_type}"] tbody tr')
             await expect(rows).to_have_count(1)
             await expect(rows).to_have_attribute("data-tenant", "globex")
-        for view in ("#/tenants", "#/types", "#/tenants/globex", "#/types/email"):
+        views = ("#/tenants", "#/types", "#/tenants/globex", "#/types/email", "#/jobs")
+        for view in (*views, "#/failures", "#/workers"):
             await page.goto("/ui" + view)
             await expect(page.locator("main h1")).to_be_visible()
             body = await page.locator("main").inner_text()

@@ -121,16 +121,21 @@ async def test_error_is_terminal(live):
     assert await activate(c, "f") == []
 
 
-async def test_cancel_only_from_created(live):
+async def test_cancel_from_created_or_activated_never_from_a_finished_job(live):
     c = live.client
     job = await _one(c)
     assert (await c.post(f"/v2/jobs/{job['jobKey']}/cancel")).status_code == 204
     assert (await c.get(f"/v2/jobs/{job['jobKey']}")).json()["state"] == "CANCELED"
     assert await activate(c, "f") == []
     assert_problem(await c.post(f"/v2/jobs/{job['jobKey']}/cancel"), 409, "INVALID_STATE")
-    other = await _one(c)
-    await activate(c, "f")
-    assert_problem(await c.post(f"/v2/jobs/{other['jobKey']}/cancel"), 409)
+    await _one(c)
+    [running] = await activate(c, "f")
+    assert (await c.post(f"/v2/jobs/{running['jobKey']}/cancel")).status_code == 204
+    assert_problem(await complete(c, running), 409, "INVALID_STATE")
+    finished = await _one(c)
+    [done] = await activate(c, "f")
+    assert (await complete(c, done)).status_code == 204
+    assert_problem(await c.post(f"/v2/jobs/{finished['jobKey']}/cancel"), 409)
     assert_problem(await c.post("/v2/jobs/12345/cancel"), 404, "NOT_FOUND")
 
 
@@ -147,6 +152,22 @@ async def test_batch_completion_reports_each_job(live):
     statuses = [x["status"] for x in r.json()["results"]]
     assert statuses == [204, 409, 204, 404]
     assert [x["jobKey"] for x in r.json()["results"]] == [i["jobKey"] for i in items]
+
+
+async def test_a_job_named_again_with_the_same_count_is_judged_after_its_first_naming(live):
+    """A stale naming first, then the right one, then repeats of each: only the right one
+    completes, wherever the repeats stand (as if each naming came after the one before)."""
+    c = live.client
+    for _ in range(2):
+        await _one(c)
+    a, b = await activate(c, "f", 2)
+    stale = {"jobKey": a["jobKey"], "activationCount": a["activationCount"] + 1}
+    right = {"jobKey": a["jobKey"], "activationCount": a["activationCount"]}
+    other = {"jobKey": b["jobKey"], "activationCount": b["activationCount"]}
+    items = [stale, stale, right, other, right, stale, other]
+    r = await c.post("/v2/jobs/complete", json={"jobs": items})
+    assert [x["status"] for x in r.json()["results"]] == [409, 409, 204, 204, 409, 409, 409]
+    assert (await c.get(f"/v2/jobs/{a['jobKey']}")).json()["state"] == "COMPLETED"
 
 
 async def test_idempotency_key_returns_the_same_job(live):

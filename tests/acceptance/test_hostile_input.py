@@ -106,6 +106,15 @@ VALID_BODIES: dict[str, Any] = {
     },
     "putJobTypesByKey": {"maxActiveJobs": 5, "agingIntervalMs": 1000, "agingStep": 5},
     "putTenantsByKey": {"weight": 2, "maxActiveJobs": 5},
+    "postJobsRetry": {
+        "type": "t",
+        "tenantId": "acme",
+        "createdAfter": "2026-01-01T00:00:00Z",
+        "createdBefore": "2027-01-01T00:00:00Z",
+        "retries": 2,
+        "limit": 10,
+    },
+    "postJobsCancel": {"tenantId": "acme", "type": "t", "limit": 10},
     "postKeys": {
         "role": "worker",
         "tenants": ["acme"],

@@ -15,15 +15,24 @@ async def test_tenant_configuration_round_trip(live):
         "tenantId": "acme",
         "weight": 1,
         "maxActiveJobs": None,
+        "paused": False,
+        "configured": False,
     }
     r = await c.put("/v2/tenants/acme", json={"weight": 5, "maxActiveJobs": 10})
     assert r.status_code == 200
-    assert r.json() == {"tenantId": "acme", "weight": 5, "maxActiveJobs": 10}
+    assert r.json() == {
+        "tenantId": "acme",
+        "weight": 5,
+        "maxActiveJobs": 10,
+        "paused": False,
+        "configured": True,
+    }
     await c.put("/v2/tenants/<default>", json={})
     listed = (await c.get("/v2/tenants")).json()["tenants"]
     assert [t["tenantId"] for t in listed] == ["<default>", "acme"]
     assert (await c.delete("/v2/tenants/acme")).status_code == 204
-    assert (await c.get("/v2/tenants/acme")).json()["weight"] == 1
+    back = (await c.get("/v2/tenants/acme")).json()
+    assert (back["weight"], back["configured"]) == (1, False)
     assert_problem(await c.delete("/v2/tenants/acme"), 404)
 
 
@@ -35,6 +44,8 @@ async def test_job_type_configuration_round_trip(live):
         "maxActiveJobs": None,
         "agingIntervalMs": 60_000,
         "agingStep": 10,
+        "paused": False,
+        "configured": False,
     }
     r = await c.put("/v2/job-types/billing/invoice", json={"maxActiveJobs": 3, "agingStep": 0})
     assert r.json() == {
@@ -42,6 +53,8 @@ async def test_job_type_configuration_round_trip(live):
         "maxActiveJobs": 3,
         "agingIntervalMs": 60_000,
         "agingStep": 0,
+        "paused": False,
+        "configured": True,
     }
     assert (await c.get("/v2/job-types")).json()["jobTypes"] == [r.json()]
 

@@ -71,12 +71,16 @@ BODIES: dict[str, Any] = {
     "postJobsFailureByKey": {"retries": 1},
     "putJobTypesByKey": {"maxActiveJobs": 100},
     "putTenantsByKey": {"weight": 1},
+    "postJobsRetry": {"tenantId": "{tenant}", "type": "{type}"},
+    "postJobsCancel": {"tenantId": "{tenant}", "type": "{type}", "limit": 1},
     "postKeys": {"role": "worker", "tenants": ["{tenant}"], "types": ["{type}"]},
     "postOauthToken": "grant_type=client_credentials",  # a form; the key as HTTP Basic
 }
 QUERIES = {
     "getJobsStream": "type={type}&maxJobs=1&timeout=60000&tenantIds={tenant}",
     "getStats": "type={type}",
+    "getJobs": "type={type}&tenantId={tenant}",
+    "getWorkers": "type={type}",
 }
 # Operations whose request itself names a tenant or type: outside the key's scope, 403.
 NAMES_ITS_SCOPE = {

@@ -179,9 +179,11 @@ async def test_unknown_job_is_404(live):
 async def test_an_undeclared_method_is_405_naming_every_method_of_the_path(live):
     for path, allowed in [
         ("/v2/tenants/acme", "DELETE, GET, PUT"),
-        ("/v2/jobs", "POST"),
+        ("/v2/jobs", "GET, POST"),
         ("/v2/jobs/42", "GET, PATCH"),
         ("/v2/job-types/a/b", "GET, PUT"),
+        ("/v2/job-types/a/pause", "GET, POST, PUT"),
+        ("/v2/jobs/retry", "POST"),
     ]:
         r = await live.client.request("TRACE", path)
         assert_problem(r, 405, "METHOD_NOT_ALLOWED")

@@ -26,17 +26,18 @@ from alembic.script import ScriptDirectory
 
 from alembic import command
 from app import migrations, shards
-from app.db import Database, catalog, claims
+from app.db import Database, catalog, claims, finishing
 from app.db import jobs as stored_jobs
 from app.db.claims import LeadAsk, Share
 from app.domain import DEFAULT_TENANT, utcnow
 from tests.fixtures import Postgres
 
 # Tables spread over the nodes by shard, and the small ones every node holds whole.
-DISTRIBUTED = {"jobs", "lanes"}
+DISTRIBUTED = {"jobs", "lanes", "job_events"}
 REFERENCE = {
     "tenants",
     "job_types",
+    "workers",
     "api_keys",
     "signing_keys",
     "metric_tenant_sets",
@@ -95,13 +96,14 @@ async def test_every_unique_index_of_a_distributed_table_holds_the_shard(
 ) -> None:
     rows = await store.fetch(UNIQUE_INDEXES, sorted(DISTRIBUTED))
     found = {r["index_name"]: r["columns"] for r in rows}
-    assert set(found) == {"jobs_pkey", "jobs_idempotency_idx", "lanes_pkey"}
+    assert set(found) == {"jobs_pkey", "jobs_idempotency_idx", "lanes_pkey", "job_events_pkey"}
     for name, columns in found.items():
         assert "shard" in columns, f"{name} ({', '.join(columns)}) lacks the shard"
     # Lookups by key still lead with the key; the idempotency probe with the tenant.
     assert found["jobs_pkey"] == ["job_key", "shard"]
     assert found["jobs_idempotency_idx"] == ["tenant_id", "idempotency_key", "shard"]
     assert found["lanes_pkey"] == ["job_type", "tenant_id", "shard"]
+    assert found["job_events_pkey"] == ["job_key", "activation_count", "step", "shard"]
 
 
 async def test_every_table_is_distributed_by_shard_or_a_reference_table(
@@ -136,13 +138,21 @@ async def test_every_job_and_lane_the_app_makes_carries_its_tenants_shard(
     await claims.insert_and_claim_lead(
         store, {"type": "handed", "tenantId": "hooli"}, now + timedelta(seconds=1), ask
     )
+    key, got = await claims.insert_and_claim_lead(
+        store, {"type": "handed", "tenantId": "umbrella"}, now + timedelta(seconds=2), ask
+    )
+    assert got.job is not None and got.job.job_key == key
+    await finishing.complete(store, [(key, 1, None)], now + timedelta(seconds=3))
+    events = await store.fetch("SELECT job_key, shard FROM job_events")
+    assert [r["job_key"] for r in events] == [key]
+    assert all(r["shard"] == shards.shard_of_key(r["job_key"]) for r in events)
     rows = await store.fetch("SELECT job_key, shard, tenant_id FROM jobs")
-    assert len(rows) == len(batch) + 2
+    assert len(rows) == len(batch) + 3
     for r in rows:
         assert r["shard"] == shards.shard_of(r["tenant_id"]), r
         assert shards.shard_of_key(r["job_key"]) == r["shard"], r
     lanes = await store.fetch("SELECT tenant_id, shard FROM lanes")
-    assert {r["tenant_id"] for r in lanes} >= set(tenants) | {"initech", "hooli"}
+    assert {r["tenant_id"] for r in lanes} >= set(tenants) | {"initech", "hooli", "umbrella"}
     assert all(r["shard"] == shards.shard_of(r["tenant_id"]) for r in lanes)
 
 

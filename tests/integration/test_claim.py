@@ -11,7 +11,7 @@ import pytest
 from app.db import claims
 from app.db import jobs as stored_jobs
 from app.db.claims import CLAIM, Share
-from app.db.finishing import COMPLETE_JOBS, FAIL_JOB, RELEASE_JOBS, THROW_ERROR
+from app.db.finishing import CANCEL_JOB, COMPLETE_JOBS, FAIL_JOB, RELEASE_JOBS, THROW_ERROR
 from app.db.lanes import CHARGE_LANES
 from app.domain import utcnow
 
@@ -89,7 +89,8 @@ def _assert_linear(nodes: list[dict]) -> None:
 
 FINISHING = {
     "complete_jobs": (COMPLETE_JOBS, lambda keys, counts, now: (keys, counts, [None] * 10, now)),
-    "release_jobs": (RELEASE_JOBS, lambda keys, counts, now: (keys, counts)),
+    "release_jobs": (RELEASE_JOBS, lambda keys, counts, now: (keys, counts, now)),
+    "cancel_job": (CANCEL_JOB, lambda keys, counts, now: (keys[0], now)),
     "fail_job": (FAIL_JOB, lambda keys, counts, now: (keys[0], counts[0], 1, "x", now, None, now)),
     "throw_error": (
         THROW_ERROR,

@@ -274,7 +274,10 @@ function typeCard(type, config, pausedTenants) {
   const page = Math.min(overviewState.pages.get(type.type) || 0, pages - 1);
   const shown = tenants.slice(page * PAGE, page * PAGE + PAGE);
   const bound = agingBound(config);
-  const series = type.throughput || sample(type);
+  // The server's last 15 minutes when it gives them, else what this page has sampled.
+  const series = type.activatedPerMinute
+    ? type.activatedPerMinute.filter((n) => n !== null)
+    : sample(type);
   const rows = shown.map((t) => {
     const late = bound !== null && t.oldestPendingAgeMs !== null && t.oldestPendingAgeMs > bound;
     return el("tr", { "data-tenant": t.tenantId },
@@ -303,7 +306,7 @@ function typeCard(type, config, pausedTenants) {
       el("span", {}, "active ", el("b", { "data-field": "active" }, num(type.active))),
       el("span", {}, "oldest ready ", el("b", { "data-field": "oldest" }, age(type.oldestPendingAgeMs)),
         bound !== null ? ` (aging bound ${age(bound)})` : ""),
-      el("span", {}, "activations per minute, last 15 min ",
+      el("span", {}, type.activatedPerMinute ? "activations per minute, last 15 min " : "activations in the last minute, as sampled here ",
         sparkline(series, `activations per minute, latest ${num(series[series.length - 1] || 0)}`),
         el("b", {}, num(series[series.length - 1] || 0))),
       el("span", {}, `${num(total)} tenants`)),
@@ -490,11 +493,11 @@ async function jobView(key) {
     const [job, history] = await Promise.all([api(path), api(path + "/history").catch(() => null)]);
     const variables = JSON.stringify(job.variables, null, 2);
     const actions = [];
-    if (job.state === "FAILED" && caller.role !== "producer") actions.push(el("button", { type: "button", onclick: () => act(() => api(path, { method: "PATCH", body: { retries: 1 } }), draw) }, "Retry"));
+    if (job.state === "FAILED" && caller.role !== "producer") actions.push(el("button", { type: "button", onclick: () => act(() => api(path, { method: "PATCH", body: { changeset: { retries: 1 } } }), draw) }, "Retry"));
     if ((job.state === "CREATED" || job.state === "ACTIVATED") && caller.role !== "worker") actions.push(el("button", { type: "button", class: "danger", onclick: () => confirm(`Cancel job ${key}?`) && act(() => api(path + "/cancel", { method: "POST" }), draw) }, "Cancel"));
     const record = Object.entries(job).filter(([k]) => k !== "variables" && k !== "customHeaders");
     show(el("h1", {}, `Job ${key}`), el("div", { class: "toolbar" }, actions),
-      el("section", { class: "card" }, el("dl", { class: "record" }, record.map(([k, v]) => [el("dt", {}, k), el("dd", {}, v === null ? "—" : String(v))]))),
+      el("section", { class: "card" }, el("dl", { class: "record" }, record.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v === null ? "—" : String(v))]))),
       el("details", { class: "card" }, el("summary", {}, `variables (${num(variables.length)} characters)`),
         el("pre", {}, variables.length > VARIABLES_SHOWN ? variables.slice(0, VARIABLES_SHOWN) + "\n… (cut)" : variables)),
       el("details", { class: "card" }, el("summary", {}, "custom headers"), el("pre", {}, JSON.stringify(job.customHeaders, null, 2))),
@@ -522,7 +525,7 @@ async function failuresView(params) {
       api("/v2/jobs" + q({ ...filters, state: "ERROR_THROWN", limit: PAGE })),
     ]);
     const canRetry = caller.role !== "producer";
-    const retryOne = (j) => canRetry ? el("button", { type: "button", onclick: () => act(() => api(`/v2/jobs/${j.jobKey}`, { method: "PATCH", body: { retries: 1 } }), draw) }, "Retry") : null;
+    const retryOne = (j) => canRetry ? el("button", { type: "button", onclick: () => act(() => api(`/v2/jobs/${j.jobKey}`, { method: "PATCH", body: { changeset: { retries: 1 } } }), draw) }, "Retry") : null;
     const status = el("p", { class: "muted", "aria-live": "polite" });
     const retryAll = isAdmin() && failed.items.length ? el("button", { type: "button", class: "primary", onclick: async () => {
       const scope = [filters.type && `type ${filters.type}`, filters.tenantId && `tenant ${filters.tenantId}`].filter(Boolean).join(", ") || "every type and tenant";
@@ -550,13 +553,38 @@ async function failuresView(params) {
   try { await draw(); } catch (err) { show(el("h1", {}, "Failures"), el("p", { class: "error" }, err.message)); }
 }
 
+// The sum of a Prometheus series' samples in /metrics' text (every process's, when
+// several serve: the exposition already sums them).
+function metricSum(text, name) {
+  let total = null;
+  for (const line of text.split("\n")) {
+    if (line.startsWith(name + " ") || line.startsWith(name + "{")) {
+      const value = Number(line.slice(line.lastIndexOf(" ") + 1));
+      if (Number.isFinite(value)) total = (total || 0) + value;
+    }
+  }
+  return total;
+}
+
 async function workersView() {
+  if (!isAdmin()) {
+    show(el("h1", {}, "Workers"), el("p", { class: "muted" }, "The workers seen are shown to admin keys."));
+    return;
+  }
   await live(async () => {
-    const answer = await api("/v2/workers");
+    const [answer, metrics] = await Promise.all([
+      api("/v2/workers"),
+      fetch("/metrics", { headers: sessionStorage.getItem(KEY) ? { Authorization: `Bearer ${sessionStorage.getItem(KEY)}` } : {}, cache: "no-store", credentials: "omit" })
+        .then((r) => (r.ok ? r.text() : "")),
+    ]);
+    const waiters = metricSum(metrics, "jobfair_waiters");
+    const streams = metricSum(metrics, "jobfair_streams");
     show(el("h1", {}, "Workers"),
-      answer.waiters !== undefined ? el("p", {}, `Waiting now: ${num(answer.waiters)} long polls, ${num(answer.streams)} streams`) : null,
-      table([["type"], ["worker"], ["last seen"]],
-        answer.items.map((w) => el("tr", {}, el("td", {}, w.type), el("td", {}, w.worker), el("td", {}, w.lastSeenAt)))));
+      el("p", { "data-field": "waiting" }, waiters === null ? "Waiting now: unknown (no /metrics)"
+        : `Waiting now: ${num(waiters)} long polls and streams, of which ${num(streams)} streams`),
+      table([["type"], ["worker"], ["last seen"], ["last activated"]],
+        answer.items.map((w) => el("tr", { "data-worker": w.worker }, el("td", {}, w.type), el("td", {}, w.worker),
+          el("td", {}, w.lastSeenAt), el("td", {}, w.lastActivatedAt || "—")))));
   });
 }
 

@@ -1,0 +1,215 @@
+"""A job's attempt history: the ``job_events`` rows its transitions write, and the read.
+
+One row per ended activation -- an attempt: when it started, its worker and lease, how
+it ended (completed, failed, retried, error-thrown, lease-expired, released, canceled)
+and when -- plus one per revive and per cancel of a job not activated.  The statement
+that ends the activation writes the row from its own ``RETURNING`` rows (a
+data-modifying CTE): no round trip, no second transaction, and a transition that did
+not happen (a stale worker's fenced-out finish) writes nothing.  The activation running
+now is read from the job itself, and so is the "created" entry (its ``created_at``): the
+claim and the create path write no history at all.
+
+Rows are keyed (job_key, activation_count, step): the activation a row belongs to and
+its place in it -- ``END``, ``REVIVED`` (FAILED -> CREATED after that activation),
+``CANCELED`` -- so a job's history reads in order without trusting the clocks of several
+server processes, and a second row for one step cannot exist.
+
+Bounded: a job keeps the rows of its first ``FIRST_ACTIVATIONS`` activations and of its
+latest ``LAST_ACTIVATIONS``.  The claim that starts activation n drops activation
+n - LAST_ACTIVATIONS when that is past the first ones (``trim_cte``: a filter on the
+claimed rows, so no probe before a job's 31st activation), so a job never has more than
+2 x (FIRST + LAST) + 1 rows, whatever loop it is caught in (a lease that keeps expiring
+costs no retries).  The history says it was cut (``truncated``) when the job has had
+more activations than both windows hold.
+
+Writing it costs the database a row and an index entry per activation (ADR 023);
+JOBFAIR_JOB_HISTORY=false turns the writes off, through the connection setting
+``HISTORY_SETTING`` that every one of them tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from app.db.base import Queries
+from app.domain import JobState
+
+END, REVIVED, CANCELED = 1, 2, 3
+FIRST_ACTIVATIONS = 10
+LAST_ACTIVATIONS = 20
+# A kept activation answers at most three entries (activated, its end, revived), the job
+# two more (created; canceled), of at most two rows per activation and one cancel.
+MAX_ENTRIES = 3 * (FIRST_ACTIVATIONS + LAST_ACTIVATIONS) + 2
+MAX_ROWS = 2 * (FIRST_ACTIVATIONS + LAST_ACTIVATIONS) + 1
+# The connection setting that turns the writes off ("off"; anything else, or none, is
+# on): set by the pool from JOBFAIR_JOB_HISTORY, so the statements stay the same and a
+# connection without it (tests, tools) writes history.
+HISTORY_SETTING = "jobfair.history"
+_ON = f"current_setting('{HISTORY_SETTING}', true) IS DISTINCT FROM 'off'"
+
+_COLUMNS = (
+    "job_key, shard, activation_count, step, event, at, started_at, worker, deadline, "
+    "retries, error_code, error_message"
+)
+
+
+def log_cte(
+    name: str,
+    source: str,
+    *,
+    step: int,
+    event: str,
+    at: str,
+    started_at: str = "NULL::timestamptz",
+    worker: str = "NULL::text",
+    deadline: str = "NULL::timestamptz",
+    retries: str = "s.retries",
+    error_code: str = "NULL::text",
+    error_message: str = "NULL::text",
+    join: str = "",
+    where: str = "",
+) -> str:
+    """A CTE ``name`` inserting one row per row of ``source`` (a CTE of the statement,
+    aliased ``s``, with job_key and activation_count; ``join`` may add a relation) for
+    those meeting ``where``, unless the connection turned history off.  Index:
+    job_events pkey.  PostgreSQL runs a data-modifying CTE whether or not the statement
+    reads it."""
+    return f"""{name} AS (
+    INSERT INTO job_events ({_COLUMNS})
+    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, {step}, {event}, {at},
+           {started_at}, {worker}, {deadline}, {retries}, {error_code}, {error_message}
+    FROM {source} s {join}
+    WHERE {_ON}{" AND " + where if where else ""}
+)"""
+
+
+def ended_cte(
+    source: str,
+    keys: str,
+    *,
+    event: str,
+    at: str,
+    step: int = END,
+    error_code: str = "NULL::text",
+    error_message: str = "NULL::text",
+) -> str:
+    """The row of each activation that ``source`` (the statement's UPDATE of jobs,
+    returning job_key, activation_count, activated_at, worker, retries) ended: its start
+    and worker from the row, its lease from ``leases`` -- the jobs ``keys`` (an array
+    expression) as the statement's snapshot has them, before the UPDATE cleared their
+    deadline (every part of a statement sees that snapshot).  A job that had no lease
+    (a cancel of a job not activated) gets no start, worker or lease.  Index: jobs pkey
+    for ``leases``, job_events pkey."""
+    logged = log_cte(
+        "logged",
+        source,
+        step=step,
+        event=event,
+        at=at,
+        started_at="CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END",
+        worker="CASE WHEN b.deadline IS NOT NULL THEN s.worker END",
+        deadline="b.deadline",
+        error_code=error_code,
+        error_message=error_message,
+        join="JOIN leases b ON b.job_key = s.job_key",
+    )
+    return f"""leases AS (
+    SELECT job_key, deadline FROM jobs WHERE job_key = ANY({keys}) AND {_ON}
+),
+{logged}"""
+
+
+# Appended to the claim (``activated``: the jobs it activated): once a job is past both
+# windows, the drop of the activation that leaves the latest one (a filter on the
+# claimed rows: no probe below that).  Index: job_events pkey.  Locks: the rows it
+# deletes, of jobs the claim holds.
+TRIM_CTE = f"""trimmed AS (
+    DELETE FROM job_events e USING activated s
+    WHERE s.activation_count > {FIRST_ACTIVATIONS + LAST_ACTIVATIONS}
+      AND e.job_key = s.job_key AND e.shard = jobfair_key_shard(s.job_key)
+      AND e.activation_count = s.activation_count - {LAST_ACTIVATIONS}
+      AND {_ON}
+)"""
+
+
+# -- name: job_history
+# A job's rows, oldest first, each with the job's creation, state and current activation
+# (a first row with NULL events for a job without any).  Index: jobs pkey, job_events
+# pkey.
+JOB_HISTORY = """
+SELECT j.created_at, j.state, j.activation_count AS activations, j.activated_at AS running_since,
+       j.worker AS running_worker, j.deadline AS running_deadline, j.tenant_id, j.job_type,
+       e.activation_count, e.step, e.event, e.at, e.started_at, e.worker, e.deadline,
+       e.retries, e.error_code, e.error_message
+FROM jobs j
+LEFT JOIN job_events e ON e.job_key = j.job_key AND e.shard = j.shard
+WHERE j.job_key = $1 AND j.shard = jobfair_key_shard($1)
+ORDER BY e.activation_count NULLS FIRST, e.step
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One entry of a job's history, as the API answers it."""
+
+    at: datetime
+    event: str
+    activation_count: int
+    worker: str | None = None
+    deadline: datetime | None = None
+    retries: int | None = None
+    error_code: str | None = None
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    """A job's history, oldest first (its creation first, the activation running now
+    last), whether middle activations were dropped, and the job's scope."""
+
+    entries: list[Entry]
+    truncated: bool
+    tenant_id: str
+    job_type: str
+
+
+async def read(db: Queries, job_key: int) -> History | None:
+    """The job's history (job_history), or None if the job does not exist."""
+    rows: list[Any] = await db.fetch(JOB_HISTORY, job_key)
+    if not rows:
+        return None
+    job = rows[0]
+    entries = [Entry(job["created_at"], "created", 0)]
+    for r in rows:
+        if r["event"] is None:
+            continue
+        n = r["activation_count"]
+        if r["started_at"] is not None:
+            entries.append(Entry(r["started_at"], "activated", n, r["worker"], r["deadline"]))
+        worker = r["worker"] if r["started_at"] is not None else None
+        entries.append(
+            Entry(
+                r["at"],
+                r["event"],
+                n,
+                worker,
+                None,
+                r["retries"],
+                r["error_code"],
+                r["error_message"],
+            )
+        )
+    if job["state"] == JobState.ACTIVATED:
+        entries.append(
+            Entry(
+                job["running_since"],
+                "activated",
+                job["activations"],
+                job["running_worker"],
+                job["running_deadline"],
+            )
+        )
+    truncated = job["activations"] > FIRST_ACTIVATIONS + LAST_ACTIVATIONS
+    return History(entries, truncated, job["tenant_id"], job["job_type"])
