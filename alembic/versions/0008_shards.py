@@ -30,6 +30,10 @@ WHERE shard <> jobfair_shard(tenant_id)`` counts those that are not, gone once r
 has deleted them).  An idempotency key of such a job still finds it (insert_jobs looks
 for the tenant's key outside the tenant's shard too).
 
+Servers of earlier versions cannot create jobs once this has run: the key column has no
+default any more and every job needs its shard (deploy/README.md, "Scaling out", says how
+to upgrade).
+
 The primary keys and the idempotency index are rebuilt, and every row of jobs, lanes
 and job_events written once: on a large table this takes minutes, with writes to jobs blocked.
 """
