@@ -421,7 +421,7 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=10_000, help="jobs per drain")
     p.add_argument("--pool", type=int, default=20, help="each replica's JOBFAIR_DB_POOL_SIZE")
     p.add_argument("--shards", type=int, default=4, help="databases of the fan-out")
-    p.add_argument("--lanes", type=int, default=8_000, help="lanes (tenants) of the fan-out")
+    p.add_argument("--lanes", type=int, default=40_000, help="lanes (tenants) of the fan-out")
     p.add_argument("--reads", type=int, default=500, help="lane reads per fan-out figure")
     p.add_argument("--enqueue-batches", type=int, default=5, help="per producer")
     p.add_argument("--pickup-jobs", type=int, default=300)
