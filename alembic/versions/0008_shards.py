@@ -108,31 +108,5 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.execute(
-        "ALTER TABLE lanes DROP CONSTRAINT lanes_shard_check, DROP CONSTRAINT lanes_pkey,"
-        " ADD CONSTRAINT lanes_pkey PRIMARY KEY (job_type, tenant_id)"
-    )
-    op.execute("ALTER TABLE lanes DROP COLUMN shard")
-    op.execute(
-        "ALTER TABLE job_events DROP CONSTRAINT job_events_shard_check,"
-        " DROP CONSTRAINT job_events_pkey,"
-        " ADD CONSTRAINT job_events_pkey PRIMARY KEY (job_key, activation_count, step)"
-    )
-    op.execute("ALTER TABLE job_events DROP COLUMN shard")
-    op.execute("DROP INDEX jobs_idempotency_idx")
-    op.execute(
-        "CREATE UNIQUE INDEX jobs_idempotency_idx ON jobs (tenant_id, idempotency_key)"
-        " WHERE idempotency_key IS NOT NULL"
-    )
-    # Keys made since keep their shard bits: still unique, and found by key as before.
-    op.execute(
-        "ALTER TABLE jobs DROP CONSTRAINT jobs_shard_check, DROP CONSTRAINT jobs_pkey,"
-        " ADD CONSTRAINT jobs_pkey PRIMARY KEY (job_key),"
-        " ALTER COLUMN job_key SET DEFAULT nextval('job_key_seq')"
-    )
-    op.execute("ALTER TABLE jobs DROP COLUMN shard")
-    op.execute("ALTER SEQUENCE job_key_seq NO MAXVALUE")
-    op.execute(
-        "DROP FUNCTION jobfair_key_shard(bigint), jobfair_job_key(smallint, bigint),"
-        " jobfair_shard(text)"
-    )
+    # Forward-only, as every migration here; and the keys made since carry their shard.
+    raise NotImplementedError("forward-only migrations")
