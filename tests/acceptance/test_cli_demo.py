@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import psutil
+import pytest
 
 from tests.fixtures import free_port
 
@@ -90,6 +91,7 @@ def test_the_demo_serves_the_trickle_in_its_turn_while_the_flood_drains_then_sto
         pass
 
 
+@pytest.mark.extended
 def test_ctrl_c_stops_the_demo_its_server_and_its_postgres_and_says_what_it_measured(
     tmp_path: Path,
 ):
@@ -123,6 +125,7 @@ def test_ctrl_c_stops_the_demo_its_server_and_its_postgres_and_says_what_it_meas
     assert not (data / "pgdata" / "postmaster.pid").exists()
 
 
+@pytest.mark.extended
 def test_keep_leaves_the_server_running_on_the_given_data_dir_and_port(tmp_path: Path):
     data, port = tmp_path / "data", free_port()
     ran = subprocess.run(

@@ -42,6 +42,7 @@ async def test_a_server_waits_for_the_migration_then_serves(
         await wait_ready(c, server)
 
 
+@pytest.mark.extended
 async def test_a_schema_still_behind_after_the_wait_fails_in_one_line(
     spawn_server: Callable[..., ServerProcess], empty_db: str
 ):
@@ -53,6 +54,7 @@ async def test_a_schema_still_behind_after_the_wait_fails_in_one_line(
     )
 
 
+@pytest.mark.extended
 async def test_a_schema_newer_than_the_server_fails_at_once(
     spawn_server: Callable[..., ServerProcess], db_url: str
 ):

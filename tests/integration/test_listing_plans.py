@@ -13,6 +13,9 @@ from app.db.bulk import CANCEL_DELAYED, CANCEL_READY, FAILED_BATCH
 from app.db.operators import JobFilter, list_statement
 from app.domain import JobState, utcnow
 
+# Fifteen plans, each on 60,000 rows loaded for it: `make extended` (a minute).
+pytestmark = pytest.mark.extended
+
 FILL = """
 INSERT INTO jobs (job_key, shard, job_type, tenant_id, state, priority, retries, run_at,
                   queued_at, created_at, completed_at, deadline, activated_at, activation_count)
