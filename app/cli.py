@@ -84,7 +84,7 @@ def _setting_error(error: Any, given: dict[str, Any]) -> str:
     if field in given:
         name = f"--{field.replace('_', '-')} ({name})"
     # A URL's password must not reach the terminal (or a CI log).
-    got = "" if field == "database_url" else f" (got {error['input']!r})"
+    got = "" if field in ("database_url", "database_session_url") else f" (got {error['input']!r})"
     return f"  {name}: {error['msg']}{got}"
 
 

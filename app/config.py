@@ -21,6 +21,11 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="JOBFAIR_", extra="ignore")
 
     database_url: str | None = None
+    # The LISTEN connection and the leader lock need a session of their own for as long
+    # as they live; the pool needs one only per transaction.  Behind PgBouncer in
+    # transaction mode, the pool's URL names PgBouncer and this one PostgreSQL itself (or
+    # a session-mode pool); None: the database URL (docs/scaling.md).
+    database_session_url: str | None = None
     data_dir: Path = Path(".jobfair")
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=0, le=65535)] = 8080

@@ -114,7 +114,9 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
         def on_reconnect() -> None:
             waiters.notify_all()
 
-        notifier = Notifier(database_url, waiters.notify, streams.credit, on_reconnect)
+        # LISTEN and the leader lock hold a session each (docs/scaling.md: PgBouncer).
+        session_url = settings.database_session_url or database_url
+        notifier = Notifier(session_url, waiters.notify, streams.credit, on_reconnect)
         metrics.process_state = functools.partial(
             _process_state, db, activation, waiters, streams, notifier
         )
@@ -122,7 +124,7 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
         bg = Background(
             db,
             settings,
-            database_url,
+            session_url,
             stats,
             _stop_process,
             enabled=background,

@@ -138,7 +138,7 @@ class Background:
         self,
         db: Database,
         settings: Settings,
-        database_url: str,
+        session_url: str,
         stats: StatsService,
         on_fatal: Callable[[BaseException], None],
         enabled: bool = True,
@@ -177,7 +177,8 @@ class Background:
                 self.process_tasks.append(ProcessSync(metrics))
         self.is_leader = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self._leader = LeaderLock(database_url)
+        # The leader lock is session-level: its connection comes from the session URL.
+        self._leader = LeaderLock(session_url)
 
     async def start(self) -> None:
         if not self.enabled:

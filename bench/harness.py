@@ -12,7 +12,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
@@ -117,14 +117,15 @@ def server_pid(base: str) -> int:
 
 
 class CpuMeter:
-    """CPU time (user + system) of the process trees of the server and of PostgreSQL
-    (given by their root pids) and of this process (the load generator), from
-    construction to ``split``: where a benchmark's CPU went, since every part of it
-    shares this machine's cores."""
+    """CPU time (user + system) of the process trees of the server (or servers: replicas
+    counted together) and of PostgreSQL (given by their root pids) and of this process
+    (the load generator), from construction to ``split``: where a benchmark's CPU went,
+    since every part of it shares this machine's cores."""
 
-    def __init__(self, server: int, postgres: int) -> None:
+    def __init__(self, server: int | Sequence[int], postgres: int) -> None:
+        servers = [server] if isinstance(server, int) else list(server)
         self.groups = {
-            "server": process_tree(server),
+            "server": [p for pid in servers for p in process_tree(pid)],
             "postgres": process_tree(postgres),
             "loadgen": [psutil.Process()],
         }

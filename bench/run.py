@@ -13,6 +13,7 @@ import json
 import os
 import time
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
@@ -48,10 +49,11 @@ async def preload(url: str, job_type: str, per_tenant: dict[str, int]) -> None:
         for tenant, n in per_tenant.items():
             await conn.execute(
                 """
-                INSERT INTO jobs (job_type, tenant_id, state, priority, retries, run_at, queued_at,
-                                  created_at, variables)
-                SELECT $1, $2, 'CREATED', (g % 3) * 25, 3, now(), now() + g * interval '1 us',
-                       now(), '{"n": 1}'::jsonb
+                INSERT INTO jobs (job_key, shard, job_type, tenant_id, state, priority, retries,
+                                  run_at, queued_at, created_at, variables)
+                SELECT jobfair_job_key(jobfair_shard($2), nextval('job_key_seq')),
+                       jobfair_shard($2), $1, $2, 'CREATED', (g % 3) * 25, 3, now(),
+                       now() + g * interval '1 us', now(), '{"n": 1}'::jsonb
                 FROM generate_series(1, $3) g
                 """,
                 job_type,
@@ -59,7 +61,8 @@ async def preload(url: str, job_type: str, per_tenant: dict[str, int]) -> None:
                 n,
             )
         await conn.executemany(
-            "INSERT INTO lanes (job_type, tenant_id, vtime, active) VALUES ($1, $2, 0, true)",
+            "INSERT INTO lanes (job_type, tenant_id, shard, vtime, active)"
+            " VALUES ($1, $2, jobfair_shard($2), 0, true)",
             [(job_type, t) for t in per_tenant],
         )
         await conn.execute("VACUUM ANALYZE jobs")
@@ -73,10 +76,11 @@ async def preload_many_tenants(url: str, job_type: str, tenants: int, per_tenant
     try:
         await conn.execute(
             """
-            INSERT INTO jobs (job_type, tenant_id, state, priority, retries, run_at, queued_at,
-                              created_at, variables)
-            SELECT $1, 't' || t, 'CREATED', 50, 3, now(), now() + g * interval '1 us', now(),
-                   '{"n": 1}'::jsonb
+            INSERT INTO jobs (job_key, shard, job_type, tenant_id, state, priority, retries,
+                              run_at, queued_at, created_at, variables)
+            SELECT jobfair_job_key(jobfair_shard('t' || t), nextval('job_key_seq')),
+                   jobfair_shard('t' || t), $1, 't' || t, 'CREATED', 50, 3, now(),
+                   now() + g * interval '1 us', now(), '{"n": 1}'::jsonb
             FROM generate_series(1, $2) t, generate_series(1, $3) g
             """,
             job_type,
@@ -84,8 +88,8 @@ async def preload_many_tenants(url: str, job_type: str, tenants: int, per_tenant
             per_tenant,
         )
         await conn.execute(
-            "INSERT INTO lanes (job_type, tenant_id, vtime, active) "
-            "SELECT $1, 't' || t, 0, true FROM generate_series(1, $2) t",
+            "INSERT INTO lanes (job_type, tenant_id, shard, vtime, active) "
+            "SELECT $1, 't' || t, jobfair_shard('t' || t), 0, true FROM generate_series(1, $2) t",
             job_type,
             tenants,
         )
@@ -148,14 +152,20 @@ def bench_enqueue(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]
 HANDLERS = 10  # a worker's handler pool in the "parallel" completion mode
 
 
-async def _drain(base: str, workers: int, max_jobs: int, completion: str, total: int) -> float:
+async def _drain(
+    base: str | Sequence[str], workers: int, max_jobs: int, completion: str, total: int
+) -> float:
     """Jobs/s of ``workers`` activate-and-complete loops.  ``completion``: "batch" (one
     ``POST /v2/jobs/complete`` per activation), "single" (one call per job, one after the
     other) or "parallel" (one call per job, made by a pool of ``HANDLERS`` connections at
-    once, as a worker running its jobs' handlers concurrently does)."""
+    once, as a worker running its jobs' handlers concurrently does).  Several ``base``
+    URLs (replicas on one database): the i-th worker calls the (i mod n)-th."""
     done = 0
     pool = HANDLERS if completion == "parallel" else 1
-    conns = [[await Connection.open(base) for _ in range(pool)] for _ in range(workers)]
+    bases = [base] if isinstance(base, str) else list(base)
+    conns = [
+        [await Connection.open(bases[i % len(bases)]) for _ in range(pool)] for i in range(workers)
+    ]
 
     async def complete_each(c: Connection, jobs: list[dict[str, Any]]) -> None:
         for j in jobs:

@@ -33,10 +33,11 @@ async def preload(url: str, tenants: int, ready: int, finished: int, top: int) -
     try:
         await conn.execute(
             """
-            INSERT INTO jobs (job_type, tenant_id, state, priority, retries, run_at, queued_at,
-                              created_at, variables)
-            SELECT 'scrape', 't' || t, 'CREATED', 50, 3, now(), now() - g * interval '1 s',
-                   now(), '{}'::jsonb
+            INSERT INTO jobs (job_key, shard, job_type, tenant_id, state, priority, retries,
+                              run_at, queued_at, created_at, variables)
+            SELECT jobfair_job_key(jobfair_shard('t' || t), nextval('job_key_seq')),
+                   jobfair_shard('t' || t), 'scrape', 't' || t, 'CREATED', 50, 3, now(),
+                   now() - g * interval '1 s', now(), '{}'::jsonb
             FROM generate_series(1, $1) t, generate_series(1, $2) g
             """,
             tenants,
@@ -44,18 +45,21 @@ async def preload(url: str, tenants: int, ready: int, finished: int, top: int) -
         )
         await conn.execute(
             """
-            INSERT INTO jobs (job_type, tenant_id, state, priority, retries, run_at, queued_at,
-                              created_at, activated_at, completed_at, variables)
-            SELECT 'scrape', 't' || (1 + g % $1), 'COMPLETED', 50, 3, now(), now(), now(),
-                   now(), now(), '{}'::jsonb
-            FROM generate_series(1, $2) g
+            INSERT INTO jobs (job_key, shard, job_type, tenant_id, state, priority, retries,
+                              run_at, queued_at, created_at, activated_at, completed_at,
+                              variables)
+            SELECT jobfair_job_key(jobfair_shard(t), nextval('job_key_seq')), jobfair_shard(t),
+                   'scrape', t, 'COMPLETED', 50, 3, now(), now(), now(), now(), now(),
+                   '{}'::jsonb
+            FROM generate_series(1, $2) g, LATERAL (SELECT 't' || (1 + g % $1) AS t) x
             """,
             tenants,
             finished,
         )
         await conn.execute(
-            "INSERT INTO lanes (job_type, tenant_id, vtime, active) "
-            "SELECT 'scrape', 't' || t, t * 0.001, true FROM generate_series(1, $1) t",
+            "INSERT INTO lanes (job_type, tenant_id, shard, vtime, active) "
+            "SELECT 'scrape', 't' || t, jobfair_shard('t' || t), t * 0.001, true"
+            " FROM generate_series(1, $1) t",
             tenants,
         )
         await conn.execute(

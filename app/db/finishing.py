@@ -75,7 +75,7 @@ ended AS (
     SET state = 'COMPLETED', completed_at = $4, deadline = NULL,
         variables = j.variables || COALESCE(i.variables, '{{}}'::jsonb)
     FROM input i
-    WHERE j.job_key = i.job_key AND {_LEASED}
+    WHERE j.job_key = i.job_key AND j.shard = jobfair_key_shard(i.job_key) AND {_LEASED}
       AND j.activation_count = i.activation_count
     RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activation_count,
               j.activated_at, j.worker, j.retries
@@ -107,7 +107,8 @@ WITH ended AS (
         variables = j.variables || COALESCE($6::jsonb, '{{}}'::jsonb)
     FROM jobs cur
     CROSS JOIN LATERAL (SELECT COALESCE($3::int, GREATEST(0, cur.retries - 1)) AS retries) r
-    WHERE j.job_key = $1 AND cur.job_key = $1 AND {_LEASED}
+    WHERE j.job_key = $1 AND j.shard = jobfair_key_shard($1)
+      AND cur.job_key = $1 AND cur.shard = jobfair_key_shard($1) AND {_LEASED}
       AND j.activation_count = $2
     RETURNING j.job_key, j.job_type, j.tenant_id, j.state, j.via_stream, j.activation_count,
               j.activated_at, j.worker, j.retries, j.error_message
@@ -137,7 +138,8 @@ WITH ended AS (
     UPDATE jobs j
     SET state = 'ERROR_THROWN', error_code = $3, error_message = $4, deadline = NULL,
         completed_at = $6, variables = j.variables || COALESCE($5::jsonb, '{{}}'::jsonb)
-    WHERE j.job_key = $1 AND {_LEASED} AND j.activation_count = $2
+    WHERE j.job_key = $1 AND j.shard = jobfair_key_shard($1) AND {_LEASED}
+      AND j.activation_count = $2
     RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activation_count,
               j.activated_at, j.worker, j.retries, j.error_code, j.error_message
 ),
@@ -167,7 +169,7 @@ RELEASE_JOBS = f"""
 WITH ended AS (
     UPDATE jobs j SET state = 'CREATED', deadline = NULL
     FROM unnest($1::bigint[], $2::int[]) AS r(job_key, activation_count)
-    WHERE j.job_key = r.job_key AND {_LEASED}
+    WHERE j.job_key = r.job_key AND j.shard = jobfair_key_shard(r.job_key) AND {_LEASED}
       AND j.activation_count = r.activation_count
     RETURNING j.job_key, j.job_type, j.tenant_id, j.activation_count, j.activated_at, j.worker,
               j.retries
@@ -188,7 +190,8 @@ SELECT job_key, job_type, tenant_id, (SELECT n FROM unheld) AS _n FROM ended
 CANCEL_JOB = f"""
 WITH ended AS (
     UPDATE jobs j SET state = 'CANCELED', completed_at = $2, deadline = NULL
-    WHERE j.job_key = $1 AND j.state IN ('CREATED', 'SCHEDULED', 'ACTIVATED')
+    WHERE j.job_key = $1 AND j.shard = jobfair_key_shard($1)
+      AND j.state IN ('CREATED', 'SCHEDULED', 'ACTIVATED')
     RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activation_count,
               j.activated_at, j.worker, j.retries
 ),

@@ -50,8 +50,8 @@ HISTORY_SETTING = "jobfair.history"
 _ON = f"current_setting('{HISTORY_SETTING}', true) IS DISTINCT FROM 'off'"
 
 _COLUMNS = (
-    "job_key, activation_count, step, event, at, started_at, worker, deadline, retries, "
-    "error_code, error_message"
+    "job_key, shard, activation_count, step, event, at, started_at, worker, deadline, "
+    "retries, error_code, error_message"
 )
 
 
@@ -78,8 +78,8 @@ def log_cte(
     reads it."""
     return f"""{name} AS (
     INSERT INTO job_events ({_COLUMNS})
-    SELECT s.job_key, s.activation_count, {step}, {event}, {at}, {started_at}, {worker},
-           {deadline}, {retries}, {error_code}, {error_message}
+    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, {step}, {event}, {at},
+           {started_at}, {worker}, {deadline}, {retries}, {error_code}, {error_message}
     FROM {source} s {join}
     WHERE {_ON}{" AND " + where if where else ""}
 )"""
@@ -128,7 +128,8 @@ def ended_cte(
 TRIM_CTE = f"""trimmed AS (
     DELETE FROM job_events e USING activated s
     WHERE s.activation_count > {FIRST_ACTIVATIONS + LAST_ACTIVATIONS}
-      AND e.job_key = s.job_key AND e.activation_count = s.activation_count - {LAST_ACTIVATIONS}
+      AND e.job_key = s.job_key AND e.shard = jobfair_key_shard(s.job_key)
+      AND e.activation_count = s.activation_count - {LAST_ACTIVATIONS}
       AND {_ON}
 )"""
 
@@ -143,8 +144,8 @@ SELECT j.created_at, j.state, j.activation_count AS activations, j.activated_at 
        e.activation_count, e.step, e.event, e.at, e.started_at, e.worker, e.deadline,
        e.retries, e.error_code, e.error_message
 FROM jobs j
-LEFT JOIN job_events e ON e.job_key = j.job_key
-WHERE j.job_key = $1
+LEFT JOIN job_events e ON e.job_key = j.job_key AND e.shard = j.shard
+WHERE j.job_key = $1 AND j.shard = jobfair_key_shard($1)
 ORDER BY e.activation_count NULLS FIRST, e.step
 """
 

@@ -32,19 +32,19 @@ from app.db.rows import (
 from app.domain import DEFAULT_PRIORITY, DEFAULT_RETRIES, DEFAULT_TENANT, JobState
 
 # The jobs of insert_jobs' input CTE, as rows of jobs.
-_INSERT_INPUT = """INSERT INTO jobs (job_key, job_type, tenant_id, state, priority, retries, run_at,
-                      queued_at, variables, custom_headers, created_at, idempotency_key)
-    SELECT job_key, job_type, tenant_id,
+_INSERT_INPUT = """INSERT INTO jobs (job_key, shard, job_type, tenant_id, state, priority, retries,
+                      run_at, queued_at, variables, custom_headers, created_at, idempotency_key)
+    SELECT job_key, shard, job_type, tenant_id,
            CASE WHEN run_at > $2 THEN 'SCHEDULED' ELSE 'CREATED' END,
            priority, retries, run_at, GREATEST(run_at, $2), variables,
            custom_headers, $2, idempotency_key
     FROM input"""
 
 # The jobs to insert, as rows, from the JSON array $1 (a str.format template: its braces
-# are doubled).
+# are doubled).  A key carries its tenant's shard (jobfair_job_key, alembic 0008).
 _INPUT_CTE = """input AS MATERIALIZED (
-    SELECT x.ord, nextval('job_key_seq') AS job_key,
-           x.e->>'type' AS job_type, COALESCE(x.e->>'tenantId', $3) AS tenant_id,
+    SELECT x.ord, jobfair_job_key(t.shard, nextval('job_key_seq')) AS job_key, t.shard,
+           x.e->>'type' AS job_type, t.tenant_id,
            COALESCE((x.e->>'priority')::int, $4) AS priority,
            COALESCE((x.e->>'retries')::int, $5) AS retries,
            COALESCE(x.e->'variables', '{{}}') AS variables,
@@ -55,12 +55,17 @@ _INPUT_CTE = """input AS MATERIALIZED (
                   THEN $2::timestamptz + (x.e->>'delay')::float8 * interval '1 millisecond'
                 ELSE $2::timestamptz END AS run_at
     FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS x(e, ord)
+    CROSS JOIN LATERAL (
+        SELECT u.tenant_id, jobfair_shard(u.tenant_id) AS shard
+        FROM (SELECT COALESCE(x.e->>'tenantId', $3) AS tenant_id) u
+    ) t
 )"""
 
 # -- name: insert_jobs
 # Inserts a batch of jobs in one round trip, marks their lanes backlogged and notifies
 # once per job type.  Keys are drawn before the insert so that results map back to input
-# order.  Idempotency: jobs_idempotency_idx, ON CONFLICT DO NOTHING.
+# order.  Idempotency: jobs_idempotency_idx, ON CONFLICT DO NOTHING (and one probe of it
+# per keyed job for a job of the tenant in another shard: made before alembic 0008).
 # The batch travels as one JSON array of jobs spelled as the API spells them (validated
 # by the caller), parsed by PostgreSQL: one parameter to encode instead of thousands of
 # array elements, which asyncpg encodes one by one (ADR 007).  Fields left out take the defaults
@@ -77,8 +82,16 @@ ins_plain AS (
     RETURNING job_key, job_type, tenant_id, state
 ),
 ins_keyed AS (
-    {_INSERT_INPUT} WHERE idempotency_key IS NOT NULL ORDER BY ord
-    ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    {_INSERT_INPUT} WHERE idempotency_key IS NOT NULL
+      -- A job made before alembic 0008 is in the shard its key names, not its tenant's,
+      -- out of reach of the unique index's (tenant, key, shard): found here.
+      AND NOT EXISTS (SELECT 1 FROM jobs o
+                      WHERE o.tenant_id = input.tenant_id
+                        AND o.idempotency_key = input.idempotency_key
+                        AND o.shard <> input.shard)
+    ORDER BY ord
+    ON CONFLICT (tenant_id, idempotency_key, shard) WHERE idempotency_key IS NOT NULL
+    DO NOTHING
     RETURNING job_key, job_type, tenant_id, state
 ),
 ins AS (
@@ -141,7 +154,7 @@ GET_JOB = f"""
 SELECT {job_columns("j")},
        t.aging_interval_ms AS type_aging_interval_ms, t.aging_step AS type_aging_step
 FROM jobs j LEFT JOIN job_types t ON t.job_type = j.job_type
-WHERE j.job_key = $1
+WHERE j.job_key = $1 AND j.shard = jobfair_key_shard($1)
 """
 
 # -- name: job_states
@@ -156,7 +169,9 @@ JOB_SCOPES = "SELECT job_key, tenant_id, job_type FROM jobs WHERE job_key = ANY(
 
 # -- name: lock_job
 # The job's row, locked for an update that reads before it writes (PATCH).
-LOCK_JOB = f"SELECT {JOB_COLUMNS} FROM jobs WHERE job_key = $1 FOR UPDATE"
+LOCK_JOB = f"""
+SELECT {JOB_COLUMNS} FROM jobs WHERE job_key = $1 AND shard = jobfair_key_shard($1) FOR UPDATE
+"""
 
 # -- name: update_job
 # PATCH: retries, lease (deadline) and priority; revives FAILED when retries > 0, and
@@ -168,7 +183,7 @@ WITH up AS (
         completed_at = CASE WHEN $5 = 'FAILED' THEN completed_at ELSE NULL END,
         queued_at = CASE WHEN state = 'FAILED' AND $5 <> 'FAILED' THEN $6 ELSE queued_at END,
         run_at = CASE WHEN state = 'FAILED' AND $5 <> 'FAILED' THEN $6 ELSE run_at END
-    WHERE job_key = $1
+    WHERE job_key = $1 AND shard = jobfair_key_shard($1)
     RETURNING job_key, activation_count, retries
 ),
 {

@@ -99,12 +99,13 @@ _NOTIFIED = f"""notified AS (
 # {notified} as QUIET, does not (a hand-off's insert: the job may go to its waiter in the
 # same transaction, and then nobody need be woken).  Index: lanes pkey.
 _WAKE = f"""new_lanes AS (
-    INSERT INTO lanes (job_type, tenant_id, vtime, active, held)
-    SELECT r.job_type, r.tenant_id, {_REENTRY_VTIME.format(t="r.job_type")}, true,
+    INSERT INTO lanes (job_type, tenant_id, shard, vtime, active, held)
+    SELECT r.job_type, r.tenant_id, jobfair_shard(r.tenant_id),
+           {_REENTRY_VTIME.format(t="r.job_type")}, true,
            EXISTS (SELECT 1 FROM tenants p WHERE p.tenant_id = r.tenant_id AND p.paused)
     FROM ready_lanes r
     ORDER BY r.job_type, r.tenant_id
-    ON CONFLICT (job_type, tenant_id) DO NOTHING
+    ON CONFLICT (job_type, tenant_id, shard) DO NOTHING
     RETURNING 1
 ),
 woken AS (

@@ -4,7 +4,7 @@ Table layout (ADR 002): one ``jobs`` table whose *partial* indexes are the queue
 is in the ready index only while it is ``CREATED``; delayed jobs wait in ``SCHEDULED``
 (shown to clients as ``CREATED``) until the promoter moves them in, so the claim never
 walks over rows it cannot take.  ``lanes`` holds the stride scheduler's virtual time per
-(job type, tenant).
+(job type, tenant).  Both carry the tenant's shard (app.shards; docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     MetaData,
+    PrimaryKeyConstraint,
     Sequence,
     SmallInteger,
     Table,
@@ -32,9 +33,16 @@ from app.domain import JobState
 
 metadata = MetaData()
 
-# Camunda's keys start at partition 1's base (1 << 51) + 1; ours do too, so that keys look
-# familiar to Camunda users and stay below 2**53 for a long time.
-job_key_seq = Sequence("job_key_seq", start=2251799813685249, cache=1000, metadata=metadata)
+# Camunda's keys start at partition 1's base (1 << 51) + 1, and so does this sequence.
+# A key is jobfair_job_key(shard, nextval) = nextval << 11 | shard (app.shards, alembic
+# 0008), so the sequence stops where that would pass 2**63.
+job_key_seq = Sequence(
+    "job_key_seq",
+    start=2251799813685249,
+    maxvalue=(1 << 52) - 1,
+    cache=1000,
+    metadata=metadata,
+)
 
 # Every JobState, in the order the migrations wrote the CHECK constraint (SCHEDULED: a
 # job whose runAt or retry back-off is still ahead).
@@ -52,13 +60,12 @@ assert set(JOB_STATES) == set(JobState)
 jobs = Table(
     "jobs",
     metadata,
-    Column(
-        "job_key",
-        BigInteger,
-        job_key_seq,
-        primary_key=True,
-        server_default=job_key_seq.next_value(),
-    ),
+    # Made by jobfair_job_key from the tenant's shard (no default could know it).
+    Column("job_key", BigInteger, job_key_seq, nullable=False),
+    # The tenant's shard, named by the key's low bits too: the distribution column of a
+    # distributed database (docs/scaling.md), in every unique index.  Jobs made before
+    # alembic 0008 keep their keys, and the shard those name.
+    Column("shard", SmallInteger, nullable=False),
     Column("job_type", Text, nullable=False),
     Column("tenant_id", Text, nullable=False),
     Column("state", Text, nullable=False),
@@ -86,6 +93,8 @@ jobs = Table(
     CheckConstraint("priority BETWEEN 0 AND 100", name="jobs_priority_check"),
     CheckConstraint("retries >= 0", name="jobs_retries_check"),
     CheckConstraint("(state = 'ACTIVATED') = (deadline IS NOT NULL)", name="jobs_deadline_check"),
+    CheckConstraint("shard = (job_key & 2047)", name="jobs_shard_check"),
+    PrimaryKeyConstraint("job_key", "shard", name="jobs_pkey"),
     # Dead tuples are the cost of a queue table: vacuum it early and often.
     postgresql_with={
         "autovacuum_vacuum_scale_factor": "0.01",
@@ -135,6 +144,7 @@ Index(
     "jobs_idempotency_idx",
     jobs.c.tenant_id,
     jobs.c.idempotency_key,
+    jobs.c.shard,
     unique=True,
     postgresql_where=text("idempotency_key IS NOT NULL"),
 )
@@ -142,8 +152,10 @@ Index(
 lanes = Table(
     "lanes",
     metadata,
-    Column("job_type", Text, primary_key=True),
-    Column("tenant_id", Text, primary_key=True),
+    Column("job_type", Text, nullable=False),
+    Column("tenant_id", Text, nullable=False),
+    # jobfair_shard(tenant_id): as jobs.shard.
+    Column("shard", SmallInteger, nullable=False),
     # Stride scheduling's virtual time: +1/weight per activation.
     Column("vtime", Double, nullable=False, server_default=text("0")),
     # True while the lane may hold ready jobs; see app/db/lanes.py for the no-lost-wake-up protocol.
@@ -152,6 +164,8 @@ lanes = Table(
     # (app/db/lanes.py: hold_lanes, jobfair_release_holds; ADR 016).
     Column("held", Boolean, nullable=False, server_default=text("false")),
     Column("activated_total", BigInteger, nullable=False, server_default=text("0")),
+    PrimaryKeyConstraint("job_type", "tenant_id", "shard", name="lanes_pkey"),
+    CheckConstraint("shard = jobfair_shard(tenant_id)", name="lanes_shard_check"),
     postgresql_with={
         "autovacuum_vacuum_scale_factor": "0",
         "autovacuum_vacuum_threshold": "500",
@@ -216,9 +230,11 @@ EVENTS = (
 job_events = Table(
     "job_events",
     metadata,
-    Column("job_key", BigInteger, primary_key=True),
-    Column("activation_count", Integer, primary_key=True),
-    Column("step", SmallInteger, primary_key=True),
+    Column("job_key", BigInteger, nullable=False),
+    Column("activation_count", Integer, nullable=False),
+    Column("step", SmallInteger, nullable=False),
+    # The job's shard (its key's), as jobs.shard: a job's history lives beside it.
+    Column("shard", SmallInteger, nullable=False),
     Column("event", Text, nullable=False),
     Column("at", DateTime(timezone=True), nullable=False),
     Column("started_at", DateTime(timezone=True)),
@@ -231,6 +247,8 @@ job_events = Table(
         "event IN (" + ", ".join(f"'{e}'" for e in EVENTS) + ")", name="job_events_event_check"
     ),
     CheckConstraint("step BETWEEN 1 AND 3", name="job_events_step_check"),
+    CheckConstraint("shard = (job_key & 2047)", name="job_events_shard_check"),
+    PrimaryKeyConstraint("job_key", "activation_count", "step", "shard", name="job_events_pkey"),
     postgresql_with={
         "autovacuum_vacuum_scale_factor": "0.02",
         "autovacuum_vacuum_insert_scale_factor": "0.05",

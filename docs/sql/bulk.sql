@@ -26,9 +26,9 @@ WITH up AS (
     RETURNING j.job_key, j.job_type, j.tenant_id, j.activation_count, j.retries
 ),
 logged AS (
-    INSERT INTO job_events (job_key, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
-    SELECT s.job_key, s.activation_count, 2, 'revived', $3, NULL::timestamptz, NULL::text,
-           NULL::timestamptz, s.retries, NULL::text, NULL::text
+    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
+    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 2, 'revived', $3,
+           NULL::timestamptz, NULL::text, NULL::timestamptz, s.retries, NULL::text, NULL::text
     FROM up s
     WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 )
@@ -52,9 +52,9 @@ WITH up AS (
     RETURNING j.job_key, j.activation_count, j.worker, j.retries
 ),
 logged AS (
-    INSERT INTO job_events (job_key, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
-    SELECT s.job_key, s.activation_count, 3, 'canceled', $4, NULL::timestamptz, NULL::text,
-           NULL::timestamptz, s.retries, NULL::text, NULL::text
+    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
+    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 3, 'canceled', $4,
+           NULL::timestamptz, NULL::text, NULL::timestamptz, s.retries, NULL::text, NULL::text
     FROM up s
     WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 )
@@ -78,9 +78,9 @@ WITH up AS (
     RETURNING j.job_key, j.activation_count, j.worker, j.retries
 ),
 logged AS (
-    INSERT INTO job_events (job_key, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
-    SELECT s.job_key, s.activation_count, 3, 'canceled', $4, NULL::timestamptz, NULL::text,
-           NULL::timestamptz, s.retries, NULL::text, NULL::text
+    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
+    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 3, 'canceled', $4,
+           NULL::timestamptz, NULL::text, NULL::timestamptz, s.retries, NULL::text, NULL::text
     FROM up s
     WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 )

@@ -135,7 +135,8 @@ activated AS (
 trimmed AS (
     DELETE FROM job_events e USING activated s
     WHERE s.activation_count > 30
-      AND e.job_key = s.job_key AND e.activation_count = s.activation_count - 20
+      AND e.job_key = s.job_key AND e.shard = jobfair_key_shard(s.job_key)
+      AND e.activation_count = s.activation_count - 20
       AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 )
 SELECT * FROM activated;
@@ -267,7 +268,8 @@ activated AS (
 trimmed AS (
     DELETE FROM job_events e USING activated s
     WHERE s.activation_count > 30
-      AND e.job_key = s.job_key AND e.activation_count = s.activation_count - 20
+      AND e.job_key = s.job_key AND e.shard = jobfair_key_shard(s.job_key)
+      AND e.activation_count = s.activation_count - 20
       AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 )
 SELECT a.*, lead.weight AS lane_weight, lead.aging_step AS lane_aging_step,
@@ -396,7 +398,8 @@ activated AS (
 trimmed AS (
     DELETE FROM job_events e USING activated s
     WHERE s.activation_count > 30
-      AND e.job_key = s.job_key AND e.activation_count = s.activation_count - 20
+      AND e.job_key = s.job_key AND e.shard = jobfair_key_shard(s.job_key)
+      AND e.activation_count = s.activation_count - 20
       AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 )
 SELECT a.*, lead.weight AS lane_weight, lead.aging_step AS lane_aging_step,

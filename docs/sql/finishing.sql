@@ -13,7 +13,7 @@ ended AS (
     SET state = 'COMPLETED', completed_at = $4, deadline = NULL,
         variables = j.variables || COALESCE(i.variables, '{}'::jsonb)
     FROM input i
-    WHERE j.job_key = i.job_key AND (j.state = 'ACTIVATED') IS TRUE
+    WHERE j.job_key = i.job_key AND j.shard = jobfair_key_shard(i.job_key) AND (j.state = 'ACTIVATED') IS TRUE
       AND j.activation_count = i.activation_count
     RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activation_count,
               j.activated_at, j.worker, j.retries
@@ -22,9 +22,9 @@ leases AS (
     SELECT job_key, deadline FROM jobs WHERE job_key = ANY($1::bigint[]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
 logged AS (
-    INSERT INTO job_events (job_key, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
-    SELECT s.job_key, s.activation_count, 1, 'completed', $4, CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END, CASE WHEN b.deadline IS NOT NULL THEN s.worker END,
-           b.deadline, s.retries, NULL::text, NULL::text
+    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
+    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 1, 'completed', $4,
+           CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END, CASE WHEN b.deadline IS NOT NULL THEN s.worker END, b.deadline, s.retries, NULL::text, NULL::text
     FROM ended s JOIN leases b ON b.job_key = s.job_key
     WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
@@ -67,7 +67,8 @@ WITH ended AS (
         variables = j.variables || COALESCE($6::jsonb, '{}'::jsonb)
     FROM jobs cur
     CROSS JOIN LATERAL (SELECT COALESCE($3::int, GREATEST(0, cur.retries - 1)) AS retries) r
-    WHERE j.job_key = $1 AND cur.job_key = $1 AND (j.state = 'ACTIVATED') IS TRUE
+    WHERE j.job_key = $1 AND j.shard = jobfair_key_shard($1)
+      AND cur.job_key = $1 AND cur.shard = jobfair_key_shard($1) AND (j.state = 'ACTIVATED') IS TRUE
       AND j.activation_count = $2
     RETURNING j.job_key, j.job_type, j.tenant_id, j.state, j.via_stream, j.activation_count,
               j.activated_at, j.worker, j.retries, j.error_message
@@ -76,9 +77,9 @@ leases AS (
     SELECT job_key, deadline FROM jobs WHERE job_key = ANY(ARRAY[$1::bigint]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
 logged AS (
-    INSERT INTO job_events (job_key, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
-    SELECT s.job_key, s.activation_count, 1, CASE WHEN s.state = 'FAILED' THEN 'failed' ELSE 'retried' END, $7, CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END, CASE WHEN b.deadline IS NOT NULL THEN s.worker END,
-           b.deadline, s.retries, NULL::text, s.error_message
+    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
+    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 1, CASE WHEN s.state = 'FAILED' THEN 'failed' ELSE 'retried' END, $7,
+           CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END, CASE WHEN b.deadline IS NOT NULL THEN s.worker END, b.deadline, s.retries, NULL::text, s.error_message
     FROM ended s JOIN leases b ON b.job_key = s.job_key
     WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
@@ -111,7 +112,8 @@ WITH ended AS (
     UPDATE jobs j
     SET state = 'ERROR_THROWN', error_code = $3, error_message = $4, deadline = NULL,
         completed_at = $6, variables = j.variables || COALESCE($5::jsonb, '{}'::jsonb)
-    WHERE j.job_key = $1 AND (j.state = 'ACTIVATED') IS TRUE AND j.activation_count = $2
+    WHERE j.job_key = $1 AND j.shard = jobfair_key_shard($1) AND (j.state = 'ACTIVATED') IS TRUE
+      AND j.activation_count = $2
     RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activation_count,
               j.activated_at, j.worker, j.retries, j.error_code, j.error_message
 ),
@@ -119,9 +121,9 @@ leases AS (
     SELECT job_key, deadline FROM jobs WHERE job_key = ANY(ARRAY[$1::bigint]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
 logged AS (
-    INSERT INTO job_events (job_key, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
-    SELECT s.job_key, s.activation_count, 1, 'error-thrown', $6, CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END, CASE WHEN b.deadline IS NOT NULL THEN s.worker END,
-           b.deadline, s.retries, s.error_code, s.error_message
+    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
+    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 1, 'error-thrown', $6,
+           CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END, CASE WHEN b.deadline IS NOT NULL THEN s.worker END, b.deadline, s.retries, s.error_code, s.error_message
     FROM ended s JOIN leases b ON b.job_key = s.job_key
     WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
@@ -153,7 +155,7 @@ FROM ended;
 WITH ended AS (
     UPDATE jobs j SET state = 'CREATED', deadline = NULL
     FROM unnest($1::bigint[], $2::int[]) AS r(job_key, activation_count)
-    WHERE j.job_key = r.job_key AND (j.state = 'ACTIVATED') IS TRUE
+    WHERE j.job_key = r.job_key AND j.shard = jobfair_key_shard(r.job_key) AND (j.state = 'ACTIVATED') IS TRUE
       AND j.activation_count = r.activation_count
     RETURNING j.job_key, j.job_type, j.tenant_id, j.activation_count, j.activated_at, j.worker,
               j.retries
@@ -162,9 +164,9 @@ leases AS (
     SELECT job_key, deadline FROM jobs WHERE job_key = ANY($1::bigint[]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
 logged AS (
-    INSERT INTO job_events (job_key, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
-    SELECT s.job_key, s.activation_count, 1, 'released', $3, CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END, CASE WHEN b.deadline IS NOT NULL THEN s.worker END,
-           b.deadline, s.retries, NULL::text, NULL::text
+    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
+    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 1, 'released', $3,
+           CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END, CASE WHEN b.deadline IS NOT NULL THEN s.worker END, b.deadline, s.retries, NULL::text, NULL::text
     FROM ended s JOIN leases b ON b.job_key = s.job_key
     WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
@@ -183,7 +185,8 @@ SELECT job_key, job_type, tenant_id, (SELECT n FROM unheld) AS _n FROM ended;
 -- pkey.  Locks: the job's row; as RELEASE_HOLDS.
 WITH ended AS (
     UPDATE jobs j SET state = 'CANCELED', completed_at = $2, deadline = NULL
-    WHERE j.job_key = $1 AND j.state IN ('CREATED', 'SCHEDULED', 'ACTIVATED')
+    WHERE j.job_key = $1 AND j.shard = jobfair_key_shard($1)
+      AND j.state IN ('CREATED', 'SCHEDULED', 'ACTIVATED')
     RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activation_count,
               j.activated_at, j.worker, j.retries
 ),
@@ -191,9 +194,9 @@ leases AS (
     SELECT job_key, deadline FROM jobs WHERE job_key = ANY(ARRAY[$1::bigint]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
 logged AS (
-    INSERT INTO job_events (job_key, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
-    SELECT s.job_key, s.activation_count, 3, 'canceled', $2, CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END, CASE WHEN b.deadline IS NOT NULL THEN s.worker END,
-           b.deadline, s.retries, NULL::text, NULL::text
+    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
+    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 3, 'canceled', $2,
+           CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END, CASE WHEN b.deadline IS NOT NULL THEN s.worker END, b.deadline, s.retries, NULL::text, NULL::text
     FROM ended s JOIN leases b ON b.job_key = s.job_key
     WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),

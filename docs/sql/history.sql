@@ -10,6 +10,6 @@ SELECT j.created_at, j.state, j.activation_count AS activations, j.activated_at 
        e.activation_count, e.step, e.event, e.at, e.started_at, e.worker, e.deadline,
        e.retries, e.error_code, e.error_message
 FROM jobs j
-LEFT JOIN job_events e ON e.job_key = j.job_key
-WHERE j.job_key = $1
+LEFT JOIN job_events e ON e.job_key = j.job_key AND e.shard = j.shard
+WHERE j.job_key = $1 AND j.shard = jobfair_key_shard($1)
 ORDER BY e.activation_count NULLS FIRST, e.step;

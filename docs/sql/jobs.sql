@@ -4,7 +4,8 @@
 -- name: insert_jobs
 -- Inserts a batch of jobs in one round trip, marks their lanes backlogged and notifies
 -- once per job type.  Keys are drawn before the insert so that results map back to input
--- order.  Idempotency: jobs_idempotency_idx, ON CONFLICT DO NOTHING.
+-- order.  Idempotency: jobs_idempotency_idx, ON CONFLICT DO NOTHING (and one probe of it
+-- per keyed job for a job of the tenant in another shard: made before alembic 0008).
 -- The batch travels as one JSON array of jobs spelled as the API spells them (validated
 -- by the caller), parsed by PostgreSQL: one parameter to encode instead of thousands of
 -- array elements, which asyncpg encodes one by one (ADR 007).  Fields left out take the defaults
@@ -13,8 +14,8 @@
 -- was taken.
 -- Locks: the caller holds the shared lane-bucket locks (app.db.lanes, the protocol).
 WITH input AS MATERIALIZED (
-    SELECT x.ord, nextval('job_key_seq') AS job_key,
-           x.e->>'type' AS job_type, COALESCE(x.e->>'tenantId', $3) AS tenant_id,
+    SELECT x.ord, jobfair_job_key(t.shard, nextval('job_key_seq')) AS job_key, t.shard,
+           x.e->>'type' AS job_type, t.tenant_id,
            COALESCE((x.e->>'priority')::int, $4) AS priority,
            COALESCE((x.e->>'retries')::int, $5) AS retries,
            COALESCE(x.e->'variables', '{}') AS variables,
@@ -25,13 +26,17 @@ WITH input AS MATERIALIZED (
                   THEN $2::timestamptz + (x.e->>'delay')::float8 * interval '1 millisecond'
                 ELSE $2::timestamptz END AS run_at
     FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS x(e, ord)
+    CROSS JOIN LATERAL (
+        SELECT u.tenant_id, jobfair_shard(u.tenant_id) AS shard
+        FROM (SELECT COALESCE(x.e->>'tenantId', $3) AS tenant_id) u
+    ) t
 ),
 -- Jobs without an idempotency key are inserted apart: ON CONFLICT makes every row a
 -- speculative insertion (a lock and an extra WAL record each).
 ins_plain AS (
-    INSERT INTO jobs (job_key, job_type, tenant_id, state, priority, retries, run_at,
-                      queued_at, variables, custom_headers, created_at, idempotency_key)
-    SELECT job_key, job_type, tenant_id,
+    INSERT INTO jobs (job_key, shard, job_type, tenant_id, state, priority, retries,
+                      run_at, queued_at, variables, custom_headers, created_at, idempotency_key)
+    SELECT job_key, shard, job_type, tenant_id,
            CASE WHEN run_at > $2 THEN 'SCHEDULED' ELSE 'CREATED' END,
            priority, retries, run_at, GREATEST(run_at, $2), variables,
            custom_headers, $2, idempotency_key
@@ -39,14 +44,22 @@ ins_plain AS (
     RETURNING job_key, job_type, tenant_id, state
 ),
 ins_keyed AS (
-    INSERT INTO jobs (job_key, job_type, tenant_id, state, priority, retries, run_at,
-                      queued_at, variables, custom_headers, created_at, idempotency_key)
-    SELECT job_key, job_type, tenant_id,
+    INSERT INTO jobs (job_key, shard, job_type, tenant_id, state, priority, retries,
+                      run_at, queued_at, variables, custom_headers, created_at, idempotency_key)
+    SELECT job_key, shard, job_type, tenant_id,
            CASE WHEN run_at > $2 THEN 'SCHEDULED' ELSE 'CREATED' END,
            priority, retries, run_at, GREATEST(run_at, $2), variables,
            custom_headers, $2, idempotency_key
-    FROM input WHERE idempotency_key IS NOT NULL ORDER BY ord
-    ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    FROM input WHERE idempotency_key IS NOT NULL
+      -- A job made before alembic 0008 is in the shard its key names, not its tenant's,
+      -- out of reach of the unique index's (tenant, key, shard): found here.
+      AND NOT EXISTS (SELECT 1 FROM jobs o
+                      WHERE o.tenant_id = input.tenant_id
+                        AND o.idempotency_key = input.idempotency_key
+                        AND o.shard <> input.shard)
+    ORDER BY ord
+    ON CONFLICT (tenant_id, idempotency_key, shard) WHERE idempotency_key IS NOT NULL
+    DO NOTHING
     RETURNING job_key, job_type, tenant_id, state
 ),
 ins AS (
@@ -57,15 +70,16 @@ ready_lanes AS (
     GROUP BY job_type, tenant_id
 ),
 new_lanes AS (
-    INSERT INTO lanes (job_type, tenant_id, vtime, active, held)
-    SELECT r.job_type, r.tenant_id, COALESCE(
+    INSERT INTO lanes (job_type, tenant_id, shard, vtime, active, held)
+    SELECT r.job_type, r.tenant_id, jobfair_shard(r.tenant_id),
+           COALESCE(
     (SELECT min(x.vtime) FROM lanes x WHERE x.job_type = r.job_type AND x.active AND NOT x.held),
     (SELECT max(x.vtime) FROM lanes x WHERE x.job_type = r.job_type),
     0), true,
            EXISTS (SELECT 1 FROM tenants p WHERE p.tenant_id = r.tenant_id AND p.paused)
     FROM ready_lanes r
     ORDER BY r.job_type, r.tenant_id
-    ON CONFLICT (job_type, tenant_id) DO NOTHING
+    ON CONFLICT (job_type, tenant_id, shard) DO NOTHING
     RETURNING 1
 ),
 woken AS (
@@ -97,8 +111,8 @@ SELECT ARRAY(SELECT job_key FROM input ORDER BY ord) AS job_keys,
 -- insert_jobs without its NOTIFY, for a hand-off (claims.insert_and_claim_lead, ADR 012):
 -- the job may go to a waiter in the same transaction, and then nobody need be woken.
 WITH input AS MATERIALIZED (
-    SELECT x.ord, nextval('job_key_seq') AS job_key,
-           x.e->>'type' AS job_type, COALESCE(x.e->>'tenantId', $3) AS tenant_id,
+    SELECT x.ord, jobfair_job_key(t.shard, nextval('job_key_seq')) AS job_key, t.shard,
+           x.e->>'type' AS job_type, t.tenant_id,
            COALESCE((x.e->>'priority')::int, $4) AS priority,
            COALESCE((x.e->>'retries')::int, $5) AS retries,
            COALESCE(x.e->'variables', '{}') AS variables,
@@ -109,13 +123,17 @@ WITH input AS MATERIALIZED (
                   THEN $2::timestamptz + (x.e->>'delay')::float8 * interval '1 millisecond'
                 ELSE $2::timestamptz END AS run_at
     FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS x(e, ord)
+    CROSS JOIN LATERAL (
+        SELECT u.tenant_id, jobfair_shard(u.tenant_id) AS shard
+        FROM (SELECT COALESCE(x.e->>'tenantId', $3) AS tenant_id) u
+    ) t
 ),
 -- Jobs without an idempotency key are inserted apart: ON CONFLICT makes every row a
 -- speculative insertion (a lock and an extra WAL record each).
 ins_plain AS (
-    INSERT INTO jobs (job_key, job_type, tenant_id, state, priority, retries, run_at,
-                      queued_at, variables, custom_headers, created_at, idempotency_key)
-    SELECT job_key, job_type, tenant_id,
+    INSERT INTO jobs (job_key, shard, job_type, tenant_id, state, priority, retries,
+                      run_at, queued_at, variables, custom_headers, created_at, idempotency_key)
+    SELECT job_key, shard, job_type, tenant_id,
            CASE WHEN run_at > $2 THEN 'SCHEDULED' ELSE 'CREATED' END,
            priority, retries, run_at, GREATEST(run_at, $2), variables,
            custom_headers, $2, idempotency_key
@@ -123,14 +141,22 @@ ins_plain AS (
     RETURNING job_key, job_type, tenant_id, state
 ),
 ins_keyed AS (
-    INSERT INTO jobs (job_key, job_type, tenant_id, state, priority, retries, run_at,
-                      queued_at, variables, custom_headers, created_at, idempotency_key)
-    SELECT job_key, job_type, tenant_id,
+    INSERT INTO jobs (job_key, shard, job_type, tenant_id, state, priority, retries,
+                      run_at, queued_at, variables, custom_headers, created_at, idempotency_key)
+    SELECT job_key, shard, job_type, tenant_id,
            CASE WHEN run_at > $2 THEN 'SCHEDULED' ELSE 'CREATED' END,
            priority, retries, run_at, GREATEST(run_at, $2), variables,
            custom_headers, $2, idempotency_key
-    FROM input WHERE idempotency_key IS NOT NULL ORDER BY ord
-    ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    FROM input WHERE idempotency_key IS NOT NULL
+      -- A job made before alembic 0008 is in the shard its key names, not its tenant's,
+      -- out of reach of the unique index's (tenant, key, shard): found here.
+      AND NOT EXISTS (SELECT 1 FROM jobs o
+                      WHERE o.tenant_id = input.tenant_id
+                        AND o.idempotency_key = input.idempotency_key
+                        AND o.shard <> input.shard)
+    ORDER BY ord
+    ON CONFLICT (tenant_id, idempotency_key, shard) WHERE idempotency_key IS NOT NULL
+    DO NOTHING
     RETURNING job_key, job_type, tenant_id, state
 ),
 ins AS (
@@ -141,15 +167,16 @@ ready_lanes AS (
     GROUP BY job_type, tenant_id
 ),
 new_lanes AS (
-    INSERT INTO lanes (job_type, tenant_id, vtime, active, held)
-    SELECT r.job_type, r.tenant_id, COALESCE(
+    INSERT INTO lanes (job_type, tenant_id, shard, vtime, active, held)
+    SELECT r.job_type, r.tenant_id, jobfair_shard(r.tenant_id),
+           COALESCE(
     (SELECT min(x.vtime) FROM lanes x WHERE x.job_type = r.job_type AND x.active AND NOT x.held),
     (SELECT max(x.vtime) FROM lanes x WHERE x.job_type = r.job_type),
     0), true,
            EXISTS (SELECT 1 FROM tenants p WHERE p.tenant_id = r.tenant_id AND p.paused)
     FROM ready_lanes r
     ORDER BY r.job_type, r.tenant_id
-    ON CONFLICT (job_type, tenant_id) DO NOTHING
+    ON CONFLICT (job_type, tenant_id, shard) DO NOTHING
     RETURNING 1
 ),
 woken AS (
@@ -179,8 +206,8 @@ SELECT ARRAY(SELECT job_key FROM input ORDER BY ord) AS job_keys,
 -- type's aging settings, as get_job): POST /v2/jobs in one statement instead of an insert
 -- and a read.  Locks: the caller holds the shared lane-bucket locks if it is ready.
 WITH input AS MATERIALIZED (
-    SELECT x.ord, nextval('job_key_seq') AS job_key,
-           x.e->>'type' AS job_type, COALESCE(x.e->>'tenantId', $3) AS tenant_id,
+    SELECT x.ord, jobfair_job_key(t.shard, nextval('job_key_seq')) AS job_key, t.shard,
+           x.e->>'type' AS job_type, t.tenant_id,
            COALESCE((x.e->>'priority')::int, $4) AS priority,
            COALESCE((x.e->>'retries')::int, $5) AS retries,
            COALESCE(x.e->'variables', '{}') AS variables,
@@ -191,11 +218,15 @@ WITH input AS MATERIALIZED (
                   THEN $2::timestamptz + (x.e->>'delay')::float8 * interval '1 millisecond'
                 ELSE $2::timestamptz END AS run_at
     FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS x(e, ord)
+    CROSS JOIN LATERAL (
+        SELECT u.tenant_id, jobfair_shard(u.tenant_id) AS shard
+        FROM (SELECT COALESCE(x.e->>'tenantId', $3) AS tenant_id) u
+    ) t
 ),
 ins AS (
-    INSERT INTO jobs (job_key, job_type, tenant_id, state, priority, retries, run_at,
-                      queued_at, variables, custom_headers, created_at, idempotency_key)
-    SELECT job_key, job_type, tenant_id,
+    INSERT INTO jobs (job_key, shard, job_type, tenant_id, state, priority, retries,
+                      run_at, queued_at, variables, custom_headers, created_at, idempotency_key)
+    SELECT job_key, shard, job_type, tenant_id,
            CASE WHEN run_at > $2 THEN 'SCHEDULED' ELSE 'CREATED' END,
            priority, retries, run_at, GREATEST(run_at, $2), variables,
            custom_headers, $2, idempotency_key
@@ -209,15 +240,16 @@ ready_lanes AS (
     GROUP BY job_type, tenant_id
 ),
 new_lanes AS (
-    INSERT INTO lanes (job_type, tenant_id, vtime, active, held)
-    SELECT r.job_type, r.tenant_id, COALESCE(
+    INSERT INTO lanes (job_type, tenant_id, shard, vtime, active, held)
+    SELECT r.job_type, r.tenant_id, jobfair_shard(r.tenant_id),
+           COALESCE(
     (SELECT min(x.vtime) FROM lanes x WHERE x.job_type = r.job_type AND x.active AND NOT x.held),
     (SELECT max(x.vtime) FROM lanes x WHERE x.job_type = r.job_type),
     0), true,
            EXISTS (SELECT 1 FROM tenants p WHERE p.tenant_id = r.tenant_id AND p.paused)
     FROM ready_lanes r
     ORDER BY r.job_type, r.tenant_id
-    ON CONFLICT (job_type, tenant_id) DO NOTHING
+    ON CONFLICT (job_type, tenant_id, shard) DO NOTHING
     RETURNING 1
 ),
 woken AS (
@@ -260,7 +292,7 @@ JOIN jobs j ON j.tenant_id = k.tenant_id AND j.idempotency_key = k.idempotency_k
 SELECT j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key,
        t.aging_interval_ms AS type_aging_interval_ms, t.aging_step AS type_aging_step
 FROM jobs j LEFT JOIN job_types t ON t.job_type = j.job_type
-WHERE j.job_key = $1;
+WHERE j.job_key = $1 AND j.shard = jobfair_key_shard($1);
 
 -- name: job_states
 -- Each job's state and current activation, by key (what a finish is judged by).
@@ -276,7 +308,7 @@ SELECT job_key, tenant_id, job_type FROM jobs WHERE job_key = ANY($1::bigint[]);
 -- The job's row, locked for an update that reads before it writes (PATCH).
 SELECT job_key, job_type, tenant_id, state, priority, retries, activation_count,
     worker, deadline, run_at, queued_at, variables, custom_headers, error_code,
-    error_message, created_at, activated_at, completed_at, idempotency_key FROM jobs WHERE job_key = $1 FOR UPDATE;
+    error_message, created_at, activated_at, completed_at, idempotency_key FROM jobs WHERE job_key = $1 AND shard = jobfair_key_shard($1) FOR UPDATE;
 
 -- name: update_job
 -- PATCH: retries, lease (deadline) and priority; revives FAILED when retries > 0, and
@@ -287,13 +319,13 @@ WITH up AS (
         completed_at = CASE WHEN $5 = 'FAILED' THEN completed_at ELSE NULL END,
         queued_at = CASE WHEN state = 'FAILED' AND $5 <> 'FAILED' THEN $6 ELSE queued_at END,
         run_at = CASE WHEN state = 'FAILED' AND $5 <> 'FAILED' THEN $6 ELSE run_at END
-    WHERE job_key = $1
+    WHERE job_key = $1 AND shard = jobfair_key_shard($1)
     RETURNING job_key, activation_count, retries
 ),
 logged AS (
-    INSERT INTO job_events (job_key, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
-    SELECT s.job_key, s.activation_count, 2, 'revived', $6, NULL::timestamptz, NULL::text,
-           NULL::timestamptz, s.retries, NULL::text, NULL::text
+    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
+    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 2, 'revived', $6,
+           NULL::timestamptz, NULL::text, NULL::timestamptz, s.retries, NULL::text, NULL::text
     FROM up s
     WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off' AND $7::bool
 )

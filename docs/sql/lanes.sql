@@ -12,15 +12,16 @@ WITH ready_lanes AS (
     GROUP BY job_type, tenant_id
 ),
 new_lanes AS (
-    INSERT INTO lanes (job_type, tenant_id, vtime, active, held)
-    SELECT r.job_type, r.tenant_id, COALESCE(
+    INSERT INTO lanes (job_type, tenant_id, shard, vtime, active, held)
+    SELECT r.job_type, r.tenant_id, jobfair_shard(r.tenant_id),
+           COALESCE(
     (SELECT min(x.vtime) FROM lanes x WHERE x.job_type = r.job_type AND x.active AND NOT x.held),
     (SELECT max(x.vtime) FROM lanes x WHERE x.job_type = r.job_type),
     0), true,
            EXISTS (SELECT 1 FROM tenants p WHERE p.tenant_id = r.tenant_id AND p.paused)
     FROM ready_lanes r
     ORDER BY r.job_type, r.tenant_id
-    ON CONFLICT (job_type, tenant_id) DO NOTHING
+    ON CONFLICT (job_type, tenant_id, shard) DO NOTHING
     RETURNING 1
 ),
 woken AS (
@@ -106,7 +107,7 @@ FROM (SELECT s.*, count(*) FILTER (WHERE s.ready)
             WHERE l.job_type = $1 AND l.active AND NOT l.held
               AND t.paused IS NOT TRUE AND l.tenant_id <> ALL($3::text[])
             ORDER BY l.vtime, l.tenant_id
-            LIMIT 1024) s) w
+            LIMIT (SELECT 1024)) s) w
 LEFT JOIN charged ch ON ch.tenant_id = w.tenant_id
 WHERE w.readies <= $2 + cardinality($4::text[])
 UNION ALL

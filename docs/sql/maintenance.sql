@@ -21,9 +21,9 @@ leases AS (
     SELECT job_key, deadline FROM jobs WHERE job_key = ANY($1::bigint[]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
 logged AS (
-    INSERT INTO job_events (job_key, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
-    SELECT s.job_key, s.activation_count, 1, 'lease-expired', $2, CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END, CASE WHEN b.deadline IS NOT NULL THEN s.worker END,
-           b.deadline, s.retries, NULL::text, NULL::text
+    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
+    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 1, 'lease-expired', $2,
+           CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END, CASE WHEN b.deadline IS NOT NULL THEN s.worker END, b.deadline, s.retries, NULL::text, NULL::text
     FROM ended s JOIN leases b ON b.job_key = s.job_key
     WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),

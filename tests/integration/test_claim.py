@@ -132,7 +132,9 @@ async def test_charging_many_lanes_costs_linear_time(store):
     lanes of 10,000, against 15 ms."""
     tenants = [f"t{i:05}" for i in range(10_000)]
     await store.execute(
-        "INSERT INTO lanes (job_type, tenant_id) SELECT 'claim', unnest($1::text[])", tenants
+        "INSERT INTO lanes (job_type, tenant_id, shard)"
+        " SELECT 'claim', t, jobfair_shard(t) FROM unnest($1::text[]) t",
+        tenants,
     )
     await store.execute("ANALYZE lanes")
     charged = "{" + ",".join(tenants[::25]) + "}"
@@ -178,8 +180,9 @@ async def test_a_lane_read_walks_the_lanes_in_order_and_sorts_none(store, lanes)
         "INSERT INTO tenants (tenant_id) SELECT unnest($1::text[])", tenants[: lanes // 2]
     )
     await store.execute(
-        "INSERT INTO lanes (job_type, tenant_id, vtime)"
-        " SELECT 'claim', t, n FROM unnest($1::text[]) WITH ORDINALITY AS u(t, n)",
+        "INSERT INTO lanes (job_type, tenant_id, shard, vtime)"
+        " SELECT 'claim', t, jobfair_shard(t), n"
+        " FROM unnest($1::text[]) WITH ORDINALITY AS u(t, n)",
         tenants,
     )
     await store.execute("ANALYZE lanes; ANALYZE tenants")

@@ -377,8 +377,8 @@ async def test_charges_of_the_same_lanes_in_any_order_lock_them_in_one_order(sto
     deadlocked here (ADR 001, alternatives)."""
     tenants = [f"t{i:02d}" for i in range(40)]
     await store.execute(
-        "INSERT INTO lanes (job_type, tenant_id, vtime, active) "
-        "SELECT 'order', t, 0, true FROM unnest($1::text[]) t",
+        "INSERT INTO lanes (job_type, tenant_id, shard, vtime, active) "
+        "SELECT 'order', t, jobfair_shard(t), 0, true FROM unnest($1::text[]) t",
         tenants,
     )
     rounds = 25

@@ -17,10 +17,11 @@ from app.domain import JobState, utcnow
 pytestmark = pytest.mark.extended
 
 FILL = """
-INSERT INTO jobs (job_type, tenant_id, state, priority, retries, run_at, queued_at, created_at,
-                  completed_at, deadline, activated_at, activation_count)
-SELECT 'k' || (g % 5), CASE WHEN g % 3001 = 0 THEN 'rare' ELSE 't' || (g % 50) END,
-       s.state, 50, 3, now(), now(), now() - (($1 - g) * interval '1 second'),
+INSERT INTO jobs (job_key, shard, job_type, tenant_id, state, priority, retries, run_at,
+                  queued_at, created_at, completed_at, deadline, activated_at, activation_count)
+SELECT jobfair_job_key(jobfair_shard(t.tenant_id), nextval('job_key_seq')),
+       jobfair_shard(t.tenant_id), 'k' || (g % 5), t.tenant_id, s.state, 50, 3, now(), now(),
+       now() - (($1 - g) * interval '1 second'),
        CASE WHEN s.state IN ('COMPLETED', 'FAILED', 'ERROR_THROWN', 'CANCELED') THEN now() END,
        CASE WHEN s.state = 'ACTIVATED' THEN now() + interval '1 hour' END,
        CASE WHEN s.state = 'ACTIVATED' THEN now() END, 1
@@ -30,6 +31,8 @@ CROSS JOIN LATERAL (SELECT CASE
     WHEN g % 100 < 93 THEN 'CANCELED' WHEN g % 100 < 94 THEN 'ERROR_THROWN'
     WHEN g % 100 < 98 THEN 'CREATED' WHEN g % 100 < 99 THEN 'SCHEDULED'
     ELSE 'ACTIVATED' END AS state) s
+CROSS JOIN LATERAL (
+    SELECT CASE WHEN g % 3001 = 0 THEN 'rare' ELSE 't' || (g % 50) END AS tenant_id) t
 """
 FAILED = frozenset({JobState.FAILED})
 COMBOS = {

@@ -104,8 +104,8 @@ def test_a_woken_lane_reenters_where_the_python_twin_says(run, others, own) -> N
             await tx.execute("DELETE FROM lanes WHERE job_type = $1", job_type)
             await tx.execute("DELETE FROM jobs WHERE job_type = $1", job_type)
             await tx.executemany(
-                "INSERT INTO lanes (job_type, tenant_id, vtime, active, held)"
-                " VALUES ($1, $2, $3, $4, $5)",
+                "INSERT INTO lanes (job_type, tenant_id, shard, vtime, active, held)"
+                " VALUES ($1, $2, jobfair_shard($2), $3, $4, $5)",
                 [(job_type, t, v, a, h) for t, v, a, h in others]
                 + [(job_type, "own", own_vtime, False, False)],  # parked
             )
