@@ -249,7 +249,35 @@ def _migrate_when_reachable(url: str, settings: Settings) -> None:
         _cannot_connect(url, exc.__cause__ or exc, waited)
     except CONNECT_ERRORS as exc:  # refused: a wrong password, no such database, a bad URL
         _cannot_connect(url, exc, "")
-    migrations.upgrade(url)
+    revision, oldest_server = asyncio.run(revision_at(url))
+    if migrations.known(revision):
+        migrations.upgrade(url)
+        return
+    # Migrated by a newer version: never touched by this one.
+    _refuse_unless_served(revision, oldest_server)
+
+
+def _refuse_unless_served(revision: str | None, oldest_server: str | None) -> None:
+    """Carry on, saying so, if this server serves the database's newer schema (a
+    rolling upgrade migrated it first); else one line and exit code 1."""
+    head = migrations.head_revision()
+    if migrations.serves(revision, oldest_server):
+        if revision != head:
+            log.info(
+                "the schema is at %s, newer than this server's %s, and still serves it "
+                "(from %s on): serving without migrating",
+                revision,
+                head,
+                oldest_server,
+            )
+        return
+    typer.echo(
+        f"the database's schema is at {revision}, newer than this server's {head}, and no "
+        f"longer serves it (servers from {oldest_server or 'its own version'} on): "
+        "run the newer version",
+        err=True,
+    )
+    raise typer.Exit(1)
 
 
 def _cannot_connect(url: str, exc: BaseException, waited: str) -> NoReturn:
@@ -269,13 +297,14 @@ def _until_migrated(url: str, settings: Settings) -> None:
     head = migrations.head_revision()
     deadline = time.monotonic() + settings.db_startup_wait_s
 
-    async def wait() -> str | None:
+    async def wait() -> tuple[str | None, str | None]:
         announced = False
         while True:
             left_s = max(0.0, deadline - time.monotonic())
-            revision = await until_reachable(lambda: revision_at(url), left_s, "start-up")
+            state = await until_reachable(lambda: revision_at(url), left_s, "start-up")
+            revision = state[0]
             if revision == head or not migrations.known(revision) or left_s == 0:
-                return revision
+                return state
             if not announced:
                 typer.echo(
                     f"the schema is at {revision or 'nothing'}, this server needs {head}: "
@@ -286,19 +315,16 @@ def _until_migrated(url: str, settings: Settings) -> None:
             await asyncio.sleep(min(1.0, left_s))
 
     try:
-        revision = asyncio.run(wait())
+        revision, oldest_server = asyncio.run(wait())
     except StoreUnavailable as exc:
         waited = f" (waited {settings.db_startup_wait_s} s)" if settings.db_startup_wait_s else ""
         _cannot_connect(url, exc.__cause__ or exc, waited)
-    if revision != head:
-        behind = migrations.known(revision)
+    if not migrations.known(revision):
+        _refuse_unless_served(revision, oldest_server)
+    elif revision != head:
         typer.echo(
             f"the database's schema is at {revision or 'nothing'}, this server needs {head}: "
-            + (
-                "run `jobfair migrate` (JOBFAIR_MIGRATE_ON_START=false leaves it to you)"
-                if behind
-                else "it is newer than this server; run the newer version"
-            ),
+            "run `jobfair migrate` (JOBFAIR_MIGRATE_ON_START=false leaves it to you)",
             err=True,
         )
         raise typer.Exit(1)
@@ -315,7 +341,8 @@ def migrate(data_dir: DataDir = None, database_url: DatabaseUrl = None) -> None:
     logging.config.dictConfig(logs.config(settings.log_format, settings.log_level))
     url = resolve_database(settings)
     _migrate_when_reachable(url, settings)
-    typer.echo(f"schema at {migrations.head_revision()}", err=True)
+    revision, _ = asyncio.run(revision_at(url))
+    typer.echo(f"schema at {revision}", err=True)
 
 
 keys_cli = typer.Typer(no_args_is_help=True, help="API keys (on the database directly)")

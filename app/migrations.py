@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import sysconfig
 from pathlib import Path
 
 from alembic.config import Config
 from alembic.script import ScriptDirectory
-from alembic.util import CommandError
 
 from alembic import command
 
@@ -47,18 +47,30 @@ def upgrade(url: str) -> None:
         pool.submit(command.upgrade, cfg, "head").result()
 
 
+@functools.cache
 def head_revision() -> str | None:
+    """This version's newest migration (read once: /readyz asks on every probe)."""
     script = ScriptDirectory.from_config(alembic_config("unused"))
     return script.get_current_head()
+
+
+@functools.cache
+def _revisions() -> frozenset[str]:
+    script = ScriptDirectory.from_config(alembic_config("unused"))
+    return frozenset(r.revision for r in script.walk_revisions())
+
+
+def serves(revision: str | None, oldest_server: str | None) -> bool:
+    """Whether this server can serve a database at ``revision``: at this version's head,
+    or migrated past it by a newer version whose schema still serves servers as old as
+    ``oldest_server`` (alembic 0009), one of this version's own revisions.  A database
+    behind the head needs ``jobfair migrate`` first."""
+    if revision == head_revision():
+        return True
+    return not known(revision) and oldest_server is not None and known(oldest_server)
 
 
 def known(revision: str | None) -> bool:
     """Whether ``revision`` is one of this version's migrations (None, an empty database,
     is behind them all); False: the database was migrated by a newer version."""
-    if revision is None:
-        return True
-    script = ScriptDirectory.from_config(alembic_config("unused"))
-    try:
-        return script.get_revision(revision) is not None
-    except CommandError:  # "Can't locate revision"
-        return False
+    return revision is None or revision in _revisions()

@@ -429,9 +429,9 @@ class HealthService:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    async def schema_revision(self) -> str | None:
-        """The schema's revision, after a ping: StoreUnavailable if the database cannot
-        answer."""
+    async def schema_revision(self) -> tuple[str | None, str | None]:
+        """The schema's revision and the oldest server revision it serves, after a ping:
+        StoreUnavailable if the database cannot answer."""
         await stored.ping(self.db)
         return await stored.schema_revision(self.db)
 

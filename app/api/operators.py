@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import Request
 from starlette.responses import Response
 
+from app import migrations
 from app.api import context, schemas, security
 from app.api.parsing import body, query_params
 from app.api.problems import JSON
@@ -139,11 +140,16 @@ async def healthz() -> Response:
 
 async def readyz(request: Request) -> Response:
     health = context.services(request).health
-    revision = await health.schema_revision()  # StoreUnavailable (503) if it cannot answer
+    # StoreUnavailable (503) if it cannot answer
+    revision, oldest_server = await health.schema_revision()
     head = request.app.state.schema_head
-    if revision != head:
-        raise ResourceExhausted(f"schema at {revision}, expected {head}", retry_after_s=5)
-    return JSON({"status": "ready", "schema": revision})
+    if not migrations.serves(revision, oldest_server):
+        raise ResourceExhausted(
+            f"schema at {revision}, this server needs {head}"
+            + (f" (the schema serves servers from {oldest_server} on)" if oldest_server else ""),
+            retry_after_s=5,
+        )
+    return JSON({"status": "ready", "schema": revision, "server": head})
 
 
 async def metrics(request: Request) -> Response:

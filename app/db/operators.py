@@ -476,10 +476,15 @@ async def ping(db: Queries) -> None:
     await db.fetchval("SELECT 1")
 
 
-async def schema_revision(db: Queries) -> str | None:
-    """The migration the database is at (None: never migrated)."""
+async def schema_revision(db: Queries) -> tuple[str | None, str | None]:
+    """The migration the database is at (None: never migrated), and the oldest revision
+    whose servers it still serves (None: before alembic 0009, which records it)."""
     try:
         revision: str | None = await db.fetchval("SELECT version_num FROM alembic_version")
     except asyncpg.UndefinedTableError:
-        return None
-    return revision
+        return None, None
+    try:
+        oldest: str | None = await db.fetchval("SELECT oldest_server FROM schema_compat")
+    except asyncpg.UndefinedTableError:
+        return revision, None
+    return revision, oldest

@@ -146,8 +146,9 @@ async def ping_url(url: str) -> None:
         await conn.close()
 
 
-async def revision_at(url: str) -> str | None:
-    """One connection: the migration the database at ``url`` is at (None: never migrated)."""
+async def revision_at(url: str) -> tuple[str | None, str | None]:
+    """One connection: the migration the database at ``url`` is at (None: never migrated),
+    and the oldest server revision it serves (operators.schema_revision)."""
     conn = await asyncpg.connect(url, timeout=10)
     try:
         return await operators.schema_revision(conn)

@@ -304,3 +304,14 @@ metric_tenant_sets = Table(
     Column("effective_at", DateTime(timezone=True), primary_key=True),
     Column("tenants", ARRAY(Text), nullable=False),
 )
+
+# One row: the oldest revision whose servers still serve this schema (alembic 0009).  A
+# server built for that revision or a later one is ready on a database migrated past it
+# (app.migrations.serves), which is what lets a rolling upgrade migrate first.
+schema_compat = Table(
+    "schema_compat",
+    metadata,
+    Column("one", Boolean, server_default=text("true"), primary_key=True),
+    Column("oldest_server", Text, nullable=False),
+    CheckConstraint("one", name="schema_compat_one_row"),
+)

@@ -41,6 +41,7 @@ REFERENCE = {
     "api_keys",
     "signing_keys",
     "metric_tenant_sets",
+    "schema_compat",
     "alembic_version",
 }
 

@@ -11,8 +11,10 @@ import time
 import asyncpg
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from alembic import command
 from app import migrations
 from app.db.locks import MIGRATION_LOCK, MIGRATION_LOCK_CLASS
 from app.db.schema import metadata
@@ -38,6 +40,32 @@ async def test_empty_database_migrates_to_head_matching_metadata(postgres):
         assert changes == []
     finally:
         postgres.psql('DROP DATABASE IF EXISTS "migrate_check" WITH (FORCE);')
+
+
+async def test_every_migration_from_0009_records_the_oldest_server_it_serves(postgres):
+    """A rolling upgrade relies on it (tests/deploy/test_rolling_upgrade.py): each
+    migration declares ``oldest_server`` (itself, or a revision before it) and writes it."""
+    script = ScriptDirectory.from_config(migrations.alembic_config("unused"))
+    chain = [r for r in reversed(list(script.walk_revisions()))]
+    later = [r for r in chain if int(r.revision) >= 9]
+    assert later and later[0].revision == "0009"
+    postgres.psql('DROP DATABASE IF EXISTS "migrate_compat" WITH (FORCE);')
+    postgres.psql('CREATE DATABASE "migrate_compat";')
+    url = postgres.url("migrate_compat")
+    try:
+        for rev in later:
+            oldest = getattr(rev.module, "oldest_server", None)
+            assert oldest is not None, f"{rev.revision} declares no oldest_server"
+            earlier = [r.revision for r in chain[: chain.index(rev) + 1]]
+            assert oldest in earlier, f"{rev.revision}: {oldest} is not itself or before it"
+            await asyncio.to_thread(command.upgrade, migrations.alembic_config(url), rev.revision)
+            conn = await asyncpg.connect(url)
+            try:
+                assert await conn.fetchval("SELECT oldest_server FROM schema_compat") == oldest
+            finally:
+                await conn.close()
+    finally:
+        postgres.psql('DROP DATABASE IF EXISTS "migrate_compat" WITH (FORCE);')
 
 
 async def test_a_url_with_libpq_query_parameters_migrates(postgres):
