@@ -15,25 +15,36 @@ So this subclass adds, per request:
   the client gone).
 
 The body's size is bounded where it is read (``JOBFAIR_MAX_BODY_BYTES``, app.api.parsing).
+
+A request httptools cannot parse (a NUL or control character in a header, a space in the
+target, TLS on the plain port) is answered 400 as problem+json too, where uvicorn would
+answer in plain text.  Every refusal here carries a request id, in its ``X-Request-Id``,
+its body and the warning logged, as a 500 does (app.api.tracing).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from app.api.tracing import HEADER as REQUEST_ID_HEADER
+from app.api.tracing import new_request_id
 from app.config import Settings
+
+log = logging.getLogger("jobfair.http")
 
 # How long a refused request's connection goes on discarding what the client sends.
 LINGER_S = 2.0
 
 # status: (reason phrase, problem type, problem title)
 ANSWERS = {
+    400: (b"Bad Request", "urn:jobfair:invalid-argument", "INVALID_ARGUMENT"),
     408: (b"Request Timeout", "urn:jobfair:request-timeout", "REQUEST_TIMEOUT"),
     431: (
         b"Request Header Fields Too Large",
@@ -124,7 +135,13 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self._oversize:
             self._reject(431, "the request's headers are too large or too many")
         else:
-            super().send_400_response(msg)
+            # httptools says no more than uvicorn's msg, "Invalid HTTP request received."
+            self._reject(
+                400,
+                "malformed HTTP/1.1 request: its request line or a header is not valid "
+                "(a control character or NUL in a header, a space in the target, TLS on a "
+                "plain HTTP port?)",
+            )
 
     def on_headers_complete(self) -> None:
         self._in_head = False
@@ -183,9 +200,14 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self.transport.is_closing():
             return
         reason, type_, title = ANSWERS[status]
-        body = orjson.dumps({"type": type_, "title": title, "status": status, "detail": detail})
+        rid = new_request_id()
+        log.warning("refused with %d: %s", status, detail, extra={"requestId": rid})
+        body = orjson.dumps(
+            {"type": type_, "title": title, "status": status, "detail": detail, "requestId": rid}
+        )
         head = b"HTTP/1.1 %d %s\r\n" % (status, reason)
         head += b"content-type: application/problem+json\r\n"
+        head += b"%s: %s\r\n" % (REQUEST_ID_HEADER, rid.encode())
         head += b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body)
         self.transport.write(head + body)
         if self.transport.can_write_eof():

@@ -12,6 +12,7 @@ import resource
 from urllib.parse import urlsplit
 
 import httpx
+import orjson
 import pytest
 
 from app.config import Settings
@@ -79,11 +80,21 @@ async def test_slow_clients_are_answered_408_and_cannot_exhaust_descriptors(spaw
 
 
 async def _raw_status(url: str, data: bytes) -> tuple[int, bytes]:
+    status, body, _ = await _raw_answer(url, data)
+    return status, body
+
+
+async def _raw_answer(url: str, data: bytes) -> tuple[int, bytes, bytes]:
+    """The status, body and head of the server's answer to ``data``."""
     reader, writer = await _open(url, data)
     try:
-        return await _answer(reader)
+        raw = await asyncio.wait_for(reader.read(), timeout=10)
+    except ConnectionResetError:
+        return 0, b"", b""
     finally:
         writer.close()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    return (int(head.split()[1]) if head else 0), body, head
 
 
 async def test_a_trickled_body_is_answered_408(live):
@@ -130,3 +141,36 @@ async def test_a_client_gone_mid_body_is_not_an_unhandled_error(spawn_server):
         assert (await client.get("/v2/stats")).status_code == 200
     log = server.log.read_text()
     assert "Traceback" not in log and "unhandled error" not in log, log
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"GET /v2/stats HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer a\x00b\r\n\r\n",
+        b"GET /v2/stats HTTP/1.1\r\nHost: x\r\nX-Bad\x01Name: v\r\n\r\n",
+        b"GET /v2/st ats HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03",  # a TLS hello on the plain port
+    ],
+    ids=["nul-in-a-header", "control-in-a-name", "space-in-the-target", "tls-on-http"],
+)
+async def test_a_malformed_request_is_answered_400_problem_json_with_a_request_id(
+    live, raw, caplog
+):
+    """httptools refuses these before any route sees them; the answer is still a problem
+    a client can read, with an id to find the server's log line by."""
+    status, body, head = await _raw_answer(live.url, raw)
+    assert status == 400
+    assert b"content-type: application/problem+json" in head.lower()
+    problem = orjson.loads(body)
+    assert problem["title"] == "INVALID_ARGUMENT" and problem["detail"].startswith("malformed")
+    rid = problem["requestId"]
+    assert f"x-request-id: {rid}".encode() in head.lower()
+    assert any(getattr(r, "requestId", None) == rid for r in caplog.records), caplog.text
+
+
+async def test_a_refused_slow_request_carries_a_request_id_too(live):
+    head = b"POST /v2/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    status, body, answer_head = await _raw_answer(live.url, head + b"Content-Length: 100\r\n\r\n{")
+    assert status == 408
+    rid = orjson.loads(body)["requestId"]
+    assert f"x-request-id: {rid}".encode() in answer_head.lower()
