@@ -5,7 +5,9 @@ of it (CREATE DATABASE ... TEMPLATE) for every test."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import functools
 import itertools
 import os
 import socket
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import certifi
 import httpx
 import pytest
 import trustme
@@ -47,6 +50,41 @@ class Postgres:
         return embedded.asyncpg_url(self.server.get_uri(database))  # type: ignore[attr-defined]
 
 
+class Clones:
+    """Fresh clones of the template: the next one made while a test runs, and each used
+    one dropped after it, on a thread of their own, so that no test waits for either
+    (a clone and its drop took 0.3 s together here, for each of some 600 tests)."""
+
+    def __init__(self, postgres: Postgres) -> None:
+        self.postgres = postgres
+        self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="clones")
+        self._dropped: list[concurrent.futures.Future[str]] = []
+        self._next = self._thread.submit(self._clone)
+
+    def _clone(self) -> str:
+        name = f"test_{os.getpid()}_{next(_counter)}"
+        self.postgres.psql(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}";')
+        return name
+
+    def take(self) -> str:
+        """A database no test has used (its name)."""
+        name = self._next.result()
+        self._next = self._thread.submit(self._clone)
+        return name
+
+    def drop(self, name: str) -> None:
+        sql = f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE);'
+        self._dropped = [f for f in self._dropped if not f.done() or f.exception() is not None]
+        self._dropped.append(self._thread.submit(self.postgres.psql, sql))
+
+    def close(self) -> None:
+        """Drop the clone made ahead, and fail on any drop that failed."""
+        self.drop(self._next.result())
+        self._thread.shutdown(wait=True)
+        for dropped in self._dropped:
+            dropped.result()
+
+
 @pytest.fixture(scope="session")
 def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgres]:
     root = Path(os.environ.get("JOBFAIR_TEST_DATA_DIR") or tmp_path_factory.mktemp("pg"))
@@ -59,12 +97,18 @@ def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgres]:
     server.cleanup()
 
 
+@pytest.fixture(scope="session")
+def clones(postgres: Postgres) -> Iterator[Clones]:
+    made = Clones(postgres)
+    yield made
+    made.close()
+
+
 @pytest.fixture
-def db_url(postgres: Postgres) -> Iterator[str]:
-    name = f"test_{os.getpid()}_{next(_counter)}"
-    postgres.psql(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}";')
+def db_url(postgres: Postgres, clones: Clones) -> Iterator[str]:
+    name = clones.take()
     yield postgres.url(name)
-    postgres.psql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE);')
+    clones.drop(name)
 
 
 def quiet_settings(**overrides: object) -> Settings:
@@ -129,8 +173,17 @@ async def serving(app: FastAPI) -> AsyncIterator[Live]:
     async with _uvicorn(app, lifespan="on") as port:
         url = f"http://127.0.0.1:{port}"
         limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
-        async with httpx.AsyncClient(base_url=url, timeout=30, limits=limits) as client:
+        async with httpx.AsyncClient(
+            base_url=url, timeout=30, limits=limits, verify=_default_tls()
+        ) as client:
             yield Live(url, app, client)
+
+
+@functools.cache
+def _default_tls() -> ssl.SSLContext:
+    """httpx's default context, made once: loading the CA bundle took 55 ms a client, for
+    a client on plain HTTP."""
+    return ssl.create_default_context(cafile=certifi.where())
 
 
 @contextlib.asynccontextmanager
@@ -149,7 +202,7 @@ async def _uvicorn(app: FastAPI, lifespan: str, **options: Any) -> AsyncIterator
         http=bounded_protocol(RequestLimits.of(app.state.settings)),  # as `jobfair serve`
         **options,
     )
-    server = uvicorn.Server(config)
+    server = _Server(config)
     task = asyncio.create_task(server.serve())
     while not server.started:
         if task.done():
@@ -158,8 +211,28 @@ async def _uvicorn(app: FastAPI, lifespan: str, **options: Any) -> AsyncIterator
     try:
         yield port
     finally:
-        server.should_exit = True
+        server.stop()
         await task
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, told to stop by an event rather than seeing a flag at its next
+    0.1 s tick: a test's server stops 50 ms sooner on average, some 600 times a run."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self._stopping = asyncio.Event()
+
+    def stop(self) -> None:
+        self.should_exit = True
+        self._stopping.set()
+
+    async def main_loop(self) -> None:
+        counter = 0
+        while not await self.on_tick(counter):  # also what a tick does: the date header
+            counter += 10  # a second, in ticks
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), 1.0)
 
 
 @pytest.fixture
