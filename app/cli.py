@@ -250,6 +250,8 @@ def _migrate_when_reachable(url: str, settings: Settings) -> None:
     except CONNECT_ERRORS as exc:  # refused: a wrong password, no such database, a bad URL
         _cannot_connect(url, exc, "")
     revision, oldest_server = asyncio.run(revision_at(url))
+    if revision == migrations.head_revision():
+        return  # nothing to do: Alembic is not even imported
     if migrations.known(revision):
         migrations.upgrade(url)
         return

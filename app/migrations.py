@@ -1,17 +1,22 @@
-"""Run Alembic programmatically (``jobfair migrate``, the server's start-up, tests)."""
+"""Run Alembic programmatically (``jobfair migrate``, the server's start-up, tests).
+
+Alembic is imported only to migrate: importing it (and SQLAlchemy with it) took 0.5 s of
+every process's start, each server process and every CLI command, where a server on a
+migrated database only needs the revisions' names, read here from their files.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
 import functools
+import re
 import sysconfig
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic.config import Config
-from alembic.script import ScriptDirectory
-
-from alembic import command
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 
 def _scripts_root() -> Path:
@@ -28,6 +33,8 @@ ROOT = _scripts_root()
 
 
 def alembic_config(url: str) -> Config:
+    from alembic.config import Config
+
     cfg = Config(str(ROOT / "alembic.ini"))
     cfg.set_main_option("script_location", str(ROOT / "alembic"))
     cfg.attributes["url"] = url
@@ -36,6 +43,8 @@ def alembic_config(url: str) -> Config:
 
 def upgrade(url: str) -> None:
     """Migrate to head.  Safe to call from inside a running event loop."""
+    from alembic import command
+
     cfg = alembic_config(url)
     try:
         asyncio.get_running_loop()
@@ -47,17 +56,39 @@ def upgrade(url: str) -> None:
         pool.submit(command.upgrade, cfg, "head").result()
 
 
+# The lines alembic's template writes in every revision file (alembic/script.py.mako),
+# with either quotes (ruff format makes them double).
+_REVISION = re.compile(r"""^revision: str = ["']([^"']+)["']$""", re.MULTILINE)
+_DOWN_REVISION = re.compile(
+    r"""^down_revision: str \| None = (?:["']([^"']+)["']|None)$""", re.MULTILINE
+)
+
+
 @functools.cache
+def _chain() -> dict[str, str | None]:
+    """Each of this version's revisions and the one it follows (read once: /readyz asks
+    on every probe).  tests/integration/test_migrations.py checks it against Alembic's."""
+    chain: dict[str, str | None] = {}
+    for path in sorted((ROOT / "alembic" / "versions").glob("*.py")):
+        text = path.read_text()
+        revision, down = _REVISION.search(text), _DOWN_REVISION.search(text)
+        if revision is None or down is None:
+            raise RuntimeError(f"{path}: no revision and down_revision lines as alembic writes")
+        chain[revision.group(1)] = down.group(1)
+    return chain
+
+
 def head_revision() -> str | None:
-    """This version's newest migration (read once: /readyz asks on every probe)."""
-    script = ScriptDirectory.from_config(alembic_config("unused"))
-    return script.get_current_head()
+    """This version's newest migration: the one no other follows."""
+    chain = _chain()
+    heads = set(chain) - set(chain.values())
+    if len(heads) > 1:
+        raise RuntimeError(f"migrations with several heads: {sorted(heads)}")
+    return next(iter(heads), None)
 
 
-@functools.cache
 def _revisions() -> frozenset[str]:
-    script = ScriptDirectory.from_config(alembic_config("unused"))
-    return frozenset(r.revision for r in script.walk_revisions())
+    return frozenset(_chain())
 
 
 def serves(revision: str | None, oldest_server: str | None) -> bool:

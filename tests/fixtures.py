@@ -297,6 +297,10 @@ def spawn_server(db_url: str, tmp_path: Path) -> Iterator[Callable[..., ServerPr
         log = open(log_path, "wb")  # noqa: SIM115 - closed at teardown
         files.append(log)
         env = {**os.environ, "JOBFAIR_DATABASE_URL": db_url, **env_overrides}
+        if "JOBFAIR_DB_POOL_SIZE" not in env_overrides:
+            # Two connections opened and warmed at start, not all 20 (as quiet_settings);
+            # a test that sizes the pool gets the pool's own start.
+            env.setdefault("JOBFAIR_DB_POOL_MIN_SIZE", "2")
         proc = subprocess.Popen(
             [
                 sys.executable,

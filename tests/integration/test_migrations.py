@@ -42,6 +42,14 @@ async def test_empty_database_migrates_to_head_matching_metadata(postgres):
         postgres.psql('DROP DATABASE IF EXISTS "migrate_check" WITH (FORCE);')
 
 
+def test_the_revisions_read_without_alembic_are_alembic_s():
+    script = ScriptDirectory.from_config(migrations.alembic_config("unused"))
+    assert migrations.head_revision() == script.get_current_head()
+    revisions = {r.revision for r in script.walk_revisions()}
+    assert {r for r in revisions if migrations.known(r)} == revisions
+    assert not migrations.known("from_the_future")
+
+
 async def test_every_migration_from_0009_records_the_oldest_server_it_serves(postgres):
     """A rolling upgrade relies on it (tests/deploy/test_rolling_upgrade.py): each
     migration declares ``oldest_server`` (itself, or a revision before it) and writes it."""
