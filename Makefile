@@ -115,7 +115,7 @@ image: $(if $(BASE),$(PODMAN_BIN),image-base)  ## the server's image, $(IMAGE) (
 IMAGE_TEST := $(shell $(PODMAN) image exists $(IMAGE_BASE) 2>/dev/null || \
   echo --ignore=tests/deploy/test_image.py)
 
-test: $(STAMP) $(CAMUNDA_SDKS) $(CAMUNDA_JS)/.stamp $(TS_CLIENT)/dist/.stamp $(JUNIT_JAR) $(PROMTOOL) $(CHROMIUM) $(HAPROXY) $(PG15_INITDB) $(PG_AUTOCTL)  ## every test, on embedded PostgreSQL (and Debian's PostgreSQL 15 for tests/chaos)
+test: $(STAMP) $(CAMUNDA_SDKS) $(CAMUNDA_JS)/.stamp $(TS_CLIENT)/dist/.stamp $(JUNIT_JAR) $(PROMTOOL) $(CHROMIUM) $(HAPROXY) $(PG15_INITDB)  ## every test, on embedded PostgreSQL (and Debian's PostgreSQL 15 for tests/chaos)
 	$(if $(IMAGE_TEST),@echo "tests/deploy/test_image.py left out: no $(IMAGE_BASE) (make image-base, once)")
 	$(BIN)/pytest -q --durations=30 $(IMAGE_TEST)
 

@@ -2,10 +2,10 @@
 a monitor, a primary and a synchronous standby, each a ``pg_autoctl run`` of its own on a
 loopback port, run by the ``postgres`` user in a temporary directory.
 
-Each node runs in a process group (a session) of its own, so that ``kill()`` takes its
-keeper and its PostgreSQL -- postmaster and backends -- down at once, as the loss of its
-machine would: killing the postmaster alone, the keeper starts it again within a second,
-and nothing fails over.
+Each node's ``pg_autoctl run`` is a process group (a session) of its own, so that
+``kill()`` takes its keeper down, then its PostgreSQL -- postmaster and backends -- at
+once, as the loss of its machine would: killing the postmaster alone, the keeper starts
+it again within a second, and nothing fails over.
 
 The monitor's health checks are tightened (``MONITOR_SETTINGS``) from their defaults (a
 check every 5 s, a node unhealthy 20 s after its keeper last reported, 30 s granted to a
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.chaos.external_pg import PG15, postgres_owned_dir
+from tests.chaos.external_pg import PG15, kill_postgres, postgres_owned_dir
 from tests.fixtures import free_port
 
 PG_AUTOCTL = Path("/usr/bin/pg_autoctl")
@@ -178,13 +178,22 @@ class Formation:
         return uri.replace("postgres://", "postgresql://postgres@", 1)
 
     def primary(self) -> Node:
-        states = self.state()
-        (name,) = [n["nodename"] for n in states if n["current_group_state"] in PRIMARY_STATES]
+        """The node the monitor has as primary (a lost one keeps the state it last
+        reported, but is assigned another)."""
+        (name,) = [
+            n["nodename"]
+            for n in self.state()
+            if n["current_group_state"] == n["assigned_group_state"] in PRIMARY_STATES
+        ]
         return next(n for n in self.nodes if n.name == name)
 
     def kill(self, node: Node) -> None:
-        """SIGKILL to the node's keeper, its PostgreSQL and every backend at once."""
+        """SIGKILL to the node's keeper, its PostgreSQL and every backend, at once
+        (``kill_postgres``).  The keeper is stopped first, or it would start PostgreSQL
+        again; the postmaster is in its group, a backend in a group of its own."""
         assert node.proc is not None
+        os.killpg(node.proc.pid, signal.SIGSTOP)
+        kill_postgres(node.pgdata)
         os.killpg(node.proc.pid, signal.SIGKILL)
         node.proc.wait()
 

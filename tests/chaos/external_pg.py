@@ -14,6 +14,7 @@ import contextlib
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -45,6 +46,31 @@ def postgres_owned_dir(prefix: str) -> Path:
 
 def postmaster_pid(pgdata: Path) -> int:
     return int((pgdata / "postmaster.pid").read_text().split()[0])
+
+
+def kill_postgres(pgdata: Path) -> int:
+    """SIGKILL to the cluster's postmaster and every process it started, at once, as the
+    loss of its host would stop them; the postmaster's pid.  (Its own, alone, would
+    leave the backends serving their sessions a moment longer: each backend is a
+    process group of its own, so that is what a group's kill would do, too.)  Stopped
+    first, the postmaster starts no backend while its children are read."""
+    pid = postmaster_pid(pgdata)
+    os.kill(pid, signal.SIGSTOP)
+    for child in _children(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
+    os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            # "pid (comm) state ppid ...": comm may hold spaces, never a ")" at its end.
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+    return found
 
 
 @dataclass
