@@ -36,7 +36,9 @@ R = TypeVar("R")
 
 # The driver's errors for a database that is not up (yet): refused, reset or missing
 # socket (OSError), a connection lost in the middle of a call (class 08), a server
-# starting up or shutting down (57P01-57P03).  Start-up waits these out (until_reachable).
+# starting up or shutting down (57P01-57P03), and every host of a multi-host URL up but
+# none of the kind ``target_session_attrs`` asks for (no primary: a failover or a
+# switchover under way).  Start-up waits these out (until_reachable).
 _NOT_UP_YET: tuple[type[Exception], ...] = (
     OSError,
     TimeoutError,
@@ -44,6 +46,7 @@ _NOT_UP_YET: tuple[type[Exception], ...] = (
     asyncpg.CannotConnectNowError,
     asyncpg.AdminShutdownError,
     asyncpg.CrashShutdownError,
+    asyncpg.TargetServerAttributeNotMatched,
 )
 # And those for a database that cannot take a call right now: besides the above, no
 # connection slots left (53300) and a statement cancelled (57014) or timed out.  Not

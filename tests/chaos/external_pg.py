@@ -134,3 +134,21 @@ def external_cluster(prefix: str = "jobfair-pg15-") -> Iterator[External]:
     finally:
         ext.pg_ctl("-w", "-m", "immediate", "stop", check=False)
         shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def streaming_standby(primary: External) -> Iterator[External]:
+    """A hot standby of ``primary`` (``pg_basebackup -R``: streaming replication), started
+    on a port of its own; ``pg_ctl promote`` makes it a primary."""
+    root = postgres_owned_dir("jobfair-pg15-standby-")
+    standby = External(root / "data", free_port(), root / "log")
+    try:
+        standby._as_postgres(
+            "pg_basebackup", "-h", "127.0.0.1", "-p", str(primary.port), "-U", "postgres",
+            "-D", str(standby.pgdata), "-R", "-X", "stream", "-c", "fast",
+        )  # fmt: skip
+        standby.pg_ctl("-w", "start")
+        yield standby
+    finally:
+        standby.pg_ctl("-w", "-m", "immediate", "stop", check=False)
+        shutil.rmtree(root, ignore_errors=True)

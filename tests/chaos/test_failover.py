@@ -15,6 +15,10 @@ by an accepted finish, none is left ACTIVATED, caps held, no call answered 500.
 The unavailability window, printed (``pytest -s``) for docs/reliability.md: from the kill
 to the first call accepted on the new primary, and the monitor's part of it (the kill to
 the standby's promotion); the ledger's own figure beside them.
+
+And a server started while every host of its URL answers but none is a primary (in a
+switchover, between the old primary's demotion and the standby's promotion) waits for
+one, on a streaming standby of Debian's PostgreSQL 15 promoted by hand.
 """
 
 from __future__ import annotations
@@ -32,8 +36,9 @@ import pytest
 
 from app.db.locks import LEADER_LOCK_KEY
 from tests.chaos.auto_failover import NOT_INSTALLED, PG_AUTOCTL, Formation, formation
-from tests.chaos.external_pg import PG15
-from tests.chaos.ledger_load import LedgerLoad, Servers, start_servers
+from tests.chaos.external_pg import NOT_INSTALLED as PG15_NOT_INSTALLED
+from tests.chaos.external_pg import PG15, External, external_cluster, streaming_standby
+from tests.chaos.ledger_load import LedgerLoad, Servers, start_servers, until_ready
 from tests.fixtures import ServerProcess
 
 JOBS = 1_200
@@ -118,3 +123,29 @@ async def test_a_primary_lost_under_load_fails_over_and_jobfair_follows_losing_n
         assert await conn.fetchval(LEADER_LOCKS_HELD, LEADER_LOCK_KEY) == 1
     finally:
         await conn.close()
+
+
+@pytest.fixture
+def standby() -> Iterator[External]:
+    """A primary and its streaming standby (Debian's PostgreSQL 15), the standby's."""
+    if not (PG15 / "initdb").exists():
+        pytest.skip(PG15_NOT_INSTALLED)
+    with external_cluster() as primary, streaming_standby(primary) as standby:
+        yield standby
+
+
+async def test_a_server_started_while_no_host_is_a_primary_comes_up_once_one_is_promoted(
+    spawn_server: Callable[..., ServerProcess], standby: External
+) -> None:
+    """Every host the URL names answers, and none is a primary (in a switchover, the old
+    primary is demoted before the standby is promoted): a server started then waits, as
+    for a database not up yet, and comes up on the promoted one."""
+    url = standby.url() + "?target_session_attrs=read-write"
+    server = spawn_server(JOBFAIR_DATABASE_URL=url, JOBFAIR_DB_STARTUP_WAIT_S="60")
+    deadline = time.monotonic() + 30
+    while "waiting up to 60 s" not in server.log.read_text():
+        assert server.proc.poll() is None, server.log.read_text()
+        assert time.monotonic() < deadline, server.log.read_text()
+        await asyncio.sleep(0.1)
+    await asyncio.to_thread(standby.pg_ctl, "-w", "promote")
+    await until_ready(server)
