@@ -266,20 +266,20 @@ class LedgerLoad:
             async with self._progress:
                 self._progress.notify_all()
 
+    async def until(self, done: Callable[[], bool], timeout_s: float = 60) -> None:
+        """Until ``done()`` holds, checked at each acknowledged creation and accepted
+        finish."""
+        async with self._progress:
+            await asyncio.wait_for(self._progress.wait_for(done), timeout_s)
+
     async def until_created(self, n: int, timeout_s: float = 60) -> None:
         """Until ``n`` creations (at most all of them) have been acknowledged."""
         n = min(n, self.jobs)
-        async with self._progress:
-            await asyncio.wait_for(
-                self._progress.wait_for(lambda: len(self.created) >= n), timeout_s
-            )
+        await self.until(lambda: len(self.created) >= n, timeout_s)
 
     async def until_finished(self, n: int, timeout_s: float = 60) -> None:
         """Until ``n`` finishes have been accepted."""
-        async with self._progress:
-            await asyncio.wait_for(
-                self._progress.wait_for(lambda: len(self.finishes) >= n), timeout_s
-            )
+        await self.until(lambda: len(self.finishes) >= n, timeout_s)
 
     # -- workers -------------------------------------------------------------------------
 
