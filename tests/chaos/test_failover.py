@@ -87,8 +87,8 @@ async def first_accepted_call(servers: list[ServerProcess]) -> float:
     raise AssertionError("itertools.count() ended")
 
 
-# In `make chaos`: the formation alone takes 16-25 s to come up on this two-core machine
-# (three initdb, a base backup, the monitor's checks), the load about a minute more.
+# In `make chaos`: the formation alone takes 13 to 25 s to come up on this two-core
+# machine (three initdb, a base backup, the monitor's checks), the load 20 s to a minute.
 @pytest.mark.chaos
 async def test_a_primary_lost_under_load_fails_over_and_jobfair_follows_losing_nothing(
     spawn_server: Callable[..., ServerProcess], cluster: Formation
