@@ -659,3 +659,35 @@ async def start_servers(
     servers = [spawn(*args, **{**SERVER_ENV, **env}) for _ in range(n)]
     await asyncio.gather(*(until_ready(s) for s in servers))
     return servers
+
+
+# What a process logs as it takes the lead of the background work, and as it loses it
+# (app.sweepers): the leader is the live process whose last such line is the first.
+LEADS = "this process leads the background work"
+LEFT = ("this process no longer leads", "leader connection lost")
+
+
+def leads(server: ServerProcess) -> bool:
+    """Whether the process is alive and its log says, last, that it leads."""
+    if server.proc.poll() is not None:
+        return False
+    last = False
+    for line in server.log.read_text(errors="replace").splitlines():
+        if LEADS in line:
+            last = True
+        elif any(left in line for left in LEFT):
+            last = False
+    return last
+
+
+async def until_leader(servers: Sequence[ServerProcess], timeout_s: float = 30) -> ServerProcess:
+    """The one process that leads, once exactly one does.  (Two may say so for up to a
+    pass of the leadership loop, 2 s: a leader that lost its session and has not
+    noticed yet.  The logs are other processes': polled.)"""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        leaders = [s for s in servers if leads(s)]
+        if len(leaders) == 1:
+            return leaders[0]
+        assert time.monotonic() < deadline, f"{len(leaders)} leaders for {timeout_s} s"
+        await asyncio.sleep(0.1)

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from tests.chaos.ledger_load import LedgerLoad, Servers, start_servers
+from tests.chaos.ledger_load import LedgerLoad, Servers, start_servers, until_leader
 from tests.chaos.pg_proxy import PgProxy
 from tests.fixtures import ServerProcess
 
@@ -26,10 +26,11 @@ async def proxy(db_url: str) -> AsyncIterator[PgProxy]:
 
 async def proxied_load(
     spawn_server: Callable[..., ServerProcess], proxy: PgProxy, db_url: str, **options: object
-) -> LedgerLoad:
+) -> tuple[LedgerLoad, list[ServerProcess]]:
     servers = await start_servers(spawn_server, 3, JOBFAIR_DATABASE_URL=proxy.url)
     # The sampler and the verdict read the database past the proxy.
-    return LedgerLoad(Servers([s.url for s in servers]), lambda: db_url, **options)  # type: ignore[arg-type]
+    load = LedgerLoad(Servers([s.url for s in servers]), lambda: db_url, **options)  # type: ignore[arg-type]
+    return load, servers
 
 
 async def slow_database(
@@ -44,7 +45,7 @@ async def slow_database(
     ``spikes`` times 300 ms each way for 2 s -- a database whose disk stalls, a congested
     link.  (A capped claim holds its cap's lock for its transaction's round trips, so
     the capped type and tenants go slower than the rest.)"""
-    load = await proxied_load(spawn_server, proxy, db_url, jobs=jobs, rate_per_s=jobs / 10)
+    load, _ = await proxied_load(spawn_server, proxy, db_url, jobs=jobs, rate_per_s=jobs / 10)
     proxy.latency_s = 0.005
 
     async def spike(load: LedgerLoad) -> None:
@@ -83,7 +84,9 @@ async def connections_cut(
     """Through ``duration_s``: a random connection reset every 200 ms, and every
     connection at once at a third and at two thirds of it."""
     rng = random.Random(27)
-    load = await proxied_load(spawn_server, proxy, db_url, jobs=jobs, rate_per_s=jobs / duration_s)
+    load, servers = await proxied_load(
+        spawn_server, proxy, db_url, jobs=jobs, rate_per_s=jobs / duration_s
+    )
     cut_all = []
 
     async def cuts(load: LedgerLoad) -> None:
@@ -102,6 +105,8 @@ async def connections_cut(
     figures = await load.verify(scenario)
     assert len(cut_all) == 2 and min(cut_all) > 3, cut_all  # pools, LISTEN, leader lock
     assert proxy.cuts >= duration_s / 0.2 - 2
+    # The leader lock's session was cut too (twice at least), and one process leads.
+    await until_leader(servers, timeout_s=10)
     print(f"connections reset: {proxy.cuts}; {figures.details()}")
 
 
