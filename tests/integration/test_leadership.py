@@ -13,10 +13,12 @@ import pytest
 from app.db.locks import LEADER_LOCK_KEY
 from tests.fixtures import Live
 
-# pg_locks shows a one-bigint advisory key as its high and low halves (objsubid 1).
+# pg_locks shows a one-bigint advisory key as its high and low halves (objsubid 1), in
+# this test's database (advisory locks are per database).
 HOLDER = """
 SELECT pid FROM pg_locks
  WHERE locktype = 'advisory' AND granted AND objsubid = 1
+   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
    AND classid::bigint = $1::bigint >> 32 AND objid::bigint = $1::bigint & 4294967295
 """
 
