@@ -50,7 +50,7 @@ async def test_killed_and_frozen_workers_jobs_are_redelivered_and_the_late_compl
     load = LedgerLoad(
         Servers([s.url for s in servers]),
         lambda: db_url,
-        jobs=600,
+        jobs=400,
         lease_ms=2_000,
         zombie_every=20,
     )

@@ -26,7 +26,7 @@ async def replicas_under_load(
 async def test_three_replicas_on_one_database_finish_every_job_exactly_once(
     spawn_server: Callable[..., ServerProcess], db_url: str
 ) -> None:
-    await replicas_under_load(spawn_server, db_url, 600, "three replicas")
+    await replicas_under_load(spawn_server, db_url, 500, "three replicas")
 
 
 @pytest.mark.chaos

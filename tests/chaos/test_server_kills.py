@@ -13,34 +13,23 @@ import dataclasses
 import random
 import re
 import signal
-import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 import pytest
 
-from tests.chaos.ledger_load import SERVER_ENV, LedgerLoad, Servers, start_servers, until_ready
+from tests.chaos.ledger_load import (
+    LEADS,
+    SERVER_ENV,
+    LedgerLoad,
+    Servers,
+    start_servers,
+    until_leader,
+    until_ready,
+)
 from tests.fixtures import ServerProcess
 
-LEADS = "this process leads the background work"
 REPLACEMENT_ENV = {**SERVER_ENV, "JOBFAIR_MIGRATE_ON_START": "false"}
-
-
-def leads_since(server: ServerProcess) -> int:
-    """How many times the process's log says it became the leader."""
-    return server.log.read_text(errors="replace").count(LEADS)
-
-
-async def until_leader(servers: list[ServerProcess], timeout_s: float = 30) -> ServerProcess:
-    """The live process whose log says, last of all, that it leads (the logs are another
-    process's: polled)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        leaders = [s for s in servers if s.proc.poll() is None and leads_since(s) > 0]
-        assert len(leaders) <= 1, f"two live processes took the lead: {leaders}"
-        if leaders:
-            return leaders[0]
-        assert time.monotonic() < deadline, "no leader"
-        await asyncio.sleep(0.1)
 
 
 def port_of(server: ServerProcess) -> str:
@@ -56,14 +45,15 @@ async def kill_and_replace(
     kills: int,
     interval_s: float,
     min_ready: int,
-) -> list[tuple[float, str]]:
+) -> list[tuple[str, str]]:
     """``kills`` times, every ``interval_s``: SIGKILL a ready server -- the leader first,
     then one at random -- and start its replacement on its port at once.  A kill waits
     until ``min_ready`` of the three are ready (2: one is always serving; 3: every
-    replacement is up before the next kill).  Returns (when, the killed server's URL)."""
+    replacement is up before the next kill).  Returns (when: UTC, as the logs write it,
+    the killed server's URL)."""
     rng = random.Random(27)
     ready = {id(s): asyncio.create_task(until_ready(s)) for s in servers}
-    history: list[tuple[float, str]] = []
+    history: list[tuple[str, str]] = []
     for round_ in range(kills):
         await asyncio.sleep(interval_s)  # the fault's pace, not a wait for an event
         while sum(ready[id(s)].done() for s in servers) < min_ready:
@@ -76,7 +66,7 @@ async def kill_and_replace(
         victim = await until_leader(servers) if round_ == 0 else rng.choice(up)
         victim.proc.send_signal(signal.SIGKILL)
         await asyncio.to_thread(victim.proc.wait)
-        history.append((time.monotonic() - load.started_at, victim.url))
+        history.append((datetime.now(UTC).isoformat(timespec="milliseconds"), victim.url))
         # The schema is there: a restarted unit need not check it again (2 s, busy).
         started = spawn_server("--port", port_of(victim), **REPLACEMENT_ENV)
         replacement = dataclasses.replace(started, url=victim.url)  # its --port's URL
@@ -115,7 +105,7 @@ async def servers_killed_under_load(
         jobs=jobs,
         rate_per_s=jobs / (kills * interval_s),  # creations go on through every kill
     )
-    history: list[tuple[float, str]] = []
+    history: list[tuple[str, str]] = []
 
     async def fault(load: LedgerLoad) -> None:
         history.extend(
@@ -124,10 +114,10 @@ async def servers_killed_under_load(
 
     await load.run(fault)
     figures = await load.verify(scenario)
-    for at, killed in history:
-        print(f"{at:6.1f} s: killed {killed}")
-    for at, port in leadership(servers):
-        print(f"{at}: the process on port {port} leads the background work")
+    events = [(at, f"killed {url}") for at, url in history]
+    events += [(at, f"the process on port {port} leads") for at, port in leadership(servers)]
+    for at, what in sorted(events):
+        print(f"{at.removesuffix('+00:00').removesuffix('Z')}: {what}")
     assert len(history) == kills
     assert figures.client_moves > 0  # the clients of the killed servers went elsewhere
     # The leader's kill handed the background work to another process, which said so.
