@@ -117,7 +117,7 @@ IMAGE_TEST := $(shell $(PODMAN) image exists $(IMAGE_BASE) 2>/dev/null || \
 
 test: $(STAMP) $(CAMUNDA_SDKS) $(CAMUNDA_JS)/.stamp $(TS_CLIENT)/dist/.stamp $(JUNIT_JAR) $(PROMTOOL) $(CHROMIUM) $(HAPROXY) $(PG15_INITDB)  ## every test, on embedded PostgreSQL (and Debian's PostgreSQL 15 for tests/chaos)
 	$(if $(IMAGE_TEST),@echo "tests/deploy/test_image.py left out: no $(IMAGE_BASE) (make image-base, once)")
-	$(BIN)/pytest -q --durations=30 $(IMAGE_TEST)
+	$(BIN)/pytest -q -n 2 --dist loadfile --durations=30 $(IMAGE_TEST)
 
 # Outage scenarios left out of `make test` for time (an external PostgreSQL 15 restarted
 # and killed under load with --workers 1 and 2; `make test` kills the embedded one).
