@@ -400,8 +400,15 @@ class LedgerLoad:
                     if conn is None or conn.is_closed():
                         conn = await asyncpg.connect(self.database_url(), timeout=2)
                     rows = await conn.fetch(ACTIVE_COUNTS, list(JOB_TYPES), timeout=2)
-                except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError):
-                    # The database away (a scenario's fault): no sample, not a violation.
+                except (
+                    OSError,
+                    asyncpg.PostgresError,
+                    asyncpg.InterfaceError,
+                    asyncpg.InternalClientError,  # "another operation is in progress"
+                    TimeoutError,
+                ):
+                    # The database away (a scenario's fault): no sample, not a violation;
+                    # the connection, in whatever state a cut left it, is replaced.
                     if conn is not None:
                         conn.terminate()
                     conn = None
