@@ -194,7 +194,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._timer = None
 
     def _reject(self, status: int, detail: str) -> None:
-        """Answer ``status`` as problem+json and close the connection."""
+        """Answer ``status`` as problem+json and close the connection (once: the parser
+        may have refused the same bytes already, through send_400_response)."""
+        if self._answered:
+            return
         self._answered = True
         self._disarm()
         if self.transport.is_closing():

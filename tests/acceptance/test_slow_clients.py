@@ -174,3 +174,15 @@ async def test_a_refused_slow_request_carries_a_request_id_too(live):
     assert status == 408
     rid = orjson.loads(body)["requestId"]
     assert f"x-request-id: {rid}".encode() in answer_head.lower()
+
+
+async def test_headers_too_large_in_one_read_are_refused_once_and_log_no_error(live, caplog):
+    """The parser refuses them (431 through send_400_response) and the byte count of the
+    same read did too: the second answer was written after the first had ended the
+    stream, and asyncio logged a traceback for each such request."""
+    big = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 40_000 + b"\r\n\r\n"
+    status, _ = await _raw_status(live.url, big)
+    assert status == 431
+    refusals = [r for r in caplog.records if r.getMessage().startswith("refused with")]
+    assert len(refusals) == 1, [r.getMessage() for r in refusals]
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
