@@ -12,6 +12,7 @@ import contextlib
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -64,8 +65,19 @@ def stderr() -> Console:
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
-    typer.echo(message, err=True)
+    typer.echo(printable(message), err=True)  # a problem's detail may quote what was sent
     return typer.Exit(code)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character written as ``\\xNN``: a worker's name, an
+    error message or a tenant id comes from whoever called the API, and an escape
+    sequence in it would otherwise reach the operator's terminal (colours, its title,
+    on some terminals the clipboard)."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 @contextlib.contextmanager
@@ -121,8 +133,9 @@ def shown(value: Any) -> str:
 
 
 def add_row(table: Table, *cells: str, style: str | None = None) -> None:
-    """A row of plain text: tenant ids, types and messages are not rich markup."""
-    table.add_row(*(Text(c) for c in cells), style=style)
+    """A row of plain text: tenant ids, types and messages are not rich markup, nor
+    terminal control (printable)."""
+    table.add_row(*(Text(printable(c)) for c in cells), style=style)
 
 
 def progress_bar(console: Console) -> Progress:

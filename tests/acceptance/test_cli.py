@@ -455,3 +455,22 @@ def test_version_prints_the_package_version():
 
     ran = jobfair_sync("--version")
     assert ran.returncode == 0 and ran.stdout == f"jobfair {__version__}\n"
+
+
+async def test_what_callers_wrote_reaches_the_terminal_without_its_control_characters(live: Live):
+    """A worker's name and an error message come from whoever holds a worker key: an
+    escape sequence in them (colours, the window's title) is shown as text, not sent."""
+    (key,) = await enqueue(live.client, "esc", "t", 1)
+    hostile = "\x1b[41mW\x1b]0;pwned\x07"
+    (job,) = await activate(live.client, "esc", worker=hostile)
+    failed = await live.client.post(
+        f"/v2/jobs/{key}/fail",
+        json={"activationCount": job["activationCount"], "retries": 0,
+              "errorMessage": "\x1b[31mRED\x1b[2J"},
+    )  # fmt: skip
+    assert failed.status_code == 204, failed.text
+    for args in (("jobs", "list", "--state", "FAILED"), ("jobs", "show", key), ("workers",)):
+        ran = await jobfair(live.url, *args)
+        assert ran.returncode == 0, ran.stderr
+        assert "\x1b" not in ran.stdout and "\x07" not in ran.stdout, (args, ran.stdout)
+        assert "\\x1b[41mW" in ran.stdout or "\\x1b[31mRED" in ran.stdout, (args, ran.stdout)
