@@ -185,7 +185,9 @@ def stats_tables(stats: dict[str, Any]) -> list[RenderableType]:
                 duration(x["oldestPendingAgeMs"]),
                 str(x["activatedLastMinute"]),
                 percent(x["realizedShare"]),
-                percent(x["configuredShare"]),
+                # As the dashboard: entitled over the same activations as realised, else
+                # (none yet) the weight's share among the lanes with work.
+                percent(x.get("entitledShare", x["configuredShare"])),
                 ", ".join(notes),
             )
         table.add_section()

@@ -116,7 +116,7 @@ async def test_the_stats_table_shows_the_numbers_of_v2_stats(live: Live):
                 x["activatedLastMinute"],
             )
             assert realised == f"{x['realizedShare'] * 100:.1f}%"
-            assert entitled == f"{x['configuredShare'] * 100:.1f}%"
+            assert entitled == f"{x.get('entitledShare', x['configuredShare']) * 100:.1f}%"
             assert re.fullmatch(r"-|\d+ms|\d+\.\ds", oldest), oldest
             assert (" ".join(notes) == "capped by tenant") == (x["cappedBy"] == "tenant")
         total = shown["(all)"]
