@@ -52,6 +52,13 @@ $(PG15_INITDB):
 	$(SUDO) apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql-15
 
+# The failover scenario (tests/chaos/test_failover.py) runs a primary and its synchronous
+# standby under Debian's pg_auto_failover, installed the same way (with PostgreSQL 15).
+PG_AUTOCTL := /usr/bin/pg_autoctl
+$(PG_AUTOCTL):
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql-15-auto-failover
+
 # deploy/prometheus/alerts.yml is checked, and its unit tests run, by promtool, from
 # Debian's prometheus package, installed the same way.
 PROMTOOL := /usr/bin/promtool
@@ -108,13 +115,13 @@ image: $(if $(BASE),$(PODMAN_BIN),image-base)  ## the server's image, $(IMAGE) (
 IMAGE_TEST := $(shell $(PODMAN) image exists $(IMAGE_BASE) 2>/dev/null || \
   echo --ignore=tests/deploy/test_image.py)
 
-test: $(STAMP) $(CAMUNDA_SDKS) $(CAMUNDA_JS)/.stamp $(TS_CLIENT)/dist/.stamp $(JUNIT_JAR) $(PROMTOOL) $(CHROMIUM) $(HAPROXY)  ## every test, on embedded PostgreSQL
+test: $(STAMP) $(CAMUNDA_SDKS) $(CAMUNDA_JS)/.stamp $(TS_CLIENT)/dist/.stamp $(JUNIT_JAR) $(PROMTOOL) $(CHROMIUM) $(HAPROXY) $(PG15_INITDB)  ## every test, on embedded PostgreSQL (and Debian's PostgreSQL 15 for tests/chaos)
 	$(if $(IMAGE_TEST),@echo "tests/deploy/test_image.py left out: no $(IMAGE_BASE) (make image-base, once)")
-	$(BIN)/pytest -q --durations=30 $(IMAGE_TEST)
+	$(BIN)/pytest -q -n 2 --dist loadfile --durations=30 $(IMAGE_TEST)
 
 # Outage scenarios left out of `make test` for time (an external PostgreSQL 15 restarted
 # and killed under load with --workers 1 and 2; `make test` kills the embedded one).
-chaos: $(STAMP) $(PG15_INITDB)  ## the chaos-marked tests
+chaos: $(STAMP) $(PG15_INITDB) $(PG_AUTOCTL)  ## the chaos-marked tests
 	$(BIN)/pytest -q -m chaos
 
 # More cases of what `make test` covers, left out of it to keep it under 15 minutes: the

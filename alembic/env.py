@@ -9,10 +9,10 @@ from __future__ import annotations
 import asyncio
 import os
 
-import asyncpg
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from alembic import context
+from app.db.connect import connect
 from app.db.locks import MIGRATION_LOCK
 from app.db.schema import metadata
 
@@ -39,9 +39,7 @@ async def _run_async() -> None:
     # asyncpg reads the URL itself, as the server's pool does: SQLAlchemy's dialect would
     # turn its query into connect() arguments, and refuse libpq's (``sslmode=...``).
     url = _url()
-    engine = create_async_engine(
-        "postgresql+asyncpg://", async_creator=lambda: asyncpg.connect(url)
-    )
+    engine = create_async_engine("postgresql+asyncpg://", async_creator=lambda: connect(url))
     async with engine.connect() as connection:
         await connection.run_sync(_run)
     await engine.dispose()

@@ -74,6 +74,10 @@ class Settings(BaseSettings):
     db_pool_min_size: NonNegative | None = None
     # Waiting longer than this for a pooled connection answers 503 RESOURCE_EXHAUSTED.
     db_acquire_timeout_ms: Positive = 5_000
+    # A pooled statement unanswered this long fails (503) and its connection is closed:
+    # the bound on how long a primary lost without a word (a machine gone, a network
+    # cut: its connections stay open, nothing answers) holds a call up (docs/scaling.md).
+    db_statement_timeout_ms: Positive = 60_000
     # At start (migration, a server process's pool) an unreachable database is waited
     # for, up to this long, then the start fails (0: fail at once).  A replacement process
     # of --workers N waits the same way.  Too many connections is not waited for: it is

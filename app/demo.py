@@ -350,7 +350,7 @@ async def run_demo(url: str, options: Options, console: Console, run: Run) -> No
         with contextlib.suppress(httpx.HTTPError):
             if (await http.get("/ui")).status_code == 200:
                 run.dashboard = f"{url}/ui"
-                console.print(f"dashboard: {run.dashboard}")
+                console.print(f"dashboard: {run.dashboard}", soft_wrap=True)
         await make_flood(http, options.flood, console)
         lanes[FLOOD].made = options.flood
 
@@ -479,13 +479,15 @@ def demo_server(
     try:
         with console.status(f"starting a server on embedded PostgreSQL in {data_dir} ..."):
             _wait_ready(url, proc, log_path)
-        console.print(f"server: {url} (pid {proc.pid}, log {log_path})")
+        # soft_wrap: a path or URL split over two lines could not be pasted.
+        console.print(f"server: {url} (pid {proc.pid}, log {log_path})", soft_wrap=True)
         yield url, proc
     finally:
         if keep and proc.poll() is None:
             console.print(
                 f"the server keeps running at {url} (pid {proc.pid}, data in {data_dir}); "
-                f"stop it with: kill {proc.pid}"
+                f"stop it with: kill {proc.pid}",
+                soft_wrap=True,
             )
         else:
             stop_server(proc)

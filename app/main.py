@@ -98,6 +98,7 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
             size=settings.db_pool_size,
             min_size=settings.db_pool_min_size,
             acquire_timeout_s=settings.db_acquire_timeout_ms / 1000,
+            statement_timeout_s=settings.db_statement_timeout_ms / 1000,
             wait_s=settings.db_startup_wait_s,
             history=settings.job_history,
         )

@@ -218,6 +218,11 @@ class Background:
                     if not self.is_leader.is_set():
                         log.info("this process leads the background work")
                         self.is_leader.set()
+                elif self.is_leader.is_set():
+                    # The lock's session died between two passes, and another process
+                    # took the lock before this one reconnected: it leads now, not us.
+                    log.warning("this process no longer leads: another took the leader lock")
+                    self.is_leader.clear()
             except StoreUnavailable as exc:
                 if self.is_leader.is_set():
                     log.warning("leader connection lost: %r", exc.__cause__ or exc)

@@ -87,7 +87,10 @@ class Clones:
 
 @pytest.fixture(scope="session")
 def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgres]:
-    root = Path(os.environ.get("JOBFAIR_TEST_DATA_DIR") or tmp_path_factory.mktemp("pg"))
+    given = os.environ.get("JOBFAIR_TEST_DATA_DIR")
+    # With pytest-xdist, each worker process runs a session, and a PostgreSQL of its own.
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    root = Path(given) / worker if given else tmp_path_factory.mktemp("pg")
     server, _ = embedded.start(root)
     pg = Postgres(server, root)
     pg.psql(f'DROP DATABASE IF EXISTS "{TEMPLATE}" WITH (FORCE);')

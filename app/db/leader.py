@@ -11,10 +11,15 @@ import logging
 
 import asyncpg
 
+from app.db.connect import connect
 from app.db.locks import LEADER_LOCK_KEY
 from app.db.pool import unavailable
 
 log = logging.getLogger(__name__)
+
+# A check unanswered this long is a connection lost (its host gone without a word): the
+# lock is dropped with it, rather than held on to by a process that cannot know.
+CHECK_TIMEOUT_S = 5.0
 
 
 class LeaderLock:
@@ -31,13 +36,15 @@ class LeaderLock:
         try:
             if self._conn is None or self._conn.is_closed():
                 self._held = False
-                self._conn = await asyncpg.connect(self.database_url)
+                self._conn = await connect(self.database_url)
             if not self._held:
                 self._held = bool(
-                    await self._conn.fetchval("SELECT pg_try_advisory_lock($1)", LEADER_LOCK_KEY)
+                    await self._conn.fetchval(
+                        "SELECT pg_try_advisory_lock($1)", LEADER_LOCK_KEY, timeout=CHECK_TIMEOUT_S
+                    )
                 )
             else:
-                await self._conn.fetchval("SELECT 1")
+                await self._conn.fetchval("SELECT 1", timeout=CHECK_TIMEOUT_S)
         except Exception as exc:
             error = unavailable(exc)
             if error is None:

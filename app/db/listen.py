@@ -26,6 +26,8 @@ from collections.abc import Callable
 
 import asyncpg
 
+from app.db.connect import connect
+
 log = logging.getLogger(__name__)
 
 NOTIFY_CHANNEL = "jobfair"
@@ -38,6 +40,8 @@ NOTIFY_PAYLOAD_MAX_BYTES = 7999
 CREDIT_KEYS_PER_NOTIFY = NOTIFY_PAYLOAD_MAX_BYTES // 20
 
 HEALTH_CHECK_S = 2.0
+# A check unanswered this long is a connection lost (its host gone without a word).
+HEALTH_CHECK_TIMEOUT_S = 5.0
 
 
 class Notifier:
@@ -83,7 +87,7 @@ class Notifier:
         delay = 0.1
         while True:
             try:
-                self.conn = await asyncpg.connect(self.database_url)
+                self.conn = await connect(self.database_url)
                 await self.conn.add_listener(NOTIFY_CHANNEL, self._ready)
                 await self.conn.add_listener(DONE_CHANNEL, self._done)
                 self.connections += 1
@@ -94,7 +98,9 @@ class Notifier:
                 delay = 0.1
                 while True:
                     await asyncio.sleep(HEALTH_CHECK_S)
-                    await self.conn.fetchval("SELECT 1")
+                    # Bounded: a host lost without a word never answers, and the
+                    # connection would wait on it, deaf, for as long as TCP does.
+                    await self.conn.fetchval("SELECT 1", timeout=HEALTH_CHECK_TIMEOUT_S)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # any failure: drop the connection and reconnect

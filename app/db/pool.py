@@ -26,6 +26,7 @@ import orjson
 
 from app.db import claims, finishing, jobs, lanes, operators
 from app.db.base import transaction_on
+from app.db.connect import connect
 from app.db.history import HISTORY_SETTING
 from app.domain import DEFAULT_PRIORITY, DEFAULT_RETRIES, DEFAULT_TENANT, utcnow
 from app.errors import OutcomeUnknown, StoreUnavailable
@@ -36,7 +37,9 @@ R = TypeVar("R")
 
 # The driver's errors for a database that is not up (yet): refused, reset or missing
 # socket (OSError), a connection lost in the middle of a call (class 08), a server
-# starting up or shutting down (57P01-57P03).  Start-up waits these out (until_reachable).
+# starting up or shutting down (57P01-57P03), and every host of a multi-host URL up but
+# none of the kind ``target_session_attrs`` asks for (no primary: a failover or a
+# switchover under way).  Start-up waits these out (until_reachable).
 _NOT_UP_YET: tuple[type[Exception], ...] = (
     OSError,
     TimeoutError,
@@ -44,6 +47,7 @@ _NOT_UP_YET: tuple[type[Exception], ...] = (
     asyncpg.CannotConnectNowError,
     asyncpg.AdminShutdownError,
     asyncpg.CrashShutdownError,
+    asyncpg.TargetServerAttributeNotMatched,
 )
 # And those for a database that cannot take a call right now: besides the above, no
 # connection slots left (53300) and a statement cancelled (57014) or timed out.  Not
@@ -139,7 +143,7 @@ def without_password(url: str) -> str:
 
 async def ping_url(url: str) -> None:
     """One connection, one ``SELECT 1``: whether the database at ``url`` answers."""
-    conn = await asyncpg.connect(url, timeout=10)
+    conn = await connect(url)
     try:
         await conn.fetchval("SELECT 1")
     finally:
@@ -149,7 +153,7 @@ async def ping_url(url: str) -> None:
 async def revision_at(url: str) -> tuple[str | None, str | None]:
     """One connection: the migration the database at ``url`` is at (None: never migrated),
     and the oldest server revision it serves (operators.schema_revision)."""
-    conn = await asyncpg.connect(url, timeout=10)
+    conn = await connect(url)
     try:
         return await operators.schema_revision(conn)
     finally:
@@ -276,25 +280,35 @@ class Database:
         size: int,
         min_size: int | None = None,
         acquire_timeout_s: float = 5.0,
+        statement_timeout_s: float = 60.0,
         wait_s: float = 0.0,
         history: bool = True,
     ) -> Database:
         """A pool of ``size`` connections, ``min_size`` of them (default: all) opened now
         and kept open, so that load arriving later finds them connected and warm.  An
-        unreachable database is waited for up to ``wait_s`` (``until_reachable``).
+        unreachable database is waited for up to ``wait_s`` (``until_reachable``), and
+        a statement for at most ``statement_timeout_s``.
         ``history``: whether its statements write jobs' attempt history (app.db.history,
         read there from the connection's ``jobfair.history`` setting)."""
         pool = await until_reachable(
-            lambda: cls._create_pool(url, size, min_size, history), wait_s, "pool"
+            lambda: cls._create_pool(url, size, min_size, history, statement_timeout_s),
+            wait_s,
+            "pool",
         )
         return cls(pool, acquire_timeout_s)
 
     @staticmethod
     async def _create_pool(
-        url: str, size: int, min_size: int | None, history: bool = True
+        url: str,
+        size: int,
+        min_size: int | None,
+        history: bool = True,
+        statement_timeout_s: float = 60.0,
     ) -> asyncpg.Pool:
         return await asyncpg.create_pool(
             url,
+            # Each host of a multi-host URL in turn, each with a time of its own.
+            connect=connect,
             min_size=size if min_size is None else min(min_size, size),
             max_size=size,
             init=_init_connection,
@@ -308,7 +322,7 @@ class Database:
                 "jit": "off",
                 HISTORY_SETTING: "on" if history else "off",
             },
-            command_timeout=60,
+            command_timeout=statement_timeout_s,
         )
 
     @contextlib.asynccontextmanager
@@ -333,6 +347,12 @@ class Database:
         try:
             yield conn
         except _UNAVAILABLE as exc:
+            if isinstance(exc, TimeoutError):
+                # Unanswered for the whole statement timeout: its host may be gone
+                # without a word.  Not kept (asyncpg would wait on its cancel request,
+                # to that same host): the pool opens a fresh one, through the URL.
+                with contextlib.suppress(asyncpg.InterfaceError):
+                    conn.terminate()
             if getattr(exc, "may_have_committed", False):
                 self._log_unavailable(exc)
                 raise OutcomeUnknown(

@@ -5,15 +5,18 @@
 #   ./build.sh            compile only
 #   ./build.sh test       compile and run the tests
 #   ./build.sh test --select-class dev.jobfair.client.AuthTest    ... only these (JUnit's options)
+# JOBFAIR_JAVA_BUILD names the output folder (default build/, emptied first): builds that
+# run at once (make test's two worker processes) each need their own.
 set -eu
 cd "$(dirname "$0")"
 JUNIT=${JUNIT_JAR:-/usr/share/java/junit-platform-console-standalone.jar}
-rm -rf build
-javac -Xlint:all,-serial -Werror --release 17 -d build/main $(find src/main -name '*.java')
-jar --create --file build/jobfair-client.jar -C build/main .
+BUILD=${JOBFAIR_JAVA_BUILD:-build}
+rm -rf "$BUILD"
+javac -Xlint:all,-serial -Werror --release 17 -d "$BUILD/main" $(find src/main -name '*.java')
+jar --create --file "$BUILD/jobfair-client.jar" -C "$BUILD/main" .
 if [ "${1:-}" = test ]; then
-    javac -Xlint:all,-serial --release 17 -cp "build/main:$JUNIT" -d build/test $(find src/test -name '*.java')
+    javac -Xlint:all,-serial --release 17 -cp "$BUILD/main:$JUNIT" -d "$BUILD/test" $(find src/test -name '*.java')
     shift
     [ $# -gt 0 ] || set -- --scan-class-path
-    exec java -jar "$JUNIT" --class-path build/main:build/test "$@" --disable-banner --details=tree
+    exec java -jar "$JUNIT" --class-path "$BUILD/main:$BUILD/test" "$@" --disable-banner --details=tree
 fi

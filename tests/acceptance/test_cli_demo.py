@@ -32,8 +32,14 @@ FINAL = re.compile(
 
 
 def demo_env() -> dict[str, str]:
-    # What a user's shell may hold must not reach the demo's own server.
-    return {**os.environ, "JOBFAIR_DATABASE_URL": "postgresql://nobody@nowhere/none"}
+    # What a user's shell may hold must not reach the demo's own server.  A narrow
+    # terminal: the lines a user copies from (the server's URL and log) must not wrap
+    # (a long temporary folder once split the log's path over two lines).
+    return {
+        **os.environ,
+        "JOBFAIR_DATABASE_URL": "postgresql://nobody@nowhere/none",
+        "COLUMNS": "60",
+    }
 
 
 def seconds(text: str) -> float:

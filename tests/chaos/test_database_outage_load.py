@@ -13,27 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import os
-import pwd
-import shutil
 import signal
-import subprocess
-import tempfile
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from app import embedded
+from tests.chaos.external_pg import NOT_INSTALLED, PG15, External, external_cluster, postmaster_pid
 from tests.chaos.outage_load import Load, Tally
 from tests.fixtures import ServerProcess, free_port
 
 SERVER_ENV = {"JOBFAIR_LEASE_SWEEP_INTERVAL_MS": "200", "JOBFAIR_DB_POOL_SIZE": "10"}
-
-
-def postmaster_pid(pgdata: Path) -> int:
-    return int((pgdata / "postmaster.pid").read_text().split()[0])
 
 
 def assert_survived(tally: Tally) -> None:
@@ -80,74 +71,13 @@ async def test_a_killed_embedded_postmaster_mid_load_is_survived(
 
 # -- an external PostgreSQL 15 ----------------------------------------------------------
 
-PG15 = Path("/usr/lib/postgresql/15/bin")
-
-
-@dataclass
-class External:
-    """A PostgreSQL 15 cluster of its own, run by the unprivileged ``postgres`` user (as
-    root, initdb and the server refuse to run)."""
-
-    pgdata: Path
-    port: int
-    log: Path
-
-    def _as_postgres(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        command = [str(PG15 / args[0]), *args[1:]]
-        if os.geteuid() == 0:
-            command = ["runuser", "-u", "postgres", "--", *command]
-        return subprocess.run(command, check=check, capture_output=True, text=True, timeout=60)
-
-    def pg_ctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        options = f"-p {self.port} -k {self.pgdata.parent} -c listen_addresses=127.0.0.1"
-        return self._as_postgres(
-            "pg_ctl", "-D", str(self.pgdata), "-l", str(self.log), "-o", options, *args, check=check
-        )
-
-    def url(self, database: str = "postgres") -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
-
-    def psql(self, sql: str) -> None:
-        self._as_postgres(
-            "psql",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            str(self.port),
-            "-U",
-            "postgres",
-            "-d",
-            "postgres",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-c",
-            sql,
-        )
-
-    def start_until_up(self) -> None:
-        """pg_ctl start, again while the killed postmaster's backends still hold its
-        shared memory (they exit within moments of noticing it is gone)."""
-        for _ in range(50):
-            if self.pg_ctl("-w", "start", check=False).returncode == 0:
-                return
-            time.sleep(0.2)
-        raise AssertionError(self.log.read_text())
-
 
 @pytest.fixture(scope="module")
 def pg15() -> Iterator[External]:
     if not (PG15 / "initdb").exists():
-        pytest.skip("PostgreSQL 15 is not installed (make chaos installs postgresql-15)")
-    root = Path(tempfile.mkdtemp(prefix="jobfair-pg15-"))
-    if os.geteuid() == 0:
-        user = pwd.getpwnam("postgres")
-        os.chown(root, user.pw_uid, user.pw_gid)
-    ext = External(root / "data", free_port(), root / "log")
-    ext._as_postgres("initdb", "-D", str(ext.pgdata), "-U", "postgres", "--auth=trust")
-    ext.pg_ctl("-w", "start")
-    yield ext
-    ext.pg_ctl("-w", "-m", "immediate", "stop", check=False)
-    shutil.rmtree(root, ignore_errors=True)
+        pytest.skip(NOT_INSTALLED)
+    with external_cluster() as ext:
+        yield ext
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ from app.config import Settings
         ("db_pool_size", 0),
         ("db_pool_min_size", -1),
         ("db_acquire_timeout_ms", 0),
+        ("db_statement_timeout_ms", 0),
         ("max_waiters", -1),
         ("backup_poll_ms", 0),
         ("keep_alive_s", 0),

@@ -1,0 +1,700 @@
+"""The chaos load: producers, long-poll and stream workers spread over a list of servers,
+and the ledger that says, after a fault, what became of every job.
+
+Clients are given a list of server base URLs, as a client library configured with a
+deployment's addresses is, and each starts on its own server of that list.  A connect
+error, a 503 or a broken stream sends a client on to the next server of the list; it
+keeps what it was doing (a producer its batch, a worker the jobs it holds) and sends the
+same call again there.  Every call it repeats is safe to repeat: creations carry
+idempotency keys, finishes are fenced by their ``activationCount``.
+
+**The ledger** records every creation a server acknowledged (the job's key) and every
+finish a server accepted (key, activation count, which server answered, when).  A finish
+whose answer was lost (a transport error once the request may have been sent, or a 503
+``outcome-unknown``) is sent again, to whichever server is next.  The second answer may
+be a 409: the job is no longer ACTIVATED at that activation.  That 409 is
+
+    **this activation's own finish** if the job ended COMPLETED *at that activation
+    count* -- only the holder of an activation can finish the job at it, and the holder
+    is this worker, so the lost attempt is the one that committed; otherwise it is
+    **fenced** (the lease ended while the answer was lost, another activation took the
+    job, and this worker's finish was rightly refused).
+
+``verify`` applies that rule against the database and counts, per job, the accepted
+finishes (204s plus the 409s it resolves as this activation's own): exactly one per job.
+A 409 to a first attempt is a zombie's finish, always fenced.
+
+**Caps.** Tenants and job types get ``maxActiveJobs``; a sampler reads, every 100 ms on a
+connection of its own straight to PostgreSQL (past any proxy the scenario puts in front
+of the servers' connections), the count of ACTIVATED jobs per tenant and per type in one
+snapshot, and keeps the highest seen.  A sample above a cap is a violation.
+
+The figures (``Figures``) are the row of docs/reliability.md's table: jobs, lost,
+finished twice, cap violations, and the unavailability window -- the longest stretch
+with no accepted finish while jobs remained unfinished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import random
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+import httpx
+from jobfair_client.sse import SseReader
+
+from tests.fixtures import ServerProcess
+
+JOB_TYPES = ("chaos-a", "chaos-b")
+# weight, maxActiveJobs (None: no cap of its own), share of the jobs.  The caps bind (the
+# highest counts sampled reach them); the capped tenants get fewer of the jobs, so that
+# they do not leave a long tail behind the others at their cap.
+TENANTS: dict[str, tuple[int, int | None, int]] = {
+    "acme": (1, 4, 1),
+    "globex": (2, 6, 2),
+    "initech": (3, None, 4),
+    "umbrella": (1, 8, 2),
+}
+TYPE_CAPS: dict[str, int | None] = {"chaos-a": 12, "chaos-b": None}
+
+# What every server of a chaos scenario is started with: a sweep fast enough that a lease
+# lost with a server comes back within the scenario, a small pool (three servers share
+# one PostgreSQL with the rest of the test session), keep-alives a stream can time out on.
+SERVER_ENV = {
+    "JOBFAIR_LEASE_SWEEP_INTERVAL_MS": "200",
+    "JOBFAIR_DB_POOL_SIZE": "8",
+    "JOBFAIR_DB_POOL_MIN_SIZE": "2",
+    "JOBFAIR_KEEP_ALIVE_S": "1",
+    "JOBFAIR_BACKUP_POLL_MS": "500",
+}
+
+
+@dataclass(frozen=True)
+class Finish:
+    """A finish a server answered 204, or a 409 to a retry after a lost answer (which
+    ``verify`` resolves)."""
+
+    job_key: str
+    activation_count: int
+    server: str
+    status: int
+    at: float  # time.monotonic()
+    after_unknown: bool
+
+
+@dataclass(frozen=True)
+class Fenced:
+    """A finish refused with 409: the worker's activation was over (its lease ended)."""
+
+    job_key: str
+    activation_count: int
+    via: str  # "poll", "stream"; "retry" for a 409 after an unknown outcome not its own
+    lease_left_s: float  # of the lease, as the worker received the job
+    held_s: float  # from receiving the job to the 409
+
+
+@dataclass
+class Figures:
+    scenario: str
+    jobs: int
+    lost: int
+    finished_twice: int
+    cap_violations: int
+    unavailability_s: float
+    # Beside the table's figures: what the clients went through.
+    accepted_finishes: int = 0
+    fenced: int = 0  # 409s to zombies (their lease had ended)
+    resolved_409: int = 0  # 409s to a retried finish that turned out to be its own
+    client_moves: int = 0  # times a client went on to the next server
+    answered_500: int = 0
+    max_active: dict[str, int] = field(default_factory=dict)
+    samples: int = 0
+    answered_by: dict[str, int] = field(default_factory=dict)  # accepted finishes per server
+    fenced_jobs: list[Fenced] = field(default_factory=list)  # the zombies' 409s
+
+    def row(self) -> str:
+        """The scenario's row of docs/reliability.md's table."""
+        return (
+            f"| {self.scenario} | {self.jobs:,} | {self.lost} | {self.finished_twice} | "
+            f"{self.cap_violations} | {self.unavailability_s:.2f} s |"
+        )
+
+    def details(self) -> str:
+        caps = ", ".join(f"{k} {v}" for k, v in sorted(self.max_active.items()))
+        return (
+            f"fenced 409 {self.fenced}, resolved 409 {self.resolved_409}, client moves "
+            f"{self.client_moves}, answered 500 {self.answered_500}, cap samples "
+            f"{self.samples}, highest active [{caps}], finishes by server {self.answered_by}"
+            + "".join(f"\n  {f}" for f in self.fenced_jobs[:10])
+        )
+
+
+class Servers:
+    """The base URLs the clients know, in order.  A scenario may swap one for another
+    (a replacement on a new port); the clients read the list at every call."""
+
+    def __init__(self, urls: Sequence[str]) -> None:
+        self.urls = list(urls)
+
+    def at(self, cursor: int) -> str:
+        return self.urls[cursor % len(self.urls)]
+
+
+class Unanswered(Exception):
+    """A call that no server answered in time."""
+
+
+@dataclass
+class Client:
+    """A client's place in the server list, moved on by every failure."""
+
+    servers: Servers
+    cursor: int
+    load: LedgerLoad
+
+    @property
+    def url(self) -> str:
+        return self.servers.at(self.cursor)
+
+    def move(self) -> None:
+        self.cursor += 1
+        self.load.client_moves += 1
+
+
+@dataclass
+class LedgerLoad:
+    servers: Servers
+    database_url: Callable[[], str]  # straight to PostgreSQL: the sampler and the verdict
+    jobs: int = 1_000
+    rate_per_s: float = 0  # creations a second over all producers; 0: as fast as they go
+    producers: int = 3
+    batch: int = 10
+    poll_workers: int = 10
+    stream_workers: int = 6
+    # Per long poll; a stream's credit.  16 workers hold at most 32 jobs: more in flight
+    # only queues on a busy 2-core machine, until leases end before their jobs are done.
+    max_jobs: int = 2
+    # Long enough for a job's round trips on a busy 2-core machine; a lease lost with a
+    # server comes back after it.
+    lease_ms: int = 5_000
+    work_ms: tuple[int, int] = (0, 10)  # each job "takes" a random time in this range
+    zombie_every: int = 0  # with n > 0, a worker drops every n-th job it gets (it "died")
+    call_timeout_s: float = 60  # a call no server answers in this long fails the load
+    # A progress line this often (pytest -s); 0: none.  CHAOS_PROGRESS_S sets it.
+    progress_s: float = field(default_factory=lambda: float(os.environ.get("CHAOS_PROGRESS_S", 0)))
+
+    created: dict[str, float] = field(default_factory=dict)  # key -> when acknowledged
+    finishes: list[Finish] = field(default_factory=list)
+    fenced: list[Fenced] = field(default_factory=list)
+    dropped: list[tuple[str, int]] = field(default_factory=list)  # by zombie workers
+    client_moves: int = 0
+    answered_500: int = 0
+    max_active: Counter[str] = field(default_factory=Counter)
+    cap_violations: int = 0
+    samples: int = 0
+    started_at: float = 0.0
+    _issued: int = 0
+    _progress: asyncio.Condition = field(default_factory=asyncio.Condition)
+    _rng: random.Random = field(default_factory=lambda: random.Random(27))
+    _clients: itertools.count[int] = field(default_factory=itertools.count)
+
+    # -- calls ---------------------------------------------------------------------------
+
+    def client(self) -> Client:
+        """A new client, started on the next server of the list (spreading them)."""
+        return Client(self.servers, next(self._clients), self)
+
+    async def send(
+        self, http: httpx.AsyncClient, who: Client, path: str, body: dict[str, Any]
+    ) -> tuple[httpx.Response, str, bool]:
+        """POST until a server answers other than 5xx: the answer, the server that gave
+        it, and whether an earlier attempt's outcome is unknown (it may have been done)."""
+        unknown = False
+        deadline = time.monotonic() + self.call_timeout_s
+        while time.monotonic() < deadline:
+            url = who.url
+            try:
+                r = await http.post(url + path, json=body)
+            except httpx.TransportError as exc:
+                # Refused or never connected: not sent.  Anything later may have been.
+                unknown |= not isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
+                who.move()
+                await asyncio.sleep(0.05)
+                continue
+            if r.status_code < 500:
+                return r, url, unknown
+            self.answered_500 += r.status_code == 500
+            problem = _problem_type(r)
+            unknown |= problem == "urn:jobfair:outcome-unknown"
+            who.move()
+            await asyncio.sleep(0.05 if r.status_code == 503 else 0.2)
+        raise Unanswered(f"{path}: no server answered within {self.call_timeout_s} s")
+
+    # -- producers -----------------------------------------------------------------------
+
+    async def _producer(self, http: httpx.AsyncClient, i: int) -> None:
+        who = self.client()
+        tenants = [t for t, (_, _, share) in TENANTS.items() for _ in range(share)]
+        while self._issued < self.jobs:
+            if self.rate_per_s:  # paced: the load spans a scenario's faults
+                ahead_s = self._issued / self.rate_per_s - (time.monotonic() - self.started_at)
+                await asyncio.sleep(max(0.0, ahead_s))
+                if self._issued >= self.jobs:
+                    break
+            first = self._issued
+            n = min(self.batch, self.jobs - first)
+            self._issued += n
+            jobs = [
+                {
+                    "type": JOB_TYPES[k % len(JOB_TYPES)],
+                    "tenantId": tenants[k % len(tenants)],
+                    "priority": self._rng.randrange(0, 101),
+                    "idempotencyKey": f"job-{k}",
+                    "variables": {"k": k},
+                }
+                for k in range(first, first + n)
+            ]
+            r, _, _ = await self.send(http, who, "/v2/jobs/batch", {"jobs": jobs})
+            assert r.status_code == 201, r.text
+            now = time.monotonic()
+            for key in r.json()["jobKeys"]:
+                self.created.setdefault(key, now)
+            async with self._progress:
+                self._progress.notify_all()
+
+    async def until(self, done: Callable[[], bool], timeout_s: float = 60) -> None:
+        """Until ``done()`` holds, checked at each acknowledged creation and accepted
+        finish."""
+        async with self._progress:
+            await asyncio.wait_for(self._progress.wait_for(done), timeout_s)
+
+    async def until_created(self, n: int, timeout_s: float = 60) -> None:
+        """Until ``n`` creations (at most all of them) have been acknowledged."""
+        n = min(n, self.jobs)
+        await self.until(lambda: len(self.created) >= n, timeout_s)
+
+    async def until_finished(self, n: int, timeout_s: float = 60) -> None:
+        """Until ``n`` finishes have been accepted."""
+        await self.until(lambda: len(self.finishes) >= n, timeout_s)
+
+    # -- workers -------------------------------------------------------------------------
+
+    async def finish(
+        self, http: httpx.AsyncClient, who: Client, job: dict[str, Any], via: str
+    ) -> None:
+        """Work on ``job``, then complete it, holding it across any server's death."""
+        received = time.monotonic()
+        lease_left_s = (_instant(job["deadline"]) - datetime.now(UTC)).total_seconds()
+        low, high = self.work_ms
+        await asyncio.sleep(self._rng.uniform(low, high) / 1000)
+        key, count = job["jobKey"], job["activationCount"]
+        body = {"activationCount": count}
+        r, url, unknown = await self.send(http, who, f"/v2/jobs/{key}/complete", body)
+        if r.status_code == 204 or (r.status_code == 409 and unknown):
+            self.finishes.append(Finish(key, count, url, r.status_code, time.monotonic(), unknown))
+            async with self._progress:
+                self._progress.notify_all()
+        elif r.status_code == 409:
+            held_s = time.monotonic() - received
+            self.fenced.append(Fenced(key, count, via, lease_left_s, held_s))
+        else:
+            raise AssertionError(f"complete {key}@{count}: {r.status_code} {r.text}")
+
+    async def _poll_worker(self, http: httpx.AsyncClient, i: int) -> None:
+        who = self.client()
+        job_type = JOB_TYPES[i % len(JOB_TYPES)]
+        body = {
+            "type": job_type,
+            "maxJobs": self.max_jobs,
+            "timeout": self.lease_ms,
+            "requestTimeout": 1_000,
+            "worker": f"poll-{i}",
+        }
+        got = 0
+        while True:
+            r, _, _ = await self.send(http, who, "/v2/jobs/activate", body)
+            assert r.status_code == 200, r.text
+            jobs = []
+            for job in r.json()["jobs"]:
+                got += 1
+                if self.zombie_every and got % self.zombie_every == 0:
+                    self.dropped.append((job["jobKey"], job["activationCount"]))
+                else:
+                    jobs.append(job)
+            await asyncio.gather(*(self.finish(http, who, job, "poll") for job in jobs))
+
+    async def _stream_worker(self, http: httpx.AsyncClient, i: int) -> None:
+        who = self.client()
+        params: dict[str, str | int] = {
+            "type": JOB_TYPES[i % len(JOB_TYPES)],
+            "maxJobs": self.max_jobs,
+            "timeout": self.lease_ms,
+            "worker": f"stream-{i}",
+        }
+        # Keep-alives come every second (SERVER_ENV): a silent stream is a dead server.
+        timeout = httpx.Timeout(5.0, connect=2.0)
+        # Each job is worked on as it arrives, as a client's handlers are, beside the
+        # stream (at most its credit at once); they outlive a broken stream.
+        working: set[asyncio.Task[None]] = set()
+        got = 0
+        try:
+            while True:
+                url = who.url
+                try:
+                    async with http.stream(
+                        "GET", url + "/v2/jobs/stream", params=params, timeout=timeout
+                    ) as r:
+                        if r.status_code != 200:
+                            await r.aread()
+                            assert r.status_code == 503, (r.status_code, r.text)
+                            who.move()
+                            await asyncio.sleep(0.05)
+                            continue
+                        reader = SseReader()
+                        async for chunk in r.aiter_raw():
+                            for event, data in reader.feed(chunk):
+                                if event == "job":
+                                    job = json.loads(data)
+                                    got += 1
+                                    if self.zombie_every and got % self.zombie_every == 0:
+                                        self.dropped.append((job["jobKey"], job["activationCount"]))
+                                        continue
+                                    working.add(
+                                        asyncio.create_task(self.finish(http, who, job, "stream"))
+                                    )
+                            done = {t for t in working if t.done()}
+                            working -= done
+                            _raise_failures(list(done))
+                            # A finish moved ``who`` on: the stream is left for a new one
+                            # on the server the finish found.
+                            if who.url != url:
+                                break
+                except httpx.TransportError:
+                    if who.url == url:
+                        who.move()
+                    await asyncio.sleep(0.05)
+        finally:
+            for t in working:
+                t.cancel()
+            await asyncio.gather(*working, return_exceptions=True)
+
+    # -- caps ----------------------------------------------------------------------------
+
+    async def _sampler(self) -> None:
+        caps = {f"tenant {t}": cap for t, (_, cap, _) in TENANTS.items() if cap is not None}
+        caps |= {f"type {t}": cap for t, cap in TYPE_CAPS.items() if cap is not None}
+        conn: asyncpg.Connection | None = None
+        try:
+            while True:
+                try:
+                    if conn is None or conn.is_closed():
+                        conn = await asyncpg.connect(self.database_url(), timeout=2)
+                    rows = await conn.fetch(ACTIVE_COUNTS, list(JOB_TYPES), timeout=2)
+                except (
+                    OSError,
+                    asyncpg.PostgresError,
+                    asyncpg.InterfaceError,
+                    asyncpg.InternalClientError,  # "another operation is in progress"
+                    TimeoutError,
+                ):
+                    # The database away (a scenario's fault): no sample, not a violation;
+                    # the connection, in whatever state a cut left it, is replaced.
+                    if conn is not None:
+                        conn.terminate()
+                    conn = None
+                    await asyncio.sleep(0.1)
+                    continue
+                self.samples += 1
+                for name, active in rows:
+                    self.max_active[name] = max(self.max_active[name], active)
+                    cap = caps.get(name)
+                    self.cap_violations += cap is not None and active > cap
+                await asyncio.sleep(0.1)
+        finally:
+            if conn is not None:
+                conn.terminate()
+
+    # -- the run -------------------------------------------------------------------------
+
+    async def configure(self, http: httpx.AsyncClient) -> None:
+        who = self.client()
+        for tenant, (weight, cap, _) in TENANTS.items():
+            r = await http.put(
+                f"{who.url}/v2/tenants/{tenant}", json={"weight": weight, "maxActiveJobs": cap}
+            )
+            assert r.status_code == 200, r.text
+        for job_type, cap in TYPE_CAPS.items():
+            r = await http.put(f"{who.url}/v2/job-types/{job_type}", json={"maxActiveJobs": cap})
+            assert r.status_code == 200, r.text
+
+    async def run(
+        self,
+        fault: Callable[[LedgerLoad], Coroutine[Any, Any, None]] | None = None,
+        *,
+        drain_s: float = 60,
+    ) -> None:
+        """Configure the caps, start the sampler, the producers and the workers, and
+        ``fault`` beside them; once every job is created and ``fault`` has returned, wait
+        (up to ``drain_s``) until every created job is COMPLETED, then stop."""
+        limits = httpx.Limits(max_connections=200, max_keepalive_connections=100)
+        async with httpx.AsyncClient(timeout=httpx.Timeout(10.0), limits=limits) as http:
+            await self.configure(http)
+            self.started_at = time.monotonic()
+            background = [asyncio.create_task(self._sampler())]
+            background += [
+                asyncio.create_task(self._poll_worker(http, i)) for i in range(self.poll_workers)
+            ]
+            background += [
+                asyncio.create_task(self._stream_worker(http, i))
+                for i in range(self.stream_workers)
+            ]
+            foreground = [
+                asyncio.create_task(self._producer(http, i)) for i in range(self.producers)
+            ]
+            if fault is not None:
+                foreground.append(asyncio.create_task(fault(self)))
+            if self.progress_s:
+                background.append(asyncio.create_task(self._progress_lines()))
+            everything = [*background, *foreground]
+            try:
+                await _gather_failing_fast(foreground, background)
+                deadline = time.monotonic() + drain_s
+                while await self._completed() < len(self.created):
+                    _raise_failures(everything)
+                    if time.monotonic() > deadline:
+                        break
+                    await asyncio.sleep(0.2)
+                _raise_failures(everything)
+            finally:
+                for t in everything:
+                    t.cancel()
+                await asyncio.gather(*everything, return_exceptions=True)
+
+    async def _progress_lines(self) -> None:
+        """A line every ``progress_s`` (with ``pytest -s``): how the load goes."""
+        while True:
+            await asyncio.sleep(self.progress_s)
+            print(
+                f"{time.monotonic() - self.started_at:6.1f} s: created {len(self.created)}, "
+                f"finished {len(self.finishes)}, fenced {len(self.fenced)}, "
+                f"moves {self.client_moves}, 500s {self.answered_500}",
+                flush=True,
+            )
+
+    async def _fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
+        conn = await asyncpg.connect(self.database_url())
+        try:
+            return list(await conn.fetch(sql, *args))
+        finally:
+            await conn.close()
+
+    async def _completed(self) -> int:
+        rows = await self._fetch(COMPLETED_COUNT, list(JOB_TYPES))
+        return int(rows[0][0])
+
+    # -- the verdict ---------------------------------------------------------------------
+
+    async def figures(self, scenario: str) -> Figures:
+        """The ledger against the database (the 409 rule of the module's docstring)."""
+        rows = await self._fetch(JOB_OUTCOMES, list(JOB_TYPES))
+        state = {r["job_key"]: (r["state"], r["activation_count"]) for r in rows}
+        completions = {r["job_key"]: r["completions"] for r in rows}
+        accepted: dict[str, list[Finish]] = defaultdict(list)
+        resolved = unresolved = 0
+        for f in self.finishes:
+            if f.status == 204:
+                accepted[f.job_key].append(f)
+            elif state.get(f.job_key) == ("COMPLETED", f.activation_count):
+                accepted[f.job_key].append(f)
+                resolved += 1
+            else:
+                unresolved += 1
+        lost = sum(
+            1
+            for key in self.created
+            if state.get(key, ("gone",))[0] != "COMPLETED" or not accepted.get(key)
+        )
+        twice = sum(
+            1
+            for key in set(accepted) | set(completions)
+            if len(accepted.get(key, ())) > 1 or completions.get(key, 0) > 1
+        )
+        # A 204 at one activation for a job that ended at another: finished, then
+        # activated again -- as bad as finishing twice.
+        twice += sum(
+            1
+            for key, fs in accepted.items()
+            if len(fs) == 1 and state.get(key, ("", -1))[1] != fs[0].activation_count
+        )
+        answered_by = Counter(f.server for fs in accepted.values() for f in fs)
+        return Figures(
+            scenario=scenario,
+            jobs=len(self.created),
+            lost=lost + len(set(state) - set(self.created)),  # a row nobody asked for counts
+            finished_twice=twice,
+            cap_violations=self.cap_violations,
+            unavailability_s=self.unavailability_s(accepted),
+            accepted_finishes=sum(len(fs) for fs in accepted.values()),
+            fenced=len(self.fenced) + unresolved,
+            fenced_jobs=list(self.fenced),
+            resolved_409=resolved,
+            client_moves=self.client_moves,
+            answered_500=self.answered_500,
+            max_active=dict(self.max_active),
+            samples=self.samples,
+            answered_by=dict(answered_by),
+        )
+
+    def unavailability_s(self, accepted: dict[str, list[Finish]]) -> float:
+        """The longest time with jobs created and unfinished and no finish accepted."""
+        events = sorted(
+            [(at, 1) for at in self.created.values()]
+            + [(f.at, -1) for fs in accepted.values() for f in fs]
+        )
+        outstanding, since, longest = 0, None, 0.0
+        for at, delta in events:
+            outstanding += delta
+            if delta < 0 and since is not None:
+                longest = max(longest, at - since)
+            # A wait starts at a finish that leaves work behind, or at work arriving
+            # when there was none.
+            since = at if outstanding > 0 and (delta < 0 or since is None) else since
+            if outstanding <= 0:
+                since = None
+        return longest
+
+    async def verify(self, scenario: str) -> Figures:
+        """Every created job COMPLETED exactly once by an accepted finish, none left
+        ACTIVATED, as many accepted finishes as jobs, caps held in every sample, no 500:
+        asserted; the figures returned (and printed: ``pytest -s``)."""
+        figures = await self.figures(scenario)
+        print(figures.row())
+        print(figures.details())
+        activated = await self._fetch(ACTIVATED_LEFT, list(JOB_TYPES))
+        assert figures.jobs == self.jobs, figures
+        assert figures.lost == 0, figures
+        assert figures.finished_twice == 0, figures
+        assert activated[0][0] == 0, f"{activated[0][0]} jobs left ACTIVATED"
+        assert figures.accepted_finishes == figures.jobs, figures
+        assert figures.cap_violations == 0, figures
+        assert figures.samples > 0, figures
+        assert figures.answered_500 == 0, figures
+        return figures
+
+
+# -- SQL (a test's reading of the outcome, not the server's queries) --------------------
+
+# Per tenant and per type, in one snapshot: the sampler's reading against the caps.
+ACTIVE_COUNTS = """
+SELECT 'tenant ' || tenant_id AS name, count(*)::int FROM jobs
+ WHERE state = 'ACTIVATED' GROUP BY tenant_id
+UNION ALL
+SELECT 'type ' || job_type, count(*)::int FROM jobs
+ WHERE state = 'ACTIVATED' AND job_type = ANY($1) GROUP BY job_type
+"""
+COMPLETED_COUNT = "SELECT count(*) FROM jobs WHERE job_type = ANY($1) AND state = 'COMPLETED'"
+ACTIVATED_LEFT = "SELECT count(*) FROM jobs WHERE job_type = ANY($1) AND state = 'ACTIVATED'"
+# Each job's end, and how many completions its history holds (one row per completed
+# activation: more than one is a job finished twice).
+JOB_OUTCOMES = """
+SELECT j.job_key::text AS job_key, j.state, j.activation_count,
+       (SELECT count(*) FROM job_events e
+         WHERE e.job_key = j.job_key AND e.shard = j.shard AND e.event = 'completed')::int
+         AS completions
+  FROM jobs j WHERE j.job_type = ANY($1)
+"""
+
+
+def _instant(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def _problem_type(r: httpx.Response) -> str | None:
+    with contextlib.suppress(ValueError):
+        body = r.json()
+        if isinstance(body, dict):
+            return body.get("type")
+    return None
+
+
+async def _gather_failing_fast(
+    foreground: list[asyncio.Task[None]], background: list[asyncio.Task[None]]
+) -> None:
+    """Until every foreground task is done; the first failure of any task is raised."""
+    pending = set(foreground)
+    while pending:
+        _, pending = await asyncio.wait(pending, timeout=0.2)
+        _raise_failures([*foreground, *background])
+
+
+def _raise_failures(tasks: Sequence[asyncio.Task[None]]) -> None:
+    for t in tasks:
+        if t.done() and not t.cancelled() and t.exception() is not None:
+            raise t.exception()  # type: ignore[misc]
+
+
+# -- servers -----------------------------------------------------------------------------
+
+
+async def until_ready(server: ServerProcess, timeout_s: float = 60) -> None:
+    """Polls the process's /readyz (another process: no event to wait on)."""
+    deadline = time.monotonic() + timeout_s
+    async with httpx.AsyncClient(timeout=2) as http:
+        while True:
+            assert server.proc.poll() is None, server.log.read_text()
+            with contextlib.suppress(httpx.TransportError):
+                if (await http.get(server.url + "/readyz")).status_code == 200:
+                    return
+            assert time.monotonic() < deadline, f"{server.url} not ready in {timeout_s} s"
+            await asyncio.sleep(0.1)
+
+
+async def start_servers(
+    spawn: Callable[..., ServerProcess], n: int, *args: str, **env: str
+) -> list[ServerProcess]:
+    """``n`` ``jobfair serve`` processes (SERVER_ENV, then ``env``), once all are ready."""
+    servers = [spawn(*args, **{**SERVER_ENV, **env}) for _ in range(n)]
+    await asyncio.gather(*(until_ready(s) for s in servers))
+    return servers
+
+
+# What a process logs as it takes the lead of the background work, and as it loses it
+# (app.sweepers): the leader is the live process whose last such line is the first.
+LEADS = "this process leads the background work"
+LEFT = ("this process no longer leads", "leader connection lost")
+
+
+def leads(server: ServerProcess) -> bool:
+    """Whether the process is alive and its log says, last, that it leads."""
+    if server.proc.poll() is not None:
+        return False
+    last = False
+    for line in server.log.read_text(errors="replace").splitlines():
+        if LEADS in line:
+            last = True
+        elif any(left in line for left in LEFT):
+            last = False
+    return last
+
+
+async def until_leader(servers: Sequence[ServerProcess], timeout_s: float = 30) -> ServerProcess:
+    """The one process that leads, once exactly one does.  (Two may say so for up to a
+    pass of the leadership loop, 2 s: a leader that lost its session and has not
+    noticed yet.  The logs are other processes': polled.)"""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        leaders = [s for s in servers if leads(s)]
+        if len(leaders) == 1:
+            return leaders[0]
+        assert time.monotonic() < deadline, f"{len(leaders)} leaders for {timeout_s} s"
+        await asyncio.sleep(0.1)
