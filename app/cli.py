@@ -58,6 +58,9 @@ IDLE_CONNECTION_TIMEOUT_S = 75
 # Long polls are not among them: they are answered at once, however long their
 # requestTimeout; an orchestrator's grace before SIGKILL must exceed this (deploy/).
 GRACEFUL_SHUTDOWN_S = 10
+# Descriptors a server process needs beside one per waiter and per pooled connection:
+# requests not waiting, connections between requests, the LISTEN connection, its logs.
+DESCRIPTORS_BESIDE_WAITERS = 1024
 
 
 def _unset(name: str) -> str:
@@ -196,6 +199,9 @@ def serve(
     # let atexit stop the embedded PostgreSQL).
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _exit_cleanly)
+    supervisor.raise_descriptor_limit(
+        settings.max_waiters + settings.db_pool_size + DESCRIPTORS_BESIDE_WAITERS
+    )
     options: dict[str, Any] = {
         "loop": "uvloop",
         # httptools, with bounds on a request's time and size (app.http).

@@ -84,6 +84,10 @@ class Settings(BaseSettings):
     # a pool larger than the server allows, and would fail the same way in a minute.
     db_startup_wait_s: NonNegative = 60
     max_waiters: NonNegative = 10_000
+    # Requests worked on at once per process (long polls and streams waiting for jobs,
+    # the probes and /metrics not counted); the next is 503 with Retry-After (0: no
+    # bound; app.admission).
+    max_in_flight: NonNegative = 64
     # Waiters and streams re-check on this jittered period even without a NOTIFY.
     backup_poll_ms: Positive = 1_000
     # SSE comment lines (": keep-alive") at least this often.

@@ -89,6 +89,11 @@ class ResourceExhausted(JobfairError):
     title = "RESOURCE_EXHAUSTED"
 
 
+class Overloaded(ResourceExhausted):
+    """The server process works on as many requests as it may at once
+    (``JOBFAIR_MAX_IN_FLIGHT``, app.admission): nothing was done, send it again later."""
+
+
 class StoreUnavailable(ResourceExhausted):
     """The database cannot take the call now: unreachable, restarting, out of connection
     slots, or every pooled connection busy.  The storage layer (``app.db``) raises it for

@@ -16,6 +16,7 @@ from fastapi import FastAPI
 
 from app import __version__, migrations
 from app.activation import ActivationService
+from app.admission import Admission
 from app.api import openapi, problems
 from app.api.context import Services
 from app.api.direct import App, DirectRoutes, literal_paths
@@ -213,5 +214,6 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
     app.access_log = settings.access_log
     include(app, OPERATIONS)
     app.direct = DirectRoutes(OPERATIONS)
+    app.admission = Admission(settings.max_in_flight)
     app.literal = literal_paths(OPERATIONS)
     return app

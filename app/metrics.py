@@ -52,7 +52,7 @@ from app.db import Database, StoreUnavailable
 from app.db import metrics as stored
 from app.db import operators as stored_operators
 from app.db.rows import JobRow, TenantSet
-from app.errors import JobfairError, OutcomeUnknown
+from app.errors import JobfairError, OutcomeUnknown, Overloaded
 from app.keys import Principal
 from app.operators import LaneView, StatsService
 from app.scheduler import Aging, max_wait_to_top_ms
@@ -244,8 +244,8 @@ class Metrics:
         self.unavailable = Counter(
             "jobfair_http_503_answers",
             "503 answers, by reason: store_unavailable (the database away or every pooled "
-            "connection busy), outcome_unknown, resource_exhausted (waiters full, shutting "
-            "down, schema not at head).",
+            "connection busy), outcome_unknown, overloaded (JOBFAIR_MAX_IN_FLIGHT requests "
+            "worked on), resource_exhausted (waiters full, shutting down, schema not at head).",
             ["reason"],
             registry=r,
         )
@@ -387,6 +387,8 @@ class Metrics:
             reason = "outcome_unknown"
         elif isinstance(exc, StoreUnavailable):
             reason = "store_unavailable"
+        elif isinstance(exc, Overloaded):
+            reason = "overloaded"
         else:
             reason = "resource_exhausted"
         self._child(self.unavailable, reason).inc(1)

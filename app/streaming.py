@@ -31,7 +31,7 @@ from app.db import Database
 from app.db import jobs as stored_jobs
 from app.db.rows import JobRow
 from app.domain import JobState, job_record, utcnow
-from app.errors import StoreUnavailable
+from app.errors import ResourceExhausted, StoreUnavailable
 from app.waiting import Waiter, WaiterHub, jittered_s
 
 log = logging.getLogger(__name__)
@@ -100,8 +100,9 @@ class Stream:
                     return
                 try:
                     rows = await self._next_jobs()
-                except StoreUnavailable:
-                    # The database is unreachable (or the pool busy).  A stream is a
+                except ResourceExhausted:
+                    # The database is unreachable, the pool busy, or every waiter place
+                    # taken (StoreUnavailable is one of these).  A stream is a
                     # subscription: it stays open and asks again one check later.
                     await self._pause()
                     continue

@@ -31,6 +31,7 @@ import glob
 import logging
 import multiprocessing
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -71,6 +72,32 @@ class _Server(uvicorn.Server):
         if self.started and not self.should_exit:
             [first, *_] = [sock for server in self.servers for sock in server.sockets]
             self.on_listening(first.getsockname()[1])
+
+
+def raise_descriptor_limit(needed: int) -> int:
+    """This process's soft RLIMIT_NOFILE raised to its hard limit (the server processes
+    it starts inherit it); the soft limit it leaves.  A warning if that is below
+    ``needed``: past the limit, uvloop accepts a connection and closes it at once, so a
+    caller gets a reset where the waiter bound would have answered 503 with Retry-After.
+    Shells and containers often start a process at a soft 1,024 under a far higher hard
+    limit; 10,000 long polls need a descriptor each."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, needed)
+    if soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as exc:  # a hard limit above the kernel's nr_open
+            log.warning("could not raise the descriptor limit from %d to %d: %s", soft, target, exc)
+    if soft < needed:
+        log.warning(
+            "descriptor limit %d (RLIMIT_NOFILE) is below the %d that JOBFAIR_MAX_WAITERS and "
+            "the pool need per process: connections past it are closed unanswered.  Raise "
+            "the hard limit (LimitNOFILE=, ulimit -Hn) or lower JOBFAIR_MAX_WAITERS.",
+            soft,
+            needed,
+        )
+    return soft
 
 
 def serve_one(

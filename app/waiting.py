@@ -200,7 +200,9 @@ class WaiterHub:
         at = self._dry.get(job_type, {}).get(key)
         return at is not None and time.monotonic() - at < self.backup_poll_ms / 1000
 
-    def enqueue(self, req: ActivateRequest) -> Waiter:
+    def admit(self) -> None:
+        """ResourceExhausted (503, Retry-After) if a new waiter would be refused now: a
+        stream asks before it opens, since after its 200 a refusal can only be an error."""
         if self.closed:
             raise ResourceExhausted("the server is shutting down", retry_after_s=1)
         if self.waiting >= self.max_waiters:
@@ -208,6 +210,9 @@ class WaiterHub:
                 f"more than {self.max_waiters} requests are waiting in this process",
                 retry_after_s=1,
             )
+
+    def enqueue(self, req: ActivateRequest) -> Waiter:
+        self.admit()
         q = self.queues.get(req.job_type)
         if q is None:
             q = self.queues[req.job_type] = _TypeQueue()
@@ -227,16 +232,23 @@ class WaiterHub:
         q.live -= 1
         self.live -= 1
 
-    async def long_poll(self, req: ActivateRequest, timeout_s: float, gone: asyncio.Event) -> Rows:
+    async def long_poll(
+        self,
+        req: ActivateRequest,
+        timeout_s: float,
+        gone: asyncio.Event,
+        on_wait: Callable[[], None] | None = None,
+    ) -> Rows:
         """Activate now if nobody waits ahead; else (or if nothing was there) wait up to
         ``timeout_s`` for the dispatcher to hand this request jobs.  Returns [] on timeout
-        or when ``gone`` (the client disconnected) is set first.  Counted and timed in
-        the metrics (requests, empty answers, latency, the wait)."""
+        or when ``gone`` (the client disconnected) is set first; ``on_wait()`` once it
+        joins the queue.  Counted and timed in the metrics (requests, empty answers,
+        latency, the wait)."""
         started = time.perf_counter()
         rows: Rows = []
         waited = False
         try:
-            rows, waited = await self._long_poll(req, timeout_s, gone)
+            rows, waited = await self._long_poll(req, timeout_s, gone, on_wait)
         finally:
             self.metrics.activate_request(
                 req.job_type, time.perf_counter() - started, waited=waited, empty=not rows
@@ -247,7 +259,11 @@ class WaiterHub:
         return rows
 
     async def _long_poll(
-        self, req: ActivateRequest, timeout_s: float, gone: asyncio.Event
+        self,
+        req: ActivateRequest,
+        timeout_s: float,
+        gone: asyncio.Event,
+        on_wait: Callable[[], None] | None,
     ) -> tuple[Rows, bool]:
         """long_poll's jobs, and whether it waited in the queue."""
         if timeout_s <= 0:
@@ -260,6 +276,8 @@ class WaiterHub:
             if rows:
                 return rows, False
         waiter = self.enqueue(req)
+        if on_wait is not None:
+            on_wait()
         enqueued = time.perf_counter()
         gone_task: asyncio.Future[Any] = asyncio.ensure_future(gone.wait())
         pending: set[asyncio.Future[Any]] = {waiter.future, gone_task}

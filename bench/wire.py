@@ -19,11 +19,12 @@ import orjson
 
 
 class Response:
-    __slots__ = ("status", "body")
+    __slots__ = ("status", "body", "retry_after")
 
-    def __init__(self, status: int, body: bytes) -> None:
+    def __init__(self, status: int, body: bytes, retry_after: str | None = None) -> None:
         self.status = status
         self.body = body
+        self.retry_after = retry_after  # a 503's Retry-After, as sent
 
     def json(self) -> Any:
         return orjson.loads(self.body)
@@ -52,7 +53,9 @@ class _Answers(asyncio.Protocol):
         self.buffer = buffer[whole:]
         waiter, self.waiter = self.waiter, None
         if waiter is not None and not waiter.done():  # not a request given up meanwhile
-            waiter.set_result(Response(int(head[9:12]), buffer[end + 4 : whole]))
+            status = int(head[9:12])
+            retry_after = _header(head, b"retry-after:") if status == 503 else None
+            waiter.set_result(Response(status, buffer[end + 4 : whole], retry_after))
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self.lost = exc or ConnectionResetError("the server closed the connection")
@@ -68,6 +71,15 @@ def _content_length(head: bytes) -> int:
             return 0
     stop = head.find(b"\r\n", at)
     return int(head[at + 15 : stop if stop >= 0 else len(head)])
+
+
+def _header(head: bytes, name: bytes) -> str | None:
+    """A header's value (``name`` in lower case, with its colon), or None."""
+    at = head.lower().find(name)
+    if at < 0:
+        return None
+    stop = head.find(b"\r\n", at)
+    return head[at + len(name) : stop if stop >= 0 else len(head)].strip().decode()
 
 
 def _auth(base: str) -> str:

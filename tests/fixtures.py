@@ -123,6 +123,10 @@ def quiet_settings(**overrides: object) -> Settings:
         "db_pool_size": 30,
         # Connections open (and warm up) as a test needs them, not 30 at every start.
         "db_pool_min_size": 2,
+        # An in-process client sends its whole burst before the server, on the same event
+        # loop, runs any of it: admission is tested where a test sets it (test_back_pressure,
+        # tests/chaos/test_load_shed.py, and every `jobfair serve` a test spawns).
+        "max_in_flight": 0,
     }
     return Settings(**{**values, **overrides})  # type: ignore[arg-type]
 

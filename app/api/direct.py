@@ -23,9 +23,10 @@ from starlette.responses import Response
 from starlette.routing import compile_path
 from starlette.types import Receive, Scope, Send
 
+from app.admission import Admission
 from app.api import problems, security, tracing
 from app.api.routes import Operation
-from app.errors import JobfairError
+from app.errors import JobfairError, Overloaded
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +107,7 @@ class App(FastAPI):
 
     direct: DirectRoutes | None = None
     literal: dict[str, frozenset[str]] = {}
+    admission: Admission = Admission(0)
     gate: security.Gate | None = None  # set while the lifespan runs
     access_log = False  # an access-log line per request (tracing)
 
@@ -116,6 +118,18 @@ class App(FastAPI):
             await super().__call__(scope, receive, send)
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope["app"] = self  # what Request.app reads, as Starlette sets it
+        try:
+            self.admission.enter(scope)
+        except Overloaded as exc:  # before the body is read: refusing must cost little
+            await problems.answer(Request(scope, receive), exc)(scope, receive, send)
+            return
+        try:
+            await self._admitted(scope, receive, send)
+        finally:
+            self.admission.leave(scope)
+
+    async def _admitted(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             owned = self.literal.get(scope["path"])
             if owned is not None and scope["method"] not in owned:
@@ -132,7 +146,6 @@ class App(FastAPI):
                 await response(scope, receive, send)
                 return
         if self.direct is not None:
-            scope["app"] = self  # what Request.app reads, as Starlette sets it
             if await self.direct.serve(scope, receive, send):
                 return
         await super().__call__(scope, receive, send)

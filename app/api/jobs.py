@@ -124,6 +124,8 @@ async def stream(request: Request) -> Response:
     services = context.services(request)
     if services.streams.shutdown.is_set():
         raise ResourceExhausted("the server is shutting down", retry_after_s=1)
+    services.waiters.admit()  # every waiter place taken: 503 now, not an error after the 200
+    request.app.admission.leave(request.scope)  # a waiter from now on, not work in flight
     caller = security.principal(request)
     tenants = security.activation_tenants(caller, spec.type, spec.tenantIds)
     req = ActivateRequest(spec.type, spec.maxJobs, spec.timeout, spec.worker, tenants)
@@ -195,7 +197,13 @@ async def long_poll(
     with services.limits.waiter(caller):
         watcher = asyncio.create_task(watch_disconnect(request, gone))
         try:
-            rows: list[JobRow] = await services.waiters.long_poll(req, max(0, wait_ms) / 1000, gone)
+            rows: list[JobRow] = await services.waiters.long_poll(
+                req,
+                max(0, wait_ms) / 1000,
+                gone,
+                # Waiting is not work in flight (app.admission).
+                on_wait=functools.partial(request.app.admission.leave, request.scope),
+            )
         finally:
             watcher.cancel()
     services.workers.seen(req.job_type, req.worker, utcnow(), bool(rows))
