@@ -34,6 +34,9 @@ class Job(BaseModel):
     jobKey: str = Field(description="int64 as a decimal string")
     type: str
     tenantId: str
+    fairnessKey: str = Field(
+        description="its fairness key inside its tenant; <default> when sent without one"
+    )
     state: Literal["CREATED", "ACTIVATED", "COMPLETED", "FAILED", "ERROR_THROWN", "CANCELED"]
     priority: int
     effectivePriority: int = Field(

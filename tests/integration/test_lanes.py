@@ -16,7 +16,7 @@ from app.charging import CARRIED_LANES
 from app.config import Settings
 from app.db import claims, lanes
 from app.db import jobs as stored_jobs
-from app.db.lanes import CHARGE_LANES, SCANNED_LANES
+from app.db.lanes import CHARGE_LANES, SCANNED_LANES, Charges
 from app.db.locks import lane_bucket
 from app.domain import utcnow
 
@@ -297,7 +297,7 @@ async def test_a_lane_read_carries_the_charges_not_yet_written(store, monkeypatc
     monkeypatch.setattr(lanes, "charge", counted)
     await stored_jobs.insert(store, [_job(t) for t in ("a", "b")], utcnow())
     assert await _lanes(store) == {"a": (0.0, 0), "b": (0.0, 0)}
-    service.charges.add("race", Counter({"a": 3}), {"a": 0.5})
+    service.charges.add("race", Charges(Counter({"a": 3}), {"a": 0.5}, Counter(), {}))
     ready = (await service.charges.read("race", 1, [], None)).ready
     # Room for one lane: "a" led by tenant order, but its charge moved it behind "b".
     assert [(lane.tenant_id, lane.vtime) for lane in ready] == [("b", 0.0)]
@@ -311,7 +311,7 @@ async def test_a_lane_read_carries_the_charges_not_yet_written(store, monkeypatc
 async def test_charges_a_failed_lane_read_carried_are_written_after_all(store):
     service = ActivationService(store, Settings())
     await stored_jobs.insert(store, [_job(t) for t in ("a", "b")], utcnow())
-    service.charges.add("race", Counter({"a": 2}), {"a": 1.0})
+    service.charges.add("race", Charges(Counter({"a": 2}), {"a": 1.0}, Counter(), {}))
     with pytest.raises(asyncpg.PostgresError):  # $2 + 1 overflows int4: the statement fails
         await service.charges.read("race", 2**31 - 1, [], None)
     await service.charges.written("race")
@@ -332,7 +332,9 @@ async def test_a_charge_of_many_lanes_is_written_before_the_read(store, monkeypa
         return await read(*args)
 
     monkeypatch.setattr(lanes, "read", seen)
-    service.charges.add("race", Counter(tenants), dict.fromkeys(tenants, 1.0))
+    service.charges.add(
+        "race", Charges(Counter(tenants), dict.fromkeys(tenants, 1.0), Counter(), {})
+    )
     ready = (await service.charges.read("race", 1, [], None)).ready
     assert reads == [()]
     assert await _lanes(store) == dict.fromkeys(tenants, (1.0, 1))
@@ -346,7 +348,7 @@ async def test_a_lane_read_waits_for_every_charge_in_flight(store):
     await stored_jobs.insert(store, [_job(t) for t in ("a", "b")], utcnow())
 
     async def read_carrying_a() -> object:
-        service.charges.add("race", Counter({"a": 1}), {"a": 1.0})
+        service.charges.add("race", Charges(Counter({"a": 1}), {"a": 1.0}, Counter(), {}))
         return await service.charges.read("race", 2, [], None)  # takes the charge at once
 
     async with store.connection() as holder:
@@ -360,7 +362,9 @@ async def test_a_lane_read_waits_for_every_charge_in_flight(store):
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
         ):
             await asyncio.sleep(0.01)
-        service.charges.add("race", Counter({"b": 1}), {"b": 1.0})  # the writer writes this
+        service.charges.add(
+            "race", Charges(Counter({"b": 1}), {"b": 1.0}, Counter(), {})
+        )  # the writer writes this
         await service.charges._pending["race"].writer
         later = asyncio.create_task(service.charges.read("race", 2, [], None))
         await tx.rollback()
@@ -392,7 +396,15 @@ async def test_charges_of_the_same_lanes_in_any_order_lock_them_in_one_order(sto
                 if i % 2:
                     order.sort(reverse=True)
                 await conn.execute(
-                    CHARGE_LANES, "order", order, [1] * len(order), [1.0] * len(order)
+                    CHARGE_LANES,
+                    "order",
+                    order,
+                    [1] * len(order),
+                    [1.0] * len(order),
+                    [],
+                    [],
+                    [],
+                    [],
                 )
 
     chargers = 8
