@@ -14,6 +14,7 @@ from app.db import Database
 from app.db import metrics as stored_metrics
 from app.db import operators as stored
 from app.db.rows import JobRow, JobTypeRow, LaneSampleRow, LaneStats, TenantRow
+from app.domain import shown_key, stored_key
 from app.errors import NotFound
 from app.scheduler import Aging
 from app.shares import LaneSample, ShareWindow, Throughput
@@ -53,6 +54,20 @@ class ConfigService:
     async def delete_tenant(self, tenant_id: str) -> None:
         if not await stored.delete_tenant(self.db, tenant_id):
             raise NotFound(f"tenant {tenant_id} has no configuration")
+
+    async def put_key(self, tenant_id: str, fairness_key: str, weight: int) -> dict[str, Any]:
+        """A fairness key's weight inside its tenant: the next activation on every
+        server divides the tenant's share by it, for the jobs already waiting too."""
+        got = await stored.upsert_key_weight(self.db, tenant_id, stored_key(fairness_key), weight)
+        return _key(tenant_id, fairness_key, got)
+
+    async def get_key(self, tenant_id: str, fairness_key: str) -> dict[str, Any]:
+        got = await stored.get_key_weight(self.db, tenant_id, stored_key(fairness_key))
+        return _key(tenant_id, fairness_key, got)
+
+    async def delete_key(self, tenant_id: str, fairness_key: str) -> None:
+        if not await stored.delete_key_weight(self.db, tenant_id, stored_key(fairness_key)):
+            raise NotFound(f"key {fairness_key} of tenant {tenant_id} has no weight of its own")
 
     async def put_job_type(
         self, job_type: str, cap: int | None, interval_ms: int | None, step: int | None
@@ -106,6 +121,15 @@ def _tenant(row: TenantRow) -> dict[str, Any]:
         "maxActiveJobs": row.max_active_jobs,
         "paused": row.paused,
         "configured": True,
+    }
+
+
+def _key(tenant_id: str, fairness_key: str, weight: int | None) -> dict[str, Any]:
+    return {
+        "tenantId": tenant_id,
+        "fairnessKey": shown_key(stored_key(fairness_key)),
+        "weight": 1 if weight is None else weight,
+        "configured": weight is not None,
     }
 
 

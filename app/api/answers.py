@@ -144,6 +144,13 @@ class Tenant(BaseModel):
     configured: bool = Field(description="false: never configured (the defaults answered)")
 
 
+class FairnessKey(BaseModel):
+    tenantId: str
+    fairnessKey: str
+    weight: int = Field(description="its share of its tenant's, against its tenant's other keys")
+    configured: bool = Field(description="false: no weight of its own (it weighs 1)")
+
+
 class Tenants(BaseModel):
     tenants: list[Tenant]
 
