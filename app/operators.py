@@ -17,7 +17,7 @@ from app.db.rows import JobRow, JobTypeRow, LaneSampleRow, LaneStats, TenantRow
 from app.domain import shown_key, stored_key
 from app.errors import NotFound
 from app.scheduler import Aging
-from app.shares import LaneSample, ShareWindow, Throughput
+from app.shares import KeySample, KeyShare, KeyWindow, LaneKeys, LaneSample, ShareWindow, Throughput
 
 STATS_WINDOW_S = 60.0
 
@@ -166,6 +166,9 @@ class LaneView:
     # and either (the metrics' flag).
     tenant_paused: bool = False
     type_paused: bool = False
+    # The second level: its most active fairness keys in the window, then the others
+    # folded (app.shares.KeyWindow).
+    keys: tuple[KeyShare, ...] = ()
 
     @property
     def paused(self) -> bool:
@@ -178,16 +181,22 @@ class StatsService:
     process every few seconds and at every read (``app.shares``)."""
 
     def __init__(
-        self, db: Database, sample_interval_s: float = 5.0, window_s: float = STATS_WINDOW_S
+        self,
+        db: Database,
+        sample_interval_s: float = 5.0,
+        window_s: float = STATS_WINDOW_S,
+        top_keys: int = 10,
     ) -> None:
         self.db = db
         self.sample_interval_s = sample_interval_s
         self.window = ShareWindow(window_s)
+        self.keys = KeyWindow(window_s, top_keys)
         self.throughput = Throughput()
         self.latest: list[LaneSampleRow] = []
 
     async def sample(self) -> list[LaneSampleRow]:
-        """Sample every lane into the window; the rows read."""
+        """Sample every lane, and its most active keys, into the windows; the lanes read."""
+        await self._sample_keys()
         rows = await stored_metrics.lane_samples(self.db)
         lanes = {
             (r.job_type, r.tenant_id): LaneSample(
@@ -203,6 +212,22 @@ class StatsService:
         self.throughput.add(now, totals)
         self.latest = rows
         return rows
+
+    async def _sample_keys(self) -> None:
+        tracked = [
+            (job_type, tenant, stored_key(key))
+            for (job_type, tenant), keys in self.keys.tracked().items()
+            for key in keys
+        ]
+        lanes: dict[tuple[str, str], LaneKeys] = {}
+        for r in await stored_metrics.key_samples(self.db, self.keys.top, tracked):
+            lane = (r.job_type, r.tenant_id)
+            got = lanes.get(lane)
+            if got is None:
+                got = lanes[lane] = LaneKeys(r.lane_total, r.backlogged_weight, r.least_vtime, {})
+            sample = KeySample(r.activated_total, r.active, r.vtime, r.weight)
+            got.keys[shown_key(r.fairness_key)] = sample
+        self.keys.add(time.monotonic(), lanes)
 
     async def lanes(
         self,
@@ -280,6 +305,7 @@ class StatsService:
                     lags.get(lane),
                     r.tenant_paused,
                     r.type_paused,
+                    tuple(self.keys.shares(lane)),
                 )
             )
         if every_lane:
@@ -304,6 +330,7 @@ class StatsService:
                         lags.get(lane),
                         lane[1] in paused_tenants,
                         lane[0] in paused_types,
+                        tuple(self.keys.shares(lane)),
                     )
                 )
         return views
@@ -367,6 +394,7 @@ class StatsService:
                     "entitledShare": round(v.entitled_share, 4),
                     "vtimeLag": None if v.vtime_lag is None else round(v.vtime_lag, 6),
                     "paused": v.tenant_paused,
+                    "keys": [_key_share(k) for k in v.keys],
                 }
             )
         # The series sums every tenant's activations: a key that sees only some is not
@@ -375,6 +403,17 @@ class StatsService:
         for t in types.values():
             t["activatedPerMinute"] = series.get(t["type"]) if visible is None else None
         return {"jobTypes": list(types.values())}
+
+
+def _key_share(k: KeyShare) -> dict[str, Any]:
+    return {
+        "fairnessKey": k.key,
+        "activatedLastMinute": k.activated,
+        "realizedShare": round(k.realized, 4),
+        "entitledShare": round(k.entitled, 4),
+        "weight": k.weight,
+        "vtimeLag": None if k.vtime_lag is None else round(k.vtime_lag, 6),
+    }
 
 
 def _with_caps(

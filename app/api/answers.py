@@ -168,6 +168,21 @@ class JobTypes(BaseModel):
     jobTypes: list[JobTypeConfig]
 
 
+class KeyStats(BaseModel):
+    fairnessKey: str = Field(description="<other>: the keys not listed, folded")
+    activatedLastMinute: int
+    realizedShare: float = Field(description="of its tenant's activations of the type")
+    entitledShare: float = Field(
+        description="what its weight entitled it to of them, among its tenant's keys "
+        "backlogged then"
+    )
+    weight: int
+    vtimeLag: float | None = Field(
+        description="its virtual time minus the least of its tenant's backlogged keys "
+        "(0: served next inside its lane); null when not backlogged"
+    )
+
+
 class TenantStats(BaseModel):
     tenantId: str
     pending: int = Field(description="CREATED jobs: ready + delayed")
@@ -196,6 +211,10 @@ class TenantStats(BaseModel):
         "not held at a cap; null when not backlogged"
     )
     paused: bool = Field(description="the tenant is paused")
+    keys: list[KeyStats] = Field(
+        description="its most active fairness keys in the window (JOBFAIR_METRICS_TOP_KEYS), "
+        "then <other>: every other key, folded"
+    )
 
 
 class TypeStats(BaseModel):

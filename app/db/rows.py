@@ -200,6 +200,22 @@ class LaneSampleRow(NamedTuple):
     weight: int
 
 
+class KeySampleRow(NamedTuple):
+    """A fairness key as the key window samples it (``app.db.metrics.KEY_SAMPLES``), with
+    its lane's sums."""
+
+    job_type: str
+    tenant_id: str
+    fairness_key: str  # as stored ('': the default key)
+    activated_total: int
+    active: bool
+    vtime: float
+    weight: int
+    lane_total: int
+    backlogged_weight: int
+    least_vtime: float | None
+
+
 class TenantSet(NamedTuple):
     """Tenants labelled by name in the metrics, from ``effective_at`` on."""
 

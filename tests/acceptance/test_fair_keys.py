@@ -208,3 +208,69 @@ async def test_bad_keys_and_weights_are_refused_and_change_nothing(live: Live) -
         assert_problem(await c.post("/v2/jobs", json=job), 400)
         assert_problem(await c.post("/v2/jobs/batch", json={"jobs": [{"type": "v"}, job]}), 400)
     assert (await c.get("/v2/jobs", params={"type": "v"})).json()["items"] == []
+
+
+async def test_stats_and_metrics_show_each_keys_shares_and_lag(live: Live) -> None:
+    """§4: per level the entitled and realised shares and the virtual-time lag -- the
+    tenant's as before, and its keys' (the most active, then <other>)."""
+    from tests.acceptance.test_metrics import label, scrape, value
+
+    c = live.client
+    await label(live, "t")
+    await c.put("/v2/tenants/t/keys/x", json={"weight": 1})
+    await c.put("/v2/tenants/t/keys/y", json={"weight": 3})
+    await _enqueue(
+        c, "obs", [{"tenantId": "t", "fairnessKey": k} for k in "xy" for _ in range(500)]
+    )
+    await live.services.stats.sample()  # the window's start
+    await _drain(c, "obs", 4, 100)
+    await live.services.activation.settle()
+    [job_type] = (await c.get("/v2/stats", params={"type": "obs"})).json()["jobTypes"]
+    [tenant] = job_type["tenants"]
+    keys = {k["fairnessKey"]: k for k in tenant["keys"]}
+    assert set(keys) == {"x", "y"}, tenant["keys"]
+    assert keys["x"]["activatedLastMinute"] == 100 and keys["y"]["activatedLastMinute"] == 300
+    assert (keys["x"]["realizedShare"], keys["y"]["realizedShare"]) == (0.25, 0.75)
+    assert (keys["x"]["entitledShare"], keys["y"]["entitledShare"]) == (0.25, 0.75)
+    assert (keys["x"]["weight"], keys["y"]["weight"]) == (1, 3)
+    # Both backlogged: the one served next inside the lane lags 0, the other less than
+    # one stride ahead of it.
+    lags = sorted(k["vtimeLag"] for k in keys.values())
+    assert lags[0] == 0 and 0 <= lags[1] <= 1, lags
+    samples = await scrape(c)
+    for k in ("x", "y"):
+        series = {"type": "obs", "tenant": "t", "key": k}
+        assert (
+            round(value(samples, "jobfair_key_realized_share", **series), 4)
+            == (keys[k]["realizedShare"])
+        )
+        assert (
+            round(value(samples, "jobfair_key_entitled_share", **series), 4)
+            == (keys[k]["entitledShare"])
+        )
+        lag = samples.get(("jobfair_key_vtime_lag", frozenset(series.items())))
+        assert lag is not None and round(lag, 6) == keys[k]["vtimeLag"]
+
+
+async def test_a_lanes_keys_beyond_the_top_are_folded(db_url: str) -> None:
+    """A tenant with 30 keys, JOBFAIR_METRICS_TOP_KEYS=3: /v2/stats lists the 3 most
+    active and <other>; the shares add up to 1."""
+    async with serving(create_app(quiet_settings(metrics_top_keys=3), db_url)) as live:
+        c = live.client
+        jobs = [{"tenantId": "t", "fairnessKey": f"k{i:02}"} for i in range(30) for _ in range(20)]
+        jobs += [{"tenantId": "t", "fairnessKey": "busy"}] * 200
+        r = await c.put("/v2/tenants/t/keys/busy", json={"weight": 10})
+        assert r.status_code == 200
+        await _enqueue(c, "fold", jobs)
+        await live.services.stats.sample()
+        await _drain(c, "fold", 4, 100)
+        await live.services.activation.settle()
+        [job_type] = (await c.get("/v2/stats", params={"type": "fold"})).json()["jobTypes"]
+        keys = job_type["tenants"][0]["keys"]
+        assert len(keys) == 4 and keys[0]["fairnessKey"] == "busy", keys
+        assert keys[-1]["fairnessKey"] == "<other>"
+        assert abs(sum(k["realizedShare"] for k in keys) - 1) < 1e-3, keys
+        assert abs(sum(k["entitledShare"] for k in keys) - 1) < 1e-3, keys
+        # busy, weight 10 against 30 keys of weight 1: entitled to 10/40 of the lane.
+        assert abs(keys[0]["entitledShare"] - 0.25) < 0.01, keys[0]
+        assert abs(keys[0]["realizedShare"] - 0.25) < 0.01, keys[0]
