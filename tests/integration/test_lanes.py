@@ -123,6 +123,91 @@ async def test_no_lost_wake_up_under_racing_producers_and_activators(store):
     assert got == left
 
 
+NO_PARKED_KEY_WITH_JOBS = """
+SELECT k.tenant_id, k.fairness_key FROM lane_keys k
+WHERE NOT k.active AND EXISTS (
+    SELECT 1 FROM jobs j WHERE j.state = 'CREATED' AND j.job_type = k.job_type
+      AND j.tenant_id = k.tenant_id AND j.fairness_key = k.fairness_key)
+"""
+
+
+async def test_no_lost_wake_up_of_a_key_under_racing_producers_and_activators(store):
+    """The protocol one level down (ADR 026): producers of few lanes and many keys race
+    activators that empty keys and park them; no key is left parked with a ready job,
+    and every ready job is still reached."""
+    service = ActivationService(store, Settings())
+    rng = random.Random(11)
+
+    def keyed() -> CreateJob:
+        return {
+            "type": "race",
+            "tenantId": rng.choice("ab"),
+            "fairnessKey": f"k{rng.randint(0, 9)}",
+        }
+
+    stop = asyncio.Event()
+
+    async def producer() -> None:
+        for _ in range(150):
+            await stored_jobs.insert(store, [keyed() for _ in range(rng.randint(1, 3))], utcnow())
+            await asyncio.sleep(0)
+
+    async def activator() -> None:
+        while not stop.is_set():
+            await service.activate(ActivateRequest("race", rng.randint(1, 8), 60_000))
+
+    activators = [asyncio.create_task(activator()) for _ in range(4)]
+    await asyncio.gather(*(producer() for _ in range(4)))
+    stop.set()
+    await asyncio.gather(*activators)
+    await service.settle()
+    assert await store.fetch(NO_PARKED_KEY_WITH_JOBS) == []
+    assert await store.fetch(NO_PARKED_LANE_WITH_JOBS) == []
+    left = await store.fetchval("SELECT count(*) FROM jobs WHERE state = 'CREATED'")
+    got = 0
+    while rows := (await service.activate(ActivateRequest("race", 1000, 60_000)))[0]:
+        got += len(rows)
+    assert got == left
+
+
+async def test_a_key_its_claim_emptied_is_parked_and_its_lane_is_not(store):
+    service = ActivationService(store, Settings())
+    jobs: list[CreateJob] = [{"type": "race", "tenantId": "t", "fairnessKey": "once"}]
+    jobs += [{"type": "race", "tenantId": "t", "fairnessKey": "many"}] * 5
+    await stored_jobs.insert(store, jobs, utcnow())
+    rows, _ = await service.activate(ActivateRequest("race", 2, 60_000))
+    assert sorted(r.fairness_key for r in rows) == ["many", "once"]
+    await service.settle()
+    keys = await store.fetch("SELECT fairness_key, active FROM lane_keys ORDER BY fairness_key")
+    assert [(r["fairness_key"], r["active"]) for r in keys] == [("many", True), ("once", False)]
+    assert await store.fetchval("SELECT active FROM lanes WHERE tenant_id = 't'")
+    # Read again, the lane's one ready key takes the whole call, in one round.
+    rounds = service.counters.queries
+    rows, _ = await service.activate(ActivateRequest("race", 4, 60_000))
+    assert [r.fairness_key for r in rows] == ["many"] * 4
+    assert service.counters.queries - rounds == 1
+
+
+async def test_keys_found_empty_are_passed_by_and_parked(store):
+    """Keys emptied behind the scheduler's back (still active, at low vtimes) in front of
+    the lane's one key with jobs: the call gets its job anyway and parks them."""
+    service = ActivationService(store, Settings())
+    jobs: list[CreateJob] = [
+        {"type": "race", "tenantId": "t", "fairnessKey": f"gone{i:02}"} for i in range(30)
+    ]
+    await stored_jobs.insert(store, jobs, utcnow())
+    await store.execute("UPDATE jobs SET state = 'COMPLETED', completed_at = now()")
+    await store.execute("UPDATE lane_keys SET vtime = -1")
+    [busy] = await stored_jobs.insert(
+        store, [{"type": "race", "tenantId": "t", "fairnessKey": "zz"}], utcnow()
+    )
+    rows, dry = await service.activate(ActivateRequest("race", 1, 60_000))
+    assert [r.job_key for r in rows] == [busy.job_key] and not dry
+    await service.settle()
+    active = await store.fetchval("SELECT count(*) FROM lane_keys WHERE active")
+    assert active == 0  # the empty keys, and zz once its claim emptied it (its lane too)
+
+
 async def test_drained_lane_is_parked_and_costs_nothing_later(store):
     service = ActivationService(store, Settings())
     await stored_jobs.insert(store, [_job("gone")], utcnow())
