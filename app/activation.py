@@ -28,12 +28,22 @@ from app.charging import PARK_RETRIES, LaneCharges
 from app.coalescing import Coalescer
 from app.config import Settings
 from app.db import Database, claims, finishing, lanes, operators
-from app.db.base import refused_input, retry_deadlock
+from app.db.base import Queries, refused_input, retry_deadlock
 from app.db.claims import LeadAsk, Share
+from app.db.lanes import Charges, LaneKey
 from app.db.rows import Claimed, JobRow, LaneRow, LeadClaim
 from app.domain import utcnow
 from app.metrics import Metrics
-from app.scheduler import Aging, Lane, RoundPlan, allocate, left_at_cap, trim_to_caps
+from app.scheduler import (
+    Aging,
+    Key,
+    Lane,
+    RoundPlan,
+    allocate,
+    left_at_cap,
+    split_among_keys,
+    trim_to_caps,
+)
 
 log = logging.getLogger(__name__)
 
@@ -211,13 +221,23 @@ class ActivationService:
         )
 
     def _lead_claimed(self, req: ActivateRequest, got: LeadClaim) -> None:
-        """A lead claim got its job: charge its lane as a round's picks are charged."""
+        """A lead claim got its job: charge its lane and its key as a round's picks are
+        charged."""
         assert got.job is not None and got.lane_weight is not None
+        assert got.key_weight is not None
         assert got.aging_interval_ms is not None and got.aging_step is not None
         self.counters.lead_claims += 1
         self.metrics.jobs_activated(req.job_type, [got.job])
-        tenant = got.job.tenant_id
-        self.charges.add(req.job_type, Counter({tenant: 1}), {tenant: 1.0 / got.lane_weight})
+        tenant, key = got.job.tenant_id, (got.job.tenant_id, got.job.fairness_key)
+        self.charges.add(
+            req.job_type,
+            Charges(
+                Counter({tenant: 1}),
+                {tenant: 1.0 / got.lane_weight},
+                Counter({key: 1}),
+                {key: 1.0 / got.key_weight},
+            ),
+        )
         self.aging_seen[req.job_type] = Aging(
             interval_ms=got.aging_interval_ms, step=got.aging_step
         )
@@ -246,16 +266,21 @@ class ActivationService:
         n: int,
         type_cap: int | None,
         claim_args: dict[str, Any],
+        keys_read: _KeysRead,
     ) -> tuple[RoundPlan, list[Claimed]]:
-        """One round's decision and claim over the lanes read.  Without caps the claim
-        is one autocommit statement."""
+        """One round's decision and claim over the lanes read: the lanes' picks, then
+        each lane's divided among its keys (``keys_read``: which to skip, and what was
+        found).  Without caps the claim is one autocommit statement."""
         picks = [Lane(r.tenant_id, r.vtime, r.weight) for r in rows]
         tenant_caps = [r.tenant_id for r in rows if r.max_active_jobs is not None]
         if type_cap is None and not tenant_caps:
             plan = RoundPlan(allocate(picks, n))
-            got = await claims.claim(self.db, job_type, plan.allocation.counts, **claim_args)
+            counts = await keys_read.split(self.db, job_type, plan.allocation.counts)
+            got = await claims.claim(self.db, job_type, counts, **claim_args)
             return plan, got
-        return await self._claim_capped(job_type, picks, n, type_cap, tenant_caps, claim_args)
+        return await self._claim_capped(
+            job_type, picks, n, type_cap, tenant_caps, claim_args, keys_read
+        )
 
     @retry_deadlock
     async def _claim_capped(
@@ -266,14 +291,15 @@ class ActivationService:
         type_cap: int | None,
         tenant_caps: Sequence[str],
         claim_args: dict[str, Any],
+        keys_read: _KeysRead,
     ) -> tuple[RoundPlan, list[Claimed]]:
         """A round that may meet a cap: in one transaction, the cap locks (type, then
         tenants by key: one global order, so no deadlock); the active jobs counted *in a
         later statement*, so that the count sees every activation that committed before
         the locks were ours; the allocation trimmed to that headroom (every lane read may
-        be touched, since trimming one lane's share moves picks to the next); the claim;
-        and the lanes it leaves at their caps held out of later reads (ADR 016) -- all
-        committed before the locks go."""
+        be touched, since trimming one lane's share moves picks to the next) and divided
+        among the lanes' keys; the claim; and the lanes it leaves at their caps held out
+        of later reads (ADR 016) -- all committed before the locks go."""
         async with self.db.transaction() as tx:
             await claims.lock_caps(tx, job_type, type_cap is not None, tenant_caps)
             type_active = None
@@ -281,7 +307,8 @@ class ActivationService:
                 type_active = await claims.count_active_type(tx, job_type, type_cap)
             room = await claims.tenant_room(tx, tenant_caps)
             plan = trim_to_caps(picks, n, type_cap, type_active, room)
-            counts = {t: k for t, k in plan.allocation.counts.items() if k > 0}
+            lane_counts = {t: k for t, k in plan.allocation.counts.items() if k > 0}
+            counts = await keys_read.split(tx, job_type, lane_counts)
             got = await claims.claim(tx, job_type, counts, **claim_args)
             await lanes.hold(tx, job_type, left_at_cap(room, Counter(c.job.tenant_id for c in got)))
             return plan, got
@@ -302,6 +329,7 @@ class ActivationService:
         picks: list[str] = []
         exclude: set[str] = set()
         short: set[str] = set()
+        keys_read = _KeysRead()
         lacking = [req.max_jobs for req in reqs]
         widen = 1
         try:
@@ -326,6 +354,7 @@ class ActivationService:
                 # again in it.
                 short.update(read.empty)
                 exclude.update(read.empty)
+                keys_read.emptied(read.emptied_keys)
                 if not rows:
                     if read.more:
                         continue  # the scan stopped among empty lanes: read on past them
@@ -348,6 +377,7 @@ class ActivationService:
                         "aging_step": aging.step,
                         "aging_interval_ms": aging.interval_ms,
                     },
+                    keys_read,
                 )
                 self.metrics.jobs_activated(job_type, [c.job for c in got])
                 for c in got:
@@ -356,13 +386,25 @@ class ActivationService:
                     lacking[i] -= 1
                 picks.extend(plan.allocation.picks)
                 per_lane = Counter(c.job.tenant_id for c in got)
+                per_key = Counter((c.job.tenant_id, c.job.fairness_key) for c in got)
                 if got:
                     self.charges.add(
-                        job_type, per_lane, {r.tenant_id: 1.0 / r.weight for r in rows}
+                        job_type,
+                        Charges(
+                            per_lane,
+                            {r.tenant_id: 1.0 / r.weight for r in rows},
+                            per_key,
+                            keys_read.strides(per_key),
+                        ),
                     )
                 round_short = {t for t, k in plan.allocation.counts.items() if per_lane[t] < k}
-                short |= round_short
-                exclude |= round_short | plan.capped_out
+                # A lane short only because keys of it came up short (drained, or heads
+                # held) is read again, without those keys; one whose key read found no
+                # ready key, having seen them all, is excluded as an empty lane is.
+                keys_read.claimed(per_key)
+                out_of_keys = keys_read.exhausted & round_short
+                short |= out_of_keys
+                exclude |= out_of_keys | plan.capped_out
                 # Short because drained, or because another activator held the heads; at cap.
                 held_back = held_back or bool(round_short or plan.capped_out)
                 # At the type's cap once this round's claims used its headroom: a round whose
@@ -381,16 +423,75 @@ class ActivationService:
             if taken:
                 self._spawn(self.release(taken), "releasing")
             raise
-        if short:
+        if short or keys_read.short:
             # Parked, later reads need not probe them; that need not delay this answer.
             self._spawn(
-                lanes.park(self.db, job_type, sorted(short), retries=PARK_RETRIES),
+                lanes.park(
+                    self.db,
+                    job_type,
+                    sorted(short),
+                    keys=sorted(keys_read.short),
+                    retries=PARK_RETRIES,
+                ),
                 "parking lanes",
             )
         if aging is None:  # defensive: maxJobs >= 1 always runs a round
             aging = await self.aging_for(job_type)
         self.aging_seen[job_type] = aging
         return [_in_pick_order(theirs, picks) for theirs in claimed], dry
+
+
+class _KeysRead:
+    """One call's second level (ADR 027): each round reads the keys of the lanes its
+    picks went to and divides each lane's picks among them (scheduler.split_among_keys);
+    keys that came up short (drained, or heads held by another activator) or were met
+    empty are excluded from the call's later rounds and parked after it, as lanes are."""
+
+    def __init__(self) -> None:
+        self.exclude: set[LaneKey] = set()
+        self.short: set[LaneKey] = set()  # to park after the call
+        self.widen = 1
+        self.counts: dict[LaneKey, int] = {}
+        self.weights: dict[LaneKey, int] = {}
+        # The lanes of the latest read whose every active key not excluded was seen, and
+        # none of which had a ready job.
+        self.exhausted: set[str] = set()
+
+    def emptied(self, keys: Sequence[LaneKey]) -> None:
+        """Keys a carried charge found emptied: parked after the call."""
+        self.short.update(keys)
+        self.exclude.update(keys)
+
+    async def split(
+        self, db: Queries, job_type: str, lane_counts: Mapping[str, int]
+    ) -> dict[LaneKey, int]:
+        """Each lane's picks divided among its first keys (read now, in ``db``: the
+        capped claim's transaction, or the database)."""
+        slack = LANE_SLACK * self.widen
+        read = await lanes.read_keys(
+            db,
+            job_type,
+            {t: k + slack for t, k in lane_counts.items() if k > 0},
+            sorted(self.exclude),
+        )
+        self.emptied(read.empty)
+        ready = {t: [Key(k, v, w) for k, v, w in found] for t, found in read.ready.items()}
+        self.weights = {(t, k.key): k.weight for t, found in ready.items() for k in found}
+        self.exhausted = {t for t in lane_counts if t not in ready and t not in read.more}
+        self.counts = split_among_keys(lane_counts, ready)
+        return self.counts
+
+    def claimed(self, per_key: Mapping[LaneKey, int]) -> None:
+        """After the claim: the keys that came up short are out of the call (and parked if
+        empty); the next read of keys reads further."""
+        came_short = {tk for tk, k in self.counts.items() if per_key.get(tk, 0) < k}
+        self.short |= came_short
+        self.exclude |= came_short
+        if came_short:
+            self.widen = min(self.widen * 2, WIDEST_READ // LANE_SLACK)
+
+    def strides(self, per_key: Mapping[LaneKey, int]) -> dict[LaneKey, float]:
+        return {tk: 1.0 / self.weights[tk] for tk in per_key}
 
 
 # Callers activated together share a job type, a tenant filter and whether the jobs go

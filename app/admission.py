@@ -8,7 +8,7 @@ the requests sent after it wait behind all it admitted.  No other bound catches 
 the pool's acquire timeout bounds the wait for a connection, not the wait for the CPU.
 Bounding what is worked on at once bounds an admitted request's latency; the excess
 costs the server its head's parsing and a short answer, and the server is back to
-normal as soon as the overload ends (ADR 026, with the figures).
+normal as soon as the overload ends (bench.load_shed and tests/chaos/test_load_shed.py measure it).
 
 Not work, and not counted: a long poll or a stream once it waits for jobs
 (``JOBFAIR_MAX_WAITERS`` bounds those), and the probes and /metrics, which must answer

@@ -129,20 +129,23 @@ class BrowserService:
     ) -> tuple[int, bool]:
         """Cancel up to ``limit`` CREATED jobs of a tenant (delayed ones too), lane by
         lane from the head of each queue, then the delayed ones, a batch per
-        transaction; how many, and whether more remain.  Lanes emptied are parked."""
+        transaction; how many, and whether more remain.  Lanes and keys emptied are
+        parked."""
         total = 0
         types = [job_type] if job_type is not None else await bulk.tenant_lanes(self.db, tenant_id)
         for t in types:
             canceled = 0
+            keys: set[str] = set()
             while total < limit:
                 ask = min(BULK_BATCH, limit - total)
-                n = await bulk.cancel_ready(self.db, t, tenant_id, ask, utcnow())
+                n, of_keys = await bulk.cancel_ready(self.db, t, tenant_id, ask, utcnow())
                 total += n
                 canceled += n
+                keys.update(of_keys)
                 if n < ask:
                     break
             if canceled:
-                await bulk.park(self.db, t, tenant_id)
+                await bulk.park(self.db, t, tenant_id, sorted(keys))
         while total < limit:
             ask = min(BULK_BATCH, limit - total)
             n = await bulk.cancel_delayed(self.db, tenant_id, job_type, ask, utcnow())

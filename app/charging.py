@@ -20,18 +20,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from app.db import Database, lanes
-from app.db.lanes import Charges
+from app.db.lanes import Charges, LaneKey
 from app.db.rows import LaneRead
 
 log = logging.getLogger(__name__)
 
 # A lane read carries the charges not yet written when they are of at most this many
 # lanes; larger ones are left to the writer task, and the read waits for them: carried,
-# a round's worth of charges made the read scan as many lanes more (ADR 014).
+# a round's worth of charges made the read scan as many lanes more (ADR 014).  Their keys
+# ride along, however many: a key charge moves no lane (ADR 027).
 CARRIED_LANES = 16
 # A park off the response path whose producer held the lanes' buckets for longer than
 # the park waits tries again this many times (0.5 s, 1 s, ... apart; lanes.park).
@@ -46,24 +47,29 @@ class _Pending:
     def __init__(self) -> None:
         self.claimed: Counter[str] = Counter()
         self.strides: dict[str, float] = {}
+        self.keys: Counter[LaneKey] = Counter()
+        self.key_strides: dict[LaneKey, float] = {}
         self.writer: asyncio.Task[Any] | None = None
         self._next: asyncio.Future[None] | None = None  # done when `claimed` is written
         # Done when each write in flight is: the writer's and a lane read's may overlap.
         self._writing: set[asyncio.Future[None]] = set()
 
-    def add(self, claimed: Counter[str], strides: Mapping[str, float]) -> None:
+    def add(self, charges: Charges) -> None:
         if self._next is None:
             self._next = asyncio.get_running_loop().create_future()
-        self.claimed.update(claimed)
-        self.strides.update(strides)
+        self.claimed.update(charges.lanes)
+        self.strides.update(charges.strides)
+        self.keys.update(charges.keys)
+        self.key_strides.update(charges.key_strides)
 
     def take(self) -> tuple[Charges, asyncio.Future[None]]:
         """The charges to write now, and the future to resolve once they are written (or
         have failed): a write in flight until then."""
         assert self._next is not None
-        taken = ((self.claimed, self.strides), self._next)
+        taken = (Charges(self.claimed, self.strides, self.keys, self.key_strides), self._next)
         self._writing = {f for f in self._writing if not f.done()} | {self._next}
         self.claimed, self.strides, self._next = Counter(), {}, None
+        self.keys, self.key_strides = Counter(), {}
         return taken
 
     async def none_in_flight(self) -> None:
@@ -88,10 +94,11 @@ class LaneCharges:
         self._spawn = spawn
         self._pending: defaultdict[str, _Pending] = defaultdict(_Pending)
 
-    def add(self, job_type: str, claimed: Counter[str], strides: Mapping[str, float]) -> None:
-        """Charge lanes of ``job_type`` the jobs ``claimed`` x each tenant's stride."""
+    def add(self, job_type: str, charges: Charges) -> None:
+        """Charge lanes of ``job_type`` the jobs claimed x each tenant's stride, and their
+        keys the jobs claimed x each key's stride."""
         pending = self._pending[job_type]
-        pending.add(claimed, strides)
+        pending.add(charges)
         if pending.writer is None:
             pending.writer = asyncio.ensure_future(self._write(job_type, pending))
             self._spawn(pending.writer, "charging")
@@ -101,19 +108,20 @@ class LaneCharges:
             while pending.claimed:
                 taken, done = pending.take()
                 drained: list[str] = []
+                keys: list[LaneKey] = []
                 try:
-                    drained = await lanes.charge(self.db, job_type, taken)
+                    drained, keys = await lanes.charge(self.db, job_type, taken)
                 except Exception as exc:  # uncharged lanes got a few jobs free; that is all
                     log.warning("charging lanes failed: %r", exc)
                 finally:
                     done.set_result(None)
-                if drained:
-                    # Lanes their claims emptied, parked now: an empty lane left active
-                    # would keep the vtime it had when it went idle, and both its own
-                    # re-entry and every other lane's (the smallest active vtime) would
-                    # start from there (ADR 014).
+                if drained or keys:
+                    # Lanes and keys their claims emptied, parked now: an empty lane left
+                    # active would keep the vtime it had when it went idle, and both its
+                    # own re-entry and every other lane's (the smallest active vtime)
+                    # would start from there (ADR 014); so would a key in its lane.
                     self._spawn(
-                        lanes.park(self.db, job_type, drained, retries=PARK_RETRIES),
+                        lanes.park(self.db, job_type, drained, keys=keys, retries=PARK_RETRIES),
                         "parking lanes",
                     )
         finally:
@@ -142,7 +150,7 @@ class LaneCharges:
             return await lanes.read(self.db, job_type, limit, exclude, tenant_ids, taken)
         except Exception:
             # The statement was rolled back: nothing was charged.  The writer owes them.
-            self.add(job_type, *taken)
+            self.add(job_type, taken)
             raise
         finally:
             done.set_result(None)

@@ -61,6 +61,12 @@ class Settings(BaseSettings):
     # into tenant="<other>"; the leader re-ranks them this often (docs/metrics.md).
     metrics_top_tenants: NonNegative = 50
     metrics_top_tenants_interval_ms: Positive = 30_000
+    # /metrics and /v2/stats show this many fairness keys per lane by name, the most
+    # active in the share window, and fold the others into "<other>" (docs/metrics.md).
+    metrics_top_keys: NonNegative = 10
+    # A job created without a fairnessKey takes the value its customHeaders give under
+    # this name (a Camunda producer sets task headers, not new fields); "": never.
+    fairness_key_header: Annotated[str, Field(max_length=1000)] = "fairnessKey"
     # /metrics without a key; /docs and /openapi.json without one.
     metrics_open: bool = False
     docs_open: bool = True

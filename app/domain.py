@@ -12,6 +12,9 @@ from typing import Any, Protocol
 from app.scheduler import Aging, effective_priority
 
 DEFAULT_TENANT = "<default>"
+# A job sent without a fairnessKey has its tenant's default key, spelled so outside and
+# stored as '' (app.db.schema: jobs.fairness_key).
+DEFAULT_KEY = "<default>"
 DEFAULT_PRIORITY = 50
 DEFAULT_RETRIES = 3
 MAX_LEASE_MS = 86_400_000
@@ -22,6 +25,19 @@ MAX_COMPLETE_BATCH = 1000
 # Match with ``fullmatch``: ``$`` alone also matches before a final newline.
 TENANT_ID_RE = re.compile(r"^(<default>|[A-Za-z0-9_.-]{1,31})$")
 JOB_TYPE_RE = re.compile(r"^[A-Za-z0-9._:/-]{1,128}$")
+# Tenant ids' characters and ':' and '@' (an end user's address, "org:42"), up to 128; no
+# '/', so that a key is one segment of a path (/v2/tenants/{t}/keys/{k}).
+FAIRNESS_KEY_RE = re.compile(r"^(<default>|[A-Za-z0-9_.:@-]{1,128})$")
+
+
+def stored_key(fairness_key: str | None) -> str:
+    """A fairness key as stored: '' for the default key (absent or ``<default>``)."""
+    return "" if fairness_key is None or fairness_key == DEFAULT_KEY else fairness_key
+
+
+def shown_key(stored: str) -> str:
+    """A stored fairness key as clients see it."""
+    return stored or DEFAULT_KEY
 
 
 class JobState(StrEnum):
@@ -119,6 +135,8 @@ class StoredJobFields(Protocol):
     def completed_at(self) -> datetime | None: ...
     @property
     def idempotency_key(self) -> str | None: ...
+    @property
+    def fairness_key(self) -> str: ...
 
 
 def job_record(
@@ -141,6 +159,7 @@ def job_record(
         "jobKey": str(row.job_key),
         "type": row.job_type,
         "tenantId": row.tenant_id,
+        "fairnessKey": row.fairness_key or DEFAULT_KEY,
         "state": state,
         "priority": row.priority,
         "effectivePriority": eff,

@@ -104,7 +104,7 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
         )
         metrics = Metrics(settings.metrics_top_tenants)
         activation = ActivationService(db, settings, metrics)
-        stats = StatsService(db)
+        stats = StatsService(db, top_keys=settings.metrics_top_keys)
         waiters = WaiterHub(
             activation,
             activation.release,

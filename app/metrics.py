@@ -56,6 +56,7 @@ from app.errors import JobfairError, OutcomeUnknown, Overloaded
 from app.keys import Principal
 from app.operators import LaneView, StatsService
 from app.scheduler import Aging, max_wait_to_top_ms
+from app.shares import KeyShare
 
 log = logging.getLogger(__name__)
 
@@ -565,6 +566,7 @@ async def database_gauges(
         for cap in ("tenant", "type"):
             capped.add_metric([job_type, tenant, cap], 1.0 if cap in f.capped else 0.0)
     families.append(capped)
+    families.extend(_key_gauges(views, labels))
     bound = GaugeMetricFamily(
         "jobfair_aging_bound_seconds",
         "How long a priority-0 job of the type waits at most before aging makes it top "
@@ -592,6 +594,47 @@ async def database_gauges(
             len(labels.members),
         )
     )
+    return families
+
+
+KEY = (*LANE, "key")
+KEY_GAUGES: tuple[tuple[str, str, Callable[[KeyShare], float | None]], ...] = (
+    (
+        "jobfair_key_realized_share",
+        "The fairness key's fraction of its lane's activations in the share window; "
+        "key=<other>: the keys without a label of their own, folded.",
+        lambda k: k.realized,
+    ),
+    (
+        "jobfair_key_entitled_share",
+        "The fraction of its lane's activations in the share window that its weight "
+        "entitled it to, among the lane's keys backlogged then.",
+        lambda k: k.entitled,
+    ),
+    (
+        "jobfair_key_vtime_lag",
+        "Its virtual time minus the least of its lane's backlogged keys (0: served next "
+        "in its lane); only for backlogged keys.",
+        lambda k: k.vtime_lag,
+    ),
+)
+
+
+def _key_gauges(views: Sequence[LaneView], labels: TenantLabels) -> list[Metric]:
+    """The second level's gauges (ADR 027): the labelled tenants' lanes alone, each with
+    its JOBFAIR_METRICS_TOP_KEYS most active keys by name and key="<other>" for the rest
+    (an unlabelled tenant's keys are not shown: its lane is folded into <other>)."""
+    families: list[Metric] = []
+    for name, what, value in KEY_GAUGES:
+        family = GaugeMetricFamily(name, what, labels=KEY)
+        for v in views:
+            if v.tenant_id not in labels.members:
+                continue
+            for k in v.keys:
+                got = value(k)
+                if got is not None:
+                    family.add_metric([v.job_type, v.tenant_id, k.key], got)
+        families.append(family)
     return families
 
 

@@ -14,9 +14,10 @@ from app.db import Database
 from app.db import metrics as stored_metrics
 from app.db import operators as stored
 from app.db.rows import JobRow, JobTypeRow, LaneSampleRow, LaneStats, TenantRow
+from app.domain import shown_key, stored_key
 from app.errors import NotFound
 from app.scheduler import Aging
-from app.shares import LaneSample, ShareWindow, Throughput
+from app.shares import KeySample, KeyShare, KeyWindow, LaneKeys, LaneSample, ShareWindow, Throughput
 
 STATS_WINDOW_S = 60.0
 
@@ -53,6 +54,20 @@ class ConfigService:
     async def delete_tenant(self, tenant_id: str) -> None:
         if not await stored.delete_tenant(self.db, tenant_id):
             raise NotFound(f"tenant {tenant_id} has no configuration")
+
+    async def put_key(self, tenant_id: str, fairness_key: str, weight: int) -> dict[str, Any]:
+        """A fairness key's weight inside its tenant: the next activation on every
+        server divides the tenant's share by it, for the jobs already waiting too."""
+        got = await stored.upsert_key_weight(self.db, tenant_id, stored_key(fairness_key), weight)
+        return _key(tenant_id, fairness_key, got)
+
+    async def get_key(self, tenant_id: str, fairness_key: str) -> dict[str, Any]:
+        got = await stored.get_key_weight(self.db, tenant_id, stored_key(fairness_key))
+        return _key(tenant_id, fairness_key, got)
+
+    async def delete_key(self, tenant_id: str, fairness_key: str) -> None:
+        if not await stored.delete_key_weight(self.db, tenant_id, stored_key(fairness_key)):
+            raise NotFound(f"key {fairness_key} of tenant {tenant_id} has no weight of its own")
 
     async def put_job_type(
         self, job_type: str, cap: int | None, interval_ms: int | None, step: int | None
@@ -109,6 +124,15 @@ def _tenant(row: TenantRow) -> dict[str, Any]:
     }
 
 
+def _key(tenant_id: str, fairness_key: str, weight: int | None) -> dict[str, Any]:
+    return {
+        "tenantId": tenant_id,
+        "fairnessKey": shown_key(stored_key(fairness_key)),
+        "weight": 1 if weight is None else weight,
+        "configured": weight is not None,
+    }
+
+
 def _unconfigured_tenant(tenant_id: str) -> dict[str, Any]:
     return {
         "tenantId": tenant_id,
@@ -142,6 +166,9 @@ class LaneView:
     # and either (the metrics' flag).
     tenant_paused: bool = False
     type_paused: bool = False
+    # The second level: its most active fairness keys in the window, then the others
+    # folded (app.shares.KeyWindow).
+    keys: tuple[KeyShare, ...] = ()
 
     @property
     def paused(self) -> bool:
@@ -154,16 +181,22 @@ class StatsService:
     process every few seconds and at every read (``app.shares``)."""
 
     def __init__(
-        self, db: Database, sample_interval_s: float = 5.0, window_s: float = STATS_WINDOW_S
+        self,
+        db: Database,
+        sample_interval_s: float = 5.0,
+        window_s: float = STATS_WINDOW_S,
+        top_keys: int = 10,
     ) -> None:
         self.db = db
         self.sample_interval_s = sample_interval_s
         self.window = ShareWindow(window_s)
+        self.keys = KeyWindow(window_s, top_keys)
         self.throughput = Throughput()
         self.latest: list[LaneSampleRow] = []
 
     async def sample(self) -> list[LaneSampleRow]:
-        """Sample every lane into the window; the rows read."""
+        """Sample every lane, and its most active keys, into the windows; the lanes read."""
+        await self._sample_keys()
         rows = await stored_metrics.lane_samples(self.db)
         lanes = {
             (r.job_type, r.tenant_id): LaneSample(
@@ -179,6 +212,22 @@ class StatsService:
         self.throughput.add(now, totals)
         self.latest = rows
         return rows
+
+    async def _sample_keys(self) -> None:
+        tracked = [
+            (job_type, tenant, stored_key(key))
+            for (job_type, tenant), keys in self.keys.tracked().items()
+            for key in keys
+        ]
+        lanes: dict[tuple[str, str], LaneKeys] = {}
+        for r in await stored_metrics.key_samples(self.db, self.keys.top, tracked):
+            lane = (r.job_type, r.tenant_id)
+            got = lanes.get(lane)
+            if got is None:
+                got = lanes[lane] = LaneKeys(r.lane_total, r.backlogged_weight, r.least_vtime, {})
+            sample = KeySample(r.activated_total, r.active, r.vtime, r.weight)
+            got.keys[shown_key(r.fairness_key)] = sample
+        self.keys.add(time.monotonic(), lanes)
 
     async def lanes(
         self,
@@ -256,6 +305,7 @@ class StatsService:
                     lags.get(lane),
                     r.tenant_paused,
                     r.type_paused,
+                    tuple(self.keys.shares(lane)),
                 )
             )
         if every_lane:
@@ -280,6 +330,7 @@ class StatsService:
                         lags.get(lane),
                         lane[1] in paused_tenants,
                         lane[0] in paused_types,
+                        tuple(self.keys.shares(lane)),
                     )
                 )
         return views
@@ -343,6 +394,7 @@ class StatsService:
                     "entitledShare": round(v.entitled_share, 4),
                     "vtimeLag": None if v.vtime_lag is None else round(v.vtime_lag, 6),
                     "paused": v.tenant_paused,
+                    "keys": [_key_share(k) for k in v.keys],
                 }
             )
         # The series sums every tenant's activations: a key that sees only some is not
@@ -351,6 +403,17 @@ class StatsService:
         for t in types.values():
             t["activatedPerMinute"] = series.get(t["type"]) if visible is None else None
         return {"jobTypes": list(types.values())}
+
+
+def _key_share(k: KeyShare) -> dict[str, Any]:
+    return {
+        "fairnessKey": k.key,
+        "activatedLastMinute": k.activated,
+        "realizedShare": round(k.realized, 4),
+        "entitledShare": round(k.entitled, 4),
+        "weight": k.weight,
+        "vtimeLag": None if k.vtime_lag is None else round(k.vtime_lag, 6),
+    }
 
 
 def _with_caps(

@@ -8,15 +8,24 @@ Where fairness is decided:
   A lane at its cap is skipped and keeps its ``vtime``, so it keeps its place.  A lane that
   comes back from idle re-enters at the current virtual time (:func:`reentry_vtime`), so
   it cannot bank credit while it was away.
-* Inside a tenant: effective priority (aging), then FIFO.  The claim ranks a lane's head
-  rows with the same formula as :func:`effective_priority` (its twin in SQL).
+* Inside a tenant, between its fairness keys: the same stride scheduling one level down
+  (ADR 027).  The picks a lane gets are divided among its backlogged keys
+  (:func:`allocate_keys`, :func:`split_among_keys`), each with a virtual time of its own
+  inside the lane, advanced by ``1/key weight``; a key back from idle re-enters at its
+  lane's key virtual time (:func:`reentry_vtime` again).  A tenant's share is decided
+  above, by its lane alone, so spreading its jobs over more keys never raises it.
+* Inside a key: effective priority (aging), then FIFO.  The claim ranks a key's head
+  rows with the same formula as :func:`effective_priority` (its twin in SQL).  Priority
+  does not cross keys: an urgent job is ahead of its own key's other jobs, not of
+  another key's turn.
 * Caps: a round's allocation is trimmed by the headroom counted under the cap locks
   (:func:`trim_to_caps`), and the lanes a claim leaves at their caps are held out of
   later reads (:func:`left_at_cap`).
 
 Three rules exist twice, here and in SQL, and name each other: the effective priority
-(``app.db.claims.CLAIM``), the re-entry virtual time (``app.db.lanes`` and alembic
-0004's ``jobfair_release_holds``) and the first pick (``app.db.claims.CLAIM_LEAD``).
+(``app.db.claims.CLAIM``), the re-entry virtual time of a lane and of a key
+(``app.db.lanes`` and alembic 0004's ``jobfair_release_holds``) and the first pick of a
+lane and of its key (``app.db.claims.CLAIM_LEAD``).
 ``tests/integration/test_twins.py`` checks on a real database that each pair agrees.
 """
 
@@ -91,30 +100,78 @@ def allocate(lanes: Iterable[Lane], n: int, type_headroom: int | None = None) ->
     """
     if type_headroom is not None:
         n = min(n, max(0, type_headroom))
-    heap: list[tuple[float, str, float, int | None]] = []
-    for lane in lanes:
-        if lane.headroom is not None and lane.headroom <= 0:
-            continue
-        heap.append((lane.vtime, lane.tenant_id, lane.stride, lane.headroom))
-    heapq.heapify(heap)
+    entries = [
+        (lane.vtime, lane.tenant_id, lane.stride, lane.headroom)
+        for lane in lanes
+        if lane.headroom is None or lane.headroom > 0
+    ]
+    counts, picks = _stride(entries, n)
+    return Allocation(counts=counts, picks=tuple(picks))
+
+
+def _stride(
+    entries: list[tuple[float, str, float, int | None]], n: int
+) -> tuple[dict[str, int], list[str]]:
+    """``n`` stride picks over (vtime, id, stride, headroom) entries: the smallest vtime
+    first, ties by id; each pick advances its entry by its stride, and an entry whose
+    headroom (None: none) it uses up leaves.  The counts per id, in first-pick order,
+    and the picks."""
+    heapq.heapify(entries)
     counts: dict[str, int] = {}
     picks: list[str] = []
-    while heap and len(picks) < n:
-        vtime, tenant_id, stride, headroom = heapq.heappop(heap)
-        counts[tenant_id] = counts.get(tenant_id, 0) + 1
-        picks.append(tenant_id)
+    while entries and len(picks) < n:
+        vtime, name, stride, headroom = heapq.heappop(entries)
+        counts[name] = counts.get(name, 0) + 1
+        picks.append(name)
         if headroom is not None:
             headroom -= 1
             if headroom <= 0:
                 continue
-        heapq.heappush(heap, (vtime + stride, tenant_id, stride, headroom))
-    return Allocation(counts=counts, picks=tuple(picks))
+        heapq.heappush(entries, (vtime + stride, name, stride, headroom))
+    return counts, picks
+
+
+@dataclass(frozen=True, slots=True)
+class Key:
+    """What a round knows of one backlogged fairness key of a lane: its virtual time
+    inside the lane and its weight there."""
+
+    key: str
+    vtime: float
+    weight: int
+
+    @property
+    def stride(self) -> float:
+        return 1.0 / self.weight
+
+
+def allocate_keys(keys: Iterable[Key], n: int) -> dict[str, int]:
+    """Divide a lane's ``n`` picks among its ``keys``: stride picks over the keys'
+    virtual times, as :func:`allocate` over lanes (ties by key).  The counts per key, in
+    first-pick order.  Its first pick has a twin in SQL: ``app.db.claims.CLAIM_LEAD``
+    takes the same key of its lead lane."""
+    counts, _ = _stride([(k.vtime, k.key, k.stride, None) for k in keys], n)
+    return counts
+
+
+def split_among_keys(
+    counts: Mapping[str, int], keys: Mapping[str, Sequence[Key]]
+) -> dict[tuple[str, str], int]:
+    """A round's allocation one level down: each lane's count (``counts``, per tenant)
+    divided among that lane's ``keys`` (per tenant, those read for it); a lane without
+    keys gets nothing this round.  Counts per (tenant, key)."""
+    out: dict[tuple[str, str], int] = {}
+    for tenant, n in counts.items():
+        for key, k in allocate_keys(keys.get(tenant, ()), n).items():
+            out[(tenant, key)] = k
+    return out
 
 
 def reentry_vtime(own_vtime: float, min_active_vtime: float | None, max_vtime: float) -> float:
     """Virtual time of a lane that becomes backlogged again.  Twin: ``_REENTRY_VTIME``
     in ``app.db.lanes`` (and alembic 0004's ``jobfair_release_holds``), where "backlogged"
-    excludes lanes held at their caps.
+    excludes lanes held at their caps.  The same rule places a fairness key that becomes
+    backlogged again among its lane's keys (``_KEY_REENTRY_VTIME``).
 
     The system's virtual time is the smallest ``vtime`` of the backlogged lanes or, when
     none is backlogged, the largest of all lanes.  A returning lane starts there, never

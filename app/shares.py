@@ -178,3 +178,175 @@ class Throughput:
                 for a, b in zip(values, values[1:], strict=False)
             ]
         return series
+
+
+# -- the second level (ADR 027): fairness keys inside their lanes --------------------------
+
+OTHER_KEYS = "<other>"  # every key of a lane without a row of its own (not a key's name)
+
+
+class KeySample(NamedTuple):
+    """One fairness key at one sample: its running count of activations
+    (``lane_keys.activated_total``), whether it is backlogged (active), its virtual time
+    inside its lane and its weight."""
+
+    activated_total: int
+    backlogged: bool
+    vtime: float
+    weight: int
+
+
+class LaneKeys(NamedTuple):
+    """A lane's keys at one sample: the lane's running count of activations, the total
+    weight of its backlogged keys and the least of their virtual times (None: none is
+    backlogged), and the keys sampled by name (the most active; ``KeyWindow``)."""
+
+    activated_total: int
+    backlogged_weight: int
+    least_vtime: float | None
+    keys: dict[str, KeySample]
+
+
+@dataclass(frozen=True, slots=True)
+class KeyShare:
+    """A key's place in its lane over the window: its activations, its realised and
+    entitled shares of its lane's, and (backlogged keys only) its virtual time minus the
+    least of its lane's backlogged keys' (0: served next)."""
+
+    key: str
+    activated: int
+    realized: float
+    entitled: float
+    weight: int
+    vtime_lag: float | None
+
+
+def key_interval(before: LaneKeys | None, after: LaneKeys) -> dict[str, tuple[int, float]]:
+    """One lane's keys between two samples: per key sampled at both (activations,
+    entitled activations), and the rest under OTHER_KEYS.  A key sampled now but not
+    before is counted from its next interval (its count so far is not this interval's),
+    unless the lane itself is new.  A key is owed a share when it was backlogged at either
+    end or was activated; the weight it competed against is the lane's backlogged weight,
+    the keys not sampled counted at the larger of the two ends."""
+    made = after.activated_total - (before.activated_total if before else 0)
+    if made <= 0:
+        return {}
+    counted: dict[str, tuple[int, int]] = {}  # key -> (activations, weight if owed else 0)
+    for key, now in after.keys.items():
+        then = before.keys.get(key) if before else None
+        if before is not None and then is None:
+            continue
+        a = max(0, now.activated_total - (then.activated_total if then else 0))
+        owed = a > 0 or now.backlogged or (then is not None and then.backlogged)
+        counted[key] = (a, now.weight if owed else 0)
+    other_a = max(0, made - sum(a for a, _ in counted.values()))
+
+    def untracked_weight(s: LaneKeys | None) -> int:
+        if s is None:
+            return 0
+        tracked = sum(k.weight for name, k in s.keys.items() if k.backlogged and name in counted)
+        return max(0, s.backlogged_weight - tracked)
+
+    other_w = max(untracked_weight(before), untracked_weight(after))
+    if other_a and not other_w:
+        other_w = 1  # keys activated, yet seen backlogged at neither end: weight unknown
+    total_w = sum(w for _, w in counted.values()) + other_w
+    out = {key: (a, made * w / total_w if total_w else 0.0) for key, (a, w) in counted.items()}
+    if other_a or other_w:
+        out[OTHER_KEYS] = (other_a, made * other_w / total_w if total_w else 0.0)
+    return out
+
+
+class KeyWindow:
+    """The last ``window_s`` of key samples, per lane: ShareWindow one level down.  Each
+    sample reads, per lane, the ``top`` keys most active in the window (``tracked``: what
+    the next sample should read by name) and, for keys new to it, the most active ever;
+    every other key is folded into OTHER_KEYS.  Pure: it is given samples and instants."""
+
+    def __init__(self, window_s: float, top: int) -> None:
+        self.window_s = window_s
+        self.top = top
+        self._last: tuple[float, Mapping[Lane, LaneKeys]] | None = None
+        self._intervals: deque[tuple[float, float, dict[Lane, dict[str, tuple[int, float]]]]]
+        self._intervals = deque()
+        self._sums: dict[Lane, dict[str, list[float]]] = {}
+
+    def add(self, at_s: float, lanes: Mapping[Lane, LaneKeys]) -> None:
+        """A sample of every lane's keys at ``at_s`` (monotonic seconds, increasing)."""
+        if self._last is not None:
+            start_s, before = self._last
+            counts = {lane: key_interval(before.get(lane), now) for lane, now in lanes.items()}
+            counts = {lane: c for lane, c in counts.items() if c}
+            self._intervals.append((start_s, at_s, counts))
+            for lane, per_key in counts.items():
+                sums = self._sums.setdefault(lane, {})
+                for key, (a, e) in per_key.items():
+                    got = sums.setdefault(key, [0.0, 0.0])
+                    got[0] += a
+                    got[1] += e
+        self._last = (at_s, lanes)
+        while len(self._intervals) > 1 and self._intervals[0][1] <= at_s - self.window_s:
+            _, _, old = self._intervals.popleft()
+            for lane, per_key in old.items():
+                sums = self._sums[lane]
+                for key, (a, e) in per_key.items():
+                    got = sums[key]
+                    got[0] -= a
+                    got[1] = max(0.0, got[1] - e)
+                    if got[0] <= 0 and got[1] < 1e-9:
+                        del sums[key]
+                if not sums:
+                    del self._sums[lane]
+
+    def tracked(self) -> dict[Lane, list[str]]:
+        """Per lane, the keys the next sample should read by name: the ``top`` most
+        active in the window (OTHER_KEYS aside)."""
+        out = {}
+        for lane, sums in self._sums.items():
+            ranked = sorted((k for k in sums if k != OTHER_KEYS), key=lambda k: (-sums[k][0], k))
+            out[lane] = ranked[: self.top]
+        return out
+
+    def shares(self, lane: Lane) -> list[KeyShare]:
+        """The lane's keys over the window, the most active first (at most ``top``, then
+        OTHER_KEYS if anything was folded into it)."""
+        sums = self._sums.get(lane, {})
+        latest = self._last[1].get(lane) if self._last is not None else None
+        made = sum(a for a, _ in sums.values())
+        owed = sum(e for _, e in sums.values())
+        names = [k for k in sums if k != OTHER_KEYS]
+        if latest is not None:
+            names += [k for k in latest.keys if k not in sums]
+        names.sort(key=lambda k: (-(sums[k][0] if k in sums else 0), k))
+        out = []
+        for key in names[: self.top]:
+            a, e = sums.get(key, (0.0, 0.0))
+            sample = latest.keys.get(key) if latest is not None else None
+            lag = None
+            if sample is not None and sample.backlogged and latest is not None:
+                lag = sample.vtime - (latest.least_vtime or sample.vtime)
+            out.append(
+                KeyShare(
+                    key,
+                    int(a),
+                    a / made if made else 0.0,
+                    e / owed if owed else 0.0,
+                    sample.weight if sample is not None else 1,
+                    lag,
+                )
+            )
+        folded = [sums[k] for k in (*names[self.top :], OTHER_KEYS) if k in sums]
+        if folded:
+            a = sum(x for x, _ in folded)
+            e = sum(y for _, y in folded)
+            out.append(
+                KeyShare(
+                    OTHER_KEYS,
+                    int(a),
+                    a / made if made else 0.0,
+                    e / owed if owed else 0.0,
+                    0,
+                    None,
+                )
+            )
+        return out

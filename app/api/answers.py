@@ -34,6 +34,9 @@ class Job(BaseModel):
     jobKey: str = Field(description="int64 as a decimal string")
     type: str
     tenantId: str
+    fairnessKey: str = Field(
+        description="its fairness key inside its tenant; <default> when sent without one"
+    )
     state: Literal["CREATED", "ACTIVATED", "COMPLETED", "FAILED", "ERROR_THROWN", "CANCELED"]
     priority: int
     effectivePriority: int = Field(
@@ -141,6 +144,13 @@ class Tenant(BaseModel):
     configured: bool = Field(description="false: never configured (the defaults answered)")
 
 
+class FairnessKey(BaseModel):
+    tenantId: str
+    fairnessKey: str
+    weight: int = Field(description="its share of its tenant's, against its tenant's other keys")
+    configured: bool = Field(description="false: no weight of its own (it weighs 1)")
+
+
 class Tenants(BaseModel):
     tenants: list[Tenant]
 
@@ -156,6 +166,21 @@ class JobTypeConfig(BaseModel):
 
 class JobTypes(BaseModel):
     jobTypes: list[JobTypeConfig]
+
+
+class KeyStats(BaseModel):
+    fairnessKey: str = Field(description="<other>: the keys not listed, folded")
+    activatedLastMinute: int
+    realizedShare: float = Field(description="of its tenant's activations of the type")
+    entitledShare: float = Field(
+        description="what its weight entitled it to of them, among its tenant's keys "
+        "backlogged then"
+    )
+    weight: int
+    vtimeLag: float | None = Field(
+        description="its virtual time minus the least of its tenant's backlogged keys "
+        "(0: served next inside its lane); null when not backlogged"
+    )
 
 
 class TenantStats(BaseModel):
@@ -186,6 +211,10 @@ class TenantStats(BaseModel):
         "not held at a cap; null when not backlogged"
     )
     paused: bool = Field(description="the tenant is paused")
+    keys: list[KeyStats] = Field(
+        description="its most active fairness keys in the window (JOBFAIR_METRICS_TOP_KEYS), "
+        "then <other>: every other key, folded"
+    )
 
 
 class TypeStats(BaseModel):

@@ -30,7 +30,7 @@ from app.api.problems import JSON
 from app.db import jobs as stored
 from app.db.jobs import tenant_of
 from app.db.rows import JobRow
-from app.domain import job_record, utcnow
+from app.domain import FAIRNESS_KEY_RE, job_record, utcnow
 from app.errors import InvalidArgument, ResourceExhausted, StaleActivation, Unauthenticated
 from app.jobs import JobChanges
 from app.streaming import Stream, keep_alive_factory
@@ -45,15 +45,36 @@ def _check_jobs(request: Request, jobs: list[schemas.CreateJob], payload_limit: 
     None when the whole body is under it (then no job in it can be over: the usual case,
     which skips the work)."""
     caller = security.principal(request)
-    for job in jobs:
+    header = request.app.state.settings.fairness_key_header
+    for i, job in enumerate(jobs):
         if caller.scoped:
             security.require_scope(caller, tenant_of(job), job["type"])
         if job.get("runAt") is not None and job.get("delay") is not None:
             raise InvalidArgument("give runAt or delay, not both")
+        if header:
+            _key_from_header(job, header, i if len(jobs) > 1 else None)
         if payload_limit is not None:
             check_payload_size(
                 payload_limit, job.get("variables", {}), job.get("customHeaders", {})
             )
+
+
+def _key_from_header(job: schemas.CreateJob, header: str, index: int | None) -> None:
+    """A job sent without ``fairnessKey`` takes the one its ``customHeaders`` name under
+    ``header`` (JOBFAIR_FAIRNESS_KEY_HEADER), validated as the field is; a job sending
+    both must send the same key."""
+    value = job.get("customHeaders", {}).get(header)
+    if value is None:
+        return
+    where = "customHeaders." + header if index is None else f"jobs.{index}.customHeaders.{header}"
+    if not isinstance(value, str) or not FAIRNESS_KEY_RE.fullmatch(value):
+        raise InvalidArgument(
+            f"{where}: a fairness key must be a string matching {FAIRNESS_KEY_RE.pattern}"
+        )
+    sent = job.get("fairnessKey")
+    if sent is not None and sent != value:
+        raise InvalidArgument(f"fairnessKey {sent!r} and {where} {value!r} disagree; send one")
+    job["fairnessKey"] = value
 
 
 async def create_job(request: Request) -> Response:

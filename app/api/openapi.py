@@ -31,6 +31,7 @@ PATH_PARAMS = {
         "description": "int64, decimal",
     },
     "tenantId": {"type": "string", "pattern": schemas.TENANT_ID_PATTERN},
+    "fairnessKey": {"type": "string", "pattern": schemas.FAIRNESS_KEY_PATTERN},
     "type": {"type": "string", "pattern": schemas.JOB_TYPE_PATTERN},
     "keyId": {"type": "string", "pattern": KEY_ID_RE.pattern},
 }

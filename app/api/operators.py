@@ -9,7 +9,7 @@ from app import migrations
 from app.api import context, schemas, security
 from app.api.parsing import body, query_params
 from app.api.problems import JSON
-from app.domain import JOB_TYPE_RE, TENANT_ID_RE, utcnow
+from app.domain import FAIRNESS_KEY_RE, JOB_TYPE_RE, TENANT_ID_RE, utcnow
 from app.errors import InvalidArgument, ResourceExhausted
 from app.keys import audit
 from app.metrics import CONTENT_TYPE
@@ -63,6 +63,34 @@ async def delete_tenant(request: Request, tenant_id: str) -> Response:
     tid = _tenant_id(tenant_id)
     await context.services(request).config.delete_tenant(tid)
     audit.info("tenant reset to defaults: %s by=%s", tid, _by(request))
+    return Response(status_code=204)
+
+
+def _fairness_key(raw: str) -> str:
+    if not FAIRNESS_KEY_RE.fullmatch(raw):
+        raise InvalidArgument(f"fairnessKey {raw!r} must match {FAIRNESS_KEY_RE.pattern}")
+    return raw
+
+
+async def put_key(request: Request, tenant_id: str, fairness_key: str) -> Response:
+    tid, key = _tenant_id(tenant_id), _fairness_key(fairness_key)
+    spec = await body(request, schemas.PutKey)
+    out = await context.services(request).config.put_key(tid, key, spec.weight)
+    audit.info(
+        "fairness key configured: %s/%s weight=%s by=%s", tid, key, spec.weight, _by(request)
+    )
+    return JSON(out)
+
+
+async def get_key(request: Request, tenant_id: str, fairness_key: str) -> Response:
+    tid, key = _tenant_id(tenant_id), _fairness_key(fairness_key)
+    return JSON(await context.services(request).config.get_key(tid, key))
+
+
+async def delete_key(request: Request, tenant_id: str, fairness_key: str) -> Response:
+    tid, key = _tenant_id(tenant_id), _fairness_key(fairness_key)
+    await context.services(request).config.delete_key(tid, key)
+    audit.info("fairness key reset to weight 1: %s/%s by=%s", tid, key, _by(request))
     return Response(status_code=204)
 
 

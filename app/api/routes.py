@@ -47,6 +47,7 @@ TypedDictBody = schemas.CreateJob | schemas.CreateBatch
 ENDPOINT_PARAMS = {
     "{jobKey}": "{key}",
     "{tenantId}": "{tenant_id}",
+    "{fairnessKey}": "{fairness_key}",
     "{type}": "{job_type:path}",
     "{keyId}": "{key_id}",
     "{asset}": "{asset}",
@@ -138,7 +139,7 @@ STATE_LIST_PATTERN = (
 )
 # "." and ".." are valid names but dot segments of a URL: clients resolve them away, and
 # the request then names another path, or none (404).
-DOT_SEGMENTS = "A tenant id or job type of . or .. cannot be sent in a path (404)."
+DOT_SEGMENTS = "A tenant id, fairness key or job type of . or .. cannot be sent in a path (404)."
 
 
 def _job_links(key: str, count: str | None = None) -> dict[str, Any]:
@@ -571,6 +572,39 @@ OPERATIONS: tuple[Operation, ...] = (
         operators.delete_tenant,
         Permission.ADMIN,
         "Reset a tenant to defaults",
+        "operators",
+        status=204,
+        errors=(400, 404),
+    ),
+    Operation(
+        "PUT",
+        "/v2/tenants/{tenantId}/keys/{fairnessKey}",
+        operators.put_key,
+        Permission.ADMIN,
+        "Weigh a fairness key inside its tenant (applies at the next activation)",
+        "operators",
+        body=schemas.PutKey,
+        answer=answers.FairnessKey,
+        errors=(400, 404),
+        notes=DOT_SEGMENTS,
+    ),
+    Operation(
+        "GET",
+        "/v2/tenants/{tenantId}/keys/{fairnessKey}",
+        operators.get_key,
+        Permission.ADMIN,
+        "A fairness key's weight",
+        "operators",
+        answer=answers.FairnessKey,
+        errors=(400, 404),
+        notes=DOT_SEGMENTS,
+    ),
+    Operation(
+        "DELETE",
+        "/v2/tenants/{tenantId}/keys/{fairnessKey}",
+        operators.delete_key,
+        Permission.ADMIN,
+        "Reset a fairness key to weight 1",
         "operators",
         status=204,
         errors=(400, 404),

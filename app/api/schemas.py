@@ -23,9 +23,11 @@ from typing_extensions import TypedDict
 
 from app.api import faithful
 from app.domain import (
+    DEFAULT_KEY,
     DEFAULT_PRIORITY,
     DEFAULT_RETRIES,
     DEFAULT_TENANT,
+    FAIRNESS_KEY_RE,
     JOB_TYPE_RE,
     MAX_ACTIVATE_JOBS,
     MAX_COMPLETE_BATCH,
@@ -88,6 +90,8 @@ JOB_KEY_PATTERN = _decimal_at_most(INT64_MAX)
 TENANT_ID_PATTERN = TENANT_ID_RE.pattern
 JOB_TYPE_PATTERN = JOB_TYPE_RE.pattern
 TenantId = Annotated[str, StringConstraints(strict=True, pattern=TENANT_ID_PATTERN)]
+FAIRNESS_KEY_PATTERN = FAIRNESS_KEY_RE.pattern
+FairnessKey = Annotated[str, StringConstraints(strict=True, pattern=FAIRNESS_KEY_PATTERN)]
 JobType = Annotated[str, StringConstraints(strict=True, pattern=JOB_TYPE_PATTERN)]
 JobKey = Annotated[str, StringConstraints(strict=True, pattern=JOB_KEY_PATTERN)]
 ShortText = Annotated[str, StringConstraints(strict=True, max_length=10_000, pattern=NO_NUL)]
@@ -184,6 +188,7 @@ NOT_BOTH: JsonDict = {
 class CreateJob(TypedDict):
     type: JobType
     tenantId: NotRequired[Annotated[TenantId, _defaults_to(DEFAULT_TENANT)]]
+    fairnessKey: NotRequired[Annotated[FairnessKey, _defaults_to(DEFAULT_KEY)]]
     priority: NotRequired[Annotated[Priority, _defaults_to(DEFAULT_PRIORITY)]]
     retries: NotRequired[Annotated[Retries, _defaults_to(DEFAULT_RETRIES)]]
     variables: NotRequired[Annotated[JsonObject, _defaults_to({})]]
@@ -281,6 +286,10 @@ class UpdateJob(Strict):
 class PutTenant(Strict):
     weight: Annotated[int, Field(ge=1, le=10_000), JsonInteger] = 1
     maxActiveJobs: MaxActiveJobs | None = None
+
+
+class PutKey(Strict):
+    weight: Annotated[int, Field(ge=1, le=10_000), JsonInteger] = 1
 
 
 class PutJobType(Strict):

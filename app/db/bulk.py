@@ -41,32 +41,34 @@ WITH up AS (
     UPDATE jobs j
     SET state = 'CREATED', retries = $2, completed_at = NULL, queued_at = $3, run_at = $3
     WHERE j.job_key = ANY($1::bigint[]) AND j.state = 'FAILED'
-    RETURNING j.job_key, j.job_type, j.tenant_id, j.activation_count, j.retries
+    RETURNING j.job_key, j.job_type, j.tenant_id, j.activation_count, j.retries,
+              j.fairness_key
 ),
 {log_cte("logged", "up", step=REVIVED, event="'revived'", at="$3")}
-SELECT job_type, tenant_id FROM up
+SELECT job_type, tenant_id, fairness_key FROM up
 """
 
 # -- name: cancel_ready
-# Up to $3 ready jobs of one lane ($1 type, $2 tenant) -> CANCELED, taken from the head of
-# its queue; rows an activator holds are passed by (they are being activated).  History:
-# "canceled".  Index: jobs_ready_idx, in its order (each batch starts where the last
-# left off: the index entries of jobs canceled before are dead and skipped).  Locks: the
-# batch's rows.
+# Up to $3 ready jobs of one lane ($1 type, $2 tenant) -> CANCELED, key by key from the
+# head of each key's queue; rows an activator holds are passed by (they are being
+# activated).  Answers how many, and the keys they had (for parking those emptied).
+# History: "canceled".  Index: jobs_ready_idx, in its order (each batch starts where the
+# last left off: the index entries of jobs canceled before are dead and skipped).
+# Locks: the batch's rows.
 CANCEL_READY = f"""
 WITH up AS (
     UPDATE jobs j SET state = 'CANCELED', completed_at = $4
     WHERE j.job_key = ANY(ARRAY(
         SELECT x.job_key FROM jobs x
         WHERE x.state = 'CREATED' AND x.job_type = $1 AND x.tenant_id = $2
-        ORDER BY x.priority DESC, x.queued_at, x.job_key
+        ORDER BY x.fairness_key, x.priority DESC, x.queued_at, x.job_key
         LIMIT $3
         FOR UPDATE SKIP LOCKED))
       AND j.state = 'CREATED'
-    RETURNING j.job_key, j.activation_count, j.worker, j.retries
+    RETURNING j.job_key, j.activation_count, j.worker, j.retries, j.fairness_key
 ),
 {log_cte("logged", "up", step=CANCELED, event="'canceled'", at="$4")}
-SELECT count(*) FROM up
+SELECT count(*) AS n, ARRAY(SELECT DISTINCT fairness_key FROM up) AS keys FROM up
 """
 
 # -- name: cancel_delayed
@@ -141,16 +143,17 @@ async def revive(
     async with db.transaction() as tx:
         await lanes.lock_to_wake(tx, [(t, n) for _, t, n in jobs])
         rows = await tx.fetch(REVIVE_FAILED, [k for k, _, _ in jobs], retries, now)
-        await lanes.wake(tx, [r["job_type"] for r in rows], [r["tenant_id"] for r in rows])
+        await lanes.wake(tx, rows)
     return len(rows)
 
 
 async def cancel_ready(
     db: Queries, job_type: str, tenant_id: str, limit: int, now: datetime
-) -> int:
-    """Cancel up to ``limit`` ready jobs of one lane (cancel_ready)."""
-    n: int = await db.fetchval(CANCEL_READY, job_type, tenant_id, limit, now)
-    return n
+) -> tuple[int, list[str]]:
+    """Cancel up to ``limit`` ready jobs of one lane (cancel_ready): how many, and the
+    fairness keys they had."""
+    row = await db.fetchrow(CANCEL_READY, job_type, tenant_id, limit, now)
+    return row["n"], list(row["keys"])
 
 
 async def cancel_delayed(
@@ -172,6 +175,7 @@ async def any_created(db: Queries, tenant_id: str, job_type: str | None) -> bool
     return found
 
 
-async def park(db: Sessions, job_type: str, tenant_id: str) -> None:
-    """Park the lane if the cancels emptied it (lanes.park)."""
-    await lanes.park(db, job_type, [tenant_id])
+async def park(db: Sessions, job_type: str, tenant_id: str, keys: Sequence[str] = ()) -> None:
+    """Park the lane if the cancels emptied it, else those of its ``keys`` they emptied
+    (lanes.park)."""
+    await lanes.park(db, job_type, [tenant_id], keys=[(tenant_id, k) for k in keys])

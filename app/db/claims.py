@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 from app.db.base import Queries, Sessions
 from app.db.history import TRIM_CTE
 from app.db.jobs import INSERT_JOB_QUIET, NOTIFY_READY, insert_into, locks_for
-from app.db.lanes import LANE_READY, PROBED_LANES
+from app.db.lanes import KEY_READY, LANE_READY, PROBED_LANES
 from app.db.locks import TENANT_CAP_LOCK_CLASS, TYPE_CAP_LOCK_CLASS, cap_key, int4
 from app.db.rows import Claimed, JobRow, LeadClaim, job_columns, job_row
 
@@ -56,12 +56,13 @@ SELECT CASE WHEN $2::int IS NULL THEN NULL ELSE pg_advisory_xact_lock($1, $2) EN
 """
 
 # priority): locked ({lock}) for the top priority, read for the others.
-_PRIORITY_HEADS = """SELECT h.job_key, p.tenant_id, p.priority, p.k, p.top, h.queued_at
+_PRIORITY_HEADS = """SELECT h.job_key, p.tenant_id, p.fairness_key, p.priority, p.k, p.top,
+                 h.queued_at
           FROM prios p
           CROSS JOIN LATERAL (
               SELECT j.job_key, j.queued_at FROM jobs j
               WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
-                AND j.priority = p.priority
+                AND j.fairness_key = p.fairness_key AND j.priority = p.priority
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
               {lock}
@@ -77,13 +78,13 @@ EFFECTIVE_PRIORITY = """LEAST(100, {priority} + {step} * floor(
                / {interval}))"""
 
 # -- name: claim
-# Activates up to k jobs from each allotted lane of one job type, best effective
-# priority first.
-# Index: jobs_ready_idx (job_type, tenant_id, priority DESC, queued_at, job_key)
-#   WHERE state = 'CREATED'.  Per lane a recursive skip scan finds the distinct
+# Activates up to k jobs from each allotted key of each allotted lane of one job type
+# (scheduler.split_among_keys), best effective priority first within the key.
+# Index: jobs_ready_idx (job_type, tenant_id, fairness_key, priority DESC, queued_at,
+#   job_key) WHERE state = 'CREATED'.  Per key a recursive skip scan finds the distinct
 #   priorities (one index descent each, at most 101); each priority's head yields up to k
 #   rows in FIFO order, which within one priority is also aging order.  The best k of
-#   those heads are the lane's best k jobs.  Cost O(k x P x log N), never a backlog scan.
+#   those heads are the key's best k jobs.  Cost O(k x P x log N), never a backlog scan.
 # Locks: FOR UPDATE SKIP LOCKED, so concurrent activators of the same lane pass each
 #   other (each takes the next unlocked rows) instead of queueing.  Only the top
 #   priority's heads are locked as they are read; lower priorities' heads are read
@@ -98,16 +99,17 @@ EFFECTIVE_PRIORITY = """LEAST(100, {priority} + {step} * floor(
 _CLAIM = f"""
 WITH RECURSIVE {{alloc}},
 prios AS (
-    SELECT a.tenant_id, a.k, true AS top,
+    SELECT a.tenant_id, a.fairness_key, a.k, true AS top,
            (SELECT max(j.priority) FROM jobs j
-             WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = a.tenant_id)
+             WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = a.tenant_id
+               AND j.fairness_key = a.fairness_key)
              AS priority
     FROM alloc a
   UNION ALL
-    SELECT p.tenant_id, p.k, false,
+    SELECT p.tenant_id, p.fairness_key, p.k, false,
            (SELECT max(j.priority) FROM jobs j
              WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
-               AND j.priority < p.priority)
+               AND j.fairness_key = p.fairness_key AND j.priority < p.priority)
     FROM prios p WHERE p.priority IS NOT NULL
 ),
 heads AS (
@@ -129,9 +131,9 @@ heads AS (
           {_PRIORITY_HEADS.format(lock="", which="NOT p.top")}) u
 ),
 chosen AS (
-    SELECT job_key, tenant_id, priority, top FROM (
-        SELECT job_key, tenant_id, priority, k, top,
-               row_number() OVER (PARTITION BY tenant_id
+    SELECT job_key, tenant_id, fairness_key, priority, top FROM (
+        SELECT job_key, tenant_id, fairness_key, priority, k, top,
+               row_number() OVER (PARTITION BY tenant_id, fairness_key
                                   ORDER BY eff DESC, queued_at, job_key) AS rn
         FROM heads
     ) ranked
@@ -139,12 +141,12 @@ chosen AS (
 ),
 promoted AS (
     SELECT h.job_key
-    FROM (SELECT tenant_id, priority, count(*)::int AS n FROM chosen WHERE NOT top
-          GROUP BY tenant_id, priority) s
+    FROM (SELECT tenant_id, fairness_key, priority, count(*)::int AS n FROM chosen
+          WHERE NOT top GROUP BY tenant_id, fairness_key, priority) s
     CROSS JOIN LATERAL (
         SELECT j.job_key FROM jobs j
         WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = s.tenant_id
-          AND j.priority = s.priority
+          AND j.fairness_key = s.fairness_key AND j.priority = s.priority
         ORDER BY j.queued_at, j.job_key
         LIMIT s.n
         FOR UPDATE SKIP LOCKED
@@ -171,7 +173,9 @@ activated AS (
 {{answer}}
 """
 CLAIM = _CLAIM.format(
-    alloc="alloc AS (SELECT * FROM unnest($2::text[], $3::int[]) AS a(tenant_id, k))",
+    alloc="""alloc AS (
+    SELECT * FROM unnest($2::text[], $11::text[], $3::int[]) AS a(tenant_id, fairness_key, k)
+)""",
     now="$4::timestamptz",
     workers="$5::text[]",
     deadlines="$6::timestamptz[]",
@@ -186,16 +190,19 @@ CLAIM = _CLAIM.format(
 # -- name: claim_lead
 # One stride pick, read and claimed in one round trip: the job type's first backlogged
 # lane in (vtime, tenant) order that has a ready job -- the lane scheduler.allocate picks
-# first -- gives its best job, exactly as CLAIM would give it with the count 1 for that
-# lane.  For a waiter woken by one new job of an idle type, this saves read_lanes' round
-# trip, a large part of a pickup (ADR 011).  It claims nothing where a cap is involved
-# (the type's, or the lead lane's tenant's: those need their locks and counts), when none
-# of the first PROBED_LANES active lanes has a ready job, or when the lead lane's heads
-# are held by another activator; the caller then runs the full rounds, unless the answer
-# says the type is dry.  Answers one row: the claimed job with the lane's weight (for its
-# charge) and the type's aging ($5, $6: the server's defaults), or NULLs and whether the
-# type is dry.  A paused type, or a paused tenant's lane, gives nothing (as read_lanes).
-# Index: lanes_type_vtime_idx, then as read_lanes and CLAIM.
+# first -- and in it the first backlogged key in (vtime, key) order that has one -- the
+# key scheduler.allocate_keys picks first -- gives its best job, exactly as CLAIM would
+# give it with the count 1 for that key.  For a waiter woken by one new job of an idle
+# type, this saves read_lanes' and read_keys' round trips, a large part of a pickup (ADR
+# 011).  It claims nothing where a cap is involved (the type's, or the lead lane's
+# tenant's: those need their locks and counts), when none of the first PROBED_LANES
+# active lanes has a ready job, nor any of the lead lane's first PROBED_LANES active
+# keys, or when the lead key's heads are held by another activator; the caller then runs
+# the full rounds, unless the answer says the type is dry.  Answers one row: the claimed
+# job with the lane's and the key's weights (for their charges) and the type's aging
+# ($5, $6: the server's defaults), or NULLs and whether the type is dry.  A paused type,
+# or a paused tenant's lane, gives nothing (as read_lanes).
+# Index: lanes_type_vtime_idx, lane_keys_vtime_idx, then as read_lanes, read_keys and CLAIM.
 _LEAD = f"""lead_lane AS (
     SELECT x.tenant_id, x.weight, x.cap, c.type_cap, c.aging_step, c.aging_interval_ms
     FROM (SELECT t.max_active_jobs AS type_cap,
@@ -217,10 +224,24 @@ _LEAD = f"""lead_lane AS (
         LIMIT 1) x
 ),
 lead AS (
-    SELECT tenant_id, weight, aging_step, aging_interval_ms FROM lead_lane
-    WHERE type_cap IS NULL AND cap IS NULL
+    SELECT ll.tenant_id, y.fairness_key, ll.weight, y.key_weight, ll.aging_step,
+           ll.aging_interval_ms
+    FROM lead_lane ll
+    CROSS JOIN LATERAL (
+        SELECT r.fairness_key, COALESCE(w.weight, 1) AS key_weight FROM (
+            SELECT x.fairness_key, x.vtime, {KEY_READY} AS ready
+            FROM lane_keys x
+            WHERE x.job_type = $1 AND x.tenant_id = ll.tenant_id AND x.active
+            ORDER BY x.vtime, x.fairness_key
+            LIMIT {PROBED_LANES}) r
+        LEFT JOIN key_weights w ON w.tenant_id = ll.tenant_id
+         AND w.fairness_key = r.fairness_key
+        WHERE r.ready
+        ORDER BY r.vtime, r.fairness_key
+        LIMIT 1) y
+    WHERE ll.type_cap IS NULL AND ll.cap IS NULL
 ),
-alloc AS (SELECT tenant_id, 1 AS k FROM lead)"""
+alloc AS (SELECT tenant_id, fairness_key, 1 AS k FROM lead)"""
 # Whether the type is dry for the filter: no probed lane had a ready job, and the probe
 # saw every active lane (fewer than PROBED_LANES).  Evaluated only when nothing was
 # claimed (AND evaluates in order); it counts lanes_type_vtime_idx entries, the ready
@@ -243,7 +264,8 @@ def _claim_lead(tenants: str) -> str:
         via_stream="$7",
         starts="$8::int[]",
         log=TRIM_CTE,
-        answer=f"""SELECT a.*, lead.weight AS lane_weight, lead.aging_step AS lane_aging_step,
+        answer=f"""SELECT a.*, lead.weight AS lane_weight, lead.key_weight AS lane_key_weight,
+       lead.aging_step AS lane_aging_step,
        lead.aging_interval_ms AS lane_aging_interval_ms,
        (a.job_key IS NULL AND {_LEAD_DRY.format(tenants=tenants)}) AS dry
 FROM (SELECT 1) one LEFT JOIN (activated a CROSS JOIN lead) ON true""",
@@ -297,7 +319,7 @@ def _claimed(rows: Sequence[Any]) -> list[Claimed]:
 async def claim(
     db: Queries,
     job_type: str,
-    counts: Mapping[str, int],
+    counts: Mapping[tuple[str, str], int],
     *,
     now: datetime,
     shares: Sequence[Share],
@@ -305,7 +327,7 @@ async def claim(
     aging_step: int,
     aging_interval_ms: int,
 ) -> list[Claimed]:
-    """Claim ``counts`` jobs per tenant lane (claim).  The jobs claimed are shared out
+    """Claim ``counts`` jobs per (tenant, fairness key) (claim).  The jobs claimed are shared out
     among ``shares`` in order, each taking up to its ``n`` (under its worker name and
     lease); a Claimed's ``share`` is its index there, from 1.  Alone (``db`` the
     database) the claim is one autocommit statement; a capped claim runs it in the
@@ -316,7 +338,7 @@ async def claim(
     rows = await db.fetch(
         CLAIM,
         job_type,
-        list(counts),
+        [t for t, _ in counts],
         list(counts.values()),
         now,
         workers,
@@ -325,6 +347,7 @@ async def claim(
         aging_interval_ms,
         via_stream,
         starts,
+        [k for _, k in counts],
     )
     return _claimed(rows)
 
@@ -377,7 +400,12 @@ def _lead_call(job_type: str, ask: LeadAsk, now: datetime) -> tuple[str, tuple[A
 def _lead_claim(row: Any) -> LeadClaim:
     job: JobRow | None = None if row["job_key"] is None else job_row(row, 1)
     return LeadClaim(
-        job, row["lane_weight"], row["lane_aging_step"], row["lane_aging_interval_ms"], row["dry"]
+        job,
+        row["lane_weight"],
+        row["lane_key_weight"],
+        row["lane_aging_step"],
+        row["lane_aging_interval_ms"],
+        row["dry"],
     )
 
 

@@ -111,7 +111,7 @@ WITH ended AS (
       AND cur.job_key = $1 AND cur.shard = jobfair_key_shard($1) AND {_LEASED}
       AND j.activation_count = $2
     RETURNING j.job_key, j.job_type, j.tenant_id, j.state, j.via_stream, j.activation_count,
-              j.activated_at, j.worker, j.retries, j.error_message
+              j.activated_at, j.worker, j.retries, j.error_message, j.fairness_key
 ),
 {
     ended_cte(
@@ -125,7 +125,7 @@ WITH ended AS (
 {CREDIT_NOTIFY},
 {CAPACITY_NOTIFY},
 {RELEASE_HOLDS}
-SELECT job_key, job_type, tenant_id, state, activated_at,
+SELECT job_key, job_type, tenant_id, state, activated_at, fairness_key,
        (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
          AS _n
 FROM ended
@@ -172,11 +172,11 @@ WITH ended AS (
     WHERE j.job_key = r.job_key AND j.shard = jobfair_key_shard(r.job_key) AND {_LEASED}
       AND j.activation_count = r.activation_count
     RETURNING j.job_key, j.job_type, j.tenant_id, j.activation_count, j.activated_at, j.worker,
-              j.retries
+              j.retries, j.fairness_key
 ),
 {ended_cte("ended", "$1::bigint[]", event="'released'", at="$3")},
 {RELEASE_HOLDS}
-SELECT job_key, job_type, tenant_id, (SELECT n FROM unheld) AS _n FROM ended
+SELECT job_key, job_type, tenant_id, fairness_key, (SELECT n FROM unheld) AS _n FROM ended
 """
 
 
@@ -193,13 +193,13 @@ WITH ended AS (
     WHERE j.job_key = $1 AND j.shard = jobfair_key_shard($1)
       AND j.state IN ('CREATED', 'SCHEDULED', 'ACTIVATED')
     RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activation_count,
-              j.activated_at, j.worker, j.retries
+              j.activated_at, j.worker, j.retries, j.fairness_key
 ),
 {ended_cte("ended", "ARRAY[$1::bigint]", step=CANCELED, event="'canceled'", at="$2")},
 {CREDIT_NOTIFY},
 {CAPACITY_NOTIFY},
 {RELEASE_HOLDS}
-SELECT job_type, tenant_id,
+SELECT job_type, tenant_id, fairness_key,
        (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
          AS _n
 FROM ended
@@ -255,7 +255,7 @@ async def fail(
         )
         if ended.state is JobState.CREATED:
             await lanes.lock_to_wake(tx, [(ended.job_type, ended.tenant_id)])
-            await lanes.wake(tx, [ended.job_type], [ended.tenant_id])
+            await lanes.wake(tx, [row])
         return ended
 
 
@@ -295,7 +295,7 @@ async def release(db: Sessions, jobs: Sequence[JobRow]) -> list[tuple[str, str]]
         rows = await tx.fetch(
             RELEASE_JOBS, [j.job_key for j in jobs], [j.activation_count for j in jobs], utcnow()
         )
-        await lanes.wake(tx, [r["job_type"] for r in rows], [r["tenant_id"] for r in rows])
+        await lanes.wake(tx, rows)
     return [(r["job_type"], r["tenant_id"]) for r in rows]
 
 
@@ -306,5 +306,6 @@ async def cancel(db: Sessions, job_key: int, now: datetime) -> tuple[str, str] |
     row = await db.fetchrow(CANCEL_JOB, job_key, now)
     if row is None:
         return None
-    await lanes.park(db, row["job_type"], [row["tenant_id"]])
+    tenant = row["tenant_id"]
+    await lanes.park(db, row["job_type"], [tenant], keys=[(tenant, row["fairness_key"])])
     return row["job_type"], row["tenant_id"]

@@ -33,11 +33,12 @@ from app.domain import DEFAULT_PRIORITY, DEFAULT_RETRIES, DEFAULT_TENANT, JobSta
 
 # The jobs of insert_jobs' input CTE, as rows of jobs.
 _INSERT_INPUT = """INSERT INTO jobs (job_key, shard, job_type, tenant_id, state, priority, retries,
-                      run_at, queued_at, variables, custom_headers, created_at, idempotency_key)
+                      run_at, queued_at, variables, custom_headers, created_at, idempotency_key,
+                      fairness_key)
     SELECT job_key, shard, job_type, tenant_id,
            CASE WHEN run_at > $2 THEN 'SCHEDULED' ELSE 'CREATED' END,
            priority, retries, run_at, GREATEST(run_at, $2), variables,
-           custom_headers, $2, idempotency_key
+           custom_headers, $2, idempotency_key, fairness_key
     FROM input"""
 
 # The jobs to insert, as rows, from the JSON array $1 (a str.format template: its braces
@@ -50,6 +51,8 @@ _INPUT_CTE = """input AS MATERIALIZED (
            COALESCE(x.e->'variables', '{{}}') AS variables,
            COALESCE(x.e->'customHeaders', '{{}}') AS custom_headers,
            x.e->>'idempotencyKey' AS idempotency_key,
+           -- The default key is '' (domain.stored_key).
+           COALESCE(NULLIF(x.e->>'fairnessKey', '<default>'), '') AS fairness_key,
            CASE WHEN x.e->>'runAt' IS NOT NULL THEN (x.e->>'runAt')::timestamptz
                 WHEN x.e->>'delay' IS NOT NULL
                   THEN $2::timestamptz + (x.e->>'delay')::float8 * interval '1 millisecond'
@@ -79,7 +82,7 @@ WITH {_INPUT_CTE},
 -- speculative insertion (a lock and an extra WAL record each).
 ins_plain AS (
     {_INSERT_INPUT} WHERE idempotency_key IS NULL ORDER BY ord
-    RETURNING job_key, job_type, tenant_id, state
+    RETURNING job_key, job_type, tenant_id, fairness_key, state
 ),
 ins_keyed AS (
     {_INSERT_INPUT} WHERE idempotency_key IS NOT NULL
@@ -92,14 +95,14 @@ ins_keyed AS (
     ORDER BY ord
     ON CONFLICT (tenant_id, idempotency_key, shard) WHERE idempotency_key IS NOT NULL
     DO NOTHING
-    RETURNING job_key, job_type, tenant_id, state
+    RETURNING job_key, job_type, tenant_id, fairness_key, state
 ),
 ins AS (
     SELECT * FROM ins_plain UNION ALL SELECT * FROM ins_keyed
 ),
 ready_lanes AS (
-    SELECT job_type, tenant_id, count(*) AS n FROM ins WHERE state = 'CREATED'
-    GROUP BY job_type, tenant_id
+    SELECT job_type, tenant_id, fairness_key, count(*) AS n FROM ins WHERE state = 'CREATED'
+    GROUP BY job_type, tenant_id, fairness_key
 ),
 {{wake}}SELECT ARRAY(SELECT job_key FROM input ORDER BY ord) AS job_keys,
        ARRAY(SELECT i.ord FROM input i LEFT JOIN ins ON ins.job_key = i.job_key
@@ -125,8 +128,8 @@ ins AS (
     RETURNING {JOB_COLUMNS}
 ),
 ready_lanes AS (
-    SELECT job_type, tenant_id, count(*) AS n FROM ins WHERE state = 'CREATED'
-    GROUP BY job_type, tenant_id
+    SELECT job_type, tenant_id, fairness_key, count(*) AS n FROM ins WHERE state = 'CREATED'
+    GROUP BY job_type, tenant_id, fairness_key
 ),
 {{wake}}SELECT {job_columns("ins")},
        t.aging_interval_ms AS type_aging_interval_ms, t.aging_step AS type_aging_step,
@@ -340,4 +343,4 @@ async def update(
         await lanes.lock_to_wake(tx, [(job.job_type, job.tenant_id)])
     await tx.execute(UPDATE_JOB, job.job_key, retries, deadline, priority, state, now, revived)
     if revived:
-        await lanes.wake(tx, [job.job_type], [job.tenant_id])
+        await lanes.wake(tx, [job._asdict()])

@@ -1,4 +1,6 @@
-"""Lanes: one per (job type, tenant), the unit stride scheduling picks among.
+"""Lanes: one per (job type, tenant), the unit stride scheduling picks among, and their
+fairness keys (``lane_keys``: one per lane and key, ADR 027), the unit it picks among
+inside a lane.
 
 A lane is ``active`` while it may have ready jobs (lane reads see only active lanes),
 ``held`` while its tenant is at its cap, and carries the virtual time ``vtime`` the
@@ -25,6 +27,12 @@ holds it, makers wait for its commit and then see ``active = false`` and set it 
 the maker committed before the parker locked, the parker's emptiness probe sees its jobs.
 In every order the lane ends active while it has ready jobs (tested in
 ``tests/integration/test_lanes.py``).
+
+A lane's keys follow the same protocol on the same bucket lock (the lane's): makers wake
+the keys of their jobs in the statement that wakes the lane, and a parker parks a key
+only under the lane's bucket, once a later statement sees no CREATED job of it.  A lane
+parked has no ready job, so its keys are parked with it.  So a key with ready jobs is
+active, as its lane is.
 
 Lanes held at a cap (``lanes.held``)
 ------------------------------------
@@ -62,13 +70,14 @@ import asyncio
 import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 import asyncpg
 
 from app.db.base import Queries, Sessions, retry_deadlock
 from app.db.listen import NOTIFY_CHANNEL
 from app.db.locks import LANE_LOCK_CLASS, buckets_of, lane_bucket, lock_sql, share_buckets_sql
-from app.db.rows import LaneRead, LaneRow, TypeConfig
+from app.db.rows import KeyRead, LaneRead, LaneRow, TypeConfig
 
 log = logging.getLogger(__name__)
 
@@ -85,25 +94,42 @@ _REENTRY_VTIME = """COALESCE(
     (SELECT max(x.vtime) FROM lanes x WHERE x.job_type = {t}),
     0)"""
 
+# The same rule one level down (ADR 027): the virtual time at which key ``{k}`` of lane
+# (``{t}``, ``{n}``) re-enters is the smallest vtime of the lane's backlogged keys or, when
+# there is none, the largest of its keys (all parked then: the second probe reads only
+# those), as scheduler.reentry_vtime.  Index: lane_keys_vtime_idx, one descent each.
+_KEY_REENTRY_VTIME = """COALESCE(
+    (SELECT min(x.vtime) FROM lane_keys x
+     WHERE x.job_type = {t} AND x.tenant_id = {n} AND x.active),
+    (SELECT max(x.vtime) FROM lane_keys x
+     WHERE x.job_type = {t} AND x.tenant_id = {n} AND NOT x.active),
+    0)"""
+
 # "type n": bounded, as a job type is at most 128 ASCII characters (JOB_TYPE_RE).
 _NOTIFIED = f"""notified AS (
     SELECT pg_notify('{NOTIFY_CHANNEL}', job_type || ' ' || sum(n))
     FROM ready_lanes GROUP BY job_type
 )"""
 
-# Marks the lanes in ``ready_lanes`` (job_type, tenant_id, n: how many of its jobs became
-# ready) backlogged: creates missing lanes at the re-entry virtual time (held if their
-# tenant is paused: a probe of tenants pkey per new lane), wakes parked ones
-# (a lane already active matches nothing and is not written: no hot row), and notifies
+# Marks the lanes and keys in ``ready_lanes`` (job_type, tenant_id, fairness_key, n: how
+# many of its jobs became ready, one row per lane and key) backlogged: creates missing
+# lanes at the re-entry virtual time (held if their tenant is paused: a probe of tenants
+# pkey per new lane), wakes parked ones (a lane already active matches nothing and is not
+# written: no hot row), does the same for their keys inside their lanes, and notifies
 # once per job type with how many of its jobs became ready ("type n") -- or, with
 # {notified} as QUIET, does not (a hand-off's insert: the job may go to its waiter in the
-# same transaction, and then nobody need be woken).  Index: lanes pkey.
-_WAKE = f"""new_lanes AS (
+# same transaction, and then nobody need be woken).  Lanes are locked before keys: the
+# key CTEs are not read by the statement, so they run after it (as every statement that
+# locks both does).  Index: lanes pkey, lane_keys pkey.
+_WAKE = f"""lanes_ready AS (
+    SELECT job_type, tenant_id, sum(n) AS n FROM ready_lanes GROUP BY job_type, tenant_id
+),
+new_lanes AS (
     INSERT INTO lanes (job_type, tenant_id, shard, vtime, active, held)
     SELECT r.job_type, r.tenant_id, jobfair_shard(r.tenant_id),
            {_REENTRY_VTIME.format(t="r.job_type")}, true,
            EXISTS (SELECT 1 FROM tenants p WHERE p.tenant_id = r.tenant_id AND p.paused)
-    FROM ready_lanes r
+    FROM lanes_ready r
     ORDER BY r.job_type, r.tenant_id
     ON CONFLICT (job_type, tenant_id, shard) DO NOTHING
     RETURNING 1
@@ -113,12 +139,32 @@ woken AS (
     SET active = true, vtime = GREATEST(l.vtime, {_REENTRY_VTIME.format(t="l.job_type")})
     WHERE (l.job_type, l.tenant_id) IN (
         -- Parked lanes only (an active one is not written), locked in key order.
-        SELECT x.job_type, x.tenant_id FROM lanes x JOIN ready_lanes r
+        SELECT x.job_type, x.tenant_id FROM lanes x JOIN lanes_ready r
           ON x.job_type = r.job_type AND x.tenant_id = r.tenant_id
         WHERE NOT x.active
         ORDER BY x.job_type, x.tenant_id
         FOR NO KEY UPDATE OF x)
     RETURNING 1
+),
+new_keys AS (
+    INSERT INTO lane_keys (job_type, tenant_id, fairness_key, shard, vtime, active)
+    SELECT r.job_type, r.tenant_id, r.fairness_key, jobfair_shard(r.tenant_id),
+           {_KEY_REENTRY_VTIME.format(t="r.job_type", n="r.tenant_id")}, true
+    FROM ready_lanes r
+    ORDER BY r.job_type, r.tenant_id, r.fairness_key
+    ON CONFLICT (job_type, tenant_id, fairness_key, shard) DO NOTHING
+),
+woken_keys AS (
+    UPDATE lane_keys k
+    SET active = true,
+        vtime = GREATEST(k.vtime, {_KEY_REENTRY_VTIME.format(t="k.job_type", n="k.tenant_id")})
+    WHERE (k.job_type, k.tenant_id, k.fairness_key) IN (
+        SELECT x.job_type, x.tenant_id, x.fairness_key FROM lane_keys x JOIN ready_lanes r
+          ON x.job_type = r.job_type AND x.tenant_id = r.tenant_id
+         AND x.fairness_key = r.fairness_key
+        WHERE NOT x.active
+        ORDER BY x.job_type, x.tenant_id, x.fairness_key
+        FOR NO KEY UPDATE OF x)
 ),
 {{notified}}
 """
@@ -128,25 +174,28 @@ QUIET_WAKE_CTES = _WAKE.format(notified=QUIET)
 
 
 # -- name: wake_lanes
-# Marks lanes backlogged after jobs became ready (retry, lease expiry, promotion, revive;
-# one (type, tenant) pair per job) and notifies their job types with how many.  Writes
-# only lanes that were parked.  Index: lanes pkey.
-# Locks: caller holds the shared lane-bucket locks.
+# Marks lanes and their keys backlogged after jobs became ready (retry, lease expiry,
+# promotion, revive; one (type, tenant, key) triple per job) and notifies their job types
+# with how many.  Writes only lanes and keys that were parked.  Index: lanes pkey,
+# lane_keys pkey.  Locks: caller holds the shared lane-bucket locks.
 WAKE_LANES = f"""
 WITH ready_lanes AS (
-    SELECT job_type, tenant_id, count(*) AS n
-    FROM unnest($1::text[], $2::text[]) AS r(job_type, tenant_id)
-    GROUP BY job_type, tenant_id
+    SELECT job_type, tenant_id, fairness_key, count(*) AS n
+    FROM unnest($1::text[], $2::text[], $3::text[]) AS r(job_type, tenant_id, fairness_key)
+    GROUP BY job_type, tenant_id, fairness_key
 ),
 {WAKE_CTES}SELECT (SELECT count(*) FROM notified) + (SELECT count(*) FROM new_lanes)
        + (SELECT count(*) FROM woken)
 """
 
-# Charges lanes of job type $1 their claimed jobs x stride of virtual time: the CTEs
-# ``charge`` and ``charged`` (tenant_id and new vtime of each lane charged), with
-# ``tenants``, ``counts`` and ``strides`` the parameters of the three arrays.
+# Charges lanes of job type $1 their claimed jobs x stride of virtual time, and their keys
+# their claimed jobs x key stride: the CTEs ``charge`` and ``charged`` (tenant_id and new
+# vtime of each lane charged), with ``tenants``, ``counts`` and ``strides`` the
+# parameters of the three arrays; ``key_charge`` and ``key_charged`` the same for keys
+# (``key_tenants``, ``keys``, ``key_counts``, ``key_strides``).
 # Locks: the lane rows, in tenant order (the sub-select's sort sits below its row
-# locking), until the statement commits -- asynchronously (synchronous_commit = off for
+# locking), then the key rows, in (tenant, key) order (key_charge reads charge whole
+# first), until the statement commits -- asynchronously (synchronous_commit = off for
 # its own transaction only, set only when a lane is charged): a crash can forget the
 # last few hundred milliseconds of charges, which fences nothing; the claim it accounts
 # for was durable before it ran.
@@ -170,31 +219,61 @@ charged AS (
       AND l.tenant_id = c.tenant_id
       AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
     RETURNING l.tenant_id, l.vtime
+),
+key_charge AS (
+    -- Each charged key found by key and locked, in (tenant, key) order, once every
+    -- charged lane is locked (the count reads charge whole).
+    SELECT x.tenant_id, x.fairness_key, c.n, c.stride
+    FROM unnest({key_tenants}::text[], {keys}::text[], {key_counts}::int[],
+                {key_strides}::float8[]) AS c(tenant_id, fairness_key, n, stride)
+    JOIN lane_keys x ON x.job_type = $1 AND x.tenant_id = c.tenant_id
+     AND x.fairness_key = c.fairness_key
+    WHERE (SELECT count(*) FROM charge) >= 0
+    ORDER BY x.tenant_id, x.fairness_key
+    FOR NO KEY UPDATE OF x
+),
+key_charged AS (
+    UPDATE lane_keys k
+    SET vtime = k.vtime + c.n * c.stride, activated_total = k.activated_total + c.n
+    FROM key_charge c
+    -- One lane_keys_pkey probe per charged key, driven by key_charge.  (ANY(ARRAY(...))
+    -- of the tenants and of the keys, as for lanes, put both arrays in every probe's
+    -- condition: 177 ms instead of 2 for 400 keys.)
+    WHERE k.job_type = $1 AND k.tenant_id = c.tenant_id AND k.fairness_key = c.fairness_key
+      AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
+    RETURNING k.tenant_id, k.fairness_key
 )"""
 
 # Whether lane ``{lane}`` of job type $1 has a ready job: one descent of jobs_ready_idx.
-# min(), not EXISTS: the min/max rewrite always descends jobs_ready_idx, where EXISTS let
-# the generic plan scan the heap for a first match (ADR 014).  min(), not max(): it
-# reads the lane's youngest entry, not its head, where draining activators leave entries
-# of jobs just claimed (dead, not yet pruned).
-_READY_PROBE = """(SELECT min(j.priority) FROM jobs j
+# max(), not EXISTS: the min/max rewrite always descends jobs_ready_idx, where EXISTS let
+# the generic plan scan the heap for a first match (ADR 014).  The greatest key, not the
+# least: it reads the lane's last entry (its last key's youngest job), not a head, where
+# draining activators leave entries of jobs just claimed (dead, not yet pruned).
+_READY_PROBE = """(SELECT max(j.fairness_key) FROM jobs j
           WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = {lane})
          IS NOT NULL"""
 LANE_READY = _READY_PROBE.format(lane="l.tenant_id")
+# Whether key ``{key}`` of lane ``{lane}`` has a ready job: one descent of jobs_ready_idx,
+# to the key's youngest entry (min(priority), its last), as above.
+_KEY_READY_PROBE = """(SELECT min(j.priority) FROM jobs j
+          WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = {lane}
+            AND j.fairness_key = {key})
+         IS NOT NULL"""
+KEY_READY = _KEY_READY_PROBE.format(lane="x.tenant_id", key="x.fairness_key")
 
 # -- name: read_lanes
-# First charges the lanes the previous rounds claimed from ($4, $5, $6, as _CHARGE; empty
-# arrays charge nothing), saving the round a statement and the wait for a separate charge
-# to commit.  Then reads the job type's configuration and, in (vtime, tenant) order, the
-# type's active lanes with their tenants' weight and cap, each probed for a ready job
-# when $2 is at most PROBED_LANES (one round trip).  The scan stops at the lane after the
-# ($2 + len($4))-th ready one
+# First charges the lanes and keys the previous rounds claimed from ($4 to $10, as
+# _CHARGE; empty arrays charge nothing), saving the round a statement and the wait for a
+# separate charge to commit.  Then reads the job type's configuration and, in (vtime,
+# tenant) order, the type's active lanes with their tenants' weight and cap, each probed
+# for a ready job when $2 is at most PROBED_LANES (one round trip).  The scan stops at
+# the lane after the ($2 + len($4))-th ready one
 # (the run condition on ``readies``), or after SCANNED_LANES lanes: lanes that are
 # active but empty (emptied a moment ago, not yet parked) are answered, flagged not
 # ready, for the caller to park, and never take a ready lane's place -- so a read finds
 # the ready lanes however many emptied ones sit in front of them (work conservation,
-# DESIGN 1.6; ADR 014).  Last come the charged lanes that have no ready job any more:
-# their claim emptied them, and the caller parks them too.
+# DESIGN 1.6; ADR 014).  Last come the charged lanes and keys that have no ready job any
+# more: their claim emptied them, and the caller parks them too.
 # The read's snapshot predates the charge, so a charged lane's new vtime comes from
 # ``charged``; charges only move lanes later, so the first $2 ready lanes by new vtime
 # are among the first $2 + len($4) by old (the caller keeps those $2).
@@ -204,16 +283,17 @@ LANE_READY = _READY_PROBE.format(lane="l.tenant_id")
 # the type is paused; then the caller claims nothing, whatever lanes follow.
 # Index: lanes_type_vtime_idx (job_type, active, held, vtime, tenant_id), a range scan of
 # the lanes up to the stop, excluded ones ($3) included; one probe of jobs_ready_idx per lane
-# scanned (small reads) and per lane charged.  Locks: the charged lanes only.
+# scanned (small reads) and per lane and key charged.  Locks: the charged lanes and keys.
 _READ_LANES = """
 WITH {charge}
 SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
        NULL::int AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
-       t.aging_step, NULL::bool AS ready, NULL::bool AS scanned, t.paused IS TRUE AS paused
+       t.aging_step, NULL::bool AS ready, NULL::bool AS scanned, t.paused IS TRUE AS paused,
+       NULL::text AS fairness_key
 FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1
 UNION ALL
 SELECT w.tenant_id, COALESCE(ch.vtime, w.vtime), w.weight, w.max_active_jobs, NULL, NULL,
-       NULL, w.ready, true, NULL
+       NULL, w.ready, true, NULL, NULL
 FROM (SELECT s.*, count(*) FILTER (WHERE s.ready)
                     OVER (ORDER BY s.vtime, s.tenant_id ROWS UNBOUNDED PRECEDING) AS readies
       FROM (SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight, t.max_active_jobs,
@@ -226,8 +306,11 @@ FROM (SELECT s.*, count(*) FILTER (WHERE s.ready)
 LEFT JOIN charged ch ON ch.tenant_id = w.tenant_id
 WHERE w.readies <= $2 + cardinality($4::text[])
 UNION ALL
-SELECT ch.tenant_id, ch.vtime, NULL, NULL, NULL, NULL, NULL, false, false, NULL
+SELECT ch.tenant_id, ch.vtime, NULL, NULL, NULL, NULL, NULL, false, false, NULL, NULL
 FROM charged ch WHERE NOT {charged_ready}
+UNION ALL
+SELECT kc.tenant_id, NULL, NULL, NULL, NULL, NULL, NULL, false, false, NULL, kc.fairness_key
+FROM key_charged kc WHERE NOT {key_charged_ready}
 """
 # A read scans at most this many lanes: past them, the next round reads on (the empty
 # lanes met are excluded from it), so one statement's cost stays bounded even where
@@ -238,9 +321,20 @@ SCANNED_LANES = 1024
 # whole round.  A larger read (100 jobs over 108 lanes) takes every lane as ready: an
 # empty one comes up short in the claim, is excluded and parked, and the call reads on.
 # Probing every lane of a large read cost the 10,000-tenant drain a measurable share
-# (ADR 014, with the figures) for rounds that eager parking makes rare.
+# (ADR 014, with the figures) for rounds that eager parking makes rare.  Key reads follow
+# the same rule, per lane (read_keys).
 PROBED_LANES = 16
-_READ_CHARGE = _CHARGE.format(tenants="$4", counts="$5", strides="$6")
+_READ_CHARGE = _CHARGE.format(
+    tenants="$4",
+    counts="$5",
+    strides="$6",
+    key_tenants="$7",
+    keys="$8",
+    key_counts="$9",
+    key_strides="$10",
+)
+_CHARGED_READY = _READY_PROBE.format(lane="ch.tenant_id")
+_KEY_CHARGED_READY = _KEY_READY_PROBE.format(lane="kc.tenant_id", key="kc.fairness_key")
 READ_LANES = _READ_LANES.format(
     charge=_READ_CHARGE,
     tenants="",
@@ -251,49 +345,121 @@ READ_LANES = _READ_LANES.format(
     scanned=f"(SELECT {SCANNED_LANES})",
     probed=PROBED_LANES,
     ready=LANE_READY,
-    charged_ready=_READY_PROBE.format(lane="ch.tenant_id"),
+    charged_ready=_CHARGED_READY,
+    key_charged_ready=_KEY_CHARGED_READY,
 )
 
 # -- name: read_lanes_of_tenants
-# As read_lanes, restricted to the caller's tenantIds.  A statement of its own (not an
-# "$7 IS NULL OR" branch) so that its generic plan can use lanes pkey.
+# As read_lanes, restricted to the caller's tenantIds ($11).  A statement of its own (not
+# an "$11 IS NULL OR" branch) so that its generic plan can use lanes pkey.
 READ_LANES_OF_TENANTS = _READ_LANES.format(
     charge=_READ_CHARGE,
-    tenants="AND l.tenant_id = ANY($7::text[])",
+    tenants="AND l.tenant_id = ANY($11::text[])",
     scanned=SCANNED_LANES,
     probed=PROBED_LANES,
     ready=LANE_READY,
-    charged_ready=_READY_PROBE.format(lane="ch.tenant_id"),
+    charged_ready=_CHARGED_READY,
+    key_charged_ready=_KEY_CHARGED_READY,
 )
+
+# -- name: read_keys
+# The keys of the lanes a round allotted picks to ($2: tenants, $3: how many keys to read
+# of each), in (vtime, key) order, their weights (a key without a row weighs 1), and
+# each probed for a ready job when its lane asks for at most PROBED_LANES keys: for
+# scheduler.split_among_keys to divide each lane's picks among.  Active keys only; the
+# ones a call already excluded ($4, $5: tenant and key pairs) are skipped.  A lane whose
+# read stops at its limit may have more ready keys beyond.
+# Index: lane_keys_vtime_idx (job_type, tenant_id, active, vtime, fairness_key), a range
+# scan per lane up to its limit; key_weights pkey; one probe of jobs_ready_idx per key of
+# a small read.  No locks: the claim locks the jobs it takes.
+READ_KEYS = f"""
+SELECT a.tenant_id, k.fairness_key, k.vtime, COALESCE(w.weight, 1) AS weight, k.ready
+FROM unnest($2::text[], $3::int[]) AS a(tenant_id, want)
+CROSS JOIN LATERAL (
+    SELECT x.fairness_key, x.vtime,
+           CASE WHEN a.want <= {PROBED_LANES} THEN {KEY_READY} ELSE true END AS ready
+    FROM lane_keys x
+    WHERE x.job_type = $1 AND x.tenant_id = a.tenant_id AND x.active
+      AND NOT EXISTS (SELECT 1 FROM unnest($4::text[], $5::text[]) AS e(tenant_id, fairness_key)
+                      WHERE e.tenant_id = x.tenant_id AND e.fairness_key = x.fairness_key)
+    ORDER BY x.vtime, x.fairness_key
+    LIMIT a.want
+) k
+LEFT JOIN key_weights w ON w.tenant_id = a.tenant_id AND w.fairness_key = k.fairness_key
+"""
 
 
 # -- name: charge_lanes
 # Charges each lane (jobs claimed) x stride of virtual time ($2, $3, $4: tenants, jobs,
+# strides), and each key (jobs claimed) x key stride ($5 to $8: tenants, keys, jobs,
 # strides), after the claim committed (so no claim holds lane rows across its WAL flush;
 # ADR 001).  read_lanes carries the same charge (_CHARGE) in front of its read.  Answers
-# the charged lanes that have no ready job left: their claim emptied them (the charge
-# runs after the claim committed, so the last claim of a lane sees it empty), and the
-# caller parks them (ADR 014).  Index: lanes pkey, one probe of jobs_ready_idx per lane.
+# the charged lanes that have no ready job left, and the charged keys (their tenant and
+# key) that have none: their claim emptied them (the charge runs after the claim
+# committed, so the last claim of a lane sees it empty), and the caller parks them (ADR
+# 014).  Index: lanes pkey, lane_keys pkey, one probe of jobs_ready_idx per lane and key.
 CHARGE_LANES = f"""
-WITH {_CHARGE.format(tenants="$2", counts="$3", strides="$4")}
-SELECT ch.tenant_id FROM charged ch WHERE NOT {_READY_PROBE.format(lane="ch.tenant_id")}
+WITH {
+    _CHARGE.format(
+        tenants="$2",
+        counts="$3",
+        strides="$4",
+        key_tenants="$5",
+        keys="$6",
+        key_counts="$7",
+        key_strides="$8",
+    )
+}
+SELECT ch.tenant_id, NULL AS fairness_key FROM charged ch WHERE NOT {_CHARGED_READY}
+UNION ALL
+SELECT kc.tenant_id, kc.fairness_key FROM key_charged kc WHERE NOT {_KEY_CHARGED_READY}
 """
 
 # -- name: park_lanes
 # Second half of parking: with the exclusive bucket locks held (taken by the statement
-# before), mark lanes inactive that have no CREATED job.  Index: jobs_ready_idx (one
-# probe per lane), lanes pkey.
+# before), mark lanes inactive that have no CREATED job, and their keys with them (none
+# of them has one).  Index: jobs_ready_idx (one probe per lane), lanes pkey,
+# lane_keys_vtime_idx (a lane's active keys).  Locks: the lanes, then their active keys.
 PARK_LANES = """
-UPDATE lanes l SET active = false
-WHERE l.job_type = $1 AND l.tenant_id IN (
-      -- A lane an activator holds is busy, not empty: skip it rather than wait.
-      SELECT x.tenant_id FROM lanes x
-      WHERE x.job_type = $1 AND x.tenant_id = ANY($2::text[]) AND x.active
-      FOR NO KEY UPDATE SKIP LOCKED)
+WITH parked AS (
+    UPDATE lanes l SET active = false
+    WHERE l.job_type = $1 AND l.tenant_id IN (
+          -- A lane an activator holds is busy, not empty: skip it rather than wait.
+          SELECT x.tenant_id FROM lanes x
+          WHERE x.job_type = $1 AND x.tenant_id = ANY($2::text[]) AND x.active
+          FOR NO KEY UPDATE SKIP LOCKED)
+      AND NOT EXISTS (
+          SELECT 1 FROM jobs j
+          WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = l.tenant_id)
+    RETURNING l.tenant_id
+),
+keys_parked AS (
+    UPDATE lane_keys k SET active = false
+    WHERE k.job_type = $1 AND k.tenant_id = ANY(ARRAY(SELECT tenant_id FROM parked))
+      AND k.active
+)
+SELECT tenant_id FROM parked
+"""
+
+# -- name: park_keys
+# Parking one level down: with the exclusive bucket locks of their lanes held (taken by
+# the statement before), mark keys inactive ($2, $3: tenant and key pairs) that have no
+# CREATED job.  Index: lane_keys pkey, jobs_ready_idx (one probe per key).  Locks: the
+# keys' rows (one a charge holds is skipped: busy, not empty).
+PARK_KEYS = """
+UPDATE lane_keys k SET active = false
+FROM (SELECT x.tenant_id, x.fairness_key FROM lane_keys x
+      JOIN unnest($2::text[], $3::text[]) AS p(tenant_id, fairness_key)
+        ON x.tenant_id = p.tenant_id AND x.fairness_key = p.fairness_key
+      WHERE x.job_type = $1 AND x.active
+      ORDER BY x.tenant_id, x.fairness_key
+      FOR NO KEY UPDATE OF x SKIP LOCKED) p
+WHERE k.job_type = $1 AND k.tenant_id = p.tenant_id AND k.fairness_key = p.fairness_key
   AND NOT EXISTS (
       SELECT 1 FROM jobs j
-      WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = l.tenant_id)
-RETURNING l.tenant_id
+      WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = k.tenant_id
+        AND j.fairness_key = k.fairness_key)
+RETURNING k.tenant_id, k.fairness_key
 """
 
 # -- name: hold_lanes
@@ -306,19 +472,34 @@ UPDATE lanes SET held = true
 WHERE job_type = $1 AND tenant_id = ANY($2::text[]) AND NOT held
 """
 
-# Up to k heads of each priority of claim's prios, FIFO (also aging order within one
-
-# Lane charges: jobs claimed per tenant, and each tenant's stride (1 / weight).
-Charges = tuple[Counter[str], Mapping[str, float]]
+LaneKey = tuple[str, str]  # (tenant, fairness key) of one job type
 
 
-def _charge_arrays(charges: Charges | None) -> tuple[list[str], list[int], list[float]]:
-    """_CHARGE's three arrays, in tenant order."""
+class Charges(NamedTuple):
+    """Lane and key charges: jobs claimed per tenant and each tenant's stride (1 /
+    weight); jobs claimed per (tenant, key) and each key's stride (1 / key weight)."""
+
+    lanes: Counter[str]
+    strides: Mapping[str, float]
+    keys: Counter[LaneKey]
+    key_strides: Mapping[LaneKey, float]
+
+
+def _charge_arrays(charges: Charges | None) -> tuple[list[Any], ...]:
+    """_CHARGE's seven arrays: lanes in tenant order, keys in (tenant, key) order."""
     if charges is None:
-        return [], [], []
-    claimed, strides = charges
-    tenants = sorted(claimed)
-    return tenants, [claimed[t] for t in tenants], [strides[t] for t in tenants]
+        return [], [], [], [], [], [], []
+    tenants = sorted(charges.lanes)
+    keys = sorted(charges.keys)
+    return (
+        tenants,
+        [charges.lanes[t] for t in tenants],
+        [charges.strides[t] for t in tenants],
+        [t for t, _ in keys],
+        [k for _, k in keys],
+        [charges.keys[tk] for tk in keys],
+        [charges.key_strides[tk] for tk in keys],
+    )
 
 
 @retry_deadlock
@@ -330,8 +511,8 @@ async def read(
     tenant_ids: Sequence[str] | None,
     charges: Charges | None = None,
 ) -> LaneRead:
-    """Charge ``charges`` (jobs claimed and stride per tenant) first, then read the
-    type's configuration and its first ``limit`` lanes that have a ready job (see
+    """Charge ``charges`` (jobs claimed and stride per lane and per key) first, then read
+    the type's configuration and its first ``limit`` lanes that have a ready job (see
     LaneRead)."""
     charge = _charge_arrays(charges)
     if tenant_ids is None:
@@ -352,17 +533,54 @@ async def read(
     # The charges moved some lanes: the first ``limit`` ready ones by their new vtime.
     ready.sort(key=lambda lane: (lane.vtime, lane.tenant_id))
     scanned = sum(1 for r in lanes if r["scanned"])
-    empty = list(dict.fromkeys(r["tenant_id"] for r in lanes if not r["ready"]))
+    empty = list(
+        dict.fromkeys(r["tenant_id"] for r in lanes if not r["ready"] and r["fairness_key"] is None)
+    )
+    emptied_keys = [
+        (r["tenant_id"], r["fairness_key"]) for r in lanes if r["fairness_key"] is not None
+    ]
     more = len(ready) >= limit or scanned >= SCANNED_LANES
-    return LaneRead(cfg, ready[:limit], empty, more)
+    return LaneRead(cfg, ready[:limit], empty, more, emptied_keys=emptied_keys)
+
+
+async def read_keys(
+    db: Queries, job_type: str, wants: Mapping[str, int], exclude: Sequence[LaneKey]
+) -> KeyRead:
+    """The first ``wants[tenant]`` active keys of each lane, not ``exclude``d, in
+    (vtime, key) order (read_keys; see KeyRead)."""
+    if not wants:
+        return KeyRead({}, [], set())
+    tenants = sorted(wants)
+    rows = await db.fetch(
+        READ_KEYS,
+        job_type,
+        tenants,
+        [wants[t] for t in tenants],
+        [t for t, _ in exclude],
+        [k for _, k in exclude],
+    )
+    ready: dict[str, list[tuple[str, float, int]]] = {}
+    empty: list[tuple[str, str]] = []
+    seen: Counter[str] = Counter()
+    for r in rows:
+        seen[r["tenant_id"]] += 1
+        if r["ready"]:
+            found = (r["fairness_key"], r["vtime"], r["weight"])
+            ready.setdefault(r["tenant_id"], []).append(found)
+        else:
+            empty.append((r["tenant_id"], r["fairness_key"]))
+    return KeyRead(ready, empty, {t for t in tenants if seen[t] >= wants[t]})
 
 
 @retry_deadlock
-async def charge(db: Queries, job_type: str, charges: Charges) -> list[str]:
-    """Charge each lane its claimed jobs x stride (charge_lanes), after the claim; the
-    charged lanes left without a ready job, to be parked."""
+async def charge(db: Queries, job_type: str, charges: Charges) -> tuple[list[str], list[LaneKey]]:
+    """Charge each lane its claimed jobs x stride and each key its claimed jobs x key
+    stride (charge_lanes), after the claim; the charged lanes and keys left without a
+    ready job, to be parked."""
     rows = await db.fetch(CHARGE_LANES, job_type, *_charge_arrays(charges))
-    return [r["tenant_id"] for r in rows]
+    drained = [r["tenant_id"] for r in rows if r["fairness_key"] is None]
+    keys = [(r["tenant_id"], r["fairness_key"]) for r in rows if r["fairness_key"] is not None]
+    return drained, keys
 
 
 async def lock_to_wake(tx: Queries, lanes: Sequence[tuple[str, str]]) -> None:
@@ -373,11 +591,17 @@ async def lock_to_wake(tx: Queries, lanes: Sequence[tuple[str, str]]) -> None:
         await tx.execute(share_buckets_sql(buckets))
 
 
-async def wake(tx: Queries, job_types: Sequence[str], tenant_ids: Sequence[str]) -> None:
-    """Mark lanes backlogged after their jobs became ready, one (type, tenant) pair per
-    job (wake_lanes), in the transaction that holds their buckets (lock_to_wake)."""
-    if job_types:
-        await tx.fetchval(WAKE_LANES, list(job_types), list(tenant_ids))
+async def wake(tx: Queries, jobs: Sequence[Mapping[str, Any]]) -> None:
+    """Mark lanes and their keys backlogged after ``jobs`` (rows with their job_type,
+    tenant_id and fairness_key) became ready (wake_lanes), in the transaction that holds
+    their buckets (lock_to_wake)."""
+    if jobs:
+        await tx.fetchval(
+            WAKE_LANES,
+            [j["job_type"] for j in jobs],
+            [j["tenant_id"] for j in jobs],
+            [j["fairness_key"] for j in jobs],
+        )
 
 
 async def hold(tx: Queries, job_type: str, tenant_ids: Sequence[str]) -> None:
@@ -388,15 +612,21 @@ async def hold(tx: Queries, job_type: str, tenant_ids: Sequence[str]) -> None:
 
 
 async def park(
-    db: Sessions, job_type: str, tenant_ids: Sequence[str], *, retries: int = 0
+    db: Sessions,
+    job_type: str,
+    tenant_ids: Sequence[str],
+    *,
+    keys: Sequence[LaneKey] = (),
+    retries: int = 0,
 ) -> list[str]:
-    """Mark lanes inactive that are really empty (see the module docstring); the lanes
-    parked.  Lanes whose bucket a producer held for longer than PARK_WAIT are tried
-    again up to ``retries`` times, after PARK_RETRY_S, doubling: an emptied lane left
-    active keeps its idle virtual time, and when jobs come back it takes every
-    activation until it catches up (ADR 014), so background parks keep trying while
-    two producers' batches overlap for seconds."""
-    parked, busy = await _park_once(db, job_type, tenant_ids)
+    """Mark lanes (``tenant_ids``) and keys (``keys``: tenant and key pairs) inactive
+    that are really empty (see the module docstring); the lanes parked.  Those whose
+    bucket a producer held for longer than PARK_WAIT are tried again up to ``retries``
+    times, after PARK_RETRY_S, doubling: an emptied lane left active keeps its idle
+    virtual time, and when jobs come back it takes every activation until it catches up
+    (ADR 014) -- as an emptied key does inside its lane -- so background parks keep
+    trying while two producers' batches overlap for seconds."""
+    parked, busy = await _park_once(db, job_type, _targets(tenant_ids, keys))
     pause = PARK_RETRY_S
     for _ in range(retries):
         if not busy:
@@ -406,27 +636,47 @@ async def park(
         more, busy = await _park_once(db, job_type, busy)
         parked += more
     if busy:
-        log.info("parking %d lanes of %r waited in vain", len(busy), job_type)
+        log.info("parking %d lanes and keys of %r waited in vain", len(busy), job_type)
     return parked
+
+
+# What to park: a lane (its tenant, and None) or one of its keys (tenant, key).
+_Target = tuple[str, str | None]
+
+
+def _targets(tenant_ids: Sequence[str], keys: Sequence[LaneKey]) -> list[_Target]:
+    # Lanes first: a key of a lane parked is parked with it, and park_keys then passes it
+    # by (not active); a key of a lane that is not empty is parked if it is.
+    return [(t, None) for t in tenant_ids] + [(t, k) for t, k in keys]
+
+
+async def _park_in(conn: Any, job_type: str, targets: Sequence[_Target]) -> list[str]:
+    """park_lanes and park_keys for ``targets``, whose buckets ``conn`` holds."""
+    tenants = [t for t, k in targets if k is None]
+    keys = [(t, k) for t, k in targets if k is not None]
+    rows = await conn.fetch(PARK_LANES, job_type, tenants) if tenants else []
+    if keys:
+        await conn.fetch(PARK_KEYS, job_type, [t for t, _ in keys], [k for _, k in keys])
+    return [r["tenant_id"] for r in rows]
 
 
 @retry_deadlock
 async def _park_once(
-    db: Sessions, job_type: str, tenant_ids: Sequence[str]
-) -> tuple[list[str], list[str]]:
-    """One try of park: the lanes parked, and those whose bucket stayed busy."""
-    by_bucket: dict[int, list[str]] = {}
-    for t in tenant_ids:
-        by_bucket.setdefault(lane_bucket(job_type, t), []).append(t)
+    db: Sessions, job_type: str, targets: Sequence[_Target]
+) -> tuple[list[str], list[_Target]]:
+    """One try of park: the lanes parked, and the targets whose bucket stayed busy."""
+    by_bucket: dict[int, list[_Target]] = {}
+    for target in targets:
+        by_bucket.setdefault(lane_bucket(job_type, target[0]), []).append(target)
     buckets = sorted(by_bucket)
-    unlocked: list[str] = []
+    unlocked: list[_Target] = []
     async with db.connection() as conn:
         async with conn.transaction():
             got = await conn.fetchrow(
                 lock_sql("pg_try_advisory_xact_lock", LANE_LOCK_CLASS, buckets)
             )
-            locked = [t for b, ok in zip(buckets, got, strict=True) if ok for t in by_bucket[b]]
-            rows = await conn.fetch(PARK_LANES, job_type, locked) if locked else []
+            locked = [x for b, ok in zip(buckets, got, strict=True) if ok for x in by_bucket[b]]
+            parked = await _park_in(conn, job_type, locked) if locked else []
         busy = [b for b, ok in zip(buckets, got, strict=True) if not ok]
         if busy:
             # A producer holds these buckets (for any lane of them).  Trying again
@@ -435,12 +685,12 @@ async def _park_once(
             # in a transaction of their own and in bucket order as producers lock
             # them (no deadlock), for at most PARK_WAIT.  New producers of these
             # buckets queue behind the park for that long at most.
-            waited = [t for b in busy for t in by_bucket[b]]
+            waited = [x for b in busy for x in by_bucket[b]]
             try:
                 async with conn.transaction():
                     await conn.execute(f"SET LOCAL lock_timeout = '{PARK_WAIT_MS}ms'")
                     await conn.execute(lock_sql("pg_advisory_xact_lock", LANE_LOCK_CLASS, busy))
-                    rows = [*rows, *await conn.fetch(PARK_LANES, job_type, waited)]
+                    parked = [*parked, *await _park_in(conn, job_type, waited)]
             except asyncpg.LockNotAvailableError:
                 unlocked = waited
-    return [r["tenant_id"] for r in rows], unlocked
+    return parked, unlocked

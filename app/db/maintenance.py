@@ -35,12 +35,12 @@ WITH ended AS (
     UPDATE jobs SET state = 'CREATED', deadline = NULL
     WHERE job_key = ANY($1::bigint[]) AND state = 'ACTIVATED' AND deadline < $2
     RETURNING job_key, job_type, tenant_id, via_stream, activation_count, activated_at, worker,
-              retries
+              retries, fairness_key
 ),
 {ended_cte("ended", "$1::bigint[]", event="'lease-expired'", at="$2")},
 {CREDIT_NOTIFY},
 {RELEASE_HOLDS}
-SELECT job_key, job_type, tenant_id, activation_count, worker,
+SELECT job_key, job_type, tenant_id, activation_count, worker, fairness_key,
        (SELECT count(*) FROM credited) + (SELECT n FROM unheld) AS _n
 FROM ended
 """
@@ -60,7 +60,7 @@ ORDER BY run_at LIMIT $2
 PROMOTE_SCHEDULED = """
 UPDATE jobs SET state = 'CREATED'
 WHERE job_key = ANY($1::bigint[]) AND state = 'SCHEDULED' AND run_at <= $2
-RETURNING job_key, job_type, tenant_id
+RETURNING job_key, job_type, tenant_id, fairness_key
 """
 
 # -- name: prune_terminal
@@ -104,7 +104,7 @@ async def _ready_by_keys(
         async with conn.transaction():
             await lanes.lock_to_wake(conn, [(r["job_type"], r["tenant_id"]) for r in candidates])
             rows = await conn.fetch(update_sql, [r["job_key"] for r in candidates], *update_args)
-            await lanes.wake(conn, [r["job_type"] for r in rows], [r["tenant_id"] for r in rows])
+            await lanes.wake(conn, rows)
         return list(rows)
 
 

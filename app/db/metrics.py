@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from app.db.base import Queries, Sessions
-from app.db.rows import LaneSampleRow, LaneStats, TenantSet
+from app.db.rows import KeySampleRow, LaneSampleRow, LaneStats, TenantSet
 
 # -- name: lane_samples
 # Every lane: its running count of activations, whether it is backlogged (active) and
@@ -21,6 +21,36 @@ LANE_SAMPLES = """
 SELECT l.job_type, l.tenant_id, l.activated_total, l.active, l.held, l.vtime,
        COALESCE(t.weight, 1) AS weight
 FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
+"""
+
+# -- name: key_samples
+# The second level's sample (ADR 027): per lane, its $1 keys with the most activations
+# ever, and the keys named in $2, $3, $4 (type, tenant, key: those the share window
+# tracks), each with its running count of activations, whether it is backlogged
+# (active), its virtual time and weight; and per lane the sum of its keys' counts, the
+# total weight of its backlogged keys and the least of their virtual times.  A
+# sequential read of lane_keys joined to key_weights by hash, sorted per lane; no locks.
+# An operator read, every few seconds (app.operators.StatsService).
+KEY_SAMPLES = """
+SELECT s.job_type, s.tenant_id, s.fairness_key, s.activated_total, s.active, s.vtime,
+       s.weight, s.lane_total, s.backlogged_weight, s.least_vtime
+FROM (
+    SELECT k.job_type, k.tenant_id, k.fairness_key, k.activated_total, k.active, k.vtime,
+           COALESCE(w.weight, 1) AS weight,
+           row_number() OVER (PARTITION BY k.job_type, k.tenant_id
+                              ORDER BY k.activated_total DESC, k.fairness_key) AS rank,
+           (sum(k.activated_total) OVER lane)::bigint AS lane_total,
+           COALESCE(sum(COALESCE(w.weight, 1)) FILTER (WHERE k.active) OVER lane, 0)
+             AS backlogged_weight,
+           min(k.vtime) FILTER (WHERE k.active) OVER lane AS least_vtime
+    FROM lane_keys k
+    LEFT JOIN key_weights w ON w.tenant_id = k.tenant_id AND w.fairness_key = k.fairness_key
+    WINDOW lane AS (PARTITION BY k.job_type, k.tenant_id)
+) s
+LEFT JOIN unnest($2::text[], $3::text[], $4::text[]) AS t(job_type, tenant_id, fairness_key)
+  ON t.job_type = s.job_type AND t.tenant_id = s.tenant_id
+ AND t.fairness_key = s.fairness_key
+WHERE s.rank <= $1 OR t.fairness_key IS NOT NULL
 """
 
 # -- name: lane_counts
@@ -64,6 +94,21 @@ WHERE effective_at < (SELECT max(effective_at) FROM metric_tenant_sets WHERE eff
 
 async def lane_samples(db: Queries) -> list[LaneSampleRow]:
     return [LaneSampleRow(*r) for r in await db.fetch(LANE_SAMPLES)]
+
+
+async def key_samples(
+    db: Queries, top: int, tracked: Sequence[tuple[str, str, str]]
+) -> list[KeySampleRow]:
+    """Every lane's keys as the key window samples them (key_samples): the ``top`` most
+    active ever and the ``tracked`` ones (type, tenant, key as stored)."""
+    rows = await db.fetch(
+        KEY_SAMPLES,
+        top,
+        [t for t, _, _ in tracked],
+        [n for _, n, _ in tracked],
+        [k for _, _, k in tracked],
+    )
+    return [KeySampleRow(*r) for r in rows]
 
 
 async def lane_counts(db: Queries) -> list[LaneStats]:

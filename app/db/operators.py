@@ -125,6 +125,32 @@ unheld AS (
 SELECT gone.tenant_id FROM gone WHERE (SELECT count(*) FROM unheld) = 1
 """
 
+# -- name: upsert_key_weight
+# A fairness key's weight inside its tenant (alembic 0010).  Nothing else need change:
+# every key read and lead claim reads the weights as they are, so the next activation of
+# any process uses it, for the backlog already there (ADR 027).  Index: key_weights pkey.
+UPSERT_KEY_WEIGHT = """
+INSERT INTO key_weights (tenant_id, fairness_key, shard, weight)
+VALUES ($1, $2, jobfair_shard($1), $3)
+ON CONFLICT (tenant_id, fairness_key, shard) DO UPDATE SET weight = EXCLUDED.weight
+RETURNING weight
+"""
+
+# -- name: get_key_weight
+# A fairness key's weight (no row: 1).  Index: key_weights pkey.
+GET_KEY_WEIGHT = """
+SELECT weight FROM key_weights
+WHERE tenant_id = $1 AND fairness_key = $2 AND shard = jobfair_shard($1)
+"""
+
+# -- name: delete_key_weight
+# A fairness key back to weight 1; whether it had a weight.  Index: key_weights pkey.
+DELETE_KEY_WEIGHT = """
+DELETE FROM key_weights
+WHERE tenant_id = $1 AND fairness_key = $2 AND shard = jobfair_shard($1)
+RETURNING weight
+"""
+
 # -- name: upsert_job_type
 # A job type's cap and aging set (NULL: the server's default; a pause stays as it is).
 # Index: job_types pkey.
@@ -386,6 +412,23 @@ async def delete_tenant(db: Sessions, tenant_id: str) -> bool:
     deleted = await db.fetchval(DELETE_TENANT, tenant_id) is not None
     await _release_after_finishes(db, tenant_id)
     return deleted
+
+
+async def upsert_key_weight(db: Queries, tenant_id: str, fairness_key: str, weight: int) -> int:
+    """Set a key's weight (``fairness_key`` as stored: '' for the default key)."""
+    got: int = await db.fetchval(UPSERT_KEY_WEIGHT, tenant_id, fairness_key, weight)
+    return got
+
+
+async def get_key_weight(db: Queries, tenant_id: str, fairness_key: str) -> int | None:
+    """A key's weight, None when it has none of its own (it weighs 1)."""
+    got: int | None = await db.fetchval(GET_KEY_WEIGHT, tenant_id, fairness_key)
+    return got
+
+
+async def delete_key_weight(db: Queries, tenant_id: str, fairness_key: str) -> bool:
+    """Back to weight 1; whether it had a weight of its own."""
+    return await db.fetchval(DELETE_KEY_WEIGHT, tenant_id, fairness_key) is not None
 
 
 async def pause_tenant(db: Sessions, tenant_id: str) -> TenantRow:

@@ -8,7 +8,7 @@ per row.  The others are built by name.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -18,8 +18,8 @@ from app.domain import JobState
 # jobs selects or returns exactly these, so that JobRow(*record) builds the row.
 JOB_COLUMNS = """job_key, job_type, tenant_id, state, priority, retries, activation_count,
     worker, deadline, run_at, queued_at, variables, custom_headers, error_code,
-    error_message, created_at, activated_at, completed_at, idempotency_key"""
-JOB_FIELDS = 19
+    error_message, created_at, activated_at, completed_at, idempotency_key, fairness_key"""
+JOB_FIELDS = 20
 
 
 def job_columns(alias: str) -> str:
@@ -50,6 +50,7 @@ class JobRow(NamedTuple):
     activated_at: datetime | None
     completed_at: datetime | None
     idempotency_key: str | None
+    fairness_key: str  # '': the tenant's default key (DEFAULT_KEY outside)
 
 
 _STATES = {state.value: state for state in JobState}
@@ -128,6 +129,19 @@ class LaneRow:
 
 
 @dataclass(frozen=True, slots=True)
+class KeyRead:
+    """What a key read found of the lanes a round allotted picks to: per tenant, up to
+    the number of keys asked for that have a ready job, in (vtime, key) order, each as
+    (key, vtime, weight); the active keys met without one (to be parked), as (tenant,
+    key); and the tenants whose read stopped at its limit (``more``: there may be ready
+    keys beyond) -- for the others, every active key not excluded was seen."""
+
+    ready: dict[str, list[tuple[str, float, int]]]
+    empty: list[tuple[str, str]]
+    more: set[str]
+
+
+@dataclass(frozen=True, slots=True)
 class LaneRead:
     """What a lane read found: the type's configuration; up to ``limit`` lanes with a
     ready job, in (vtime, tenant) order; the active lanes met that have none (to be
@@ -140,16 +154,20 @@ class LaneRead:
     empty: list[str]
     more: bool
     paused: bool = False  # the job type is paused: nothing may be claimed
+    # The keys the charges carried emptied (tenant, key), to be parked.
+    emptied_keys: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
 class LeadClaim:
-    """What a one-pick claim got: the job (None if nothing), its lane's weight and its
-    type's aging as the statement resolved them; and, when it got nothing, whether that
-    is because the type is dry for the asker's tenants (else the full rounds are needed)."""
+    """What a one-pick claim got: the job (None if nothing), its lane's and its key's
+    weights and its type's aging as the statement resolved them; and, when it got
+    nothing, whether that is because the type is dry for the asker's tenants (else the
+    full rounds are needed)."""
 
     job: JobRow | None
     lane_weight: int | None
+    key_weight: int | None
     aging_step: int | None
     aging_interval_ms: int | None
     dry: bool
@@ -180,6 +198,22 @@ class LaneSampleRow(NamedTuple):
     held: bool
     vtime: float
     weight: int
+
+
+class KeySampleRow(NamedTuple):
+    """A fairness key as the key window samples it (``app.db.metrics.KEY_SAMPLES``), with
+    its lane's sums."""
+
+    job_type: str
+    tenant_id: str
+    fairness_key: str  # as stored ('': the default key)
+    activated_total: int
+    active: bool
+    vtime: float
+    weight: int
+    lane_total: int
+    backlogged_weight: int
+    least_vtime: float | None
 
 
 class TenantSet(NamedTuple):

@@ -87,6 +87,9 @@ jobs = Table(
     Column("idempotency_key", Text),
     # Activated for an SSE stream: finishing it returns a credit (NOTIFY jobfair_done).
     Column("via_stream", Boolean, nullable=False, server_default=text("false")),
+    # The job's fairness key inside its tenant ('': the tenant's default key, shown as
+    # <default>); its lane's share is divided among its keys (alembic 0010, ADR 027).
+    Column("fairness_key", Text, nullable=False, server_default=text("''")),
     CheckConstraint(
         "state IN (" + ", ".join(f"'{s}'" for s in JOB_STATES) + ")", name="jobs_state_check"
     ),
@@ -104,11 +107,13 @@ jobs = Table(
     },
 )
 
-# The ready queue: one lane's jobs, best first.  Every claim walks only lane heads here.
+# The ready queue: one lane's jobs by key, each key's best first.  Every claim walks only
+# the heads of a lane's keys here.
 Index(
     "jobs_ready_idx",
     jobs.c.job_type,
     jobs.c.tenant_id,
+    jobs.c.fairness_key,
     jobs.c.priority.desc(),
     jobs.c.queued_at,
     jobs.c.job_key,
@@ -184,6 +189,54 @@ Index(
 )
 # Held lanes by tenant, for releasing them when the tenant's capacity frees.
 Index("lanes_held_idx", lanes.c.tenant_id, postgresql_where=text("held"))
+
+# The second level (ADR 027): each lane's fairness keys, with the key's virtual time
+# inside its lane.  ``active`` is kept as the lane's is (app/db/lanes.py: the protocol,
+# on the lane's bucket lock); a lane has no held keys (caps are per tenant and type).
+lane_keys = Table(
+    "lane_keys",
+    metadata,
+    Column("job_type", Text, nullable=False),
+    Column("tenant_id", Text, nullable=False),
+    Column("fairness_key", Text, nullable=False),
+    # jobfair_shard(tenant_id): beside its lane.
+    Column("shard", SmallInteger, nullable=False),
+    # Stride scheduling inside the lane: +1/key weight per activation.
+    Column("vtime", Double, nullable=False, server_default=text("0")),
+    # True while the key may hold ready jobs.
+    Column("active", Boolean, nullable=False, server_default=text("true")),
+    Column("activated_total", BigInteger, nullable=False, server_default=text("0")),
+    PrimaryKeyConstraint("job_type", "tenant_id", "fairness_key", "shard", name="lane_keys_pkey"),
+    CheckConstraint("shard = jobfair_shard(tenant_id)", name="lane_keys_shard_check"),
+    postgresql_with={
+        "autovacuum_vacuum_scale_factor": "0",
+        "autovacuum_vacuum_threshold": "500",
+        "fillfactor": "50",
+    },
+)
+# A lane's backlogged keys by virtual time (the key read), and its least and greatest.
+Index(
+    "lane_keys_vtime_idx",
+    lane_keys.c.job_type,
+    lane_keys.c.tenant_id,
+    lane_keys.c.active,
+    lane_keys.c.vtime,
+    lane_keys.c.fairness_key,
+)
+
+# Weights of fairness keys inside their tenant (PUT /v2/tenants/{t}/keys/{k}); a key
+# without a row weighs 1.  Beside the tenant's lanes and keys (its shard).
+key_weights = Table(
+    "key_weights",
+    metadata,
+    Column("tenant_id", Text, nullable=False),
+    Column("fairness_key", Text, nullable=False),
+    Column("shard", SmallInteger, nullable=False),
+    Column("weight", Integer, nullable=False),
+    PrimaryKeyConstraint("tenant_id", "fairness_key", "shard", name="key_weights_pkey"),
+    CheckConstraint("weight BETWEEN 1 AND 10000", name="key_weights_weight_check"),
+    CheckConstraint("shard = jobfair_shard(tenant_id)", name="key_weights_shard_check"),
+)
 
 tenants = Table(
     "tenants",

@@ -23,7 +23,8 @@ WITH up AS (
     UPDATE jobs j
     SET state = 'CREATED', retries = $2, completed_at = NULL, queued_at = $3, run_at = $3
     WHERE j.job_key = ANY($1::bigint[]) AND j.state = 'FAILED'
-    RETURNING j.job_key, j.job_type, j.tenant_id, j.activation_count, j.retries
+    RETURNING j.job_key, j.job_type, j.tenant_id, j.activation_count, j.retries,
+              j.fairness_key
 ),
 logged AS (
     INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
@@ -32,24 +33,25 @@ logged AS (
     FROM up s
     WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 )
-SELECT job_type, tenant_id FROM up;
+SELECT job_type, tenant_id, fairness_key FROM up;
 
 -- name: cancel_ready
--- Up to $3 ready jobs of one lane ($1 type, $2 tenant) -> CANCELED, taken from the head of
--- its queue; rows an activator holds are passed by (they are being activated).  History:
--- "canceled".  Index: jobs_ready_idx, in its order (each batch starts where the last
--- left off: the index entries of jobs canceled before are dead and skipped).  Locks: the
--- batch's rows.
+-- Up to $3 ready jobs of one lane ($1 type, $2 tenant) -> CANCELED, key by key from the
+-- head of each key's queue; rows an activator holds are passed by (they are being
+-- activated).  Answers how many, and the keys they had (for parking those emptied).
+-- History: "canceled".  Index: jobs_ready_idx, in its order (each batch starts where the
+-- last left off: the index entries of jobs canceled before are dead and skipped).
+-- Locks: the batch's rows.
 WITH up AS (
     UPDATE jobs j SET state = 'CANCELED', completed_at = $4
     WHERE j.job_key = ANY(ARRAY(
         SELECT x.job_key FROM jobs x
         WHERE x.state = 'CREATED' AND x.job_type = $1 AND x.tenant_id = $2
-        ORDER BY x.priority DESC, x.queued_at, x.job_key
+        ORDER BY x.fairness_key, x.priority DESC, x.queued_at, x.job_key
         LIMIT $3
         FOR UPDATE SKIP LOCKED))
       AND j.state = 'CREATED'
-    RETURNING j.job_key, j.activation_count, j.worker, j.retries
+    RETURNING j.job_key, j.activation_count, j.worker, j.retries, j.fairness_key
 ),
 logged AS (
     INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
@@ -58,7 +60,7 @@ logged AS (
     FROM up s
     WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 )
-SELECT count(*) FROM up;
+SELECT count(*) AS n, ARRAY(SELECT DISTINCT fairness_key FROM up) AS keys FROM up;
 
 -- name: cancel_delayed
 -- Up to $3 delayed jobs (SCHEDULED: shown as CREATED) of tenant $1 (and type $2; NULL:

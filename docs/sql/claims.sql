@@ -29,13 +29,13 @@ SELECT CASE WHEN $2::int IS NULL THEN NULL ELSE pg_advisory_xact_lock($1, $2) EN
        jobfair_lock_tenant_caps($3, $4::text[]);
 
 -- name: claim
--- Activates up to k jobs from each allotted lane of one job type, best effective
--- priority first.
--- Index: jobs_ready_idx (job_type, tenant_id, priority DESC, queued_at, job_key)
---   WHERE state = 'CREATED'.  Per lane a recursive skip scan finds the distinct
+-- Activates up to k jobs from each allotted key of each allotted lane of one job type
+-- (scheduler.split_among_keys), best effective priority first within the key.
+-- Index: jobs_ready_idx (job_type, tenant_id, fairness_key, priority DESC, queued_at,
+--   job_key) WHERE state = 'CREATED'.  Per key a recursive skip scan finds the distinct
 --   priorities (one index descent each, at most 101); each priority's head yields up to k
 --   rows in FIFO order, which within one priority is also aging order.  The best k of
---   those heads are the lane's best k jobs.  Cost O(k x P x log N), never a backlog scan.
+--   those heads are the key's best k jobs.  Cost O(k x P x log N), never a backlog scan.
 -- Locks: FOR UPDATE SKIP LOCKED, so concurrent activators of the same lane pass each
 --   other (each takes the next unlocked rows) instead of queueing.  Only the top
 --   priority's heads are locked as they are read; lower priorities' heads are read
@@ -47,18 +47,21 @@ SELECT CASE WHEN $2::int IS NULL THEN NULL ELSE pg_advisory_xact_lock($1, $2) EN
 --   is charge_lanes, after this statement has committed.
 -- History: writes nothing (an activation is recorded when it ends), but drops an old
 -- activation's rows once a job is past the windows it keeps (app.db.history).
-WITH RECURSIVE alloc AS (SELECT * FROM unnest($2::text[], $3::int[]) AS a(tenant_id, k)),
+WITH RECURSIVE alloc AS (
+    SELECT * FROM unnest($2::text[], $11::text[], $3::int[]) AS a(tenant_id, fairness_key, k)
+),
 prios AS (
-    SELECT a.tenant_id, a.k, true AS top,
+    SELECT a.tenant_id, a.fairness_key, a.k, true AS top,
            (SELECT max(j.priority) FROM jobs j
-             WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = a.tenant_id)
+             WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = a.tenant_id
+               AND j.fairness_key = a.fairness_key)
              AS priority
     FROM alloc a
   UNION ALL
-    SELECT p.tenant_id, p.k, false,
+    SELECT p.tenant_id, p.fairness_key, p.k, false,
            (SELECT max(j.priority) FROM jobs j
              WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
-               AND j.priority < p.priority)
+               AND j.fairness_key = p.fairness_key AND j.priority < p.priority)
     FROM prios p WHERE p.priority IS NOT NULL
 ),
 heads AS (
@@ -69,24 +72,26 @@ heads AS (
                GREATEST(0, extract(epoch FROM ($4::timestamptz - u.queued_at)) * 1000)
                / $8::int))
              AS eff
-    FROM (SELECT h.job_key, p.tenant_id, p.priority, p.k, p.top, h.queued_at
+    FROM (SELECT h.job_key, p.tenant_id, p.fairness_key, p.priority, p.k, p.top,
+                 h.queued_at
           FROM prios p
           CROSS JOIN LATERAL (
               SELECT j.job_key, j.queued_at FROM jobs j
               WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
-                AND j.priority = p.priority
+                AND j.fairness_key = p.fairness_key AND j.priority = p.priority
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
               FOR UPDATE SKIP LOCKED
           ) h
           WHERE p.top AND p.priority IS NOT NULL
       UNION ALL
-          SELECT h.job_key, p.tenant_id, p.priority, p.k, p.top, h.queued_at
+          SELECT h.job_key, p.tenant_id, p.fairness_key, p.priority, p.k, p.top,
+                 h.queued_at
           FROM prios p
           CROSS JOIN LATERAL (
               SELECT j.job_key, j.queued_at FROM jobs j
               WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
-                AND j.priority = p.priority
+                AND j.fairness_key = p.fairness_key AND j.priority = p.priority
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
 
@@ -94,9 +99,9 @@ heads AS (
           WHERE NOT p.top AND p.priority IS NOT NULL) u
 ),
 chosen AS (
-    SELECT job_key, tenant_id, priority, top FROM (
-        SELECT job_key, tenant_id, priority, k, top,
-               row_number() OVER (PARTITION BY tenant_id
+    SELECT job_key, tenant_id, fairness_key, priority, top FROM (
+        SELECT job_key, tenant_id, fairness_key, priority, k, top,
+               row_number() OVER (PARTITION BY tenant_id, fairness_key
                                   ORDER BY eff DESC, queued_at, job_key) AS rn
         FROM heads
     ) ranked
@@ -104,12 +109,12 @@ chosen AS (
 ),
 promoted AS (
     SELECT h.job_key
-    FROM (SELECT tenant_id, priority, count(*)::int AS n FROM chosen WHERE NOT top
-          GROUP BY tenant_id, priority) s
+    FROM (SELECT tenant_id, fairness_key, priority, count(*)::int AS n FROM chosen
+          WHERE NOT top GROUP BY tenant_id, fairness_key, priority) s
     CROSS JOIN LATERAL (
         SELECT j.job_key FROM jobs j
         WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = s.tenant_id
-          AND j.priority = s.priority
+          AND j.fairness_key = s.fairness_key AND j.priority = s.priority
         ORDER BY j.queued_at, j.job_key
         LIMIT s.n
         FOR UPDATE SKIP LOCKED
@@ -130,7 +135,7 @@ activated AS (
     -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join alone lets
     -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
     WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
-    RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key
+    RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key
 ),
 trimmed AS (
     DELETE FROM job_events e USING activated s
@@ -144,16 +149,19 @@ SELECT * FROM activated;
 -- name: claim_lead
 -- One stride pick, read and claimed in one round trip: the job type's first backlogged
 -- lane in (vtime, tenant) order that has a ready job -- the lane scheduler.allocate picks
--- first -- gives its best job, exactly as CLAIM would give it with the count 1 for that
--- lane.  For a waiter woken by one new job of an idle type, this saves read_lanes' round
--- trip, a large part of a pickup (ADR 011).  It claims nothing where a cap is involved
--- (the type's, or the lead lane's tenant's: those need their locks and counts), when none
--- of the first PROBED_LANES active lanes has a ready job, or when the lead lane's heads
--- are held by another activator; the caller then runs the full rounds, unless the answer
--- says the type is dry.  Answers one row: the claimed job with the lane's weight (for its
--- charge) and the type's aging ($5, $6: the server's defaults), or NULLs and whether the
--- type is dry.  A paused type, or a paused tenant's lane, gives nothing (as read_lanes).
--- Index: lanes_type_vtime_idx, then as read_lanes and CLAIM.
+-- first -- and in it the first backlogged key in (vtime, key) order that has one -- the
+-- key scheduler.allocate_keys picks first -- gives its best job, exactly as CLAIM would
+-- give it with the count 1 for that key.  For a waiter woken by one new job of an idle
+-- type, this saves read_lanes' and read_keys' round trips, a large part of a pickup (ADR
+-- 011).  It claims nothing where a cap is involved (the type's, or the lead lane's
+-- tenant's: those need their locks and counts), when none of the first PROBED_LANES
+-- active lanes has a ready job, nor any of the lead lane's first PROBED_LANES active
+-- keys, or when the lead key's heads are held by another activator; the caller then runs
+-- the full rounds, unless the answer says the type is dry.  Answers one row: the claimed
+-- job with the lane's and the key's weights (for their charges) and the type's aging
+-- ($5, $6: the server's defaults), or NULLs and whether the type is dry.  A paused type,
+-- or a paused tenant's lane, gives nothing (as read_lanes).
+-- Index: lanes_type_vtime_idx, lane_keys_vtime_idx, then as read_lanes, read_keys and CLAIM.
 WITH RECURSIVE lead_lane AS (
     SELECT x.tenant_id, x.weight, x.cap, c.type_cap, c.aging_step, c.aging_interval_ms
     FROM (SELECT t.max_active_jobs AS type_cap,
@@ -164,7 +172,7 @@ WITH RECURSIVE lead_lane AS (
     CROSS JOIN LATERAL (
         SELECT r.tenant_id, r.weight, r.cap FROM (
             SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight,
-                   t.max_active_jobs AS cap, (SELECT min(j.priority) FROM jobs j
+                   t.max_active_jobs AS cap, (SELECT max(j.fairness_key) FROM jobs j
           WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = l.tenant_id)
          IS NOT NULL AS ready
             FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
@@ -177,21 +185,39 @@ WITH RECURSIVE lead_lane AS (
         LIMIT 1) x
 ),
 lead AS (
-    SELECT tenant_id, weight, aging_step, aging_interval_ms FROM lead_lane
-    WHERE type_cap IS NULL AND cap IS NULL
+    SELECT ll.tenant_id, y.fairness_key, ll.weight, y.key_weight, ll.aging_step,
+           ll.aging_interval_ms
+    FROM lead_lane ll
+    CROSS JOIN LATERAL (
+        SELECT r.fairness_key, COALESCE(w.weight, 1) AS key_weight FROM (
+            SELECT x.fairness_key, x.vtime, (SELECT min(j.priority) FROM jobs j
+          WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = x.tenant_id
+            AND j.fairness_key = x.fairness_key)
+         IS NOT NULL AS ready
+            FROM lane_keys x
+            WHERE x.job_type = $1 AND x.tenant_id = ll.tenant_id AND x.active
+            ORDER BY x.vtime, x.fairness_key
+            LIMIT 16) r
+        LEFT JOIN key_weights w ON w.tenant_id = ll.tenant_id
+         AND w.fairness_key = r.fairness_key
+        WHERE r.ready
+        ORDER BY r.vtime, r.fairness_key
+        LIMIT 1) y
+    WHERE ll.type_cap IS NULL AND ll.cap IS NULL
 ),
-alloc AS (SELECT tenant_id, 1 AS k FROM lead),
+alloc AS (SELECT tenant_id, fairness_key, 1 AS k FROM lead),
 prios AS (
-    SELECT a.tenant_id, a.k, true AS top,
+    SELECT a.tenant_id, a.fairness_key, a.k, true AS top,
            (SELECT max(j.priority) FROM jobs j
-             WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = a.tenant_id)
+             WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = a.tenant_id
+               AND j.fairness_key = a.fairness_key)
              AS priority
     FROM alloc a
   UNION ALL
-    SELECT p.tenant_id, p.k, false,
+    SELECT p.tenant_id, p.fairness_key, p.k, false,
            (SELECT max(j.priority) FROM jobs j
              WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
-               AND j.priority < p.priority)
+               AND j.fairness_key = p.fairness_key AND j.priority < p.priority)
     FROM prios p WHERE p.priority IS NOT NULL
 ),
 heads AS (
@@ -202,24 +228,26 @@ heads AS (
                GREATEST(0, extract(epoch FROM ($2::timestamptz - u.queued_at)) * 1000)
                / (SELECT aging_interval_ms FROM lead)))
              AS eff
-    FROM (SELECT h.job_key, p.tenant_id, p.priority, p.k, p.top, h.queued_at
+    FROM (SELECT h.job_key, p.tenant_id, p.fairness_key, p.priority, p.k, p.top,
+                 h.queued_at
           FROM prios p
           CROSS JOIN LATERAL (
               SELECT j.job_key, j.queued_at FROM jobs j
               WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
-                AND j.priority = p.priority
+                AND j.fairness_key = p.fairness_key AND j.priority = p.priority
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
               FOR UPDATE SKIP LOCKED
           ) h
           WHERE p.top AND p.priority IS NOT NULL
       UNION ALL
-          SELECT h.job_key, p.tenant_id, p.priority, p.k, p.top, h.queued_at
+          SELECT h.job_key, p.tenant_id, p.fairness_key, p.priority, p.k, p.top,
+                 h.queued_at
           FROM prios p
           CROSS JOIN LATERAL (
               SELECT j.job_key, j.queued_at FROM jobs j
               WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
-                AND j.priority = p.priority
+                AND j.fairness_key = p.fairness_key AND j.priority = p.priority
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
 
@@ -227,9 +255,9 @@ heads AS (
           WHERE NOT p.top AND p.priority IS NOT NULL) u
 ),
 chosen AS (
-    SELECT job_key, tenant_id, priority, top FROM (
-        SELECT job_key, tenant_id, priority, k, top,
-               row_number() OVER (PARTITION BY tenant_id
+    SELECT job_key, tenant_id, fairness_key, priority, top FROM (
+        SELECT job_key, tenant_id, fairness_key, priority, k, top,
+               row_number() OVER (PARTITION BY tenant_id, fairness_key
                                   ORDER BY eff DESC, queued_at, job_key) AS rn
         FROM heads
     ) ranked
@@ -237,12 +265,12 @@ chosen AS (
 ),
 promoted AS (
     SELECT h.job_key
-    FROM (SELECT tenant_id, priority, count(*)::int AS n FROM chosen WHERE NOT top
-          GROUP BY tenant_id, priority) s
+    FROM (SELECT tenant_id, fairness_key, priority, count(*)::int AS n FROM chosen
+          WHERE NOT top GROUP BY tenant_id, fairness_key, priority) s
     CROSS JOIN LATERAL (
         SELECT j.job_key FROM jobs j
         WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = s.tenant_id
-          AND j.priority = s.priority
+          AND j.fairness_key = s.fairness_key AND j.priority = s.priority
         ORDER BY j.queued_at, j.job_key
         LIMIT s.n
         FOR UPDATE SKIP LOCKED
@@ -263,7 +291,7 @@ activated AS (
     -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join alone lets
     -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
     WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
-    RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key
+    RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key
 ),
 trimmed AS (
     DELETE FROM job_events e USING activated s
@@ -272,7 +300,8 @@ trimmed AS (
       AND e.activation_count = s.activation_count - 20
       AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 )
-SELECT a.*, lead.weight AS lane_weight, lead.aging_step AS lane_aging_step,
+SELECT a.*, lead.weight AS lane_weight, lead.key_weight AS lane_key_weight,
+       lead.aging_step AS lane_aging_step,
        lead.aging_interval_ms AS lane_aging_interval_ms,
        (a.job_key IS NULL AND NOT EXISTS (SELECT 1 FROM lead_lane)
        AND (SELECT count(*) < 16
@@ -294,7 +323,7 @@ WITH RECURSIVE lead_lane AS (
     CROSS JOIN LATERAL (
         SELECT r.tenant_id, r.weight, r.cap FROM (
             SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight,
-                   t.max_active_jobs AS cap, (SELECT min(j.priority) FROM jobs j
+                   t.max_active_jobs AS cap, (SELECT max(j.fairness_key) FROM jobs j
           WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = l.tenant_id)
          IS NOT NULL AS ready
             FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
@@ -307,21 +336,39 @@ WITH RECURSIVE lead_lane AS (
         LIMIT 1) x
 ),
 lead AS (
-    SELECT tenant_id, weight, aging_step, aging_interval_ms FROM lead_lane
-    WHERE type_cap IS NULL AND cap IS NULL
+    SELECT ll.tenant_id, y.fairness_key, ll.weight, y.key_weight, ll.aging_step,
+           ll.aging_interval_ms
+    FROM lead_lane ll
+    CROSS JOIN LATERAL (
+        SELECT r.fairness_key, COALESCE(w.weight, 1) AS key_weight FROM (
+            SELECT x.fairness_key, x.vtime, (SELECT min(j.priority) FROM jobs j
+          WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = x.tenant_id
+            AND j.fairness_key = x.fairness_key)
+         IS NOT NULL AS ready
+            FROM lane_keys x
+            WHERE x.job_type = $1 AND x.tenant_id = ll.tenant_id AND x.active
+            ORDER BY x.vtime, x.fairness_key
+            LIMIT 16) r
+        LEFT JOIN key_weights w ON w.tenant_id = ll.tenant_id
+         AND w.fairness_key = r.fairness_key
+        WHERE r.ready
+        ORDER BY r.vtime, r.fairness_key
+        LIMIT 1) y
+    WHERE ll.type_cap IS NULL AND ll.cap IS NULL
 ),
-alloc AS (SELECT tenant_id, 1 AS k FROM lead),
+alloc AS (SELECT tenant_id, fairness_key, 1 AS k FROM lead),
 prios AS (
-    SELECT a.tenant_id, a.k, true AS top,
+    SELECT a.tenant_id, a.fairness_key, a.k, true AS top,
            (SELECT max(j.priority) FROM jobs j
-             WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = a.tenant_id)
+             WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = a.tenant_id
+               AND j.fairness_key = a.fairness_key)
              AS priority
     FROM alloc a
   UNION ALL
-    SELECT p.tenant_id, p.k, false,
+    SELECT p.tenant_id, p.fairness_key, p.k, false,
            (SELECT max(j.priority) FROM jobs j
              WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
-               AND j.priority < p.priority)
+               AND j.fairness_key = p.fairness_key AND j.priority < p.priority)
     FROM prios p WHERE p.priority IS NOT NULL
 ),
 heads AS (
@@ -332,24 +379,26 @@ heads AS (
                GREATEST(0, extract(epoch FROM ($2::timestamptz - u.queued_at)) * 1000)
                / (SELECT aging_interval_ms FROM lead)))
              AS eff
-    FROM (SELECT h.job_key, p.tenant_id, p.priority, p.k, p.top, h.queued_at
+    FROM (SELECT h.job_key, p.tenant_id, p.fairness_key, p.priority, p.k, p.top,
+                 h.queued_at
           FROM prios p
           CROSS JOIN LATERAL (
               SELECT j.job_key, j.queued_at FROM jobs j
               WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
-                AND j.priority = p.priority
+                AND j.fairness_key = p.fairness_key AND j.priority = p.priority
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
               FOR UPDATE SKIP LOCKED
           ) h
           WHERE p.top AND p.priority IS NOT NULL
       UNION ALL
-          SELECT h.job_key, p.tenant_id, p.priority, p.k, p.top, h.queued_at
+          SELECT h.job_key, p.tenant_id, p.fairness_key, p.priority, p.k, p.top,
+                 h.queued_at
           FROM prios p
           CROSS JOIN LATERAL (
               SELECT j.job_key, j.queued_at FROM jobs j
               WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
-                AND j.priority = p.priority
+                AND j.fairness_key = p.fairness_key AND j.priority = p.priority
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
 
@@ -357,9 +406,9 @@ heads AS (
           WHERE NOT p.top AND p.priority IS NOT NULL) u
 ),
 chosen AS (
-    SELECT job_key, tenant_id, priority, top FROM (
-        SELECT job_key, tenant_id, priority, k, top,
-               row_number() OVER (PARTITION BY tenant_id
+    SELECT job_key, tenant_id, fairness_key, priority, top FROM (
+        SELECT job_key, tenant_id, fairness_key, priority, k, top,
+               row_number() OVER (PARTITION BY tenant_id, fairness_key
                                   ORDER BY eff DESC, queued_at, job_key) AS rn
         FROM heads
     ) ranked
@@ -367,12 +416,12 @@ chosen AS (
 ),
 promoted AS (
     SELECT h.job_key
-    FROM (SELECT tenant_id, priority, count(*)::int AS n FROM chosen WHERE NOT top
-          GROUP BY tenant_id, priority) s
+    FROM (SELECT tenant_id, fairness_key, priority, count(*)::int AS n FROM chosen
+          WHERE NOT top GROUP BY tenant_id, fairness_key, priority) s
     CROSS JOIN LATERAL (
         SELECT j.job_key FROM jobs j
         WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = s.tenant_id
-          AND j.priority = s.priority
+          AND j.fairness_key = s.fairness_key AND j.priority = s.priority
         ORDER BY j.queued_at, j.job_key
         LIMIT s.n
         FOR UPDATE SKIP LOCKED
@@ -393,7 +442,7 @@ activated AS (
     -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join alone lets
     -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
     WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
-    RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key
+    RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key
 ),
 trimmed AS (
     DELETE FROM job_events e USING activated s
@@ -402,7 +451,8 @@ trimmed AS (
       AND e.activation_count = s.activation_count - 20
       AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 )
-SELECT a.*, lead.weight AS lane_weight, lead.aging_step AS lane_aging_step,
+SELECT a.*, lead.weight AS lane_weight, lead.key_weight AS lane_key_weight,
+       lead.aging_step AS lane_aging_step,
        lead.aging_interval_ms AS lane_aging_interval_ms,
        (a.job_key IS NULL AND NOT EXISTS (SELECT 1 FROM lead_lane)
        AND (SELECT count(*) < 16

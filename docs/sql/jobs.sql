@@ -21,6 +21,8 @@ WITH input AS MATERIALIZED (
            COALESCE(x.e->'variables', '{}') AS variables,
            COALESCE(x.e->'customHeaders', '{}') AS custom_headers,
            x.e->>'idempotencyKey' AS idempotency_key,
+           -- The default key is '' (domain.stored_key).
+           COALESCE(NULLIF(x.e->>'fairnessKey', '<default>'), '') AS fairness_key,
            CASE WHEN x.e->>'runAt' IS NOT NULL THEN (x.e->>'runAt')::timestamptz
                 WHEN x.e->>'delay' IS NOT NULL
                   THEN $2::timestamptz + (x.e->>'delay')::float8 * interval '1 millisecond'
@@ -35,21 +37,23 @@ WITH input AS MATERIALIZED (
 -- speculative insertion (a lock and an extra WAL record each).
 ins_plain AS (
     INSERT INTO jobs (job_key, shard, job_type, tenant_id, state, priority, retries,
-                      run_at, queued_at, variables, custom_headers, created_at, idempotency_key)
+                      run_at, queued_at, variables, custom_headers, created_at, idempotency_key,
+                      fairness_key)
     SELECT job_key, shard, job_type, tenant_id,
            CASE WHEN run_at > $2 THEN 'SCHEDULED' ELSE 'CREATED' END,
            priority, retries, run_at, GREATEST(run_at, $2), variables,
-           custom_headers, $2, idempotency_key
+           custom_headers, $2, idempotency_key, fairness_key
     FROM input WHERE idempotency_key IS NULL ORDER BY ord
-    RETURNING job_key, job_type, tenant_id, state
+    RETURNING job_key, job_type, tenant_id, fairness_key, state
 ),
 ins_keyed AS (
     INSERT INTO jobs (job_key, shard, job_type, tenant_id, state, priority, retries,
-                      run_at, queued_at, variables, custom_headers, created_at, idempotency_key)
+                      run_at, queued_at, variables, custom_headers, created_at, idempotency_key,
+                      fairness_key)
     SELECT job_key, shard, job_type, tenant_id,
            CASE WHEN run_at > $2 THEN 'SCHEDULED' ELSE 'CREATED' END,
            priority, retries, run_at, GREATEST(run_at, $2), variables,
-           custom_headers, $2, idempotency_key
+           custom_headers, $2, idempotency_key, fairness_key
     FROM input WHERE idempotency_key IS NOT NULL
       -- A job made before alembic 0008 is in the shard its key names, not its tenant's,
       -- out of reach of the unique index's (tenant, key, shard): found here.
@@ -60,14 +64,17 @@ ins_keyed AS (
     ORDER BY ord
     ON CONFLICT (tenant_id, idempotency_key, shard) WHERE idempotency_key IS NOT NULL
     DO NOTHING
-    RETURNING job_key, job_type, tenant_id, state
+    RETURNING job_key, job_type, tenant_id, fairness_key, state
 ),
 ins AS (
     SELECT * FROM ins_plain UNION ALL SELECT * FROM ins_keyed
 ),
 ready_lanes AS (
-    SELECT job_type, tenant_id, count(*) AS n FROM ins WHERE state = 'CREATED'
-    GROUP BY job_type, tenant_id
+    SELECT job_type, tenant_id, fairness_key, count(*) AS n FROM ins WHERE state = 'CREATED'
+    GROUP BY job_type, tenant_id, fairness_key
+),
+lanes_ready AS (
+    SELECT job_type, tenant_id, sum(n) AS n FROM ready_lanes GROUP BY job_type, tenant_id
 ),
 new_lanes AS (
     INSERT INTO lanes (job_type, tenant_id, shard, vtime, active, held)
@@ -77,7 +84,7 @@ new_lanes AS (
     (SELECT max(x.vtime) FROM lanes x WHERE x.job_type = r.job_type),
     0), true,
            EXISTS (SELECT 1 FROM tenants p WHERE p.tenant_id = r.tenant_id AND p.paused)
-    FROM ready_lanes r
+    FROM lanes_ready r
     ORDER BY r.job_type, r.tenant_id
     ON CONFLICT (job_type, tenant_id, shard) DO NOTHING
     RETURNING 1
@@ -90,12 +97,42 @@ woken AS (
     0))
     WHERE (l.job_type, l.tenant_id) IN (
         -- Parked lanes only (an active one is not written), locked in key order.
-        SELECT x.job_type, x.tenant_id FROM lanes x JOIN ready_lanes r
+        SELECT x.job_type, x.tenant_id FROM lanes x JOIN lanes_ready r
           ON x.job_type = r.job_type AND x.tenant_id = r.tenant_id
         WHERE NOT x.active
         ORDER BY x.job_type, x.tenant_id
         FOR NO KEY UPDATE OF x)
     RETURNING 1
+),
+new_keys AS (
+    INSERT INTO lane_keys (job_type, tenant_id, fairness_key, shard, vtime, active)
+    SELECT r.job_type, r.tenant_id, r.fairness_key, jobfair_shard(r.tenant_id),
+           COALESCE(
+    (SELECT min(x.vtime) FROM lane_keys x
+     WHERE x.job_type = r.job_type AND x.tenant_id = r.tenant_id AND x.active),
+    (SELECT max(x.vtime) FROM lane_keys x
+     WHERE x.job_type = r.job_type AND x.tenant_id = r.tenant_id AND NOT x.active),
+    0), true
+    FROM ready_lanes r
+    ORDER BY r.job_type, r.tenant_id, r.fairness_key
+    ON CONFLICT (job_type, tenant_id, fairness_key, shard) DO NOTHING
+),
+woken_keys AS (
+    UPDATE lane_keys k
+    SET active = true,
+        vtime = GREATEST(k.vtime, COALESCE(
+    (SELECT min(x.vtime) FROM lane_keys x
+     WHERE x.job_type = k.job_type AND x.tenant_id = k.tenant_id AND x.active),
+    (SELECT max(x.vtime) FROM lane_keys x
+     WHERE x.job_type = k.job_type AND x.tenant_id = k.tenant_id AND NOT x.active),
+    0))
+    WHERE (k.job_type, k.tenant_id, k.fairness_key) IN (
+        SELECT x.job_type, x.tenant_id, x.fairness_key FROM lane_keys x JOIN ready_lanes r
+          ON x.job_type = r.job_type AND x.tenant_id = r.tenant_id
+         AND x.fairness_key = r.fairness_key
+        WHERE NOT x.active
+        ORDER BY x.job_type, x.tenant_id, x.fairness_key
+        FOR NO KEY UPDATE OF x)
 ),
 notified AS (
     SELECT pg_notify('jobfair', job_type || ' ' || sum(n))
@@ -118,6 +155,8 @@ WITH input AS MATERIALIZED (
            COALESCE(x.e->'variables', '{}') AS variables,
            COALESCE(x.e->'customHeaders', '{}') AS custom_headers,
            x.e->>'idempotencyKey' AS idempotency_key,
+           -- The default key is '' (domain.stored_key).
+           COALESCE(NULLIF(x.e->>'fairnessKey', '<default>'), '') AS fairness_key,
            CASE WHEN x.e->>'runAt' IS NOT NULL THEN (x.e->>'runAt')::timestamptz
                 WHEN x.e->>'delay' IS NOT NULL
                   THEN $2::timestamptz + (x.e->>'delay')::float8 * interval '1 millisecond'
@@ -132,21 +171,23 @@ WITH input AS MATERIALIZED (
 -- speculative insertion (a lock and an extra WAL record each).
 ins_plain AS (
     INSERT INTO jobs (job_key, shard, job_type, tenant_id, state, priority, retries,
-                      run_at, queued_at, variables, custom_headers, created_at, idempotency_key)
+                      run_at, queued_at, variables, custom_headers, created_at, idempotency_key,
+                      fairness_key)
     SELECT job_key, shard, job_type, tenant_id,
            CASE WHEN run_at > $2 THEN 'SCHEDULED' ELSE 'CREATED' END,
            priority, retries, run_at, GREATEST(run_at, $2), variables,
-           custom_headers, $2, idempotency_key
+           custom_headers, $2, idempotency_key, fairness_key
     FROM input WHERE idempotency_key IS NULL ORDER BY ord
-    RETURNING job_key, job_type, tenant_id, state
+    RETURNING job_key, job_type, tenant_id, fairness_key, state
 ),
 ins_keyed AS (
     INSERT INTO jobs (job_key, shard, job_type, tenant_id, state, priority, retries,
-                      run_at, queued_at, variables, custom_headers, created_at, idempotency_key)
+                      run_at, queued_at, variables, custom_headers, created_at, idempotency_key,
+                      fairness_key)
     SELECT job_key, shard, job_type, tenant_id,
            CASE WHEN run_at > $2 THEN 'SCHEDULED' ELSE 'CREATED' END,
            priority, retries, run_at, GREATEST(run_at, $2), variables,
-           custom_headers, $2, idempotency_key
+           custom_headers, $2, idempotency_key, fairness_key
     FROM input WHERE idempotency_key IS NOT NULL
       -- A job made before alembic 0008 is in the shard its key names, not its tenant's,
       -- out of reach of the unique index's (tenant, key, shard): found here.
@@ -157,14 +198,17 @@ ins_keyed AS (
     ORDER BY ord
     ON CONFLICT (tenant_id, idempotency_key, shard) WHERE idempotency_key IS NOT NULL
     DO NOTHING
-    RETURNING job_key, job_type, tenant_id, state
+    RETURNING job_key, job_type, tenant_id, fairness_key, state
 ),
 ins AS (
     SELECT * FROM ins_plain UNION ALL SELECT * FROM ins_keyed
 ),
 ready_lanes AS (
-    SELECT job_type, tenant_id, count(*) AS n FROM ins WHERE state = 'CREATED'
-    GROUP BY job_type, tenant_id
+    SELECT job_type, tenant_id, fairness_key, count(*) AS n FROM ins WHERE state = 'CREATED'
+    GROUP BY job_type, tenant_id, fairness_key
+),
+lanes_ready AS (
+    SELECT job_type, tenant_id, sum(n) AS n FROM ready_lanes GROUP BY job_type, tenant_id
 ),
 new_lanes AS (
     INSERT INTO lanes (job_type, tenant_id, shard, vtime, active, held)
@@ -174,7 +218,7 @@ new_lanes AS (
     (SELECT max(x.vtime) FROM lanes x WHERE x.job_type = r.job_type),
     0), true,
            EXISTS (SELECT 1 FROM tenants p WHERE p.tenant_id = r.tenant_id AND p.paused)
-    FROM ready_lanes r
+    FROM lanes_ready r
     ORDER BY r.job_type, r.tenant_id
     ON CONFLICT (job_type, tenant_id, shard) DO NOTHING
     RETURNING 1
@@ -187,12 +231,42 @@ woken AS (
     0))
     WHERE (l.job_type, l.tenant_id) IN (
         -- Parked lanes only (an active one is not written), locked in key order.
-        SELECT x.job_type, x.tenant_id FROM lanes x JOIN ready_lanes r
+        SELECT x.job_type, x.tenant_id FROM lanes x JOIN lanes_ready r
           ON x.job_type = r.job_type AND x.tenant_id = r.tenant_id
         WHERE NOT x.active
         ORDER BY x.job_type, x.tenant_id
         FOR NO KEY UPDATE OF x)
     RETURNING 1
+),
+new_keys AS (
+    INSERT INTO lane_keys (job_type, tenant_id, fairness_key, shard, vtime, active)
+    SELECT r.job_type, r.tenant_id, r.fairness_key, jobfair_shard(r.tenant_id),
+           COALESCE(
+    (SELECT min(x.vtime) FROM lane_keys x
+     WHERE x.job_type = r.job_type AND x.tenant_id = r.tenant_id AND x.active),
+    (SELECT max(x.vtime) FROM lane_keys x
+     WHERE x.job_type = r.job_type AND x.tenant_id = r.tenant_id AND NOT x.active),
+    0), true
+    FROM ready_lanes r
+    ORDER BY r.job_type, r.tenant_id, r.fairness_key
+    ON CONFLICT (job_type, tenant_id, fairness_key, shard) DO NOTHING
+),
+woken_keys AS (
+    UPDATE lane_keys k
+    SET active = true,
+        vtime = GREATEST(k.vtime, COALESCE(
+    (SELECT min(x.vtime) FROM lane_keys x
+     WHERE x.job_type = k.job_type AND x.tenant_id = k.tenant_id AND x.active),
+    (SELECT max(x.vtime) FROM lane_keys x
+     WHERE x.job_type = k.job_type AND x.tenant_id = k.tenant_id AND NOT x.active),
+    0))
+    WHERE (k.job_type, k.tenant_id, k.fairness_key) IN (
+        SELECT x.job_type, x.tenant_id, x.fairness_key FROM lane_keys x JOIN ready_lanes r
+          ON x.job_type = r.job_type AND x.tenant_id = r.tenant_id
+         AND x.fairness_key = r.fairness_key
+        WHERE NOT x.active
+        ORDER BY x.job_type, x.tenant_id, x.fairness_key
+        FOR NO KEY UPDATE OF x)
 ),
 notified AS (SELECT WHERE false)
 SELECT ARRAY(SELECT job_key FROM input ORDER BY ord) AS job_keys,
@@ -213,6 +287,8 @@ WITH input AS MATERIALIZED (
            COALESCE(x.e->'variables', '{}') AS variables,
            COALESCE(x.e->'customHeaders', '{}') AS custom_headers,
            x.e->>'idempotencyKey' AS idempotency_key,
+           -- The default key is '' (domain.stored_key).
+           COALESCE(NULLIF(x.e->>'fairnessKey', '<default>'), '') AS fairness_key,
            CASE WHEN x.e->>'runAt' IS NOT NULL THEN (x.e->>'runAt')::timestamptz
                 WHEN x.e->>'delay' IS NOT NULL
                   THEN $2::timestamptz + (x.e->>'delay')::float8 * interval '1 millisecond'
@@ -225,19 +301,23 @@ WITH input AS MATERIALIZED (
 ),
 ins AS (
     INSERT INTO jobs (job_key, shard, job_type, tenant_id, state, priority, retries,
-                      run_at, queued_at, variables, custom_headers, created_at, idempotency_key)
+                      run_at, queued_at, variables, custom_headers, created_at, idempotency_key,
+                      fairness_key)
     SELECT job_key, shard, job_type, tenant_id,
            CASE WHEN run_at > $2 THEN 'SCHEDULED' ELSE 'CREATED' END,
            priority, retries, run_at, GREATEST(run_at, $2), variables,
-           custom_headers, $2, idempotency_key
+           custom_headers, $2, idempotency_key, fairness_key
     FROM input
     RETURNING job_key, job_type, tenant_id, state, priority, retries, activation_count,
     worker, deadline, run_at, queued_at, variables, custom_headers, error_code,
-    error_message, created_at, activated_at, completed_at, idempotency_key
+    error_message, created_at, activated_at, completed_at, idempotency_key, fairness_key
 ),
 ready_lanes AS (
-    SELECT job_type, tenant_id, count(*) AS n FROM ins WHERE state = 'CREATED'
-    GROUP BY job_type, tenant_id
+    SELECT job_type, tenant_id, fairness_key, count(*) AS n FROM ins WHERE state = 'CREATED'
+    GROUP BY job_type, tenant_id, fairness_key
+),
+lanes_ready AS (
+    SELECT job_type, tenant_id, sum(n) AS n FROM ready_lanes GROUP BY job_type, tenant_id
 ),
 new_lanes AS (
     INSERT INTO lanes (job_type, tenant_id, shard, vtime, active, held)
@@ -247,7 +327,7 @@ new_lanes AS (
     (SELECT max(x.vtime) FROM lanes x WHERE x.job_type = r.job_type),
     0), true,
            EXISTS (SELECT 1 FROM tenants p WHERE p.tenant_id = r.tenant_id AND p.paused)
-    FROM ready_lanes r
+    FROM lanes_ready r
     ORDER BY r.job_type, r.tenant_id
     ON CONFLICT (job_type, tenant_id, shard) DO NOTHING
     RETURNING 1
@@ -260,18 +340,48 @@ woken AS (
     0))
     WHERE (l.job_type, l.tenant_id) IN (
         -- Parked lanes only (an active one is not written), locked in key order.
-        SELECT x.job_type, x.tenant_id FROM lanes x JOIN ready_lanes r
+        SELECT x.job_type, x.tenant_id FROM lanes x JOIN lanes_ready r
           ON x.job_type = r.job_type AND x.tenant_id = r.tenant_id
         WHERE NOT x.active
         ORDER BY x.job_type, x.tenant_id
         FOR NO KEY UPDATE OF x)
     RETURNING 1
 ),
+new_keys AS (
+    INSERT INTO lane_keys (job_type, tenant_id, fairness_key, shard, vtime, active)
+    SELECT r.job_type, r.tenant_id, r.fairness_key, jobfair_shard(r.tenant_id),
+           COALESCE(
+    (SELECT min(x.vtime) FROM lane_keys x
+     WHERE x.job_type = r.job_type AND x.tenant_id = r.tenant_id AND x.active),
+    (SELECT max(x.vtime) FROM lane_keys x
+     WHERE x.job_type = r.job_type AND x.tenant_id = r.tenant_id AND NOT x.active),
+    0), true
+    FROM ready_lanes r
+    ORDER BY r.job_type, r.tenant_id, r.fairness_key
+    ON CONFLICT (job_type, tenant_id, fairness_key, shard) DO NOTHING
+),
+woken_keys AS (
+    UPDATE lane_keys k
+    SET active = true,
+        vtime = GREATEST(k.vtime, COALESCE(
+    (SELECT min(x.vtime) FROM lane_keys x
+     WHERE x.job_type = k.job_type AND x.tenant_id = k.tenant_id AND x.active),
+    (SELECT max(x.vtime) FROM lane_keys x
+     WHERE x.job_type = k.job_type AND x.tenant_id = k.tenant_id AND NOT x.active),
+    0))
+    WHERE (k.job_type, k.tenant_id, k.fairness_key) IN (
+        SELECT x.job_type, x.tenant_id, x.fairness_key FROM lane_keys x JOIN ready_lanes r
+          ON x.job_type = r.job_type AND x.tenant_id = r.tenant_id
+         AND x.fairness_key = r.fairness_key
+        WHERE NOT x.active
+        ORDER BY x.job_type, x.tenant_id, x.fairness_key
+        FOR NO KEY UPDATE OF x)
+),
 notified AS (
     SELECT pg_notify('jobfair', job_type || ' ' || sum(n))
     FROM ready_lanes GROUP BY job_type
 )
-SELECT ins.job_key, ins.job_type, ins.tenant_id, ins.state, ins.priority, ins.retries, ins.activation_count, ins.worker, ins.deadline, ins.run_at, ins.queued_at, ins.variables, ins.custom_headers, ins.error_code, ins.error_message, ins.created_at, ins.activated_at, ins.completed_at, ins.idempotency_key,
+SELECT ins.job_key, ins.job_type, ins.tenant_id, ins.state, ins.priority, ins.retries, ins.activation_count, ins.worker, ins.deadline, ins.run_at, ins.queued_at, ins.variables, ins.custom_headers, ins.error_code, ins.error_message, ins.created_at, ins.activated_at, ins.completed_at, ins.idempotency_key, ins.fairness_key,
        t.aging_interval_ms AS type_aging_interval_ms, t.aging_step AS type_aging_step,
        (SELECT count(*) FROM notified) + (SELECT count(*) FROM new_lanes)
          + (SELECT count(*) FROM woken) AS _side_effects
@@ -289,7 +399,7 @@ JOIN jobs j ON j.tenant_id = k.tenant_id AND j.idempotency_key = k.idempotency_k
 
 -- name: get_job
 -- With the job type's aging settings, so a record renders in one round trip.
-SELECT j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key,
+SELECT j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key,
        t.aging_interval_ms AS type_aging_interval_ms, t.aging_step AS type_aging_step
 FROM jobs j LEFT JOIN job_types t ON t.job_type = j.job_type
 WHERE j.job_key = $1 AND j.shard = jobfair_key_shard($1);
@@ -308,7 +418,7 @@ SELECT job_key, tenant_id, job_type FROM jobs WHERE job_key = ANY($1::bigint[]);
 -- The job's row, locked for an update that reads before it writes (PATCH).
 SELECT job_key, job_type, tenant_id, state, priority, retries, activation_count,
     worker, deadline, run_at, queued_at, variables, custom_headers, error_code,
-    error_message, created_at, activated_at, completed_at, idempotency_key FROM jobs WHERE job_key = $1 AND shard = jobfair_key_shard($1) FOR UPDATE;
+    error_message, created_at, activated_at, completed_at, idempotency_key, fairness_key FROM jobs WHERE job_key = $1 AND shard = jobfair_key_shard($1) FOR UPDATE;
 
 -- name: update_job
 -- PATCH: retries, lease (deadline) and priority; revives FAILED when retries > 0, and

@@ -15,7 +15,7 @@ WITH ended AS (
     UPDATE jobs SET state = 'CREATED', deadline = NULL
     WHERE job_key = ANY($1::bigint[]) AND state = 'ACTIVATED' AND deadline < $2
     RETURNING job_key, job_type, tenant_id, via_stream, activation_count, activated_at, worker,
-              retries
+              retries, fairness_key
 ),
 leases AS (
     SELECT job_key, deadline FROM jobs WHERE job_key = ANY($1::bigint[]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
@@ -37,7 +37,7 @@ unheld AS (
     SELECT jobfair_release_holds(1246101507, 1246101508,
         ARRAY(SELECT DISTINCT e.tenant_id FROM ended e), 'jobfair') AS n
 )
-SELECT job_key, job_type, tenant_id, activation_count, worker,
+SELECT job_key, job_type, tenant_id, activation_count, worker, fairness_key,
        (SELECT count(*) FROM credited) + (SELECT n FROM unheld) AS _n
 FROM ended;
 
@@ -52,7 +52,7 @@ ORDER BY run_at LIMIT $2;
 -- Index: jobs pkey.  Locks: the caller holds the shared lane-bucket locks.
 UPDATE jobs SET state = 'CREATED'
 WHERE job_key = ANY($1::bigint[]) AND state = 'SCHEDULED' AND run_at <= $2
-RETURNING job_key, job_type, tenant_id;
+RETURNING job_key, job_type, tenant_id, fairness_key;
 
 -- name: prune_terminal
 -- Deletes terminal jobs finished before $1, oldest first, in bounded batches, with their

@@ -10,6 +10,34 @@ SELECT l.job_type, l.tenant_id, l.activated_total, l.active, l.held, l.vtime,
        COALESCE(t.weight, 1) AS weight
 FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id;
 
+-- name: key_samples
+-- The second level's sample (ADR 027): per lane, its $1 keys with the most activations
+-- ever, and the keys named in $2, $3, $4 (type, tenant, key: those the share window
+-- tracks), each with its running count of activations, whether it is backlogged
+-- (active), its virtual time and weight; and per lane the sum of its keys' counts, the
+-- total weight of its backlogged keys and the least of their virtual times.  A
+-- sequential read of lane_keys joined to key_weights by hash, sorted per lane; no locks.
+-- An operator read, every few seconds (app.operators.StatsService).
+SELECT s.job_type, s.tenant_id, s.fairness_key, s.activated_total, s.active, s.vtime,
+       s.weight, s.lane_total, s.backlogged_weight, s.least_vtime
+FROM (
+    SELECT k.job_type, k.tenant_id, k.fairness_key, k.activated_total, k.active, k.vtime,
+           COALESCE(w.weight, 1) AS weight,
+           row_number() OVER (PARTITION BY k.job_type, k.tenant_id
+                              ORDER BY k.activated_total DESC, k.fairness_key) AS rank,
+           (sum(k.activated_total) OVER lane)::bigint AS lane_total,
+           COALESCE(sum(COALESCE(w.weight, 1)) FILTER (WHERE k.active) OVER lane, 0)
+             AS backlogged_weight,
+           min(k.vtime) FILTER (WHERE k.active) OVER lane AS least_vtime
+    FROM lane_keys k
+    LEFT JOIN key_weights w ON w.tenant_id = k.tenant_id AND w.fairness_key = k.fairness_key
+    WINDOW lane AS (PARTITION BY k.job_type, k.tenant_id)
+) s
+LEFT JOIN unnest($2::text[], $3::text[], $4::text[]) AS t(job_type, tenant_id, fairness_key)
+  ON t.job_type = s.job_type AND t.tenant_id = s.tenant_id
+ AND t.fairness_key = s.fairness_key
+WHERE s.rank <= $1 OR t.fairness_key IS NOT NULL;
+
 -- name: lane_counts
 -- Per lane: ready jobs and the oldest one's queued_at, delayed jobs, active jobs -- the
 -- stats view's counts without its oldest job keys or its caps (the caller joins those),

@@ -107,6 +107,26 @@ unheld AS (
 )
 SELECT gone.tenant_id FROM gone WHERE (SELECT count(*) FROM unheld) = 1;
 
+-- name: upsert_key_weight
+-- A fairness key's weight inside its tenant (alembic 0010).  Nothing else need change:
+-- every key read and lead claim reads the weights as they are, so the next activation of
+-- any process uses it, for the backlog already there (ADR 027).  Index: key_weights pkey.
+INSERT INTO key_weights (tenant_id, fairness_key, shard, weight)
+VALUES ($1, $2, jobfair_shard($1), $3)
+ON CONFLICT (tenant_id, fairness_key, shard) DO UPDATE SET weight = EXCLUDED.weight
+RETURNING weight;
+
+-- name: get_key_weight
+-- A fairness key's weight (no row: 1).  Index: key_weights pkey.
+SELECT weight FROM key_weights
+WHERE tenant_id = $1 AND fairness_key = $2 AND shard = jobfair_shard($1);
+
+-- name: delete_key_weight
+-- A fairness key back to weight 1; whether it had a weight.  Index: key_weights pkey.
+DELETE FROM key_weights
+WHERE tenant_id = $1 AND fairness_key = $2 AND shard = jobfair_shard($1)
+RETURNING weight;
+
 -- name: upsert_job_type
 -- A job type's cap and aging set (NULL: the server's default; a pause stays as it is).
 -- Index: job_types pkey.

@@ -71,6 +71,7 @@ BODIES: dict[str, Any] = {
     "postJobsFailureByKey": {"retries": 1},
     "putJobTypesByKey": {"maxActiveJobs": 100},
     "putTenantsByKey": {"weight": 1},
+    "putTenantsKeysByKey": {"weight": 2},
     "postJobsRetry": {"tenantId": "{tenant}", "type": "{type}"},
     "postJobsCancel": {"tenantId": "{tenant}", "type": "{type}", "limit": 1},
     "postKeys": {"role": "worker", "tenants": ["{tenant}"], "types": ["{type}"]},
@@ -176,6 +177,7 @@ def request_of(op: Operation, world: World, target: str) -> tuple[str, str | Non
     for name, value in {
         "{jobKey}": key,
         "{tenantId}": tenant,
+        "{fairnessKey}": "user:1",
         "{type}": job_type,
         "{keyId}": world.victim,
         "{asset}": "app.js",

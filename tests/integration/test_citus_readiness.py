@@ -6,7 +6,7 @@ docs/scaling.md), checked on the migrated schema, since no Citus can be installe
 * every table is either distributed by ``shard`` or a reference table, and every unique
   index of a distributed table holds ``shard``;
 * every job the app makes carries its tenant's shard, in its row and in its key's high
-  bits, and every lane its tenant's shard;
+  bits, and every lane and lane key its tenant's shard;
 * every statement that finds one job by its key names the key's shard, and the primary
   key serves it;
 * jobs made before the shards keep their keys, are found by them, and keep their
@@ -33,7 +33,7 @@ from app.domain import DEFAULT_TENANT, utcnow
 from tests.fixtures import Postgres
 
 # Tables spread over the nodes by shard, and the small ones every node holds whole.
-DISTRIBUTED = {"jobs", "lanes", "job_events"}
+DISTRIBUTED = {"jobs", "lanes", "job_events", "lane_keys", "key_weights"}
 REFERENCE = {
     "tenants",
     "job_types",
@@ -97,7 +97,14 @@ async def test_every_unique_index_of_a_distributed_table_holds_the_shard(
 ) -> None:
     rows = await store.fetch(UNIQUE_INDEXES, sorted(DISTRIBUTED))
     found = {r["index_name"]: r["columns"] for r in rows}
-    assert set(found) == {"jobs_pkey", "jobs_idempotency_idx", "lanes_pkey", "job_events_pkey"}
+    assert set(found) == {
+        "jobs_pkey",
+        "jobs_idempotency_idx",
+        "lanes_pkey",
+        "job_events_pkey",
+        "lane_keys_pkey",
+        "key_weights_pkey",
+    }
     for name, columns in found.items():
         assert "shard" in columns, f"{name} ({', '.join(columns)}) lacks the shard"
     # Lookups by key still lead with the key; the idempotency probe with the tenant.
@@ -105,6 +112,8 @@ async def test_every_unique_index_of_a_distributed_table_holds_the_shard(
     assert found["jobs_idempotency_idx"] == ["tenant_id", "idempotency_key", "shard"]
     assert found["lanes_pkey"] == ["job_type", "tenant_id", "shard"]
     assert found["job_events_pkey"] == ["job_key", "activation_count", "step", "shard"]
+    assert found["lane_keys_pkey"] == ["job_type", "tenant_id", "fairness_key", "shard"]
+    assert found["key_weights_pkey"] == ["tenant_id", "fairness_key", "shard"]
 
 
 async def test_every_table_is_distributed_by_shard_or_a_reference_table(
@@ -155,6 +164,9 @@ async def test_every_job_and_lane_the_app_makes_carries_its_tenants_shard(
     lanes = await store.fetch("SELECT tenant_id, shard FROM lanes")
     assert {r["tenant_id"] for r in lanes} >= set(tenants) | {"initech", "hooli", "umbrella"}
     assert all(r["shard"] == shards.shard_of(r["tenant_id"]) for r in lanes)
+    keys = await store.fetch("SELECT tenant_id, shard FROM lane_keys")
+    assert {r["tenant_id"] for r in keys} == {r["tenant_id"] for r in lanes}
+    assert all(r["shard"] == shards.shard_of(r["tenant_id"]) for r in keys)
 
 
 def single_key_lookups() -> list[catalog.Statement]:

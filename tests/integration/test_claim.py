@@ -36,12 +36,12 @@ async def test_a_claim_passes_rows_held_by_another_and_tops_up_from_the_next_pri
         await tx.start()
         # Another activation has locked every job of the top priority, not yet committed:
         # to this claim they still look CREATED, so its best three are all of them.
-        held = await other.fetch(CLAIM, "claim", ["t"], [3], *args)
+        held = await other.fetch(CLAIM, "claim", ["t"], [3], *args, [""])
         assert sorted(r["job_key"] for r in held) == high
         got = await claims.claim(
             store,
             "claim",
-            {"t": 3},
+            {("t", ""): 3},
             now=now,
             shares=[Share("w2", 60_000, 3)],
             via_stream=False,
@@ -105,7 +105,7 @@ async def test_finishing_jobs_probes_them_by_key_however_many_are_leased(store, 
     await _insert(store, 0, 2_000)
     await store.execute("ANALYZE jobs")  # statistics that saw no lease at all
     now = utcnow()
-    leased = await store.fetch(CLAIM, "claim", ["t"], [1_500], *_claim_args(now))
+    leased = await store.fetch(CLAIM, "claim", ["t"], [1_500], *_claim_args(now), [""])
     keys = [r["job_key"] for r in leased[:10]]
     counts = [r["activation_count"] for r in leased[:10]]
     nodes = await _plan(store, query, *args(keys, counts, now))
@@ -119,7 +119,7 @@ async def test_a_claim_shared_among_requests_still_takes_its_jobs_by_key(store):
     await _insert(store, 0, 2_000)
     await store.execute("ANALYZE jobs")
     now = utcnow()
-    args = (now, ["a", "b"], [now, now], 10, 60_000, False, [1, 6])
+    args = (now, ["a", "b"], [now, now], 10, 60_000, False, [1, 6], [""])
     nodes = await _plan(store, CLAIM, "claim", ["t"], [10], *args)
     assert _jobs_scans(nodes) == {"jobs_ready_idx", "jobs_pkey"}
     activated = next(n for n in nodes if n["Node Type"] == "ModifyTable")
@@ -136,22 +136,37 @@ async def test_charging_many_lanes_costs_linear_time(store):
         " SELECT 'claim', t, jobfair_shard(t) FROM unnest($1::text[]) t",
         tenants,
     )
-    await store.execute("ANALYZE lanes")
+    await store.execute(
+        "INSERT INTO lane_keys (job_type, tenant_id, fairness_key, shard)"
+        " SELECT 'claim', t, '', jobfair_shard(t) FROM unnest($1::text[]) t",
+        tenants,
+    )
+    await store.execute("ANALYZE lanes; ANALYZE lane_keys")
     charged = "{" + ",".join(tenants[::25]) + "}"
     async with store.connection() as conn:
         tx = conn.transaction()
         await tx.start()
         try:
             await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-            await conn.execute(f"PREPARE charge(text, text[], int[], float8[]) AS {CHARGE_LANES}")
+            await conn.execute(
+                "PREPARE charge(text, text[], int[], float8[], text[], text[], int[], float8[])"
+                f" AS {CHARGE_LANES}"
+            )
             [[plan]] = await conn.fetch(
                 f"EXPLAIN (FORMAT JSON) EXECUTE charge('claim', '{charged}',"
-                " array_fill(1, ARRAY[400]), array_fill(1.0::float8, ARRAY[400]))"
+                " array_fill(1, ARRAY[400]), array_fill(1.0::float8, ARRAY[400]),"
+                f" '{charged}', array_fill(''::text, ARRAY[400]), array_fill(1, ARRAY[400]),"
+                " array_fill(1.0::float8, ARRAY[400]))"
             )
         finally:
             await tx.rollback()
             await conn.execute("DEALLOCATE ALL")
     _assert_linear(_nodes(orjson.loads(plan)[0]["Plan"]))
+
+
+# read_lanes' parameters: the type, how many lanes, the lanes excluded, the lane charges
+# and the key charges (ADR 027).
+READ_TYPES = "text, int, text[], text[], int[], float8[], text[], text[], int[], float8[]"
 
 
 async def _generic_plan(store, query: str, types: str, args: str) -> list[dict]:
@@ -189,8 +204,8 @@ async def test_a_lane_read_walks_the_lanes_in_order_and_sorts_none(store, lanes)
     nodes = await _generic_plan(
         store,
         READ_LANES,
-        "text, int, text[], text[], int[], float8[]",
-        "'claim', 32, '{}', '{}', '{}', '{}'",
+        READ_TYPES,
+        "'claim', 32, '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}'",
     )
     sorts = [n["Sort Key"] for n in nodes if n["Node Type"] == "Sort"]
     assert not [key for key in sorts if any("vtime" in k for k in key)], sorts
@@ -201,8 +216,8 @@ async def test_a_lane_read_walks_the_lanes_in_order_and_sorts_none(store, lanes)
     nodes = await _generic_plan(
         store,
         READ_LANES_OF_TENANTS,
-        "text, int, text[], text[], int[], float8[], text[]",
-        "'claim', 32, '{}', '{}', '{}', '{}', '{t00001,t00002}'",
+        READ_TYPES + ", text[]",
+        "'claim', 32, '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{t00001,t00002}'",
     )
     scans = {
         n.get("Index Name", n["Node Type"])

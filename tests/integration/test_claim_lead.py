@@ -50,6 +50,7 @@ async def _full_rounds_first(store, tenant_ids=None) -> int | None:
                 cfg.aging_interval_ms or DEFAULT_INTERVAL_MS,
                 False,
                 [1],
+                [""],
             )
         finally:
             await tx.rollback()
@@ -112,7 +113,11 @@ async def test_each_lead_claim_takes_the_full_rounds_first_job(store):
         assert row.state == "ACTIVATED" and row.worker == "w"
         tenant = row.tenant_id
         assert got.lane_weight == {"a": 1, "b": 2, "c": 5}[tenant]
-        await lanes.charge(store, TYPE, (Counter({tenant: 1}), {tenant: 1 / got.lane_weight}))
+        await lanes.charge(
+            store,
+            TYPE,
+            lanes.Charges(Counter({tenant: 1}), {tenant: 1 / got.lane_weight}, Counter(), {}),
+        )
         taken.append(row.job_key)
     assert len(taken) == 14
     assert old in taken[:2]  # aged to 100: b's first job, ahead of its priority-90 jobs
@@ -159,7 +164,9 @@ async def test_a_lead_lane_held_by_another_activator_claims_nothing(store):
     async with store.connection() as other:
         tx = other.transaction()
         await tx.start()
-        held = await other.fetch(CLAIM, TYPE, ["a"], [2], now, ["x"], [now], 10, 60_000, False, [1])
+        held = await other.fetch(
+            CLAIM, TYPE, ["a"], [2], now, ["x"], [now], 10, 60_000, False, [1], [""]
+        )
         assert len(held) == 2
         assert await _declined(store)
         await tx.rollback()

@@ -27,7 +27,7 @@ async def _claim(store, job_type: str = "h", tenant: str = "t", n: int = 1, work
     got = await claims.claim(
         store,
         job_type,
-        {tenant: n},
+        {(tenant, ""): n},
         now=now,
         shares=[Share(worker, 60_000, n)],
         via_stream=False,

@@ -16,7 +16,7 @@ from app.charging import CARRIED_LANES
 from app.config import Settings
 from app.db import claims, lanes
 from app.db import jobs as stored_jobs
-from app.db.lanes import CHARGE_LANES, SCANNED_LANES
+from app.db.lanes import CHARGE_LANES, SCANNED_LANES, Charges
 from app.db.locks import lane_bucket
 from app.domain import utcnow
 
@@ -121,6 +121,91 @@ async def test_no_lost_wake_up_under_racing_producers_and_activators(store):
     while rows := (await service.activate(ActivateRequest("race", 1000, 60_000)))[0]:
         got += len(rows)
     assert got == left
+
+
+NO_PARKED_KEY_WITH_JOBS = """
+SELECT k.tenant_id, k.fairness_key FROM lane_keys k
+WHERE NOT k.active AND EXISTS (
+    SELECT 1 FROM jobs j WHERE j.state = 'CREATED' AND j.job_type = k.job_type
+      AND j.tenant_id = k.tenant_id AND j.fairness_key = k.fairness_key)
+"""
+
+
+async def test_no_lost_wake_up_of_a_key_under_racing_producers_and_activators(store):
+    """The protocol one level down (ADR 027): producers of few lanes and many keys race
+    activators that empty keys and park them; no key is left parked with a ready job,
+    and every ready job is still reached."""
+    service = ActivationService(store, Settings())
+    rng = random.Random(11)
+
+    def keyed() -> CreateJob:
+        return {
+            "type": "race",
+            "tenantId": rng.choice("ab"),
+            "fairnessKey": f"k{rng.randint(0, 9)}",
+        }
+
+    stop = asyncio.Event()
+
+    async def producer() -> None:
+        for _ in range(150):
+            await stored_jobs.insert(store, [keyed() for _ in range(rng.randint(1, 3))], utcnow())
+            await asyncio.sleep(0)
+
+    async def activator() -> None:
+        while not stop.is_set():
+            await service.activate(ActivateRequest("race", rng.randint(1, 8), 60_000))
+
+    activators = [asyncio.create_task(activator()) for _ in range(4)]
+    await asyncio.gather(*(producer() for _ in range(4)))
+    stop.set()
+    await asyncio.gather(*activators)
+    await service.settle()
+    assert await store.fetch(NO_PARKED_KEY_WITH_JOBS) == []
+    assert await store.fetch(NO_PARKED_LANE_WITH_JOBS) == []
+    left = await store.fetchval("SELECT count(*) FROM jobs WHERE state = 'CREATED'")
+    got = 0
+    while rows := (await service.activate(ActivateRequest("race", 1000, 60_000)))[0]:
+        got += len(rows)
+    assert got == left
+
+
+async def test_a_key_its_claim_emptied_is_parked_and_its_lane_is_not(store):
+    service = ActivationService(store, Settings())
+    jobs: list[CreateJob] = [{"type": "race", "tenantId": "t", "fairnessKey": "once"}]
+    jobs += [{"type": "race", "tenantId": "t", "fairnessKey": "many"}] * 5
+    await stored_jobs.insert(store, jobs, utcnow())
+    rows, _ = await service.activate(ActivateRequest("race", 2, 60_000))
+    assert sorted(r.fairness_key for r in rows) == ["many", "once"]
+    await service.settle()
+    keys = await store.fetch("SELECT fairness_key, active FROM lane_keys ORDER BY fairness_key")
+    assert [(r["fairness_key"], r["active"]) for r in keys] == [("many", True), ("once", False)]
+    assert await store.fetchval("SELECT active FROM lanes WHERE tenant_id = 't'")
+    # Read again, the lane's one ready key takes the whole call, in one round.
+    rounds = service.counters.queries
+    rows, _ = await service.activate(ActivateRequest("race", 4, 60_000))
+    assert [r.fairness_key for r in rows] == ["many"] * 4
+    assert service.counters.queries - rounds == 1
+
+
+async def test_keys_found_empty_are_passed_by_and_parked(store):
+    """Keys emptied behind the scheduler's back (still active, at low vtimes) in front of
+    the lane's one key with jobs: the call gets its job anyway and parks them."""
+    service = ActivationService(store, Settings())
+    jobs: list[CreateJob] = [
+        {"type": "race", "tenantId": "t", "fairnessKey": f"gone{i:02}"} for i in range(30)
+    ]
+    await stored_jobs.insert(store, jobs, utcnow())
+    await store.execute("UPDATE jobs SET state = 'COMPLETED', completed_at = now()")
+    await store.execute("UPDATE lane_keys SET vtime = -1")
+    [busy] = await stored_jobs.insert(
+        store, [{"type": "race", "tenantId": "t", "fairnessKey": "zz"}], utcnow()
+    )
+    rows, dry = await service.activate(ActivateRequest("race", 1, 60_000))
+    assert [r.job_key for r in rows] == [busy.job_key] and not dry
+    await service.settle()
+    active = await store.fetchval("SELECT count(*) FROM lane_keys WHERE active")
+    assert active == 0  # the empty keys, and zz once its claim emptied it (its lane too)
 
 
 async def test_drained_lane_is_parked_and_costs_nothing_later(store):
@@ -297,7 +382,7 @@ async def test_a_lane_read_carries_the_charges_not_yet_written(store, monkeypatc
     monkeypatch.setattr(lanes, "charge", counted)
     await stored_jobs.insert(store, [_job(t) for t in ("a", "b")], utcnow())
     assert await _lanes(store) == {"a": (0.0, 0), "b": (0.0, 0)}
-    service.charges.add("race", Counter({"a": 3}), {"a": 0.5})
+    service.charges.add("race", Charges(Counter({"a": 3}), {"a": 0.5}, Counter(), {}))
     ready = (await service.charges.read("race", 1, [], None)).ready
     # Room for one lane: "a" led by tenant order, but its charge moved it behind "b".
     assert [(lane.tenant_id, lane.vtime) for lane in ready] == [("b", 0.0)]
@@ -311,7 +396,7 @@ async def test_a_lane_read_carries_the_charges_not_yet_written(store, monkeypatc
 async def test_charges_a_failed_lane_read_carried_are_written_after_all(store):
     service = ActivationService(store, Settings())
     await stored_jobs.insert(store, [_job(t) for t in ("a", "b")], utcnow())
-    service.charges.add("race", Counter({"a": 2}), {"a": 1.0})
+    service.charges.add("race", Charges(Counter({"a": 2}), {"a": 1.0}, Counter(), {}))
     with pytest.raises(asyncpg.PostgresError):  # $2 + 1 overflows int4: the statement fails
         await service.charges.read("race", 2**31 - 1, [], None)
     await service.charges.written("race")
@@ -332,7 +417,9 @@ async def test_a_charge_of_many_lanes_is_written_before_the_read(store, monkeypa
         return await read(*args)
 
     monkeypatch.setattr(lanes, "read", seen)
-    service.charges.add("race", Counter(tenants), dict.fromkeys(tenants, 1.0))
+    service.charges.add(
+        "race", Charges(Counter(tenants), dict.fromkeys(tenants, 1.0), Counter(), {})
+    )
     ready = (await service.charges.read("race", 1, [], None)).ready
     assert reads == [()]
     assert await _lanes(store) == dict.fromkeys(tenants, (1.0, 1))
@@ -346,7 +433,7 @@ async def test_a_lane_read_waits_for_every_charge_in_flight(store):
     await stored_jobs.insert(store, [_job(t) for t in ("a", "b")], utcnow())
 
     async def read_carrying_a() -> object:
-        service.charges.add("race", Counter({"a": 1}), {"a": 1.0})
+        service.charges.add("race", Charges(Counter({"a": 1}), {"a": 1.0}, Counter(), {}))
         return await service.charges.read("race", 2, [], None)  # takes the charge at once
 
     async with store.connection() as holder:
@@ -360,7 +447,9 @@ async def test_a_lane_read_waits_for_every_charge_in_flight(store):
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
         ):
             await asyncio.sleep(0.01)
-        service.charges.add("race", Counter({"b": 1}), {"b": 1.0})  # the writer writes this
+        service.charges.add(
+            "race", Charges(Counter({"b": 1}), {"b": 1.0}, Counter(), {})
+        )  # the writer writes this
         await service.charges._pending["race"].writer
         later = asyncio.create_task(service.charges.read("race", 2, [], None))
         await tx.rollback()
@@ -392,7 +481,15 @@ async def test_charges_of_the_same_lanes_in_any_order_lock_them_in_one_order(sto
                 if i % 2:
                     order.sort(reverse=True)
                 await conn.execute(
-                    CHARGE_LANES, "order", order, [1] * len(order), [1.0] * len(order)
+                    CHARGE_LANES,
+                    "order",
+                    order,
+                    [1] * len(order),
+                    [1.0] * len(order),
+                    [],
+                    [],
+                    [],
+                    [],
                 )
 
     chargers = 8

@@ -17,6 +17,7 @@ import pytest
 from app.activation import ActivateRequest, ActivationService
 from app.config import Settings
 from app.db import jobs as stored_jobs
+from app.db.lanes import Charges
 from app.domain import utcnow
 from app.streaming import Stream
 from tests.acceptance.test_long_polling import until_waiting
@@ -191,7 +192,7 @@ async def test_charges_carried_by_a_poisoned_lane_read_are_still_written(store):
     await service.settle()
     # Charges of a claim not yet written (as when the next read follows at once): the
     # poisoned read below takes them into its own statement.
-    service.charges.add("ch", Counter({"a": 2}), {"a": 1.0})
+    service.charges.add("ch", Charges(Counter({"a": 2}), {"a": 1.0}, Counter(), {}))
     evil = ActivateRequest("ch", 1, 60_000, "evil", tenant_ids=["a", "b\x00"])
     with pytest.raises(asyncpg.DataError):
         await service.activate_owed(evil)

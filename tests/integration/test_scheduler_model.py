@@ -17,8 +17,12 @@ from DESIGN §1 alone:
   the model keeps the virtual times itself (charged ``jobs / weight``, re-entry of an
   idle lane at the system's virtual time, no banked credit) and they must equal the
   database's after every step;
-* inside a tenant, no job left ready has a higher priority than one activated;
-* a lane with a ready job is never parked;
+* two levels (ADR 027): inside each lane, the fairness keys an activation serves are
+  those that stride picks over the keys' virtual times give (by key weight, an empty key
+  skipped), the model keeping the keys' virtual times too (re-entry of an idle key at
+  its lane's key virtual time);
+* inside a key, no job left ready has a higher priority than one activated;
+* a lane or a key with a ready job is never parked;
 * a lane is held out of the reads (ADR 016) only while its tenant is at its cap; being
   held banks no credit: a lane released re-enters at the system's virtual time if it
   fell behind it, as an idle lane does.
@@ -57,6 +61,7 @@ TENANTS = ("a", "b", "c", "d")
 WEIGHTS = (1, 2, 4)
 CAPS = (None, 0, 1, 2, 5)
 TYPE_CAPS = (None, 0, 1, 3, 8)
+KEYS = ("", "x", "y")  # '': the tenant's default key
 STEPS = {"n": 0, "held": 0}
 
 
@@ -64,6 +69,7 @@ STEPS = {"n": 0, "held": 0}
 class Job:
     tenant: str
     priority: int
+    key: str = ""
     state: str = "CREATED"
     count: int = 0
     retries: int = 3
@@ -88,16 +94,27 @@ class Model:
         # activation, and checks it (held_lanes_are_at_their_caps); what a release does
         # to a held lane's virtual time, it predicts.
         self.held: set[str] = set()
+        # The second level: each (tenant, key)'s virtual time inside its lane, and the
+        # keys' weights.
+        self.kvtime: dict[tuple[str, str], float] = {}
+        self.kweight: dict[tuple[str, str], int] = {}
 
     @property
     def tenants(self) -> tuple[str, ...]:
         return TENANTS + tuple(f"s{i}" for i in range(self.small))
 
-    def idle_lanes(self) -> tuple[set[str], float]:
+    def idle_lanes(self) -> tuple[set[str], float, dict[str, tuple[set[str], float]]]:
         """Before jobs may become ready: the tenants without a ready job, and the
-        virtual time at which those of them that get one re-enter."""
+        virtual time at which those of them that get one re-enter; per tenant, the same
+        for its keys."""
         idle = {t for t in self.tenants if not self.ready(t)}
-        return idle, self.system_vtime()
+        keys = {}
+        for t in self.tenants:
+            mine = [k for (u, k) in self.kvtime if u == t]
+            busy = [self.kvtime[(t, k)] for k in mine if self.ready_key(t, k)]
+            now = min(busy) if busy else max((self.kvtime[(t, k)] for k in mine), default=0.0)
+            keys[t] = ({k for k in KEYS if not self.ready_key(t, k)}, now)
+        return idle, self.system_vtime(), keys
 
     def system_vtime(self, but: str | None = None) -> float:
         """The smallest virtual time of the backlogged lanes not held (but ``but``), else
@@ -114,15 +131,27 @@ class Model:
             self.held.discard(tenant)
             self.vtime[tenant] = max(self.vtime[tenant], self.system_vtime(but=tenant))
 
-    def reenter(self, before: tuple[set[str], float]) -> None:
-        """After jobs became ready: the idle lanes that got one re-enter."""
-        idle, now = before
+    def reenter(self, before: tuple[set[str], float, dict[str, tuple[set[str], float]]]) -> None:
+        """After jobs became ready: the idle lanes that got one re-enter, and the idle
+        keys inside their lanes."""
+        idle, now, keys = before
         for t in idle:
             if self.ready(t):
                 self.vtime[t] = max(self.vtime.get(t, now), now)
+        for t, (idle_keys, key_now) in keys.items():
+            for k in idle_keys:
+                if self.ready_key(t, k):
+                    self.kvtime[(t, k)] = max(self.kvtime.get((t, k), key_now), key_now)
 
     def ready(self, tenant: str) -> list[int]:
         return [k for k, j in self.jobs.items() if j.tenant == tenant and j.state == "CREATED"]
+
+    def ready_key(self, tenant: str, key: str) -> list[int]:
+        return [
+            k
+            for k, j in self.jobs.items()
+            if j.tenant == tenant and j.key == key and j.state == "CREATED"
+        ]
 
     def active(self, tenant: str | None = None) -> int:
         return sum(
@@ -145,15 +174,23 @@ class Model:
 
     def stride_picks(
         self, tenants: tuple[str, ...], n: int, vtimes: dict[str, float]
-    ) -> Counter[str]:
-        """n stride picks over the lanes with room, from their virtual times."""
+    ) -> Counter[tuple[str, str]]:
+        """n stride picks over the lanes with room, from their virtual times, each then
+        given to the lane's key with the least virtual time among those with ready jobs
+        left (one pick at a time: the rounds, their short claims and the keys they
+        exclude add up to this)."""
         n = int(min(n, self.type_room()))
         heap = [(vtimes[t], t, self.room(t)) for t in tenants if self.room(t) > 0]
         heapq.heapify(heap)
-        got: Counter[str] = Counter()
+        kv = dict(self.kvtime)
+        left = {(t, k): len(self.ready_key(t, k)) for t in tenants for k in KEYS}
+        got: Counter[tuple[str, str]] = Counter()
         while heap and sum(got.values()) < n:
             v, t, room = heapq.heappop(heap)
-            got[t] += 1
+            key = min((k for k in KEYS if left[(t, k)] > 0), key=lambda k: (kv[(t, k)], k))
+            got[(t, key)] += 1
+            left[(t, key)] -= 1
+            kv[(t, key)] += 1 / self.kweight.get((t, key), 1)
             if room > 1:
                 heapq.heappush(heap, (v + 1 / self.weight.get(t, 1), t, room - 1))
         return got
@@ -169,7 +206,9 @@ class ActivationMachine(RuleBasedStateMachine):
         self.service = ActivationService(self.store, Settings())
         self.config = ConfigService(self.store, self.service.resolve_aging)
         self.run(
-            self.store.execute("TRUNCATE jobs, lanes, tenants, job_types, job_events"),
+            self.store.execute(
+                "TRUNCATE jobs, lanes, lane_keys, key_weights, tenants, job_types, job_events"
+            ),
         )
         # No aging during a run: priority alone orders a tenant's jobs.
         self.run(self.config.put_job_type(TYPE, None, 3_600_000, 10))
@@ -184,15 +223,20 @@ class ActivationMachine(RuleBasedStateMachine):
 
     @rule(
         tenant=st.sampled_from(TENANTS),
-        priorities=st.lists(st.sampled_from((0, 50, 100)), min_size=1, max_size=6),
+        jobs=st.lists(
+            st.tuples(st.sampled_from((0, 50, 100)), st.sampled_from(KEYS)), min_size=1, max_size=6
+        ),
     )
-    def create(self, tenant, priorities):
-        jobs = [{"type": TYPE, "tenantId": tenant, "priority": p} for p in priorities]
+    def create(self, tenant, jobs):
+        sent = [
+            {"type": TYPE, "tenantId": tenant, "priority": p, **({"fairnessKey": k} if k else {})}
+            for p, k in jobs
+        ]
         before = self.model.idle_lanes()
-        for job, inserted in zip(
-            jobs, self.run(stored_jobs.insert(self.store, jobs, utcnow())), strict=True
+        for (p, k), inserted in zip(
+            jobs, self.run(stored_jobs.insert(self.store, sent, utcnow())), strict=True
         ):
-            self.model.jobs[inserted.job_key] = Job(tenant, job["priority"])
+            self.model.jobs[inserted.job_key] = Job(tenant, p, k)
         self.model.reenter(before)
 
     @precondition(lambda self: self.model.small < 400)
@@ -219,6 +263,13 @@ class ActivationMachine(RuleBasedStateMachine):
         self.model.weight[tenant] = weight
         self.model.cap[tenant] = cap
 
+    @rule(
+        tenant=st.sampled_from(TENANTS), key=st.sampled_from(KEYS), weight=st.sampled_from(WEIGHTS)
+    )
+    def configure_key(self, tenant, key, weight):
+        self.run(self.config.put_key(tenant, key or "<default>", weight))
+        self.model.kweight[(tenant, key)] = weight
+
     @rule(cap=st.sampled_from(TYPE_CAPS))
     def configure_type(self, cap):
         self.run(self.config.put_job_type(TYPE, cap, 3_600_000, 10))
@@ -242,10 +293,13 @@ class ActivationMachine(RuleBasedStateMachine):
         rows, _ = self.run(self.service.activate(req))
         self.run(self.service.settle())
         assert len(rows) == expected, (len(rows), expected, self.model.__dict__)
-        got = Counter(r.tenant_id for r in rows)
-        assert got == picks, (got, picks, vtimes)
-        for t, n in got.items():
+        got = Counter((r.tenant_id, r.fairness_key) for r in rows)
+        assert got == picks, (got, picks, vtimes, self.model.kvtime)
+        lanes = Counter(r.tenant_id for r in rows)
+        for t, n in lanes.items():
             self.model.vtime[t] += n / self.model.weight.get(t, 1)
+        for tk, n in got.items():
+            self.model.kvtime[tk] += n / self.model.kweight.get(tk, 1)
         for r in rows:
             job = self.model.jobs[r.job_key]
             assert job.state == "CREATED", (r.job_key, job)
@@ -262,15 +316,19 @@ class ActivationMachine(RuleBasedStateMachine):
         cap = self.model.type_cap
         assert cap is None or self.model.active() <= max(cap, type_active_before)
         for t in asked:
-            taken = [self.model.jobs[r.job_key].priority for r in rows if r.tenant_id == t]
-            left = [self.model.jobs[k].priority for k in ready_before[t]]
-            left = [
-                p
-                for k, p in zip(ready_before[t], left, strict=True)
-                if self.model.jobs[k].state == "CREATED"
-            ]
-            if taken and left:
-                assert min(taken) >= max(left), (t, taken, left)
+            for key in KEYS:
+                taken = [
+                    self.model.jobs[r.job_key].priority
+                    for r in rows
+                    if r.tenant_id == t and r.fairness_key == key
+                ]
+                left = [
+                    self.model.jobs[k].priority
+                    for k in ready_before[t]
+                    if self.model.jobs[k].state == "CREATED" and self.model.jobs[k].key == key
+                ]
+                if taken and left:
+                    assert min(taken) >= max(left), (t, key, taken, left)
 
     # -- finishing ------------------------------------------------------------------------
 
@@ -394,6 +452,31 @@ class ActivationMachine(RuleBasedStateMachine):
             self.store.fetch("SELECT tenant_id, vtime FROM lanes WHERE job_type = $1", TYPE)
         )
         assert {r["tenant_id"]: r["vtime"] for r in rows} == self.model.vtime
+
+    @invariant()
+    def key_virtual_times_match_the_model(self):
+        rows = self.run(
+            self.store.fetch(
+                "SELECT tenant_id, fairness_key, vtime FROM lane_keys WHERE job_type = $1", TYPE
+            )
+        )
+        assert {(r["tenant_id"], r["fairness_key"]): r["vtime"] for r in rows} == (
+            self.model.kvtime
+        )
+
+    @invariant()
+    def a_key_with_a_ready_job_is_active(self):
+        rows = self.run(
+            self.store.fetch(
+                "SELECT tenant_id, fairness_key FROM lane_keys WHERE job_type = $1 AND active",
+                TYPE,
+            )
+        )
+        active = {(r["tenant_id"], r["fairness_key"]) for r in rows}
+        for t in self.model.tenants:
+            for k in KEYS:
+                if self.model.ready_key(t, k):
+                    assert (t, k) in active, (t, k)
 
     @invariant()
     def a_lane_with_a_ready_job_is_active(self):

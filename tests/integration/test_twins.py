@@ -4,8 +4,10 @@ agree on a real database, for generated cases:
 * the effective priority (scheduler.effective_priority / claims.EFFECTIVE_PRIORITY, the
   text CLAIM ranks heads by);
 * the re-entry virtual time of a lane woken by a new job (scheduler.reentry_vtime /
-  lanes' _REENTRY_VTIME, through the real insert);
-* the first pick (scheduler.allocate's / CLAIM_LEAD's lead lane, through the real claim).
+  lanes' _REENTRY_VTIME, through the real insert), and of a key among its lane's keys
+  (the same rule / _KEY_REENTRY_VTIME);
+* the first pick (scheduler.allocate's / CLAIM_LEAD's lead lane, through the real
+  claim), and its key (scheduler.allocate_keys' / CLAIM_LEAD's lead key).
 """
 
 from __future__ import annotations
@@ -23,7 +25,15 @@ from app.db import Database, claims
 from app.db import jobs as stored_jobs
 from app.db.claims import EFFECTIVE_PRIORITY, LeadAsk, Share
 from app.domain import utcnow
-from app.scheduler import Aging, Lane, allocate, effective_priority, reentry_vtime
+from app.scheduler import (
+    Aging,
+    Key,
+    Lane,
+    allocate,
+    allocate_keys,
+    effective_priority,
+    reentry_vtime,
+)
 
 EXAMPLES = settings(
     max_examples=60,
@@ -159,3 +169,91 @@ def test_the_lead_claim_takes_the_python_twins_first_pick(run, lanes) -> None:
 
     [first] = allocate([Lane(t, v, w) for t, v, w in lanes], 1).picks
     assert run(lead_tenant) == first
+
+
+@st.composite
+def key_sets(draw: st.DrawFn) -> list[tuple[str, float, bool]]:
+    """Other keys of the lane: (key, vtime, active), vtimes on a coarse grid."""
+    n = draw(st.integers(0, 6))
+    return [(f"o{i}", draw(st.integers(0, 20)) / 4, draw(st.booleans())) for i in range(n)]
+
+
+@EXAMPLES
+@given(others=key_sets(), own=st.integers(0, 20))
+def test_a_woken_key_reenters_among_its_lanes_keys_where_the_python_twin_says(
+    run, others, own
+) -> None:
+    """The second level's re-entry (lanes' _KEY_REENTRY_VTIME) is the first's rule
+    applied to a lane's keys (ADR 027)."""
+    job_type = "twin-key-reentry"
+    own_vtime = own / 4
+
+    async def woken_vtime(db: Database) -> float:
+        async with db.transaction() as tx:
+            await tx.execute("DELETE FROM lane_keys WHERE job_type = $1", job_type)
+            await tx.execute("DELETE FROM jobs WHERE job_type = $1", job_type)
+            await tx.executemany(
+                "INSERT INTO lane_keys (job_type, tenant_id, fairness_key, shard, vtime, active)"
+                " VALUES ($1, 't', $2, jobfair_shard('t'), $3, $4)",
+                [(job_type, k, v, a) for k, v, a in others]
+                + [(job_type, "own", own_vtime, False)],  # parked
+            )
+        await stored_jobs.insert(
+            db, [{"type": job_type, "tenantId": "t", "fairnessKey": "own"}], utcnow()
+        )
+        vtime: float = await db.fetchval(
+            "SELECT vtime FROM lane_keys WHERE job_type = $1 AND fairness_key = 'own'", job_type
+        )
+        return vtime
+
+    backlogged = [v for _, v, active in others if active]
+    expected = reentry_vtime(
+        own_vtime,
+        min(backlogged) if backlogged else None,
+        max([own_vtime, *(v for _, v, _ in others)]),
+    )
+    assert run(woken_vtime) == expected
+
+
+@st.composite
+def ready_keys(draw: st.DrawFn) -> list[tuple[str, float, int]]:
+    """Up to 16 backlogged keys of one lane (all probed by the lead claim): (key, vtime,
+    weight)."""
+    n = draw(st.integers(1, 16))
+    return [(f"k{i:02}", draw(st.integers(0, 12)) / 4, draw(st.integers(1, 5))) for i in range(n)]
+
+
+@EXAMPLES
+@given(keys=ready_keys())
+def test_the_lead_claim_takes_the_python_twins_first_key(run, keys) -> None:
+    job_type = "twin-lead-key"
+
+    async def lead_key(db: Database) -> tuple[str, int] | None:
+        async with db.transaction() as tx:
+            await tx.execute("DELETE FROM jobs WHERE job_type = $1", job_type)
+            await tx.execute("DELETE FROM lanes WHERE job_type = $1", job_type)
+            await tx.execute("DELETE FROM lane_keys WHERE job_type = $1", job_type)
+            await tx.execute("DELETE FROM key_weights")
+            await tx.executemany(
+                "INSERT INTO key_weights (tenant_id, fairness_key, shard, weight)"
+                " VALUES ('t', $1, jobfair_shard('t'), $2)",
+                [(k, w) for k, _, w in keys],
+            )
+        await stored_jobs.insert(
+            db,
+            [{"type": job_type, "tenantId": "t", "fairnessKey": k} for k, _, _ in keys],
+            utcnow(),
+        )
+        async with db.transaction() as tx:
+            await tx.executemany(
+                "UPDATE lane_keys SET vtime = $3 WHERE job_type = $1 AND fairness_key = $2",
+                [(job_type, k, v) for k, v, _ in keys],
+            )
+        ask = LeadAsk(None, Share("w", 60_000, 1), False, 10, 60_000)
+        got = await claims.claim_lead(db, job_type, ask, utcnow())
+        if got.job is None or got.key_weight is None:
+            return None
+        return got.job.fairness_key, got.key_weight
+
+    [first] = allocate_keys([Key(k, v, w) for k, v, w in keys], 1)
+    assert run(lead_key) == (first, dict((k, w) for k, _, w in keys)[first])

@@ -32,6 +32,8 @@ class Job:
     activated_at: datetime | None
     completed_at: datetime | None
     idempotency_key: str | None
+    # Its fairness key inside its tenant ("<default>" when created without one).
+    fairness_key: str = "<default>"
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Job:
@@ -55,6 +57,7 @@ class Job:
             activated_at=_instant(d.get("activatedAt")),
             completed_at=_instant(d.get("completedAt")),
             idempotency_key=d.get("idempotencyKey"),
+            fairness_key=d.get("fairnessKey", "<default>"),
         )
 
 
@@ -71,6 +74,8 @@ class NewJob:
     run_at: datetime | None = None
     delay_ms: int | None = None
     idempotency_key: str | None = None
+    # Divides the tenant's share among its keys (an end user, a project).
+    fairness_key: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"type": self.type}
@@ -83,6 +88,7 @@ class NewJob:
             "runAt": None if self.run_at is None else self.run_at.isoformat(),
             "delay": self.delay_ms,
             "idempotencyKey": self.idempotency_key,
+            "fairnessKey": self.fairness_key,
         }
         body.update({k: v for k, v in optional.items() if v is not None})
         return body

@@ -54,6 +54,9 @@ async def test_producer_api_and_typed_errors(jf):
     assert again.key == same.key
     keys = await jf.create_jobs([NewJob("mail", variables={"n": i}) for i in range(5)])
     assert len(keys) == 5 and (await jf.get_job(keys[3])).variables == {"n": 3}
+    assert (await jf.get_job(keys[3])).fairness_key == "<default>"
+    [keyed] = await jf.create_jobs([NewJob("mail", fairness_key="user:7")])
+    assert (await jf.get_job(keyed)).fairness_key == "user:7"
     await jf.cancel_job(keys[0])
     assert (await jf.get_job(keys[0])).state == "CANCELED"
     with pytest.raises(Conflict):
