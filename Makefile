@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: serve test check lint typecheck bench bench-peers clean openapi fuzz chaos extended screenshots image image-base
+.PHONY: serve test check lint typecheck bench bench-peers clean openapi fuzz chaos soak extended screenshots image image-base
 
 # The Python client too, so that clients/examples/two_tenants.py runs with .venv/bin/python.
 $(STAMP): pyproject.toml clients/python/pyproject.toml
@@ -123,6 +123,14 @@ test: $(STAMP) $(CAMUNDA_SDKS) $(CAMUNDA_JS)/.stamp $(TS_CLIENT)/dist/.stamp $(J
 # and killed under load with --workers 1 and 2; `make test` kills the embedded one).
 chaos: $(STAMP) $(PG15_INITDB) $(PG_AUTOCTL)  ## the chaos-marked tests
 	$(BIN)/pytest -q -m chaos
+
+# The 30-minute soak of docs/reliability.md (tests/chaos/test_soak.py is its 2-minute
+# version): JSON rows each minute, a table, and docs/img/soak.png drawn by matplotlib,
+# installed here only (nothing else needs it).
+SOAK_MINUTES ?= 30
+soak: $(STAMP)  ## half the measured capacity for 30 minutes: drift, sizes, RSS, a plot
+	$(BIN)/python -c 'import matplotlib' 2>/dev/null || $(BIN)/pip install --quiet matplotlib
+	$(BIN)/python -m tests.chaos.soak --minutes $(SOAK_MINUTES)
 
 # More cases of what `make test` covers, left out of it to keep it under 15 minutes: the
 # listing's query plans on 60,000 rows, the demo's Ctrl-C and --keep, a server waiting

@@ -1,0 +1,46 @@
+"""Issue 27 section 4, the short soak: two minutes of tests/chaos/soak.py's load at half
+the measured capacity on `jobfair serve --workers 2`, background work on, retention
+short.  ``make soak`` runs the same for 30 minutes (docs/reliability.md, "Soak")."""
+
+from __future__ import annotations
+
+import httpx
+
+from tests.chaos import soak
+from tests.fixtures import ServerProcess, wait_ready
+
+SECONDS = 120
+INTERVAL_S = 10
+WINDOW_S = 30
+
+
+async def _started(server: ServerProcess) -> None:
+    async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
+        await wait_ready(client, server)
+
+
+async def test_two_minutes_at_half_capacity_drift_nothing_and_lose_nothing(spawn_server, db_url):
+    server = spawn_server("--workers", "2", **soak.server_env(retention_s=20))
+    await _started(server)
+    result = await soak.soak(server.url, db_url, server.proc.pid, SECONDS, INTERVAL_S, WINDOW_S)
+    print(result.summary())
+    # The ledger: every job created was completed once, after its failures if any.
+    assert result.created > 0.9 * result.rate_jobs_per_s * SECONDS
+    assert result.lost == 0 and result.completed_twice == 0, result.summary()
+    assert result.completed_once == result.created
+    assert result.failed_then_retried >= result.created // 20
+    assert result.left_activated == 0 and result.server_errors == 0
+    # Throughput: the last 30 s as the first (after the warm-up) within 10 %.
+    assert result.drift < 0.10, result.summary()
+    # Bounded: retention (20 s) and autovacuum keep the tables at one size, and the
+    # server's memory is flat, from the middle of the run to its end.
+    settled = [r for r in result.rows if r["atS"] > SECONDS / 2]
+    middle = settled[0]
+    for key in ("jobsMiB", "jobsIndexesMiB", "historyMiB"):
+        assert max(r[key] for r in settled) <= 1.3 * middle[key] + 0.5, (key, result.rows)
+    rss_after_warm_up, rss_middle, rss_end = result.rss_mib
+    assert rss_end <= 1.15 * rss_middle, result.summary()
+    server.proc.terminate()
+    server.proc.wait(timeout=30)
+    log = server.log.read_text()
+    assert "Traceback" not in log and " ERROR " not in log, log[-4000:]
