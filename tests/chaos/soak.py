@@ -52,6 +52,9 @@ JOB_TYPE = "soak"
 TENANTS = 10
 WEIGHTS = {f"s{i}": 1 + i % 3 for i in range(TENANTS)}
 CAPS = {"s0": 6, "s1": 12}
+# The capped tenants get one job in fifty each, well within what their caps let through,
+# so that their backlogs do not grow (and they drain with the others at the end).
+CAPPED_ONE_IN = 50
 WORKERS = 8
 MAX_JOBS = 10
 TICK_S = 0.1
@@ -196,6 +199,15 @@ async def measure_capacity(base: str, jobs: int = 4000) -> float:
     return done / (time.perf_counter() - t0)
 
 
+def tenant_of(i: int) -> str:
+    """The tenant of the producer's ``i``-th job: a capped one for 2 in 50, else one of
+    the eight others in turn."""
+    capped = sorted(CAPS)
+    if i % CAPPED_ONE_IN < len(capped):
+        return capped[i % CAPPED_ONE_IN]
+    return f"s{len(capped) + i % (TENANTS - len(capped))}"
+
+
 class _Pace:
     """Lets its caller take ``rate`` jobs per second in all, from its start."""
 
@@ -225,7 +237,7 @@ async def _produce(base: str, rate: float, until: float, ledger: Ledger) -> None
                 for i in range(n, n + count):
                     job: dict[str, Any] = {
                         "type": JOB_TYPE,
-                        "tenantId": f"s{i % TENANTS}",
+                        "tenantId": tenant_of(i),
                         "priority": (i * 7 % 5) * 25,
                         "retries": 3,
                         "variables": {"n": i, "fail": i % FAIL_ONE_IN == 3},
@@ -239,8 +251,7 @@ async def _produce(base: str, rate: float, until: float, ledger: Ledger) -> None
                 born = time.perf_counter()
                 for i, key in zip(range(n, n + count), r.json()["jobKeys"], strict=True):
                     ledger.created.add(key)
-                    tenant = f"s{i % TENANTS}"
-                    if i % DELAY_ONE_IN != 5 and i % FAIL_ONE_IN != 3 and tenant not in CAPS:
+                    if i % DELAY_ONE_IN != 5 and i % FAIL_ONE_IN != 3 and tenant_of(i) not in CAPS:
                         ledger.born[key] = born
                 n += count
             await pace.take(count) if count else await asyncio.sleep(TICK_S)
@@ -325,6 +336,7 @@ async def _sample(
                     "latencyP99Ms": _ms(latencies, 99),
                     "pending": sizes["pending"],
                     "rssMiB": round(rss, 1),
+                    "load1": round(os.getloadavg()[0], 2),
                     "fds": fds,
                     "jobsMiB": round(sizes["jobs_bytes"] / 2**20, 2),
                     "jobsIndexesMiB": round(sizes["jobs_index_bytes"] / 2**20, 2),
@@ -431,6 +443,7 @@ COLUMNS = [
     "pending",
     "rssMiB",
     "fds",
+    "load1",
     "jobsMiB",
     "jobsIndexesMiB",
     "historyMiB",
