@@ -105,9 +105,13 @@ async def waiters(client: httpx.AsyncClient) -> tuple[int, int]:
 async def until_waiters(client: httpx.AsyncClient, n: int, timeout_s: float) -> float:
     """Seconds until the server reports ``n`` waiters; TimeoutError after ``timeout_s``."""
     t0 = time.perf_counter()
-    async with asyncio.timeout(timeout_s):
-        while (await waiters(client))[0] != n:  # noqa: ASYNC110 - a gauge, read over HTTP
-            await asyncio.sleep(0.1)
+    seen = (0, 0)
+    try:
+        async with asyncio.timeout(timeout_s):
+            while (seen := await waiters(client))[0] != n:  # noqa: ASYNC110 - a gauge
+                await asyncio.sleep(0.1)
+    except TimeoutError:
+        raise TimeoutError(f"{seen[0]} waiters ({seen[1]} streams), not {n}") from None
     return time.perf_counter() - t0
 
 
@@ -280,6 +284,9 @@ class Held:
     jobs_handed_out: int
     distinct_jobs: int
     stopped_s: float  # from SIGTERM to every long poll answered and every stream ended
+    # Calls refused 503 with Retry-After as they arrived (JOBFAIR_MAX_IN_FLIGHT: a long
+    # poll is worked on until it waits) and sent again after it, as a client does.
+    shed_on_arrival: int = 0
 
 
 POLL = {"type": POLL_TYPE, "maxJobs": 1, "timeout": 60_000, "requestTimeout": 600_000}
@@ -299,6 +306,22 @@ async def held(
     first ``jobs`` in line) and one to each stream, and ``stop()`` (a SIGTERM) makes the
     server answer every other long poll ``{"jobs": []}`` and end every stream."""
     caller = Caller(base)
+    refused = 0
+
+    async def poll() -> Answer:
+        nonlocal refused
+        while (a := await caller.call("POST", "/v2/jobs/activate", POLL)).status == 503:
+            refused += 1
+            await asyncio.sleep(float(a.headers.get("retry-after", "1")))
+        return a
+
+    async def stream() -> Stream:
+        nonlocal refused
+        while (s := await caller.stream(stream_path(STREAM_TYPE))).status == 503:
+            refused += 1
+            await asyncio.sleep(float(s.headers.get("retry-after", "1")))
+        return s
+
     async with httpx.AsyncClient(base_url=base, timeout=30) as client:
         await client.get("/v2/stats")  # every process warm before the baseline
         u = usage(pid)
@@ -309,14 +332,8 @@ async def held(
             t0 = time.perf_counter()
             more = target - len(polls) - len(streams)
             n_streams = more // stream_share
-            streams += [
-                asyncio.create_task(caller.stream(stream_path(STREAM_TYPE)))
-                for _ in range(n_streams)
-            ]
-            polls += [
-                asyncio.create_task(caller.call("POST", "/v2/jobs/activate", POLL))
-                for _ in range(more - n_streams)
-            ]
+            streams += [asyncio.create_task(stream()) for _ in range(n_streams)]
+            polls += [asyncio.create_task(poll()) for _ in range(more - n_streams)]
             await until_waiters(client, target, timeout_s=step_timeout_s)
             opened_s = time.perf_counter() - t0
             await asyncio.sleep(1.1)  # each process's waiters in /metrics, and settled
@@ -347,7 +364,7 @@ async def held(
         for s, clean in zip(opened, ends, strict=True)
     )
     keys += [j["jobKey"] for j in stream_jobs if j is not None]
-    return Held(rows, poll_outcomes, stream_outcomes, len(keys), len(set(keys)), stopped_s)
+    return Held(rows, poll_outcomes, stream_outcomes, len(keys), len(set(keys)), stopped_s, refused)
 
 
 def held_table(h: Held) -> str:
@@ -359,6 +376,7 @@ def held_table(h: Held) -> str:
             f"{r.opened_s:.1f}"
         )
     lines.append(f"long polls: {dict(h.polls)}, streams: {dict(h.streams)}")
+    lines.append(f"refused 503 on arrival and sent again: {h.shed_on_arrival}")
     lines.append(f"all answered {h.stopped_s:.1f} s after SIGTERM")
     return "\n".join(lines)
 
@@ -718,7 +736,17 @@ def main() -> None:
         print(table([_flat(r) for r in rows], list(_flat(rows[0]))))
         out["overload"] = rows
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "load_shed.json").write_text(json.dumps(out, indent=2, default=str) + "\n")
+    (RESULTS / "load_shed.json").write_text(json.dumps(_keyed(out), indent=2, default=str) + "\n")
+
+
+def _keyed(value: Any) -> Any:
+    """``value`` with every mapping's keys as strings (a Counter of statuses, of
+    (status, problem type) pairs), as JSON needs them."""
+    if isinstance(value, dict):
+        return {str(k): _keyed(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_keyed(v) for v in value]
+    return value
 
 
 def _flat(row: dict[str, Any]) -> dict[str, Any]:

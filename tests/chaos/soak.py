@@ -472,8 +472,8 @@ def plot(result: Soak, path: Path) -> None:
     ax = axes[0][1]
     ax.plot(minutes, [r["latencyP50Ms"] for r in rows], label="p50")
     ax.plot(minutes, [r["latencyP99Ms"] for r in rows], label="p99")
-    ax.set_ylim(bottom=0)
-    ax.set_ylabel("created → completed, ms")
+    ax.set_yscale("log")
+    ax.set_ylabel("created → completed, ms (log)")
     ax.legend(loc="upper right")
     ax = axes[1][0]
     ax.plot(minutes, [r["rssMiB"] for r in rows], label="server RSS")
@@ -519,7 +519,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--server-workers", type=int, default=2)
     p.add_argument("--plot", type=Path, default=ROOT / "docs" / "img" / "soak.png")
     p.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "soak.json")
+    p.add_argument("--replot", action="store_true", help="only draw --json's run again")
     args = p.parse_args(argv)
+    if args.replot:
+        saved = json.loads(args.json.read_text())
+        plot(
+            Soak(**{**saved, "rss_mib": tuple(saved["rss_mib"]), "fds": tuple(saved["fds"])}),
+            args.plot,
+        )
+        return
     data = ROOT / ".jobfair" / "soak-pg"
     pg = Postgres(data)
     url = pg.fresh_db("soak")
