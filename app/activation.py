@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from app.db import Database, claims, finishing, lanes, operators
 from app.db.base import Queries, refused_input, retry_deadlock
 from app.db.claims import LeadAsk, Share
 from app.db.lanes import Charges, LaneKey
-from app.db.rows import Claimed, JobRow, LaneRow, LeadClaim
+from app.db.rows import Claimed, JobRow, LaneRow, LeadClaim, TypeConfig
 from app.domain import utcnow
 from app.metrics import Metrics
 from app.scheduler import (
@@ -104,6 +105,9 @@ class ActivationService:
         self.aging_seen: dict[str, Aging] = {}
         self._pending: set[asyncio.Task[Any]] = set()
         self.charges = LaneCharges(db, self._spawn)
+        # Per job type, when (time.monotonic()) the earliest bucket a round used up gives
+        # its next token (token_due).
+        self._token_due: dict[str, float] = {}
         # Callers asking now, per type, tenant filter and via_stream, activated together.
         self._together: dict[_GroupKey, Coalescer[ActivateRequest, _Answer]] = {}
 
@@ -264,22 +268,23 @@ class ActivationService:
         job_type: str,
         rows: Sequence[LaneRow],
         n: int,
-        type_cap: int | None,
+        cfg: TypeConfig,
         claim_args: dict[str, Any],
         keys_read: _KeysRead,
     ) -> tuple[RoundPlan, list[Claimed]]:
         """One round's decision and claim over the lanes read: the lanes' picks, then
         each lane's divided among its keys (``keys_read``: which to skip, and what was
-        found).  Without caps the claim is one autocommit statement."""
+        found).  Without caps or rate limits the claim is one autocommit statement."""
         picks = [Lane(r.tenant_id, r.vtime, r.weight) for r in rows]
-        tenant_caps = [r.tenant_id for r in rows if r.max_active_jobs is not None]
-        if type_cap is None and not tenant_caps:
+        locked = [r.tenant_id for r in rows if r.max_active_jobs is not None or r.rate_limited]
+        if cfg.max_active_jobs is None and not cfg.rate_limited and not locked:
             plan = RoundPlan(allocate(picks, n))
             counts = await keys_read.split(self.db, job_type, plan.allocation.counts)
             got = await claims.claim(self.db, job_type, counts, **claim_args)
             return plan, got
+        limited = [r.tenant_id for r in rows if r.rate_limited]
         return await self._claim_capped(
-            job_type, picks, n, type_cap, tenant_caps, claim_args, keys_read
+            job_type, picks, n, cfg, locked, limited, claim_args, keys_read
         )
 
     @retry_deadlock
@@ -288,30 +293,85 @@ class ActivationService:
         job_type: str,
         picks: Sequence[Lane],
         n: int,
-        type_cap: int | None,
-        tenant_caps: Sequence[str],
+        cfg: TypeConfig,
+        locked: Sequence[str],
+        limited: Sequence[str],
         claim_args: dict[str, Any],
         keys_read: _KeysRead,
     ) -> tuple[RoundPlan, list[Claimed]]:
-        """A round that may meet a cap: in one transaction, the cap locks (type, then
-        tenants by key: one global order, so no deadlock); the active jobs counted *in a
-        later statement*, so that the count sees every activation that committed before
-        the locks were ours; the allocation trimmed to that headroom (every lane read may
-        be touched, since trimming one lane's share moves picks to the next) and divided
-        among the lanes' keys; the claim; and the lanes it leaves at their caps held out
-        of later reads (ADR 016) -- all committed before the locks go."""
+        """A round that may meet a cap or a rate limit: in one transaction, the cap locks
+        (type, then tenants by key: one global order, so no deadlock); the active jobs
+        counted and the token buckets read *in later statements*, so that they see every
+        activation that committed before the locks were ours; the allocation trimmed to
+        that headroom and those tokens (every lane read may be touched, since trimming
+        one lane's share moves picks to the next) and divided among the lanes' keys; the
+        claim; the tokens it took written back (ADR 028); and the lanes it leaves at
+        their caps held out of later reads (ADR 016) -- all committed before the locks
+        go."""
+        type_cap = cfg.max_active_jobs
         async with self.db.transaction() as tx:
-            await claims.lock_caps(tx, job_type, type_cap is not None, tenant_caps)
+            await claims.lock_caps(tx, job_type, type_cap is not None or cfg.rate_limited, locked)
             type_active = None
             if type_cap is not None:
                 type_active = await claims.count_active_type(tx, job_type, type_cap)
-            room = await claims.tenant_room(tx, tenant_caps)
-            plan = trim_to_caps(picks, n, type_cap, type_active, room)
+            room = await claims.tenant_room(tx, locked)
+            buckets = None
+            if cfg.rate_limited or limited:
+                buckets = await claims.read_buckets(tx, job_type, cfg.rate_limited, limited)
+            plan = trim_to_caps(
+                picks,
+                n,
+                type_cap,
+                type_active,
+                room,
+                type_tokens=None if buckets is None else _type_tokens(buckets),
+                tokens=None if buckets is None else _tenant_tokens(buckets),
+            )
             lane_counts = {t: k for t, k in plan.allocation.counts.items() if k > 0}
             counts = await keys_read.split(tx, job_type, lane_counts)
             got = await claims.claim(tx, job_type, counts, **claim_args)
-            await lanes.hold(tx, job_type, left_at_cap(room, Counter(c.job.tenant_id for c in got)))
+            taken = Counter(c.job.tenant_id for c in got)
+            if buckets is not None:
+                await claims.take_tokens(tx, job_type, buckets, taken, len(got))
+                self._rate_out(job_type, buckets, plan, taken, len(got))
+            await lanes.hold(tx, job_type, left_at_cap(room, taken))
             return plan, got
+
+    def _rate_out(
+        self,
+        job_type: str,
+        buckets: claims.Buckets,
+        plan: RoundPlan,
+        taken: Mapping[str, int],
+        total: int,
+    ) -> None:
+        """Remember when the buckets a round used up give their next token, for waiters
+        that this round left without jobs to wake then (``token_due``)."""
+        now = buckets.now
+        waits = [
+            buckets.tenants[t].take(taken.get(t, 0), now).next_token_s(now) for t in plan.rate_out
+        ]
+        if buckets.job_type is not None:
+            after = buckets.job_type.take(total, now)
+            if after.room(now) == 0:
+                waits.append(after.next_token_s(now))
+        if waits:
+            due = time.monotonic() + min(waits)
+            self._token_due[job_type] = min(due, self._token_due.get(job_type, due))
+
+    def token_due(self, job_type: str) -> float | None:
+        """Seconds until the earliest bucket an activation of ``job_type`` in this
+        process found used up gives its next token (None: none was); 0 once it is due.
+        A waiter left without jobs by rate limits alone waits this long for them, not a
+        backup poll (app.waiting)."""
+        due = self._token_due.get(job_type)
+        if due is None:
+            return None
+        left = due - time.monotonic()
+        if left <= 0:
+            del self._token_due[job_type]
+            return 0.0
+        return left
 
     async def _activate(
         self, reqs: Sequence[ActivateRequest], *, fill: bool
@@ -367,7 +427,7 @@ class ActivationService:
                     job_type,
                     rows,
                     remaining,
-                    cfg.max_active_jobs,
+                    cfg,
                     {
                         "now": utcnow(),
                         "shares": [
@@ -387,14 +447,18 @@ class ActivationService:
                 picks.extend(plan.allocation.picks)
                 per_lane = Counter(c.job.tenant_id for c in got)
                 per_key = Counter((c.job.tenant_id, c.job.fairness_key) for c in got)
-                if got:
+                if got or plan.lifted:
+                    charged = Counter(per_lane)
+                    for tenant in plan.lifted:  # lifted to their floor even if they got none
+                        charged.setdefault(tenant, 0)
                     self.charges.add(
                         job_type,
                         Charges(
-                            per_lane,
+                            charged,
                             {r.tenant_id: 1.0 / r.weight for r in rows},
                             per_key,
                             keys_read.strides(per_key),
+                            plan.lifted,
                         ),
                     )
                 round_short = {t for t, k in plan.allocation.counts.items() if per_lane[t] < k}
@@ -404,15 +468,16 @@ class ActivationService:
                 keys_read.claimed(per_key)
                 out_of_keys = keys_read.exhausted & round_short
                 short |= out_of_keys
-                exclude |= out_of_keys | plan.capped_out
-                # Short because drained, or because another activator held the heads; at cap.
-                held_back = held_back or bool(round_short or plan.capped_out)
+                exclude |= out_of_keys | plan.capped_out | plan.rate_out
+                # Short because drained, or because another activator held the heads; at
+                # cap; out of tokens.
+                held_back = held_back or bool(round_short or plan.capped_out or plan.rate_out)
                 # At the type's cap once this round's claims used its headroom: a round whose
                 # allocation the cap trimmed but whose claims came up short leaves room.
                 type_full = plan.type_headroom is not None and len(got) >= plan.type_headroom
                 if remaining <= len(got) or type_full or (got and not fill):
                     break
-                if not round_short and not plan.capped_out:
+                if not round_short and not plan.capped_out and not plan.rate_out:
                     break
                 widen *= 2
         except Exception:
@@ -439,6 +504,15 @@ class ActivationService:
             aging = await self.aging_for(job_type)
         self.aging_seen[job_type] = aging
         return [_in_pick_order(theirs, picks) for theirs in claimed], dry
+
+
+def _type_tokens(buckets: claims.Buckets) -> int | None:
+    b = buckets.job_type
+    return None if b is None else b.room(buckets.now)
+
+
+def _tenant_tokens(buckets: claims.Buckets) -> dict[str, int]:
+    return {t: b.room(buckets.now) for t, b in buckets.tenants.items()}
 
 
 class _KeysRead:
