@@ -282,9 +282,10 @@ class ActivationService:
             counts = await keys_read.split(self.db, job_type, plan.allocation.counts)
             got = await claims.claim(self.db, job_type, counts, **claim_args)
             return plan, got
+        capped = [r.tenant_id for r in rows if r.max_active_jobs is not None]
         limited = [r.tenant_id for r in rows if r.rate_limited]
         return await self._claim_capped(
-            job_type, picks, n, cfg, locked, limited, claim_args, keys_read
+            job_type, picks, n, cfg, (capped, limited), claim_args, keys_read
         )
 
     @retry_deadlock
@@ -294,12 +295,12 @@ class ActivationService:
         picks: Sequence[Lane],
         n: int,
         cfg: TypeConfig,
-        locked: Sequence[str],
-        limited: Sequence[str],
+        tenants: tuple[Sequence[str], Sequence[str]],
         claim_args: dict[str, Any],
         keys_read: _KeysRead,
     ) -> tuple[RoundPlan, list[Claimed]]:
-        """A round that may meet a cap or a rate limit: in one transaction, the cap locks
+        """A round that may meet a cap or a rate limit (``tenants``: the capped tenants
+        and the rate-limited ones of the lanes read): in one transaction, the cap locks
         (type, then tenants by key: one global order, so no deadlock); the active jobs
         counted and the token buckets read *in later statements*, so that they see every
         activation that committed before the locks were ours; the allocation trimmed to
@@ -309,12 +310,15 @@ class ActivationService:
         their caps held out of later reads (ADR 016) -- all committed before the locks
         go."""
         type_cap = cfg.max_active_jobs
+        capped, limited = tenants
+        locked = sorted({*capped, *limited})
         async with self.db.transaction() as tx:
             await claims.lock_caps(tx, job_type, type_cap is not None or cfg.rate_limited, locked)
             type_active = None
             if type_cap is not None:
                 type_active = await claims.count_active_type(tx, job_type, type_cap)
-            room = await claims.tenant_room(tx, locked)
+            # A round that meets rate limits alone counts no caps: a statement less.
+            room = await claims.tenant_room(tx, capped) if capped else {}
             buckets = None
             if cfg.rate_limited or limited:
                 buckets = await claims.read_buckets(tx, job_type, cfg.rate_limited, limited)
