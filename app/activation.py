@@ -37,6 +37,7 @@ from app.domain import utcnow
 from app.metrics import Metrics
 from app.scheduler import (
     Aging,
+    Allocation,
     Key,
     Lane,
     RoundPlan,
@@ -60,6 +61,10 @@ LANE_SLACK = 8
 # out of later reads, ADR 016) gets past them in tens of rounds, not hundreds.  Bounded
 # because a capped round takes one cap lock per capped tenant read.
 WIDEST_READ = 128
+# A bucket found used up is given nothing, without its lock and read, until its next
+# token is due, or for this long at most: a limit raised meanwhile (a new full bucket)
+# applies on this process within this time.
+RESTING_AT_MOST_S = 1.0
 # Callers activated together ask for at most this many jobs in all (one caller alone may
 # ask for up to 1,000, the most maxJobs allows).
 MAX_TOGETHER = 1000
@@ -108,6 +113,10 @@ class ActivationService:
         # Per job type, when (time.monotonic()) the earliest bucket a round used up gives
         # its next token (token_due).
         self._token_due: dict[str, float] = {}
+        # Until when (time.monotonic()) a bucket found used up gives no token: a tenant's
+        # ("", tenant) or a job type's (type, None).  Bounded by the tenants and types
+        # limited; an entry past its instant is merely ignored.
+        self._resting: dict[tuple[str, str | None], float] = {}
         # Callers asking now, per type, tenant filter and via_stream, activated together.
         self._together: dict[_GroupKey, Coalescer[ActivateRequest, _Answer]] = {}
 
@@ -276,16 +285,33 @@ class ActivationService:
         each lane's divided among its keys (``keys_read``: which to skip, and what was
         found).  Without caps or rate limits the claim is one autocommit statement."""
         picks = [Lane(r.tenant_id, r.vtime, r.weight) for r in rows]
-        locked = [r.tenant_id for r in rows if r.max_active_jobs is not None or r.rate_limited]
-        if cfg.max_active_jobs is None and not cfg.rate_limited and not locked:
-            plan = RoundPlan(allocate(picks, n))
-            counts = await keys_read.split(self.db, job_type, plan.allocation.counts)
+        at = time.monotonic()
+        if cfg.rate_limited and self._resting.get((job_type, None), 0.0) > at:
+            # The type's bucket was found used up and no token is due yet: nothing to
+            # claim, and no lock or read to prove it.
+            everyone = frozenset(r.tenant_id for r in rows)
+            return RoundPlan(Allocation({}, ()), 0, rate_out=everyone), []
+        # Limited tenants whose buckets were found used up, with no token due yet: given
+        # nothing (and lifted) without their locks, as if their buckets were read empty.
+        resting = {
+            r.tenant_id
+            for r in rows
+            if r.rate_limited and self._resting.get(("", r.tenant_id), 0.0) > at
+        }
+        capped = [r.tenant_id for r in rows if r.max_active_jobs is not None]
+        limited = [r.tenant_id for r in rows if r.rate_limited and r.tenant_id not in resting]
+        if cfg.max_active_jobs is None and not cfg.rate_limited and not capped and not limited:
+            plan = (
+                trim_to_caps(picks, n, None, None, {}, tokens=dict.fromkeys(resting, 0))
+                if resting
+                else RoundPlan(allocate(picks, n))
+            )
+            lane_counts = {t: k for t, k in plan.allocation.counts.items() if k > 0}
+            counts = await keys_read.split(self.db, job_type, lane_counts)
             got = await claims.claim(self.db, job_type, counts, **claim_args)
             return plan, got
-        capped = [r.tenant_id for r in rows if r.max_active_jobs is not None]
-        limited = [r.tenant_id for r in rows if r.rate_limited]
         return await self._claim_capped(
-            job_type, picks, n, cfg, (capped, limited), claim_args, keys_read
+            job_type, picks, n, cfg, (capped, limited, resting), claim_args, keys_read
         )
 
     @retry_deadlock
@@ -295,12 +321,13 @@ class ActivationService:
         picks: Sequence[Lane],
         n: int,
         cfg: TypeConfig,
-        tenants: tuple[Sequence[str], Sequence[str]],
+        tenants: tuple[Sequence[str], Sequence[str], set[str]],
         claim_args: dict[str, Any],
         keys_read: _KeysRead,
     ) -> tuple[RoundPlan, list[Claimed]]:
-        """A round that may meet a cap or a rate limit (``tenants``: the capped tenants
-        and the rate-limited ones of the lanes read): in one transaction, the cap locks
+        """A round that may meet a cap or a rate limit (``tenants``: the capped tenants,
+        the rate-limited ones, and the rate-limited ones known to be out of tokens, of
+        the lanes read): in one transaction, the cap locks
         (type, then tenants by key: one global order, so no deadlock); the active jobs
         counted and the token buckets read *in later statements*, so that they see every
         activation that committed before the locks were ours; the allocation trimmed to
@@ -310,7 +337,7 @@ class ActivationService:
         their caps held out of later reads (ADR 016) -- all committed before the locks
         go."""
         type_cap = cfg.max_active_jobs
-        capped, limited = tenants
+        capped, limited, resting = tenants
         locked = sorted({*capped, *limited})
         async with self.db.transaction() as tx:
             await claims.lock_caps(tx, job_type, type_cap is not None or cfg.rate_limited, locked)
@@ -322,6 +349,9 @@ class ActivationService:
             buckets = None
             if cfg.rate_limited or limited:
                 buckets = await claims.read_buckets(tx, job_type, cfg.rate_limited, limited)
+            tokens = dict.fromkeys(resting, 0)
+            if buckets is not None:
+                tokens.update(_tenant_tokens(buckets))
             plan = trim_to_caps(
                 picks,
                 n,
@@ -329,7 +359,7 @@ class ActivationService:
                 type_active,
                 room,
                 type_tokens=None if buckets is None else _type_tokens(buckets),
-                tokens=None if buckets is None else _tenant_tokens(buckets),
+                tokens=tokens,
             )
             lane_counts = {t: k for t, k in plan.allocation.counts.items() if k > 0}
             counts = await keys_read.split(tx, job_type, lane_counts)
@@ -349,18 +379,28 @@ class ActivationService:
         taken: Mapping[str, int],
         total: int,
     ) -> None:
-        """Remember when the buckets a round used up give their next token, for waiters
-        that this round left without jobs to wake then (``token_due``)."""
-        now = buckets.now
-        waits = [
-            buckets.tenants[t].take(taken.get(t, 0), now).next_token_s(now) for t in plan.rate_out
-        ]
+        """Remember when the buckets a round used up give their next token: for waiters
+        that this round left without jobs, to wake then (``token_due``), and for the
+        rounds before then, to give those lanes nothing without locking and reading
+        their buckets (``_resting``).  Tokens only come with time (other processes only
+        take them), so none can be had before then -- unless the limit is changed, which
+        a process that rests a bucket sees within RESTING_AT_MOST_S."""
+        now, at = buckets.now, time.monotonic()
+        waits = []
+        for tenant in plan.rate_out:
+            bucket = buckets.tenants.get(tenant)
+            if bucket is not None:
+                wait_s = bucket.take(taken.get(tenant, 0), now).next_token_s(now)
+                self._resting[("", tenant)] = at + min(wait_s, RESTING_AT_MOST_S)
+                waits.append(wait_s)
         if buckets.job_type is not None:
             after = buckets.job_type.take(total, now)
             if after.room(now) == 0:
-                waits.append(after.next_token_s(now))
+                wait_s = after.next_token_s(now)
+                self._resting[(job_type, None)] = at + min(wait_s, RESTING_AT_MOST_S)
+                waits.append(wait_s)
         if waits:
-            due = time.monotonic() + min(waits)
+            due = at + min(waits)
             self._token_due[job_type] = min(due, self._token_due.get(job_type, due))
 
     def token_due(self, job_type: str) -> float | None:
