@@ -286,9 +286,11 @@ class ActivationService:
         found).  Without caps or rate limits the claim is one autocommit statement."""
         picks = [Lane(r.tenant_id, r.vtime, r.weight) for r in rows]
         at = time.monotonic()
-        if cfg.rate_limited and self._resting.get((job_type, None), 0.0) > at:
+        type_rests = self._resting.get((job_type, None), 0.0)
+        if cfg.rate_limited and type_rests > at:
             # The type's bucket was found used up and no token is due yet: nothing to
-            # claim, and no lock or read to prove it.
+            # claim, and no lock or read to prove it.  Waiters are owed a look then.
+            self._owe_token(job_type, type_rests)
             everyone = frozenset(r.tenant_id for r in rows)
             return RoundPlan(Allocation({}, ()), 0, rate_out=everyone), []
         # Limited tenants whose buckets were found used up, with no token due yet: given
@@ -298,6 +300,8 @@ class ActivationService:
             for r in rows
             if r.rate_limited and self._resting.get(("", r.tenant_id), 0.0) > at
         }
+        if resting:
+            self._owe_token(job_type, min(self._resting[("", t)] for t in resting))
         capped = [r.tenant_id for r in rows if r.max_active_jobs is not None]
         limited = [r.tenant_id for r in rows if r.rate_limited and r.tenant_id not in resting]
         if cfg.max_active_jobs is None and not cfg.rate_limited and not capped and not limited:
@@ -400,8 +404,14 @@ class ActivationService:
                 self._resting[(job_type, None)] = at + min(wait_s, RESTING_AT_MOST_S)
                 waits.append(wait_s)
         if waits:
-            due = at + min(waits)
-            self._token_due[job_type] = min(due, self._token_due.get(job_type, due))
+            self._owe_token(job_type, at + min(waits))
+
+    def _owe_token(self, job_type: str, due: float) -> None:
+        """Waiters of ``job_type`` that a round left without jobs are owed a look at
+        ``due`` (time.monotonic()), when a bucket that held them back gives a token.
+        Every such round records it: ``token_due`` forgets an instant once it has
+        passed."""
+        self._token_due[job_type] = min(due, self._token_due.get(job_type, due))
 
     def token_due(self, job_type: str) -> float | None:
         """Seconds until the earliest bucket an activation of ``job_type`` in this

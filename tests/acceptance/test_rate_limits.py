@@ -174,3 +174,30 @@ async def test_a_long_poll_on_a_limited_tenant_is_answered_when_a_token_comes_ba
     assert r.status_code == 200, r.text
     assert [j["tenantId"] for j in r.json()["jobs"]] == ["A"]
     assert hub.token_wakes > token_wakes and hub.backup_polls == polls
+
+
+async def test_a_stream_on_a_limited_tenant_gets_each_job_as_its_token_comes_back(
+    live: Live, store
+) -> None:
+    """Streams wait as long polls do: with credit for 5 and A limited to 4/s (burst 1),
+    the stream gets its first job from the burst and the next three as their tokens come
+    due, woken by the bucket's timer (the backup poll is a minute away, and no job is
+    created meanwhile); never more than the bucket allowed by the time of the last."""
+    from tests.acceptance.test_streams import Events
+
+    c = live.client
+    await _limit(c, "A", 4, 1)
+    since = await _bucket_since(store, "A")
+    await enqueue(c, "st", "A", 10)
+    hub = live.services.waiters
+    token_wakes = hub.token_wakes
+    url = "/v2/jobs/stream?type=st&maxJobs=5&timeout=60000&worker=w"
+    async with c.stream("GET", url) as r:
+        assert r.status_code == 200
+        events = Events(r)
+        got = [await events.next_job(wait_s=10) for _ in range(4)]
+        window_s = (await _db_now(store) - since).total_seconds()
+        events.reader.cancel()
+    assert [j["tenantId"] for j in got] == ["A"] * 4
+    assert len(got) <= 1 + 4 * window_s
+    assert hub.token_wakes >= token_wakes + 2  # the timer, not a poll, woke them
