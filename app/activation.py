@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,11 +32,12 @@ from app.db import Database, claims, finishing, lanes, operators
 from app.db.base import Queries, refused_input, retry_deadlock
 from app.db.claims import LeadAsk, Share
 from app.db.lanes import Charges, LaneKey
-from app.db.rows import Claimed, JobRow, LaneRow, LeadClaim
+from app.db.rows import Claimed, JobRow, LaneRow, LeadClaim, TypeConfig
 from app.domain import utcnow
 from app.metrics import Metrics
 from app.scheduler import (
     Aging,
+    Allocation,
     Key,
     Lane,
     RoundPlan,
@@ -59,6 +61,10 @@ LANE_SLACK = 8
 # out of later reads, ADR 016) gets past them in tens of rounds, not hundreds.  Bounded
 # because a capped round takes one cap lock per capped tenant read.
 WIDEST_READ = 128
+# A bucket found used up is given nothing, without its lock and read, until its next
+# token is due, or for this long at most: a limit raised meanwhile (a new full bucket)
+# applies on this process within this time.
+RESTING_AT_MOST_S = 1.0
 # Callers activated together ask for at most this many jobs in all (one caller alone may
 # ask for up to 1,000, the most maxJobs allows).
 MAX_TOGETHER = 1000
@@ -104,6 +110,13 @@ class ActivationService:
         self.aging_seen: dict[str, Aging] = {}
         self._pending: set[asyncio.Task[Any]] = set()
         self.charges = LaneCharges(db, self._spawn)
+        # Per job type, when (time.monotonic()) the earliest bucket a round used up gives
+        # its next token (token_due).
+        self._token_due: dict[str, float] = {}
+        # Until when (time.monotonic()) a bucket found used up gives no token: a tenant's
+        # ("", tenant) or a job type's (type, None).  Bounded by the tenants and types
+        # limited; an entry past its instant is merely ignored.
+        self._resting: dict[tuple[str, str | None], float] = {}
         # Callers asking now, per type, tenant filter and via_stream, activated together.
         self._together: dict[_GroupKey, Coalescer[ActivateRequest, _Answer]] = {}
 
@@ -264,22 +277,45 @@ class ActivationService:
         job_type: str,
         rows: Sequence[LaneRow],
         n: int,
-        type_cap: int | None,
+        cfg: TypeConfig,
         claim_args: dict[str, Any],
         keys_read: _KeysRead,
     ) -> tuple[RoundPlan, list[Claimed]]:
         """One round's decision and claim over the lanes read: the lanes' picks, then
         each lane's divided among its keys (``keys_read``: which to skip, and what was
-        found).  Without caps the claim is one autocommit statement."""
+        found).  Without caps or rate limits the claim is one autocommit statement."""
         picks = [Lane(r.tenant_id, r.vtime, r.weight) for r in rows]
-        tenant_caps = [r.tenant_id for r in rows if r.max_active_jobs is not None]
-        if type_cap is None and not tenant_caps:
-            plan = RoundPlan(allocate(picks, n))
-            counts = await keys_read.split(self.db, job_type, plan.allocation.counts)
+        at = time.monotonic()
+        type_rests = self._resting.get((job_type, None), 0.0)
+        if cfg.rate_limited and type_rests > at:
+            # The type's bucket was found used up and no token is due yet: nothing to
+            # claim, and no lock or read to prove it.  Waiters are owed a look then.
+            self._owe_token(job_type, type_rests)
+            everyone = frozenset(r.tenant_id for r in rows)
+            return RoundPlan(Allocation({}, ()), 0, rate_out=everyone), []
+        # Limited tenants whose buckets were found used up, with no token due yet: given
+        # nothing (and lifted) without their locks, as if their buckets were read empty.
+        resting = {
+            r.tenant_id
+            for r in rows
+            if r.rate_limited and self._resting.get(("", r.tenant_id), 0.0) > at
+        }
+        if resting:
+            self._owe_token(job_type, min(self._resting[("", t)] for t in resting))
+        capped = [r.tenant_id for r in rows if r.max_active_jobs is not None]
+        limited = [r.tenant_id for r in rows if r.rate_limited and r.tenant_id not in resting]
+        if cfg.max_active_jobs is None and not cfg.rate_limited and not capped and not limited:
+            plan = (
+                trim_to_caps(picks, n, None, None, {}, tokens=dict.fromkeys(resting, 0))
+                if resting
+                else RoundPlan(allocate(picks, n))
+            )
+            lane_counts = {t: k for t, k in plan.allocation.counts.items() if k > 0}
+            counts = await keys_read.split(self.db, job_type, lane_counts)
             got = await claims.claim(self.db, job_type, counts, **claim_args)
             return plan, got
         return await self._claim_capped(
-            job_type, picks, n, type_cap, tenant_caps, claim_args, keys_read
+            job_type, picks, n, cfg, (capped, limited, resting), claim_args, keys_read
         )
 
     @retry_deadlock
@@ -288,30 +324,108 @@ class ActivationService:
         job_type: str,
         picks: Sequence[Lane],
         n: int,
-        type_cap: int | None,
-        tenant_caps: Sequence[str],
+        cfg: TypeConfig,
+        tenants: tuple[Sequence[str], Sequence[str], set[str]],
         claim_args: dict[str, Any],
         keys_read: _KeysRead,
     ) -> tuple[RoundPlan, list[Claimed]]:
-        """A round that may meet a cap: in one transaction, the cap locks (type, then
-        tenants by key: one global order, so no deadlock); the active jobs counted *in a
-        later statement*, so that the count sees every activation that committed before
-        the locks were ours; the allocation trimmed to that headroom (every lane read may
-        be touched, since trimming one lane's share moves picks to the next) and divided
-        among the lanes' keys; the claim; and the lanes it leaves at their caps held out
-        of later reads (ADR 016) -- all committed before the locks go."""
+        """A round that may meet a cap or a rate limit (``tenants``: the capped tenants,
+        the rate-limited ones, and the rate-limited ones known to be out of tokens, of
+        the lanes read): in one transaction, the cap locks
+        (type, then tenants by key: one global order, so no deadlock); the active jobs
+        counted and the token buckets read *in later statements*, so that they see every
+        activation that committed before the locks were ours; the allocation trimmed to
+        that headroom and those tokens (every lane read may be touched, since trimming
+        one lane's share moves picks to the next) and divided among the lanes' keys; the
+        claim; the tokens it took written back (ADR 028); and the lanes it leaves at
+        their caps held out of later reads (ADR 016) -- all committed before the locks
+        go."""
+        type_cap = cfg.max_active_jobs
+        capped, limited, resting = tenants
+        locked = sorted({*capped, *limited})
         async with self.db.transaction() as tx:
-            await claims.lock_caps(tx, job_type, type_cap is not None, tenant_caps)
+            await claims.lock_caps(tx, job_type, type_cap is not None or cfg.rate_limited, locked)
             type_active = None
             if type_cap is not None:
                 type_active = await claims.count_active_type(tx, job_type, type_cap)
-            room = await claims.tenant_room(tx, tenant_caps)
-            plan = trim_to_caps(picks, n, type_cap, type_active, room)
+            # A round that meets rate limits alone counts no caps: a statement less.
+            room = await claims.tenant_room(tx, capped) if capped else {}
+            buckets = None
+            if cfg.rate_limited or limited:
+                buckets = await claims.read_buckets(tx, job_type, cfg.rate_limited, limited)
+            tokens = dict.fromkeys(resting, 0)
+            if buckets is not None:
+                tokens.update(_tenant_tokens(buckets))
+            plan = trim_to_caps(
+                picks,
+                n,
+                type_cap,
+                type_active,
+                room,
+                type_tokens=None if buckets is None else _type_tokens(buckets),
+                tokens=tokens,
+            )
             lane_counts = {t: k for t, k in plan.allocation.counts.items() if k > 0}
             counts = await keys_read.split(tx, job_type, lane_counts)
             got = await claims.claim(tx, job_type, counts, **claim_args)
-            await lanes.hold(tx, job_type, left_at_cap(room, Counter(c.job.tenant_id for c in got)))
+            taken = Counter(c.job.tenant_id for c in got)
+            if buckets is not None:
+                await claims.take_tokens(tx, job_type, buckets, taken, len(got))
+                self._rate_out(job_type, buckets, plan, taken, len(got))
+            await lanes.hold(tx, job_type, left_at_cap(room, taken))
             return plan, got
+
+    def _rate_out(
+        self,
+        job_type: str,
+        buckets: claims.Buckets,
+        plan: RoundPlan,
+        taken: Mapping[str, int],
+        total: int,
+    ) -> None:
+        """Remember when the buckets a round used up give their next token: for waiters
+        that this round left without jobs, to wake then (``token_due``), and for the
+        rounds before then, to give those lanes nothing without locking and reading
+        their buckets (``_resting``).  Tokens only come with time (other processes only
+        take them), so none can be had before then -- unless the limit is changed, which
+        a process that rests a bucket sees within RESTING_AT_MOST_S."""
+        now, at = buckets.now, time.monotonic()
+        waits = []
+        for tenant in plan.rate_out:
+            bucket = buckets.tenants.get(tenant)
+            if bucket is not None:
+                wait_s = bucket.take(taken.get(tenant, 0), now).next_token_s(now)
+                self._resting[("", tenant)] = at + min(wait_s, RESTING_AT_MOST_S)
+                waits.append(wait_s)
+        if buckets.job_type is not None:
+            after = buckets.job_type.take(total, now)
+            if after.room(now) == 0:
+                wait_s = after.next_token_s(now)
+                self._resting[(job_type, None)] = at + min(wait_s, RESTING_AT_MOST_S)
+                waits.append(wait_s)
+        if waits:
+            self._owe_token(job_type, at + min(waits))
+
+    def _owe_token(self, job_type: str, due: float) -> None:
+        """Waiters of ``job_type`` that a round left without jobs are owed a look at
+        ``due`` (time.monotonic()), when a bucket that held them back gives a token.
+        Every such round records it: ``token_due`` forgets an instant once it has
+        passed."""
+        self._token_due[job_type] = min(due, self._token_due.get(job_type, due))
+
+    def token_due(self, job_type: str) -> float | None:
+        """Seconds until the earliest bucket an activation of ``job_type`` in this
+        process found used up gives its next token (None: none was); 0 once it is due.
+        A waiter left without jobs by rate limits alone waits this long for them, not a
+        backup poll (app.waiting)."""
+        due = self._token_due.get(job_type)
+        if due is None:
+            return None
+        left = due - time.monotonic()
+        if left <= 0:
+            del self._token_due[job_type]
+            return 0.0
+        return left
 
     async def _activate(
         self, reqs: Sequence[ActivateRequest], *, fill: bool
@@ -367,7 +481,7 @@ class ActivationService:
                     job_type,
                     rows,
                     remaining,
-                    cfg.max_active_jobs,
+                    cfg,
                     {
                         "now": utcnow(),
                         "shares": [
@@ -387,14 +501,18 @@ class ActivationService:
                 picks.extend(plan.allocation.picks)
                 per_lane = Counter(c.job.tenant_id for c in got)
                 per_key = Counter((c.job.tenant_id, c.job.fairness_key) for c in got)
-                if got:
+                if got or plan.lifted:
+                    charged = Counter(per_lane)
+                    for tenant in plan.lifted:  # lifted to their floor even if they got none
+                        charged.setdefault(tenant, 0)
                     self.charges.add(
                         job_type,
                         Charges(
-                            per_lane,
+                            charged,
                             {r.tenant_id: 1.0 / r.weight for r in rows},
                             per_key,
                             keys_read.strides(per_key),
+                            plan.lifted,
                         ),
                     )
                 round_short = {t for t, k in plan.allocation.counts.items() if per_lane[t] < k}
@@ -404,15 +522,16 @@ class ActivationService:
                 keys_read.claimed(per_key)
                 out_of_keys = keys_read.exhausted & round_short
                 short |= out_of_keys
-                exclude |= out_of_keys | plan.capped_out
-                # Short because drained, or because another activator held the heads; at cap.
-                held_back = held_back or bool(round_short or plan.capped_out)
+                exclude |= out_of_keys | plan.capped_out | plan.rate_out
+                # Short because drained, or because another activator held the heads; at
+                # cap; out of tokens.
+                held_back = held_back or bool(round_short or plan.capped_out or plan.rate_out)
                 # At the type's cap once this round's claims used its headroom: a round whose
                 # allocation the cap trimmed but whose claims came up short leaves room.
                 type_full = plan.type_headroom is not None and len(got) >= plan.type_headroom
                 if remaining <= len(got) or type_full or (got and not fill):
                     break
-                if not round_short and not plan.capped_out:
+                if not round_short and not plan.capped_out and not plan.rate_out:
                     break
                 widen *= 2
         except Exception:
@@ -439,6 +558,15 @@ class ActivationService:
             aging = await self.aging_for(job_type)
         self.aging_seen[job_type] = aging
         return [_in_pick_order(theirs, picks) for theirs in claimed], dry
+
+
+def _type_tokens(buckets: claims.Buckets) -> int | None:
+    b = buckets.job_type
+    return None if b is None else b.room(buckets.now)
+
+
+def _tenant_tokens(buckets: claims.Buckets) -> dict[str, int]:
+    return {t: b.room(buckets.now) for t, b in buckets.tenants.items()}
 
 
 class _KeysRead:

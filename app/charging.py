@@ -49,6 +49,7 @@ class _Pending:
         self.strides: dict[str, float] = {}
         self.keys: Counter[LaneKey] = Counter()
         self.key_strides: dict[LaneKey, float] = {}
+        self.floors: dict[str, float] = {}
         self.writer: asyncio.Task[Any] | None = None
         self._next: asyncio.Future[None] | None = None  # done when `claimed` is written
         # Done when each write in flight is: the writer's and a lane read's may overlap.
@@ -61,15 +62,19 @@ class _Pending:
         self.strides.update(charges.strides)
         self.keys.update(charges.keys)
         self.key_strides.update(charges.key_strides)
+        for tenant, floor in charges.floors.items():
+            # Floors only lift (GREATEST in the charge): the highest one stands for all.
+            self.floors[tenant] = max(floor, self.floors.get(tenant, floor))
 
     def take(self) -> tuple[Charges, asyncio.Future[None]]:
         """The charges to write now, and the future to resolve once they are written (or
         have failed): a write in flight until then."""
         assert self._next is not None
-        taken = (Charges(self.claimed, self.strides, self.keys, self.key_strides), self._next)
+        charges = Charges(self.claimed, self.strides, self.keys, self.key_strides, self.floors)
+        taken = (charges, self._next)
         self._writing = {f for f in self._writing if not f.done()} | {self._next}
         self.claimed, self.strides, self._next = Counter(), {}, None
-        self.keys, self.key_strides = Counter(), {}
+        self.keys, self.key_strides, self.floors = Counter(), {}, {}
         return taken
 
     async def none_in_flight(self) -> None:

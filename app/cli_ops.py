@@ -283,20 +283,42 @@ MaxActive = Annotated[
     ),
 ]
 NoCap = Annotated[bool, typer.Option("--no-cap", help="remove the cap")]
+RatePerSecond = Annotated[
+    float | None,
+    typer.Option(
+        "--rate-per-second",
+        help="rate limit: activations a second, 0.001-1000000 (with --burst)",
+        show_default="unchanged",
+    ),
+]
+Burst = Annotated[
+    float | None,
+    typer.Option(
+        "--burst", help="rate limit: activations at once, 1-1000000", show_default="unchanged"
+    ),
+]
+NoRateLimit = Annotated[bool, typer.Option("--no-rate-limit", help="remove the rate limit")]
 
 
 def _tenant_table(rows: list[dict[str, Any]]) -> Table:
     table = Table(box=box.SIMPLE)
-    for name in ("tenant", "weight", "max active", "paused"):
+    for name in ("tenant", "weight", "max active", "paused", "rate limit"):
         table.add_column(name, justify="left" if name == "tenant" else "right")
     for r in rows:
-        add_row(table, r["tenantId"], str(r["weight"]), shown(r["maxActiveJobs"]), _paused(r))
+        add_row(
+            table,
+            r["tenantId"],
+            str(r["weight"]),
+            shown(r["maxActiveJobs"]),
+            _paused(r),
+            _shown_rate(r),
+        )
     return table
 
 
 def _job_type_table(rows: list[dict[str, Any]]) -> Table:
     table = Table(box=box.SIMPLE)
-    for name in ("type", "max active", "aging interval", "aging step", "paused"):
+    for name in ("type", "max active", "aging interval", "aging step", "paused", "rate limit"):
         table.add_column(name, justify="left" if name == "type" else "right")
     for r in rows:
         add_row(
@@ -306,6 +328,7 @@ def _job_type_table(rows: list[dict[str, Any]]) -> Table:
             duration(r["agingIntervalMs"]),
             str(r["agingStep"]),
             _paused(r),
+            _shown_rate(r),
         )
     return table
 
@@ -324,6 +347,29 @@ def _current(server: Server, path: str) -> dict[str, Any]:
         if exc.status == 404 and not isinstance(exc, RouteMissing):
             return {}
         raise
+
+
+def _rate_limit(per_s: float | None, burst: float | None, no_limit: bool, current: Any) -> Any:
+    """The ``rateLimit`` to PUT: the one given (a part not given kept from the current
+    one), none with ``--no-rate-limit``, else the current one (a PUT replaces the whole
+    configuration: leaving it out would remove it)."""
+    if no_limit and (per_s is not None or burst is not None):
+        raise fail("give --rate-per-second/--burst or --no-rate-limit, not both", 2)
+    if no_limit:
+        return None
+    if per_s is None and burst is None:
+        return current
+    now = current or {}
+    per_s = now.get("perSecond") if per_s is None else per_s
+    burst = now.get("burst") if burst is None else burst
+    if per_s is None or burst is None:
+        raise fail("a new rate limit needs both --rate-per-second and --burst", 2)
+    return {"perSecond": per_s, "burst": burst}
+
+
+def _shown_rate(record: dict[str, Any]) -> str:
+    limit = record.get("rateLimit")
+    return "-" if not limit else f"{limit['perSecond']:g}/s,burst={limit['burst']:g}"
 
 
 def _cap(max_active_jobs: int | None, no_cap: bool, current: Any) -> Any:
@@ -353,13 +399,21 @@ def tenants_set(
     ] = None,
     max_active_jobs: MaxActive = None,
     no_cap: NoCap = False,
+    rate_per_second: RatePerSecond = None,
+    burst: Burst = None,
+    no_rate_limit: NoRateLimit = False,
     url: Url = DEFAULT_URL,
     key: Key = None,
     as_json: Json = False,
 ) -> None:
-    """Set a tenant's weight or cap; what is not given stays as it is."""
-    if weight is None and max_active_jobs is None and not no_cap:
-        raise fail("nothing to set: give --weight, --max-active-jobs or --no-cap", 2)
+    """Set a tenant's weight, cap or rate limit; what is not given stays as it is."""
+    rate_given = rate_per_second is not None or burst is not None or no_rate_limit
+    if weight is None and max_active_jobs is None and not no_cap and not rate_given:
+        raise fail(
+            "nothing to set: give --weight, --max-active-jobs, --no-cap, --rate-per-second,"
+            " --burst or --no-rate-limit",
+            2,
+        )
     path = f"/v2/tenants/{segment(tenant)}"
     with connected(url, key) as server:
         current = _current(server, path)
@@ -367,6 +421,9 @@ def tenants_set(
             "weight": current.get("weight", 1) if weight is None else weight,
             "maxActiveJobs": _cap(max_active_jobs, no_cap, current.get("maxActiveJobs")),
         }
+        limit = _rate_limit(rate_per_second, burst, no_rate_limit, current.get("rateLimit"))
+        if limit is not None or rate_given:
+            body["rateLimit"] = limit  # left out for a server without rate limits
         answer = server.call("PUT", path, json=body)
     if as_json:
         print_json(answer)
@@ -431,18 +488,27 @@ def job_types_set(
         int | None,
         typer.Option(help="priority gained per interval, 0-100", show_default="unchanged"),
     ] = None,
+    rate_per_second: RatePerSecond = None,
+    burst: Burst = None,
+    no_rate_limit: NoRateLimit = False,
     url: Url = DEFAULT_URL,
     key: Key = None,
     as_json: Json = False,
 ) -> None:
-    """Set a job type's cap or aging; what is not given stays as it is.
+    """Set a job type's cap, aging or rate limit; what is not given stays as it is.
 
     Aging is kept as the server shows it now: a type left at the server's default
     keeps today's value.
     """
-    if (max_active_jobs, aging_interval_ms, aging_step) == (None, None, None) and not no_cap:
+    rate_given = rate_per_second is not None or burst is not None or no_rate_limit
+    if (
+        (max_active_jobs, aging_interval_ms, aging_step) == (None, None, None)
+        and not no_cap
+        and not rate_given
+    ):
         raise fail(
-            "nothing to set: give --max-active-jobs, --no-cap, --aging-interval-ms or --aging-step",
+            "nothing to set: give --max-active-jobs, --no-cap, --aging-interval-ms,"
+            " --aging-step, --rate-per-second, --burst or --no-rate-limit",
             2,
         )
     path = f"/v2/job-types/{segment(job_type)}"
@@ -455,6 +521,9 @@ def job_types_set(
             else aging_interval_ms,
             "agingStep": current.get("agingStep") if aging_step is None else aging_step,
         }
+        limit = _rate_limit(rate_per_second, burst, no_rate_limit, current.get("rateLimit"))
+        if limit is not None or rate_given:
+            body["rateLimit"] = limit  # left out for a server without rate limits
         answer = server.call("PUT", path, json=body)
     if as_json:
         print_json(answer)

@@ -16,7 +16,7 @@ from app.db import operators as stored
 from app.db.rows import JobRow, JobTypeRow, LaneSampleRow, LaneStats, TenantRow
 from app.domain import shown_key, stored_key
 from app.errors import NotFound
-from app.scheduler import Aging
+from app.scheduler import Aging, RateLimit
 from app.shares import KeySample, KeyShare, KeyWindow, LaneKeys, LaneSample, ShareWindow, Throughput
 
 STATS_WINDOW_S = 60.0
@@ -28,8 +28,12 @@ class ConfigService:
         # The server-wide defaults fill what a job type leaves unset (ActivationService).
         self.resolve_aging = resolve_aging
 
-    async def put_tenant(self, tenant_id: str, weight: int, cap: int | None) -> dict[str, Any]:
-        return _tenant(await stored.upsert_tenant(self.db, tenant_id, weight, cap))
+    async def put_tenant(
+        self, tenant_id: str, weight: int, cap: int | None, rate: RateLimit | None = None
+    ) -> dict[str, Any]:
+        """A tenant's weight, cap and rate limit.  A changed rate limit starts with a
+        full bucket; the same one set again keeps its bucket (ADR 028)."""
+        return _tenant(await stored.upsert_tenant(self.db, tenant_id, weight, cap, rate))
 
     async def get_tenant(self, tenant_id: str) -> dict[str, Any]:
         row = await stored.get_tenant(self.db, tenant_id)
@@ -70,10 +74,15 @@ class ConfigService:
             raise NotFound(f"key {fairness_key} of tenant {tenant_id} has no weight of its own")
 
     async def put_job_type(
-        self, job_type: str, cap: int | None, interval_ms: int | None, step: int | None
+        self,
+        job_type: str,
+        cap: int | None,
+        interval_ms: int | None,
+        step: int | None,
+        rate: RateLimit | None = None,
     ) -> dict[str, Any]:
         return self._job_type(
-            await stored.upsert_job_type(self.db, job_type, cap, interval_ms, step)
+            await stored.upsert_job_type(self.db, job_type, cap, interval_ms, step, rate)
         )
 
     async def get_job_type(self, job_type: str) -> dict[str, Any]:
@@ -95,6 +104,7 @@ class ConfigService:
             "maxActiveJobs": None,
             "agingIntervalMs": aging.interval_ms,
             "agingStep": aging.step,
+            "rateLimit": None,
             "paused": False,
             "configured": False,
         }
@@ -109,6 +119,7 @@ class ConfigService:
             "maxActiveJobs": row.max_active_jobs,
             "agingIntervalMs": aging.interval_ms,
             "agingStep": aging.step,
+            "rateLimit": _rate(row.rate_per_s, row.rate_burst),
             "paused": row.paused,
             "configured": True,
         }
@@ -119,9 +130,22 @@ def _tenant(row: TenantRow) -> dict[str, Any]:
         "tenantId": row.tenant_id,
         "weight": row.weight,
         "maxActiveJobs": row.max_active_jobs,
+        "rateLimit": _rate(row.rate_per_s, row.rate_burst),
         "paused": row.paused,
         "configured": True,
     }
+
+
+def _rate(per_s: float | None, burst: float | None) -> dict[str, float] | None:
+    """A rate limit as the API shows it (None: no limit)."""
+    if per_s is None or burst is None:
+        return None
+    return {"perSecond": _number(per_s), "burst": _number(burst)}
+
+
+def _number(x: float) -> float:
+    """A whole number shown as an integer (50, not 50.0), as it was most likely sent."""
+    return int(x) if x.is_integer() else x
 
 
 def _key(tenant_id: str, fairness_key: str, weight: int | None) -> dict[str, Any]:
@@ -138,6 +162,7 @@ def _unconfigured_tenant(tenant_id: str) -> dict[str, Any]:
         "tenantId": tenant_id,
         "weight": 1,
         "maxActiveJobs": None,
+        "rateLimit": None,
         "paused": False,
         "configured": False,
     }

@@ -21,6 +21,13 @@ Where fairness is decided:
 * Caps: a round's allocation is trimmed by the headroom counted under the cap locks
   (:func:`trim_to_caps`), and the lanes a claim leaves at their caps are held out of
   later reads (:func:`left_at_cap`).
+* Rate limits (ADR 028): a tenant's or a job type's token :class:`Bucket`, read under the
+  same locks, trims the allocation by its whole tokens as a cap's headroom does, so a lane
+  out of tokens is skipped and its picks go to the others in the same round.  It is not
+  charged, and a rate-limited lane behind the unlimited lanes read with it is lifted to
+  the least of their virtual times (:func:`rate_floor`): it keeps its place while it is
+  in step, and cannot bank credit while its bucket holds it back (nor hold back the
+  virtual time that lanes re-enter at).
 
 Three rules exist twice, here and in SQL, and name each other: the effective priority
 (``app.db.claims.CLAIM``), the re-entry virtual time of a lane and of a key
@@ -182,14 +189,80 @@ def reentry_vtime(own_vtime: float, min_active_vtime: float | None, max_vtime: f
 
 
 @dataclass(frozen=True, slots=True)
+class RateLimit:
+    """A tenant's or a job type's limit: ``per_s`` activations a second, ``burst`` at
+    once (the bucket's size)."""
+
+    per_s: float
+    burst: float
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    """A token bucket as stored (alembic 0011's ``rate_*`` columns): ``tokens`` at the
+    instant ``at``, refilled at ``per_s`` tokens a second up to ``burst``.  An activation
+    takes one token.  Only whole tokens are taken, so over any window of ``T`` seconds a
+    bucket gives at most ``burst + per_s * T`` activations."""
+
+    per_s: float
+    burst: float
+    tokens: float
+    at: datetime
+
+    def tokens_at(self, now: datetime) -> float:
+        """``min(burst, tokens + elapsed * per_s)``; time before ``at`` refills nothing."""
+        elapsed_s = max(0.0, (now - self.at).total_seconds())
+        return min(self.burst, self.tokens + elapsed_s * self.per_s)
+
+    def room(self, now: datetime) -> int:
+        """How many activations the bucket allows at ``now``: its whole tokens."""
+        return max(0, math.floor(self.tokens_at(now)))
+
+    def take(self, n: int, now: datetime) -> Bucket:
+        """The bucket after ``n`` activations at ``now`` (at most :meth:`room`)."""
+        return replace(self, tokens=self.tokens_at(now) - n, at=max(self.at, now))
+
+    def next_token_s(self, now: datetime) -> float:
+        """Seconds from ``now`` until the bucket allows an activation (0: it does)."""
+        have = self.tokens_at(now)
+        return 0.0 if have >= 1 else (1 - have) / self.per_s
+
+
+def rate_floor(lanes: Sequence[Lane], limited: Iterable[str]) -> dict[str, float]:
+    """The virtual times that rate-limited lanes (``limited``: their tenants) are lifted
+    to this round: the least vtime of the lanes read without a tenant limit, for each
+    limited lane behind it.  Lanes are read in vtime order, so that least vtime is where
+    the unlimited lanes stand.  A limited lane held back by its bucket while the others
+    move on would otherwise bank their progress: taken at once when its limit is raised,
+    and given to every lane that re-enters meanwhile (they start at the least active
+    vtime).  None of the lanes read unlimited: no lift."""
+    limited = set(limited)
+    free = [lane.vtime for lane in lanes if lane.tenant_id not in limited]
+    if not free:
+        return {}
+    floor = min(free)
+    return {
+        lane.tenant_id: floor for lane in lanes if lane.tenant_id in limited and lane.vtime < floor
+    }
+
+
+@dataclass(frozen=True, slots=True)
 class RoundPlan:
     """One activation round's decision: how many jobs to claim from which lanes (in pick
-    order), and, where caps were counted, the type's headroom and the lanes at their caps
-    (none of whose jobs this round may take more of)."""
+    order), and, where caps or rate limits were counted, the type's headroom (the least
+    of its cap's and its bucket's), the lanes at their caps and the lanes out of tokens
+    (none of whose jobs this round may take more of), and the rate-limited lanes lifted
+    to a virtual-time floor (:func:`rate_floor`), to be charged it."""
 
     allocation: Allocation
     type_headroom: int | None = None
     capped_out: frozenset[str] = field(default_factory=frozenset)
+    rate_out: frozenset[str] = field(default_factory=frozenset)
+    lifted: Mapping[str, float] = field(default_factory=dict)
+
+
+def _least(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else min(a, b)
 
 
 def trim_to_caps(
@@ -198,22 +271,41 @@ def trim_to_caps(
     type_cap: int | None,
     type_active: int | None,
     room: Mapping[str, int],
+    *,
+    type_tokens: int | None = None,
+    tokens: Mapping[str, int] | None = None,
 ) -> RoundPlan:
     """The allocation of ``n`` picks over ``lanes`` within the type's cap (``type_cap``
-    minus its ``type_active`` jobs) and each capped tenant's ``room`` (cap minus active),
-    both counted under their cap locks.  A lane is capped out if it had no room, or if
-    this allocation uses all it had."""
+    minus its ``type_active`` jobs), each capped tenant's ``room`` (cap minus active),
+    the type's whole ``type_tokens`` and each rate-limited tenant's ``tokens``, all
+    counted under their cap locks.  A lane is capped out (rate out) if it had no room (no
+    token), or if this allocation uses all it had; its picks went to the other lanes.
+    Rate-limited lanes are first lifted to :func:`rate_floor`."""
+    tokens = tokens or {}
     type_headroom = None
     if type_cap is not None and type_active is not None:
         type_headroom = max(0, type_cap - type_active)
-    capped = [replace(lane, headroom=room.get(lane.tenant_id)) for lane in lanes]
+    type_headroom = _least(type_headroom, type_tokens)
+    lifted = rate_floor(lanes, tokens)
+    capped = [
+        replace(
+            lane,
+            vtime=lifted.get(lane.tenant_id, lane.vtime),
+            headroom=_least(room.get(lane.tenant_id), tokens.get(lane.tenant_id)),
+        )
+        for lane in lanes
+    ]
     allocation = allocate(capped, n, type_headroom)
-    capped_out = frozenset(
-        lane.tenant_id
-        for lane in capped
-        if lane.headroom is not None and allocation.counts.get(lane.tenant_id, 0) >= lane.headroom
-    )
-    return RoundPlan(allocation, type_headroom, capped_out)
+
+    def used_up(limits: Mapping[str, int]) -> frozenset[str]:
+        return frozenset(
+            lane.tenant_id
+            for lane in lanes
+            if lane.tenant_id in limits
+            and allocation.counts.get(lane.tenant_id, 0) >= limits[lane.tenant_id]
+        )
+
+    return RoundPlan(allocation, type_headroom, used_up(room), used_up(tokens), lifted)
 
 
 def left_at_cap(room: Mapping[str, int], taken: Mapping[str, int]) -> list[str]:

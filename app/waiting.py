@@ -1,5 +1,8 @@
 """Long-poll waiters: woken by work, not by a timer, and without a stampede.
 
+(One timer: waiters that only rate limits keep from jobs wake when the next token is
+due, ``ActivationService.token_due``.)
+
 Each job type has a FIFO queue of waiters (long polls and streams with credit) and one
 dispatcher task.  A wake-up (NOTIFY, an in-process event, or the jittered backup poll)
 makes the dispatcher activate for the waiter at the head of the queue: if it gets jobs
@@ -46,6 +49,10 @@ def jittered_s(period_ms: int) -> float:
 Rows = list[JobRow]
 # Waiters served at once by one dispatcher while a backlog lasts.
 MAX_PARALLEL = 8
+# A dispatcher waiting for a rate limit's next token wakes this long after it is due: the
+# bucket's instant is the database's clock, a moment behind this process's by the time
+# the answer arrives, and a wake-up a hair early would find no whole token and wait again.
+TOKEN_SLACK_S = 0.002
 
 
 @dataclass(eq=False)
@@ -105,6 +112,7 @@ class WaiterHub:
         self.metrics = activation.metrics
         self.wake_queries = 0  # activation queries made by dispatchers (for /metrics)
         self.backup_polls = 0  # dispatcher wake-ups by the backup poll (for /metrics)
+        self.token_wakes = 0  # dispatcher wake-ups when a rate limit's token was due
         self.live = 0  # waiters still waiting, across job types
         self.closed = False
         # Dry marks: when an activation last found no ready job for a type and filter.
@@ -364,11 +372,18 @@ class WaiterHub:
     async def _dispatch(self, job_type: str, q: _TypeQueue) -> None:
         while q.waiters:
             backup_s = jittered_s(self.backup_poll_ms)
+            # Waiters that rate limits left without jobs are owed a look when the next
+            # token is due (ADR 028): a timer from the bucket, not a poll of it.
+            due_s = self.activation.token_due(job_type)
+            wait_s = backup_s if due_s is None else min(backup_s, due_s + TOKEN_SLACK_S)
             try:
-                await asyncio.wait_for(q.wake.wait(), timeout=backup_s)
+                await asyncio.wait_for(q.wake.wait(), timeout=wait_s)
             except TimeoutError:
-                # The backup poll: covers a lost NOTIFY or a dead LISTEN connection.
-                self.backup_polls += 1
+                if wait_s == backup_s:
+                    # The backup poll: covers a lost NOTIFY or a dead LISTEN connection.
+                    self.backup_polls += 1
+                else:
+                    self.token_wakes += 1
             q.wake.clear()
             q.serving = True
             try:

@@ -29,7 +29,7 @@ from bench.harness import ROOT, Postgres, median, percentile, table
 RESULTS = ROOT / "bench" / "results"
 CONSTANT_LIMIT = READ_LANES.replace(f"LIMIT (SELECT {SCANNED_LANES})", f"LIMIT {SCANNED_LANES}")
 STATEMENTS = {"now": READ_LANES, "constant": CONSTANT_LIMIT}
-ARGS = ("bench", 32, [], [], [], [], [], [], [], [])
+ARGS = ("bench", 32, [], [], [], [], [], [], [], [], [])
 
 
 async def preload(conn: asyncpg.Connection, lanes: int) -> None:

@@ -136,10 +136,16 @@ class Caller(BaseModel):
     auth: Literal["on", "off"]
 
 
+class RateLimitShown(BaseModel):
+    perSecond: float
+    burst: float
+
+
 class Tenant(BaseModel):
     tenantId: str
     weight: int
     maxActiveJobs: int | None
+    rateLimit: RateLimitShown | None = Field(description="null: no rate limit")
     paused: bool
     configured: bool = Field(description="false: never configured (the defaults answered)")
 
@@ -160,6 +166,7 @@ class JobTypeConfig(BaseModel):
     maxActiveJobs: int | None
     agingIntervalMs: int
     agingStep: int
+    rateLimit: RateLimitShown | None = Field(description="null: no rate limit")
     paused: bool
     configured: bool = Field(description="false: never configured (the defaults answered)")
 

@@ -13,6 +13,7 @@ from app.domain import FAIRNESS_KEY_RE, JOB_TYPE_RE, TENANT_ID_RE, utcnow
 from app.errors import InvalidArgument, ResourceExhausted
 from app.keys import audit
 from app.metrics import CONTENT_TYPE
+from app.scheduler import RateLimit
 
 
 def _by(request: Request) -> str:
@@ -37,15 +38,27 @@ def _job_type(request: Request, suffix: str = "") -> str:
     return raw
 
 
+def _rate_limit(spec: schemas.RateLimit | None) -> RateLimit | None:
+    return None if spec is None else RateLimit(spec.perSecond, spec.burst)
+
+
+def _shown_rate(rate: RateLimit | None) -> str:
+    return "none" if rate is None else f"{rate.per_s:g}/s,burst={rate.burst:g}"
+
+
 async def put_tenant(request: Request, tenant_id: str) -> Response:
     tid = _tenant_id(tenant_id)
     spec = await body(request, schemas.PutTenant)
-    out = await context.services(request).config.put_tenant(tid, spec.weight, spec.maxActiveJobs)
+    rate = _rate_limit(spec.rateLimit)
+    out = await context.services(request).config.put_tenant(
+        tid, spec.weight, spec.maxActiveJobs, rate
+    )
     audit.info(
-        "tenant configured: %s weight=%s maxActiveJobs=%s by=%s",
+        "tenant configured: %s weight=%s maxActiveJobs=%s rateLimit=%s by=%s",
         tid,
         spec.weight,
         spec.maxActiveJobs,
+        _shown_rate(rate),
         _by(request),
     )
     return JSON(out)
@@ -97,15 +110,18 @@ async def delete_key(request: Request, tenant_id: str, fairness_key: str) -> Res
 async def put_job_type(request: Request, job_type: str) -> Response:
     jt = _job_type(request)
     spec = await body(request, schemas.PutJobType)
+    rate = _rate_limit(spec.rateLimit)
     out = await context.services(request).config.put_job_type(
-        jt, spec.maxActiveJobs, spec.agingIntervalMs, spec.agingStep
+        jt, spec.maxActiveJobs, spec.agingIntervalMs, spec.agingStep, rate
     )
     audit.info(
-        "job type configured: %s maxActiveJobs=%s agingIntervalMs=%s agingStep=%s by=%s",
+        "job type configured: %s maxActiveJobs=%s agingIntervalMs=%s agingStep=%s"
+        " rateLimit=%s by=%s",
         jt,
         spec.maxActiveJobs,
         spec.agingIntervalMs,
         spec.agingStep,
+        _shown_rate(rate),
         _by(request),
     )
     return JSON(out)

@@ -283,9 +283,36 @@ class UpdateJob(Strict):
     operationReference: Int64 | None = None
 
 
+def _json_number(value: object) -> object:
+    """A JSON number, left to pydantic's float validation (NaN and infinities refused
+    there): a string or a boolean is not a number, whatever it spells."""
+    if type(value) is int or type(value) is float:
+        return value
+    raise PydanticCustomError("float_type", "Input should be a valid number")
+
+
+JsonNumber = BeforeValidator(_json_number)
+# At least one activation in 1,000 s; at most a million a second or at once: past that a
+# limit limits nothing a server gives.
+MIN_RATE_PER_S = 0.001
+MAX_RATE = 1_000_000
+
+
+class RateLimit(Strict):
+    """A token bucket (ADR 028): ``perSecond`` activations a second on average, up to
+    ``burst`` at once."""
+
+    perSecond: Annotated[
+        float, Field(ge=MIN_RATE_PER_S, le=MAX_RATE, allow_inf_nan=False), JsonNumber
+    ]
+    burst: Annotated[float, Field(ge=1, le=MAX_RATE, allow_inf_nan=False), JsonNumber]
+
+
 class PutTenant(Strict):
     weight: Annotated[int, Field(ge=1, le=10_000), JsonInteger] = 1
     maxActiveJobs: MaxActiveJobs | None = None
+    # None or absent: no limit (a PUT sets the whole configuration, as maxActiveJobs).
+    rateLimit: RateLimit | None = None
 
 
 class PutKey(Strict):
@@ -296,6 +323,7 @@ class PutJobType(Strict):
     maxActiveJobs: MaxActiveJobs | None = None
     agingIntervalMs: Annotated[int, Field(ge=1, le=INT32_MAX), JsonInteger] | None = None
     agingStep: Annotated[int, Field(ge=0, le=100), JsonInteger] | None = None
+    rateLimit: RateLimit | None = None
 
 
 # -- operators' bulk operations ------------------------------------------------------------

@@ -188,10 +188,11 @@ WITH ready_lanes AS (
        + (SELECT count(*) FROM woken)
 """
 
-# Charges lanes of job type $1 their claimed jobs x stride of virtual time, and their keys
-# their claimed jobs x key stride: the CTEs ``charge`` and ``charged`` (tenant_id and new
-# vtime of each lane charged), with ``tenants``, ``counts`` and ``strides`` the
-# parameters of the three arrays; ``key_charge`` and ``key_charged`` the same for keys
+# Charges lanes of job type $1 their claimed jobs x stride of virtual time, from the
+# floor a rate-limited lane was lifted to (scheduler.rate_floor; NULL: none), and their
+# keys their claimed jobs x key stride: the CTEs ``charge`` and ``charged`` (tenant_id
+# and new vtime of each lane charged), with ``tenants``, ``counts``, ``strides`` and
+# ``floors`` the parameters of the four arrays; ``key_charge`` and ``key_charged`` the same for keys
 # (``key_tenants``, ``keys``, ``key_counts``, ``key_strides``).
 # Locks: the lane rows, in tenant order (the sub-select's sort sits below its row
 # locking), then the key rows, in (tenant, key) order (key_charge reads charge whole
@@ -201,16 +202,18 @@ WITH ready_lanes AS (
 # for was durable before it ran.
 _CHARGE = """charge AS (
     -- Each charged lane found by key and locked, in tenant order.
-    SELECT x.tenant_id, c.n, c.stride
-    FROM unnest({tenants}::text[], {counts}::int[], {strides}::float8[])
-         AS c(tenant_id, n, stride)
+    SELECT x.tenant_id, c.n, c.stride, c.floor
+    FROM unnest({tenants}::text[], {counts}::int[], {strides}::float8[], {floors}::float8[])
+         AS c(tenant_id, n, stride, floor)
     JOIN lanes x ON x.job_type = $1 AND x.tenant_id = c.tenant_id
     ORDER BY x.tenant_id
     FOR NO KEY UPDATE OF x
 ),
 charged AS (
     UPDATE lanes l
-    SET vtime = l.vtime + c.n * c.stride, activated_total = l.activated_total + c.n
+    -- GREATEST ignores a NULL floor: only rate-limited lanes are lifted (ADR 028).
+    SET vtime = GREATEST(l.vtime, c.floor) + c.n * c.stride,
+        activated_total = l.activated_total + c.n
     FROM charge c
     -- ANY(ARRAY(...)) keeps the update to one lanes_pkey probe per charged lane, as in
     -- the claim.  (An IN (...) of the locked keys made the generic plan a semi join
@@ -262,9 +265,9 @@ _KEY_READY_PROBE = """(SELECT min(j.priority) FROM jobs j
 KEY_READY = _KEY_READY_PROBE.format(lane="x.tenant_id", key="x.fairness_key")
 
 # -- name: read_lanes
-# First charges the lanes and keys the previous rounds claimed from ($4 to $10, as
-# _CHARGE; empty arrays charge nothing), saving the round a statement and the wait for a
-# separate charge to commit.  Then reads the job type's configuration and, in (vtime,
+# First charges the lanes and keys the previous rounds claimed from ($4 to $10 and the
+# floors $11, as _CHARGE; empty arrays charge nothing), saving the round a statement and
+# the wait for a separate charge to commit.  Then reads the job type's configuration and, in (vtime,
 # tenant) order, the type's active lanes with their tenants' weight and cap, each probed
 # for a ready job when $2 is at most PROBED_LANES (one round trip).  The scan stops at
 # the lane after the ($2 + len($4))-th ready one
@@ -289,14 +292,15 @@ WITH {charge}
 SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
        NULL::int AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
        t.aging_step, NULL::bool AS ready, NULL::bool AS scanned, t.paused IS TRUE AS paused,
-       NULL::text AS fairness_key
+       NULL::text AS fairness_key, t.rate_per_s IS NOT NULL AS rate_limited
 FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1
 UNION ALL
 SELECT w.tenant_id, COALESCE(ch.vtime, w.vtime), w.weight, w.max_active_jobs, NULL, NULL,
-       NULL, w.ready, true, NULL, NULL
+       NULL, w.ready, true, NULL, NULL, w.rate_limited
 FROM (SELECT s.*, count(*) FILTER (WHERE s.ready)
                     OVER (ORDER BY s.vtime, s.tenant_id ROWS UNBOUNDED PRECEDING) AS readies
       FROM (SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight, t.max_active_jobs,
+                   t.rate_per_s IS NOT NULL AS rate_limited,
                    CASE WHEN $2 <= {probed} THEN {ready} ELSE true END AS ready
             FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
             WHERE l.job_type = $1 AND l.active AND NOT l.held
@@ -306,10 +310,11 @@ FROM (SELECT s.*, count(*) FILTER (WHERE s.ready)
 LEFT JOIN charged ch ON ch.tenant_id = w.tenant_id
 WHERE w.readies <= $2 + cardinality($4::text[])
 UNION ALL
-SELECT ch.tenant_id, ch.vtime, NULL, NULL, NULL, NULL, NULL, false, false, NULL, NULL
+SELECT ch.tenant_id, ch.vtime, NULL, NULL, NULL, NULL, NULL, false, false, NULL, NULL, NULL
 FROM charged ch WHERE NOT {charged_ready}
 UNION ALL
-SELECT kc.tenant_id, NULL, NULL, NULL, NULL, NULL, NULL, false, false, NULL, kc.fairness_key
+SELECT kc.tenant_id, NULL, NULL, NULL, NULL, NULL, NULL, false, false, NULL, kc.fairness_key,
+       NULL
 FROM key_charged kc WHERE NOT {key_charged_ready}
 """
 # A read scans at most this many lanes: past them, the next round reads on (the empty
@@ -324,6 +329,7 @@ SCANNED_LANES = 1024
 # (ADR 014, with the figures) for rounds that eager parking makes rare.  Key reads follow
 # the same rule, per lane (read_keys).
 PROBED_LANES = 16
+# The floors come last ($11; $12 where $11 is the tenant filter).
 _READ_CHARGE = _CHARGE.format(
     tenants="$4",
     counts="$5",
@@ -332,11 +338,12 @@ _READ_CHARGE = _CHARGE.format(
     keys="$8",
     key_counts="$9",
     key_strides="$10",
+    floors="{floors}",
 )
 _CHARGED_READY = _READY_PROBE.format(lane="ch.tenant_id")
 _KEY_CHARGED_READY = _KEY_READY_PROBE.format(lane="kc.tenant_id", key="kc.fairness_key")
 READ_LANES = _READ_LANES.format(
-    charge=_READ_CHARGE,
+    charge=_READ_CHARGE.format(floors="$11"),
     tenants="",
     # A subquery, not a constant: a type with fewer lanes than SCANNED_LANES made the
     # generic plan, expecting to read them all, join every lane to its tenant and sort
@@ -350,10 +357,11 @@ READ_LANES = _READ_LANES.format(
 )
 
 # -- name: read_lanes_of_tenants
-# As read_lanes, restricted to the caller's tenantIds ($11).  A statement of its own (not
-# an "$11 IS NULL OR" branch) so that its generic plan can use lanes pkey.
+# As read_lanes, restricted to the caller's tenantIds ($11; the floors are $12).  A
+# statement of its own (not an "$11 IS NULL OR" branch) so that its generic plan can use
+# lanes pkey.
 READ_LANES_OF_TENANTS = _READ_LANES.format(
-    charge=_READ_CHARGE,
+    charge=_READ_CHARGE.format(floors="$12"),
     tenants="AND l.tenant_id = ANY($11::text[])",
     scanned=SCANNED_LANES,
     probed=PROBED_LANES,
@@ -408,6 +416,7 @@ WITH {
         keys="$6",
         key_counts="$7",
         key_strides="$8",
+        floors="$9",
     )
 }
 SELECT ch.tenant_id, NULL AS fairness_key FROM charged ch WHERE NOT {_CHARGED_READY}
@@ -477,18 +486,22 @@ LaneKey = tuple[str, str]  # (tenant, fairness key) of one job type
 
 class Charges(NamedTuple):
     """Lane and key charges: jobs claimed per tenant and each tenant's stride (1 /
-    weight); jobs claimed per (tenant, key) and each key's stride (1 / key weight)."""
+    weight); jobs claimed per (tenant, key) and each key's stride (1 / key weight); and
+    the virtual times rate-limited lanes were lifted to (scheduler.rate_floor), each
+    such lane in ``lanes`` too, with 0 jobs if it got none."""
 
     lanes: Counter[str]
     strides: Mapping[str, float]
     keys: Counter[LaneKey]
     key_strides: Mapping[LaneKey, float]
+    floors: Mapping[str, float] = {}
 
 
 def _charge_arrays(charges: Charges | None) -> tuple[list[Any], ...]:
-    """_CHARGE's seven arrays: lanes in tenant order, keys in (tenant, key) order."""
+    """_CHARGE's eight arrays: lanes in tenant order, keys in (tenant, key) order, then
+    the lanes' floors."""
     if charges is None:
-        return [], [], [], [], [], [], []
+        return [], [], [], [], [], [], [], []
     tenants = sorted(charges.lanes)
     keys = sorted(charges.keys)
     return (
@@ -499,6 +512,7 @@ def _charge_arrays(charges: Charges | None) -> tuple[list[Any], ...]:
         [k for _, k in keys],
         [charges.keys[tk] for tk in keys],
         [charges.key_strides[tk] for tk in keys],
+        [charges.floors.get(t) for t in tenants],
     )
 
 
@@ -514,19 +528,27 @@ async def read(
     """Charge ``charges`` (jobs claimed and stride per lane and per key) first, then read
     the type's configuration and its first ``limit`` lanes that have a ready job (see
     LaneRead)."""
-    charge = _charge_arrays(charges)
+    *charge, floors = _charge_arrays(charges)
     if tenant_ids is None:
-        rows = await db.fetch(READ_LANES, job_type, limit, list(exclude), *charge)
+        rows = await db.fetch(READ_LANES, job_type, limit, list(exclude), *charge, floors)
     else:
         rows = await db.fetch(
-            READ_LANES_OF_TENANTS, job_type, limit, list(exclude), *charge, list(tenant_ids)
+            READ_LANES_OF_TENANTS,
+            job_type,
+            limit,
+            list(exclude),
+            *charge,
+            list(tenant_ids),
+            floors,
         )
     head, lanes = rows[0], rows[1:]
-    cfg = TypeConfig(head["type_cap"], head["aging_interval_ms"], head["aging_step"])
+    cfg = TypeConfig(
+        head["type_cap"], head["aging_interval_ms"], head["aging_step"], head["rate_limited"]
+    )
     if head["paused"]:
         return LaneRead(cfg, [], [], False, paused=True)
     ready = [
-        LaneRow(r["tenant_id"], r["vtime"], r["weight"], r["max_active_jobs"])
+        LaneRow(r["tenant_id"], r["vtime"], r["weight"], r["max_active_jobs"], r["rate_limited"])
         for r in lanes
         if r["ready"]
     ]

@@ -25,6 +25,19 @@ from app.db.rows import (
     job_row,
 )
 from app.domain import JobState
+from app.scheduler import RateLimit
+
+# An upsert's rate limit columns (EXCLUDED: the new ones): a changed limit takes the new
+# bucket (full, or none), an unchanged one keeps the bucket it has.
+_RATE_SET = """rate_tokens = CASE
+            WHEN ({table}.rate_per_s, {table}.rate_burst)
+                 IS NOT DISTINCT FROM (EXCLUDED.rate_per_s, EXCLUDED.rate_burst)
+            THEN {table}.rate_tokens ELSE EXCLUDED.rate_tokens END,
+        rate_at = CASE
+            WHEN ({table}.rate_per_s, {table}.rate_burst)
+                 IS NOT DISTINCT FROM (EXCLUDED.rate_per_s, EXCLUDED.rate_burst)
+            THEN {table}.rate_at ELSE EXCLUDED.rate_at END,
+        rate_per_s = EXCLUDED.rate_per_s, rate_burst = EXCLUDED.rate_burst"""
 
 # -- name: type_config
 # A job type's cap and aging settings (no row: the server's defaults).  Index: job_types
@@ -72,16 +85,23 @@ STATS = _STATS.format(type="")
 STATS_OF_TYPE = _STATS.format(type="AND job_type = $1")
 
 # -- name: upsert_tenant
-# A tenant's weight and cap set (a pause stays as it is); its held lanes are released
-# (the cap that held them may be gone or higher; a claim holds them again if not), under
-# its cap lock, which orders the change before or after every capped claim of the tenant
-# (jobfair_release_holds).
+# A tenant's weight, cap and rate limit set (a pause stays as it is); its held lanes are
+# released (the cap that held them may be gone or higher; a claim holds them again if
+# not), under its cap lock, which orders the change before or after every capped claim of
+# the tenant (jobfair_release_holds).  A rate limit ($4, $5: a second, burst; NULL: none)
+# that changes starts with a full bucket at the statement's instant (the database's
+# clock, the one claims take tokens by); the same limit set again keeps its bucket.  Run
+# after lock_tenant (ADR 028: a rate-limited claim writes this row under that lock).
 UPSERT_TENANT = f"""
 WITH up AS (
-    INSERT INTO tenants (tenant_id, weight, max_active_jobs) VALUES ($1, $2, $3)
+    INSERT INTO tenants AS t (tenant_id, weight, max_active_jobs, rate_per_s, rate_burst,
+                              rate_tokens, rate_at)
+    VALUES ($1, $2, $3, $4::float8, $5::float8, $5::float8,
+            CASE WHEN $4::float8 IS NOT NULL THEN statement_timestamp() END)
     ON CONFLICT (tenant_id) DO UPDATE SET weight = EXCLUDED.weight,
-                                          max_active_jobs = EXCLUDED.max_active_jobs
-    RETURNING tenant_id, weight, max_active_jobs, paused
+        max_active_jobs = EXCLUDED.max_active_jobs,
+        {_RATE_SET.format(table="t")}
+    RETURNING tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst
 ),
 unheld AS (
     SELECT jobfair_release_holds(
@@ -90,16 +110,24 @@ unheld AS (
 SELECT up.* FROM up WHERE (SELECT count(*) FROM unheld) = 1
 """
 
+# -- name: lock_tenant
+# A tenant's cap lock, taken before its row is written (upsert_tenant, delete_tenant), in
+# the order a rate-limited claim takes them (the lock, then the row it takes tokens
+# from): the other order deadlocks with it.  jobfair_lock_tenant_caps is alembic 0003's.
+LOCK_TENANT = f"SELECT jobfair_lock_tenant_caps({TENANT_CAP_LOCK_CLASS}, ARRAY[$1::text])"
+
 # -- name: get_tenant
 # A tenant's configuration (no row: weight 1, no cap).  Index: tenants pkey.
 GET_TENANT = """
-SELECT tenant_id, weight, max_active_jobs, paused FROM tenants WHERE tenant_id = $1
+SELECT tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst
+FROM tenants WHERE tenant_id = $1
 """
 
 # -- name: list_tenants
 # Every configured tenant, by id.
 LIST_TENANTS = """
-SELECT tenant_id, weight, max_active_jobs, paused FROM tenants ORDER BY tenant_id
+SELECT tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst
+FROM tenants ORDER BY tenant_id
 """
 
 # -- name: release_after_finishes
@@ -152,27 +180,35 @@ RETURNING weight
 """
 
 # -- name: upsert_job_type
-# A job type's cap and aging set (NULL: the server's default; a pause stays as it is).
-# Index: job_types pkey.
-UPSERT_JOB_TYPE = """
-INSERT INTO job_types (job_type, max_active_jobs, aging_interval_ms, aging_step)
-VALUES ($1, $2, $3, $4)
+# A job type's cap, aging and rate limit set (NULL: the server's default, or no limit; a
+# pause stays as it is).  The rate limit's bucket as upsert_tenant's.  Index: job_types
+# pkey.  Locks: the row, which a rate-limited claim writes under the type's cap lock; a
+# claim that read the bucket before this committed finds it changed and leaves it.
+UPSERT_JOB_TYPE = f"""
+INSERT INTO job_types AS t (job_type, max_active_jobs, aging_interval_ms, aging_step,
+                            rate_per_s, rate_burst, rate_tokens, rate_at)
+VALUES ($1, $2, $3, $4, $5::float8, $6::float8, $6::float8,
+        CASE WHEN $5::float8 IS NOT NULL THEN statement_timestamp() END)
 ON CONFLICT (job_type) DO UPDATE SET max_active_jobs = EXCLUDED.max_active_jobs,
-    aging_interval_ms = EXCLUDED.aging_interval_ms, aging_step = EXCLUDED.aging_step
-RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused
+    aging_interval_ms = EXCLUDED.aging_interval_ms, aging_step = EXCLUDED.aging_step,
+    {_RATE_SET.format(table="t")}
+RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s,
+       rate_burst
 """
 
 # -- name: get_job_type
 # A job type's configuration.  Index: job_types pkey.
 GET_JOB_TYPE = """
-SELECT job_type, max_active_jobs, aging_interval_ms, aging_step, paused
+SELECT job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s,
+       rate_burst
 FROM job_types WHERE job_type = $1
 """
 
 # -- name: list_job_types
 # Every configured job type, by name.
 LIST_JOB_TYPES = """
-SELECT job_type, max_active_jobs, aging_interval_ms, aging_step, paused
+SELECT job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s,
+       rate_burst
 FROM job_types ORDER BY job_type
 """
 
@@ -183,7 +219,7 @@ FROM job_types ORDER BY job_type
 PAUSE_TENANT = """
 INSERT INTO tenants (tenant_id, paused) VALUES ($1, true)
 ON CONFLICT (tenant_id) DO UPDATE SET paused = true
-RETURNING tenant_id, weight, max_active_jobs, paused
+RETURNING tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst
 """
 
 # -- name: wait_for_finishes
@@ -210,7 +246,7 @@ WHERE tenant_id = $1 AND NOT held
 # release_resumed once this committed.  Index: tenants pkey.
 RESUME_TENANT = """
 UPDATE tenants SET paused = false WHERE tenant_id = $1
-RETURNING tenant_id, weight, max_active_jobs, paused
+RETURNING tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst
 """
 
 # -- name: release_resumed
@@ -242,7 +278,8 @@ SELECT (SELECT n FROM released), (SELECT count(*) FROM notified)
 PAUSE_JOB_TYPE = """
 INSERT INTO job_types (job_type, paused) VALUES ($1, true)
 ON CONFLICT (job_type) DO UPDATE SET paused = true
-RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused
+RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s,
+       rate_burst
 """
 
 # -- name: resume_job_type
@@ -251,7 +288,8 @@ RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused
 RESUME_JOB_TYPE = f"""
 WITH up AS (
     UPDATE job_types SET paused = false WHERE job_type = $1
-    RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused
+    RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s,
+       rate_burst
 ),
 notified AS (SELECT pg_notify('{NOTIFY_CHANNEL}', $1))
 SELECT up.* FROM up WHERE (SELECT count(*) FROM notified) = 1
@@ -387,8 +425,19 @@ async def type_config(db: Queries, job_type: str) -> TypeConfig:
     return TypeConfig(row["max_active_jobs"], row["aging_interval_ms"], row["aging_step"])
 
 
-async def upsert_tenant(db: Sessions, tenant_id: str, weight: int, cap: int | None) -> TenantRow:
-    row = await db.fetchrow(UPSERT_TENANT, tenant_id, weight, cap)
+async def upsert_tenant(
+    db: Sessions, tenant_id: str, weight: int, cap: int | None, rate: RateLimit | None = None
+) -> TenantRow:
+    async with db.transaction() as tx:
+        await tx.execute(LOCK_TENANT, tenant_id)
+        row = await tx.fetchrow(
+            UPSERT_TENANT,
+            tenant_id,
+            weight,
+            cap,
+            None if rate is None else rate.per_s,
+            None if rate is None else rate.burst,
+        )
     await _release_after_finishes(db, tenant_id)
     return TenantRow(*row)
 
@@ -409,7 +458,9 @@ async def list_tenants(db: Queries) -> list[TenantRow]:
 
 
 async def delete_tenant(db: Sessions, tenant_id: str) -> bool:
-    deleted = await db.fetchval(DELETE_TENANT, tenant_id) is not None
+    async with db.transaction() as tx:
+        await tx.execute(LOCK_TENANT, tenant_id)
+        deleted = await tx.fetchval(DELETE_TENANT, tenant_id) is not None
     await _release_after_finishes(db, tenant_id)
     return deleted
 
@@ -462,9 +513,23 @@ async def resume_job_type(db: Queries, job_type: str) -> JobTypeRow | None:
 
 
 async def upsert_job_type(
-    db: Queries, job_type: str, cap: int | None, interval_ms: int | None, step: int | None
+    db: Queries,
+    job_type: str,
+    cap: int | None,
+    interval_ms: int | None,
+    step: int | None,
+    rate: RateLimit | None = None,
 ) -> JobTypeRow:
-    return JobTypeRow(*await db.fetchrow(UPSERT_JOB_TYPE, job_type, cap, interval_ms, step))
+    row = await db.fetchrow(
+        UPSERT_JOB_TYPE,
+        job_type,
+        cap,
+        interval_ms,
+        step,
+        None if rate is None else rate.per_s,
+        None if rate is None else rate.burst,
+    )
+    return JobTypeRow(*row)
 
 
 async def get_job_type(db: Queries, job_type: str) -> JobTypeRow | None:

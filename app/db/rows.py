@@ -110,6 +110,7 @@ class TypeConfig:
     max_active_jobs: int | None
     aging_interval_ms: int | None
     aging_step: int | None
+    rate_limited: bool = False  # the type has a token bucket (ADR 028)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +127,7 @@ class LaneRow:
     vtime: float
     weight: int
     max_active_jobs: int | None
+    rate_limited: bool = False  # its tenant has a token bucket (ADR 028)
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +180,8 @@ class TenantRow(NamedTuple):
     weight: int
     max_active_jobs: int | None
     paused: bool
+    rate_per_s: float | None  # None: no rate limit (then rate_burst is None too)
+    rate_burst: float | None
 
 
 class JobTypeRow(NamedTuple):
@@ -186,6 +190,8 @@ class JobTypeRow(NamedTuple):
     aging_interval_ms: int | None
     aging_step: int | None
     paused: bool
+    rate_per_s: float | None  # None: no rate limit (then rate_burst is None too)
+    rate_burst: float | None
 
 
 class LaneSampleRow(NamedTuple):

@@ -246,8 +246,22 @@ tenants = Table(
     Column("max_active_jobs", Integer),
     # Paused: its lanes are held out of the reads until it is resumed (app.db.operators).
     Column("paused", Boolean, nullable=False, server_default=text("false")),
+    # A token bucket (alembic 0011, ADR 028): the tenant's activations, of every job
+    # type, limited to rate_per_s a second with a burst of rate_burst; rate_tokens at
+    # rate_at, written by the claims that take them.  All NULL: no limit.
+    Column("rate_per_s", Double),
+    Column("rate_burst", Double),
+    Column("rate_tokens", Double),
+    Column("rate_at", DateTime(timezone=True)),
     CheckConstraint("weight BETWEEN 1 AND 10000", name="tenants_weight_check"),
     CheckConstraint("max_active_jobs >= 0", name="tenants_max_active_jobs_check"),
+    CheckConstraint(
+        "(rate_per_s IS NULL AND rate_burst IS NULL AND rate_tokens IS NULL"
+        "  AND rate_at IS NULL)"
+        " OR (rate_per_s > 0 AND rate_burst >= 1 AND rate_tokens IS NOT NULL"
+        "     AND rate_at IS NOT NULL)",
+        name="tenants_rate_check",
+    ),
 )
 
 job_types = Table(
@@ -259,9 +273,23 @@ job_types = Table(
     Column("aging_step", Integer),
     # Paused: no activation gives a job of the type until it is resumed.
     Column("paused", Boolean, nullable=False, server_default=text("false")),
+    # A token bucket (alembic 0011, ADR 028): the type's activations, of every tenant,
+    # limited to rate_per_s a second with a burst of rate_burst; rate_tokens at rate_at,
+    # written by the claims that take them.  All NULL: no limit.
+    Column("rate_per_s", Double),
+    Column("rate_burst", Double),
+    Column("rate_tokens", Double),
+    Column("rate_at", DateTime(timezone=True)),
     CheckConstraint("max_active_jobs >= 0", name="job_types_max_active_jobs_check"),
     CheckConstraint("aging_interval_ms > 0", name="job_types_aging_interval_check"),
     CheckConstraint("aging_step BETWEEN 0 AND 100", name="job_types_aging_step_check"),
+    CheckConstraint(
+        "(rate_per_s IS NULL AND rate_burst IS NULL AND rate_tokens IS NULL"
+        "  AND rate_at IS NULL)"
+        " OR (rate_per_s > 0 AND rate_burst >= 1 AND rate_tokens IS NOT NULL"
+        "     AND rate_at IS NOT NULL)",
+        name="job_types_rate_check",
+    ),
 )
 
 # A job's attempt history (app.db.history): a row per ended activation (its start,

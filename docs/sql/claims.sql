@@ -28,6 +28,40 @@ FROM tenants t WHERE t.tenant_id = ANY($1::text[]) AND t.max_active_jobs IS NOT 
 SELECT CASE WHEN $2::int IS NULL THEN NULL ELSE pg_advisory_xact_lock($1, $2) END,
        jobfair_lock_tenant_caps($3, $4::text[]);
 
+-- name: read_buckets
+-- The token buckets of a rate-limited claim as stored (ADR 028): the job type's ($1, if
+-- $2) and the tenants' ($3), with the instant they are read at -- the statement's start
+-- by the database's clock, the one clock of every server process and replica, so that no
+-- process's clock mints tokens.  Read in a statement after lock_caps, whose locks every
+-- claim that takes these tokens holds until it commits: this read sees what each left.
+-- The first row is the instant (kind 'now'), then 'type' and 'tenant' rows (none for a
+-- bucket-less one).  Index: job_types pkey, tenants pkey.
+SELECT 'now' AS kind, NULL::text AS name, NULL::float8 AS per_s, NULL::float8 AS burst,
+       NULL::float8 AS tokens, NULL::timestamptz AS at, statement_timestamp() AS now
+UNION ALL
+SELECT 'type', job_type, rate_per_s, rate_burst, rate_tokens, rate_at, NULL
+FROM job_types WHERE $2 AND job_type = $1 AND rate_per_s IS NOT NULL
+UNION ALL
+SELECT 'tenant', tenant_id, rate_per_s, rate_burst, rate_tokens, rate_at, NULL
+FROM tenants WHERE tenant_id = ANY($3::text[]) AND rate_per_s IS NOT NULL;
+
+-- name: take_tokens
+-- What a rate-limited claim left in its buckets (scheduler.Bucket.take), written in its
+-- transaction before the cap locks go: the type's ($1: its tokens and instant $2, $3; $2
+-- NULL: none taken) and the tenants' ($4 to $6).  A bucket whose limit changed since the
+-- claim read it (its rate_at is not the one read, $7 and $8) keeps the change: a new
+-- limit starts with its own bucket.  Index: job_types pkey, tenants pkey.  Locks: the
+-- rows (a job type's change writes its row without the cap lock, and is waited for).
+WITH type_taken AS (
+    UPDATE job_types SET rate_tokens = $2, rate_at = $3
+    WHERE $2::float8 IS NOT NULL AND job_type = $1 AND rate_at = $7
+    RETURNING 1
+)
+UPDATE tenants t SET rate_tokens = u.tokens, rate_at = u.at
+FROM unnest($4::text[], $5::float8[], $6::timestamptz[], $8::timestamptz[])
+     AS u(tenant_id, tokens, at, read_at)
+WHERE t.tenant_id = u.tenant_id AND t.rate_at = u.read_at;
+
 -- name: claim
 -- Activates up to k jobs from each allotted key of each allotted lane of one job type
 -- (scheduler.split_among_keys), best effective priority first within the key.
@@ -153,26 +187,28 @@ SELECT * FROM activated;
 -- key scheduler.allocate_keys picks first -- gives its best job, exactly as CLAIM would
 -- give it with the count 1 for that key.  For a waiter woken by one new job of an idle
 -- type, this saves read_lanes' and read_keys' round trips, a large part of a pickup (ADR
--- 011).  It claims nothing where a cap is involved (the type's, or the lead lane's
--- tenant's: those need their locks and counts), when none of the first PROBED_LANES
--- active lanes has a ready job, nor any of the lead lane's first PROBED_LANES active
--- keys, or when the lead key's heads are held by another activator; the caller then runs
--- the full rounds, unless the answer says the type is dry.  Answers one row: the claimed
+-- 011).  It claims nothing where a cap or a rate limit is involved (the type's, or the
+-- lead lane's tenant's: those need their locks and counts, ADR 016 and 028), when none
+-- of the first PROBED_LANES active lanes has a ready job, nor any of the lead lane's
+-- first PROBED_LANES active keys, or when the lead key's heads are held by another
+-- activator; the caller then runs the full rounds, unless the answer says the type is
+-- dry.  Answers one row: the claimed
 -- job with the lane's and the key's weights (for their charges) and the type's aging
 -- ($5, $6: the server's defaults), or NULLs and whether the type is dry.  A paused type,
 -- or a paused tenant's lane, gives nothing (as read_lanes).
 -- Index: lanes_type_vtime_idx, lane_keys_vtime_idx, then as read_lanes, read_keys and CLAIM.
 WITH RECURSIVE lead_lane AS (
-    SELECT x.tenant_id, x.weight, x.cap, c.type_cap, c.aging_step, c.aging_interval_ms
-    FROM (SELECT t.max_active_jobs AS type_cap,
+    SELECT x.tenant_id, x.weight, x.cap, x.rate, c.type_cap, c.type_rate, c.aging_step,
+           c.aging_interval_ms
+    FROM (SELECT t.max_active_jobs AS type_cap, t.rate_per_s AS type_rate,
                  COALESCE(t.aging_step, $5::int) AS aging_step,
                  COALESCE(t.aging_interval_ms, $6::int) AS aging_interval_ms
           FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1
           WHERE t.paused IS NOT TRUE) c
     CROSS JOIN LATERAL (
-        SELECT r.tenant_id, r.weight, r.cap FROM (
+        SELECT r.tenant_id, r.weight, r.cap, r.rate FROM (
             SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight,
-                   t.max_active_jobs AS cap, (SELECT max(j.fairness_key) FROM jobs j
+                   t.max_active_jobs AS cap, t.rate_per_s AS rate, (SELECT max(j.fairness_key) FROM jobs j
           WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = l.tenant_id)
          IS NOT NULL AS ready
             FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
@@ -203,7 +239,7 @@ lead AS (
         WHERE r.ready
         ORDER BY r.vtime, r.fairness_key
         LIMIT 1) y
-    WHERE ll.type_cap IS NULL AND ll.cap IS NULL
+    WHERE ll.type_cap IS NULL AND ll.cap IS NULL AND ll.type_rate IS NULL AND ll.rate IS NULL
 ),
 alloc AS (SELECT tenant_id, fairness_key, 1 AS k FROM lead),
 prios AS (
@@ -314,16 +350,17 @@ FROM (SELECT 1) one LEFT JOIN (activated a CROSS JOIN lead) ON true;
 -- As claim_lead, restricted to the caller's tenantIds ($9).  A statement of its own so
 -- that its generic plan can use lanes pkey.
 WITH RECURSIVE lead_lane AS (
-    SELECT x.tenant_id, x.weight, x.cap, c.type_cap, c.aging_step, c.aging_interval_ms
-    FROM (SELECT t.max_active_jobs AS type_cap,
+    SELECT x.tenant_id, x.weight, x.cap, x.rate, c.type_cap, c.type_rate, c.aging_step,
+           c.aging_interval_ms
+    FROM (SELECT t.max_active_jobs AS type_cap, t.rate_per_s AS type_rate,
                  COALESCE(t.aging_step, $5::int) AS aging_step,
                  COALESCE(t.aging_interval_ms, $6::int) AS aging_interval_ms
           FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1
           WHERE t.paused IS NOT TRUE) c
     CROSS JOIN LATERAL (
-        SELECT r.tenant_id, r.weight, r.cap FROM (
+        SELECT r.tenant_id, r.weight, r.cap, r.rate FROM (
             SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight,
-                   t.max_active_jobs AS cap, (SELECT max(j.fairness_key) FROM jobs j
+                   t.max_active_jobs AS cap, t.rate_per_s AS rate, (SELECT max(j.fairness_key) FROM jobs j
           WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = l.tenant_id)
          IS NOT NULL AS ready
             FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
@@ -354,7 +391,7 @@ lead AS (
         WHERE r.ready
         ORDER BY r.vtime, r.fairness_key
         LIMIT 1) y
-    WHERE ll.type_cap IS NULL AND ll.cap IS NULL
+    WHERE ll.type_cap IS NULL AND ll.cap IS NULL AND ll.type_rate IS NULL AND ll.rate IS NULL
 ),
 alloc AS (SELECT tenant_id, fairness_key, 1 AS k FROM lead),
 prios AS (

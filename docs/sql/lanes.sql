@@ -80,9 +80,9 @@ SELECT (SELECT count(*) FROM notified) + (SELECT count(*) FROM new_lanes)
        + (SELECT count(*) FROM woken);
 
 -- name: read_lanes
--- First charges the lanes and keys the previous rounds claimed from ($4 to $10, as
--- _CHARGE; empty arrays charge nothing), saving the round a statement and the wait for a
--- separate charge to commit.  Then reads the job type's configuration and, in (vtime,
+-- First charges the lanes and keys the previous rounds claimed from ($4 to $10 and the
+-- floors $11, as _CHARGE; empty arrays charge nothing), saving the round a statement and
+-- the wait for a separate charge to commit.  Then reads the job type's configuration and, in (vtime,
 -- tenant) order, the type's active lanes with their tenants' weight and cap, each probed
 -- for a ready job when $2 is at most PROBED_LANES (one round trip).  The scan stops at
 -- the lane after the ($2 + len($4))-th ready one
@@ -104,16 +104,18 @@ SELECT (SELECT count(*) FROM notified) + (SELECT count(*) FROM new_lanes)
 -- scanned (small reads) and per lane and key charged.  Locks: the charged lanes and keys.
 WITH charge AS (
     -- Each charged lane found by key and locked, in tenant order.
-    SELECT x.tenant_id, c.n, c.stride
-    FROM unnest($4::text[], $5::int[], $6::float8[])
-         AS c(tenant_id, n, stride)
+    SELECT x.tenant_id, c.n, c.stride, c.floor
+    FROM unnest($4::text[], $5::int[], $6::float8[], $11::float8[])
+         AS c(tenant_id, n, stride, floor)
     JOIN lanes x ON x.job_type = $1 AND x.tenant_id = c.tenant_id
     ORDER BY x.tenant_id
     FOR NO KEY UPDATE OF x
 ),
 charged AS (
     UPDATE lanes l
-    SET vtime = l.vtime + c.n * c.stride, activated_total = l.activated_total + c.n
+    -- GREATEST ignores a NULL floor: only rate-limited lanes are lifted (ADR 028).
+    SET vtime = GREATEST(l.vtime, c.floor) + c.n * c.stride,
+        activated_total = l.activated_total + c.n
     FROM charge c
     -- ANY(ARRAY(...)) keeps the update to one lanes_pkey probe per charged lane, as in
     -- the claim.  (An IN (...) of the locked keys made the generic plan a semi join
@@ -149,14 +151,15 @@ key_charged AS (
 SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
        NULL::int AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
        t.aging_step, NULL::bool AS ready, NULL::bool AS scanned, t.paused IS TRUE AS paused,
-       NULL::text AS fairness_key
+       NULL::text AS fairness_key, t.rate_per_s IS NOT NULL AS rate_limited
 FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1
 UNION ALL
 SELECT w.tenant_id, COALESCE(ch.vtime, w.vtime), w.weight, w.max_active_jobs, NULL, NULL,
-       NULL, w.ready, true, NULL, NULL
+       NULL, w.ready, true, NULL, NULL, w.rate_limited
 FROM (SELECT s.*, count(*) FILTER (WHERE s.ready)
                     OVER (ORDER BY s.vtime, s.tenant_id ROWS UNBOUNDED PRECEDING) AS readies
       FROM (SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight, t.max_active_jobs,
+                   t.rate_per_s IS NOT NULL AS rate_limited,
                    CASE WHEN $2 <= 16 THEN (SELECT max(j.fairness_key) FROM jobs j
           WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = l.tenant_id)
          IS NOT NULL ELSE true END AS ready
@@ -168,32 +171,36 @@ FROM (SELECT s.*, count(*) FILTER (WHERE s.ready)
 LEFT JOIN charged ch ON ch.tenant_id = w.tenant_id
 WHERE w.readies <= $2 + cardinality($4::text[])
 UNION ALL
-SELECT ch.tenant_id, ch.vtime, NULL, NULL, NULL, NULL, NULL, false, false, NULL, NULL
+SELECT ch.tenant_id, ch.vtime, NULL, NULL, NULL, NULL, NULL, false, false, NULL, NULL, NULL
 FROM charged ch WHERE NOT (SELECT max(j.fairness_key) FROM jobs j
           WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = ch.tenant_id)
          IS NOT NULL
 UNION ALL
-SELECT kc.tenant_id, NULL, NULL, NULL, NULL, NULL, NULL, false, false, NULL, kc.fairness_key
+SELECT kc.tenant_id, NULL, NULL, NULL, NULL, NULL, NULL, false, false, NULL, kc.fairness_key,
+       NULL
 FROM key_charged kc WHERE NOT (SELECT min(j.priority) FROM jobs j
           WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = kc.tenant_id
             AND j.fairness_key = kc.fairness_key)
          IS NOT NULL;
 
 -- name: read_lanes_of_tenants
--- As read_lanes, restricted to the caller's tenantIds ($11).  A statement of its own (not
--- an "$11 IS NULL OR" branch) so that its generic plan can use lanes pkey.
+-- As read_lanes, restricted to the caller's tenantIds ($11; the floors are $12).  A
+-- statement of its own (not an "$11 IS NULL OR" branch) so that its generic plan can use
+-- lanes pkey.
 WITH charge AS (
     -- Each charged lane found by key and locked, in tenant order.
-    SELECT x.tenant_id, c.n, c.stride
-    FROM unnest($4::text[], $5::int[], $6::float8[])
-         AS c(tenant_id, n, stride)
+    SELECT x.tenant_id, c.n, c.stride, c.floor
+    FROM unnest($4::text[], $5::int[], $6::float8[], $12::float8[])
+         AS c(tenant_id, n, stride, floor)
     JOIN lanes x ON x.job_type = $1 AND x.tenant_id = c.tenant_id
     ORDER BY x.tenant_id
     FOR NO KEY UPDATE OF x
 ),
 charged AS (
     UPDATE lanes l
-    SET vtime = l.vtime + c.n * c.stride, activated_total = l.activated_total + c.n
+    -- GREATEST ignores a NULL floor: only rate-limited lanes are lifted (ADR 028).
+    SET vtime = GREATEST(l.vtime, c.floor) + c.n * c.stride,
+        activated_total = l.activated_total + c.n
     FROM charge c
     -- ANY(ARRAY(...)) keeps the update to one lanes_pkey probe per charged lane, as in
     -- the claim.  (An IN (...) of the locked keys made the generic plan a semi join
@@ -229,14 +236,15 @@ key_charged AS (
 SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
        NULL::int AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
        t.aging_step, NULL::bool AS ready, NULL::bool AS scanned, t.paused IS TRUE AS paused,
-       NULL::text AS fairness_key
+       NULL::text AS fairness_key, t.rate_per_s IS NOT NULL AS rate_limited
 FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1
 UNION ALL
 SELECT w.tenant_id, COALESCE(ch.vtime, w.vtime), w.weight, w.max_active_jobs, NULL, NULL,
-       NULL, w.ready, true, NULL, NULL
+       NULL, w.ready, true, NULL, NULL, w.rate_limited
 FROM (SELECT s.*, count(*) FILTER (WHERE s.ready)
                     OVER (ORDER BY s.vtime, s.tenant_id ROWS UNBOUNDED PRECEDING) AS readies
       FROM (SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight, t.max_active_jobs,
+                   t.rate_per_s IS NOT NULL AS rate_limited,
                    CASE WHEN $2 <= 16 THEN (SELECT max(j.fairness_key) FROM jobs j
           WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = l.tenant_id)
          IS NOT NULL ELSE true END AS ready
@@ -248,12 +256,13 @@ FROM (SELECT s.*, count(*) FILTER (WHERE s.ready)
 LEFT JOIN charged ch ON ch.tenant_id = w.tenant_id
 WHERE w.readies <= $2 + cardinality($4::text[])
 UNION ALL
-SELECT ch.tenant_id, ch.vtime, NULL, NULL, NULL, NULL, NULL, false, false, NULL, NULL
+SELECT ch.tenant_id, ch.vtime, NULL, NULL, NULL, NULL, NULL, false, false, NULL, NULL, NULL
 FROM charged ch WHERE NOT (SELECT max(j.fairness_key) FROM jobs j
           WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = ch.tenant_id)
          IS NOT NULL
 UNION ALL
-SELECT kc.tenant_id, NULL, NULL, NULL, NULL, NULL, NULL, false, false, NULL, kc.fairness_key
+SELECT kc.tenant_id, NULL, NULL, NULL, NULL, NULL, NULL, false, false, NULL, kc.fairness_key,
+       NULL
 FROM key_charged kc WHERE NOT (SELECT min(j.priority) FROM jobs j
           WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = kc.tenant_id
             AND j.fairness_key = kc.fairness_key)
@@ -297,16 +306,18 @@ LEFT JOIN key_weights w ON w.tenant_id = a.tenant_id AND w.fairness_key = k.fair
 -- 014).  Index: lanes pkey, lane_keys pkey, one probe of jobs_ready_idx per lane and key.
 WITH charge AS (
     -- Each charged lane found by key and locked, in tenant order.
-    SELECT x.tenant_id, c.n, c.stride
-    FROM unnest($2::text[], $3::int[], $4::float8[])
-         AS c(tenant_id, n, stride)
+    SELECT x.tenant_id, c.n, c.stride, c.floor
+    FROM unnest($2::text[], $3::int[], $4::float8[], $9::float8[])
+         AS c(tenant_id, n, stride, floor)
     JOIN lanes x ON x.job_type = $1 AND x.tenant_id = c.tenant_id
     ORDER BY x.tenant_id
     FOR NO KEY UPDATE OF x
 ),
 charged AS (
     UPDATE lanes l
-    SET vtime = l.vtime + c.n * c.stride, activated_total = l.activated_total + c.n
+    -- GREATEST ignores a NULL floor: only rate-limited lanes are lifted (ADR 028).
+    SET vtime = GREATEST(l.vtime, c.floor) + c.n * c.stride,
+        activated_total = l.activated_total + c.n
     FROM charge c
     -- ANY(ARRAY(...)) keeps the update to one lanes_pkey probe per charged lane, as in
     -- the claim.  (An IN (...) of the locked keys made the generic plan a semi join

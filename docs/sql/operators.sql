@@ -64,15 +64,30 @@ LEFT JOIN job_types jt ON jt.job_type = l.job_type
 ORDER BY l.job_type, l.tenant_id;
 
 -- name: upsert_tenant
--- A tenant's weight and cap set (a pause stays as it is); its held lanes are released
--- (the cap that held them may be gone or higher; a claim holds them again if not), under
--- its cap lock, which orders the change before or after every capped claim of the tenant
--- (jobfair_release_holds).
+-- A tenant's weight, cap and rate limit set (a pause stays as it is); its held lanes are
+-- released (the cap that held them may be gone or higher; a claim holds them again if
+-- not), under its cap lock, which orders the change before or after every capped claim of
+-- the tenant (jobfair_release_holds).  A rate limit ($4, $5: a second, burst; NULL: none)
+-- that changes starts with a full bucket at the statement's instant (the database's
+-- clock, the one claims take tokens by); the same limit set again keeps its bucket.  Run
+-- after lock_tenant (ADR 028: a rate-limited claim writes this row under that lock).
 WITH up AS (
-    INSERT INTO tenants (tenant_id, weight, max_active_jobs) VALUES ($1, $2, $3)
+    INSERT INTO tenants AS t (tenant_id, weight, max_active_jobs, rate_per_s, rate_burst,
+                              rate_tokens, rate_at)
+    VALUES ($1, $2, $3, $4::float8, $5::float8, $5::float8,
+            CASE WHEN $4::float8 IS NOT NULL THEN statement_timestamp() END)
     ON CONFLICT (tenant_id) DO UPDATE SET weight = EXCLUDED.weight,
-                                          max_active_jobs = EXCLUDED.max_active_jobs
-    RETURNING tenant_id, weight, max_active_jobs, paused
+        max_active_jobs = EXCLUDED.max_active_jobs,
+        rate_tokens = CASE
+            WHEN (t.rate_per_s, t.rate_burst)
+                 IS NOT DISTINCT FROM (EXCLUDED.rate_per_s, EXCLUDED.rate_burst)
+            THEN t.rate_tokens ELSE EXCLUDED.rate_tokens END,
+        rate_at = CASE
+            WHEN (t.rate_per_s, t.rate_burst)
+                 IS NOT DISTINCT FROM (EXCLUDED.rate_per_s, EXCLUDED.rate_burst)
+            THEN t.rate_at ELSE EXCLUDED.rate_at END,
+        rate_per_s = EXCLUDED.rate_per_s, rate_burst = EXCLUDED.rate_burst
+    RETURNING tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst
 ),
 unheld AS (
     SELECT jobfair_release_holds(
@@ -80,13 +95,21 @@ unheld AS (
 )
 SELECT up.* FROM up WHERE (SELECT count(*) FROM unheld) = 1;
 
+-- name: lock_tenant
+-- A tenant's cap lock, taken before its row is written (upsert_tenant, delete_tenant), in
+-- the order a rate-limited claim takes them (the lock, then the row it takes tokens
+-- from): the other order deadlocks with it.  jobfair_lock_tenant_caps is alembic 0003's.
+SELECT jobfair_lock_tenant_caps(1246101507, ARRAY[$1::text]);
+
 -- name: get_tenant
 -- A tenant's configuration (no row: weight 1, no cap).  Index: tenants pkey.
-SELECT tenant_id, weight, max_active_jobs, paused FROM tenants WHERE tenant_id = $1;
+SELECT tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst
+FROM tenants WHERE tenant_id = $1;
 
 -- name: list_tenants
 -- Every configured tenant, by id.
-SELECT tenant_id, weight, max_active_jobs, paused FROM tenants ORDER BY tenant_id;
+SELECT tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst
+FROM tenants ORDER BY tenant_id;
 
 -- name: release_after_finishes
 -- After a tenant's configuration change committed: waits, on the release gate taken
@@ -128,22 +151,38 @@ WHERE tenant_id = $1 AND fairness_key = $2 AND shard = jobfair_shard($1)
 RETURNING weight;
 
 -- name: upsert_job_type
--- A job type's cap and aging set (NULL: the server's default; a pause stays as it is).
--- Index: job_types pkey.
-INSERT INTO job_types (job_type, max_active_jobs, aging_interval_ms, aging_step)
-VALUES ($1, $2, $3, $4)
+-- A job type's cap, aging and rate limit set (NULL: the server's default, or no limit; a
+-- pause stays as it is).  The rate limit's bucket as upsert_tenant's.  Index: job_types
+-- pkey.  Locks: the row, which a rate-limited claim writes under the type's cap lock; a
+-- claim that read the bucket before this committed finds it changed and leaves it.
+INSERT INTO job_types AS t (job_type, max_active_jobs, aging_interval_ms, aging_step,
+                            rate_per_s, rate_burst, rate_tokens, rate_at)
+VALUES ($1, $2, $3, $4, $5::float8, $6::float8, $6::float8,
+        CASE WHEN $5::float8 IS NOT NULL THEN statement_timestamp() END)
 ON CONFLICT (job_type) DO UPDATE SET max_active_jobs = EXCLUDED.max_active_jobs,
-    aging_interval_ms = EXCLUDED.aging_interval_ms, aging_step = EXCLUDED.aging_step
-RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused;
+    aging_interval_ms = EXCLUDED.aging_interval_ms, aging_step = EXCLUDED.aging_step,
+    rate_tokens = CASE
+            WHEN (t.rate_per_s, t.rate_burst)
+                 IS NOT DISTINCT FROM (EXCLUDED.rate_per_s, EXCLUDED.rate_burst)
+            THEN t.rate_tokens ELSE EXCLUDED.rate_tokens END,
+        rate_at = CASE
+            WHEN (t.rate_per_s, t.rate_burst)
+                 IS NOT DISTINCT FROM (EXCLUDED.rate_per_s, EXCLUDED.rate_burst)
+            THEN t.rate_at ELSE EXCLUDED.rate_at END,
+        rate_per_s = EXCLUDED.rate_per_s, rate_burst = EXCLUDED.rate_burst
+RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s,
+       rate_burst;
 
 -- name: get_job_type
 -- A job type's configuration.  Index: job_types pkey.
-SELECT job_type, max_active_jobs, aging_interval_ms, aging_step, paused
+SELECT job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s,
+       rate_burst
 FROM job_types WHERE job_type = $1;
 
 -- name: list_job_types
 -- Every configured job type, by name.
-SELECT job_type, max_active_jobs, aging_interval_ms, aging_step, paused
+SELECT job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s,
+       rate_burst
 FROM job_types ORDER BY job_type;
 
 -- name: pause_tenant
@@ -151,7 +190,7 @@ FROM job_types ORDER BY job_type;
 -- lanes are held by hold_paused_lanes once this committed.  Index: tenants pkey.
 INSERT INTO tenants (tenant_id, paused) VALUES ($1, true)
 ON CONFLICT (tenant_id) DO UPDATE SET paused = true
-RETURNING tenant_id, weight, max_active_jobs, paused;
+RETURNING tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst;
 
 -- name: wait_for_finishes
 -- The release gate, exclusively, until the transaction ends: waits for every finishing
@@ -174,7 +213,7 @@ WHERE tenant_id = $1 AND NOT held
 -- Marks a tenant no longer paused (no row: it never was).  Its lanes are released by
 -- release_resumed once this committed.  Index: tenants pkey.
 UPDATE tenants SET paused = false WHERE tenant_id = $1
-RETURNING tenant_id, weight, max_active_jobs, paused;
+RETURNING tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst;
 
 -- name: release_resumed
 -- After a resume committed: as release_after_finishes, the tenant's held lanes released
@@ -202,14 +241,16 @@ SELECT (SELECT n FROM released), (SELECT count(*) FROM notified);
 -- job_types pkey.
 INSERT INTO job_types (job_type, paused) VALUES ($1, true)
 ON CONFLICT (job_type) DO UPDATE SET paused = true
-RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused;
+RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s,
+       rate_burst;
 
 -- name: resume_job_type
 -- Marks a job type no longer paused and notifies it (at commit), so that its waiters
 -- read at once.  Index: job_types pkey.
 WITH up AS (
     UPDATE job_types SET paused = false WHERE job_type = $1
-    RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused
+    RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s,
+       rate_burst
 ),
 notified AS (SELECT pg_notify('jobfair', $1))
 SELECT up.* FROM up WHERE (SELECT count(*) FROM notified) = 1;

@@ -196,6 +196,33 @@ async def test_tenants_set_changes_what_is_given_and_keeps_the_rest(live: Live):
     assert [t["tenantId"] for t in as_json["tenants"]] == ["acme", "beta"]
 
 
+async def test_tenants_set_keeps_a_rate_limit_it_was_not_told_to_change(live: Live):
+    """A PUT replaces the whole configuration: the CLI carries the rate limit over, so
+    that setting a weight does not remove it."""
+    ran = await jobfair(live.url, "tenants", "set", "acme", "--rate-per-second", "50",
+                        "--burst", "100")  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert rows(ran.stdout)["acme"] == ["1", "-", "no", "50/s,burst=100"]
+    await jobfair(live.url, "tenants", "set", "acme", "--weight", "3")
+    await jobfair(live.url, "tenants", "set", "acme", "--burst", "10")
+    got = (await live.client.get("/v2/tenants/acme")).json()
+    assert got["weight"] == 3 and got["rateLimit"] == {"perSecond": 50, "burst": 10}
+    ran = await jobfair(live.url, "tenants", "set", "acme", "--no-rate-limit")
+    assert rows(ran.stdout)["acme"] == ["3", "-", "no", "-"]
+    for bad in (
+        ["beta", "--burst", "3"],  # a new limit needs both
+        ["acme", "--no-rate-limit", "--rate-per-second", "3"],
+    ):
+        ran = await jobfair(live.url, "tenants", "set", *bad)
+        assert ran.returncode == 2, bad
+    ran = await jobfair(live.url, "job-types", "set", "mail", "--rate-per-second", "0.5",
+                        "--burst", "1")  # fmt: skip
+    assert rows(ran.stdout)["mail"] == ["-", "1m00s", "10", "no", "0.5/s,burst=1"]
+    await jobfair(live.url, "job-types", "set", "mail", "--max-active-jobs", "4")
+    got = (await live.client.get("/v2/job-types/mail")).json()
+    assert got["rateLimit"] == {"perSecond": 0.5, "burst": 1}
+
+
 async def test_job_types_set_then_list(live: Live):
     ran = await jobfair(live.url, "job-types", "set", "billing/invoice", "--max-active-jobs", "4")
     assert ran.returncode == 0, ran.stderr

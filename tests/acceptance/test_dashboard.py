@@ -96,7 +96,8 @@ async def test_an_admin_edits_a_tenants_weight_and_a_bad_value_shows_the_apis_me
     live: Live, browser: Browser
 ):
     c = live.client
-    await c.put("/v2/tenants/acme", json={"weight": 2, "maxActiveJobs": 7})
+    limit = {"perSecond": 2.5, "burst": 10}
+    await c.put("/v2/tenants/acme", json={"weight": 2, "maxActiveJobs": 7, "rateLimit": limit})
     async with visit(browser, live.url) as seen:
         page = seen.page
         await page.goto("/ui#/tenants/acme")
@@ -106,7 +107,8 @@ async def test_an_admin_edits_a_tenants_weight_and_a_bad_value_shows_the_apis_me
         await page.get_by_role("button", name="Save").click()
         await expect(page.get_by_text("saved")).to_be_visible()
         saved = (await c.get("/v2/tenants/acme")).json()
-        assert (saved["weight"], saved["maxActiveJobs"]) == (5, 7)
+        # The rate limit was in the form too: a PUT replaces it all, and it is kept.
+        assert (saved["weight"], saved["maxActiveJobs"], saved["rateLimit"]) == (5, 7, limit)
         # The API's own words for a weight out of range, shown as they are; nothing changes.
         refused = assert_problem(
             await c.put("/v2/tenants/acme", json={"weight": 0, "maxActiveJobs": 7}), 400

@@ -104,8 +104,17 @@ VALID_BODIES: dict[str, Any] = {
         "retryBackOff": 10,
         "variables": VALUES,
     },
-    "putJobTypesByKey": {"maxActiveJobs": 5, "agingIntervalMs": 1000, "agingStep": 5},
-    "putTenantsByKey": {"weight": 2, "maxActiveJobs": 5},
+    "putJobTypesByKey": {
+        "maxActiveJobs": 5,
+        "agingIntervalMs": 1000,
+        "agingStep": 5,
+        "rateLimit": {"perSecond": 50, "burst": 100},
+    },
+    "putTenantsByKey": {
+        "weight": 2,
+        "maxActiveJobs": 5,
+        "rateLimit": {"perSecond": 0.5, "burst": 1},
+    },
     "putTenantsKeysByKey": {"weight": 2},
     "postJobsRetry": {
         "type": "t",

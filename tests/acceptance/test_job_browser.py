@@ -466,6 +466,7 @@ async def test_a_tenant_or_job_type_never_configured_says_so(live):
         "tenantId": "nobody",
         "weight": 1,
         "maxActiveJobs": None,
+        "rateLimit": None,
         "paused": False,
         "configured": False,
     }

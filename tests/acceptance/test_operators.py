@@ -15,6 +15,7 @@ async def test_tenant_configuration_round_trip(live):
         "tenantId": "acme",
         "weight": 1,
         "maxActiveJobs": None,
+        "rateLimit": None,
         "paused": False,
         "configured": False,
     }
@@ -24,6 +25,7 @@ async def test_tenant_configuration_round_trip(live):
         "tenantId": "acme",
         "weight": 5,
         "maxActiveJobs": 10,
+        "rateLimit": None,
         "paused": False,
         "configured": True,
     }
@@ -44,6 +46,7 @@ async def test_job_type_configuration_round_trip(live):
         "maxActiveJobs": None,
         "agingIntervalMs": 60_000,
         "agingStep": 10,
+        "rateLimit": None,
         "paused": False,
         "configured": False,
     }
@@ -53,6 +56,7 @@ async def test_job_type_configuration_round_trip(live):
         "maxActiveJobs": 3,
         "agingIntervalMs": 60_000,
         "agingStep": 0,
+        "rateLimit": None,
         "paused": False,
         "configured": True,
     }

@@ -42,6 +42,7 @@ async def test_a_paused_tenant_gets_nothing_and_its_record_says_so(live):
         "tenantId": "acme",
         "weight": 1,
         "maxActiveJobs": None,
+        "rateLimit": None,
         "paused": True,
         "configured": True,
     }
@@ -78,6 +79,7 @@ async def test_a_paused_tenant_gets_nothing_and_its_record_says_so(live):
         "tenantId": "nobody",
         "weight": 1,
         "maxActiveJobs": None,
+        "rateLimit": None,
         "paused": False,
         "configured": False,
     }
@@ -92,6 +94,7 @@ async def test_a_paused_job_type_answers_nothing_and_a_put_keeps_the_pause(live)
         "maxActiveJobs": None,
         "agingIntervalMs": 60_000,
         "agingStep": 10,
+        "rateLimit": None,
         "paused": True,
         "configured": True,
     }

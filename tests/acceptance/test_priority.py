@@ -45,6 +45,7 @@ async def test_aging_lets_an_old_low_priority_job_overtake(live):
         "maxActiveJobs": None,
         "agingIntervalMs": 150,
         "agingStep": 50,
+        "rateLimit": None,
         "paused": False,
         "configured": True,
     }

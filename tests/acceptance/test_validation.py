@@ -163,6 +163,26 @@ async def test_bad_operator_input_is_400(live, store):
         ("/v2/job-types/mail", {"agingIntervalMs": 0}),
         ("/v2/job-types/mail", {"maxActiveJobs": -5}),
         ("/v2/job-types/a%20b", {"maxActiveJobs": 5}),
+        # Rate limits (ADR 028): positive finite numbers within bounds, both given.
+        *(
+            (path, {"rateLimit": limit})
+            for path in ("/v2/tenants/acme", "/v2/job-types/mail")
+            for limit in [
+                {"perSecond": 0, "burst": 10},
+                {"perSecond": -1, "burst": 10},
+                {"perSecond": 0.0001, "burst": 10},
+                {"perSecond": 1_000_001, "burst": 10},
+                {"perSecond": 50, "burst": 0.5},
+                {"perSecond": 50, "burst": 1e7},
+                {"perSecond": "50", "burst": 100},
+                {"perSecond": True, "burst": 100},
+                {"perSecond": 50},
+                {"burst": 100},
+                {"perSecond": 50, "burst": 100, "refill": 1},
+                50,
+                [50, 100],
+            ]
+        ),
     ]:
         assert_problem(await c.put(path, json=payload), 400)
     assert await store.fetchval("SELECT count(*) FROM tenants") == 0

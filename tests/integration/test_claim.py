@@ -149,14 +149,15 @@ async def test_charging_many_lanes_costs_linear_time(store):
         try:
             await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
             await conn.execute(
-                "PREPARE charge(text, text[], int[], float8[], text[], text[], int[], float8[])"
+                "PREPARE charge(text, text[], int[], float8[], text[], text[], int[], float8[],"
+                " float8[])"
                 f" AS {CHARGE_LANES}"
             )
             [[plan]] = await conn.fetch(
                 f"EXPLAIN (FORMAT JSON) EXECUTE charge('claim', '{charged}',"
                 " array_fill(1, ARRAY[400]), array_fill(1.0::float8, ARRAY[400]),"
                 f" '{charged}', array_fill(''::text, ARRAY[400]), array_fill(1, ARRAY[400]),"
-                " array_fill(1.0::float8, ARRAY[400]))"
+                " array_fill(1.0::float8, ARRAY[400]), '{}')"
             )
         finally:
             await tx.rollback()
@@ -167,6 +168,7 @@ async def test_charging_many_lanes_costs_linear_time(store):
 # read_lanes' parameters: the type, how many lanes, the lanes excluded, the lane charges
 # and the key charges (ADR 027).
 READ_TYPES = "text, int, text[], text[], int[], float8[], text[], text[], int[], float8[]"
+FLOORS = "float8[]"
 
 
 async def _generic_plan(store, query: str, types: str, args: str) -> list[dict]:
@@ -204,8 +206,8 @@ async def test_a_lane_read_walks_the_lanes_in_order_and_sorts_none(store, lanes)
     nodes = await _generic_plan(
         store,
         READ_LANES,
-        READ_TYPES,
-        "'claim', 32, '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}'",
+        f"{READ_TYPES}, {FLOORS}",
+        "'claim', 32, '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}'",
     )
     sorts = [n["Sort Key"] for n in nodes if n["Node Type"] == "Sort"]
     assert not [key for key in sorts if any("vtime" in k for k in key)], sorts
@@ -216,8 +218,8 @@ async def test_a_lane_read_walks_the_lanes_in_order_and_sorts_none(store, lanes)
     nodes = await _generic_plan(
         store,
         READ_LANES_OF_TENANTS,
-        READ_TYPES + ", text[]",
-        "'claim', 32, '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{t00001,t00002}'",
+        f"{READ_TYPES}, text[], {FLOORS}",
+        "'claim', 32, '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{t00001,t00002}', '{}'",
     )
     scans = {
         n.get("Index Name", n["Node Type"])

@@ -490,6 +490,7 @@ async def test_charges_of_the_same_lanes_in_any_order_lock_them_in_one_order(sto
                     [],
                     [],
                     [],
+                    [None] * len(order),
                 )
 
     chargers = 8

@@ -369,6 +369,15 @@ function editForm(fields, save) {
 // "" is null (no cap); anything else goes as typed, so the API judges it (a bad value
 // shows the API's own 400 message, and nothing changes).
 const intOrNull = (v) => (v.trim() === "" ? null : Number.isInteger(Number(v)) ? Number(v) : v);
+const numOrNull = (v) => (v.trim() === "" ? null : Number.isFinite(Number(v)) ? Number(v) : v);
+// A PUT replaces the whole configuration: the rate limit is in every form that saves one
+// (an empty rate: no limit; what is not a number goes as typed, for the API to refuse).
+const rateFields = (config) => [
+  field("ratePerSecond", "rate limit, per second (empty: none)", config.rateLimit ? config.rateLimit.perSecond : null, { inputmode: "decimal" }),
+  field("rateBurst", "rate limit, burst", config.rateLimit ? config.rateLimit.burst : null, { inputmode: "decimal" }),
+];
+const rateLimit = (f) => (f.ratePerSecond.value.trim() === "" ? null
+  : { perSecond: numOrNull(f.ratePerSecond.value), burst: numOrNull(f.rateBurst.value) });
 
 function pauseButton(path, paused, redraw) {
   const verb = paused ? "resume" : "pause";
@@ -390,8 +399,9 @@ async function tenantView(tenant) {
         editForm([
           field("weight", "weight (1–10000)", config.weight, { inputmode: "numeric" }),
           field("maxActiveJobs", "max active jobs (empty: none)", config.maxActiveJobs, { inputmode: "numeric" }),
+          ...rateFields(config),
         ], async (f) => {
-          await api(path, { method: "PUT", body: { weight: intOrNull(f.weight.value), maxActiveJobs: intOrNull(f.maxActiveJobs.value) } });
+          await api(path, { method: "PUT", body: { weight: intOrNull(f.weight.value), maxActiveJobs: intOrNull(f.maxActiveJobs.value), rateLimit: rateLimit(f) } });
         }),
         "paused" in config ? pauseButton(path, config.paused, draw) : null),
       el("section", { class: "card" }, el("h2", {}, "Job types"),
@@ -432,10 +442,12 @@ async function typeView(type) {
           field("maxActiveJobs", "max active jobs (empty: none)", config.maxActiveJobs, { inputmode: "numeric" }),
           field("agingIntervalMs", "aging interval, ms", config.agingIntervalMs, { inputmode: "numeric" }),
           field("agingStep", "aging step", config.agingStep, { inputmode: "numeric" }),
+          ...rateFields(config),
         ], async (f) => {
           await api(path, { method: "PUT", body: {
             maxActiveJobs: intOrNull(f.maxActiveJobs.value),
             agingIntervalMs: intOrNull(f.agingIntervalMs.value), agingStep: intOrNull(f.agingStep.value),
+            rateLimit: rateLimit(f),
           } });
         }),
         "paused" in config ? pauseButton(path, config.paused, draw) : null),
