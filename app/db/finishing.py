@@ -206,11 +206,15 @@ FROM ended
 """
 
 
+@retry_deadlock
 async def complete(
     db: Queries, items: Sequence[tuple[int, int, str | None]], now: datetime
 ) -> list[Ended]:
     """Complete (key, activationCount, variables JSON or None) items in one statement
-    (complete_jobs); the jobs completed.  A key named twice is judged once: callers
+    (complete_jobs); the jobs completed.  Its release of held lanes can deadlock with
+    another completion's (a fresh clone's test_held_lanes race hit it: eight activators
+    completing over 30 tenants at cap 1); the statement is its own transaction, rolled
+    back whole, so it is sent again.  A key named twice is judged once: callers
     that may name a job twice send the namings in separate statements."""
     rows = await db.fetch(
         COMPLETE_JOBS,
@@ -259,6 +263,7 @@ async def fail(
         return ended
 
 
+@retry_deadlock  # as complete: one statement, its own transaction
 async def throw_error(
     db: Queries,
     job_key: int,
