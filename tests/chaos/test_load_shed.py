@@ -143,5 +143,8 @@ async def test_ten_times_capacity_is_refused_503_and_the_server_recovers_at_once
     later = [c for c in run.phase("after") if c.at_s >= run.overload_end_s + 2]
     assert sum(c.status == 503 for c in later) <= len(later) // 20
     latencies = [c.seconds for c in later if c.status != 503]
-    assert percentile(latencies, 50) <= load_shed.normal_latency_s(run.calls)
+    # Twice the normal latency: the other test worker of `make test` may start a load of
+    # its own between the baseline and these calls (a fresh clone's run: 77 ms against a
+    # normal 45 ms, beside the two-minute soak). Unbounded, they wait for seconds.
+    assert percentile(latencies, 50) <= 2 * load_shed.normal_latency_s(run.calls)
     _clean_log(server)
