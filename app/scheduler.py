@@ -29,6 +29,14 @@ Where fairness is decided:
   in step, and cannot bank credit while its bucket holds it back (nor hold back the
   virtual time that lanes re-enter at).
 
+* What a pick costs (ADR 029, issue 28 section 3): by default a lane is charged one unit
+  per activation.  A job type may charge by ``cost`` (each job declares one) or by
+  ``workerTime`` (the seconds its lease was held): :func:`job_units` is what an activation
+  is charged, the lane's ``unit`` (:class:`Lane`) what the round expects its next pick to
+  cost, :func:`settlement` the correction a finish applies to a ``workerTime`` charge (the
+  held time less the estimate charged), and :func:`mixed_estimate` how a lane's estimate
+  follows what its jobs really held.
+
 Three rules exist twice, here and in SQL, and name each other: the effective priority
 (``app.db.claims.CLAIM``), the re-entry virtual time of a lane and of a key
 (``app.db.lanes`` and alembic 0004's ``jobfair_release_holds``) and the first pick of a
@@ -43,6 +51,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from enum import StrEnum
 
 MAX_PRIORITY = 100
 
@@ -81,10 +90,13 @@ class Lane:
     weight: int
     # How many more jobs this lane may be given now (tenant cap minus active), None = no cap.
     headroom: int | None = None
+    # What a pick of this lane is expected to be charged (ADR 029): 1 when charging by
+    # activations, the lane's estimate of its next job's cost or lease seconds otherwise.
+    unit: float = 1.0
 
     @property
     def stride(self) -> float:
-        return 1.0 / self.weight
+        return self.unit / self.weight
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,6 +324,58 @@ def left_at_cap(room: Mapping[str, int], taken: Mapping[str, int]) -> list[str]:
     """The capped tenants a claim that took ``taken`` jobs per tenant leaves with no room
     (their lanes are held until capacity frees), in key order."""
     return sorted(t for t, n in room.items() if n - taken.get(t, 0) <= 0)
+
+
+class FairnessBy(StrEnum):
+    """What a job type's lanes are charged by (``PUT /v2/job-types/{type}``
+    ``fairnessBy``; ADR 029)."""
+
+    ACTIVATIONS = "activations"
+    WORKER_TIME = "workerTime"
+    COST = "cost"
+
+
+# A job's cost, when it declares none; and the worker-time estimate (seconds) of a lane
+# none of whose jobs has finished yet, when its type has no estimate either.
+DEFAULT_COST = 1.0
+DEFAULT_LEASE_ESTIMATE_S = 1.0
+# How far one observation moves a lane's estimate: n observations at once move it
+# 1 - (1 - ESTIMATE_ALPHA) ** n of the way to their mean.
+ESTIMATE_ALPHA = 0.2
+
+
+def job_units(mode: FairnessBy, cost: float, estimate_s: float | None) -> float:
+    """What one activation is charged, in units of virtual time x weight: 1 by
+    activations; the job's ``cost`` by cost; by worker time, the lane's estimate of the
+    seconds its lease will be held (``estimate_s``; None: DEFAULT_LEASE_ESTIMATE_S), to be
+    settled when the lease ends (:func:`settlement`)."""
+    if mode is FairnessBy.COST:
+        return cost
+    if mode is FairnessBy.WORKER_TIME:
+        return DEFAULT_LEASE_ESTIMATE_S if estimate_s is None else estimate_s
+    return 1.0
+
+
+def settlement(mode: FairnessBy, charged: float, held_s: float) -> float:
+    """The units a finished activation adds to (or, negative, takes back from) the
+    ``charged`` it paid at activation, its lease having been held ``held_s`` seconds:
+    by worker time, the difference; otherwise nothing (the charge was exact).  After it,
+    a lane has been charged exactly the seconds its finished leases were held."""
+    if mode is FairnessBy.WORKER_TIME:
+        return max(0.0, held_s) - charged
+    return 0.0
+
+
+def mixed_estimate(old: float | None, total: float, n: int) -> float | None:
+    """A lane's estimate after ``n`` observations summing to ``total`` (lease seconds,
+    or costs): an exponentially weighted mean, each observation ESTIMATE_ALPHA of the way;
+    the first observations set it.  Unchanged when there are none."""
+    if n <= 0:
+        return old
+    mean = total / n
+    if old is None:
+        return mean
+    return old + (1.0 - (1.0 - ESTIMATE_ALPHA) ** n) * (mean - old)
 
 
 def retry_at(now: datetime, retry_backoff_ms: int) -> datetime:
