@@ -358,7 +358,8 @@ def _rate_limit(per_s: float | None, burst: float | None, no_limit: bool, curren
     if no_limit:
         return None
     if per_s is None and burst is None:
-        return current
+        # The limit as shown, less what only a GET shows (the bucket's tokens).
+        return None if not current else {k: current[k] for k in ("perSecond", "burst")}
     now = current or {}
     per_s = now.get("perSecond") if per_s is None else per_s
     burst = now.get("burst") if burst is None else burst

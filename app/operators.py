@@ -16,7 +16,7 @@ from app.db import operators as stored
 from app.db.rows import JobRow, JobTypeRow, LaneSampleRow, LaneStats, TenantRow
 from app.domain import shown_key, stored_key
 from app.errors import NotFound
-from app.scheduler import Aging, RateLimit
+from app.scheduler import Aging, Bucket, RateLimit
 from app.shares import KeySample, KeyShare, KeyWindow, LaneKeys, LaneSample, ShareWindow, Throughput
 
 STATS_WINDOW_S = 60.0
@@ -119,7 +119,7 @@ class ConfigService:
             "maxActiveJobs": row.max_active_jobs,
             "agingIntervalMs": aging.interval_ms,
             "agingStep": aging.step,
-            "rateLimit": _rate(row.rate_per_s, row.rate_burst),
+            "rateLimit": _rate(row),
             "paused": row.paused,
             "configured": True,
         }
@@ -130,17 +130,22 @@ def _tenant(row: TenantRow) -> dict[str, Any]:
         "tenantId": row.tenant_id,
         "weight": row.weight,
         "maxActiveJobs": row.max_active_jobs,
-        "rateLimit": _rate(row.rate_per_s, row.rate_burst),
+        "rateLimit": _rate(row),
         "paused": row.paused,
         "configured": True,
     }
 
 
-def _rate(per_s: float | None, burst: float | None) -> dict[str, float] | None:
-    """A rate limit as the API shows it (None: no limit)."""
-    if per_s is None or burst is None:
+def _rate(row: TenantRow | JobTypeRow) -> dict[str, float] | None:
+    """A rate limit as the API shows it (None: no limit), with the tokens its bucket
+    holds as the row was read (by the database's clock, the one claims take them by)."""
+    if row.rate_per_s is None or row.rate_burst is None:
         return None
-    return {"perSecond": _number(per_s), "burst": _number(burst)}
+    shown = {"perSecond": _number(row.rate_per_s), "burst": _number(row.rate_burst)}
+    if row.rate_tokens is not None and row.rate_at is not None:
+        bucket = Bucket(row.rate_per_s, row.rate_burst, row.rate_tokens, row.rate_at)
+        shown["tokens"] = round(bucket.tokens_at(row.read_at), 3)
+    return shown
 
 
 def _number(x: float) -> float:

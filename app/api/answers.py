@@ -139,6 +139,9 @@ class Caller(BaseModel):
 class RateLimitShown(BaseModel):
     perSecond: float
     burst: float
+    tokens: float = Field(
+        description="the activations the bucket allows now (whole tokens are taken), as read"
+    )
 
 
 class Tenant(BaseModel):

@@ -101,7 +101,8 @@ WITH up AS (
     ON CONFLICT (tenant_id) DO UPDATE SET weight = EXCLUDED.weight,
         max_active_jobs = EXCLUDED.max_active_jobs,
         {_RATE_SET.format(table="t")}
-    RETURNING tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst
+    RETURNING tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst,
+              rate_tokens, rate_at, statement_timestamp() AS read_at
 ),
 unheld AS (
     SELECT jobfair_release_holds(
@@ -119,14 +120,16 @@ LOCK_TENANT = f"SELECT jobfair_lock_tenant_caps({TENANT_CAP_LOCK_CLASS}, ARRAY[$
 # -- name: get_tenant
 # A tenant's configuration (no row: weight 1, no cap).  Index: tenants pkey.
 GET_TENANT = """
-SELECT tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst
+SELECT tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst, rate_tokens, rate_at,
+       statement_timestamp() AS read_at
 FROM tenants WHERE tenant_id = $1
 """
 
 # -- name: list_tenants
 # Every configured tenant, by id.
 LIST_TENANTS = """
-SELECT tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst
+SELECT tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst, rate_tokens, rate_at,
+       statement_timestamp() AS read_at
 FROM tenants ORDER BY tenant_id
 """
 
@@ -193,14 +196,14 @@ ON CONFLICT (job_type) DO UPDATE SET max_active_jobs = EXCLUDED.max_active_jobs,
     aging_interval_ms = EXCLUDED.aging_interval_ms, aging_step = EXCLUDED.aging_step,
     {_RATE_SET.format(table="t")}
 RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s,
-       rate_burst
+       rate_burst, rate_tokens, rate_at, statement_timestamp() AS read_at
 """
 
 # -- name: get_job_type
 # A job type's configuration.  Index: job_types pkey.
 GET_JOB_TYPE = """
 SELECT job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s,
-       rate_burst
+       rate_burst, rate_tokens, rate_at, statement_timestamp() AS read_at
 FROM job_types WHERE job_type = $1
 """
 
@@ -208,7 +211,7 @@ FROM job_types WHERE job_type = $1
 # Every configured job type, by name.
 LIST_JOB_TYPES = """
 SELECT job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s,
-       rate_burst
+       rate_burst, rate_tokens, rate_at, statement_timestamp() AS read_at
 FROM job_types ORDER BY job_type
 """
 
@@ -219,7 +222,8 @@ FROM job_types ORDER BY job_type
 PAUSE_TENANT = """
 INSERT INTO tenants (tenant_id, paused) VALUES ($1, true)
 ON CONFLICT (tenant_id) DO UPDATE SET paused = true
-RETURNING tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst
+RETURNING tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst, rate_tokens, rate_at,
+       statement_timestamp() AS read_at
 """
 
 # -- name: wait_for_finishes
@@ -246,7 +250,8 @@ WHERE tenant_id = $1 AND NOT held
 # release_resumed once this committed.  Index: tenants pkey.
 RESUME_TENANT = """
 UPDATE tenants SET paused = false WHERE tenant_id = $1
-RETURNING tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst
+RETURNING tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst, rate_tokens, rate_at,
+       statement_timestamp() AS read_at
 """
 
 # -- name: release_resumed
@@ -279,7 +284,7 @@ PAUSE_JOB_TYPE = """
 INSERT INTO job_types (job_type, paused) VALUES ($1, true)
 ON CONFLICT (job_type) DO UPDATE SET paused = true
 RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s,
-       rate_burst
+       rate_burst, rate_tokens, rate_at, statement_timestamp() AS read_at
 """
 
 # -- name: resume_job_type
@@ -289,7 +294,7 @@ RESUME_JOB_TYPE = f"""
 WITH up AS (
     UPDATE job_types SET paused = false WHERE job_type = $1
     RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s,
-       rate_burst
+       rate_burst, rate_tokens, rate_at, statement_timestamp() AS read_at
 ),
 notified AS (SELECT pg_notify('{NOTIFY_CHANNEL}', $1))
 SELECT up.* FROM up WHERE (SELECT count(*) FROM notified) = 1

@@ -180,8 +180,11 @@ class TenantRow(NamedTuple):
     weight: int
     max_active_jobs: int | None
     paused: bool
-    rate_per_s: float | None  # None: no rate limit (then rate_burst is None too)
+    rate_per_s: float | None  # None: no rate limit (then the other rate_ fields are too)
     rate_burst: float | None
+    rate_tokens: float | None  # the bucket: its tokens at rate_at (ADR 028)
+    rate_at: datetime | None
+    read_at: datetime  # the database's clock when the row was read
 
 
 class JobTypeRow(NamedTuple):
@@ -190,8 +193,11 @@ class JobTypeRow(NamedTuple):
     aging_interval_ms: int | None
     aging_step: int | None
     paused: bool
-    rate_per_s: float | None  # None: no rate limit (then rate_burst is None too)
+    rate_per_s: float | None  # None: no rate limit (then the other rate_ fields are too)
     rate_burst: float | None
+    rate_tokens: float | None  # the bucket: its tokens at rate_at (ADR 028)
+    rate_at: datetime | None
+    read_at: datetime  # the database's clock when the row was read
 
 
 class LaneSampleRow(NamedTuple):

@@ -87,7 +87,8 @@ WITH up AS (
                  IS NOT DISTINCT FROM (EXCLUDED.rate_per_s, EXCLUDED.rate_burst)
             THEN t.rate_at ELSE EXCLUDED.rate_at END,
         rate_per_s = EXCLUDED.rate_per_s, rate_burst = EXCLUDED.rate_burst
-    RETURNING tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst
+    RETURNING tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst,
+              rate_tokens, rate_at, statement_timestamp() AS read_at
 ),
 unheld AS (
     SELECT jobfair_release_holds(
@@ -103,12 +104,14 @@ SELECT jobfair_lock_tenant_caps(1246101507, ARRAY[$1::text]);
 
 -- name: get_tenant
 -- A tenant's configuration (no row: weight 1, no cap).  Index: tenants pkey.
-SELECT tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst
+SELECT tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst, rate_tokens, rate_at,
+       statement_timestamp() AS read_at
 FROM tenants WHERE tenant_id = $1;
 
 -- name: list_tenants
 -- Every configured tenant, by id.
-SELECT tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst
+SELECT tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst, rate_tokens, rate_at,
+       statement_timestamp() AS read_at
 FROM tenants ORDER BY tenant_id;
 
 -- name: release_after_finishes
@@ -171,18 +174,18 @@ ON CONFLICT (job_type) DO UPDATE SET max_active_jobs = EXCLUDED.max_active_jobs,
             THEN t.rate_at ELSE EXCLUDED.rate_at END,
         rate_per_s = EXCLUDED.rate_per_s, rate_burst = EXCLUDED.rate_burst
 RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s,
-       rate_burst;
+       rate_burst, rate_tokens, rate_at, statement_timestamp() AS read_at;
 
 -- name: get_job_type
 -- A job type's configuration.  Index: job_types pkey.
 SELECT job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s,
-       rate_burst
+       rate_burst, rate_tokens, rate_at, statement_timestamp() AS read_at
 FROM job_types WHERE job_type = $1;
 
 -- name: list_job_types
 -- Every configured job type, by name.
 SELECT job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s,
-       rate_burst
+       rate_burst, rate_tokens, rate_at, statement_timestamp() AS read_at
 FROM job_types ORDER BY job_type;
 
 -- name: pause_tenant
@@ -190,7 +193,8 @@ FROM job_types ORDER BY job_type;
 -- lanes are held by hold_paused_lanes once this committed.  Index: tenants pkey.
 INSERT INTO tenants (tenant_id, paused) VALUES ($1, true)
 ON CONFLICT (tenant_id) DO UPDATE SET paused = true
-RETURNING tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst;
+RETURNING tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst, rate_tokens, rate_at,
+       statement_timestamp() AS read_at;
 
 -- name: wait_for_finishes
 -- The release gate, exclusively, until the transaction ends: waits for every finishing
@@ -213,7 +217,8 @@ WHERE tenant_id = $1 AND NOT held
 -- Marks a tenant no longer paused (no row: it never was).  Its lanes are released by
 -- release_resumed once this committed.  Index: tenants pkey.
 UPDATE tenants SET paused = false WHERE tenant_id = $1
-RETURNING tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst;
+RETURNING tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst, rate_tokens, rate_at,
+       statement_timestamp() AS read_at;
 
 -- name: release_resumed
 -- After a resume committed: as release_after_finishes, the tenant's held lanes released
@@ -242,7 +247,7 @@ SELECT (SELECT n FROM released), (SELECT count(*) FROM notified);
 INSERT INTO job_types (job_type, paused) VALUES ($1, true)
 ON CONFLICT (job_type) DO UPDATE SET paused = true
 RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s,
-       rate_burst;
+       rate_burst, rate_tokens, rate_at, statement_timestamp() AS read_at;
 
 -- name: resume_job_type
 -- Marks a job type no longer paused and notifies it (at commit), so that its waiters
@@ -250,7 +255,7 @@ RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate
 WITH up AS (
     UPDATE job_types SET paused = false WHERE job_type = $1
     RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s,
-       rate_burst
+       rate_burst, rate_tokens, rate_at, statement_timestamp() AS read_at
 ),
 notified AS (SELECT pg_notify('jobfair', $1))
 SELECT up.* FROM up WHERE (SELECT count(*) FROM notified) = 1;

@@ -206,7 +206,7 @@ async def test_tenants_set_keeps_a_rate_limit_it_was_not_told_to_change(live: Li
     await jobfair(live.url, "tenants", "set", "acme", "--weight", "3")
     await jobfair(live.url, "tenants", "set", "acme", "--burst", "10")
     got = (await live.client.get("/v2/tenants/acme")).json()
-    assert got["weight"] == 3 and got["rateLimit"] == {"perSecond": 50, "burst": 10}
+    assert got["weight"] == 3 and got["rateLimit"] == {"perSecond": 50, "burst": 10, "tokens": 10}
     ran = await jobfair(live.url, "tenants", "set", "acme", "--no-rate-limit")
     assert rows(ran.stdout)["acme"] == ["3", "-", "no", "-"]
     for bad in (
@@ -220,7 +220,7 @@ async def test_tenants_set_keeps_a_rate_limit_it_was_not_told_to_change(live: Li
     assert rows(ran.stdout)["mail"] == ["-", "1m00s", "10", "no", "0.5/s,burst=1"]
     await jobfair(live.url, "job-types", "set", "mail", "--max-active-jobs", "4")
     got = (await live.client.get("/v2/job-types/mail")).json()
-    assert got["rateLimit"] == {"perSecond": 0.5, "burst": 1}
+    assert got["rateLimit"] == {"perSecond": 0.5, "burst": 1, "tokens": 1}
 
 
 async def test_job_types_set_then_list(live: Live):

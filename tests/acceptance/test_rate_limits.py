@@ -31,7 +31,8 @@ async def _limit(c: httpx.AsyncClient, tenant: str, per_s: float, burst: float) 
     body = {"rateLimit": {"perSecond": per_s, "burst": burst}}
     r = await c.put(f"/v2/tenants/{tenant}", json=body)
     assert r.status_code == 200, r.text
-    assert r.json()["rateLimit"] == {"perSecond": per_s, "burst": burst}
+    # A new limit starts with a full bucket.
+    assert r.json()["rateLimit"] == {"perSecond": per_s, "burst": burst, "tokens": burst}
 
 
 async def _bucket_since(store, tenant: str) -> datetime:
@@ -53,6 +54,7 @@ async def test_a_rate_limit_is_set_shown_kept_and_cleared(live: Live, store) -> 
     assert (await c.get("/v2/tenants/acme")).json()["rateLimit"] == {
         "perSecond": 50,
         "burst": 100,
+        "tokens": 100,
     }
     filled = await _bucket_since(store, "acme")
     # The same limit again keeps its bucket; another one starts a full bucket of its own.
@@ -68,10 +70,31 @@ async def test_a_rate_limit_is_set_shown_kept_and_cleared(live: Live, store) -> 
     assert tuple(row) == (None, None, None)
     # Job types alike, and in the list.
     r = await c.put("/v2/job-types/mail", json={"rateLimit": {"perSecond": 10, "burst": 1}})
-    assert r.status_code == 200 and r.json()["rateLimit"] == {"perSecond": 10, "burst": 1}
+    limited = {"perSecond": 10, "burst": 1, "tokens": 1}
+    assert r.status_code == 200 and r.json()["rateLimit"] == limited
     [listed] = (await c.get("/v2/job-types")).json()["jobTypes"]
-    assert listed["rateLimit"] == {"perSecond": 10, "burst": 1}
+    assert listed["rateLimit"] == limited
     assert (await c.get("/v2/job-types/other")).json()["rateLimit"] is None
+
+
+async def test_a_buckets_tokens_are_shown_as_activations_take_them(live: Live) -> None:
+    """The tokens a GET shows are the bucket's now: a full one, less what activations
+    took (at 0.001 a second, nothing comes back during the test), never below 0."""
+    c = live.client
+    await _limit(c, "acme", 0.001, 5)
+    await _limit(c, "mail-sender", 0.001, 2)  # a tenant limit, not a job type's
+    await enqueue(c, "mail", "acme", 4)
+    got = await activate(c, "mail", 3)
+    assert len(got) == 3
+    tokens = (await c.get("/v2/tenants/acme")).json()["rateLimit"]["tokens"]
+    assert 2 <= tokens < 2.01, tokens
+    r = await c.put("/v2/job-types/mail", json={"rateLimit": {"perSecond": 0.001, "burst": 1}})
+    assert r.json()["rateLimit"]["tokens"] == 1
+    assert len(await activate(c, "mail", 3)) == 1  # the type's one token, then none
+    shown = (await c.get("/v2/job-types/mail")).json()["rateLimit"]["tokens"]
+    assert 0 <= shown < 0.01, shown
+    tokens = (await c.get("/v2/tenants/acme")).json()["rateLimit"]["tokens"]
+    assert 1 <= tokens < 1.01, tokens
 
 
 async def _drain_for(
