@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from app.config import Settings
+from tests.acceptance.test_pause import queued
 from tests.fixtures import Live, ServerProcess, quiet_settings, wait_ready
 from tests.helpers import activate, enqueue, tenants_of
 
@@ -202,6 +203,38 @@ async def test_a_long_poll_on_a_limited_tenant_is_answered_when_a_token_comes_ba
     )
     assert r.status_code == 200, r.text
     assert [j["tenantId"] for j in r.json()["jobs"]] == ["A"]
+    assert hub.token_wakes > token_wakes and hub.backup_polls == polls
+
+
+@pytest.mark.parametrize("where", ["tenant", "job type"])
+async def test_a_long_poll_on_a_limited_tenant_is_answered_soon_after_its_limit_is_lifted(
+    live: Live, where: str
+) -> None:
+    """A long poll waiting on a bucket that refills in 1,000 s is answered soon after the
+    limit is lifted, not at the bucket's next token: a process rests a used-up bucket
+    (gives it nothing without reading it) for RESTING_AT_MOST_S at most, and its waiters
+    look again then (a token wake), so a lifted or raised limit applies within that time
+    (ADR 028).  The backup poll is a minute away and the poll's own timeout 20 s: had the
+    waiter waited for the bucket, it would have answered nothing."""
+    c = live.client
+    path = "/v2/tenants/A" if where == "tenant" else "/v2/job-types/lift"
+    r = await c.put(path, json={"rateLimit": {"perSecond": 0.001, "burst": 1}})
+    assert r.status_code == 200, r.text
+    await enqueue(c, "lift", "A", 3)
+    assert len(await activate(c, "lift", 3)) == 1
+    hub = live.services.waiters
+    polls, token_wakes = hub.backup_polls, hub.token_wakes
+    poll = asyncio.ensure_future(
+        c.post(
+            "/v2/jobs/activate",
+            json={"type": "lift", "maxJobs": 2, "timeout": 60_000, "requestTimeout": 20_000},
+        )
+    )
+    await queued(live, 1)
+    assert (await c.put(path, json={})).status_code == 200
+    r = await poll
+    assert r.status_code == 200, r.text
+    assert [j["tenantId"] for j in r.json()["jobs"]] == ["A", "A"]
     assert hub.token_wakes > token_wakes and hub.backup_polls == polls
 
 
