@@ -63,6 +63,14 @@ def _deadline(job: dict) -> datetime:
     return datetime.fromisoformat(job["deadline"].replace("Z", "+00:00"))
 
 
+def _ms_now() -> datetime:
+    """Now, floored to the millisecond the API shows instants in: a deadline the server
+    set later in the same millisecond is shown before the unfloored now (a fresh clone's
+    CI: 21:45:02.598000 shown for a lease set after 21:45:02.598232)."""
+    now = utcnow()
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
+
+
 async def _job(c, key: str) -> dict:
     return (await c.get(f"/v2/jobs/{key}")).json()
 
@@ -77,7 +85,7 @@ async def test_an_unfenced_heartbeat_extends_a_lease_and_never_shortens_it(live)
     assert _deadline(await _job(c, key)) == lease  # another worker's 60 s lease stands
     assert await live.services.background.lease.run_once(utcnow() + timedelta(seconds=5)) == 0
     longer = {"changeset": {"timeout": 120_000}}
-    before = utcnow()
+    before = _ms_now()
     assert (await c.patch(f"/v2/jobs/{key}", json=longer)).status_code == 204
     extended = _deadline(await _job(c, key))
     assert extended >= before + timedelta(seconds=120) > lease
@@ -95,7 +103,7 @@ async def test_a_fenced_heartbeat_sets_the_lease_and_a_stale_one_is_409(live):
     assert _deadline(await _job(c, key)) == lease
     # The holder itself may shorten its own lease.
     mine = {"changeset": {"timeout": 1_000}, "activationCount": job["activationCount"]}
-    before = utcnow()
+    before = _ms_now()
     assert (await c.patch(f"/v2/jobs/{key}", json=mine)).status_code == 204
     shortened = _deadline(await _job(c, key))
     assert before + timedelta(seconds=1) <= shortened < lease
