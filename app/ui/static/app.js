@@ -531,6 +531,9 @@ async function act(call, redraw) {
 
 async function failuresView(params) {
   const filters = { type: params.get("type") || "", tenantId: params.get("tenantId") || "" };
+  // What the last "Retry all" said: kept across the redraw that follows it (each draw
+  // builds its own status line, and the redraw after a retry would drop the answer).
+  let said = "";
   const draw = async () => {
     const [failed, thrown] = await Promise.all([
       api("/v2/jobs" + q({ ...filters, state: "FAILED", limit: PAGE })),
@@ -538,7 +541,8 @@ async function failuresView(params) {
     ]);
     const canRetry = caller.role !== "producer";
     const retryOne = (j) => canRetry ? el("button", { type: "button", onclick: () => act(() => api(`/v2/jobs/${j.jobKey}`, { method: "PATCH", body: { changeset: { retries: 1 } } }), draw) }, "Retry") : null;
-    const status = el("p", { class: "muted", "aria-live": "polite" });
+    const status = el("p", { class: "muted", "aria-live": "polite" }, said);
+    const say = (text) => { said = text; status.textContent = text; };
     const retryAll = isAdmin() && failed.items.length ? el("button", { type: "button", class: "primary", onclick: async () => {
       const scope = [filters.type && `type ${filters.type}`, filters.tenantId && `tenant ${filters.tenantId}`].filter(Boolean).join(", ") || "every type and tenant";
       if (!confirm(`Retry every FAILED job of ${scope}${failed.nextCursor ? " (more than " + failed.items.length + ")" : " (" + failed.items.length + ")"}?`)) return;
@@ -547,11 +551,11 @@ async function failuresView(params) {
         for (;;) { // bounded batches: each call revives at most 1,000
           const answer = await api("/v2/jobs/retry", { method: "POST", body: { ...Object.fromEntries(Object.entries(filters).filter(([, v]) => v)), limit: 1000 } });
           count += answer.count;
-          status.textContent = `${num(count)} retried…`;
+          say(`${num(count)} retried…`);
           if (!answer.more) break;
         }
-        status.textContent = `${num(count)} jobs retried.`;
-      } catch (err) { status.textContent = err.message; }
+        say(`${num(count)} jobs retried.`);
+      } catch (err) { say(err.message); }
       await draw().catch(() => {});
     } }, "Retry all FAILED") : null;
     show(el("h1", {}, "Failures"),
