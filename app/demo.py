@@ -192,8 +192,6 @@ def live_view(run: Run, url: str) -> RenderableType:
         else f"flood drained in {run.drained - run.started:.1f} s"
     )
     lines: list[RenderableType] = [Text(head), table, Text(LEGEND, style="dim")]
-    if run.dashboard:
-        lines.append(Text(f"dashboard: {run.dashboard}"))
     if run.error:
         lines.append(Text(run.error, style="red"))
     return Group(*lines)

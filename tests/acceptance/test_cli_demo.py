@@ -86,6 +86,9 @@ def test_the_demo_serves_the_trickle_in_its_turn_while_the_flood_drains_then_sto
     # Work-conserving: the flood had every activation the trickle did not need.
     assert float(m["flood"]) > 80 and abs(float(m["flood"]) + float(m["trickle"]) - 100) < 0.2
     assert "flood: 2,000 jobs drained in" in ran.stdout
+    # The dashboard's address is said once, as the demo starts (the live panel once
+    # repeated it, and piped output showed it twice).
+    assert ran.stdout.count("dashboard: ") == 1, ran.stdout
     # Everything it started is stopped, its temporary data folder gone.
     url, pid, log = server_of(ran.stdout)
     assert gone(pid)
