@@ -490,8 +490,7 @@ class _Connections:
         return r.status, r.body, r.retry_after
 
     async def close(self) -> None:
-        for c in self.idle:
-            await c.close()
+        await asyncio.gather(*(c.close() for c in self.idle))
 
 
 @dataclass
