@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from app import logs
-from app.charging import PARK_RETRIES, LaneCharges
+from app.charging import PARK_RETRIES, LaneCharges, Settlements
 from app.coalescing import Coalescer
 from app.config import Settings
 from app.db import Database, claims, finishing, lanes, operators
@@ -38,10 +38,13 @@ from app.metrics import Metrics
 from app.scheduler import (
     Aging,
     Allocation,
+    FairnessBy,
     Key,
     Lane,
     RoundPlan,
     allocate,
+    job_units,
+    lane_unit,
     left_at_cap,
     split_among_keys,
     trim_to_caps,
@@ -110,6 +113,9 @@ class ActivationService:
         self.aging_seen: dict[str, Aging] = {}
         self._pending: set[asyncio.Task[Any]] = set()
         self.charges = LaneCharges(db, self._spawn)
+        # Worker-time charges settled when their leases end (ADR 029): by the finishes of
+        # this process, and by its releases.
+        self.settlements = Settlements(db, self._spawn)
         # Per job type, when (time.monotonic()) the earliest bucket a round used up gives
         # its next token (token_due).
         self._token_due: dict[str, float] = {}
@@ -244,11 +250,12 @@ class ActivationService:
         tenant, key = got.job.tenant_id, (got.job.tenant_id, got.job.fairness_key)
         self.charges.add(
             req.job_type,
-            Charges(
-                Counter({tenant: 1}),
-                {tenant: 1.0 / got.lane_weight},
-                Counter({key: 1}),
-                {key: 1.0 / got.key_weight},
+            _round_charges(
+                [got.job],
+                got.fairness_by,
+                {tenant: got.lane_weight},
+                {key: got.key_weight},
+                {},
             ),
         )
         self.aging_seen[req.job_type] = Aging(
@@ -269,7 +276,8 @@ class ActivationService:
         """Give back activations whose caller never received them (finishing.release);
         how many went back."""
         released = await finishing.release(self.db, rows)
-        self.metrics.count(self.metrics.released, released)
+        self.settlements.add(released, utcnow(), seen=False)
+        self.metrics.count(self.metrics.released, ((e.job_type, e.tenant_id) for e in released))
         return len(released)
 
     async def _claim(
@@ -284,7 +292,10 @@ class ActivationService:
         """One round's decision and claim over the lanes read: the lanes' picks, then
         each lane's divided among its keys (``keys_read``: which to skip, and what was
         found).  Without caps or rate limits the claim is one autocommit statement."""
-        picks = [Lane(r.tenant_id, r.vtime, r.weight) for r in rows]
+        picks = [
+            Lane(r.tenant_id, r.vtime, r.weight, unit=lane_unit(cfg.fairness_by, r.unit_est))
+            for r in rows
+        ]
         at = time.monotonic()
         type_rests = self._resting.get((job_type, None), 0.0)
         if cfg.rate_limited and type_rests > at:
@@ -502,16 +513,13 @@ class ActivationService:
                 per_lane = Counter(c.job.tenant_id for c in got)
                 per_key = Counter((c.job.tenant_id, c.job.fairness_key) for c in got)
                 if got or plan.lifted:
-                    charged = Counter(per_lane)
-                    for tenant in plan.lifted:  # lifted to their floor even if they got none
-                        charged.setdefault(tenant, 0)
                     self.charges.add(
                         job_type,
-                        Charges(
-                            charged,
-                            {r.tenant_id: 1.0 / r.weight for r in rows},
-                            per_key,
-                            keys_read.strides(per_key),
+                        _round_charges(
+                            [c.job for c in got],
+                            cfg.fairness_by,
+                            {r.tenant_id: r.weight for r in rows},
+                            keys_read.weights,
                             plan.lifted,
                         ),
                     )
@@ -558,6 +566,38 @@ class ActivationService:
             aging = await self.aging_for(job_type)
         self.aging_seen[job_type] = aging
         return [_in_pick_order(theirs, picks) for theirs in claimed], dry
+
+
+def _round_charges(
+    jobs: Sequence[JobRow],
+    mode: FairnessBy,
+    weights: Mapping[str, int],
+    key_weights: Mapping[LaneKey, int],
+    lifted: Mapping[str, float],
+) -> Charges:
+    """What a claim of ``jobs`` charges their lanes and keys: each job's units
+    (scheduler.job_units: 1, its cost, or the estimate its activation was charged) per
+    weight, as a stride per job claimed; and the lanes ``lifted`` to a floor, charged it
+    even if they got no job."""
+    lanes_n: Counter[str] = Counter(dict.fromkeys(lifted, 0))
+    keys_n: Counter[LaneKey] = Counter()
+    units: defaultdict[str, float] = defaultdict(float)
+    key_units: defaultdict[LaneKey, float] = defaultdict(float)
+    for job in jobs:
+        key = (job.tenant_id, job.fairness_key)
+        # The claim decided the job's mode where it wrote ``charged`` (by worker time).
+        u = job.charged if job.charged is not None else job_units(mode, job.cost, None)
+        lanes_n[job.tenant_id] += 1
+        keys_n[key] += 1
+        units[job.tenant_id] += u
+        key_units[key] += u
+    return Charges(
+        lanes_n,
+        {t: units[t] / (n * weights[t]) if n else 0.0 for t, n in lanes_n.items()},
+        keys_n,
+        {k: key_units[k] / (n * key_weights[k]) for k, n in keys_n.items()},
+        lifted,
+    )
 
 
 def _type_tokens(buckets: claims.Buckets) -> int | None:
@@ -617,9 +657,6 @@ class _KeysRead:
         self.exclude |= came_short
         if came_short:
             self.widen = min(self.widen * 2, WIDEST_READ // LANE_SLACK)
-
-    def strides(self, per_key: Mapping[LaneKey, int]) -> dict[LaneKey, float]:
-        return {tk: 1.0 / self.weights[tk] for tk in per_key}
 
 
 # Callers activated together share a job type, a tenant filter and whether the jobs go

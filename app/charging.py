@@ -20,12 +20,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
 
 from app.db import Database, lanes
 from app.db.lanes import Charges, LaneKey
-from app.db.rows import LaneRead
+from app.db.rows import Ended, LaneRead
+from app.scheduler import FairnessBy, settlement
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +41,7 @@ CARRIED_LANES = 16
 PARK_RETRIES = 5
 
 Spawn = Callable[[Awaitable[Any], str], object]
+_K = TypeVar("_K")
 
 
 class _Pending:
@@ -46,9 +49,12 @@ class _Pending:
 
     def __init__(self) -> None:
         self.claimed: Counter[str] = Counter()
-        self.strides: dict[str, float] = {}
+        # The virtual time owed per lane and per key (jobs x stride, summed: the charges
+        # of rounds whose jobs cost different units, or whose weights changed between
+        # them, add up; ADR 029).
+        self.owed: defaultdict[str, float] = defaultdict(float)
         self.keys: Counter[LaneKey] = Counter()
-        self.key_strides: dict[LaneKey, float] = {}
+        self.key_owed: defaultdict[LaneKey, float] = defaultdict(float)
         self.floors: dict[str, float] = {}
         self.writer: asyncio.Task[Any] | None = None
         self._next: asyncio.Future[None] | None = None  # done when `claimed` is written
@@ -59,9 +65,11 @@ class _Pending:
         if self._next is None:
             self._next = asyncio.get_running_loop().create_future()
         self.claimed.update(charges.lanes)
-        self.strides.update(charges.strides)
+        for tenant, n in charges.lanes.items():
+            self.owed[tenant] += n * charges.strides.get(tenant, 0.0)
         self.keys.update(charges.keys)
-        self.key_strides.update(charges.key_strides)
+        for key, n in charges.keys.items():
+            self.key_owed[key] += n * charges.key_strides[key]
         for tenant, floor in charges.floors.items():
             # Floors only lift (GREATEST in the charge): the highest one stands for all.
             self.floors[tenant] = max(floor, self.floors.get(tenant, floor))
@@ -70,11 +78,17 @@ class _Pending:
         """The charges to write now, and the future to resolve once they are written (or
         have failed): a write in flight until then."""
         assert self._next is not None
-        charges = Charges(self.claimed, self.strides, self.keys, self.key_strides, self.floors)
+        charges = Charges(
+            self.claimed,
+            _per_job(self.owed, self.claimed),
+            self.keys,
+            _per_job(self.key_owed, self.keys),
+            self.floors,
+        )
         taken = (charges, self._next)
         self._writing = {f for f in self._writing if not f.done()} | {self._next}
-        self.claimed, self.strides, self._next = Counter(), {}, None
-        self.keys, self.key_strides, self.floors = Counter(), {}, {}
+        self.claimed, self.owed, self._next = Counter(), defaultdict(float), None
+        self.keys, self.key_owed, self.floors = Counter(), defaultdict(float), {}
         return taken
 
     async def none_in_flight(self) -> None:
@@ -87,6 +101,12 @@ class _Pending:
         waits = [f for f in (*self._writing, self._next) if f is not None and not f.done()]
         if waits:
             await asyncio.wait(waits)
+
+
+def _per_job(owed: Mapping[_K, float], claimed: Counter[_K]) -> dict[_K, float]:
+    """The stride to charge each of ``claimed``'s jobs so that they add up to what is
+    ``owed`` (0 for a lane in only to be lifted to its floor)."""
+    return {k: owed[k] / n if n else 0.0 for k, n in claimed.items()}
 
 
 class LaneCharges:
@@ -159,3 +179,60 @@ class LaneCharges:
             raise
         finally:
             done.set_result(None)
+
+
+class Settlements:
+    """Worker-time settlements (ADR 029), written behind the finishes they account for,
+    as charges are: a finish of a job whose activation was charged an estimate
+    (``Ended.charged``) owes its lane and key the lease's held seconds less that estimate
+    (scheduler.settlement), and the lane's estimate an observation.  Each job type's owed
+    settlements are summed per lane and key and written by one writer task, one statement
+    per batch (settle_lanes): a finish never writes its lane in its own transaction (the
+    hot row ADR 001 avoids).  A settlement that fails is logged and dropped: its lane
+    keeps the estimate it was charged, and nothing is lost."""
+
+    def __init__(self, db: Database, spawn: Spawn) -> None:
+        self.db = db
+        self._spawn = spawn
+        self._lanes: defaultdict[str, dict[str, lanes.Settled]] = defaultdict(dict)
+        self._keys: defaultdict[str, defaultdict[LaneKey, float]] = defaultdict(
+            lambda: defaultdict(float)
+        )
+        self._writers: dict[str, asyncio.Task[Any]] = {}
+
+    def add(self, ended: Iterable[Ended], now: datetime, *, seen: bool = True) -> None:
+        """Owe the settlements of ``ended`` activations, ended at ``now``: their leases
+        held from activation until then, or (``seen`` false: given back to the queue
+        before their caller got them) not at all, and then observed by no estimate."""
+        for e in ended:
+            if e.charged is None or e.activated_at is None:
+                continue  # not charged by worker time: nothing to settle
+            held = max(0.0, (now - e.activated_at).total_seconds()) if seen else 0.0
+            units = settlement(FairnessBy.WORKER_TIME, e.charged, held)
+            owed = self._lanes[e.job_type]
+            was = owed.get(e.tenant_id, lanes.Settled(0.0, 0, 0.0))
+            owed[e.tenant_id] = lanes.Settled(
+                was.units + units, was.n + int(seen), was.held_s + held
+            )
+            self._keys[e.job_type][(e.tenant_id, e.fairness_key)] += units
+            if e.job_type not in self._writers:
+                writer = asyncio.ensure_future(self._write(e.job_type))
+                self._writers[e.job_type] = writer
+                self._spawn(writer, "settling lanes")
+
+    async def _write(self, job_type: str) -> None:
+        try:
+            while self._lanes.get(job_type):
+                owed = self._lanes.pop(job_type)
+                keys: Mapping[LaneKey, float] = self._keys.pop(job_type, {})
+                try:
+                    await lanes.settle(self.db, job_type, owed, keys)
+                except Exception as exc:  # the lanes keep their estimates; that is all
+                    log.warning("settling lanes failed: %r", exc)
+        finally:
+            del self._writers[job_type]
+
+    async def written(self) -> None:
+        """Until every settlement owed so far has been written (or has failed)."""
+        while self._writers:
+            await asyncio.gather(*list(self._writers.values()), return_exceptions=True)

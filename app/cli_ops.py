@@ -47,6 +47,7 @@ from app.cli_client import (
     Url,
     segment,
 )
+from app.scheduler import FairnessBy
 
 # -- shared -----------------------------------------------------------------------------
 
@@ -318,8 +319,9 @@ def _tenant_table(rows: list[dict[str, Any]]) -> Table:
 
 def _job_type_table(rows: list[dict[str, Any]]) -> Table:
     table = Table(box=box.SIMPLE)
-    for name in ("type", "max active", "aging interval", "aging step", "paused", "rate limit"):
-        table.add_column(name, justify="left" if name == "type" else "right")
+    names = ("type", "max active", "aging interval", "aging step", "paused", "rate limit")
+    for name in (*names, "fair by"):
+        table.add_column(name, justify="left" if name in ("type", "fair by") else "right")
     for r in rows:
         add_row(
             table,
@@ -329,6 +331,7 @@ def _job_type_table(rows: list[dict[str, Any]]) -> Table:
             str(r["agingStep"]),
             _paused(r),
             _shown_rate(r),
+            r.get("fairnessBy", "-"),  # a server older than fairnessBy leaves it out
         )
     return table
 
@@ -492,11 +495,20 @@ def job_types_set(
     rate_per_second: RatePerSecond = None,
     burst: Burst = None,
     no_rate_limit: NoRateLimit = False,
+    fairness_by: Annotated[
+        FairnessBy | None,
+        typer.Option(
+            help="what its tenants share: activations, workerTime (the seconds leases are"
+            " held) or cost (the jobs' declared cost)",
+            show_default="unchanged",
+        ),
+    ] = None,
     url: Url = DEFAULT_URL,
     key: Key = None,
     as_json: Json = False,
 ) -> None:
-    """Set a job type's cap, aging or rate limit; what is not given stays as it is.
+    """Set a job type's cap, aging, rate limit or what it is fair by; what is not given
+    stays as it is.
 
     Aging is kept as the server shows it now: a type left at the server's default
     keeps today's value.
@@ -506,10 +518,11 @@ def job_types_set(
         (max_active_jobs, aging_interval_ms, aging_step) == (None, None, None)
         and not no_cap
         and not rate_given
+        and fairness_by is None
     ):
         raise fail(
             "nothing to set: give --max-active-jobs, --no-cap, --aging-interval-ms,"
-            " --aging-step, --rate-per-second, --burst or --no-rate-limit",
+            " --aging-step, --rate-per-second, --burst, --no-rate-limit or --fairness-by",
             2,
         )
     path = f"/v2/job-types/{segment(job_type)}"
@@ -525,6 +538,9 @@ def job_types_set(
         limit = _rate_limit(rate_per_second, burst, no_rate_limit, current.get("rateLimit"))
         if limit is not None or rate_given:
             body["rateLimit"] = limit  # left out for a server without rate limits
+        by = current.get("fairnessBy") if fairness_by is None else fairness_by.value
+        if by is not None:  # left out for a server without it
+            body["fairnessBy"] = by
         answer = server.call("PUT", path, json=body)
     if as_json:
         print_json(answer)

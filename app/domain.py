@@ -137,6 +137,8 @@ class StoredJobFields(Protocol):
     def idempotency_key(self) -> str | None: ...
     @property
     def fairness_key(self) -> str: ...
+    @property
+    def cost(self) -> float: ...
 
 
 def job_record(
@@ -176,4 +178,5 @@ def job_record(
         "activatedAt": rfc3339(row.activated_at),
         "completedAt": rfc3339(row.completed_at),
         "idempotencyKey": row.idempotency_key,
+        "cost": row.cost,
     }

@@ -114,6 +114,7 @@ class JobService:
         self.group_commit = GroupCommit(db, completed=self._completed)
 
     def _completed(self, jobs: Sequence[Ended], now: datetime) -> None:
+        self.activation.settlements.add(jobs, now)
         self.metrics.jobs_finished(
             COMPLETED, ((e.job_type, e.tenant_id, e.activated_at) for e in jobs), now
         )
@@ -303,6 +304,7 @@ class JobService:
         if row is None:
             await self._explain_fenced(job_key, activation_count)
             return
+        self.activation.settlements.add([row], now)
         outcome = FAILED if row.state is JobState.FAILED else RETRIED
         self.metrics.jobs_finished(outcome, [(row.job_type, row.tenant_id, row.activated_at)], now)
         if logs.jobs.isEnabledFor(logging.INFO):
@@ -334,6 +336,7 @@ class JobService:
         if ended is None:
             await self._explain_fenced(job_key, activation_count)
             return
+        self.activation.settlements.add([ended], now)
         self.metrics.jobs_finished(
             ERROR_THROWN, [(ended.job_type, ended.tenant_id, ended.activated_at)], now
         )

@@ -16,7 +16,7 @@ from app.db import operators as stored
 from app.db.rows import JobRow, JobTypeRow, LaneSampleRow, LaneStats, TenantRow
 from app.domain import shown_key, stored_key
 from app.errors import NotFound
-from app.scheduler import Aging, Bucket, RateLimit
+from app.scheduler import Aging, Bucket, FairnessBy, RateLimit
 from app.shares import KeySample, KeyShare, KeyWindow, LaneKeys, LaneSample, ShareWindow, Throughput
 
 STATS_WINDOW_S = 60.0
@@ -80,9 +80,12 @@ class ConfigService:
         interval_ms: int | None,
         step: int | None,
         rate: RateLimit | None = None,
+        fairness_by: FairnessBy = FairnessBy.ACTIVATIONS,
     ) -> dict[str, Any]:
         return self._job_type(
-            await stored.upsert_job_type(self.db, job_type, cap, interval_ms, step, rate)
+            await stored.upsert_job_type(
+                self.db, job_type, cap, interval_ms, step, rate, fairness_by
+            )
         )
 
     async def get_job_type(self, job_type: str) -> dict[str, Any]:
@@ -105,6 +108,7 @@ class ConfigService:
             "agingIntervalMs": aging.interval_ms,
             "agingStep": aging.step,
             "rateLimit": None,
+            "fairnessBy": FairnessBy.ACTIVATIONS.value,
             "paused": False,
             "configured": False,
         }
@@ -120,6 +124,7 @@ class ConfigService:
             "agingIntervalMs": aging.interval_ms,
             "agingStep": aging.step,
             "rateLimit": _rate(row),
+            "fairnessBy": row.fairness_by or FairnessBy.ACTIVATIONS.value,
             "paused": row.paused,
             "configured": True,
         }

@@ -37,10 +37,11 @@ Where fairness is decided:
   held time less the estimate charged), and :func:`mixed_estimate` how a lane's estimate
   follows what its jobs really held.
 
-Three rules exist twice, here and in SQL, and name each other: the effective priority
+Four rules exist twice, here and in SQL, and name each other: the effective priority
 (``app.db.claims.CLAIM``), the re-entry virtual time of a lane and of a key
-(``app.db.lanes`` and alembic 0004's ``jobfair_release_holds``) and the first pick of a
-lane and of its key (``app.db.claims.CLAIM_LEAD``).
+(``app.db.lanes`` and alembic 0004's ``jobfair_release_holds``), the first pick of a
+lane and of its key (``app.db.claims.CLAIM_LEAD``) and a worker-time settlement with its
+estimate (``app.db.lanes.SETTLE_LANES``).
 ``tests/integration/test_twins.py`` checks on a real database that each pair agrees.
 """
 
@@ -353,6 +354,16 @@ def job_units(mode: FairnessBy, cost: float, estimate_s: float | None) -> float:
         return cost
     if mode is FairnessBy.WORKER_TIME:
         return DEFAULT_LEASE_ESTIMATE_S if estimate_s is None else estimate_s
+    return 1.0
+
+
+def lane_unit(mode: FairnessBy, estimate_s: float | None) -> float:
+    """What a round expects a pick of a lane to cost (:class:`Lane`'s ``unit``): by
+    worker time the lane's estimate (as :func:`job_units` charges it); otherwise 1.  By
+    cost a lane's next cost is not known before its claim, and 1 keeps the bound: the
+    charge is exact, and a lane a round over-gave waits its turn in the next ones."""
+    if mode is FairnessBy.WORKER_TIME:
+        return job_units(mode, DEFAULT_COST, estimate_s)
     return 1.0
 
 

@@ -19,10 +19,12 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
 from app import logs
+from app.charging import Settlements
 from app.config import Settings
 from app.db import Database, StoreUnavailable, maintenance
 from app.db.leader import LeaderLock
-from app.domain import utcnow
+from app.db.rows import Ended
+from app.domain import JobState, utcnow
 from app.metrics import LabelRefresher, Metrics, ProcessSync, TenantRanker, multiprocess_dir
 from app.operators import StatsService
 from app.workers import SEEN_WINDOW, WorkerSightings
@@ -54,10 +56,28 @@ class LeaseSweeper:
         self.db = db
         self.interval_ms = interval_ms
         self.metrics = metrics
+        # An expired lease held its worker until now, by worker time (ADR 029): settled
+        # before the sweep ends (its writer tasks are awaited, not spawned apart).
+        self.settlements = Settlements(db, lambda task, what: None)
 
     async def run_once(self, now: datetime) -> int:
         async def batch() -> int:
             expired = await maintenance.release_expired(self.db, now, BATCH)
+            self.settlements.add(
+                (
+                    Ended(
+                        j.job_key,
+                        j.job_type,
+                        j.tenant_id,
+                        JobState.CREATED,
+                        j.activated_at,
+                        j.fairness_key,
+                        j.charged,
+                    )
+                    for j in expired
+                ),
+                now,
+            )
             if self.metrics is not None:
                 self.metrics.count(
                     self.metrics.lease_expired, ((j.job_type, j.tenant_id) for j in expired)
@@ -75,7 +95,9 @@ class LeaseSweeper:
                     )
             return len(expired)
 
-        return await _in_batches(batch)
+        expired = await _in_batches(batch)
+        await self.settlements.written()
+        return expired
 
 
 class Promoter:

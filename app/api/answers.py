@@ -56,6 +56,10 @@ class Job(BaseModel):
     activatedAt: str | None
     completedAt: str | None
     idempotencyKey: str | None
+    cost: float = Field(
+        description="what it declares it costs (1 unless sent); charged to its lane where "
+        "its type is fair by cost"
+    )
 
 
 class Jobs(BaseModel):
@@ -170,6 +174,10 @@ class JobTypeConfig(BaseModel):
     agingIntervalMs: int
     agingStep: int
     rateLimit: RateLimitShown | None = Field(description="null: no rate limit")
+    fairnessBy: Literal["activations", "workerTime", "cost"] = Field(
+        description="what its lanes are charged by: one per activation, the jobs' cost, or "
+        "the seconds their leases were held"
+    )
     paused: bool
     configured: bool = Field(description="false: never configured (the defaults answered)")
 

@@ -13,7 +13,7 @@ from app.domain import FAIRNESS_KEY_RE, JOB_TYPE_RE, TENANT_ID_RE, utcnow
 from app.errors import InvalidArgument, ResourceExhausted
 from app.keys import audit
 from app.metrics import CONTENT_TYPE
-from app.scheduler import RateLimit
+from app.scheduler import FairnessBy, RateLimit
 
 
 def _by(request: Request) -> str:
@@ -111,17 +111,19 @@ async def put_job_type(request: Request, job_type: str) -> Response:
     jt = _job_type(request)
     spec = await body(request, schemas.PutJobType)
     rate = _rate_limit(spec.rateLimit)
+    fairness_by = FairnessBy(spec.fairnessBy or FairnessBy.ACTIVATIONS)
     out = await context.services(request).config.put_job_type(
-        jt, spec.maxActiveJobs, spec.agingIntervalMs, spec.agingStep, rate
+        jt, spec.maxActiveJobs, spec.agingIntervalMs, spec.agingStep, rate, fairness_by
     )
     audit.info(
         "job type configured: %s maxActiveJobs=%s agingIntervalMs=%s agingStep=%s"
-        " rateLimit=%s by=%s",
+        " rateLimit=%s fairnessBy=%s by=%s",
         jt,
         spec.maxActiveJobs,
         spec.agingIntervalMs,
         spec.agingStep,
         _shown_rate(rate),
+        fairness_by.value,
         _by(request),
     )
     return JSON(out)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Annotated, Any, NotRequired, Protocol
+from typing import Annotated, Any, Literal, NotRequired, Protocol
 
 from pydantic import (
     AfterValidator,
@@ -53,11 +53,30 @@ def _json_integer(value: object) -> object:
 
 
 JsonInteger = BeforeValidator(_json_integer)
+
+
+def _json_number(value: object) -> object:
+    """A JSON number, left to pydantic's float validation (NaN and infinities refused
+    there): a string or a boolean is not a number, whatever it spells."""
+    if type(value) is int or type(value) is float:
+        return value
+    raise PydanticCustomError("float_type", "Input should be a valid number")
+
+
+JsonNumber = BeforeValidator(_json_number)
 Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX), JsonInteger]
 Priority = Annotated[int, Field(ge=0, le=100), JsonInteger]
 Retries = Annotated[int, Field(ge=0, le=1_000_000), JsonInteger]
 LeaseMs = Annotated[int, Field(ge=1, le=MAX_LEASE_MS), JsonInteger]
 BackoffMs = Annotated[int, Field(ge=0, le=MAX_LEASE_MS * 365), JsonInteger]
+# What a job declares it costs (ADR 029): charged to its lane when its type is fair by
+# cost.  Bounded so that a lane's virtual time stays a meaningful float8.
+MIN_COST, MAX_COST = 1e-6, 1e9
+Cost = Annotated[
+    float,
+    Field(ge=MIN_COST, le=MAX_COST, allow_inf_nan=False),
+    JsonNumber,
+]
 DelayMs = Annotated[int, Field(ge=0, le=MAX_LEASE_MS * 3650), JsonInteger]
 ActivationCount = Annotated[int, Field(ge=0, le=INT32_MAX), JsonInteger]
 MaxActiveJobs = Annotated[int, Field(ge=0, le=INT32_MAX), JsonInteger]
@@ -189,6 +208,7 @@ class CreateJob(TypedDict):
     type: JobType
     tenantId: NotRequired[Annotated[TenantId, _defaults_to(DEFAULT_TENANT)]]
     fairnessKey: NotRequired[Annotated[FairnessKey, _defaults_to(DEFAULT_KEY)]]
+    cost: NotRequired[Annotated[Cost, _defaults_to(1)]]
     priority: NotRequired[Annotated[Priority, _defaults_to(DEFAULT_PRIORITY)]]
     retries: NotRequired[Annotated[Retries, _defaults_to(DEFAULT_RETRIES)]]
     variables: NotRequired[Annotated[JsonObject, _defaults_to({})]]
@@ -283,15 +303,6 @@ class UpdateJob(Strict):
     operationReference: Int64 | None = None
 
 
-def _json_number(value: object) -> object:
-    """A JSON number, left to pydantic's float validation (NaN and infinities refused
-    there): a string or a boolean is not a number, whatever it spells."""
-    if type(value) is int or type(value) is float:
-        return value
-    raise PydanticCustomError("float_type", "Input should be a valid number")
-
-
-JsonNumber = BeforeValidator(_json_number)
 # At least one activation in 1,000 s; at most a million a second or at once: past that a
 # limit limits nothing a server gives.
 MIN_RATE_PER_S = 0.001
@@ -324,6 +335,8 @@ class PutJobType(Strict):
     agingIntervalMs: Annotated[int, Field(ge=1, le=INT32_MAX), JsonInteger] | None = None
     agingStep: Annotated[int, Field(ge=0, le=100), JsonInteger] | None = None
     rateLimit: RateLimit | None = None
+    # What its lanes are charged by (ADR 029); None or absent: by activations.
+    fairnessBy: Literal["activations", "workerTime", "cost"] | None = None
 
 
 # -- operators' bulk operations ------------------------------------------------------------

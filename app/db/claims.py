@@ -23,7 +23,7 @@ from app.db.jobs import INSERT_JOB_QUIET, NOTIFY_READY, insert_into, locks_for
 from app.db.lanes import KEY_READY, LANE_READY, PROBED_LANES
 from app.db.locks import TENANT_CAP_LOCK_CLASS, TYPE_CAP_LOCK_CLASS, cap_key, int4
 from app.db.rows import Claimed, JobRow, LeadClaim, job_columns, job_row
-from app.scheduler import Bucket
+from app.scheduler import DEFAULT_LEASE_ESTIMATE_S, Bucket, FairnessBy
 
 # -- name: count_active_type
 # ACTIVATED jobs of a type, counted up to the cap only.  Index: jobs_active_type_idx.
@@ -95,6 +95,18 @@ FROM unnest($4::text[], $5::float8[], $6::timestamptz[], $8::timestamptz[])
      AS u(tenant_id, tokens, at, read_at)
 WHERE t.tenant_id = u.tenant_id AND t.rate_at = u.read_at
 """
+
+# What an activation of job j is charged (ADR 029): by worker time, its lane's estimate of
+# the seconds its lease will be held (scheduler.job_units; DEFAULT_LEASE_ESTIMATE_S before
+# one of the lane's jobs finished), settled when the lease ends; NULL by activations or
+# cost, whose charge is exact (a job's cost is in its row).  The type's mode is an
+# InitPlan, read once per claim; the lane's estimate one lanes pkey probe per job, made
+# only by worker time (CASE evaluates it only then).
+_CHARGED = f"""CASE
+        WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime'
+        THEN COALESCE((SELECT l.unit_est FROM lanes l
+                       WHERE l.job_type = $1 AND l.tenant_id = j.tenant_id),
+                      {DEFAULT_LEASE_ESTIMATE_S}::float8) END"""
 
 # priority): locked ({lock}) for the top priority, read for the others.
 _PRIORITY_HEADS = """SELECT h.job_key, p.tenant_id, p.fairness_key, p.priority, p.k, p.top,
@@ -203,7 +215,7 @@ activated AS (
     UPDATE jobs j
     SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
         worker = ({{workers}})[t.share], deadline = ({{deadlines}})[t.share],
-        activated_at = {{now}}, via_stream = {{via_stream}}
+        activated_at = {{now}}, via_stream = {{via_stream}}, charged = {_CHARGED}
     FROM taken t
     -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join alone lets
     -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
@@ -247,8 +259,8 @@ CLAIM = _CLAIM.format(
 # Index: lanes_type_vtime_idx, lane_keys_vtime_idx, then as read_lanes, read_keys and CLAIM.
 _LEAD = f"""lead_lane AS (
     SELECT x.tenant_id, x.weight, x.cap, x.rate, c.type_cap, c.type_rate, c.aging_step,
-           c.aging_interval_ms
-    FROM (SELECT t.max_active_jobs AS type_cap, t.rate_per_s AS type_rate,
+           c.aging_interval_ms, c.fairness_by
+    FROM (SELECT t.max_active_jobs AS type_cap, t.rate_per_s AS type_rate, t.fairness_by,
                  COALESCE(t.aging_step, $5::int) AS aging_step,
                  COALESCE(t.aging_interval_ms, $6::int) AS aging_interval_ms
           FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1
@@ -268,7 +280,7 @@ _LEAD = f"""lead_lane AS (
 ),
 lead AS (
     SELECT ll.tenant_id, y.fairness_key, ll.weight, y.key_weight, ll.aging_step,
-           ll.aging_interval_ms
+           ll.aging_interval_ms, ll.fairness_by
     FROM lead_lane ll
     CROSS JOIN LATERAL (
         SELECT r.fairness_key, COALESCE(w.weight, 1) AS key_weight FROM (
@@ -309,7 +321,7 @@ def _claim_lead(tenants: str) -> str:
         log=TRIM_CTE,
         answer=f"""SELECT a.*, lead.weight AS lane_weight, lead.key_weight AS lane_key_weight,
        lead.aging_step AS lane_aging_step,
-       lead.aging_interval_ms AS lane_aging_interval_ms,
+       lead.aging_interval_ms AS lane_aging_interval_ms, lead.fairness_by AS lane_fairness_by,
        (a.job_key IS NULL AND {_LEAD_DRY.format(tenants=tenants)}) AS dry
 FROM (SELECT 1) one LEFT JOIN (activated a CROSS JOIN lead) ON true""",
     )
@@ -501,6 +513,7 @@ def _lead_claim(row: Any) -> LeadClaim:
         row["lane_aging_step"],
         row["lane_aging_interval_ms"],
         row["dry"],
+        FairnessBy(row["lane_fairness_by"] or FairnessBy.ACTIVATIONS),
     )
 
 

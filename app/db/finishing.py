@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from app.db import lanes
 from app.db.base import Queries, Sessions, retry_deadlock
@@ -78,13 +79,13 @@ ended AS (
     WHERE j.job_key = i.job_key AND j.shard = jobfair_key_shard(i.job_key) AND {_LEASED}
       AND j.activation_count = i.activation_count
     RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activation_count,
-              j.activated_at, j.worker, j.retries
+              j.activated_at, j.worker, j.retries, j.fairness_key, j.charged
 ),
 {ended_cte("ended", "$1::bigint[]", event="'completed'", at="$4")},
 {CREDIT_NOTIFY},
 {CAPACITY_NOTIFY},
 {RELEASE_HOLDS}
-SELECT job_key, job_type, tenant_id, activated_at,
+SELECT job_key, job_type, tenant_id, activated_at, fairness_key, charged,
        (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
          AS _n
 FROM ended
@@ -111,7 +112,7 @@ WITH ended AS (
       AND cur.job_key = $1 AND cur.shard = jobfair_key_shard($1) AND {_LEASED}
       AND j.activation_count = $2
     RETURNING j.job_key, j.job_type, j.tenant_id, j.state, j.via_stream, j.activation_count,
-              j.activated_at, j.worker, j.retries, j.error_message, j.fairness_key
+              j.activated_at, j.worker, j.retries, j.error_message, j.fairness_key, j.charged
 ),
 {
     ended_cte(
@@ -125,7 +126,7 @@ WITH ended AS (
 {CREDIT_NOTIFY},
 {CAPACITY_NOTIFY},
 {RELEASE_HOLDS}
-SELECT job_key, job_type, tenant_id, state, activated_at, fairness_key,
+SELECT job_key, job_type, tenant_id, state, activated_at, fairness_key, charged,
        (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
          AS _n
 FROM ended
@@ -141,7 +142,8 @@ WITH ended AS (
     WHERE j.job_key = $1 AND j.shard = jobfair_key_shard($1) AND {_LEASED}
       AND j.activation_count = $2
     RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activation_count,
-              j.activated_at, j.worker, j.retries, j.error_code, j.error_message
+              j.activated_at, j.worker, j.retries, j.error_code, j.error_message, j.fairness_key,
+              j.charged
 ),
 {
     ended_cte(
@@ -156,7 +158,7 @@ WITH ended AS (
 {CREDIT_NOTIFY},
 {CAPACITY_NOTIFY},
 {RELEASE_HOLDS}
-SELECT job_key, job_type, tenant_id, activated_at,
+SELECT job_key, job_type, tenant_id, activated_at, fairness_key, charged,
        (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
          AS _n
 FROM ended
@@ -172,11 +174,13 @@ WITH ended AS (
     WHERE j.job_key = r.job_key AND j.shard = jobfair_key_shard(r.job_key) AND {_LEASED}
       AND j.activation_count = r.activation_count
     RETURNING j.job_key, j.job_type, j.tenant_id, j.activation_count, j.activated_at, j.worker,
-              j.retries, j.fairness_key
+              j.retries, j.fairness_key, j.charged
 ),
 {ended_cte("ended", "$1::bigint[]", event="'released'", at="$3")},
 {RELEASE_HOLDS}
-SELECT job_key, job_type, tenant_id, fairness_key, (SELECT n FROM unheld) AS _n FROM ended
+SELECT job_key, job_type, tenant_id, activated_at, fairness_key, charged,
+       (SELECT n FROM unheld) AS _n
+FROM ended
 """
 
 
@@ -206,6 +210,18 @@ FROM ended
 """
 
 
+def _ended(row: Any, state: JobState) -> Ended:
+    return Ended(
+        row["job_key"],
+        row["job_type"],
+        row["tenant_id"],
+        state,
+        row["activated_at"],
+        row["fairness_key"],
+        row["charged"],
+    )
+
+
 @retry_deadlock
 async def complete(
     db: Queries, items: Sequence[tuple[int, int, str | None]], now: datetime
@@ -223,10 +239,7 @@ async def complete(
         [i[2] for i in items],
         now,
     )
-    return [
-        Ended(r["job_key"], r["job_type"], r["tenant_id"], JobState.COMPLETED, r["activated_at"])
-        for r in rows
-    ]
+    return [_ended(r, JobState.COMPLETED) for r in rows]
 
 
 @retry_deadlock
@@ -250,13 +263,7 @@ async def fail(
         )
         if row is None:
             return None
-        ended = Ended(
-            row["job_key"],
-            row["job_type"],
-            row["tenant_id"],
-            JobState(row["state"]),
-            row["activated_at"],
-        )
+        ended = _ended(row, JobState(row["state"]))
         if ended.state is JobState.CREATED:
             await lanes.lock_to_wake(tx, [(ended.job_type, ended.tenant_id)])
             await lanes.wake(tx, [row])
@@ -280,19 +287,13 @@ async def throw_error(
     )
     if row is None:
         return None
-    return Ended(
-        row["job_key"],
-        row["job_type"],
-        row["tenant_id"],
-        JobState.ERROR_THROWN,
-        row["activated_at"],
-    )
+    return _ended(row, JobState.ERROR_THROWN)
 
 
 @retry_deadlock
-async def release(db: Sessions, jobs: Sequence[JobRow]) -> list[tuple[str, str]]:
+async def release(db: Sessions, jobs: Sequence[JobRow]) -> list[Ended]:
     """Give back activations their caller never received (release_jobs), fenced by their
-    activationCount, their lanes woken; the (type, tenant) of each that went back."""
+    activationCount, their lanes woken; the jobs that went back."""
     if not jobs:
         return []
     async with db.transaction() as tx:
@@ -301,7 +302,7 @@ async def release(db: Sessions, jobs: Sequence[JobRow]) -> list[tuple[str, str]]
             RELEASE_JOBS, [j.job_key for j in jobs], [j.activation_count for j in jobs], utcnow()
         )
         await lanes.wake(tx, rows)
-    return [(r["job_type"], r["tenant_id"]) for r in rows]
+    return [_ended(r, JobState.CREATED) for r in rows]
 
 
 async def cancel(db: Sessions, job_key: int, now: datetime) -> tuple[str, str] | None:

@@ -34,11 +34,11 @@ from app.domain import DEFAULT_PRIORITY, DEFAULT_RETRIES, DEFAULT_TENANT, JobSta
 # The jobs of insert_jobs' input CTE, as rows of jobs.
 _INSERT_INPUT = """INSERT INTO jobs (job_key, shard, job_type, tenant_id, state, priority, retries,
                       run_at, queued_at, variables, custom_headers, created_at, idempotency_key,
-                      fairness_key)
+                      fairness_key, cost)
     SELECT job_key, shard, job_type, tenant_id,
            CASE WHEN run_at > $2 THEN 'SCHEDULED' ELSE 'CREATED' END,
            priority, retries, run_at, GREATEST(run_at, $2), variables,
-           custom_headers, $2, idempotency_key, fairness_key
+           custom_headers, $2, idempotency_key, fairness_key, cost
     FROM input"""
 
 # The jobs to insert, as rows, from the JSON array $1 (a str.format template: its braces
@@ -53,6 +53,7 @@ _INPUT_CTE = """input AS MATERIALIZED (
            x.e->>'idempotencyKey' AS idempotency_key,
            -- The default key is '' (domain.stored_key).
            COALESCE(NULLIF(x.e->>'fairnessKey', '<default>'), '') AS fairness_key,
+           COALESCE((x.e->>'cost')::float8, 1) AS cost,
            CASE WHEN x.e->>'runAt' IS NOT NULL THEN (x.e->>'runAt')::timestamptz
                 WHEN x.e->>'delay' IS NOT NULL
                   THEN $2::timestamptz + (x.e->>'delay')::float8 * interval '1 millisecond'

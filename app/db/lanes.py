@@ -78,6 +78,7 @@ from app.db.base import Queries, Sessions, retry_deadlock
 from app.db.listen import NOTIFY_CHANNEL
 from app.db.locks import LANE_LOCK_CLASS, buckets_of, lane_bucket, lock_sql, share_buckets_sql
 from app.db.rows import KeyRead, LaneRead, LaneRow, TypeConfig
+from app.scheduler import ESTIMATE_ALPHA, FairnessBy
 
 log = logging.getLogger(__name__)
 
@@ -292,15 +293,16 @@ WITH {charge}
 SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
        NULL::int AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
        t.aging_step, NULL::bool AS ready, NULL::bool AS scanned, t.paused IS TRUE AS paused,
-       NULL::text AS fairness_key, t.rate_per_s IS NOT NULL AS rate_limited
+       NULL::text AS fairness_key, t.rate_per_s IS NOT NULL AS rate_limited,
+       t.fairness_by, NULL::float8 AS unit_est
 FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1
 UNION ALL
 SELECT w.tenant_id, COALESCE(ch.vtime, w.vtime), w.weight, w.max_active_jobs, NULL, NULL,
-       NULL, w.ready, true, NULL, NULL, w.rate_limited
+       NULL, w.ready, true, NULL, NULL, w.rate_limited, NULL, w.unit_est
 FROM (SELECT s.*, count(*) FILTER (WHERE s.ready)
                     OVER (ORDER BY s.vtime, s.tenant_id ROWS UNBOUNDED PRECEDING) AS readies
       FROM (SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight, t.max_active_jobs,
-                   t.rate_per_s IS NOT NULL AS rate_limited,
+                   t.rate_per_s IS NOT NULL AS rate_limited, l.unit_est,
                    CASE WHEN $2 <= {probed} THEN {ready} ELSE true END AS ready
             FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
             WHERE l.job_type = $1 AND l.active AND NOT l.held
@@ -310,11 +312,12 @@ FROM (SELECT s.*, count(*) FILTER (WHERE s.ready)
 LEFT JOIN charged ch ON ch.tenant_id = w.tenant_id
 WHERE w.readies <= $2 + cardinality($4::text[])
 UNION ALL
-SELECT ch.tenant_id, ch.vtime, NULL, NULL, NULL, NULL, NULL, false, false, NULL, NULL, NULL
+SELECT ch.tenant_id, ch.vtime, NULL, NULL, NULL, NULL, NULL, false, false, NULL, NULL, NULL,
+       NULL, NULL
 FROM charged ch WHERE NOT {charged_ready}
 UNION ALL
 SELECT kc.tenant_id, NULL, NULL, NULL, NULL, NULL, NULL, false, false, NULL, kc.fairness_key,
-       NULL
+       NULL, NULL, NULL
 FROM key_charged kc WHERE NOT {key_charged_ready}
 """
 # A read scans at most this many lanes: past them, the next round reads on (the empty
@@ -423,6 +426,93 @@ SELECT ch.tenant_id, NULL AS fairness_key FROM charged ch WHERE NOT {_CHARGED_RE
 UNION ALL
 SELECT kc.tenant_id, kc.fairness_key FROM key_charged kc WHERE NOT {_KEY_CHARGED_READY}
 """
+
+# -- name: settle_lanes
+# The worker-time settlements of ended activations (ADR 029, scheduler.settlement): each
+# lane ($2 to $5: tenants, units, leases observed, their held seconds) moves by its units
+# (held less charged, summed; negative where the estimates were high) per its tenant's
+# weight now, and its estimate of a lease's seconds follows the leases observed
+# (scheduler.mixed_estimate's twin: each observation ESTIMATE_ALPHA of the way, the first
+# ones set it); each key ($6 to $8: tenants, keys, units) moves by its units per its
+# weight.  A parked lane or key moved back banks nothing: it re-enters at
+# max(own, system) as always.  Written behind the finishes (app.charging.Settlements),
+# committed asynchronously as the charges are (a crash forgets the last few, which fences
+# nothing).  Index: lanes pkey, lane_keys pkey, tenants pkey, key_weights pkey.  Locks:
+# the lanes in tenant order, then the keys in (tenant, key) order, as _CHARGE.
+SETTLE_LANES = f"""
+WITH settle AS (
+    SELECT x.tenant_id, s.units, s.n, s.held
+    FROM unnest($2::text[], $3::float8[], $4::int[], $5::float8[]) AS s(tenant_id, units, n, held)
+    JOIN lanes x ON x.job_type = $1 AND x.tenant_id = s.tenant_id
+    ORDER BY x.tenant_id
+    FOR NO KEY UPDATE OF x
+),
+settled AS (
+    UPDATE lanes l
+    SET vtime = l.vtime + s.units / COALESCE(
+            (SELECT t.weight FROM tenants t WHERE t.tenant_id = l.tenant_id), 1),
+        unit_est = CASE WHEN s.n = 0 THEN l.unit_est
+                        WHEN l.unit_est IS NULL THEN s.held / s.n
+                        ELSE l.unit_est + (1 - power(1 - {ESTIMATE_ALPHA}::float8, s.n))
+                                          * (s.held / s.n - l.unit_est) END
+    FROM settle s
+    WHERE l.job_type = $1 AND l.tenant_id = ANY(ARRAY(SELECT tenant_id FROM settle))
+      AND l.tenant_id = s.tenant_id
+      AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
+    RETURNING 1
+),
+key_settle AS (
+    SELECT x.tenant_id, x.fairness_key, s.units
+    FROM unnest($6::text[], $7::text[], $8::float8[]) AS s(tenant_id, fairness_key, units)
+    JOIN lane_keys x ON x.job_type = $1 AND x.tenant_id = s.tenant_id
+     AND x.fairness_key = s.fairness_key
+    WHERE (SELECT count(*) FROM settle) >= 0
+    ORDER BY x.tenant_id, x.fairness_key
+    FOR NO KEY UPDATE OF x
+),
+key_settled AS (
+    UPDATE lane_keys k
+    SET vtime = k.vtime + s.units / COALESCE(
+            (SELECT w.weight FROM key_weights w
+             WHERE w.tenant_id = k.tenant_id AND w.fairness_key = k.fairness_key), 1)
+    FROM key_settle s
+    WHERE k.job_type = $1 AND k.tenant_id = s.tenant_id AND k.fairness_key = s.fairness_key
+      AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM settled) + (SELECT count(*) FROM key_settled)
+"""
+
+
+class Settled(NamedTuple):
+    """A lane's worker-time settlement: its units (held less charged, summed) and the
+    leases observed for its estimate (how many, and their held seconds)."""
+
+    units: float
+    n: int
+    held_s: float
+
+
+@retry_deadlock
+async def settle(
+    db: Queries, job_type: str, lanes: Mapping[str, Settled], keys: Mapping[LaneKey, float]
+) -> int:
+    """Write worker-time settlements (settle_lanes): how many lanes and keys moved."""
+    tenants = sorted(lanes)
+    pairs = sorted(keys)
+    moved: int = await db.fetchval(
+        SETTLE_LANES,
+        job_type,
+        tenants,
+        [lanes[t].units for t in tenants],
+        [lanes[t].n for t in tenants],
+        [lanes[t].held_s for t in tenants],
+        [t for t, _ in pairs],
+        [k for _, k in pairs],
+        [keys[tk] for tk in pairs],
+    )
+    return moved
+
 
 # -- name: park_lanes
 # Second half of parking: with the exclusive bucket locks held (taken by the statement
@@ -543,12 +633,23 @@ async def read(
         )
     head, lanes = rows[0], rows[1:]
     cfg = TypeConfig(
-        head["type_cap"], head["aging_interval_ms"], head["aging_step"], head["rate_limited"]
+        head["type_cap"],
+        head["aging_interval_ms"],
+        head["aging_step"],
+        head["rate_limited"],
+        FairnessBy(head["fairness_by"] or FairnessBy.ACTIVATIONS),
     )
     if head["paused"]:
         return LaneRead(cfg, [], [], False, paused=True)
     ready = [
-        LaneRow(r["tenant_id"], r["vtime"], r["weight"], r["max_active_jobs"], r["rate_limited"])
+        LaneRow(
+            r["tenant_id"],
+            r["vtime"],
+            r["weight"],
+            r["max_active_jobs"],
+            r["rate_limited"],
+            r["unit_est"],
+        )
         for r in lanes
         if r["ready"]
     ]

@@ -35,12 +35,13 @@ WITH ended AS (
     UPDATE jobs SET state = 'CREATED', deadline = NULL
     WHERE job_key = ANY($1::bigint[]) AND state = 'ACTIVATED' AND deadline < $2
     RETURNING job_key, job_type, tenant_id, via_stream, activation_count, activated_at, worker,
-              retries, fairness_key
+              retries, fairness_key, charged
 ),
 {ended_cte("ended", "$1::bigint[]", event="'lease-expired'", at="$2")},
 {CREDIT_NOTIFY},
 {RELEASE_HOLDS}
-SELECT job_key, job_type, tenant_id, activation_count, worker, fairness_key,
+SELECT job_key, job_type, tenant_id, activation_count, worker, fairness_key, activated_at,
+       charged,
        (SELECT count(*) FROM credited) + (SELECT n FROM unheld) AS _n
 FROM ended
 """
@@ -111,7 +112,16 @@ async def _ready_by_keys(
 async def release_expired(db: Sessions, now: datetime, limit: int) -> list[ExpiredLease]:
     """Up to ``limit`` expired leases back to CREATED (release_expired): their jobs."""
     rows = await _ready_by_keys(db, EXPIRED_LEASES, (now, limit), RELEASE_EXPIRED, (now,))
-    fields = ("job_key", "job_type", "tenant_id", "activation_count", "worker")
+    fields = (
+        "job_key",
+        "job_type",
+        "tenant_id",
+        "activation_count",
+        "worker",
+        "activated_at",
+        "fairness_key",
+        "charged",
+    )
     return [ExpiredLease(*(r[f] for f in fields)) for r in rows]
 
 

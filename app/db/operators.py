@@ -25,7 +25,7 @@ from app.db.rows import (
     job_row,
 )
 from app.domain import JobState
-from app.scheduler import RateLimit
+from app.scheduler import FairnessBy, RateLimit
 
 # An upsert's rate limit columns (EXCLUDED: the new ones): a changed limit takes the new
 # bucket (full, or none), an unchanged one keeps the bucket it has.
@@ -183,27 +183,29 @@ RETURNING weight
 """
 
 # -- name: upsert_job_type
-# A job type's cap, aging and rate limit set (NULL: the server's default, or no limit; a
-# pause stays as it is).  The rate limit's bucket as upsert_tenant's.  Index: job_types
-# pkey.  Locks: the row, which a rate-limited claim writes under the type's cap lock; a
-# claim that read the bucket before this committed finds it changed and leaves it.
+# A job type's cap, aging, rate limit and what its lanes are charged by set (NULL: the
+# server's default, no limit, by activations; a pause stays as it is).  The rate limit's
+# bucket as upsert_tenant's.  Index: job_types pkey.  Locks: the row, which a
+# rate-limited claim writes under the type's cap lock; a claim that read the bucket
+# before this committed finds it changed and leaves it.
 UPSERT_JOB_TYPE = f"""
 INSERT INTO job_types AS t (job_type, max_active_jobs, aging_interval_ms, aging_step,
-                            rate_per_s, rate_burst, rate_tokens, rate_at)
+                            rate_per_s, rate_burst, rate_tokens, rate_at, fairness_by)
 VALUES ($1, $2, $3, $4, $5::float8, $6::float8, $6::float8,
-        CASE WHEN $5::float8 IS NOT NULL THEN statement_timestamp() END)
+        CASE WHEN $5::float8 IS NOT NULL THEN statement_timestamp() END, $7)
 ON CONFLICT (job_type) DO UPDATE SET max_active_jobs = EXCLUDED.max_active_jobs,
     aging_interval_ms = EXCLUDED.aging_interval_ms, aging_step = EXCLUDED.aging_step,
+    fairness_by = EXCLUDED.fairness_by,
     {_RATE_SET.format(table="t")}
 RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s,
-       rate_burst, rate_tokens, rate_at, statement_timestamp() AS read_at
+       rate_burst, rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by
 """
 
 # -- name: get_job_type
 # A job type's configuration.  Index: job_types pkey.
 GET_JOB_TYPE = """
 SELECT job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s,
-       rate_burst, rate_tokens, rate_at, statement_timestamp() AS read_at
+       rate_burst, rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by
 FROM job_types WHERE job_type = $1
 """
 
@@ -211,7 +213,7 @@ FROM job_types WHERE job_type = $1
 # Every configured job type, by name.
 LIST_JOB_TYPES = """
 SELECT job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s,
-       rate_burst, rate_tokens, rate_at, statement_timestamp() AS read_at
+       rate_burst, rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by
 FROM job_types ORDER BY job_type
 """
 
@@ -284,7 +286,7 @@ PAUSE_JOB_TYPE = """
 INSERT INTO job_types (job_type, paused) VALUES ($1, true)
 ON CONFLICT (job_type) DO UPDATE SET paused = true
 RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s,
-       rate_burst, rate_tokens, rate_at, statement_timestamp() AS read_at
+       rate_burst, rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by
 """
 
 # -- name: resume_job_type
@@ -294,7 +296,7 @@ RESUME_JOB_TYPE = f"""
 WITH up AS (
     UPDATE job_types SET paused = false WHERE job_type = $1
     RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s,
-       rate_burst, rate_tokens, rate_at, statement_timestamp() AS read_at
+       rate_burst, rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by
 ),
 notified AS (SELECT pg_notify('{NOTIFY_CHANNEL}', $1))
 SELECT up.* FROM up WHERE (SELECT count(*) FROM notified) = 1
@@ -524,6 +526,7 @@ async def upsert_job_type(
     interval_ms: int | None,
     step: int | None,
     rate: RateLimit | None = None,
+    fairness_by: FairnessBy = FairnessBy.ACTIVATIONS,
 ) -> JobTypeRow:
     row = await db.fetchrow(
         UPSERT_JOB_TYPE,
@@ -533,6 +536,7 @@ async def upsert_job_type(
         step,
         None if rate is None else rate.per_s,
         None if rate is None else rate.burst,
+        None if fairness_by is FairnessBy.ACTIVATIONS else fairness_by.value,
     )
     return JobTypeRow(*row)
 

@@ -13,13 +13,15 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from app.domain import JobState
+from app.scheduler import FairnessBy
 
 # The columns of a job record, in JobRow's field order: every statement that answers
 # jobs selects or returns exactly these, so that JobRow(*record) builds the row.
 JOB_COLUMNS = """job_key, job_type, tenant_id, state, priority, retries, activation_count,
     worker, deadline, run_at, queued_at, variables, custom_headers, error_code,
-    error_message, created_at, activated_at, completed_at, idempotency_key, fairness_key"""
-JOB_FIELDS = 20
+    error_message, created_at, activated_at, completed_at, idempotency_key, fairness_key,
+    cost, charged"""
+JOB_FIELDS = 22
 
 
 def job_columns(alias: str) -> str:
@@ -51,6 +53,10 @@ class JobRow(NamedTuple):
     completed_at: datetime | None
     idempotency_key: str | None
     fairness_key: str  # '': the tenant's default key (DEFAULT_KEY outside)
+    cost: float = 1.0  # what it declares it costs (ADR 029)
+    # The worker-time estimate its current activation was charged (None: its type is not
+    # fair by worker time), settled when the lease ends.
+    charged: float | None = None
 
 
 _STATES = {state.value: state for state in JobState}
@@ -90,17 +96,24 @@ class ExpiredLease(NamedTuple):
     tenant_id: str
     activation_count: int
     worker: str | None
+    activated_at: datetime | None = None
+    fairness_key: str = ""
+    charged: float | None = None  # as Ended's: the worker-time estimate to settle
 
 
 class Ended(NamedTuple):
     """A job a finish or release changed, the state it left it in, and when it had been
-    activated (for the metrics' processing time)."""
+    activated (for the metrics' processing time); and, for the settlement of a charge by
+    worker time (ADR 029), its fairness key and what its activation was charged (None:
+    nothing to settle)."""
 
     job_key: int
     job_type: str
     tenant_id: str
     state: JobState
     activated_at: datetime | None
+    fairness_key: str = ""
+    charged: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +124,7 @@ class TypeConfig:
     aging_interval_ms: int | None
     aging_step: int | None
     rate_limited: bool = False  # the type has a token bucket (ADR 028)
+    fairness_by: FairnessBy = FairnessBy.ACTIVATIONS  # what its lanes are charged by (ADR 029)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +142,8 @@ class LaneRow:
     weight: int
     max_active_jobs: int | None
     rate_limited: bool = False  # its tenant has a token bucket (ADR 028)
+    # Its estimate of a job's lease seconds (ADR 029; None: none of its jobs finished yet).
+    unit_est: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +189,7 @@ class LeadClaim:
     aging_step: int | None
     aging_interval_ms: int | None
     dry: bool
+    fairness_by: FairnessBy = FairnessBy.ACTIVATIONS  # its type's (ADR 029)
 
 
 class TenantRow(NamedTuple):
@@ -198,6 +215,7 @@ class JobTypeRow(NamedTuple):
     rate_tokens: float | None  # the bucket: its tokens at rate_at (ADR 028)
     rate_at: datetime | None
     read_at: datetime  # the database's clock when the row was read
+    fairness_by: str | None = None  # None: by activations (ADR 029)
 
 
 class LaneSampleRow(NamedTuple):

@@ -90,6 +90,13 @@ jobs = Table(
     # The job's fairness key inside its tenant ('': the tenant's default key, shown as
     # <default>); its lane's share is divided among its keys (alembic 0010, ADR 027).
     Column("fairness_key", Text, nullable=False, server_default=text("''")),
+    # What the job declares it costs: charged to its lane when its type is fair by cost
+    # (alembic 0012, ADR 029).
+    Column("cost", Double, nullable=False, server_default=text("1")),
+    # The worker-time estimate its current activation was charged, settled against the
+    # time its lease was held when it ends; NULL unless its type is fair by worker time.
+    Column("charged", Double),
+    CheckConstraint("cost > 0 AND cost < 'Infinity'", name="jobs_cost_check"),
     CheckConstraint(
         "state IN (" + ", ".join(f"'{s}'" for s in JOB_STATES) + ")", name="jobs_state_check"
     ),
@@ -169,6 +176,10 @@ lanes = Table(
     # (app/db/lanes.py: hold_lanes, jobfair_release_holds; ADR 016).
     Column("held", Boolean, nullable=False, server_default=text("false")),
     Column("activated_total", BigInteger, nullable=False, server_default=text("0")),
+    # The lane's estimate of its next job's lease seconds (fair by worker time: alembic
+    # 0012, ADR 029), an exponentially weighted mean of its jobs' held times; NULL until
+    # one finished.
+    Column("unit_est", Double),
     PrimaryKeyConstraint("job_type", "tenant_id", "shard", name="lanes_pkey"),
     CheckConstraint("shard = jobfair_shard(tenant_id)", name="lanes_shard_check"),
     postgresql_with={
@@ -280,7 +291,11 @@ job_types = Table(
     Column("rate_burst", Double),
     Column("rate_tokens", Double),
     Column("rate_at", DateTime(timezone=True)),
+    # What its lanes are charged by (alembic 0012, ADR 029): NULL by activations,
+    # 'cost' by the jobs' declared cost, 'workerTime' by the seconds their leases held.
+    Column("fairness_by", Text),
     CheckConstraint("max_active_jobs >= 0", name="job_types_max_active_jobs_check"),
+    CheckConstraint("fairness_by IN ('cost', 'workerTime')", name="job_types_fairness_by_check"),
     CheckConstraint("aging_interval_ms > 0", name="job_types_aging_interval_check"),
     CheckConstraint("aging_step BETWEEN 0 AND 100", name="job_types_aging_step_check"),
     CheckConstraint(

@@ -164,12 +164,16 @@ activated AS (
     UPDATE jobs j
     SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
         worker = ($5::text[])[t.share], deadline = ($6::timestamptz[])[t.share],
-        activated_at = $4::timestamptz, via_stream = $9
+        activated_at = $4::timestamptz, via_stream = $9, charged = CASE
+        WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime'
+        THEN COALESCE((SELECT l.unit_est FROM lanes l
+                       WHERE l.job_type = $1 AND l.tenant_id = j.tenant_id),
+                      1.0::float8) END
     FROM taken t
     -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join alone lets
     -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
     WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
-    RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key
+    RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key, j.cost, j.charged
 ),
 trimmed AS (
     DELETE FROM job_events e USING activated s
@@ -199,8 +203,8 @@ SELECT * FROM activated;
 -- Index: lanes_type_vtime_idx, lane_keys_vtime_idx, then as read_lanes, read_keys and CLAIM.
 WITH RECURSIVE lead_lane AS (
     SELECT x.tenant_id, x.weight, x.cap, x.rate, c.type_cap, c.type_rate, c.aging_step,
-           c.aging_interval_ms
-    FROM (SELECT t.max_active_jobs AS type_cap, t.rate_per_s AS type_rate,
+           c.aging_interval_ms, c.fairness_by
+    FROM (SELECT t.max_active_jobs AS type_cap, t.rate_per_s AS type_rate, t.fairness_by,
                  COALESCE(t.aging_step, $5::int) AS aging_step,
                  COALESCE(t.aging_interval_ms, $6::int) AS aging_interval_ms
           FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1
@@ -222,7 +226,7 @@ WITH RECURSIVE lead_lane AS (
 ),
 lead AS (
     SELECT ll.tenant_id, y.fairness_key, ll.weight, y.key_weight, ll.aging_step,
-           ll.aging_interval_ms
+           ll.aging_interval_ms, ll.fairness_by
     FROM lead_lane ll
     CROSS JOIN LATERAL (
         SELECT r.fairness_key, COALESCE(w.weight, 1) AS key_weight FROM (
@@ -322,12 +326,16 @@ activated AS (
     UPDATE jobs j
     SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
         worker = ($3::text[])[t.share], deadline = ($4::timestamptz[])[t.share],
-        activated_at = $2::timestamptz, via_stream = $7
+        activated_at = $2::timestamptz, via_stream = $7, charged = CASE
+        WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime'
+        THEN COALESCE((SELECT l.unit_est FROM lanes l
+                       WHERE l.job_type = $1 AND l.tenant_id = j.tenant_id),
+                      1.0::float8) END
     FROM taken t
     -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join alone lets
     -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
     WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
-    RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key
+    RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key, j.cost, j.charged
 ),
 trimmed AS (
     DELETE FROM job_events e USING activated s
@@ -338,7 +346,7 @@ trimmed AS (
 )
 SELECT a.*, lead.weight AS lane_weight, lead.key_weight AS lane_key_weight,
        lead.aging_step AS lane_aging_step,
-       lead.aging_interval_ms AS lane_aging_interval_ms,
+       lead.aging_interval_ms AS lane_aging_interval_ms, lead.fairness_by AS lane_fairness_by,
        (a.job_key IS NULL AND NOT EXISTS (SELECT 1 FROM lead_lane)
        AND (SELECT count(*) < 16
             FROM (SELECT 1 FROM lanes l
@@ -351,8 +359,8 @@ FROM (SELECT 1) one LEFT JOIN (activated a CROSS JOIN lead) ON true;
 -- that its generic plan can use lanes pkey.
 WITH RECURSIVE lead_lane AS (
     SELECT x.tenant_id, x.weight, x.cap, x.rate, c.type_cap, c.type_rate, c.aging_step,
-           c.aging_interval_ms
-    FROM (SELECT t.max_active_jobs AS type_cap, t.rate_per_s AS type_rate,
+           c.aging_interval_ms, c.fairness_by
+    FROM (SELECT t.max_active_jobs AS type_cap, t.rate_per_s AS type_rate, t.fairness_by,
                  COALESCE(t.aging_step, $5::int) AS aging_step,
                  COALESCE(t.aging_interval_ms, $6::int) AS aging_interval_ms
           FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1
@@ -374,7 +382,7 @@ WITH RECURSIVE lead_lane AS (
 ),
 lead AS (
     SELECT ll.tenant_id, y.fairness_key, ll.weight, y.key_weight, ll.aging_step,
-           ll.aging_interval_ms
+           ll.aging_interval_ms, ll.fairness_by
     FROM lead_lane ll
     CROSS JOIN LATERAL (
         SELECT r.fairness_key, COALESCE(w.weight, 1) AS key_weight FROM (
@@ -474,12 +482,16 @@ activated AS (
     UPDATE jobs j
     SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
         worker = ($3::text[])[t.share], deadline = ($4::timestamptz[])[t.share],
-        activated_at = $2::timestamptz, via_stream = $7
+        activated_at = $2::timestamptz, via_stream = $7, charged = CASE
+        WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime'
+        THEN COALESCE((SELECT l.unit_est FROM lanes l
+                       WHERE l.job_type = $1 AND l.tenant_id = j.tenant_id),
+                      1.0::float8) END
     FROM taken t
     -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join alone lets
     -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
     WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
-    RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key
+    RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key, j.cost, j.charged
 ),
 trimmed AS (
     DELETE FROM job_events e USING activated s
@@ -490,7 +502,7 @@ trimmed AS (
 )
 SELECT a.*, lead.weight AS lane_weight, lead.key_weight AS lane_key_weight,
        lead.aging_step AS lane_aging_step,
-       lead.aging_interval_ms AS lane_aging_interval_ms,
+       lead.aging_interval_ms AS lane_aging_interval_ms, lead.fairness_by AS lane_fairness_by,
        (a.job_key IS NULL AND NOT EXISTS (SELECT 1 FROM lead_lane)
        AND (SELECT count(*) < 16
             FROM (SELECT 1 FROM lanes l

@@ -16,7 +16,7 @@ ended AS (
     WHERE j.job_key = i.job_key AND j.shard = jobfair_key_shard(i.job_key) AND (j.state = 'ACTIVATED') IS TRUE
       AND j.activation_count = i.activation_count
     RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activation_count,
-              j.activated_at, j.worker, j.retries
+              j.activated_at, j.worker, j.retries, j.fairness_key, j.charged
 ),
 leases AS (
     SELECT job_key, deadline FROM jobs WHERE job_key = ANY($1::bigint[]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
@@ -46,7 +46,7 @@ unheld AS (
     SELECT jobfair_release_holds(1246101507, 1246101508,
         ARRAY(SELECT DISTINCT e.tenant_id FROM ended e), 'jobfair') AS n
 )
-SELECT job_key, job_type, tenant_id, activated_at,
+SELECT job_key, job_type, tenant_id, activated_at, fairness_key, charged,
        (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
          AS _n
 FROM ended;
@@ -71,7 +71,7 @@ WITH ended AS (
       AND cur.job_key = $1 AND cur.shard = jobfair_key_shard($1) AND (j.state = 'ACTIVATED') IS TRUE
       AND j.activation_count = $2
     RETURNING j.job_key, j.job_type, j.tenant_id, j.state, j.via_stream, j.activation_count,
-              j.activated_at, j.worker, j.retries, j.error_message, j.fairness_key
+              j.activated_at, j.worker, j.retries, j.error_message, j.fairness_key, j.charged
 ),
 leases AS (
     SELECT job_key, deadline FROM jobs WHERE job_key = ANY(ARRAY[$1::bigint]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
@@ -101,7 +101,7 @@ unheld AS (
     SELECT jobfair_release_holds(1246101507, 1246101508,
         ARRAY(SELECT DISTINCT e.tenant_id FROM ended e), 'jobfair') AS n
 )
-SELECT job_key, job_type, tenant_id, state, activated_at, fairness_key,
+SELECT job_key, job_type, tenant_id, state, activated_at, fairness_key, charged,
        (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
          AS _n
 FROM ended;
@@ -115,7 +115,8 @@ WITH ended AS (
     WHERE j.job_key = $1 AND j.shard = jobfair_key_shard($1) AND (j.state = 'ACTIVATED') IS TRUE
       AND j.activation_count = $2
     RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activation_count,
-              j.activated_at, j.worker, j.retries, j.error_code, j.error_message
+              j.activated_at, j.worker, j.retries, j.error_code, j.error_message, j.fairness_key,
+              j.charged
 ),
 leases AS (
     SELECT job_key, deadline FROM jobs WHERE job_key = ANY(ARRAY[$1::bigint]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
@@ -145,7 +146,7 @@ unheld AS (
     SELECT jobfair_release_holds(1246101507, 1246101508,
         ARRAY(SELECT DISTINCT e.tenant_id FROM ended e), 'jobfair') AS n
 )
-SELECT job_key, job_type, tenant_id, activated_at,
+SELECT job_key, job_type, tenant_id, activated_at, fairness_key, charged,
        (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
          AS _n
 FROM ended;
@@ -158,7 +159,7 @@ WITH ended AS (
     WHERE j.job_key = r.job_key AND j.shard = jobfair_key_shard(r.job_key) AND (j.state = 'ACTIVATED') IS TRUE
       AND j.activation_count = r.activation_count
     RETURNING j.job_key, j.job_type, j.tenant_id, j.activation_count, j.activated_at, j.worker,
-              j.retries, j.fairness_key
+              j.retries, j.fairness_key, j.charged
 ),
 leases AS (
     SELECT job_key, deadline FROM jobs WHERE job_key = ANY($1::bigint[]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
@@ -174,7 +175,9 @@ unheld AS (
     SELECT jobfair_release_holds(1246101507, 1246101508,
         ARRAY(SELECT DISTINCT e.tenant_id FROM ended e), 'jobfair') AS n
 )
-SELECT job_key, job_type, tenant_id, fairness_key, (SELECT n FROM unheld) AS _n FROM ended;
+SELECT job_key, job_type, tenant_id, activated_at, fairness_key, charged,
+       (SELECT n FROM unheld) AS _n
+FROM ended;
 
 -- name: cancel_job
 -- CREATED, SCHEDULED or ACTIVATED -> CANCELED.  An ACTIVATED job's activation ends as a

@@ -23,6 +23,7 @@ WITH input AS MATERIALIZED (
            x.e->>'idempotencyKey' AS idempotency_key,
            -- The default key is '' (domain.stored_key).
            COALESCE(NULLIF(x.e->>'fairnessKey', '<default>'), '') AS fairness_key,
+           COALESCE((x.e->>'cost')::float8, 1) AS cost,
            CASE WHEN x.e->>'runAt' IS NOT NULL THEN (x.e->>'runAt')::timestamptz
                 WHEN x.e->>'delay' IS NOT NULL
                   THEN $2::timestamptz + (x.e->>'delay')::float8 * interval '1 millisecond'
@@ -38,22 +39,22 @@ WITH input AS MATERIALIZED (
 ins_plain AS (
     INSERT INTO jobs (job_key, shard, job_type, tenant_id, state, priority, retries,
                       run_at, queued_at, variables, custom_headers, created_at, idempotency_key,
-                      fairness_key)
+                      fairness_key, cost)
     SELECT job_key, shard, job_type, tenant_id,
            CASE WHEN run_at > $2 THEN 'SCHEDULED' ELSE 'CREATED' END,
            priority, retries, run_at, GREATEST(run_at, $2), variables,
-           custom_headers, $2, idempotency_key, fairness_key
+           custom_headers, $2, idempotency_key, fairness_key, cost
     FROM input WHERE idempotency_key IS NULL ORDER BY ord
     RETURNING job_key, job_type, tenant_id, fairness_key, state
 ),
 ins_keyed AS (
     INSERT INTO jobs (job_key, shard, job_type, tenant_id, state, priority, retries,
                       run_at, queued_at, variables, custom_headers, created_at, idempotency_key,
-                      fairness_key)
+                      fairness_key, cost)
     SELECT job_key, shard, job_type, tenant_id,
            CASE WHEN run_at > $2 THEN 'SCHEDULED' ELSE 'CREATED' END,
            priority, retries, run_at, GREATEST(run_at, $2), variables,
-           custom_headers, $2, idempotency_key, fairness_key
+           custom_headers, $2, idempotency_key, fairness_key, cost
     FROM input WHERE idempotency_key IS NOT NULL
       -- A job made before alembic 0008 is in the shard its key names, not its tenant's,
       -- out of reach of the unique index's (tenant, key, shard): found here.
@@ -157,6 +158,7 @@ WITH input AS MATERIALIZED (
            x.e->>'idempotencyKey' AS idempotency_key,
            -- The default key is '' (domain.stored_key).
            COALESCE(NULLIF(x.e->>'fairnessKey', '<default>'), '') AS fairness_key,
+           COALESCE((x.e->>'cost')::float8, 1) AS cost,
            CASE WHEN x.e->>'runAt' IS NOT NULL THEN (x.e->>'runAt')::timestamptz
                 WHEN x.e->>'delay' IS NOT NULL
                   THEN $2::timestamptz + (x.e->>'delay')::float8 * interval '1 millisecond'
@@ -172,22 +174,22 @@ WITH input AS MATERIALIZED (
 ins_plain AS (
     INSERT INTO jobs (job_key, shard, job_type, tenant_id, state, priority, retries,
                       run_at, queued_at, variables, custom_headers, created_at, idempotency_key,
-                      fairness_key)
+                      fairness_key, cost)
     SELECT job_key, shard, job_type, tenant_id,
            CASE WHEN run_at > $2 THEN 'SCHEDULED' ELSE 'CREATED' END,
            priority, retries, run_at, GREATEST(run_at, $2), variables,
-           custom_headers, $2, idempotency_key, fairness_key
+           custom_headers, $2, idempotency_key, fairness_key, cost
     FROM input WHERE idempotency_key IS NULL ORDER BY ord
     RETURNING job_key, job_type, tenant_id, fairness_key, state
 ),
 ins_keyed AS (
     INSERT INTO jobs (job_key, shard, job_type, tenant_id, state, priority, retries,
                       run_at, queued_at, variables, custom_headers, created_at, idempotency_key,
-                      fairness_key)
+                      fairness_key, cost)
     SELECT job_key, shard, job_type, tenant_id,
            CASE WHEN run_at > $2 THEN 'SCHEDULED' ELSE 'CREATED' END,
            priority, retries, run_at, GREATEST(run_at, $2), variables,
-           custom_headers, $2, idempotency_key, fairness_key
+           custom_headers, $2, idempotency_key, fairness_key, cost
     FROM input WHERE idempotency_key IS NOT NULL
       -- A job made before alembic 0008 is in the shard its key names, not its tenant's,
       -- out of reach of the unique index's (tenant, key, shard): found here.
@@ -289,6 +291,7 @@ WITH input AS MATERIALIZED (
            x.e->>'idempotencyKey' AS idempotency_key,
            -- The default key is '' (domain.stored_key).
            COALESCE(NULLIF(x.e->>'fairnessKey', '<default>'), '') AS fairness_key,
+           COALESCE((x.e->>'cost')::float8, 1) AS cost,
            CASE WHEN x.e->>'runAt' IS NOT NULL THEN (x.e->>'runAt')::timestamptz
                 WHEN x.e->>'delay' IS NOT NULL
                   THEN $2::timestamptz + (x.e->>'delay')::float8 * interval '1 millisecond'
@@ -302,15 +305,16 @@ WITH input AS MATERIALIZED (
 ins AS (
     INSERT INTO jobs (job_key, shard, job_type, tenant_id, state, priority, retries,
                       run_at, queued_at, variables, custom_headers, created_at, idempotency_key,
-                      fairness_key)
+                      fairness_key, cost)
     SELECT job_key, shard, job_type, tenant_id,
            CASE WHEN run_at > $2 THEN 'SCHEDULED' ELSE 'CREATED' END,
            priority, retries, run_at, GREATEST(run_at, $2), variables,
-           custom_headers, $2, idempotency_key, fairness_key
+           custom_headers, $2, idempotency_key, fairness_key, cost
     FROM input
     RETURNING job_key, job_type, tenant_id, state, priority, retries, activation_count,
     worker, deadline, run_at, queued_at, variables, custom_headers, error_code,
-    error_message, created_at, activated_at, completed_at, idempotency_key, fairness_key
+    error_message, created_at, activated_at, completed_at, idempotency_key, fairness_key,
+    cost, charged
 ),
 ready_lanes AS (
     SELECT job_type, tenant_id, fairness_key, count(*) AS n FROM ins WHERE state = 'CREATED'
@@ -381,7 +385,7 @@ notified AS (
     SELECT pg_notify('jobfair', job_type || ' ' || sum(n))
     FROM ready_lanes GROUP BY job_type
 )
-SELECT ins.job_key, ins.job_type, ins.tenant_id, ins.state, ins.priority, ins.retries, ins.activation_count, ins.worker, ins.deadline, ins.run_at, ins.queued_at, ins.variables, ins.custom_headers, ins.error_code, ins.error_message, ins.created_at, ins.activated_at, ins.completed_at, ins.idempotency_key, ins.fairness_key,
+SELECT ins.job_key, ins.job_type, ins.tenant_id, ins.state, ins.priority, ins.retries, ins.activation_count, ins.worker, ins.deadline, ins.run_at, ins.queued_at, ins.variables, ins.custom_headers, ins.error_code, ins.error_message, ins.created_at, ins.activated_at, ins.completed_at, ins.idempotency_key, ins.fairness_key, ins.cost, ins.charged,
        t.aging_interval_ms AS type_aging_interval_ms, t.aging_step AS type_aging_step,
        (SELECT count(*) FROM notified) + (SELECT count(*) FROM new_lanes)
          + (SELECT count(*) FROM woken) AS _side_effects
@@ -399,7 +403,7 @@ JOIN jobs j ON j.tenant_id = k.tenant_id AND j.idempotency_key = k.idempotency_k
 
 -- name: get_job
 -- With the job type's aging settings, so a record renders in one round trip.
-SELECT j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key,
+SELECT j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key, j.cost, j.charged,
        t.aging_interval_ms AS type_aging_interval_ms, t.aging_step AS type_aging_step
 FROM jobs j LEFT JOIN job_types t ON t.job_type = j.job_type
 WHERE j.job_key = $1 AND j.shard = jobfair_key_shard($1);
@@ -418,7 +422,8 @@ SELECT job_key, tenant_id, job_type FROM jobs WHERE job_key = ANY($1::bigint[]);
 -- The job's row, locked for an update that reads before it writes (PATCH).
 SELECT job_key, job_type, tenant_id, state, priority, retries, activation_count,
     worker, deadline, run_at, queued_at, variables, custom_headers, error_code,
-    error_message, created_at, activated_at, completed_at, idempotency_key, fairness_key FROM jobs WHERE job_key = $1 AND shard = jobfair_key_shard($1) FOR UPDATE;
+    error_message, created_at, activated_at, completed_at, idempotency_key, fairness_key,
+    cost, charged FROM jobs WHERE job_key = $1 AND shard = jobfair_key_shard($1) FOR UPDATE;
 
 -- name: update_job
 -- PATCH: retries, lease (deadline) and priority; revives FAILED when retries > 0, and

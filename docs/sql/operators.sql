@@ -154,16 +154,18 @@ WHERE tenant_id = $1 AND fairness_key = $2 AND shard = jobfair_shard($1)
 RETURNING weight;
 
 -- name: upsert_job_type
--- A job type's cap, aging and rate limit set (NULL: the server's default, or no limit; a
--- pause stays as it is).  The rate limit's bucket as upsert_tenant's.  Index: job_types
--- pkey.  Locks: the row, which a rate-limited claim writes under the type's cap lock; a
--- claim that read the bucket before this committed finds it changed and leaves it.
+-- A job type's cap, aging, rate limit and what its lanes are charged by set (NULL: the
+-- server's default, no limit, by activations; a pause stays as it is).  The rate limit's
+-- bucket as upsert_tenant's.  Index: job_types pkey.  Locks: the row, which a
+-- rate-limited claim writes under the type's cap lock; a claim that read the bucket
+-- before this committed finds it changed and leaves it.
 INSERT INTO job_types AS t (job_type, max_active_jobs, aging_interval_ms, aging_step,
-                            rate_per_s, rate_burst, rate_tokens, rate_at)
+                            rate_per_s, rate_burst, rate_tokens, rate_at, fairness_by)
 VALUES ($1, $2, $3, $4, $5::float8, $6::float8, $6::float8,
-        CASE WHEN $5::float8 IS NOT NULL THEN statement_timestamp() END)
+        CASE WHEN $5::float8 IS NOT NULL THEN statement_timestamp() END, $7)
 ON CONFLICT (job_type) DO UPDATE SET max_active_jobs = EXCLUDED.max_active_jobs,
     aging_interval_ms = EXCLUDED.aging_interval_ms, aging_step = EXCLUDED.aging_step,
+    fairness_by = EXCLUDED.fairness_by,
     rate_tokens = CASE
             WHEN (t.rate_per_s, t.rate_burst)
                  IS NOT DISTINCT FROM (EXCLUDED.rate_per_s, EXCLUDED.rate_burst)
@@ -174,18 +176,18 @@ ON CONFLICT (job_type) DO UPDATE SET max_active_jobs = EXCLUDED.max_active_jobs,
             THEN t.rate_at ELSE EXCLUDED.rate_at END,
         rate_per_s = EXCLUDED.rate_per_s, rate_burst = EXCLUDED.rate_burst
 RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s,
-       rate_burst, rate_tokens, rate_at, statement_timestamp() AS read_at;
+       rate_burst, rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by;
 
 -- name: get_job_type
 -- A job type's configuration.  Index: job_types pkey.
 SELECT job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s,
-       rate_burst, rate_tokens, rate_at, statement_timestamp() AS read_at
+       rate_burst, rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by
 FROM job_types WHERE job_type = $1;
 
 -- name: list_job_types
 -- Every configured job type, by name.
 SELECT job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s,
-       rate_burst, rate_tokens, rate_at, statement_timestamp() AS read_at
+       rate_burst, rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by
 FROM job_types ORDER BY job_type;
 
 -- name: pause_tenant
@@ -247,7 +249,7 @@ SELECT (SELECT n FROM released), (SELECT count(*) FROM notified);
 INSERT INTO job_types (job_type, paused) VALUES ($1, true)
 ON CONFLICT (job_type) DO UPDATE SET paused = true
 RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s,
-       rate_burst, rate_tokens, rate_at, statement_timestamp() AS read_at;
+       rate_burst, rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by;
 
 -- name: resume_job_type
 -- Marks a job type no longer paused and notifies it (at commit), so that its waiters
@@ -255,7 +257,7 @@ RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate
 WITH up AS (
     UPDATE job_types SET paused = false WHERE job_type = $1
     RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s,
-       rate_burst, rate_tokens, rate_at, statement_timestamp() AS read_at
+       rate_burst, rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by
 ),
 notified AS (SELECT pg_notify('jobfair', $1))
 SELECT up.* FROM up WHERE (SELECT count(*) FROM notified) = 1;

@@ -47,6 +47,7 @@ async def test_job_type_configuration_round_trip(live):
         "agingIntervalMs": 60_000,
         "agingStep": 10,
         "rateLimit": None,
+        "fairnessBy": "activations",
         "paused": False,
         "configured": False,
     }
@@ -57,6 +58,7 @@ async def test_job_type_configuration_round_trip(live):
         "agingIntervalMs": 60_000,
         "agingStep": 0,
         "rateLimit": None,
+        "fairnessBy": "activations",
         "paused": False,
         "configured": True,
     }

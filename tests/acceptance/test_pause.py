@@ -95,6 +95,7 @@ async def test_a_paused_job_type_answers_nothing_and_a_put_keeps_the_pause(live)
         "agingIntervalMs": 60_000,
         "agingStep": 10,
         "rateLimit": None,
+        "fairnessBy": "activations",
         "paused": True,
         "configured": True,
     }

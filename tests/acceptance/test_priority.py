@@ -46,6 +46,7 @@ async def test_aging_lets_an_old_low_priority_job_overtake(live):
         "agingIntervalMs": 150,
         "agingStep": 50,
         "rateLimit": None,
+        "fairnessBy": "activations",
         "paused": False,
         "configured": True,
     }

@@ -190,8 +190,9 @@ async def test_dry_only_when_every_active_lane_was_probed_empty(store):
 
 
 async def test_the_lead_claim_reads_by_index_whatever_the_backlog(store):
-    """The generic plan, as the pool runs it: lanes by lanes_type_vtime_idx, jobs by the
-    ready index and by key -- never a scan of the backlog."""
+    """The generic plan, as the pool runs it: lanes by lanes_type_vtime_idx (and by key,
+    for a lane's worker-time estimate, ADR 029), jobs by the ready index and by key --
+    never a scan of the backlog."""
     await _insert(store, "a", 0, 3_000)
     await store.execute("ANALYZE jobs")
     now = utcnow()
@@ -199,7 +200,8 @@ async def test_the_lead_claim_reads_by_index_whatever_the_backlog(store):
     nodes = await _plan(store, CLAIM_LEAD, *args)
     assert _jobs_scans(nodes) == {"jobs_ready_idx", "jobs_pkey"}
     assert {n.get("Index Name") for n in nodes if n.get("Relation Name") == "lanes"} == {
-        "lanes_type_vtime_idx"
+        "lanes_type_vtime_idx",
+        "lanes_pkey",
     }
     activated = next(n for n in nodes if n["Node Type"] == "ModifyTable")
     _assert_linear(_nodes(activated))

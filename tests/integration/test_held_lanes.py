@@ -121,7 +121,8 @@ async def _release_by_throwing(store, job):
 
 
 async def _release_by_giving_back(store, job):
-    assert await finishing.release(store, [job]) == [(job.job_type, job.tenant_id)]
+    released = await finishing.release(store, [job])
+    assert [(e.job_type, e.tenant_id) for e in released] == [(job.job_type, job.tenant_id)]
 
 
 async def _release_by_expiry(store, job):

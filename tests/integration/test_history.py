@@ -42,7 +42,9 @@ async def test_a_job_keeps_its_first_and_latest_activations_and_says_it_was_cut(
     rounds = history.FIRST_ACTIVATIONS + history.LAST_ACTIVATIONS + 15
     for i in range(rounds):
         [job] = await _claim(store, worker=f"w{i + 1}")
-        assert await finishing.release(store, [job]) == [("h", "t")]
+        assert [(e.job_type, e.tenant_id) for e in await finishing.release(store, [job])] == [
+            ("h", "t")
+        ]
     rows = await store.fetchval("SELECT count(*) FROM job_events WHERE job_key = $1", key)
     assert rows == history.FIRST_ACTIVATIONS + history.LAST_ACTIVATIONS
     h = await history.read(store, key)
@@ -86,7 +88,9 @@ async def test_with_history_off_the_transitions_write_nothing(db_url):
     try:
         [key] = await _insert(db, 1)
         [job] = await _claim(db)
-        assert await finishing.release(db, [job]) == [("h", "t")]
+        assert [(e.job_type, e.tenant_id) for e in await finishing.release(db, [job])] == [
+            ("h", "t")
+        ]
         [job] = await _claim(db)
         assert await finishing.complete(db, [(key, job.activation_count, None)], utcnow())
         assert await db.fetchval("SELECT count(*) FROM job_events") == 0

@@ -7,7 +7,9 @@ agree on a real database, for generated cases:
   lanes' _REENTRY_VTIME, through the real insert), and of a key among its lane's keys
   (the same rule / _KEY_REENTRY_VTIME);
 * the first pick (scheduler.allocate's / CLAIM_LEAD's lead lane, through the real
-  claim), and its key (scheduler.allocate_keys' / CLAIM_LEAD's lead key).
+  claim), and its key (scheduler.allocate_keys' / CLAIM_LEAD's lead key);
+* a worker-time settlement (scheduler.settlement and mixed_estimate / lanes'
+  SETTLE_LANES).
 """
 
 from __future__ import annotations
@@ -21,18 +23,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.db import Database, claims
+from app.db import Database, claims, lanes
 from app.db import jobs as stored_jobs
 from app.db.claims import EFFECTIVE_PRIORITY, LeadAsk, Share
 from app.domain import utcnow
 from app.scheduler import (
     Aging,
+    FairnessBy,
     Key,
     Lane,
     allocate,
     allocate_keys,
     effective_priority,
+    mixed_estimate,
     reentry_vtime,
+    settlement,
 )
 
 EXAMPLES = settings(
@@ -257,3 +262,60 @@ def test_the_lead_claim_takes_the_python_twins_first_key(run, keys) -> None:
 
     [first] = allocate_keys([Key(k, v, w) for k, v, w in keys], 1)
     assert run(lead_key) == (first, dict((k, w) for k, _, w in keys)[first])
+
+
+@EXAMPLES
+@given(
+    old=st.none() | st.floats(0.001, 100),
+    held=st.lists(st.floats(0, 100), min_size=0, max_size=20),
+    charged=st.floats(0.001, 100),
+    weight=st.integers(1, 10),
+    key_weight=st.integers(1, 10),
+)
+def test_a_settlement_in_sql_is_its_python_twin(
+    run, old, held, charged, weight, key_weight
+) -> None:
+    """settle_lanes (ADR 029) moves a lane by scheduler.settlement's units per its weight
+    and its estimate as scheduler.mixed_estimate; its key by the units per key weight."""
+    job_type = "twin-settle"
+    units = sum(settlement(FairnessBy.WORKER_TIME, charged, h) for h in held)
+
+    async def settled(db: Database) -> tuple[float, float | None, float]:
+        async with db.transaction() as tx:
+            await tx.execute("DELETE FROM lanes WHERE job_type = $1", job_type)
+            await tx.execute("DELETE FROM lane_keys WHERE job_type = $1", job_type)
+            await tx.execute(
+                "INSERT INTO tenants (tenant_id, weight) VALUES ('s', $1)"
+                " ON CONFLICT (tenant_id) DO UPDATE SET weight = $1",
+                weight,
+            )
+            await tx.execute(
+                "INSERT INTO key_weights (tenant_id, fairness_key, shard, weight)"
+                " VALUES ('s', 'k', jobfair_shard('s'), $1)"
+                " ON CONFLICT (tenant_id, fairness_key, shard) DO UPDATE SET weight = $1",
+                key_weight,
+            )
+            await tx.execute(
+                "INSERT INTO lanes (job_type, tenant_id, shard, vtime, unit_est)"
+                " VALUES ($1, 's', jobfair_shard('s'), 500, $2)",
+                job_type,
+                old,
+            )
+            await tx.execute(
+                "INSERT INTO lane_keys (job_type, tenant_id, fairness_key, shard, vtime)"
+                " VALUES ($1, 's', 'k', jobfair_shard('s'), 500)",
+                job_type,
+            )
+        settle = lanes.Settled(units, len(held), sum(held))
+        await lanes.settle(db, job_type, {"s": settle}, {("s", "k"): units})
+        lane = await db.fetchrow("SELECT vtime, unit_est FROM lanes WHERE job_type = $1", job_type)
+        key = await db.fetchval("SELECT vtime FROM lane_keys WHERE job_type = $1", job_type)
+        return lane["vtime"], lane["unit_est"], key
+
+    vtime, estimate, key_vtime = run(settled)
+    assert vtime == pytest.approx(500 + units / weight)
+    assert key_vtime == pytest.approx(500 + units / key_weight)
+    expected = mixed_estimate(old, sum(held), len(held))
+    assert (estimate is None) == (expected is None)
+    if expected is not None:
+        assert estimate == pytest.approx(expected)

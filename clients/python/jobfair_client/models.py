@@ -34,6 +34,9 @@ class Job:
     idempotency_key: str | None
     # Its fairness key inside its tenant ("<default>" when created without one).
     fairness_key: str = "<default>"
+    # What it declares it costs (1 unless sent): charged to its lane where its type is
+    # fair by cost.
+    cost: float = 1.0
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Job:
@@ -58,6 +61,7 @@ class Job:
             completed_at=_instant(d.get("completedAt")),
             idempotency_key=d.get("idempotencyKey"),
             fairness_key=d.get("fairnessKey", "<default>"),
+            cost=d.get("cost", 1.0),
         )
 
 
@@ -76,6 +80,8 @@ class NewJob:
     idempotency_key: str | None = None
     # Divides the tenant's share among its keys (an end user, a project).
     fairness_key: str | None = None
+    # What it costs, where its type is fair by cost (a positive number; None: 1).
+    cost: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"type": self.type}
@@ -89,6 +95,7 @@ class NewJob:
             "delay": self.delay_ms,
             "idempotencyKey": self.idempotency_key,
             "fairnessKey": self.fairness_key,
+            "cost": self.cost,
         }
         body.update({k: v for k, v in optional.items() if v is not None})
         return body

@@ -57,6 +57,9 @@ async def test_producer_api_and_typed_errors(jf):
     assert (await jf.get_job(keys[3])).fairness_key == "<default>"
     [keyed] = await jf.create_jobs([NewJob("mail", fairness_key="user:7")])
     assert (await jf.get_job(keyed)).fairness_key == "user:7"
+    assert (await jf.get_job(keyed)).cost == 1
+    [costly] = await jf.create_jobs([NewJob("mail", cost=2.5)])
+    assert (await jf.get_job(costly)).cost == 2.5
     await jf.cancel_job(keys[0])
     assert (await jf.get_job(keys[0])).state == "CANCELED"
     with pytest.raises(Conflict):

@@ -26,6 +26,10 @@ export interface Job {
   activatedAt: string | null
   completedAt: string | null
   idempotencyKey: string | null
+  /** Its fairness key inside its tenant ('<default>' when created without one). */
+  fairnessKey: string
+  /** What it declares it costs (1 unless sent); charged where its type is fair by cost. */
+  cost: number
 }
 
 export interface NewJob {
@@ -38,6 +42,10 @@ export interface NewJob {
   runAt?: string
   delay?: number
   idempotencyKey?: string
+  /** Divides the tenant's share among its keys (an end user, a project). */
+  fairnessKey?: string
+  /** A positive number, charged where the job type is fair by cost (default 1). */
+  cost?: number
 }
 
 /** A job to finish: the record itself, or its key and activationCount. */

@@ -19,6 +19,10 @@ public final class NewJob {
     public NewJob runAt(String rfc3339) { fields.put("runAt", rfc3339); return this; }
     public NewJob delayMs(long delay) { fields.put("delay", delay); return this; }
     public NewJob idempotencyKey(String key) { fields.put("idempotencyKey", key); return this; }
+    /** Divides the tenant's share among its keys (an end user, a project). */
+    public NewJob fairnessKey(String key) { fields.put("fairnessKey", key); return this; }
+    /** A positive number, charged where the job type is fair by cost (default 1). */
+    public NewJob cost(double cost) { fields.put("cost", cost); return this; }
 
     boolean hasIdempotencyKey() {
         return fields.containsKey("idempotencyKey");
