@@ -20,7 +20,7 @@ import logging
 import time
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -380,6 +380,7 @@ class ActivationService:
             counts = await keys_read.split(tx, job_type, lane_counts)
             got = await claims.claim(tx, job_type, counts, **claim_args)
             taken = Counter(c.job.tenant_id for c in got)
+            plan = _as_claimed(plan, room, tokens, taken)
             if buckets is not None:
                 await claims.take_tokens(tx, job_type, buckets, taken, len(got))
                 self._rate_out(job_type, buckets, plan, taken, len(got))
@@ -597,6 +598,22 @@ def _round_charges(
         keys_n,
         {k: key_units[k] / (n * key_weights[k]) for k, n in keys_n.items()},
         lifted,
+    )
+
+
+def _as_claimed(
+    plan: RoundPlan, room: Mapping[str, int], tokens: Mapping[str, int], taken: Mapping[str, int]
+) -> RoundPlan:
+    """``plan`` with only the lanes its claim left at their caps (out of tokens) counted
+    so: a lane allotted all its room whose claim came up short (a key of it drained, or
+    its heads held by another activator) still has room, and the call's next rounds may
+    give it more."""
+
+    def used_up(lanes: frozenset[str], limits: Mapping[str, int]) -> frozenset[str]:
+        return frozenset(t for t in lanes if taken.get(t, 0) >= limits.get(t, 0))
+
+    return replace(
+        plan, capped_out=used_up(plan.capped_out, room), rate_out=used_up(plan.rate_out, tokens)
     )
 
 
