@@ -3,7 +3,15 @@ third of the measured capacity on `jobfair serve --workers 2`, background work o
 retention short.  ``make soak`` runs the same for 30 minutes at half the capacity, on a
 machine to itself (docs/reliability.md, "Soak"); here the other test worker's tests share
 the two cores the capacity was measured on, and at half it the first window once fell
-behind the offered rate (621 of 747 jobs/s, a drift of 14 %) with nothing drifting."""
+behind the offered rate (621 of 747 jobs/s, a drift of 14 %) with nothing drifting.
+
+What the short soak asserts on throughput is what a drift would show: that the server
+slowed down.  The last window must keep up with the offered rate and not fall below the
+first window by 10 %.  A first window behind the rate because a neighbour test took the
+second core is not that: at a third of the capacity a fresh clone's CI run once gave 899
+jobs/s in the first window and 999 in the last, of 997 offered (a symmetric "drift" of
+11 %, with the server faster at the end than at the start).  ``make soak`` reports the
+symmetric drift of the 30-minute run."""
 
 from __future__ import annotations
 
@@ -38,8 +46,10 @@ async def test_two_minutes_at_a_third_of_capacity_drift_nothing_and_lose_nothing
     assert result.completed_once == result.created
     assert result.failed_then_retried >= result.created // 20
     assert result.left_activated == 0 and result.server_errors == 0
-    # Throughput: the last 30 s as the first (after the warm-up) within 10 %.
-    assert result.drift < 0.10, result.summary()
+    # Throughput: no slowdown.  The last 30 s keep up with the offered rate and are not
+    # 10 % below the first 30 s after the warm-up.
+    assert result.last_window_jobs_per_s >= 0.9 * result.rate_jobs_per_s, result.summary()
+    assert result.last_window_jobs_per_s >= 0.9 * result.first_window_jobs_per_s, result.summary()
     # Bounded: retention (20 s) and autovacuum keep the tables at one size, and the
     # server's memory is flat, from the middle of the run to its end.
     settled = [r for r in result.rows if r["atS"] > SECONDS / 2]
