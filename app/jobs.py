@@ -206,12 +206,15 @@ class JobService:
     async def cancel(self, job_key: int, now: datetime) -> None:
         """CREATED (delayed too) or ACTIVATED -> CANCELED; an ACTIVATED job's worker
         then gets 409 for its finish."""
-        lane = await finishing.cancel(self.db, job_key, now)
-        if lane is None:
+        ended = await finishing.cancel(self.db, job_key, now)
+        if ended is None:
             row = await self._existing(job_key)
             raise InvalidState(
                 f"job {job_key} is {row.state}; only a CREATED or ACTIVATED job can be canceled"
             )
+        # A lease it ended held its worker until now (by worker time, ADR 029).
+        self.activation.settlements.add([ended], now)
+        lane = ended.job_type, ended.tenant_id
         self.metrics.count_one(self.metrics.canceled, *lane)
         if logs.jobs.isEnabledFor(logging.INFO):
             logs.job_event(logging.INFO, "canceled", job_key, *lane)

@@ -100,6 +100,27 @@ class Lane:
         return self.unit / self.weight
 
 
+# A virtual time is a float8, whose resolution is relative: a stride below half a unit
+# in the last place of a lane's virtual time would add nothing, and lanes tied there
+# would tie forever, every pick going to the first by id (a lane whose jobs cost 1e-6
+# at weight 10,000 beside virtual times of 1e9, ADR 029).  So a pick advances its lane by
+# its stride, by VTIME_RESOLUTION of the lane's virtual time (2^-50: at least four units
+# in its last place), or by MIN_STRIDE, whichever is most: where that rounds a stride up,
+# lanes tied at one virtual time take turns rather than one of them every pick.
+VTIME_RESOLUTION = 2.0**-50
+# The least stride a job's cost gives (1e-6 at weight 10,000): a stride of 0 (a lease
+# estimate of 0 s) at virtual time 0 would advance nothing either.
+MIN_STRIDE = 1e-10
+
+
+def advance(vtime: float, stride: float, n: int = 1) -> float:
+    """``vtime`` after ``n`` picks of ``stride``, each at least VTIME_RESOLUTION of
+    ``vtime`` and at least MIN_STRIDE (the lane charge's twin: app.db.lanes._CHARGE)."""
+    if n <= 0:
+        return vtime
+    return vtime + n * max(stride, abs(vtime) * VTIME_RESOLUTION, MIN_STRIDE)
+
+
 @dataclass(frozen=True, slots=True)
 class Allocation:
     # tenant id -> number of jobs to claim from its lane, in the order lanes were first picked.
@@ -147,7 +168,7 @@ def _stride(
             headroom -= 1
             if headroom <= 0:
                 continue
-        heapq.heappush(entries, (vtime + stride, name, stride, headroom))
+        heapq.heappush(entries, (advance(vtime, stride), name, stride, headroom))
     return counts, picks
 
 

@@ -187,23 +187,33 @@ FROM ended
 # -- name: cancel_job
 # CREATED, SCHEDULED or ACTIVATED -> CANCELED.  An ACTIVATED job's activation ends as a
 # finish ends it: its stream gets its credit back, a capped type or tenant its capacity
-# (its worker's later finish is fenced out: the job is not ACTIVATED).  The notifications
-# and the release also run for a job that was not ACTIVATED: the statement cannot tell
-# (RETURNING gives the new row), and for one job they cost a probe each.  Index: jobs
-# pkey.  Locks: the job's row; as RELEASE_HOLDS.
+# (its worker's later finish is fenced out: the job is not ACTIVATED), and by worker time
+# its lane is settled for the time it held (``charged``, NULL unless it was ACTIVATED:
+# RETURNING gives the new row, so the state it was in is read first, its row locked).
+# The notifications and the release also run for a job that was not ACTIVATED; for one
+# job they cost a probe each.  Index: jobs pkey.  Locks: the job's row; as RELEASE_HOLDS.
 CANCEL_JOB = f"""
-WITH ended AS (
-    UPDATE jobs j SET state = 'CANCELED', completed_at = $2, deadline = NULL
+WITH was AS (
+    SELECT j.state FROM jobs j
     WHERE j.job_key = $1 AND j.shard = jobfair_key_shard($1)
+    FOR NO KEY UPDATE
+),
+ended AS (
+    UPDATE jobs j SET state = 'CANCELED', completed_at = $2, deadline = NULL
+    -- An InitPlan, run as the row is first looked at, before the update: the lock and
+    -- the state read come first.
+    WHERE j.job_key = $1 AND j.shard = jobfair_key_shard($1)
+      AND (SELECT state FROM was) IN ('CREATED', 'SCHEDULED', 'ACTIVATED')
       AND j.state IN ('CREATED', 'SCHEDULED', 'ACTIVATED')
     RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activation_count,
-              j.activated_at, j.worker, j.retries, j.fairness_key
+              j.activated_at, j.worker, j.retries, j.fairness_key,
+              CASE WHEN (SELECT state FROM was) = 'ACTIVATED' THEN j.charged END AS charged
 ),
 {ended_cte("ended", "ARRAY[$1::bigint]", step=CANCELED, event="'canceled'", at="$2")},
 {CREDIT_NOTIFY},
 {CAPACITY_NOTIFY},
 {RELEASE_HOLDS}
-SELECT job_type, tenant_id, fairness_key,
+SELECT job_key, job_type, tenant_id, activated_at, fairness_key, charged,
        (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
          AS _n
 FROM ended
@@ -305,13 +315,14 @@ async def release(db: Sessions, jobs: Sequence[JobRow]) -> list[Ended]:
     return [_ended(r, JobState.CREATED) for r in rows]
 
 
-async def cancel(db: Sessions, job_key: int, now: datetime) -> tuple[str, str] | None:
+async def cancel(db: Sessions, job_key: int, now: datetime) -> Ended | None:
     """Cancel a CREATED, SCHEDULED or ACTIVATED job (cancel_job); then park its lane if
-    that emptied it (an empty lane left active would keep its idle vtime, ADR 014).  Its
-    (type, tenant), or None if it was in none of those states."""
+    that emptied it (an empty lane left active would keep its idle vtime, ADR 014).  The
+    job (its ``charged`` None unless an activation by worker time ended), or None if it
+    was in none of those states."""
     row = await db.fetchrow(CANCEL_JOB, job_key, now)
     if row is None:
         return None
     tenant = row["tenant_id"]
     await lanes.park(db, row["job_type"], [tenant], keys=[(tenant, row["fairness_key"])])
-    return row["job_type"], row["tenant_id"]
+    return _ended(row, JobState.CANCELED)

@@ -78,7 +78,7 @@ from app.db.base import Queries, Sessions, retry_deadlock
 from app.db.listen import NOTIFY_CHANNEL
 from app.db.locks import LANE_LOCK_CLASS, buckets_of, lane_bucket, lock_sql, share_buckets_sql
 from app.db.rows import KeyRead, LaneRead, LaneRow, TypeConfig
-from app.scheduler import ESTIMATE_ALPHA, FairnessBy
+from app.scheduler import ESTIMATE_ALPHA, MIN_STRIDE, VTIME_RESOLUTION, FairnessBy
 
 log = logging.getLogger(__name__)
 
@@ -200,12 +200,14 @@ WITH ready_lanes AS (
 # first), until the statement commits -- asynchronously (synchronous_commit = off for
 # its own transaction only, set only when a lane is charged): a crash can forget the
 # last few hundred milliseconds of charges, which fences nothing; the claim it accounts
-# for was durable before it ran.
-_CHARGE = """charge AS (
+# for was durable before it ran.  A pick advances a lane or key at least
+# scheduler.VTIME_RESOLUTION of its virtual time or MIN_STRIDE (scheduler.advance).
+_RES, _MIN = f"{VTIME_RESOLUTION!r}::float8", f"{MIN_STRIDE!r}::float8"
+_CHARGE = f"""charge AS (
     -- Each charged lane found by key and locked, in tenant order.
     SELECT x.tenant_id, c.n, c.stride, c.floor
-    FROM unnest({tenants}::text[], {counts}::int[], {strides}::float8[], {floors}::float8[])
-         AS c(tenant_id, n, stride, floor)
+    FROM unnest({{tenants}}::text[], {{counts}}::int[], {{strides}}::float8[],
+                {{floors}}::float8[]) AS c(tenant_id, n, stride, floor)
     JOIN lanes x ON x.job_type = $1 AND x.tenant_id = c.tenant_id
     ORDER BY x.tenant_id
     FOR NO KEY UPDATE OF x
@@ -213,7 +215,8 @@ _CHARGE = """charge AS (
 charged AS (
     UPDATE lanes l
     -- GREATEST ignores a NULL floor: only rate-limited lanes are lifted (ADR 028).
-    SET vtime = GREATEST(l.vtime, c.floor) + c.n * c.stride,
+    SET vtime = GREATEST(l.vtime, c.floor)
+            + c.n * GREATEST(c.stride, abs(GREATEST(l.vtime, c.floor)) * {_RES}, {_MIN}),
         activated_total = l.activated_total + c.n
     FROM charge c
     -- ANY(ARRAY(...)) keeps the update to one lanes_pkey probe per charged lane, as in
@@ -228,8 +231,8 @@ key_charge AS (
     -- Each charged key found by key and locked, in (tenant, key) order, once every
     -- charged lane is locked (the count reads charge whole).
     SELECT x.tenant_id, x.fairness_key, c.n, c.stride
-    FROM unnest({key_tenants}::text[], {keys}::text[], {key_counts}::int[],
-                {key_strides}::float8[]) AS c(tenant_id, fairness_key, n, stride)
+    FROM unnest({{key_tenants}}::text[], {{keys}}::text[], {{key_counts}}::int[],
+                {{key_strides}}::float8[]) AS c(tenant_id, fairness_key, n, stride)
     JOIN lane_keys x ON x.job_type = $1 AND x.tenant_id = c.tenant_id
      AND x.fairness_key = c.fairness_key
     WHERE (SELECT count(*) FROM charge) >= 0
@@ -238,7 +241,8 @@ key_charge AS (
 ),
 key_charged AS (
     UPDATE lane_keys k
-    SET vtime = k.vtime + c.n * c.stride, activated_total = k.activated_total + c.n
+    SET vtime = k.vtime + c.n * GREATEST(c.stride, abs(k.vtime) * {_RES}, {_MIN}),
+        activated_total = k.activated_total + c.n
     FROM key_charge c
     -- One lane_keys_pkey probe per charged key, driven by key_charge.  (ANY(ARRAY(...))
     -- of the tenants and of the keys, as for lanes, put both arrays in every probe's

@@ -182,16 +182,26 @@ FROM ended;
 -- name: cancel_job
 -- CREATED, SCHEDULED or ACTIVATED -> CANCELED.  An ACTIVATED job's activation ends as a
 -- finish ends it: its stream gets its credit back, a capped type or tenant its capacity
--- (its worker's later finish is fenced out: the job is not ACTIVATED).  The notifications
--- and the release also run for a job that was not ACTIVATED: the statement cannot tell
--- (RETURNING gives the new row), and for one job they cost a probe each.  Index: jobs
--- pkey.  Locks: the job's row; as RELEASE_HOLDS.
-WITH ended AS (
-    UPDATE jobs j SET state = 'CANCELED', completed_at = $2, deadline = NULL
+-- (its worker's later finish is fenced out: the job is not ACTIVATED), and by worker time
+-- its lane is settled for the time it held (``charged``, NULL unless it was ACTIVATED:
+-- RETURNING gives the new row, so the state it was in is read first, its row locked).
+-- The notifications and the release also run for a job that was not ACTIVATED; for one
+-- job they cost a probe each.  Index: jobs pkey.  Locks: the job's row; as RELEASE_HOLDS.
+WITH was AS (
+    SELECT j.state FROM jobs j
     WHERE j.job_key = $1 AND j.shard = jobfair_key_shard($1)
+    FOR NO KEY UPDATE
+),
+ended AS (
+    UPDATE jobs j SET state = 'CANCELED', completed_at = $2, deadline = NULL
+    -- An InitPlan, run as the row is first looked at, before the update: the lock and
+    -- the state read come first.
+    WHERE j.job_key = $1 AND j.shard = jobfair_key_shard($1)
+      AND (SELECT state FROM was) IN ('CREATED', 'SCHEDULED', 'ACTIVATED')
       AND j.state IN ('CREATED', 'SCHEDULED', 'ACTIVATED')
     RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activation_count,
-              j.activated_at, j.worker, j.retries, j.fairness_key
+              j.activated_at, j.worker, j.retries, j.fairness_key,
+              CASE WHEN (SELECT state FROM was) = 'ACTIVATED' THEN j.charged END AS charged
 ),
 leases AS (
     SELECT job_key, deadline FROM jobs WHERE job_key = ANY(ARRAY[$1::bigint]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
@@ -221,7 +231,7 @@ unheld AS (
     SELECT jobfair_release_holds(1246101507, 1246101508,
         ARRAY(SELECT DISTINCT e.tenant_id FROM ended e), 'jobfair') AS n
 )
-SELECT job_type, tenant_id, fairness_key,
+SELECT job_key, job_type, tenant_id, activated_at, fairness_key, charged,
        (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
          AS _n
 FROM ended;

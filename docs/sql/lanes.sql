@@ -105,8 +105,8 @@ SELECT (SELECT count(*) FROM notified) + (SELECT count(*) FROM new_lanes)
 WITH charge AS (
     -- Each charged lane found by key and locked, in tenant order.
     SELECT x.tenant_id, c.n, c.stride, c.floor
-    FROM unnest($4::text[], $5::int[], $6::float8[], $11::float8[])
-         AS c(tenant_id, n, stride, floor)
+    FROM unnest($4::text[], $5::int[], $6::float8[],
+                $11::float8[]) AS c(tenant_id, n, stride, floor)
     JOIN lanes x ON x.job_type = $1 AND x.tenant_id = c.tenant_id
     ORDER BY x.tenant_id
     FOR NO KEY UPDATE OF x
@@ -114,7 +114,8 @@ WITH charge AS (
 charged AS (
     UPDATE lanes l
     -- GREATEST ignores a NULL floor: only rate-limited lanes are lifted (ADR 028).
-    SET vtime = GREATEST(l.vtime, c.floor) + c.n * c.stride,
+    SET vtime = GREATEST(l.vtime, c.floor)
+            + c.n * GREATEST(c.stride, abs(GREATEST(l.vtime, c.floor)) * 8.881784197001252e-16::float8, 1e-10::float8),
         activated_total = l.activated_total + c.n
     FROM charge c
     -- ANY(ARRAY(...)) keeps the update to one lanes_pkey probe per charged lane, as in
@@ -139,7 +140,8 @@ key_charge AS (
 ),
 key_charged AS (
     UPDATE lane_keys k
-    SET vtime = k.vtime + c.n * c.stride, activated_total = k.activated_total + c.n
+    SET vtime = k.vtime + c.n * GREATEST(c.stride, abs(k.vtime) * 8.881784197001252e-16::float8, 1e-10::float8),
+        activated_total = k.activated_total + c.n
     FROM key_charge c
     -- One lane_keys_pkey probe per charged key, driven by key_charge.  (ANY(ARRAY(...))
     -- of the tenants and of the keys, as for lanes, put both arrays in every probe's
@@ -192,8 +194,8 @@ FROM key_charged kc WHERE NOT (SELECT min(j.priority) FROM jobs j
 WITH charge AS (
     -- Each charged lane found by key and locked, in tenant order.
     SELECT x.tenant_id, c.n, c.stride, c.floor
-    FROM unnest($4::text[], $5::int[], $6::float8[], $12::float8[])
-         AS c(tenant_id, n, stride, floor)
+    FROM unnest($4::text[], $5::int[], $6::float8[],
+                $12::float8[]) AS c(tenant_id, n, stride, floor)
     JOIN lanes x ON x.job_type = $1 AND x.tenant_id = c.tenant_id
     ORDER BY x.tenant_id
     FOR NO KEY UPDATE OF x
@@ -201,7 +203,8 @@ WITH charge AS (
 charged AS (
     UPDATE lanes l
     -- GREATEST ignores a NULL floor: only rate-limited lanes are lifted (ADR 028).
-    SET vtime = GREATEST(l.vtime, c.floor) + c.n * c.stride,
+    SET vtime = GREATEST(l.vtime, c.floor)
+            + c.n * GREATEST(c.stride, abs(GREATEST(l.vtime, c.floor)) * 8.881784197001252e-16::float8, 1e-10::float8),
         activated_total = l.activated_total + c.n
     FROM charge c
     -- ANY(ARRAY(...)) keeps the update to one lanes_pkey probe per charged lane, as in
@@ -226,7 +229,8 @@ key_charge AS (
 ),
 key_charged AS (
     UPDATE lane_keys k
-    SET vtime = k.vtime + c.n * c.stride, activated_total = k.activated_total + c.n
+    SET vtime = k.vtime + c.n * GREATEST(c.stride, abs(k.vtime) * 8.881784197001252e-16::float8, 1e-10::float8),
+        activated_total = k.activated_total + c.n
     FROM key_charge c
     -- One lane_keys_pkey probe per charged key, driven by key_charge.  (ANY(ARRAY(...))
     -- of the tenants and of the keys, as for lanes, put both arrays in every probe's
@@ -311,8 +315,8 @@ LEFT JOIN key_weights w ON w.tenant_id = a.tenant_id AND w.fairness_key = k.fair
 WITH charge AS (
     -- Each charged lane found by key and locked, in tenant order.
     SELECT x.tenant_id, c.n, c.stride, c.floor
-    FROM unnest($2::text[], $3::int[], $4::float8[], $9::float8[])
-         AS c(tenant_id, n, stride, floor)
+    FROM unnest($2::text[], $3::int[], $4::float8[],
+                $9::float8[]) AS c(tenant_id, n, stride, floor)
     JOIN lanes x ON x.job_type = $1 AND x.tenant_id = c.tenant_id
     ORDER BY x.tenant_id
     FOR NO KEY UPDATE OF x
@@ -320,7 +324,8 @@ WITH charge AS (
 charged AS (
     UPDATE lanes l
     -- GREATEST ignores a NULL floor: only rate-limited lanes are lifted (ADR 028).
-    SET vtime = GREATEST(l.vtime, c.floor) + c.n * c.stride,
+    SET vtime = GREATEST(l.vtime, c.floor)
+            + c.n * GREATEST(c.stride, abs(GREATEST(l.vtime, c.floor)) * 8.881784197001252e-16::float8, 1e-10::float8),
         activated_total = l.activated_total + c.n
     FROM charge c
     -- ANY(ARRAY(...)) keeps the update to one lanes_pkey probe per charged lane, as in
@@ -345,7 +350,8 @@ key_charge AS (
 ),
 key_charged AS (
     UPDATE lane_keys k
-    SET vtime = k.vtime + c.n * c.stride, activated_total = k.activated_total + c.n
+    SET vtime = k.vtime + c.n * GREATEST(c.stride, abs(k.vtime) * 8.881784197001252e-16::float8, 1e-10::float8),
+        activated_total = k.activated_total + c.n
     FROM key_charge c
     -- One lane_keys_pkey probe per charged key, driven by key_charge.  (ANY(ARRAY(...))
     -- of the tenants and of the keys, as for lanes, put both arrays in every probe's

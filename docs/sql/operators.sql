@@ -96,6 +96,62 @@ unheld AS (
 )
 SELECT up.* FROM up WHERE (SELECT count(*) FROM unheld) = 1;
 
+-- name: reprice_lanes
+-- Before a tenant's weight changes to $2 (in the transaction that changes it, under its
+-- cap lock): its lanes' leases still out by worker time were charged their estimates at
+-- the old weight, and are settled at the weight of their finish (ADR 029); so the
+-- estimates in flight are charged again at the new one now: each lane moves by its
+-- ACTIVATED jobs' charged units x (1/new - 1/old).  Without it a weight lowered between
+-- charge and settlement took back more than was charged and banked the lane credit (a
+-- helper's run: 10,000 to 1 with 100 leases out left a lane at -32.9).  Index:
+-- jobs_active_tenant_idx (the tenant's leases), lanes pkey.  Locks: the tenant's lanes
+-- of the types it has leases of, in job type order.
+WITH old AS (
+    SELECT COALESCE((SELECT t.weight FROM tenants t WHERE t.tenant_id = $1), 1)::float8 AS w
+),
+owed AS (
+    SELECT j.job_type, sum(j.charged) AS units FROM jobs j
+    WHERE j.state = 'ACTIVATED' AND j.tenant_id = $1 AND j.charged IS NOT NULL
+      AND (SELECT w FROM old) <> $2::float8
+    GROUP BY j.job_type
+),
+locked AS (
+    SELECT x.job_type, o.units FROM lanes x JOIN owed o ON o.job_type = x.job_type
+    WHERE x.tenant_id = $1 AND x.shard = jobfair_shard($1)
+    ORDER BY x.job_type
+    FOR NO KEY UPDATE OF x
+)
+UPDATE lanes l SET vtime = l.vtime + k.units * (1.0 / $2::float8 - 1.0 / (SELECT w FROM old))
+FROM locked k
+WHERE l.job_type = k.job_type AND l.tenant_id = $1 AND l.shard = jobfair_shard($1);
+
+-- name: reprice_key
+-- As reprice_lanes, one level down: before a fairness key's weight changes to $3, its
+-- keys' estimates in flight (one key per job type) charged again at the new weight.
+-- Index: jobs_active_tenant_idx, lane_keys pkey.  Locks: the key's rows, in job type
+-- order.
+WITH old AS (
+    SELECT COALESCE((SELECT w.weight FROM key_weights w
+                     WHERE w.tenant_id = $1 AND w.fairness_key = $2
+                       AND w.shard = jobfair_shard($1)), 1)::float8 AS w
+),
+owed AS (
+    SELECT j.job_type, sum(j.charged) AS units FROM jobs j
+    WHERE j.state = 'ACTIVATED' AND j.tenant_id = $1 AND j.fairness_key = $2
+      AND j.charged IS NOT NULL AND (SELECT w FROM old) <> $3::float8
+    GROUP BY j.job_type
+),
+locked AS (
+    SELECT x.job_type, o.units FROM lane_keys x JOIN owed o ON o.job_type = x.job_type
+    WHERE x.tenant_id = $1 AND x.fairness_key = $2 AND x.shard = jobfair_shard($1)
+    ORDER BY x.job_type
+    FOR NO KEY UPDATE OF x
+)
+UPDATE lane_keys k SET vtime = k.vtime + o.units * (1.0 / $3::float8 - 1.0 / (SELECT w FROM old))
+FROM locked o
+WHERE k.job_type = o.job_type AND k.tenant_id = $1 AND k.fairness_key = $2
+  AND k.shard = jobfair_shard($1);
+
 -- name: lock_tenant
 -- A tenant's cap lock, taken before its row is written (upsert_tenant, delete_tenant), in
 -- the order a rate-limited claim takes them (the lock, then the row it takes tokens

@@ -132,6 +132,28 @@ async def test_by_worker_time_tenants_share_the_workers_time(live: Live, store, 
         assert share >= 0.75, held
 
 
+async def test_by_cost_tiny_costs_beside_a_virtual_time_of_1e9_still_take_turns(
+    live: Live, store
+) -> None:
+    """Helper report on issue 28 section 3: one job of cost 1e9 had left the type's
+    virtual times at 1e9, where a job of cost 1e-6 at weight 10,000 (a stride of 1e-10)
+    added nothing in float8; two such lanes then tied for ever and every single pick went
+    to the first by id (40 to 0).  A pick now moves its lane at least the virtual time's
+    resolution (scheduler.advance), so they take turns."""
+    c = live.client
+    await _fair_by(c, "tiny", "cost")
+    for t in ("a", "b"):
+        assert (await c.put(f"/v2/tenants/{t}", json={"weight": 10_000})).status_code == 200
+        await enqueue(c, "tiny", t, 30, cost=1e-6)
+    # Where the cost-1e9 job had left them (its lane parked, the others re-entered there).
+    await store.execute("UPDATE lanes SET vtime = 1e9 WHERE job_type = 'tiny'")
+    got = await _drain_one_by_one(c, "tiny", 40)
+    counts = {t: round(v / 1e-6) for t, v in got.items()}
+    assert abs(counts.get("a", 0) - counts.get("b", 0)) <= 2, counts
+    vtimes = [await _vtime(store, "tiny", t) for t in ("a", "b")]
+    assert all(1e9 < v < 1e9 + 1e-3 for v in vtimes), vtimes
+
+
 async def _vtime(store, job_type: str, tenant: str) -> float:
     v: float = await store.fetchval(
         "SELECT vtime FROM lanes WHERE job_type = $1 AND tenant_id = $2", job_type, tenant
@@ -172,6 +194,108 @@ async def test_a_release_takes_back_the_estimate_and_an_expiry_charges_the_lease
     # The next activation is charged the estimate learnt.
     [job] = await activate(c, "wt")
     assert await _charged(store, job["jobKey"]) == 3.0
+
+
+async def _fail_at_once(c: httpx.AsyncClient, jobs: list[dict]) -> None:
+    for job in jobs:
+        body = {"activationCount": job["activationCount"], "retries": 3}
+        assert (await c.post(f"/v2/jobs/{job['jobKey']}/fail", json=body)).status_code == 204
+
+
+@pytest.mark.parametrize("change", ["put", "delete"])
+async def test_a_weight_lowered_with_leases_out_banks_no_credit(
+    live: Live, store, change: str
+) -> None:
+    """Helper report on issue 28 section 3: 100 leases charged their 1 s estimates at
+    weight 10,000, the weight then lowered to 1 (by a PUT, or a DELETE of the tenant),
+    the leases failed at once: the settlements took back 100 s per weight 1 where 0.01
+    had been charged, and the lane fell to -32.9, ahead of every other for the next
+    33 s of worker time (60 picks to 0).  The estimates in flight are now charged again
+    at the new weight when it changes, so the lane ends where the time it held puts it."""
+    c = live.client
+    service = live.services.activation
+    await _fair_by(c, "wexp", "workerTime")
+    assert (await c.put("/v2/tenants/a", json={"weight": 10_000})).status_code == 200
+    await enqueue(c, "wexp", "a", 300)
+    await enqueue(c, "wexp", "b", 100)
+    jobs = await activate(c, "wexp", 100, tenantIds=["a"])
+    assert len(jobs) == 100
+    await service.settle()
+    if change == "put":
+        assert (await c.put("/v2/tenants/a", json={"weight": 1})).status_code == 200
+    else:
+        assert (await c.delete("/v2/tenants/a")).status_code == 204
+    await _fail_at_once(c, jobs)
+    await service.settle()
+    held_s = await store.fetchval(
+        "SELECT sum(extract(epoch FROM now() - activated_at))::float8 FROM jobs"
+        " WHERE job_type = 'wexp' AND tenant_id = 'a' AND activation_count = 1"
+    )
+    a, b = [await _vtime(store, "wexp", t) for t in ("a", "b")]
+    # At weight 1 the lane has been charged no more than the seconds its leases held
+    # (less the time since they failed), and not a second's credit less.
+    assert 0.0 <= a <= held_s + 1e-6, (a, b, held_s)
+    picks = await _drain_one_by_one(c, "wexp", 40)
+    assert picks.get("b", 0) >= 1, picks
+
+
+async def test_a_key_weight_lowered_with_leases_out_banks_no_credit(live: Live, store) -> None:
+    """The same one level down: a key's leases charged at key weight 10,000, the
+    weight then set to 1, the leases failed: the key's virtual time stays at or above
+    where it began."""
+    c = live.client
+    service = live.services.activation
+    await _fair_by(c, "wkey", "workerTime")
+    assert (await c.put("/v2/tenants/a/keys/k1", json={"weight": 10_000})).status_code == 200
+    await enqueue(c, "wkey", "a", 100, fairnessKey="k1")
+    jobs = await activate(c, "wkey", 100)
+    assert len(jobs) == 100
+    await enqueue(c, "wkey", "a", 10, fairnessKey="k2")
+    await service.settle()
+    assert (await c.put("/v2/tenants/a/keys/k1", json={"weight": 1})).status_code == 200
+    await _fail_at_once(c, jobs)
+    await service.settle()
+    k1, k2 = [
+        await store.fetchval(
+            "SELECT vtime FROM lane_keys WHERE job_type = 'wkey' AND fairness_key = $1", k
+        )
+        for k in ("k1", "k2")
+    ]
+    assert k1 >= 0.0, (k1, k2)
+
+
+async def test_a_canceled_lease_is_charged_the_time_it_held(live: Live, store) -> None:
+    """Helper report on issue 28 section 3: a cancel of an ACTIVATED job ended its lease
+    but settled nothing, so its lane kept the 1 s estimate and learnt nothing.  It is
+    settled as a finish is; a cancel of a job that was waiting settles nothing."""
+    c = live.client
+    service = live.services.activation
+    await _fair_by(c, "wc", "workerTime")
+    await enqueue(c, "wc", "a", 3)
+    start = await _vtime(store, "wc", "a")
+    [job] = await activate(c, "wc")
+    assert (await c.post(f"/v2/jobs/{job['jobKey']}/cancel")).status_code == 204
+    await service.settle()
+    held = await store.fetchval(
+        "SELECT extract(epoch FROM completed_at - activated_at)::float8 FROM jobs"
+        " WHERE job_key = $1",
+        int(job["jobKey"]),
+    )
+    assert await _vtime(store, "wc", "a") == pytest.approx(start + held)
+    assert await store.fetchval("SELECT unit_est FROM lanes WHERE job_type = 'wc'") == (
+        pytest.approx(held)
+    )
+    # A waiting job canceled has no lease, even one whose last lease was charged and
+    # settled (failed with retries left): nothing moves.
+    [again] = await activate(c, "wc")
+    await _fail_at_once(c, [again])
+    await service.settle()
+    settled = await _vtime(store, "wc", "a")
+    assert settled > start + held
+    assert await _charged(store, again["jobKey"]) is not None
+    assert (await c.post(f"/v2/jobs/{again['jobKey']}/cancel")).status_code == 204
+    await service.settle()
+    assert await _vtime(store, "wc", "a") == settled
 
 
 async def _charged(store, job_key: str) -> float | None:

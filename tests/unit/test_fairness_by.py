@@ -24,8 +24,10 @@ from hypothesis import strategies as st
 
 from app.scheduler import (
     DEFAULT_LEASE_ESTIMATE_S,
+    MIN_STRIDE,
     FairnessBy,
     Lane,
+    advance,
     allocate,
     job_units,
     mixed_estimate,
@@ -202,3 +204,29 @@ def test_a_settlement_makes_the_charge_the_time_held():
     assert charged == 0.25
     assert charged + settlement(FairnessBy.WORKER_TIME, charged, 0.1) == 0.1
     assert job_units(FairnessBy.WORKER_TIME, 1.0, None) == DEFAULT_LEASE_ESTIMATE_S
+
+
+@given(
+    st.floats(-1e18, 1e18, allow_nan=False),
+    st.floats(0.0, 1e9, allow_nan=False),
+    st.integers(1, 1000),
+)
+def test_a_pick_always_moves_its_lane(vtime, stride, n):
+    """A pick's advance is never rounded away (helper report, issue 28 section 3: a
+    stride of 1e-10 at a virtual time of 1e9 added nothing), and it is the stride
+    itself wherever the float8 can hold it."""
+    moved = advance(vtime, stride, n)
+    assert moved > vtime
+    assert advance(moved, stride) > moved
+    if stride >= max(abs(vtime) * 1e-12, MIN_STRIDE):
+        assert abs((moved - vtime) - n * stride) <= 1e-9 * n * stride + abs(vtime) * 1e-15
+    assert advance(vtime, stride, 0) == vtime
+
+
+@given(st.floats(0.0, 1e15), st.integers(2, 6), st.integers(2, 60))
+def test_lanes_tied_where_their_strides_round_away_take_turns(vtime, lanes, picks):
+    """Lanes at one virtual time with strides far below its resolution: stride picks
+    share them out evenly (within one pick), as equal strides would, rather than give
+    every pick to the first by id."""
+    got = allocate([Lane(f"t{i}", vtime, 10_000, unit=1e-6) for i in range(lanes)], picks)
+    assert max(got.counts.values()) - min(got.counts.get(f"t{i}", 0) for i in range(lanes)) <= 1
