@@ -578,8 +578,9 @@ def _round_charges(
 ) -> Charges:
     """What a claim of ``jobs`` charges their lanes and keys: each job's units
     (scheduler.job_units: 1, its cost, or the estimate its activation was charged) per
-    weight, as a stride per job claimed; and the lanes ``lifted`` to a floor, charged it
-    even if they got no job."""
+    weight, as a stride per job claimed; the lanes ``lifted`` to a floor, charged it
+    even if they got no job; and by cost, the costs served (by worker time the units
+    served are the seconds held, counted as the leases end)."""
     lanes_n: Counter[str] = Counter(dict.fromkeys(lifted, 0))
     keys_n: Counter[LaneKey] = Counter()
     units: defaultdict[str, float] = defaultdict(float)
@@ -592,12 +593,15 @@ def _round_charges(
         keys_n[key] += 1
         units[job.tenant_id] += u
         key_units[key] += u
+    by_cost = mode is FairnessBy.COST
     return Charges(
         lanes_n,
         {t: units[t] / (n * weights[t]) if n else 0.0 for t, n in lanes_n.items()},
         keys_n,
         {k: key_units[k] / (n * key_weights[k]) for k, n in keys_n.items()},
         lifted,
+        {t: units[t] for t in lanes_n} if by_cost else {},
+        dict(key_units) if by_cost else {},
     )
 
 

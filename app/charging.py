@@ -56,6 +56,8 @@ class _Pending:
         self.keys: Counter[LaneKey] = Counter()
         self.key_owed: defaultdict[LaneKey, float] = defaultdict(float)
         self.floors: dict[str, float] = {}
+        self.served: defaultdict[str, float] = defaultdict(float)
+        self.key_served: defaultdict[LaneKey, float] = defaultdict(float)
         self.writer: asyncio.Task[Any] | None = None
         self._next: asyncio.Future[None] | None = None  # done when `claimed` is written
         # Done when each write in flight is: the writer's and a lane read's may overlap.
@@ -73,6 +75,10 @@ class _Pending:
         for tenant, floor in charges.floors.items():
             # Floors only lift (GREATEST in the charge): the highest one stands for all.
             self.floors[tenant] = max(floor, self.floors.get(tenant, floor))
+        for tenant, units in charges.served.items():
+            self.served[tenant] += units
+        for key, units in charges.key_served.items():
+            self.key_served[key] += units
 
     def take(self) -> tuple[Charges, asyncio.Future[None]]:
         """The charges to write now, and the future to resolve once they are written (or
@@ -84,11 +90,14 @@ class _Pending:
             self.keys,
             _per_job(self.key_owed, self.keys),
             self.floors,
+            self.served,
+            self.key_served,
         )
         taken = (charges, self._next)
         self._writing = {f for f in self._writing if not f.done()} | {self._next}
         self.claimed, self.owed, self._next = Counter(), defaultdict(float), None
         self.keys, self.key_owed, self.floors = Counter(), defaultdict(float), {}
+        self.served, self.key_served = defaultdict(float), defaultdict(float)
         return taken
 
     async def none_in_flight(self) -> None:
@@ -195,9 +204,7 @@ class Settlements:
         self.db = db
         self._spawn = spawn
         self._lanes: defaultdict[str, dict[str, lanes.Settled]] = defaultdict(dict)
-        self._keys: defaultdict[str, defaultdict[LaneKey, float]] = defaultdict(
-            lambda: defaultdict(float)
-        )
+        self._keys: defaultdict[str, dict[LaneKey, lanes.Settled]] = defaultdict(dict)
         self._writers: dict[str, asyncio.Task[Any]] = {}
 
     def add(self, ended: Iterable[Ended], now: datetime, *, seen: bool = True) -> None:
@@ -209,12 +216,8 @@ class Settlements:
                 continue  # not charged by worker time: nothing to settle
             held = max(0.0, (now - e.activated_at).total_seconds()) if seen else 0.0
             units = settlement(FairnessBy.WORKER_TIME, e.charged, held)
-            owed = self._lanes[e.job_type]
-            was = owed.get(e.tenant_id, lanes.Settled(0.0, 0, 0.0))
-            owed[e.tenant_id] = lanes.Settled(
-                was.units + units, was.n + int(seen), was.held_s + held
-            )
-            self._keys[e.job_type][(e.tenant_id, e.fairness_key)] += units
+            _owe(self._lanes[e.job_type], e.tenant_id, units, int(seen), held)
+            _owe(self._keys[e.job_type], (e.tenant_id, e.fairness_key), units, int(seen), held)
             if e.job_type not in self._writers:
                 writer = asyncio.ensure_future(self._write(e.job_type))
                 self._writers[e.job_type] = writer
@@ -224,7 +227,7 @@ class Settlements:
         try:
             while self._lanes.get(job_type):
                 owed = self._lanes.pop(job_type)
-                keys: Mapping[LaneKey, float] = self._keys.pop(job_type, {})
+                keys: Mapping[LaneKey, lanes.Settled] = self._keys.pop(job_type, {})
                 try:
                     await lanes.settle(self.db, job_type, owed, keys)
                 except Exception as exc:  # the lanes keep their estimates; that is all
@@ -236,3 +239,9 @@ class Settlements:
         """Until every settlement owed so far has been written (or has failed)."""
         while self._writers:
             await asyncio.gather(*list(self._writers.values()), return_exceptions=True)
+
+
+def _owe(owed: dict[_K, lanes.Settled], at: _K, units: float, n: int, held_s: float) -> None:
+    """Add a settlement to what ``owed`` holds for ``at``."""
+    was = owed.get(at, lanes.Settled(0.0, 0, 0.0))
+    owed[at] = lanes.Settled(was.units + units, was.n + n, was.held_s + held_s)

@@ -213,7 +213,9 @@ class LaneView:
 class StatsService:
     """``GET /v2/stats`` and the metrics' gauges.  Activations in the window (the last
     minute) come from the lanes' running totals (shared by every replica), sampled in
-    process every few seconds and at every read (``app.shares``)."""
+    process every few seconds and at every read (``app.shares``).  A job type fair by
+    cost or by worker time has its shares measured in its units instead (ADR 029): the
+    lanes' and keys' running counts of units served, in windows of their own."""
 
     def __init__(
         self,
@@ -226,6 +228,9 @@ class StatsService:
         self.sample_interval_s = sample_interval_s
         self.window = ShareWindow(window_s)
         self.keys = KeyWindow(window_s, top_keys)
+        # The same, of units served: the shares of types fair by cost or worker time.
+        self.units = ShareWindow(window_s)
+        self.key_units = KeyWindow(window_s, top_keys)
         self.throughput = Throughput()
         self.latest: list[LaneSampleRow] = []
 
@@ -239,8 +244,13 @@ class StatsService:
             )
             for r in rows
         }
+        units = {
+            lane: sample._replace(served=r.units_total)
+            for r, (lane, sample) in zip(rows, lanes.items(), strict=True)
+        }
         now = time.monotonic()
         self.window.add(now, lanes)
+        self.units.add(now, units)
         totals: dict[str, int] = {}
         for r in rows:
             totals[r.job_type] = totals.get(r.job_type, 0) + r.activated_total
@@ -255,14 +265,19 @@ class StatsService:
             for key in keys
         ]
         lanes: dict[tuple[str, str], LaneKeys] = {}
+        units: dict[tuple[str, str], LaneKeys] = {}
         for r in await stored_metrics.key_samples(self.db, self.keys.top, tracked):
             lane = (r.job_type, r.tenant_id)
             got = lanes.get(lane)
             if got is None:
                 got = lanes[lane] = LaneKeys(r.lane_total, r.backlogged_weight, r.least_vtime, {})
+                units[lane] = LaneKeys(r.lane_units, r.backlogged_weight, r.least_vtime, {})
             sample = KeySample(r.activated_total, r.active, r.vtime, r.weight)
             got.keys[shown_key(r.fairness_key)] = sample
-        self.keys.add(time.monotonic(), lanes)
+            units[lane].keys[shown_key(r.fairness_key)] = sample._replace(served=r.units_total)
+        now = time.monotonic()
+        self.keys.add(now, lanes)
+        self.key_units.add(now, units)
 
     async def lanes(
         self,
@@ -301,9 +316,14 @@ class StatsService:
         if visible is not None:
             rows = [r for r in rows if visible(r.tenant_id, r.job_type)]
             sampled = [s for s in sampled if visible(s.tenant_id, s.job_type)]
-        shares = self.window.shares(
-            None if visible is None else lambda lane: visible(lane[1], lane[0])
-        )
+        among = None if visible is None else lambda lane: visible(lane[1], lane[0])
+        shares = self.window.shares(among)
+        # A type fair by cost or worker time: its shares of units served (ADR 029).
+        by_units = {r.job_type for r in self.latest if r.fairness_by is not None}
+        if by_units:
+            shares.update(
+                (lane, got) for lane, got in self.units.shares(among).items() if lane[0] in by_units
+            )
         backlogged: dict[str, list[str]] = {}
         for r in rows:
             # A paused tenant is owed nothing while paused: its weight is left out.
@@ -340,7 +360,7 @@ class StatsService:
                     lags.get(lane),
                     r.tenant_paused,
                     r.type_paused,
-                    tuple(self.keys.shares(lane)),
+                    self._key_shares(lane, by_units),
                 )
             )
         if every_lane:
@@ -365,10 +385,24 @@ class StatsService:
                         lags.get(lane),
                         lane[1] in paused_tenants,
                         lane[0] in paused_types,
-                        tuple(self.keys.shares(lane)),
+                        self._key_shares(lane, by_units),
                     )
                 )
         return views
+
+    def _key_shares(self, lane: tuple[str, str], by_units: set[str]) -> tuple[KeyShare, ...]:
+        """The lane's keys in the window: listed by activations, their shares of units
+        served where its type is fair by cost or worker time."""
+        listed = self.keys.shares(lane)
+        if lane[0] not in by_units:
+            return tuple(listed)
+        units = {k.key: k for k in self.key_units.shares(lane, [k.key for k in listed])}
+        return tuple(
+            dataclasses.replace(k, realized=u.realized, entitled=u.entitled)
+            if (u := units.get(k.key)) is not None
+            else dataclasses.replace(k, realized=0.0, entitled=0.0)
+            for k in listed
+        )
 
     async def stats(
         self,

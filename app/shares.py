@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -26,11 +26,12 @@ Lane = tuple[str, str]  # (job type, tenant)
 
 
 class LaneSample(NamedTuple):
-    """One lane at one sample: its running count of activations (``lanes.activated_total``),
-    whether the scheduler was choosing among it (active and not held at a cap), and its
-    tenant's weight."""
+    """One lane at one sample: its running count of what it was served (activations,
+    ``lanes.activated_total``; or, for a job type fair by cost or worker time, its units,
+    ``lanes.units_total``), whether the scheduler was choosing among it (active and not
+    held at a cap), and its tenant's weight."""
 
-    activated_total: int
+    served: float
     backlogged: bool
     weight: int
 
@@ -39,8 +40,8 @@ class LaneSample(NamedTuple):
 class _Interval:
     start_s: float
     end_s: float
-    # Per lane with anything in it: (activations, entitled activations).
-    counts: dict[Lane, tuple[int, float]]
+    # Per lane with anything in it: (served, entitled to be served).
+    counts: dict[Lane, tuple[float, float]]
 
 
 class ShareWindow:
@@ -52,7 +53,7 @@ class ShareWindow:
         self.window_s = window_s
         self._last: tuple[float, Mapping[Lane, LaneSample]] | None = None
         self._intervals: deque[_Interval] = deque()
-        self._activated: dict[Lane, int] = {}
+        self._activated: dict[Lane, float] = {}
         self._entitled: dict[Lane, float] = {}
 
     def add(self, at_s: float, lanes: Mapping[Lane, LaneSample]) -> None:
@@ -71,7 +72,7 @@ class ShareWindow:
             for lane, (a, e) in old.counts.items():
                 left_a = self._activated[lane] - a
                 left_e = self._entitled[lane] - e
-                if left_a == 0 and left_e < 1e-9:
+                if abs(left_a) < 1e-9 and left_e < 1e-9:
                     del self._activated[lane], self._entitled[lane]
                 else:
                     self._activated[lane], self._entitled[lane] = left_a, max(0.0, left_e)
@@ -84,8 +85,9 @@ class ShareWindow:
         return self._intervals[-1].end_s - self._intervals[0].start_s
 
     def activated(self, lane: Lane) -> int:
-        """The lane's activations in the window."""
-        return self._activated.get(lane, 0)
+        """What the lane was served in the window (activations: fed activation counts),
+        rounded."""
+        return round(self._activated.get(lane, 0))
 
     def entitled(self, lane: Lane) -> float:
         """The activations the lane was entitled to in the window."""
@@ -101,11 +103,11 @@ class ShareWindow:
         """Per lane in the window: (realised, entitled) shares of its type's activations;
         with ``among``, of those of the lanes it admits alone (each share renormalised
         over them)."""
-        made: dict[str, int] = {}
+        made: dict[str, float] = {}
         owed: dict[str, float] = {}
         lanes = [lane for lane in self._activated if among is None or among(lane)]
         for lane in lanes:
-            made[lane[0]] = made.get(lane[0], 0) + self._activated[lane]
+            made[lane[0]] = made.get(lane[0], 0.0) + self._activated[lane]
             owed[lane[0]] = owed.get(lane[0], 0.0) + self._entitled[lane]
         out = {}
         for lane in lanes:
@@ -119,19 +121,19 @@ class ShareWindow:
 
 def interval(
     before: Mapping[Lane, LaneSample], after: Mapping[Lane, LaneSample]
-) -> dict[Lane, tuple[int, float]]:
+) -> dict[Lane, tuple[float, float]]:
     """Per lane, between two samples: (activations, entitled activations), for the
     lanes with either (see the module's docstring)."""
-    by_type: dict[str, list[tuple[Lane, int, int]]] = {}
-    made: dict[str, int] = {}
+    by_type: dict[str, list[tuple[Lane, float, int]]] = {}
+    made: dict[str, float] = {}
     for lane, now in after.items():
         then = before.get(lane)
         # A lane first seen now was made in the interval, its count from 0.
-        a = max(0, now.activated_total - (then.activated_total if then else 0))
+        a = max(0.0, now.served - (then.served if then else 0.0))
         if a or now.backlogged or (then is not None and then.backlogged):
             by_type.setdefault(lane[0], []).append((lane, a, now.weight))
-            made[lane[0]] = made.get(lane[0], 0) + a
-    out: dict[Lane, tuple[int, float]] = {}
+            made[lane[0]] = made.get(lane[0], 0.0) + a
+    out: dict[Lane, tuple[float, float]] = {}
     for job_type, members in by_type.items():
         total = made[job_type]
         if not total:
@@ -186,22 +188,22 @@ OTHER_KEYS = "<other>"  # every key of a lane without a row of its own (not a ke
 
 
 class KeySample(NamedTuple):
-    """One fairness key at one sample: its running count of activations
-    (``lane_keys.activated_total``), whether it is backlogged (active), its virtual time
-    inside its lane and its weight."""
+    """One fairness key at one sample: its running count of what it was served
+    (``lane_keys.activated_total``, or ``units_total``: as LaneSample's), whether it is
+    backlogged (active), its virtual time inside its lane and its weight."""
 
-    activated_total: int
+    served: float
     backlogged: bool
     vtime: float
     weight: int
 
 
 class LaneKeys(NamedTuple):
-    """A lane's keys at one sample: the lane's running count of activations, the total
+    """A lane's keys at one sample: the lane's running count of what it was served, the total
     weight of its backlogged keys and the least of their virtual times (None: none is
     backlogged), and the keys sampled by name (the most active; ``KeyWindow``)."""
 
-    activated_total: int
+    served: float
     backlogged_weight: int
     least_vtime: float | None
     keys: dict[str, KeySample]
@@ -221,25 +223,25 @@ class KeyShare:
     vtime_lag: float | None
 
 
-def key_interval(before: LaneKeys | None, after: LaneKeys) -> dict[str, tuple[int, float]]:
+def key_interval(before: LaneKeys | None, after: LaneKeys) -> dict[str, tuple[float, float]]:
     """One lane's keys between two samples: per key sampled at both (activations,
     entitled activations), and the rest under OTHER_KEYS.  A key sampled now but not
     before is counted from its next interval (its count so far is not this interval's),
     unless the lane itself is new.  A key is owed a share when it was backlogged at either
     end or was activated; the weight it competed against is the lane's backlogged weight,
     the keys not sampled counted at the larger of the two ends."""
-    made = after.activated_total - (before.activated_total if before else 0)
+    made = after.served - (before.served if before else 0.0)
     if made <= 0:
         return {}
-    counted: dict[str, tuple[int, int]] = {}  # key -> (activations, weight if owed else 0)
+    counted: dict[str, tuple[float, int]] = {}  # key -> (served, weight if owed else 0)
     for key, now in after.keys.items():
         then = before.keys.get(key) if before else None
         if before is not None and then is None:
             continue
-        a = max(0, now.activated_total - (then.activated_total if then else 0))
+        a = max(0.0, now.served - (then.served if then else 0.0))
         owed = a > 0 or now.backlogged or (then is not None and then.backlogged)
         counted[key] = (a, now.weight if owed else 0)
-    other_a = max(0, made - sum(a for a, _ in counted.values()))
+    other_a = max(0.0, made - sum(a for a, _ in counted.values()))
 
     def untracked_weight(s: LaneKeys | None) -> int:
         if s is None:
@@ -267,7 +269,7 @@ class KeyWindow:
         self.window_s = window_s
         self.top = top
         self._last: tuple[float, Mapping[Lane, LaneKeys]] | None = None
-        self._intervals: deque[tuple[float, float, dict[Lane, dict[str, tuple[int, float]]]]]
+        self._intervals: deque[tuple[float, float, dict[Lane, dict[str, tuple[float, float]]]]]
         self._intervals = deque()
         self._sums: dict[Lane, dict[str, list[float]]] = {}
 
@@ -293,7 +295,7 @@ class KeyWindow:
                     got = sums[key]
                     got[0] -= a
                     got[1] = max(0.0, got[1] - e)
-                    if got[0] <= 0 and got[1] < 1e-9:
+                    if got[0] <= 1e-9 and got[1] < 1e-9:
                         del sums[key]
                 if not sums:
                     del self._sums[lane]
@@ -307,9 +309,11 @@ class KeyWindow:
             out[lane] = ranked[: self.top]
         return out
 
-    def shares(self, lane: Lane) -> list[KeyShare]:
+    def shares(self, lane: Lane, order: Sequence[str] | None = None) -> list[KeyShare]:
         """The lane's keys over the window, the most active first (at most ``top``, then
-        OTHER_KEYS if anything was folded into it)."""
+        OTHER_KEYS if anything was folded into it); with ``order``, those keys listed in
+        that order and every other folded (another window's listing, so that shares of
+        units line up with the keys listed by activations)."""
         sums = self._sums.get(lane, {})
         latest = self._last[1].get(lane) if self._last is not None else None
         made = sum(a for a, _ in sums.values())
@@ -318,8 +322,13 @@ class KeyWindow:
         if latest is not None:
             names += [k for k in latest.keys if k not in sums]
         names.sort(key=lambda k: (-(sums[k][0] if k in sums else 0), k))
+        cut = self.top
+        if order is not None:
+            listed = [k for k in order if k != OTHER_KEYS]
+            names = listed + [k for k in names if k not in set(listed)]
+            cut = len(listed)
         out = []
-        for key in names[: self.top]:
+        for key in names[:cut]:
             a, e = sums.get(key, (0.0, 0.0))
             sample = latest.keys.get(key) if latest is not None else None
             lag = None
@@ -335,7 +344,7 @@ class KeyWindow:
                     lag,
                 )
             )
-        folded = [sums[k] for k in (*names[self.top :], OTHER_KEYS) if k in sums]
+        folded = [sums[k] for k in (*names[cut:], OTHER_KEYS) if k in sums]
         if folded:
             a = sum(x for x, _ in folded)
             e = sum(y for _, y in folded)

@@ -216,7 +216,10 @@ class TenantStats(BaseModel):
         "every type), else its type's; null when neither is reached"
     )
     activatedLastMinute: int
-    realizedShare: float
+    realizedShare: float = Field(
+        description="of the type's activations in the window; of its cost or worker time "
+        "where the type is fair by them (fairnessBy)"
+    )
     configuredShare: float = Field(
         description="of the weights of the lanes with ready jobs (paused tenants left out)"
     )

@@ -193,8 +193,10 @@ WITH ready_lanes AS (
 # floor a rate-limited lane was lifted to (scheduler.rate_floor; NULL: none), and their
 # keys their claimed jobs x key stride: the CTEs ``charge`` and ``charged`` (tenant_id
 # and new vtime of each lane charged), with ``tenants``, ``counts``, ``strides`` and
-# ``floors`` the parameters of the four arrays; ``key_charge`` and ``key_charged`` the same for keys
-# (``key_tenants``, ``keys``, ``key_counts``, ``key_strides``).
+# ``floors`` the parameters of the four arrays; ``key_charge`` and ``key_charged`` the same
+# for keys (``key_tenants``, ``keys``, ``key_counts``, ``key_strides``).  ``served`` and
+# ``key_served`` (aligned with ``tenants`` and ``keys``) are added to the running counts
+# of units served (``units_total``: by cost, the jobs' costs; else 0).
 # Locks: the lane rows, in tenant order (the sub-select's sort sits below its row
 # locking), then the key rows, in (tenant, key) order (key_charge reads charge whole
 # first), until the statement commits -- asynchronously (synchronous_commit = off for
@@ -205,9 +207,10 @@ WITH ready_lanes AS (
 _RES, _MIN = f"{VTIME_RESOLUTION!r}::float8", f"{MIN_STRIDE!r}::float8"
 _CHARGE = f"""charge AS (
     -- Each charged lane found by key and locked, in tenant order.
-    SELECT x.tenant_id, c.n, c.stride, c.floor
+    SELECT x.tenant_id, c.n, c.stride, c.floor, c.served
     FROM unnest({{tenants}}::text[], {{counts}}::int[], {{strides}}::float8[],
-                {{floors}}::float8[]) AS c(tenant_id, n, stride, floor)
+                {{floors}}::float8[], {{served}}::float8[])
+         AS c(tenant_id, n, stride, floor, served)
     JOIN lanes x ON x.job_type = $1 AND x.tenant_id = c.tenant_id
     ORDER BY x.tenant_id
     FOR NO KEY UPDATE OF x
@@ -217,7 +220,8 @@ charged AS (
     -- GREATEST ignores a NULL floor: only rate-limited lanes are lifted (ADR 028).
     SET vtime = GREATEST(l.vtime, c.floor)
             + c.n * GREATEST(c.stride, abs(GREATEST(l.vtime, c.floor)) * {_RES}, {_MIN}),
-        activated_total = l.activated_total + c.n
+        activated_total = l.activated_total + c.n,
+        units_total = l.units_total + COALESCE(c.served, 0)
     FROM charge c
     -- ANY(ARRAY(...)) keeps the update to one lanes_pkey probe per charged lane, as in
     -- the claim.  (An IN (...) of the locked keys made the generic plan a semi join
@@ -230,9 +234,10 @@ charged AS (
 key_charge AS (
     -- Each charged key found by key and locked, in (tenant, key) order, once every
     -- charged lane is locked (the count reads charge whole).
-    SELECT x.tenant_id, x.fairness_key, c.n, c.stride
+    SELECT x.tenant_id, x.fairness_key, c.n, c.stride, c.served
     FROM unnest({{key_tenants}}::text[], {{keys}}::text[], {{key_counts}}::int[],
-                {{key_strides}}::float8[]) AS c(tenant_id, fairness_key, n, stride)
+                {{key_strides}}::float8[], {{key_served}}::float8[])
+         AS c(tenant_id, fairness_key, n, stride, served)
     JOIN lane_keys x ON x.job_type = $1 AND x.tenant_id = c.tenant_id
      AND x.fairness_key = c.fairness_key
     WHERE (SELECT count(*) FROM charge) >= 0
@@ -242,7 +247,8 @@ key_charge AS (
 key_charged AS (
     UPDATE lane_keys k
     SET vtime = k.vtime + c.n * GREATEST(c.stride, abs(k.vtime) * {_RES}, {_MIN}),
-        activated_total = k.activated_total + c.n
+        activated_total = k.activated_total + c.n,
+        units_total = k.units_total + COALESCE(c.served, 0)
     FROM key_charge c
     -- One lane_keys_pkey probe per charged key, driven by key_charge.  (ANY(ARRAY(...))
     -- of the tenants and of the keys, as for lanes, put both arrays in every probe's
@@ -270,11 +276,12 @@ _KEY_READY_PROBE = """(SELECT min(j.priority) FROM jobs j
 KEY_READY = _KEY_READY_PROBE.format(lane="x.tenant_id", key="x.fairness_key")
 
 # -- name: read_lanes
-# First charges the lanes and keys the previous rounds claimed from ($4 to $10 and the
-# floors $11, as _CHARGE; empty arrays charge nothing), saving the round a statement and
-# the wait for a separate charge to commit.  Then reads the job type's configuration and, in (vtime,
-# tenant) order, the type's active lanes with their tenants' weight and cap, each probed
-# for a ready job when $2 is at most PROBED_LANES (one round trip).  The scan stops at
+# First charges the lanes and keys the previous rounds claimed from ($4 to $10, the
+# floors $11 and the units served $12 and $13, as _CHARGE; empty arrays charge nothing),
+# saving the round a statement and the wait for a separate charge to commit.  Then reads
+# the job type's configuration and, in (vtime, tenant) order, the type's active lanes
+# with their tenants' weight and cap, each probed for a ready job when $2 is at most
+# PROBED_LANES (one round trip).  The scan stops at
 # the lane after the ($2 + len($4))-th ready one
 # (the run condition on ``readies``), or after SCANNED_LANES lanes: lanes that are
 # active but empty (emptied a moment ago, not yet parked) are answered, flagged not
@@ -336,7 +343,8 @@ SCANNED_LANES = 1024
 # (ADR 014, with the figures) for rounds that eager parking makes rare.  Key reads follow
 # the same rule, per lane (read_keys).
 PROBED_LANES = 16
-# The floors come last ($11; $12 where $11 is the tenant filter).
+# The floors and the units served come last ($11 to $13; $12 to $14 where $11 is the
+# tenant filter).
 _READ_CHARGE = _CHARGE.format(
     tenants="$4",
     counts="$5",
@@ -346,11 +354,13 @@ _READ_CHARGE = _CHARGE.format(
     key_counts="$9",
     key_strides="$10",
     floors="{floors}",
+    served="{served}",
+    key_served="{key_served}",
 )
 _CHARGED_READY = _READY_PROBE.format(lane="ch.tenant_id")
 _KEY_CHARGED_READY = _KEY_READY_PROBE.format(lane="kc.tenant_id", key="kc.fairness_key")
 READ_LANES = _READ_LANES.format(
-    charge=_READ_CHARGE.format(floors="$11"),
+    charge=_READ_CHARGE.format(floors="$11", served="$12", key_served="$13"),
     tenants="",
     # A subquery, not a constant: a type with fewer lanes than SCANNED_LANES made the
     # generic plan, expecting to read them all, join every lane to its tenant and sort
@@ -364,11 +374,12 @@ READ_LANES = _READ_LANES.format(
 )
 
 # -- name: read_lanes_of_tenants
-# As read_lanes, restricted to the caller's tenantIds ($11; the floors are $12).  A
+# As read_lanes, restricted to the caller's tenantIds ($11; the floors and units served
+# are $12 to $14).  A
 # statement of its own (not an "$11 IS NULL OR" branch) so that its generic plan can use
 # lanes pkey.
 READ_LANES_OF_TENANTS = _READ_LANES.format(
-    charge=_READ_CHARGE.format(floors="$12"),
+    charge=_READ_CHARGE.format(floors="$12", served="$13", key_served="$14"),
     tenants="AND l.tenant_id = ANY($11::text[])",
     scanned=SCANNED_LANES,
     probed=PROBED_LANES,
@@ -407,7 +418,8 @@ LEFT JOIN key_weights w ON w.tenant_id = a.tenant_id AND w.fairness_key = k.fair
 # -- name: charge_lanes
 # Charges each lane (jobs claimed) x stride of virtual time ($2, $3, $4: tenants, jobs,
 # strides), and each key (jobs claimed) x key stride ($5 to $8: tenants, keys, jobs,
-# strides), after the claim committed (so no claim holds lane rows across its WAL flush;
+# strides; $9 floors, $10 and $11 units served), after the claim committed (so no claim
+# holds lane rows across its WAL flush;
 # ADR 001).  read_lanes carries the same charge (_CHARGE) in front of its read.  Answers
 # the charged lanes that have no ready job left, and the charged keys (their tenant and
 # key) that have none: their claim emptied them (the charge runs after the claim
@@ -424,6 +436,8 @@ WITH {
         key_counts="$7",
         key_strides="$8",
         floors="$9",
+        served="$10",
+        key_served="$11",
     )
 }
 SELECT ch.tenant_id, NULL AS fairness_key FROM charged ch WHERE NOT {_CHARGED_READY}
@@ -433,16 +447,17 @@ SELECT kc.tenant_id, kc.fairness_key FROM key_charged kc WHERE NOT {_KEY_CHARGED
 
 # -- name: settle_lanes
 # The worker-time settlements of ended activations (ADR 029, scheduler.settlement): each
-# lane ($2 to $5: tenants, units, leases observed, their held seconds) moves by its units
-# (held less charged, summed; negative where the estimates were high) per its tenant's
-# weight now, and its estimate of a lease's seconds follows the leases observed
-# (scheduler.mixed_estimate's twin: each observation ESTIMATE_ALPHA of the way, the first
-# ones set it); each key ($6 to $8: tenants, keys, units) moves by its units per its
-# weight.  A parked lane or key moved back banks nothing: it re-enters at
+# lane ($2 to $5: tenants, units, leases observed, their held seconds) moves by its
+# units (held less charged, summed; negative where the estimates were high) per its
+# tenant's weight now, and its estimate of a lease's seconds follows the leases observed
+# (scheduler.mixed_estimate's twin: each observation ESTIMATE_ALPHA of the way, the
+# first ones set it); each key ($6 to $9: tenants, keys, units, held seconds) moves by
+# its units per its weight.  Both add the held seconds to their units served
+# (units_total).  A parked lane or key moved back banks nothing: it re-enters at
 # max(own, system) as always.  Written behind the finishes (app.charging.Settlements),
-# committed asynchronously as the charges are (a crash forgets the last few, which fences
-# nothing).  Index: lanes pkey, lane_keys pkey, tenants pkey, key_weights pkey.  Locks:
-# the lanes in tenant order, then the keys in (tenant, key) order, as _CHARGE.
+# committed asynchronously as the charges are (a crash forgets the last few, which
+# fences nothing).  Index: lanes pkey, lane_keys pkey, tenants pkey, key_weights pkey.
+# Locks: the lanes in tenant order, then the keys in (tenant, key) order, as _CHARGE.
 SETTLE_LANES = f"""
 WITH settle AS (
     SELECT x.tenant_id, s.units, s.n, s.held
@@ -455,6 +470,7 @@ settled AS (
     UPDATE lanes l
     SET vtime = l.vtime + s.units / COALESCE(
             (SELECT t.weight FROM tenants t WHERE t.tenant_id = l.tenant_id), 1),
+        units_total = l.units_total + s.held,
         unit_est = CASE WHEN s.n = 0 THEN l.unit_est
                         WHEN l.unit_est IS NULL THEN s.held / s.n
                         ELSE l.unit_est + (1 - power(1 - {ESTIMATE_ALPHA}::float8, s.n))
@@ -466,8 +482,9 @@ settled AS (
     RETURNING 1
 ),
 key_settle AS (
-    SELECT x.tenant_id, x.fairness_key, s.units
-    FROM unnest($6::text[], $7::text[], $8::float8[]) AS s(tenant_id, fairness_key, units)
+    SELECT x.tenant_id, x.fairness_key, s.units, s.held
+    FROM unnest($6::text[], $7::text[], $8::float8[], $9::float8[])
+         AS s(tenant_id, fairness_key, units, held)
     JOIN lane_keys x ON x.job_type = $1 AND x.tenant_id = s.tenant_id
      AND x.fairness_key = s.fairness_key
     WHERE (SELECT count(*) FROM settle) >= 0
@@ -478,7 +495,8 @@ key_settled AS (
     UPDATE lane_keys k
     SET vtime = k.vtime + s.units / COALESCE(
             (SELECT w.weight FROM key_weights w
-             WHERE w.tenant_id = k.tenant_id AND w.fairness_key = k.fairness_key), 1)
+             WHERE w.tenant_id = k.tenant_id AND w.fairness_key = k.fairness_key), 1),
+        units_total = k.units_total + s.held
     FROM key_settle s
     WHERE k.job_type = $1 AND k.tenant_id = s.tenant_id AND k.fairness_key = s.fairness_key
       AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
@@ -499,9 +517,10 @@ class Settled(NamedTuple):
 
 @retry_deadlock
 async def settle(
-    db: Queries, job_type: str, lanes: Mapping[str, Settled], keys: Mapping[LaneKey, float]
+    db: Queries, job_type: str, lanes: Mapping[str, Settled], keys: Mapping[LaneKey, Settled]
 ) -> int:
-    """Write worker-time settlements (settle_lanes): how many lanes and keys moved."""
+    """Write worker-time settlements (settle_lanes): how many lanes and keys moved (a
+    key's ``n`` is not used: keys keep no estimate)."""
     tenants = sorted(lanes)
     pairs = sorted(keys)
     moved: int = await db.fetchval(
@@ -513,7 +532,8 @@ async def settle(
         [lanes[t].held_s for t in tenants],
         [t for t, _ in pairs],
         [k for _, k in pairs],
-        [keys[tk] for tk in pairs],
+        [keys[tk].units for tk in pairs],
+        [keys[tk].held_s for tk in pairs],
     )
     return moved
 
@@ -580,22 +600,26 @@ LaneKey = tuple[str, str]  # (tenant, fairness key) of one job type
 
 class Charges(NamedTuple):
     """Lane and key charges: jobs claimed per tenant and each tenant's stride (1 /
-    weight); jobs claimed per (tenant, key) and each key's stride (1 / key weight); and
-    the virtual times rate-limited lanes were lifted to (scheduler.rate_floor), each
-    such lane in ``lanes`` too, with 0 jobs if it got none."""
+    weight); jobs claimed per (tenant, key) and each key's stride (1 / key weight); the
+    virtual times rate-limited lanes were lifted to (scheduler.rate_floor), each such
+    lane in ``lanes`` too, with 0 jobs if it got none; and what the jobs served their
+    lanes and keys in units counted at activation (by cost, their costs; none is 0),
+    added to ``units_total``."""
 
     lanes: Counter[str]
     strides: Mapping[str, float]
     keys: Counter[LaneKey]
     key_strides: Mapping[LaneKey, float]
     floors: Mapping[str, float] = {}
+    served: Mapping[str, float] = {}
+    key_served: Mapping[LaneKey, float] = {}
 
 
 def _charge_arrays(charges: Charges | None) -> tuple[list[Any], ...]:
-    """_CHARGE's eight arrays: lanes in tenant order, keys in (tenant, key) order, then
-    the lanes' floors."""
+    """_CHARGE's ten arrays: lanes in tenant order, keys in (tenant, key) order, then the
+    lanes' floors, the lanes' units served and the keys'."""
     if charges is None:
-        return [], [], [], [], [], [], [], []
+        return [], [], [], [], [], [], [], [], [], []
     tenants = sorted(charges.lanes)
     keys = sorted(charges.keys)
     return (
@@ -607,6 +631,8 @@ def _charge_arrays(charges: Charges | None) -> tuple[list[Any], ...]:
         [charges.keys[tk] for tk in keys],
         [charges.key_strides[tk] for tk in keys],
         [charges.floors.get(t) for t in tenants],
+        [charges.served.get(t, 0.0) for t in tenants],
+        [charges.key_served.get(tk, 0.0) for tk in keys],
     )
 
 
@@ -622,9 +648,11 @@ async def read(
     """Charge ``charges`` (jobs claimed and stride per lane and per key) first, then read
     the type's configuration and its first ``limit`` lanes that have a ready job (see
     LaneRead)."""
-    *charge, floors = _charge_arrays(charges)
+    *charge, floors, served, key_served = _charge_arrays(charges)
     if tenant_ids is None:
-        rows = await db.fetch(READ_LANES, job_type, limit, list(exclude), *charge, floors)
+        rows = await db.fetch(
+            READ_LANES, job_type, limit, list(exclude), *charge, floors, served, key_served
+        )
     else:
         rows = await db.fetch(
             READ_LANES_OF_TENANTS,
@@ -634,6 +662,8 @@ async def read(
             *charge,
             list(tenant_ids),
             floors,
+            served,
+            key_served,
         )
     head, lanes = rows[0], rows[1:]
     cfg = TypeConfig(

@@ -14,13 +14,15 @@ from app.db.rows import KeySampleRow, LaneSampleRow, LaneStats, TenantSet
 
 # -- name: lane_samples
 # Every lane: its running count of activations, whether it is backlogged (active) and
-# held at a cap, its virtual time, and its tenant's weight; what the share window
-# (app.shares) and the virtual-time lag are computed from.  A sequential read of lanes
-# joined to tenants by hash; no locks.
+# held at a cap, its virtual time, and its tenant's weight; its running count of units
+# served and what its type is fair by (NULL: activations; ADR 029); what the share
+# windows (app.shares) and the virtual-time lag are computed from.  A sequential read of
+# lanes joined to tenants and job types by hash; no locks.
 LANE_SAMPLES = """
 SELECT l.job_type, l.tenant_id, l.activated_total, l.active, l.held, l.vtime,
-       COALESCE(t.weight, 1) AS weight
+       COALESCE(t.weight, 1) AS weight, l.units_total, jt.fairness_by
 FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
+LEFT JOIN job_types jt ON jt.job_type = l.job_type
 """
 
 # -- name: key_samples
@@ -28,14 +30,17 @@ FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
 # ever, and the keys named in $2, $3, $4 (type, tenant, key: those the share window
 # tracks), each with its running count of activations, whether it is backlogged
 # (active), its virtual time and weight; and per lane the sum of its keys' counts, the
-# total weight of its backlogged keys and the least of their virtual times.  A
+# total weight of its backlogged keys and the least of their virtual times; then each
+# key's running count of units served and its lane's sum of them.  A
 # sequential read of lane_keys joined to key_weights by hash, sorted per lane; no locks.
 # An operator read, every few seconds (app.operators.StatsService).
 KEY_SAMPLES = """
 SELECT s.job_type, s.tenant_id, s.fairness_key, s.activated_total, s.active, s.vtime,
-       s.weight, s.lane_total, s.backlogged_weight, s.least_vtime
+       s.weight, s.lane_total, s.backlogged_weight, s.least_vtime, s.units_total,
+       s.lane_units
 FROM (
     SELECT k.job_type, k.tenant_id, k.fairness_key, k.activated_total, k.active, k.vtime,
+           k.units_total, sum(k.units_total) OVER lane AS lane_units,
            COALESCE(w.weight, 1) AS weight,
            row_number() OVER (PARTITION BY k.job_type, k.tenant_id
                               ORDER BY k.activated_total DESC, k.fairness_key) AS rank,

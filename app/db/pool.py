@@ -179,15 +179,15 @@ def _warm_up_calls() -> list[tuple[str, tuple[Any, ...]]]:
         (jobs.INSERT_JOBS, ("[]", now, DEFAULT_TENANT, DEFAULT_PRIORITY, DEFAULT_RETRIES)),
         (jobs.INSERT_JOB_QUIET, ("[]", now, DEFAULT_TENANT, DEFAULT_PRIORITY, DEFAULT_RETRIES)),
         (jobs.GET_JOB, (-1,)),
-        (lanes.READ_LANES, ("", 1, [], [], [], [], [], [], [], [], [])),
+        (lanes.READ_LANES, ("", 1, [], *[[]] * 10)),
         # The same with a tenant filter: a worker that names its tenants (as Camunda's
         # clients do) reads with these.
-        (lanes.READ_LANES_OF_TENANTS, ("", 1, [], [], [], [], [], [], [], [], [], [])),
+        (lanes.READ_LANES_OF_TENANTS, ("", 1, [], *[[]] * 11)),
         (lanes.READ_KEYS, ("", [], [], [], [])),
         (claims.CLAIM, ("", [], [], now, [], [], 0, 1, False, [], [])),
         (claims.CLAIM_LEAD, ("", now, [], [], 0, 1, False, [])),
         (claims.CLAIM_LEAD_OF_TENANTS, ("", now, [], [], 0, 1, False, [], [])),
-        (lanes.CHARGE_LANES, ("", [], [], [], [], [], [], [], [])),
+        (lanes.CHARGE_LANES, ("", *[[]] * 10)),
         (finishing.COMPLETE_JOBS, ([], [], [], now)),
     ]
 

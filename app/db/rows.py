@@ -228,6 +228,8 @@ class LaneSampleRow(NamedTuple):
     held: bool
     vtime: float
     weight: int
+    units_total: float = 0.0
+    fairness_by: str | None = None  # its type's (None: by activations)
 
 
 class KeySampleRow(NamedTuple):
@@ -244,6 +246,8 @@ class KeySampleRow(NamedTuple):
     lane_total: int
     backlogged_weight: int
     least_vtime: float | None
+    units_total: float = 0.0
+    lane_units: float = 0.0
 
 
 class TenantSet(NamedTuple):

@@ -180,6 +180,10 @@ lanes = Table(
     # 0012, ADR 029), an exponentially weighted mean of its jobs' held times; NULL until
     # one finished.
     Column("unit_est", Double),
+    # What the lane was served in its type's units (alembic 0013, ADR 029): by cost its
+    # jobs' costs, by worker time its ended leases' seconds; what realised shares of
+    # such types are measured in.
+    Column("units_total", Double, nullable=False, server_default=text("0")),
     PrimaryKeyConstraint("job_type", "tenant_id", "shard", name="lanes_pkey"),
     CheckConstraint("shard = jobfair_shard(tenant_id)", name="lanes_shard_check"),
     postgresql_with={
@@ -217,6 +221,8 @@ lane_keys = Table(
     # True while the key may hold ready jobs.
     Column("active", Boolean, nullable=False, server_default=text("true")),
     Column("activated_total", BigInteger, nullable=False, server_default=text("0")),
+    # As lanes.units_total, for the key.
+    Column("units_total", Double, nullable=False, server_default=text("0")),
     PrimaryKeyConstraint("job_type", "tenant_id", "fairness_key", "shard", name="lane_keys_pkey"),
     CheckConstraint("shard = jobfair_shard(tenant_id)", name="lane_keys_shard_check"),
     postgresql_with={

@@ -80,11 +80,12 @@ SELECT (SELECT count(*) FROM notified) + (SELECT count(*) FROM new_lanes)
        + (SELECT count(*) FROM woken);
 
 -- name: read_lanes
--- First charges the lanes and keys the previous rounds claimed from ($4 to $10 and the
--- floors $11, as _CHARGE; empty arrays charge nothing), saving the round a statement and
--- the wait for a separate charge to commit.  Then reads the job type's configuration and, in (vtime,
--- tenant) order, the type's active lanes with their tenants' weight and cap, each probed
--- for a ready job when $2 is at most PROBED_LANES (one round trip).  The scan stops at
+-- First charges the lanes and keys the previous rounds claimed from ($4 to $10, the
+-- floors $11 and the units served $12 and $13, as _CHARGE; empty arrays charge nothing),
+-- saving the round a statement and the wait for a separate charge to commit.  Then reads
+-- the job type's configuration and, in (vtime, tenant) order, the type's active lanes
+-- with their tenants' weight and cap, each probed for a ready job when $2 is at most
+-- PROBED_LANES (one round trip).  The scan stops at
 -- the lane after the ($2 + len($4))-th ready one
 -- (the run condition on ``readies``), or after SCANNED_LANES lanes: lanes that are
 -- active but empty (emptied a moment ago, not yet parked) are answered, flagged not
@@ -104,9 +105,10 @@ SELECT (SELECT count(*) FROM notified) + (SELECT count(*) FROM new_lanes)
 -- scanned (small reads) and per lane and key charged.  Locks: the charged lanes and keys.
 WITH charge AS (
     -- Each charged lane found by key and locked, in tenant order.
-    SELECT x.tenant_id, c.n, c.stride, c.floor
+    SELECT x.tenant_id, c.n, c.stride, c.floor, c.served
     FROM unnest($4::text[], $5::int[], $6::float8[],
-                $11::float8[]) AS c(tenant_id, n, stride, floor)
+                $11::float8[], $12::float8[])
+         AS c(tenant_id, n, stride, floor, served)
     JOIN lanes x ON x.job_type = $1 AND x.tenant_id = c.tenant_id
     ORDER BY x.tenant_id
     FOR NO KEY UPDATE OF x
@@ -116,7 +118,8 @@ charged AS (
     -- GREATEST ignores a NULL floor: only rate-limited lanes are lifted (ADR 028).
     SET vtime = GREATEST(l.vtime, c.floor)
             + c.n * GREATEST(c.stride, abs(GREATEST(l.vtime, c.floor)) * 8.881784197001252e-16::float8, 1e-10::float8),
-        activated_total = l.activated_total + c.n
+        activated_total = l.activated_total + c.n,
+        units_total = l.units_total + COALESCE(c.served, 0)
     FROM charge c
     -- ANY(ARRAY(...)) keeps the update to one lanes_pkey probe per charged lane, as in
     -- the claim.  (An IN (...) of the locked keys made the generic plan a semi join
@@ -129,9 +132,10 @@ charged AS (
 key_charge AS (
     -- Each charged key found by key and locked, in (tenant, key) order, once every
     -- charged lane is locked (the count reads charge whole).
-    SELECT x.tenant_id, x.fairness_key, c.n, c.stride
+    SELECT x.tenant_id, x.fairness_key, c.n, c.stride, c.served
     FROM unnest($7::text[], $8::text[], $9::int[],
-                $10::float8[]) AS c(tenant_id, fairness_key, n, stride)
+                $10::float8[], $13::float8[])
+         AS c(tenant_id, fairness_key, n, stride, served)
     JOIN lane_keys x ON x.job_type = $1 AND x.tenant_id = c.tenant_id
      AND x.fairness_key = c.fairness_key
     WHERE (SELECT count(*) FROM charge) >= 0
@@ -141,7 +145,8 @@ key_charge AS (
 key_charged AS (
     UPDATE lane_keys k
     SET vtime = k.vtime + c.n * GREATEST(c.stride, abs(k.vtime) * 8.881784197001252e-16::float8, 1e-10::float8),
-        activated_total = k.activated_total + c.n
+        activated_total = k.activated_total + c.n,
+        units_total = k.units_total + COALESCE(c.served, 0)
     FROM key_charge c
     -- One lane_keys_pkey probe per charged key, driven by key_charge.  (ANY(ARRAY(...))
     -- of the tenants and of the keys, as for lanes, put both arrays in every probe's
@@ -188,14 +193,16 @@ FROM key_charged kc WHERE NOT (SELECT min(j.priority) FROM jobs j
          IS NOT NULL;
 
 -- name: read_lanes_of_tenants
--- As read_lanes, restricted to the caller's tenantIds ($11; the floors are $12).  A
+-- As read_lanes, restricted to the caller's tenantIds ($11; the floors and units served
+-- are $12 to $14).  A
 -- statement of its own (not an "$11 IS NULL OR" branch) so that its generic plan can use
 -- lanes pkey.
 WITH charge AS (
     -- Each charged lane found by key and locked, in tenant order.
-    SELECT x.tenant_id, c.n, c.stride, c.floor
+    SELECT x.tenant_id, c.n, c.stride, c.floor, c.served
     FROM unnest($4::text[], $5::int[], $6::float8[],
-                $12::float8[]) AS c(tenant_id, n, stride, floor)
+                $12::float8[], $13::float8[])
+         AS c(tenant_id, n, stride, floor, served)
     JOIN lanes x ON x.job_type = $1 AND x.tenant_id = c.tenant_id
     ORDER BY x.tenant_id
     FOR NO KEY UPDATE OF x
@@ -205,7 +212,8 @@ charged AS (
     -- GREATEST ignores a NULL floor: only rate-limited lanes are lifted (ADR 028).
     SET vtime = GREATEST(l.vtime, c.floor)
             + c.n * GREATEST(c.stride, abs(GREATEST(l.vtime, c.floor)) * 8.881784197001252e-16::float8, 1e-10::float8),
-        activated_total = l.activated_total + c.n
+        activated_total = l.activated_total + c.n,
+        units_total = l.units_total + COALESCE(c.served, 0)
     FROM charge c
     -- ANY(ARRAY(...)) keeps the update to one lanes_pkey probe per charged lane, as in
     -- the claim.  (An IN (...) of the locked keys made the generic plan a semi join
@@ -218,9 +226,10 @@ charged AS (
 key_charge AS (
     -- Each charged key found by key and locked, in (tenant, key) order, once every
     -- charged lane is locked (the count reads charge whole).
-    SELECT x.tenant_id, x.fairness_key, c.n, c.stride
+    SELECT x.tenant_id, x.fairness_key, c.n, c.stride, c.served
     FROM unnest($7::text[], $8::text[], $9::int[],
-                $10::float8[]) AS c(tenant_id, fairness_key, n, stride)
+                $10::float8[], $14::float8[])
+         AS c(tenant_id, fairness_key, n, stride, served)
     JOIN lane_keys x ON x.job_type = $1 AND x.tenant_id = c.tenant_id
      AND x.fairness_key = c.fairness_key
     WHERE (SELECT count(*) FROM charge) >= 0
@@ -230,7 +239,8 @@ key_charge AS (
 key_charged AS (
     UPDATE lane_keys k
     SET vtime = k.vtime + c.n * GREATEST(c.stride, abs(k.vtime) * 8.881784197001252e-16::float8, 1e-10::float8),
-        activated_total = k.activated_total + c.n
+        activated_total = k.activated_total + c.n,
+        units_total = k.units_total + COALESCE(c.served, 0)
     FROM key_charge c
     -- One lane_keys_pkey probe per charged key, driven by key_charge.  (ANY(ARRAY(...))
     -- of the tenants and of the keys, as for lanes, put both arrays in every probe's
@@ -306,7 +316,8 @@ LEFT JOIN key_weights w ON w.tenant_id = a.tenant_id AND w.fairness_key = k.fair
 -- name: charge_lanes
 -- Charges each lane (jobs claimed) x stride of virtual time ($2, $3, $4: tenants, jobs,
 -- strides), and each key (jobs claimed) x key stride ($5 to $8: tenants, keys, jobs,
--- strides), after the claim committed (so no claim holds lane rows across its WAL flush;
+-- strides; $9 floors, $10 and $11 units served), after the claim committed (so no claim
+-- holds lane rows across its WAL flush;
 -- ADR 001).  read_lanes carries the same charge (_CHARGE) in front of its read.  Answers
 -- the charged lanes that have no ready job left, and the charged keys (their tenant and
 -- key) that have none: their claim emptied them (the charge runs after the claim
@@ -314,9 +325,10 @@ LEFT JOIN key_weights w ON w.tenant_id = a.tenant_id AND w.fairness_key = k.fair
 -- 014).  Index: lanes pkey, lane_keys pkey, one probe of jobs_ready_idx per lane and key.
 WITH charge AS (
     -- Each charged lane found by key and locked, in tenant order.
-    SELECT x.tenant_id, c.n, c.stride, c.floor
+    SELECT x.tenant_id, c.n, c.stride, c.floor, c.served
     FROM unnest($2::text[], $3::int[], $4::float8[],
-                $9::float8[]) AS c(tenant_id, n, stride, floor)
+                $9::float8[], $10::float8[])
+         AS c(tenant_id, n, stride, floor, served)
     JOIN lanes x ON x.job_type = $1 AND x.tenant_id = c.tenant_id
     ORDER BY x.tenant_id
     FOR NO KEY UPDATE OF x
@@ -326,7 +338,8 @@ charged AS (
     -- GREATEST ignores a NULL floor: only rate-limited lanes are lifted (ADR 028).
     SET vtime = GREATEST(l.vtime, c.floor)
             + c.n * GREATEST(c.stride, abs(GREATEST(l.vtime, c.floor)) * 8.881784197001252e-16::float8, 1e-10::float8),
-        activated_total = l.activated_total + c.n
+        activated_total = l.activated_total + c.n,
+        units_total = l.units_total + COALESCE(c.served, 0)
     FROM charge c
     -- ANY(ARRAY(...)) keeps the update to one lanes_pkey probe per charged lane, as in
     -- the claim.  (An IN (...) of the locked keys made the generic plan a semi join
@@ -339,9 +352,10 @@ charged AS (
 key_charge AS (
     -- Each charged key found by key and locked, in (tenant, key) order, once every
     -- charged lane is locked (the count reads charge whole).
-    SELECT x.tenant_id, x.fairness_key, c.n, c.stride
+    SELECT x.tenant_id, x.fairness_key, c.n, c.stride, c.served
     FROM unnest($5::text[], $6::text[], $7::int[],
-                $8::float8[]) AS c(tenant_id, fairness_key, n, stride)
+                $8::float8[], $11::float8[])
+         AS c(tenant_id, fairness_key, n, stride, served)
     JOIN lane_keys x ON x.job_type = $1 AND x.tenant_id = c.tenant_id
      AND x.fairness_key = c.fairness_key
     WHERE (SELECT count(*) FROM charge) >= 0
@@ -351,7 +365,8 @@ key_charge AS (
 key_charged AS (
     UPDATE lane_keys k
     SET vtime = k.vtime + c.n * GREATEST(c.stride, abs(k.vtime) * 8.881784197001252e-16::float8, 1e-10::float8),
-        activated_total = k.activated_total + c.n
+        activated_total = k.activated_total + c.n,
+        units_total = k.units_total + COALESCE(c.served, 0)
     FROM key_charge c
     -- One lane_keys_pkey probe per charged key, driven by key_charge.  (ANY(ARRAY(...))
     -- of the tenants and of the keys, as for lanes, put both arrays in every probe's
@@ -371,16 +386,17 @@ SELECT kc.tenant_id, kc.fairness_key FROM key_charged kc WHERE NOT (SELECT min(j
 
 -- name: settle_lanes
 -- The worker-time settlements of ended activations (ADR 029, scheduler.settlement): each
--- lane ($2 to $5: tenants, units, leases observed, their held seconds) moves by its units
--- (held less charged, summed; negative where the estimates were high) per its tenant's
--- weight now, and its estimate of a lease's seconds follows the leases observed
--- (scheduler.mixed_estimate's twin: each observation ESTIMATE_ALPHA of the way, the first
--- ones set it); each key ($6 to $8: tenants, keys, units) moves by its units per its
--- weight.  A parked lane or key moved back banks nothing: it re-enters at
+-- lane ($2 to $5: tenants, units, leases observed, their held seconds) moves by its
+-- units (held less charged, summed; negative where the estimates were high) per its
+-- tenant's weight now, and its estimate of a lease's seconds follows the leases observed
+-- (scheduler.mixed_estimate's twin: each observation ESTIMATE_ALPHA of the way, the
+-- first ones set it); each key ($6 to $9: tenants, keys, units, held seconds) moves by
+-- its units per its weight.  Both add the held seconds to their units served
+-- (units_total).  A parked lane or key moved back banks nothing: it re-enters at
 -- max(own, system) as always.  Written behind the finishes (app.charging.Settlements),
--- committed asynchronously as the charges are (a crash forgets the last few, which fences
--- nothing).  Index: lanes pkey, lane_keys pkey, tenants pkey, key_weights pkey.  Locks:
--- the lanes in tenant order, then the keys in (tenant, key) order, as _CHARGE.
+-- committed asynchronously as the charges are (a crash forgets the last few, which
+-- fences nothing).  Index: lanes pkey, lane_keys pkey, tenants pkey, key_weights pkey.
+-- Locks: the lanes in tenant order, then the keys in (tenant, key) order, as _CHARGE.
 WITH settle AS (
     SELECT x.tenant_id, s.units, s.n, s.held
     FROM unnest($2::text[], $3::float8[], $4::int[], $5::float8[]) AS s(tenant_id, units, n, held)
@@ -392,6 +408,7 @@ settled AS (
     UPDATE lanes l
     SET vtime = l.vtime + s.units / COALESCE(
             (SELECT t.weight FROM tenants t WHERE t.tenant_id = l.tenant_id), 1),
+        units_total = l.units_total + s.held,
         unit_est = CASE WHEN s.n = 0 THEN l.unit_est
                         WHEN l.unit_est IS NULL THEN s.held / s.n
                         ELSE l.unit_est + (1 - power(1 - 0.2::float8, s.n))
@@ -403,8 +420,9 @@ settled AS (
     RETURNING 1
 ),
 key_settle AS (
-    SELECT x.tenant_id, x.fairness_key, s.units
-    FROM unnest($6::text[], $7::text[], $8::float8[]) AS s(tenant_id, fairness_key, units)
+    SELECT x.tenant_id, x.fairness_key, s.units, s.held
+    FROM unnest($6::text[], $7::text[], $8::float8[], $9::float8[])
+         AS s(tenant_id, fairness_key, units, held)
     JOIN lane_keys x ON x.job_type = $1 AND x.tenant_id = s.tenant_id
      AND x.fairness_key = s.fairness_key
     WHERE (SELECT count(*) FROM settle) >= 0
@@ -415,7 +433,8 @@ key_settled AS (
     UPDATE lane_keys k
     SET vtime = k.vtime + s.units / COALESCE(
             (SELECT w.weight FROM key_weights w
-             WHERE w.tenant_id = k.tenant_id AND w.fairness_key = k.fairness_key), 1)
+             WHERE w.tenant_id = k.tenant_id AND w.fairness_key = k.fairness_key), 1),
+        units_total = k.units_total + s.held
     FROM key_settle s
     WHERE k.job_type = $1 AND k.tenant_id = s.tenant_id AND k.fairness_key = s.fairness_key
       AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'

@@ -74,6 +74,7 @@ async def test_by_cost_tenants_share_the_cost_not_the_jobs(live: Live, mode: str
     fifth of the jobs and half the cost (within one pick's cost, the bound of ADR 029
     for picks of one); by activations, half the jobs and four fifths of the cost."""
     c = live.client
+    await _stats(c, "imp")  # the share window's first sample, before anything ran
     await _fair_by(c, "imp", mode)
     await enqueue(c, "imp", "a", 200, cost=4)
     await enqueue(c, "imp", "b", 400, cost=1)
@@ -83,6 +84,26 @@ async def test_by_cost_tenants_share_the_cost_not_the_jobs(live: Live, mode: str
         assert abs(got["a"] - got["b"]) <= 4, got
     else:
         assert got["a"] / 4 == got["b"] == 100, got
+    # The stats measure the type in what it is fair by: by cost, shares of the costs
+    # served (about half each, as entitled), not of the jobs (a fifth); by activations,
+    # of the jobs.  Activations are counted as activations either way.
+    await live.services.activation.settle()
+    tenants = await _stats(c, "imp")
+    if mode == "cost":
+        share_a = got["a"] / (got["a"] + got["b"])
+        jobs_a = got["a"] / 4
+    else:
+        share_a, jobs_a = 0.5, 100
+    assert tenants["a"]["realizedShare"] == pytest.approx(share_a, abs=1e-3), tenants
+    assert tenants["a"]["entitledShare"] == pytest.approx(0.5, abs=0.02), tenants
+    assert tenants["a"]["activatedLastMinute"] == jobs_a, tenants
+
+
+async def _stats(c: httpx.AsyncClient, job_type: str) -> dict[str, dict]:
+    """The type's tenants in ``GET /v2/stats``, by id."""
+    r = await c.get("/v2/stats", params={"type": job_type})
+    assert r.status_code == 200, r.text
+    return {t["tenantId"]: t for jt in r.json()["jobTypes"] for t in jt["tenants"]}
 
 
 async def _worker(c: httpx.AsyncClient, job_type: str, stop: float, work_s: dict[str, float]):
@@ -115,6 +136,7 @@ async def test_by_worker_time_tenants_share_the_workers_time(live: Live, store, 
     split about 1:1 (and each lane's estimate has learnt its jobs' length); by
     activations A's leases hold the workers about nine tenths of the time."""
     c = live.client
+    await _stats(c, "wt")  # the share window's first sample, before anything ran
     await _fair_by(c, "wt", mode)
     await enqueue(c, "wt", "a", 400)
     await enqueue(c, "wt", "b", 4_000)
@@ -123,9 +145,24 @@ async def test_by_worker_time_tenants_share_the_workers_time(live: Live, store, 
     await asyncio.gather(*(_worker(c, "wt", stop, work_s) for _ in range(4)))
     share, held = await _held_share(store, "wt")
     print(f"{mode}: a's share of the held seconds {share:.3f}", held)
+    await live.services.activation.settle()
+    tenants = await _stats(c, "wt")
+    jobs = dict(
+        await store.fetch(
+            "SELECT tenant_id, count(*) FROM jobs WHERE job_type = 'wt' AND state = 'COMPLETED'"
+            " GROUP BY tenant_id"
+        )
+    )
+    if mode == "workerTime":
+        # The stats measure shares of the workers' time (the settlements' clock, not
+        # the row's: within a few per mille).
+        assert tenants["a"]["realizedShare"] == pytest.approx(share, abs=0.01), (tenants, held)
+    else:
+        assert tenants["a"]["realizedShare"] == pytest.approx(
+            jobs["a"] / (jobs["a"] + jobs["b"]), abs=0.01
+        ), (tenants, jobs)
     if mode == "workerTime":
         assert 0.42 <= share <= 0.58, held
-        await live.services.activation.settle()
         est = dict(await store.fetch("SELECT tenant_id, unit_est FROM lanes WHERE job_type='wt'"))
         assert 0.1 <= est["a"] < 0.25 and 0.01 <= est["b"] < 0.1, est
     else:

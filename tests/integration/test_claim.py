@@ -150,14 +150,15 @@ async def test_charging_many_lanes_costs_linear_time(store):
             await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
             await conn.execute(
                 "PREPARE charge(text, text[], int[], float8[], text[], text[], int[], float8[],"
-                " float8[])"
+                " float8[], float8[], float8[])"
                 f" AS {CHARGE_LANES}"
             )
             [[plan]] = await conn.fetch(
                 f"EXPLAIN (FORMAT JSON) EXECUTE charge('claim', '{charged}',"
                 " array_fill(1, ARRAY[400]), array_fill(1.0::float8, ARRAY[400]),"
                 f" '{charged}', array_fill(''::text, ARRAY[400]), array_fill(1, ARRAY[400]),"
-                " array_fill(1.0::float8, ARRAY[400]), '{}')"
+                " array_fill(1.0::float8, ARRAY[400]), '{}', array_fill(1.0::float8, ARRAY[400]),"
+                " array_fill(1.0::float8, ARRAY[400]))"
             )
         finally:
             await tx.rollback()
@@ -168,7 +169,8 @@ async def test_charging_many_lanes_costs_linear_time(store):
 # read_lanes' parameters: the type, how many lanes, the lanes excluded, the lane charges
 # and the key charges (ADR 027).
 READ_TYPES = "text, int, text[], text[], int[], float8[], text[], text[], int[], float8[]"
-FLOORS = "float8[]"
+# Then the floors and the units served (lanes', keys').
+FLOORS = "float8[], float8[], float8[]"
 
 
 async def _generic_plan(store, query: str, types: str, args: str) -> list[dict]:
@@ -207,7 +209,7 @@ async def test_a_lane_read_walks_the_lanes_in_order_and_sorts_none(store, lanes)
         store,
         READ_LANES,
         f"{READ_TYPES}, {FLOORS}",
-        "'claim', 32, '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}'",
+        "'claim', 32, '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}'",
     )
     sorts = [n["Sort Key"] for n in nodes if n["Node Type"] == "Sort"]
     assert not [key for key in sorts if any("vtime" in k for k in key)], sorts
@@ -219,7 +221,8 @@ async def test_a_lane_read_walks_the_lanes_in_order_and_sorts_none(store, lanes)
         store,
         READ_LANES_OF_TENANTS,
         f"{READ_TYPES}, text[], {FLOORS}",
-        "'claim', 32, '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{t00001,t00002}', '{}'",
+        "'claim', 32, '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{t00001,t00002}', '{}',"
+        " '{}', '{}'",
     )
     scans = {
         n.get("Index Name", n["Node Type"])

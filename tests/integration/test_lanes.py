@@ -491,6 +491,8 @@ async def test_charges_of_the_same_lanes_in_any_order_lock_them_in_one_order(sto
                     [],
                     [],
                     [None] * len(order),
+                    [0.0] * len(order),
+                    [],
                 )
 
     chargers = 8

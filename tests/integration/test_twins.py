@@ -307,10 +307,16 @@ def test_a_settlement_in_sql_is_its_python_twin(
                 job_type,
             )
         settle = lanes.Settled(units, len(held), sum(held))
-        await lanes.settle(db, job_type, {"s": settle}, {("s", "k"): units})
-        lane = await db.fetchrow("SELECT vtime, unit_est FROM lanes WHERE job_type = $1", job_type)
-        key = await db.fetchval("SELECT vtime FROM lane_keys WHERE job_type = $1", job_type)
-        return lane["vtime"], lane["unit_est"], key
+        await lanes.settle(db, job_type, {"s": settle}, {("s", "k"): settle})
+        lane = await db.fetchrow(
+            "SELECT vtime, unit_est, units_total FROM lanes WHERE job_type = $1", job_type
+        )
+        key = await db.fetchrow(
+            "SELECT vtime, units_total FROM lane_keys WHERE job_type = $1", job_type
+        )
+        # What each was served: the seconds its leases held (the stats' shares).
+        assert lane["units_total"] == key["units_total"] == pytest.approx(sum(held))
+        return lane["vtime"], lane["unit_est"], key["vtime"]
 
     vtime, estimate, key_vtime = run(settled)
     assert vtime == pytest.approx(500 + units / weight)
