@@ -585,20 +585,28 @@ def _round_charges(
     keys_n: Counter[LaneKey] = Counter()
     units: defaultdict[str, float] = defaultdict(float)
     key_units: defaultdict[LaneKey, float] = defaultdict(float)
+    owed: defaultdict[str, float] = defaultdict(float)
+    key_owed: defaultdict[LaneKey, float] = defaultdict(float)
     for job in jobs:
         key = (job.tenant_id, job.fairness_key)
-        # The claim decided the job's mode where it wrote ``charged`` (by worker time).
+        # The claim decided the job's mode where it wrote ``charged`` (by worker time),
+        # and the virtual time that is for its lane and key (its settlement takes back
+        # exactly those, ADR 029).
         u = job.charged if job.charged is not None else job_units(mode, job.cost, None)
         lanes_n[job.tenant_id] += 1
         keys_n[key] += 1
         units[job.tenant_id] += u
         key_units[key] += u
+        owed[job.tenant_id] += (
+            job.lane_charge if job.lane_charge is not None else u / weights[job.tenant_id]
+        )
+        key_owed[key] += job.key_charge if job.key_charge is not None else u / key_weights[key]
     by_cost = mode is FairnessBy.COST
     return Charges(
         lanes_n,
-        {t: units[t] / (n * weights[t]) if n else 0.0 for t, n in lanes_n.items()},
+        {t: owed[t] / n if n else 0.0 for t, n in lanes_n.items()},
         keys_n,
-        {k: key_units[k] / (n * key_weights[k]) for k, n in keys_n.items()},
+        {k: key_owed[k] / n for k, n in keys_n.items()},
         lifted,
         {t: units[t] for t in lanes_n} if by_cost else {},
         dict(key_units) if by_cost else {},

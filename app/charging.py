@@ -215,9 +215,14 @@ class Settlements:
             if e.charged is None or e.activated_at is None:
                 continue  # not charged by worker time: nothing to settle
             held = max(0.0, (now - e.activated_at).total_seconds()) if seen else 0.0
-            units = settlement(FairnessBy.WORKER_TIME, e.charged, held)
-            _owe(self._lanes[e.job_type], e.tenant_id, units, int(seen), held)
-            _owe(self._keys[e.job_type], (e.tenant_id, e.fairness_key), units, int(seen), held)
+            # The held seconds go on at the weights as they are now; the estimate comes off
+            # as the virtual time it added (``lane_charge``, ``key_charge``), or, for an
+            # activation by a server before alembic 0013, at the weights now.
+            old = settlement(FairnessBy.WORKER_TIME, e.charged, held)
+            lane = (held, e.lane_charge) if e.lane_charge is not None else (old, 0.0)
+            key = (held, e.key_charge) if e.key_charge is not None else (old, 0.0)
+            _owe(self._lanes[e.job_type], e.tenant_id, *lane, int(seen), held)
+            _owe(self._keys[e.job_type], (e.tenant_id, e.fairness_key), *key, int(seen), held)
             if e.job_type not in self._writers:
                 writer = asyncio.ensure_future(self._write(e.job_type))
                 self._writers[e.job_type] = writer
@@ -241,7 +246,9 @@ class Settlements:
             await asyncio.gather(*list(self._writers.values()), return_exceptions=True)
 
 
-def _owe(owed: dict[_K, lanes.Settled], at: _K, units: float, n: int, held_s: float) -> None:
+def _owe(
+    owed: dict[_K, lanes.Settled], at: _K, units: float, refund: float, n: int, held_s: float
+) -> None:
     """Add a settlement to what ``owed`` holds for ``at``."""
     was = owed.get(at, lanes.Settled(0.0, 0, 0.0))
-    owed[at] = lanes.Settled(was.units + units, was.n + n, was.held_s + held_s)
+    owed[at] = lanes.Settled(was.units + units, was.n + n, was.held_s + held_s, was.refund + refund)

@@ -321,6 +321,9 @@ class StatsService:
         # A type fair by cost or worker time: its shares of units served (ADR 029).
         by_units = {r.job_type for r in self.latest if r.fairness_by is not None}
         if by_units:
+            # Only there: a lane served activations but no units yet in the window (its
+            # leases still out) has no share of them.
+            shares = {lane: got for lane, got in shares.items() if lane[0] not in by_units}
             shares.update(
                 (lane, got) for lane, got in self.units.shares(among).items() if lane[0] in by_units
             )

@@ -73,6 +73,8 @@ class LeaseSweeper:
                         j.activated_at,
                         j.fairness_key,
                         j.charged,
+                        j.lane_charge,
+                        j.key_charge,
                     )
                     for j in expired
                 ),

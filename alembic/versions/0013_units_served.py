@@ -1,4 +1,5 @@
-"""What each lane and key has been served, in its job type's units
+"""What each lane and key has been served, in its job type's units; what a lease's
+estimate added to its lane and key
 
 Revision ID: 0013
 Revises: 0012
@@ -11,9 +12,15 @@ leases held before they ended (written with the settlements).  The stats and the
 metrics measure a type fair by cost or by worker time in them, as they measure one fair
 by activations in ``activated_total``.
 
+``jobs.lane_charge`` and ``jobs.key_charge``: by worker time, the virtual time the
+activation's estimate (``charged``) added to its lane and its key, at their weights then.
+The settlement takes back exactly these, so that a weight changed while the lease is out
+neither banks the lane credit nor charges it twice (ADR 029).
+
 Expanding: a server of 0012 leaves them as they are, so while it runs beside a newer
-one its activations are missing from the realised shares of cost and worker time.  A
-constant default: adding them rewrites no table.
+one its activations are missing from the realised shares of cost and worker time, and
+its worker-time activations (no ``lane_charge``) are settled at the weights of their
+end, as before.  A constant default or none: adding them rewrites no table.
 """
 
 from collections.abc import Sequence
@@ -31,6 +38,10 @@ oldest_server = "0012"
 def upgrade() -> None:
     op.execute("ALTER TABLE lanes ADD COLUMN units_total double precision NOT NULL DEFAULT 0")
     op.execute("ALTER TABLE lane_keys ADD COLUMN units_total double precision NOT NULL DEFAULT 0")
+    op.execute(
+        "ALTER TABLE jobs ADD COLUMN lane_charge double precision,"
+        " ADD COLUMN key_charge double precision"
+    )
     op.execute(f"UPDATE schema_compat SET oldest_server = '{oldest_server}'")
 
 

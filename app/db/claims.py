@@ -101,12 +101,26 @@ WHERE t.tenant_id = u.tenant_id AND t.rate_at = u.read_at
 # one of the lane's jobs finished), settled when the lease ends; NULL by activations or
 # cost, whose charge is exact (a job's cost is in its row).  The type's mode is an
 # InitPlan, read once per claim; the lane's estimate one lanes pkey probe per job, made
-# only by worker time (CASE evaluates it only then).
-_CHARGED = f"""CASE
-        WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime'
-        THEN COALESCE((SELECT l.unit_est FROM lanes l
+# only by worker time (CASE evaluates it only then).  With it, the virtual time it adds
+# to its lane and its key: the estimate per their weights as they are now (a tenants and
+# a key_weights pkey probe, by worker time only).  The round charges the lane and key
+# exactly these (app.activation._round_charges), and the settlement takes exactly these
+# back, so a weight changed while the lease is out moves nothing it should not (a
+# helper's runs: a weight lowered while a claim was in flight banked the lane 1,500 s of
+# worker time when charge and settlement each read the weight of their own moment).
+_WORKER_TIME = "(SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime'"
+_ESTIMATE = f"""COALESCE((SELECT l.unit_est FROM lanes l
                        WHERE l.job_type = $1 AND l.tenant_id = j.tenant_id),
-                      {DEFAULT_LEASE_ESTIMATE_S}::float8) END"""
+                      {DEFAULT_LEASE_ESTIMATE_S}::float8)"""
+_CHARGED = f"""CASE WHEN {_WORKER_TIME} THEN {_ESTIMATE} END"""
+_LANE_CHARGE = f"""CASE WHEN {_WORKER_TIME}
+        THEN {_ESTIMATE} / COALESCE((SELECT t.weight FROM tenants t
+                                     WHERE t.tenant_id = j.tenant_id), 1) END"""
+_KEY_CHARGE = f"""CASE WHEN {_WORKER_TIME}
+        THEN {_ESTIMATE} / COALESCE((SELECT w.weight FROM key_weights w
+                                     WHERE w.tenant_id = j.tenant_id
+                                       AND w.fairness_key = j.fairness_key
+                                       AND w.shard = jobfair_shard(j.tenant_id)), 1) END"""
 
 # priority): locked ({lock}) for the top priority, read for the others.
 _PRIORITY_HEADS = """SELECT h.job_key, p.tenant_id, p.fairness_key, p.priority, p.k, p.top,
@@ -215,7 +229,8 @@ activated AS (
     UPDATE jobs j
     SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
         worker = ({{workers}})[t.share], deadline = ({{deadlines}})[t.share],
-        activated_at = {{now}}, via_stream = {{via_stream}}, charged = {_CHARGED}
+        activated_at = {{now}}, via_stream = {{via_stream}}, charged = {_CHARGED},
+        lane_charge = {_LANE_CHARGE}, key_charge = {_KEY_CHARGE}
     FROM taken t
     -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join alone lets
     -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.

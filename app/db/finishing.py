@@ -79,13 +79,14 @@ ended AS (
     WHERE j.job_key = i.job_key AND j.shard = jobfair_key_shard(i.job_key) AND {_LEASED}
       AND j.activation_count = i.activation_count
     RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activation_count,
-              j.activated_at, j.worker, j.retries, j.fairness_key, j.charged
+              j.activated_at, j.worker, j.retries, j.fairness_key, j.charged, j.lane_charge,
+              j.key_charge
 ),
 {ended_cte("ended", "$1::bigint[]", event="'completed'", at="$4")},
 {CREDIT_NOTIFY},
 {CAPACITY_NOTIFY},
 {RELEASE_HOLDS}
-SELECT job_key, job_type, tenant_id, activated_at, fairness_key, charged,
+SELECT job_key, job_type, tenant_id, activated_at, fairness_key, charged, lane_charge, key_charge,
        (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
          AS _n
 FROM ended
@@ -112,7 +113,8 @@ WITH ended AS (
       AND cur.job_key = $1 AND cur.shard = jobfair_key_shard($1) AND {_LEASED}
       AND j.activation_count = $2
     RETURNING j.job_key, j.job_type, j.tenant_id, j.state, j.via_stream, j.activation_count,
-              j.activated_at, j.worker, j.retries, j.error_message, j.fairness_key, j.charged
+              j.activated_at, j.worker, j.retries, j.error_message, j.fairness_key, j.charged,
+              j.lane_charge, j.key_charge
 ),
 {
     ended_cte(
@@ -126,7 +128,8 @@ WITH ended AS (
 {CREDIT_NOTIFY},
 {CAPACITY_NOTIFY},
 {RELEASE_HOLDS}
-SELECT job_key, job_type, tenant_id, state, activated_at, fairness_key, charged,
+SELECT job_key, job_type, tenant_id, state, activated_at, fairness_key, charged, lane_charge,
+       key_charge,
        (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
          AS _n
 FROM ended
@@ -143,7 +146,7 @@ WITH ended AS (
       AND j.activation_count = $2
     RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activation_count,
               j.activated_at, j.worker, j.retries, j.error_code, j.error_message, j.fairness_key,
-              j.charged
+              j.charged, j.lane_charge, j.key_charge
 ),
 {
     ended_cte(
@@ -158,7 +161,7 @@ WITH ended AS (
 {CREDIT_NOTIFY},
 {CAPACITY_NOTIFY},
 {RELEASE_HOLDS}
-SELECT job_key, job_type, tenant_id, activated_at, fairness_key, charged,
+SELECT job_key, job_type, tenant_id, activated_at, fairness_key, charged, lane_charge, key_charge,
        (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
          AS _n
 FROM ended
@@ -174,11 +177,11 @@ WITH ended AS (
     WHERE j.job_key = r.job_key AND j.shard = jobfair_key_shard(r.job_key) AND {_LEASED}
       AND j.activation_count = r.activation_count
     RETURNING j.job_key, j.job_type, j.tenant_id, j.activation_count, j.activated_at, j.worker,
-              j.retries, j.fairness_key, j.charged
+              j.retries, j.fairness_key, j.charged, j.lane_charge, j.key_charge
 ),
 {ended_cte("ended", "$1::bigint[]", event="'released'", at="$3")},
 {RELEASE_HOLDS}
-SELECT job_key, job_type, tenant_id, activated_at, fairness_key, charged,
+SELECT job_key, job_type, tenant_id, activated_at, fairness_key, charged, lane_charge, key_charge,
        (SELECT n FROM unheld) AS _n
 FROM ended
 """
@@ -207,13 +210,17 @@ ended AS (
       AND j.state IN ('CREATED', 'SCHEDULED', 'ACTIVATED')
     RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activation_count,
               j.activated_at, j.worker, j.retries, j.fairness_key,
-              CASE WHEN (SELECT state FROM was) = 'ACTIVATED' THEN j.charged END AS charged
+              CASE WHEN (SELECT state FROM was) = 'ACTIVATED' THEN j.charged END AS charged,
+              CASE WHEN (SELECT state FROM was) = 'ACTIVATED' THEN j.lane_charge END
+                AS lane_charge,
+              CASE WHEN (SELECT state FROM was) = 'ACTIVATED' THEN j.key_charge END
+                AS key_charge
 ),
 {ended_cte("ended", "ARRAY[$1::bigint]", step=CANCELED, event="'canceled'", at="$2")},
 {CREDIT_NOTIFY},
 {CAPACITY_NOTIFY},
 {RELEASE_HOLDS}
-SELECT job_key, job_type, tenant_id, activated_at, fairness_key, charged,
+SELECT job_key, job_type, tenant_id, activated_at, fairness_key, charged, lane_charge, key_charge,
        (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
          AS _n
 FROM ended
@@ -229,6 +236,8 @@ def _ended(row: Any, state: JobState) -> Ended:
         row["activated_at"],
         row["fairness_key"],
         row["charged"],
+        row["lane_charge"],
+        row["key_charge"],
     )
 
 

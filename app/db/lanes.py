@@ -447,21 +447,24 @@ SELECT kc.tenant_id, kc.fairness_key FROM key_charged kc WHERE NOT {_KEY_CHARGED
 
 # -- name: settle_lanes
 # The worker-time settlements of ended activations (ADR 029, scheduler.settlement): each
-# lane ($2 to $5: tenants, units, leases observed, their held seconds) moves by its
-# units (held less charged, summed; negative where the estimates were high) per its
-# tenant's weight now, and its estimate of a lease's seconds follows the leases observed
-# (scheduler.mixed_estimate's twin: each observation ESTIMATE_ALPHA of the way, the
-# first ones set it); each key ($6 to $9: tenants, keys, units, held seconds) moves by
-# its units per its weight.  Both add the held seconds to their units served
-# (units_total).  A parked lane or key moved back banks nothing: it re-enters at
-# max(own, system) as always.  Written behind the finishes (app.charging.Settlements),
-# committed asynchronously as the charges are (a crash forgets the last few, which
-# fences nothing).  Index: lanes pkey, lane_keys pkey, tenants pkey, key_weights pkey.
-# Locks: the lanes in tenant order, then the keys in (tenant, key) order, as _CHARGE.
+# lane ($2 to $5: tenants, units, leases observed, their held seconds; $10 refunds)
+# moves by its units (the seconds held; for activations before alembic 0013, held less
+# charged) per its tenant's weight now, less its refund (the virtual time its estimates
+# added when they were charged, the jobs' lane_charge), and its estimate of a lease's
+# seconds follows the leases observed (scheduler.mixed_estimate's twin: each observation
+# ESTIMATE_ALPHA of the way, the first ones set it); each key ($6 to $9: tenants, keys,
+# units, held seconds; $11 refunds) the same by its weight.  Both add the held seconds
+# to their units served (units_total).  A parked lane or key moved back banks nothing:
+# it re-enters at max(own, system) as always.  Written behind the finishes
+# (app.charging.Settlements), committed asynchronously as the charges are (a crash
+# forgets the last few, which fences nothing).  Index: lanes pkey, lane_keys pkey,
+# tenants pkey, key_weights pkey. Locks: the lanes in tenant order, then the keys in
+# (tenant, key) order, as _CHARGE.
 SETTLE_LANES = f"""
 WITH settle AS (
-    SELECT x.tenant_id, s.units, s.n, s.held
-    FROM unnest($2::text[], $3::float8[], $4::int[], $5::float8[]) AS s(tenant_id, units, n, held)
+    SELECT x.tenant_id, s.units, s.n, s.held, s.refund
+    FROM unnest($2::text[], $3::float8[], $4::int[], $5::float8[], $10::float8[])
+         AS s(tenant_id, units, n, held, refund)
     JOIN lanes x ON x.job_type = $1 AND x.tenant_id = s.tenant_id
     ORDER BY x.tenant_id
     FOR NO KEY UPDATE OF x
@@ -469,7 +472,7 @@ WITH settle AS (
 settled AS (
     UPDATE lanes l
     SET vtime = l.vtime + s.units / COALESCE(
-            (SELECT t.weight FROM tenants t WHERE t.tenant_id = l.tenant_id), 1),
+            (SELECT t.weight FROM tenants t WHERE t.tenant_id = l.tenant_id), 1) - s.refund,
         units_total = l.units_total + s.held,
         unit_est = CASE WHEN s.n = 0 THEN l.unit_est
                         WHEN l.unit_est IS NULL THEN s.held / s.n
@@ -482,9 +485,9 @@ settled AS (
     RETURNING 1
 ),
 key_settle AS (
-    SELECT x.tenant_id, x.fairness_key, s.units, s.held
-    FROM unnest($6::text[], $7::text[], $8::float8[], $9::float8[])
-         AS s(tenant_id, fairness_key, units, held)
+    SELECT x.tenant_id, x.fairness_key, s.units, s.held, s.refund
+    FROM unnest($6::text[], $7::text[], $8::float8[], $9::float8[], $11::float8[])
+         AS s(tenant_id, fairness_key, units, held, refund)
     JOIN lane_keys x ON x.job_type = $1 AND x.tenant_id = s.tenant_id
      AND x.fairness_key = s.fairness_key
     WHERE (SELECT count(*) FROM settle) >= 0
@@ -495,7 +498,8 @@ key_settled AS (
     UPDATE lane_keys k
     SET vtime = k.vtime + s.units / COALESCE(
             (SELECT w.weight FROM key_weights w
-             WHERE w.tenant_id = k.tenant_id AND w.fairness_key = k.fairness_key), 1),
+             WHERE w.tenant_id = k.tenant_id AND w.fairness_key = k.fairness_key), 1)
+            - s.refund,
         units_total = k.units_total + s.held
     FROM key_settle s
     WHERE k.job_type = $1 AND k.tenant_id = s.tenant_id AND k.fairness_key = s.fairness_key
@@ -513,6 +517,9 @@ class Settled(NamedTuple):
     units: float
     n: int
     held_s: float
+    # Virtual time taken back as it is (the estimates' lane_charge or key_charge), not
+    # divided by a weight.
+    refund: float = 0.0
 
 
 @retry_deadlock
@@ -534,6 +541,8 @@ async def settle(
         [k for _, k in pairs],
         [keys[tk].units for tk in pairs],
         [keys[tk].held_s for tk in pairs],
+        [lanes[t].refund for t in tenants],
+        [keys[tk].refund for tk in pairs],
     )
     return moved
 

@@ -35,13 +35,13 @@ WITH ended AS (
     UPDATE jobs SET state = 'CREATED', deadline = NULL
     WHERE job_key = ANY($1::bigint[]) AND state = 'ACTIVATED' AND deadline < $2
     RETURNING job_key, job_type, tenant_id, via_stream, activation_count, activated_at, worker,
-              retries, fairness_key, charged
+              retries, fairness_key, charged, lane_charge, key_charge
 ),
 {ended_cte("ended", "$1::bigint[]", event="'lease-expired'", at="$2")},
 {CREDIT_NOTIFY},
 {RELEASE_HOLDS}
 SELECT job_key, job_type, tenant_id, activation_count, worker, fairness_key, activated_at,
-       charged,
+       charged, lane_charge, key_charge,
        (SELECT count(*) FROM credited) + (SELECT n FROM unheld) AS _n
 FROM ended
 """
@@ -121,6 +121,8 @@ async def release_expired(db: Sessions, now: datetime, limit: int) -> list[Expir
         "activated_at",
         "fairness_key",
         "charged",
+        "lane_charge",
+        "key_charge",
     )
     return [ExpiredLease(*(r[f] for f in fields)) for r in rows]
 

@@ -111,66 +111,6 @@ unheld AS (
 SELECT up.* FROM up WHERE (SELECT count(*) FROM unheld) = 1
 """
 
-# -- name: reprice_lanes
-# Before a tenant's weight changes to $2 (in the transaction that changes it, under its
-# cap lock): its lanes' leases still out by worker time were charged their estimates at
-# the old weight, and are settled at the weight of their finish (ADR 029); so the
-# estimates in flight are charged again at the new one now: each lane moves by its
-# ACTIVATED jobs' charged units x (1/new - 1/old).  Without it a weight lowered between
-# charge and settlement took back more than was charged and banked the lane credit (a
-# helper's run: 10,000 to 1 with 100 leases out left a lane at -32.9).  Index:
-# jobs_active_tenant_idx (the tenant's leases), lanes pkey.  Locks: the tenant's lanes
-# of the types it has leases of, in job type order.
-REPRICE_LANES = """
-WITH old AS (
-    SELECT COALESCE((SELECT t.weight FROM tenants t WHERE t.tenant_id = $1), 1)::float8 AS w
-),
-owed AS (
-    SELECT j.job_type, sum(j.charged) AS units FROM jobs j
-    WHERE j.state = 'ACTIVATED' AND j.tenant_id = $1 AND j.charged IS NOT NULL
-      AND (SELECT w FROM old) <> $2::float8
-    GROUP BY j.job_type
-),
-locked AS (
-    SELECT x.job_type, o.units FROM lanes x JOIN owed o ON o.job_type = x.job_type
-    WHERE x.tenant_id = $1 AND x.shard = jobfair_shard($1)
-    ORDER BY x.job_type
-    FOR NO KEY UPDATE OF x
-)
-UPDATE lanes l SET vtime = l.vtime + k.units * (1.0 / $2::float8 - 1.0 / (SELECT w FROM old))
-FROM locked k
-WHERE l.job_type = k.job_type AND l.tenant_id = $1 AND l.shard = jobfair_shard($1)
-"""
-
-# -- name: reprice_key
-# As reprice_lanes, one level down: before a fairness key's weight changes to $3, its
-# keys' estimates in flight (one key per job type) charged again at the new weight.
-# Index: jobs_active_tenant_idx, lane_keys pkey.  Locks: the key's rows, in job type
-# order.
-REPRICE_KEY = """
-WITH old AS (
-    SELECT COALESCE((SELECT w.weight FROM key_weights w
-                     WHERE w.tenant_id = $1 AND w.fairness_key = $2
-                       AND w.shard = jobfair_shard($1)), 1)::float8 AS w
-),
-owed AS (
-    SELECT j.job_type, sum(j.charged) AS units FROM jobs j
-    WHERE j.state = 'ACTIVATED' AND j.tenant_id = $1 AND j.fairness_key = $2
-      AND j.charged IS NOT NULL AND (SELECT w FROM old) <> $3::float8
-    GROUP BY j.job_type
-),
-locked AS (
-    SELECT x.job_type, o.units FROM lane_keys x JOIN owed o ON o.job_type = x.job_type
-    WHERE x.tenant_id = $1 AND x.fairness_key = $2 AND x.shard = jobfair_shard($1)
-    ORDER BY x.job_type
-    FOR NO KEY UPDATE OF x
-)
-UPDATE lane_keys k SET vtime = k.vtime + o.units * (1.0 / $3::float8 - 1.0 / (SELECT w FROM old))
-FROM locked o
-WHERE k.job_type = o.job_type AND k.tenant_id = $1 AND k.fairness_key = $2
-  AND k.shard = jobfair_shard($1)
-"""
-
 # -- name: lock_tenant
 # A tenant's cap lock, taken before its row is written (upsert_tenant, delete_tenant), in
 # the order a rate-limited claim takes them (the lock, then the row it takes tokens
@@ -497,7 +437,6 @@ async def upsert_tenant(
 ) -> TenantRow:
     async with db.transaction() as tx:
         await tx.execute(LOCK_TENANT, tenant_id)
-        await tx.execute(REPRICE_LANES, tenant_id, weight)
         row = await tx.fetchrow(
             UPSERT_TENANT,
             tenant_id,
@@ -528,20 +467,14 @@ async def list_tenants(db: Queries) -> list[TenantRow]:
 async def delete_tenant(db: Sessions, tenant_id: str) -> bool:
     async with db.transaction() as tx:
         await tx.execute(LOCK_TENANT, tenant_id)
-        await tx.execute(REPRICE_LANES, tenant_id, 1)  # back to weight 1
         deleted = await tx.fetchval(DELETE_TENANT, tenant_id) is not None
     await _release_after_finishes(db, tenant_id)
     return deleted
 
 
-async def upsert_key_weight(db: Sessions, tenant_id: str, fairness_key: str, weight: int) -> int:
-    """Set a key's weight (``fairness_key`` as stored: '' for the default key), its
-    estimates in flight charged again at it (reprice_key), under the tenant's cap lock
-    (which orders weight changes of its keys)."""
-    async with db.transaction() as tx:
-        await tx.execute(LOCK_TENANT, tenant_id)
-        await tx.execute(REPRICE_KEY, tenant_id, fairness_key, weight)
-        got: int = await tx.fetchval(UPSERT_KEY_WEIGHT, tenant_id, fairness_key, weight)
+async def upsert_key_weight(db: Queries, tenant_id: str, fairness_key: str, weight: int) -> int:
+    """Set a key's weight (``fairness_key`` as stored: '' for the default key)."""
+    got: int = await db.fetchval(UPSERT_KEY_WEIGHT, tenant_id, fairness_key, weight)
     return got
 
 
@@ -551,13 +484,9 @@ async def get_key_weight(db: Queries, tenant_id: str, fairness_key: str) -> int 
     return got
 
 
-async def delete_key_weight(db: Sessions, tenant_id: str, fairness_key: str) -> bool:
-    """Back to weight 1 (its estimates in flight charged again at it, as
-    upsert_key_weight's); whether it had a weight of its own."""
-    async with db.transaction() as tx:
-        await tx.execute(LOCK_TENANT, tenant_id)
-        await tx.execute(REPRICE_KEY, tenant_id, fairness_key, 1)
-        return await tx.fetchval(DELETE_KEY_WEIGHT, tenant_id, fairness_key) is not None
+async def delete_key_weight(db: Queries, tenant_id: str, fairness_key: str) -> bool:
+    """Back to weight 1; whether it had a weight of its own."""
+    return await db.fetchval(DELETE_KEY_WEIGHT, tenant_id, fairness_key) is not None
 
 
 async def pause_tenant(db: Sessions, tenant_id: str) -> TenantRow:

@@ -20,8 +20,8 @@ from app.scheduler import FairnessBy
 JOB_COLUMNS = """job_key, job_type, tenant_id, state, priority, retries, activation_count,
     worker, deadline, run_at, queued_at, variables, custom_headers, error_code,
     error_message, created_at, activated_at, completed_at, idempotency_key, fairness_key,
-    cost, charged"""
-JOB_FIELDS = 22
+    cost, charged, lane_charge, key_charge"""
+JOB_FIELDS = 24
 
 
 def job_columns(alias: str) -> str:
@@ -55,8 +55,11 @@ class JobRow(NamedTuple):
     fairness_key: str  # '': the tenant's default key (DEFAULT_KEY outside)
     cost: float = 1.0  # what it declares it costs (ADR 029)
     # The worker-time estimate its current activation was charged (None: its type is not
-    # fair by worker time), settled when the lease ends.
+    # fair by worker time), settled when the lease ends; and the virtual time it added to
+    # the lane and to the key (charged / the weights at activation, alembic 0013).
     charged: float | None = None
+    lane_charge: float | None = None
+    key_charge: float | None = None
 
 
 _STATES = {state.value: state for state in JobState}
@@ -99,6 +102,8 @@ class ExpiredLease(NamedTuple):
     activated_at: datetime | None = None
     fairness_key: str = ""
     charged: float | None = None  # as Ended's: the worker-time estimate to settle
+    lane_charge: float | None = None
+    key_charge: float | None = None
 
 
 class Ended(NamedTuple):
@@ -114,6 +119,11 @@ class Ended(NamedTuple):
     activated_at: datetime | None
     fairness_key: str = ""
     charged: float | None = None
+    # The virtual time that estimate added to its lane and its key (charged / weight
+    # when it was activated; None: a server before alembic 0013 activated it): what its
+    # settlement takes back, whatever the weights are now.
+    lane_charge: float | None = None
+    key_charge: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

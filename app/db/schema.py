@@ -96,6 +96,10 @@ jobs = Table(
     # The worker-time estimate its current activation was charged, settled against the
     # time its lease was held when it ends; NULL unless its type is fair by worker time.
     Column("charged", Double),
+    # The virtual time that estimate added to its lane and its key (alembic 0013): what
+    # its settlement takes back, whatever the weights are by then.
+    Column("lane_charge", Double),
+    Column("key_charge", Double),
     CheckConstraint("cost > 0 AND cost < 'Infinity'", name="jobs_cost_check"),
     CheckConstraint(
         "state IN (" + ", ".join(f"'{s}'" for s in JOB_STATES) + ")", name="jobs_state_check"

@@ -164,16 +164,25 @@ activated AS (
     UPDATE jobs j
     SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
         worker = ($5::text[])[t.share], deadline = ($6::timestamptz[])[t.share],
-        activated_at = $4::timestamptz, via_stream = $9, charged = CASE
-        WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime'
+        activated_at = $4::timestamptz, via_stream = $9, charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime' THEN COALESCE((SELECT l.unit_est FROM lanes l
+                       WHERE l.job_type = $1 AND l.tenant_id = j.tenant_id),
+                      1.0::float8) END,
+        lane_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime'
         THEN COALESCE((SELECT l.unit_est FROM lanes l
                        WHERE l.job_type = $1 AND l.tenant_id = j.tenant_id),
-                      1.0::float8) END
+                      1.0::float8) / COALESCE((SELECT t.weight FROM tenants t
+                                     WHERE t.tenant_id = j.tenant_id), 1) END, key_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime'
+        THEN COALESCE((SELECT l.unit_est FROM lanes l
+                       WHERE l.job_type = $1 AND l.tenant_id = j.tenant_id),
+                      1.0::float8) / COALESCE((SELECT w.weight FROM key_weights w
+                                     WHERE w.tenant_id = j.tenant_id
+                                       AND w.fairness_key = j.fairness_key
+                                       AND w.shard = jobfair_shard(j.tenant_id)), 1) END
     FROM taken t
     -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join alone lets
     -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
     WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
-    RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key, j.cost, j.charged
+    RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key, j.cost, j.charged, j.lane_charge, j.key_charge
 ),
 trimmed AS (
     DELETE FROM job_events e USING activated s
@@ -326,16 +335,25 @@ activated AS (
     UPDATE jobs j
     SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
         worker = ($3::text[])[t.share], deadline = ($4::timestamptz[])[t.share],
-        activated_at = $2::timestamptz, via_stream = $7, charged = CASE
-        WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime'
+        activated_at = $2::timestamptz, via_stream = $7, charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime' THEN COALESCE((SELECT l.unit_est FROM lanes l
+                       WHERE l.job_type = $1 AND l.tenant_id = j.tenant_id),
+                      1.0::float8) END,
+        lane_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime'
         THEN COALESCE((SELECT l.unit_est FROM lanes l
                        WHERE l.job_type = $1 AND l.tenant_id = j.tenant_id),
-                      1.0::float8) END
+                      1.0::float8) / COALESCE((SELECT t.weight FROM tenants t
+                                     WHERE t.tenant_id = j.tenant_id), 1) END, key_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime'
+        THEN COALESCE((SELECT l.unit_est FROM lanes l
+                       WHERE l.job_type = $1 AND l.tenant_id = j.tenant_id),
+                      1.0::float8) / COALESCE((SELECT w.weight FROM key_weights w
+                                     WHERE w.tenant_id = j.tenant_id
+                                       AND w.fairness_key = j.fairness_key
+                                       AND w.shard = jobfair_shard(j.tenant_id)), 1) END
     FROM taken t
     -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join alone lets
     -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
     WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
-    RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key, j.cost, j.charged
+    RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key, j.cost, j.charged, j.lane_charge, j.key_charge
 ),
 trimmed AS (
     DELETE FROM job_events e USING activated s
@@ -482,16 +500,25 @@ activated AS (
     UPDATE jobs j
     SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
         worker = ($3::text[])[t.share], deadline = ($4::timestamptz[])[t.share],
-        activated_at = $2::timestamptz, via_stream = $7, charged = CASE
-        WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime'
+        activated_at = $2::timestamptz, via_stream = $7, charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime' THEN COALESCE((SELECT l.unit_est FROM lanes l
+                       WHERE l.job_type = $1 AND l.tenant_id = j.tenant_id),
+                      1.0::float8) END,
+        lane_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime'
         THEN COALESCE((SELECT l.unit_est FROM lanes l
                        WHERE l.job_type = $1 AND l.tenant_id = j.tenant_id),
-                      1.0::float8) END
+                      1.0::float8) / COALESCE((SELECT t.weight FROM tenants t
+                                     WHERE t.tenant_id = j.tenant_id), 1) END, key_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime'
+        THEN COALESCE((SELECT l.unit_est FROM lanes l
+                       WHERE l.job_type = $1 AND l.tenant_id = j.tenant_id),
+                      1.0::float8) / COALESCE((SELECT w.weight FROM key_weights w
+                                     WHERE w.tenant_id = j.tenant_id
+                                       AND w.fairness_key = j.fairness_key
+                                       AND w.shard = jobfair_shard(j.tenant_id)), 1) END
     FROM taken t
     -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join alone lets
     -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
     WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
-    RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key, j.cost, j.charged
+    RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key, j.cost, j.charged, j.lane_charge, j.key_charge
 ),
 trimmed AS (
     DELETE FROM job_events e USING activated s

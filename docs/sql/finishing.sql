@@ -16,7 +16,8 @@ ended AS (
     WHERE j.job_key = i.job_key AND j.shard = jobfair_key_shard(i.job_key) AND (j.state = 'ACTIVATED') IS TRUE
       AND j.activation_count = i.activation_count
     RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activation_count,
-              j.activated_at, j.worker, j.retries, j.fairness_key, j.charged
+              j.activated_at, j.worker, j.retries, j.fairness_key, j.charged, j.lane_charge,
+              j.key_charge
 ),
 leases AS (
     SELECT job_key, deadline FROM jobs WHERE job_key = ANY($1::bigint[]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
@@ -46,7 +47,7 @@ unheld AS (
     SELECT jobfair_release_holds(1246101507, 1246101508,
         ARRAY(SELECT DISTINCT e.tenant_id FROM ended e), 'jobfair') AS n
 )
-SELECT job_key, job_type, tenant_id, activated_at, fairness_key, charged,
+SELECT job_key, job_type, tenant_id, activated_at, fairness_key, charged, lane_charge, key_charge,
        (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
          AS _n
 FROM ended;
@@ -71,7 +72,8 @@ WITH ended AS (
       AND cur.job_key = $1 AND cur.shard = jobfair_key_shard($1) AND (j.state = 'ACTIVATED') IS TRUE
       AND j.activation_count = $2
     RETURNING j.job_key, j.job_type, j.tenant_id, j.state, j.via_stream, j.activation_count,
-              j.activated_at, j.worker, j.retries, j.error_message, j.fairness_key, j.charged
+              j.activated_at, j.worker, j.retries, j.error_message, j.fairness_key, j.charged,
+              j.lane_charge, j.key_charge
 ),
 leases AS (
     SELECT job_key, deadline FROM jobs WHERE job_key = ANY(ARRAY[$1::bigint]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
@@ -101,7 +103,8 @@ unheld AS (
     SELECT jobfair_release_holds(1246101507, 1246101508,
         ARRAY(SELECT DISTINCT e.tenant_id FROM ended e), 'jobfair') AS n
 )
-SELECT job_key, job_type, tenant_id, state, activated_at, fairness_key, charged,
+SELECT job_key, job_type, tenant_id, state, activated_at, fairness_key, charged, lane_charge,
+       key_charge,
        (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
          AS _n
 FROM ended;
@@ -116,7 +119,7 @@ WITH ended AS (
       AND j.activation_count = $2
     RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activation_count,
               j.activated_at, j.worker, j.retries, j.error_code, j.error_message, j.fairness_key,
-              j.charged
+              j.charged, j.lane_charge, j.key_charge
 ),
 leases AS (
     SELECT job_key, deadline FROM jobs WHERE job_key = ANY(ARRAY[$1::bigint]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
@@ -146,7 +149,7 @@ unheld AS (
     SELECT jobfair_release_holds(1246101507, 1246101508,
         ARRAY(SELECT DISTINCT e.tenant_id FROM ended e), 'jobfair') AS n
 )
-SELECT job_key, job_type, tenant_id, activated_at, fairness_key, charged,
+SELECT job_key, job_type, tenant_id, activated_at, fairness_key, charged, lane_charge, key_charge,
        (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
          AS _n
 FROM ended;
@@ -159,7 +162,7 @@ WITH ended AS (
     WHERE j.job_key = r.job_key AND j.shard = jobfair_key_shard(r.job_key) AND (j.state = 'ACTIVATED') IS TRUE
       AND j.activation_count = r.activation_count
     RETURNING j.job_key, j.job_type, j.tenant_id, j.activation_count, j.activated_at, j.worker,
-              j.retries, j.fairness_key, j.charged
+              j.retries, j.fairness_key, j.charged, j.lane_charge, j.key_charge
 ),
 leases AS (
     SELECT job_key, deadline FROM jobs WHERE job_key = ANY($1::bigint[]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
@@ -175,7 +178,7 @@ unheld AS (
     SELECT jobfair_release_holds(1246101507, 1246101508,
         ARRAY(SELECT DISTINCT e.tenant_id FROM ended e), 'jobfair') AS n
 )
-SELECT job_key, job_type, tenant_id, activated_at, fairness_key, charged,
+SELECT job_key, job_type, tenant_id, activated_at, fairness_key, charged, lane_charge, key_charge,
        (SELECT n FROM unheld) AS _n
 FROM ended;
 
@@ -201,7 +204,11 @@ ended AS (
       AND j.state IN ('CREATED', 'SCHEDULED', 'ACTIVATED')
     RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activation_count,
               j.activated_at, j.worker, j.retries, j.fairness_key,
-              CASE WHEN (SELECT state FROM was) = 'ACTIVATED' THEN j.charged END AS charged
+              CASE WHEN (SELECT state FROM was) = 'ACTIVATED' THEN j.charged END AS charged,
+              CASE WHEN (SELECT state FROM was) = 'ACTIVATED' THEN j.lane_charge END
+                AS lane_charge,
+              CASE WHEN (SELECT state FROM was) = 'ACTIVATED' THEN j.key_charge END
+                AS key_charge
 ),
 leases AS (
     SELECT job_key, deadline FROM jobs WHERE job_key = ANY(ARRAY[$1::bigint]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
@@ -231,7 +238,7 @@ unheld AS (
     SELECT jobfair_release_holds(1246101507, 1246101508,
         ARRAY(SELECT DISTINCT e.tenant_id FROM ended e), 'jobfair') AS n
 )
-SELECT job_key, job_type, tenant_id, activated_at, fairness_key, charged,
+SELECT job_key, job_type, tenant_id, activated_at, fairness_key, charged, lane_charge, key_charge,
        (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
          AS _n
 FROM ended;

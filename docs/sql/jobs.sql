@@ -314,7 +314,7 @@ ins AS (
     RETURNING job_key, job_type, tenant_id, state, priority, retries, activation_count,
     worker, deadline, run_at, queued_at, variables, custom_headers, error_code,
     error_message, created_at, activated_at, completed_at, idempotency_key, fairness_key,
-    cost, charged
+    cost, charged, lane_charge, key_charge
 ),
 ready_lanes AS (
     SELECT job_type, tenant_id, fairness_key, count(*) AS n FROM ins WHERE state = 'CREATED'
@@ -385,7 +385,7 @@ notified AS (
     SELECT pg_notify('jobfair', job_type || ' ' || sum(n))
     FROM ready_lanes GROUP BY job_type
 )
-SELECT ins.job_key, ins.job_type, ins.tenant_id, ins.state, ins.priority, ins.retries, ins.activation_count, ins.worker, ins.deadline, ins.run_at, ins.queued_at, ins.variables, ins.custom_headers, ins.error_code, ins.error_message, ins.created_at, ins.activated_at, ins.completed_at, ins.idempotency_key, ins.fairness_key, ins.cost, ins.charged,
+SELECT ins.job_key, ins.job_type, ins.tenant_id, ins.state, ins.priority, ins.retries, ins.activation_count, ins.worker, ins.deadline, ins.run_at, ins.queued_at, ins.variables, ins.custom_headers, ins.error_code, ins.error_message, ins.created_at, ins.activated_at, ins.completed_at, ins.idempotency_key, ins.fairness_key, ins.cost, ins.charged, ins.lane_charge, ins.key_charge,
        t.aging_interval_ms AS type_aging_interval_ms, t.aging_step AS type_aging_step,
        (SELECT count(*) FROM notified) + (SELECT count(*) FROM new_lanes)
          + (SELECT count(*) FROM woken) AS _side_effects
@@ -403,7 +403,7 @@ JOIN jobs j ON j.tenant_id = k.tenant_id AND j.idempotency_key = k.idempotency_k
 
 -- name: get_job
 -- With the job type's aging settings, so a record renders in one round trip.
-SELECT j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key, j.cost, j.charged,
+SELECT j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key, j.cost, j.charged, j.lane_charge, j.key_charge,
        t.aging_interval_ms AS type_aging_interval_ms, t.aging_step AS type_aging_step
 FROM jobs j LEFT JOIN job_types t ON t.job_type = j.job_type
 WHERE j.job_key = $1 AND j.shard = jobfair_key_shard($1);
@@ -423,7 +423,7 @@ SELECT job_key, tenant_id, job_type FROM jobs WHERE job_key = ANY($1::bigint[]);
 SELECT job_key, job_type, tenant_id, state, priority, retries, activation_count,
     worker, deadline, run_at, queued_at, variables, custom_headers, error_code,
     error_message, created_at, activated_at, completed_at, idempotency_key, fairness_key,
-    cost, charged FROM jobs WHERE job_key = $1 AND shard = jobfair_key_shard($1) FOR UPDATE;
+    cost, charged, lane_charge, key_charge FROM jobs WHERE job_key = $1 AND shard = jobfair_key_shard($1) FOR UPDATE;
 
 -- name: update_job
 -- PATCH: retries, lease (deadline) and priority; revives FAILED when retries > 0, and

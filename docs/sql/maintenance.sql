@@ -15,7 +15,7 @@ WITH ended AS (
     UPDATE jobs SET state = 'CREATED', deadline = NULL
     WHERE job_key = ANY($1::bigint[]) AND state = 'ACTIVATED' AND deadline < $2
     RETURNING job_key, job_type, tenant_id, via_stream, activation_count, activated_at, worker,
-              retries, fairness_key, charged
+              retries, fairness_key, charged, lane_charge, key_charge
 ),
 leases AS (
     SELECT job_key, deadline FROM jobs WHERE job_key = ANY($1::bigint[]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
@@ -38,7 +38,7 @@ unheld AS (
         ARRAY(SELECT DISTINCT e.tenant_id FROM ended e), 'jobfair') AS n
 )
 SELECT job_key, job_type, tenant_id, activation_count, worker, fairness_key, activated_at,
-       charged,
+       charged, lane_charge, key_charge,
        (SELECT count(*) FROM credited) + (SELECT n FROM unheld) AS _n
 FROM ended;
 

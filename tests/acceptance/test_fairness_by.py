@@ -99,6 +99,27 @@ async def test_by_cost_tenants_share_the_cost_not_the_jobs(live: Live, mode: str
     assert tenants["a"]["activatedLastMinute"] == jobs_a, tenants
 
 
+async def test_shares_of_worker_time_add_up_to_one_while_leases_are_out(live: Live) -> None:
+    """Helper report: a lane served activations but no worker time yet (its leases all
+    still out) kept its share of activations beside the others' shares of worker time,
+    and the type's shares added up to 1.5.  Such a lane has served no units yet."""
+    c = live.client
+    await _stats(c, "wsum")
+    await _fair_by(c, "wsum", "workerTime")
+    await enqueue(c, "wsum", "a", 20)
+    await enqueue(c, "wsum", "b", 5)
+    jobs = await activate(c, "wsum", 10)
+    assert {j["tenantId"] for j in jobs} == {"a", "b"}
+    for job in jobs:
+        if job["tenantId"] == "a":
+            assert (await complete(c, job)).status_code == 204
+    await live.services.activation.settle()
+    tenants = await _stats(c, "wsum")
+    assert sum(t["realizedShare"] for t in tenants.values()) == pytest.approx(1.0), tenants
+    assert sum(t["entitledShare"] for t in tenants.values()) == pytest.approx(1.0), tenants
+    assert tenants["b"]["realizedShare"] == 0.0 and tenants["a"]["realizedShare"] == 1.0
+
+
 async def _stats(c: httpx.AsyncClient, job_type: str) -> dict[str, dict]:
     """The type's tenants in ``GET /v2/stats``, by id."""
     r = await c.get("/v2/stats", params={"type": job_type})
@@ -274,6 +295,44 @@ async def test_a_weight_lowered_with_leases_out_banks_no_credit(
     assert 0.0 <= a <= held_s + 1e-6, (a, b, held_s)
     picks = await _drain_one_by_one(c, "wexp", 40)
     assert picks.get("b", 0) >= 1, picks
+
+
+async def test_a_weight_lowered_while_a_claim_is_in_flight_banks_no_credit(
+    live: Live, store
+) -> None:
+    """Helper report on the first fix (re-pricing the leases out when the weight
+    changes): a claim still in flight at the change was charged at the old weight but
+    was not yet there to re-price, and a lane fell to -1,970 (7 trials in 12).  The claim
+    now records what each estimate added (lane_charge), and the settlement takes exactly
+    that back.  Each trial races an activation of 300 jobs with the weight lowered from
+    10,000 to 1, 0 to 12 ms after it, and then completes them: the lane must end where
+    the seconds held put it at weight 1."""
+    c = live.client
+    service = live.services.activation
+    await _fair_by(c, "wrace", "workerTime")
+    for trial in range(6):
+        tenant = f"r{trial}"
+        assert (await c.put(f"/v2/tenants/{tenant}", json={"weight": 10_000})).status_code == 200
+        await enqueue(c, "wrace", tenant, 300)
+        await service.settle()
+        start = await _vtime(store, "wrace", tenant)
+
+        async def lower(delay_s: float = 0.002 * trial, who: str = tenant) -> None:
+            await asyncio.sleep(delay_s)
+            assert (await c.put(f"/v2/tenants/{who}", json={"weight": 1})).status_code == 200
+
+        jobs, _ = await asyncio.gather(activate(c, "wrace", 300, tenantIds=[tenant]), lower())
+        assert len(jobs) == 300
+        body = {"jobs": [{"jobKey": j["jobKey"], "activationCount": 1} for j in jobs]}
+        assert (await c.post("/v2/jobs/complete", json=body)).status_code in (200, 204)
+        await service.settle()
+        held_s = await store.fetchval(
+            "SELECT sum(extract(epoch FROM completed_at - activated_at))::float8 FROM jobs"
+            " WHERE job_type = 'wrace' AND tenant_id = $1",
+            tenant,
+        )
+        end = await _vtime(store, "wrace", tenant)
+        assert end - start == pytest.approx(held_s, abs=0.05 + 0.02 * held_s), (trial, start, end)
 
 
 async def test_a_key_weight_lowered_with_leases_out_banks_no_credit(live: Live, store) -> None:
