@@ -29,7 +29,8 @@ from bench.harness import ROOT, Postgres, median, percentile, table
 RESULTS = ROOT / "bench" / "results"
 CONSTANT_LIMIT = READ_LANES.replace(f"LIMIT (SELECT {SCANNED_LANES})", f"LIMIT {SCANNED_LANES}")
 STATEMENTS = {"now": READ_LANES, "constant": CONSTANT_LIMIT}
-ARGS = ("bench", 32, [], [], [], [], [], [], [], [], [])
+# The type, how many lanes, none excluded, and no charges (the ten arrays of _CHARGE).
+ARGS = ("bench", 32, [], *[[]] * 10)
 
 
 async def preload(conn: asyncpg.Connection, lanes: int) -> None:

@@ -31,3 +31,19 @@ def test_machine_speed_times_the_interpreter_and_the_loopback() -> None:
     # A fixed loop of 300,000 steps and a TCP round trip take some time, and not minutes.
     assert 0.1 < speed["pythonLoopMs"] < 60_000
     assert 0.1 < speed["loopbackRoundTripUs"] < 60_000_000
+
+
+async def test_the_benchmarks_lane_reads_match_the_statement(store) -> None:
+    """bench.lane_read and bench.scaling send read_lanes their own arguments; a change of
+    the statement's parameters (alembic 0013 added two arrays) must not leave them
+    behind, as it once did: benchmarks are not run in the suite."""
+    from bench import lane_read, scaling
+
+    await store.execute("INSERT INTO tenants (tenant_id) VALUES ('t1')")
+    await store.execute(
+        "INSERT INTO lanes (job_type, tenant_id, shard, vtime) VALUES"
+        " ('bench', 't1', jobfair_shard('t1'), 0)"
+    )
+    assert await store.fetch(lane_read.READ_LANES, *lane_read.ARGS)
+    async with store.connection() as conn:
+        assert await scaling._read(conn, 4) is not None
