@@ -111,6 +111,10 @@ class ActivationService:
         # The aging configuration each job type had at its latest activation, so that job
         # records can be rendered without another round trip.
         self.aging_seen: dict[str, Aging] = {}
+        # What each job type was last seen fair by (lane reads, lead claims): a lead
+        # claim then records the estimate's virtual times only where it is by worker
+        # time (claims.LeadAsk; a type not seen yet is taken to be).
+        self.fair_by_seen: dict[str, FairnessBy] = {}
         self._pending: set[asyncio.Task[Any]] = set()
         self.charges = LaneCharges(db, self._spawn)
         # Worker-time charges settled when their leases end (ADR 029): by the finishes of
@@ -237,6 +241,7 @@ class ActivationService:
             req.via_stream,
             self.settings.aging_step,
             self.settings.aging_interval_ms,
+            self.fair_by_seen.get(req.job_type, FairnessBy.WORKER_TIME) is FairnessBy.WORKER_TIME,
         )
 
     def _lead_claimed(self, req: ActivateRequest, got: LeadClaim) -> None:
@@ -261,6 +266,7 @@ class ActivationService:
         self.aging_seen[req.job_type] = Aging(
             interval_ms=got.aging_interval_ms, step=got.aging_step
         )
+        self.fair_by_seen[req.job_type] = got.fairness_by
 
     async def _activate_together(self, reqs: list[ActivateRequest]) -> list[_Answer]:
         claimed, dry = await self._activate(reqs, fill=True)
@@ -323,7 +329,13 @@ class ActivationService:
             )
             lane_counts = {t: k for t, k in plan.allocation.counts.items() if k > 0}
             counts = await keys_read.split(self.db, job_type, lane_counts)
-            got = await claims.claim(self.db, job_type, counts, **claim_args)
+            got = await claims.claim(
+                self.db,
+                job_type,
+                counts,
+                **claim_args,
+                by_worker_time=cfg.fairness_by is FairnessBy.WORKER_TIME,
+            )
             return plan, got
         return await self._claim_capped(
             job_type, picks, n, cfg, (capped, limited, resting), claim_args, keys_read
@@ -378,7 +390,13 @@ class ActivationService:
             )
             lane_counts = {t: k for t, k in plan.allocation.counts.items() if k > 0}
             counts = await keys_read.split(tx, job_type, lane_counts)
-            got = await claims.claim(tx, job_type, counts, **claim_args)
+            got = await claims.claim(
+                tx,
+                job_type,
+                counts,
+                **claim_args,
+                by_worker_time=cfg.fairness_by is FairnessBy.WORKER_TIME,
+            )
             taken = Counter(c.job.tenant_id for c in got)
             plan = _as_claimed(plan, room, tokens, taken)
             if buckets is not None:
@@ -470,6 +488,7 @@ class ActivationService:
                 width = max(remaining + LANE_SLACK, min(WIDEST_READ, widen * LANE_SLACK))
                 read = await self.charges.read(job_type, width, sorted(exclude), first.tenant_ids)
                 cfg, rows = read.config, read.ready
+                self.fair_by_seen[job_type] = cfg.fairness_by
                 aging = self.resolve_aging(cfg.aging_interval_ms, cfg.aging_step)
                 if read.paused:
                     # Nothing to give until it is resumed, which notifies the type: the

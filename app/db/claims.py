@@ -229,8 +229,7 @@ activated AS (
     UPDATE jobs j
     SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
         worker = ({{workers}})[t.share], deadline = ({{deadlines}})[t.share],
-        activated_at = {{now}}, via_stream = {{via_stream}}, charged = {_CHARGED},
-        lane_charge = {_LANE_CHARGE}, key_charge = {_KEY_CHARGE}
+        activated_at = {{now}}, via_stream = {{via_stream}}, charged = {_CHARGED}{{charges}}
     FROM taken t
     -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join alone lets
     -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
@@ -240,10 +239,37 @@ activated AS (
 {{log}}
 {{answer}}
 """
-CLAIM = _CLAIM.format(
-    alloc="""alloc AS (
+# The virtual times an estimate adds (by worker time), written by the claims of a type
+# fair by worker time (claim_by_worker_time, and the lead claims of a type last seen so).
+# Claims by activations or cost leave them out: their two CASEs cost a claim 6 to 7 %
+# (p50; docs/benchmarks.md).  A type switched to worker time between what a process saw
+# and its claim has that claim's jobs settled at the weights of their end, as before
+# alembic 0013.
+_CHARGES = f""",
+        lane_charge = {_LANE_CHARGE}, key_charge = {_KEY_CHARGE}"""
+_ALLOC = """alloc AS (
     SELECT * FROM unnest($2::text[], $11::text[], $3::int[]) AS a(tenant_id, fairness_key, k)
-)""",
+)"""
+CLAIM = _CLAIM.format(
+    alloc=_ALLOC,
+    charges="",
+    now="$4::timestamptz",
+    workers="$5::text[]",
+    deadlines="$6::timestamptz[]",
+    step="$7::int",
+    interval="$8::int",
+    via_stream="$9",
+    starts="$10::int[]",
+    log=TRIM_CTE,
+    answer="SELECT * FROM activated",
+)
+
+# -- name: claim_by_worker_time
+# As claim, for a type fair by worker time: each job also records the virtual time its
+# estimate adds to its lane and its key (lane_charge, key_charge; ADR 029).
+CLAIM_BY_WORKER_TIME = _CLAIM.format(
+    alloc=_ALLOC,
+    charges=_CHARGES,
     now="$4::timestamptz",
     workers="$5::text[]",
     deadlines="$6::timestamptz[]",
@@ -323,9 +349,10 @@ _LEAD_DRY = f"""NOT EXISTS (SELECT 1 FROM lead_lane)
                   LIMIT {PROBED_LANES}) p)"""
 
 
-def _claim_lead(tenants: str) -> str:
+def _claim_lead(tenants: str, charges: str = "") -> str:
     return _CLAIM.format(
         alloc=_LEAD.format(tenants=tenants),
+        charges=charges,
         now="$2::timestamptz",
         workers="$3::text[]",
         deadlines="$4::timestamptz[]",
@@ -347,6 +374,13 @@ CLAIM_LEAD = _claim_lead("")
 # As claim_lead, restricted to the caller's tenantIds ($9).  A statement of its own so
 # that its generic plan can use lanes pkey.
 CLAIM_LEAD_OF_TENANTS = _claim_lead("AND l.tenant_id = ANY($9::text[])")
+# -- name: claim_lead_by_worker_time
+# As claim_lead, writing lane_charge and key_charge as claim_by_worker_time does: for a
+# type this process last saw fair by worker time (or has not seen yet; LeadAsk).
+CLAIM_LEAD_BY_WORKER_TIME = _claim_lead("", _CHARGES)
+# -- name: claim_lead_of_tenants_by_worker_time
+# As claim_lead_of_tenants, writing lane_charge and key_charge.
+CLAIM_LEAD_OF_TENANTS_BY_WORKER_TIME = _claim_lead("AND l.tenant_id = ANY($9::text[])", _CHARGES)
 
 
 class Share(NamedTuple):
@@ -360,13 +394,15 @@ class Share(NamedTuple):
 @dataclass(frozen=True, slots=True)
 class LeadAsk:
     """Whom a lead claim is for: the request's tenants (None: all), its share, whether
-    the job goes to a stream, and the server's aging defaults."""
+    the job goes to a stream, and the server's aging defaults; and whether to record the
+    estimate's virtual times (the type was last seen fair by worker time, or not seen)."""
 
     tenant_ids: Sequence[str] | None
     share: Share
     via_stream: bool
     default_aging_step: int
     default_aging_interval_ms: int
+    by_worker_time: bool = True
 
 
 def _share_arrays(
@@ -396,8 +432,10 @@ async def claim(
     via_stream: bool,
     aging_step: int,
     aging_interval_ms: int,
+    by_worker_time: bool = False,
 ) -> list[Claimed]:
-    """Claim ``counts`` jobs per (tenant, fairness key) (claim).  The jobs claimed are shared out
+    """Claim ``counts`` jobs per (tenant, fairness key) (claim; claim_by_worker_time if
+    the type was read fair by worker time).  The jobs claimed are shared out
     among ``shares`` in order, each taking up to its ``n`` (under its worker name and
     lease); a Claimed's ``share`` is its index there, from 1.  Alone (``db`` the
     database) the claim is one autocommit statement; a capped claim runs it in the
@@ -406,7 +444,7 @@ async def claim(
         return []
     workers, deadlines, starts = _share_arrays(shares, now)
     rows = await db.fetch(
-        CLAIM,
+        CLAIM_BY_WORKER_TIME if by_worker_time else CLAIM,
         job_type,
         [t for t, _ in counts],
         list(counts.values()),
@@ -515,8 +553,9 @@ def _lead_call(job_type: str, ask: LeadAsk, now: datetime) -> tuple[str, tuple[A
         starts,
     )
     if ask.tenant_ids is None:
-        return CLAIM_LEAD, args
-    return CLAIM_LEAD_OF_TENANTS, (*args, list(ask.tenant_ids))
+        return (CLAIM_LEAD_BY_WORKER_TIME if ask.by_worker_time else CLAIM_LEAD), args
+    sql = CLAIM_LEAD_OF_TENANTS_BY_WORKER_TIME if ask.by_worker_time else CLAIM_LEAD_OF_TENANTS
+    return sql, (*args, list(ask.tenant_ids))
 
 
 def _lead_claim(row: Any) -> LeadClaim:

@@ -185,8 +185,11 @@ def _warm_up_calls() -> list[tuple[str, tuple[Any, ...]]]:
         (lanes.READ_LANES_OF_TENANTS, ("", 1, [], *[[]] * 11)),
         (lanes.READ_KEYS, ("", [], [], [], [])),
         (claims.CLAIM, ("", [], [], now, [], [], 0, 1, False, [], [])),
+        (claims.CLAIM_BY_WORKER_TIME, ("", [], [], now, [], [], 0, 1, False, [], [])),
         (claims.CLAIM_LEAD, ("", now, [], [], 0, 1, False, [])),
         (claims.CLAIM_LEAD_OF_TENANTS, ("", now, [], [], 0, 1, False, [], [])),
+        (claims.CLAIM_LEAD_BY_WORKER_TIME, ("", now, [], [], 0, 1, False, [])),
+        (claims.CLAIM_LEAD_OF_TENANTS_BY_WORKER_TIME, ("", now, [], [], 0, 1, False, [], [])),
         (lanes.CHARGE_LANES, ("", *[[]] * 10)),
         (finishing.COMPLETE_JOBS, ([], [], [], now)),
     ]

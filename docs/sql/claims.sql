@@ -166,6 +166,110 @@ activated AS (
         worker = ($5::text[])[t.share], deadline = ($6::timestamptz[])[t.share],
         activated_at = $4::timestamptz, via_stream = $9, charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime' THEN COALESCE((SELECT l.unit_est FROM lanes l
                        WHERE l.job_type = $1 AND l.tenant_id = j.tenant_id),
+                      1.0::float8) END
+    FROM taken t
+    -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join alone lets
+    -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
+    WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
+    RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key, j.cost, j.charged, j.lane_charge, j.key_charge
+),
+trimmed AS (
+    DELETE FROM job_events e USING activated s
+    WHERE s.activation_count > 30
+      AND e.job_key = s.job_key AND e.shard = jobfair_key_shard(s.job_key)
+      AND e.activation_count = s.activation_count - 20
+      AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
+)
+SELECT * FROM activated;
+
+-- name: claim_by_worker_time
+-- As claim, for a type fair by worker time: each job also records the virtual time its
+-- estimate adds to its lane and its key (lane_charge, key_charge; ADR 029).
+WITH RECURSIVE alloc AS (
+    SELECT * FROM unnest($2::text[], $11::text[], $3::int[]) AS a(tenant_id, fairness_key, k)
+),
+prios AS (
+    SELECT a.tenant_id, a.fairness_key, a.k, true AS top,
+           (SELECT max(j.priority) FROM jobs j
+             WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = a.tenant_id
+               AND j.fairness_key = a.fairness_key)
+             AS priority
+    FROM alloc a
+  UNION ALL
+    SELECT p.tenant_id, p.fairness_key, p.k, false,
+           (SELECT max(j.priority) FROM jobs j
+             WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
+               AND j.fairness_key = p.fairness_key AND j.priority < p.priority)
+    FROM prios p WHERE p.priority IS NOT NULL
+),
+heads AS (
+    -- The effective priority: twin of app.scheduler.effective_priority (property-tested
+    -- against it, tests/integration/test_twins.py).
+    SELECT u.*,
+           LEAST(100, u.priority + $7::int * floor(
+               GREATEST(0, extract(epoch FROM ($4::timestamptz - u.queued_at)) * 1000)
+               / $8::int))
+             AS eff
+    FROM (SELECT h.job_key, p.tenant_id, p.fairness_key, p.priority, p.k, p.top,
+                 h.queued_at
+          FROM prios p
+          CROSS JOIN LATERAL (
+              SELECT j.job_key, j.queued_at FROM jobs j
+              WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
+                AND j.fairness_key = p.fairness_key AND j.priority = p.priority
+              ORDER BY j.queued_at, j.job_key
+              LIMIT p.k
+              FOR UPDATE SKIP LOCKED
+          ) h
+          WHERE p.top AND p.priority IS NOT NULL
+      UNION ALL
+          SELECT h.job_key, p.tenant_id, p.fairness_key, p.priority, p.k, p.top,
+                 h.queued_at
+          FROM prios p
+          CROSS JOIN LATERAL (
+              SELECT j.job_key, j.queued_at FROM jobs j
+              WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
+                AND j.fairness_key = p.fairness_key AND j.priority = p.priority
+              ORDER BY j.queued_at, j.job_key
+              LIMIT p.k
+
+          ) h
+          WHERE NOT p.top AND p.priority IS NOT NULL) u
+),
+chosen AS (
+    SELECT job_key, tenant_id, fairness_key, priority, top FROM (
+        SELECT job_key, tenant_id, fairness_key, priority, k, top,
+               row_number() OVER (PARTITION BY tenant_id, fairness_key
+                                  ORDER BY eff DESC, queued_at, job_key) AS rn
+        FROM heads
+    ) ranked
+    WHERE rn <= k
+),
+promoted AS (
+    SELECT h.job_key
+    FROM (SELECT tenant_id, fairness_key, priority, count(*)::int AS n FROM chosen
+          WHERE NOT top GROUP BY tenant_id, fairness_key, priority) s
+    CROSS JOIN LATERAL (
+        SELECT j.job_key FROM jobs j
+        WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = s.tenant_id
+          AND j.fairness_key = s.fairness_key AND j.priority = s.priority
+        ORDER BY j.queued_at, j.job_key
+        LIMIT s.n
+        FOR UPDATE SKIP LOCKED
+    ) h
+),
+taken AS (
+    -- The taken rows shared out among the requests: the i-th gets row numbers from
+    -- starts[i] up to the next one's start (with the i-th worker and deadline).
+    SELECT t.job_key, width_bucket(row_number() OVER (), $10::int[]) AS share
+    FROM (SELECT job_key FROM chosen WHERE top UNION ALL SELECT job_key FROM promoted) t
+),
+activated AS (
+    UPDATE jobs j
+    SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
+        worker = ($5::text[])[t.share], deadline = ($6::timestamptz[])[t.share],
+        activated_at = $4::timestamptz, via_stream = $9, charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime' THEN COALESCE((SELECT l.unit_est FROM lanes l
+                       WHERE l.job_type = $1 AND l.tenant_id = j.tenant_id),
                       1.0::float8) END,
         lane_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime'
         THEN COALESCE((SELECT l.unit_est FROM lanes l
@@ -337,6 +441,314 @@ activated AS (
         worker = ($3::text[])[t.share], deadline = ($4::timestamptz[])[t.share],
         activated_at = $2::timestamptz, via_stream = $7, charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime' THEN COALESCE((SELECT l.unit_est FROM lanes l
                        WHERE l.job_type = $1 AND l.tenant_id = j.tenant_id),
+                      1.0::float8) END
+    FROM taken t
+    -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join alone lets
+    -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
+    WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
+    RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key, j.cost, j.charged, j.lane_charge, j.key_charge
+),
+trimmed AS (
+    DELETE FROM job_events e USING activated s
+    WHERE s.activation_count > 30
+      AND e.job_key = s.job_key AND e.shard = jobfair_key_shard(s.job_key)
+      AND e.activation_count = s.activation_count - 20
+      AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
+)
+SELECT a.*, lead.weight AS lane_weight, lead.key_weight AS lane_key_weight,
+       lead.aging_step AS lane_aging_step,
+       lead.aging_interval_ms AS lane_aging_interval_ms, lead.fairness_by AS lane_fairness_by,
+       (a.job_key IS NULL AND NOT EXISTS (SELECT 1 FROM lead_lane)
+       AND (SELECT count(*) < 16
+            FROM (SELECT 1 FROM lanes l
+                  WHERE l.job_type = $1 AND l.active AND NOT l.held
+                  LIMIT 16) p)) AS dry
+FROM (SELECT 1) one LEFT JOIN (activated a CROSS JOIN lead) ON true;
+
+-- name: claim_lead_of_tenants
+-- As claim_lead, restricted to the caller's tenantIds ($9).  A statement of its own so
+-- that its generic plan can use lanes pkey.
+WITH RECURSIVE lead_lane AS (
+    SELECT x.tenant_id, x.weight, x.cap, x.rate, c.type_cap, c.type_rate, c.aging_step,
+           c.aging_interval_ms, c.fairness_by
+    FROM (SELECT t.max_active_jobs AS type_cap, t.rate_per_s AS type_rate, t.fairness_by,
+                 COALESCE(t.aging_step, $5::int) AS aging_step,
+                 COALESCE(t.aging_interval_ms, $6::int) AS aging_interval_ms
+          FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1
+          WHERE t.paused IS NOT TRUE) c
+    CROSS JOIN LATERAL (
+        SELECT r.tenant_id, r.weight, r.cap, r.rate FROM (
+            SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight,
+                   t.max_active_jobs AS cap, t.rate_per_s AS rate, (SELECT max(j.fairness_key) FROM jobs j
+          WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = l.tenant_id)
+         IS NOT NULL AS ready
+            FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
+            WHERE l.job_type = $1 AND l.active AND NOT l.held AND t.paused IS NOT TRUE
+              AND l.tenant_id = ANY($9::text[])
+            ORDER BY l.vtime, l.tenant_id
+            LIMIT 16) r
+        WHERE r.ready
+        ORDER BY r.vtime, r.tenant_id
+        LIMIT 1) x
+),
+lead AS (
+    SELECT ll.tenant_id, y.fairness_key, ll.weight, y.key_weight, ll.aging_step,
+           ll.aging_interval_ms, ll.fairness_by
+    FROM lead_lane ll
+    CROSS JOIN LATERAL (
+        SELECT r.fairness_key, COALESCE(w.weight, 1) AS key_weight FROM (
+            SELECT x.fairness_key, x.vtime, (SELECT min(j.priority) FROM jobs j
+          WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = x.tenant_id
+            AND j.fairness_key = x.fairness_key)
+         IS NOT NULL AS ready
+            FROM lane_keys x
+            WHERE x.job_type = $1 AND x.tenant_id = ll.tenant_id AND x.active
+            ORDER BY x.vtime, x.fairness_key
+            LIMIT 16) r
+        LEFT JOIN key_weights w ON w.tenant_id = ll.tenant_id
+         AND w.fairness_key = r.fairness_key
+        WHERE r.ready
+        ORDER BY r.vtime, r.fairness_key
+        LIMIT 1) y
+    WHERE ll.type_cap IS NULL AND ll.cap IS NULL AND ll.type_rate IS NULL AND ll.rate IS NULL
+),
+alloc AS (SELECT tenant_id, fairness_key, 1 AS k FROM lead),
+prios AS (
+    SELECT a.tenant_id, a.fairness_key, a.k, true AS top,
+           (SELECT max(j.priority) FROM jobs j
+             WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = a.tenant_id
+               AND j.fairness_key = a.fairness_key)
+             AS priority
+    FROM alloc a
+  UNION ALL
+    SELECT p.tenant_id, p.fairness_key, p.k, false,
+           (SELECT max(j.priority) FROM jobs j
+             WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
+               AND j.fairness_key = p.fairness_key AND j.priority < p.priority)
+    FROM prios p WHERE p.priority IS NOT NULL
+),
+heads AS (
+    -- The effective priority: twin of app.scheduler.effective_priority (property-tested
+    -- against it, tests/integration/test_twins.py).
+    SELECT u.*,
+           LEAST(100, u.priority + (SELECT aging_step FROM lead) * floor(
+               GREATEST(0, extract(epoch FROM ($2::timestamptz - u.queued_at)) * 1000)
+               / (SELECT aging_interval_ms FROM lead)))
+             AS eff
+    FROM (SELECT h.job_key, p.tenant_id, p.fairness_key, p.priority, p.k, p.top,
+                 h.queued_at
+          FROM prios p
+          CROSS JOIN LATERAL (
+              SELECT j.job_key, j.queued_at FROM jobs j
+              WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
+                AND j.fairness_key = p.fairness_key AND j.priority = p.priority
+              ORDER BY j.queued_at, j.job_key
+              LIMIT p.k
+              FOR UPDATE SKIP LOCKED
+          ) h
+          WHERE p.top AND p.priority IS NOT NULL
+      UNION ALL
+          SELECT h.job_key, p.tenant_id, p.fairness_key, p.priority, p.k, p.top,
+                 h.queued_at
+          FROM prios p
+          CROSS JOIN LATERAL (
+              SELECT j.job_key, j.queued_at FROM jobs j
+              WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
+                AND j.fairness_key = p.fairness_key AND j.priority = p.priority
+              ORDER BY j.queued_at, j.job_key
+              LIMIT p.k
+
+          ) h
+          WHERE NOT p.top AND p.priority IS NOT NULL) u
+),
+chosen AS (
+    SELECT job_key, tenant_id, fairness_key, priority, top FROM (
+        SELECT job_key, tenant_id, fairness_key, priority, k, top,
+               row_number() OVER (PARTITION BY tenant_id, fairness_key
+                                  ORDER BY eff DESC, queued_at, job_key) AS rn
+        FROM heads
+    ) ranked
+    WHERE rn <= k
+),
+promoted AS (
+    SELECT h.job_key
+    FROM (SELECT tenant_id, fairness_key, priority, count(*)::int AS n FROM chosen
+          WHERE NOT top GROUP BY tenant_id, fairness_key, priority) s
+    CROSS JOIN LATERAL (
+        SELECT j.job_key FROM jobs j
+        WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = s.tenant_id
+          AND j.fairness_key = s.fairness_key AND j.priority = s.priority
+        ORDER BY j.queued_at, j.job_key
+        LIMIT s.n
+        FOR UPDATE SKIP LOCKED
+    ) h
+),
+taken AS (
+    -- The taken rows shared out among the requests: the i-th gets row numbers from
+    -- starts[i] up to the next one's start (with the i-th worker and deadline).
+    SELECT t.job_key, width_bucket(row_number() OVER (), $8::int[]) AS share
+    FROM (SELECT job_key FROM chosen WHERE top UNION ALL SELECT job_key FROM promoted) t
+),
+activated AS (
+    UPDATE jobs j
+    SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
+        worker = ($3::text[])[t.share], deadline = ($4::timestamptz[])[t.share],
+        activated_at = $2::timestamptz, via_stream = $7, charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime' THEN COALESCE((SELECT l.unit_est FROM lanes l
+                       WHERE l.job_type = $1 AND l.tenant_id = j.tenant_id),
+                      1.0::float8) END
+    FROM taken t
+    -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join alone lets
+    -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
+    WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
+    RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key, j.cost, j.charged, j.lane_charge, j.key_charge
+),
+trimmed AS (
+    DELETE FROM job_events e USING activated s
+    WHERE s.activation_count > 30
+      AND e.job_key = s.job_key AND e.shard = jobfair_key_shard(s.job_key)
+      AND e.activation_count = s.activation_count - 20
+      AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
+)
+SELECT a.*, lead.weight AS lane_weight, lead.key_weight AS lane_key_weight,
+       lead.aging_step AS lane_aging_step,
+       lead.aging_interval_ms AS lane_aging_interval_ms, lead.fairness_by AS lane_fairness_by,
+       (a.job_key IS NULL AND NOT EXISTS (SELECT 1 FROM lead_lane)
+       AND (SELECT count(*) < 16
+            FROM (SELECT 1 FROM lanes l
+                  WHERE l.job_type = $1 AND l.active AND NOT l.held AND l.tenant_id = ANY($9::text[])
+                  LIMIT 16) p)) AS dry
+FROM (SELECT 1) one LEFT JOIN (activated a CROSS JOIN lead) ON true;
+
+-- name: claim_lead_by_worker_time
+-- As claim_lead, writing lane_charge and key_charge as claim_by_worker_time does: for a
+-- type this process last saw fair by worker time (or has not seen yet; LeadAsk).
+WITH RECURSIVE lead_lane AS (
+    SELECT x.tenant_id, x.weight, x.cap, x.rate, c.type_cap, c.type_rate, c.aging_step,
+           c.aging_interval_ms, c.fairness_by
+    FROM (SELECT t.max_active_jobs AS type_cap, t.rate_per_s AS type_rate, t.fairness_by,
+                 COALESCE(t.aging_step, $5::int) AS aging_step,
+                 COALESCE(t.aging_interval_ms, $6::int) AS aging_interval_ms
+          FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1
+          WHERE t.paused IS NOT TRUE) c
+    CROSS JOIN LATERAL (
+        SELECT r.tenant_id, r.weight, r.cap, r.rate FROM (
+            SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight,
+                   t.max_active_jobs AS cap, t.rate_per_s AS rate, (SELECT max(j.fairness_key) FROM jobs j
+          WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = l.tenant_id)
+         IS NOT NULL AS ready
+            FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
+            WHERE l.job_type = $1 AND l.active AND NOT l.held AND t.paused IS NOT TRUE
+
+            ORDER BY l.vtime, l.tenant_id
+            LIMIT 16) r
+        WHERE r.ready
+        ORDER BY r.vtime, r.tenant_id
+        LIMIT 1) x
+),
+lead AS (
+    SELECT ll.tenant_id, y.fairness_key, ll.weight, y.key_weight, ll.aging_step,
+           ll.aging_interval_ms, ll.fairness_by
+    FROM lead_lane ll
+    CROSS JOIN LATERAL (
+        SELECT r.fairness_key, COALESCE(w.weight, 1) AS key_weight FROM (
+            SELECT x.fairness_key, x.vtime, (SELECT min(j.priority) FROM jobs j
+          WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = x.tenant_id
+            AND j.fairness_key = x.fairness_key)
+         IS NOT NULL AS ready
+            FROM lane_keys x
+            WHERE x.job_type = $1 AND x.tenant_id = ll.tenant_id AND x.active
+            ORDER BY x.vtime, x.fairness_key
+            LIMIT 16) r
+        LEFT JOIN key_weights w ON w.tenant_id = ll.tenant_id
+         AND w.fairness_key = r.fairness_key
+        WHERE r.ready
+        ORDER BY r.vtime, r.fairness_key
+        LIMIT 1) y
+    WHERE ll.type_cap IS NULL AND ll.cap IS NULL AND ll.type_rate IS NULL AND ll.rate IS NULL
+),
+alloc AS (SELECT tenant_id, fairness_key, 1 AS k FROM lead),
+prios AS (
+    SELECT a.tenant_id, a.fairness_key, a.k, true AS top,
+           (SELECT max(j.priority) FROM jobs j
+             WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = a.tenant_id
+               AND j.fairness_key = a.fairness_key)
+             AS priority
+    FROM alloc a
+  UNION ALL
+    SELECT p.tenant_id, p.fairness_key, p.k, false,
+           (SELECT max(j.priority) FROM jobs j
+             WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
+               AND j.fairness_key = p.fairness_key AND j.priority < p.priority)
+    FROM prios p WHERE p.priority IS NOT NULL
+),
+heads AS (
+    -- The effective priority: twin of app.scheduler.effective_priority (property-tested
+    -- against it, tests/integration/test_twins.py).
+    SELECT u.*,
+           LEAST(100, u.priority + (SELECT aging_step FROM lead) * floor(
+               GREATEST(0, extract(epoch FROM ($2::timestamptz - u.queued_at)) * 1000)
+               / (SELECT aging_interval_ms FROM lead)))
+             AS eff
+    FROM (SELECT h.job_key, p.tenant_id, p.fairness_key, p.priority, p.k, p.top,
+                 h.queued_at
+          FROM prios p
+          CROSS JOIN LATERAL (
+              SELECT j.job_key, j.queued_at FROM jobs j
+              WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
+                AND j.fairness_key = p.fairness_key AND j.priority = p.priority
+              ORDER BY j.queued_at, j.job_key
+              LIMIT p.k
+              FOR UPDATE SKIP LOCKED
+          ) h
+          WHERE p.top AND p.priority IS NOT NULL
+      UNION ALL
+          SELECT h.job_key, p.tenant_id, p.fairness_key, p.priority, p.k, p.top,
+                 h.queued_at
+          FROM prios p
+          CROSS JOIN LATERAL (
+              SELECT j.job_key, j.queued_at FROM jobs j
+              WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
+                AND j.fairness_key = p.fairness_key AND j.priority = p.priority
+              ORDER BY j.queued_at, j.job_key
+              LIMIT p.k
+
+          ) h
+          WHERE NOT p.top AND p.priority IS NOT NULL) u
+),
+chosen AS (
+    SELECT job_key, tenant_id, fairness_key, priority, top FROM (
+        SELECT job_key, tenant_id, fairness_key, priority, k, top,
+               row_number() OVER (PARTITION BY tenant_id, fairness_key
+                                  ORDER BY eff DESC, queued_at, job_key) AS rn
+        FROM heads
+    ) ranked
+    WHERE rn <= k
+),
+promoted AS (
+    SELECT h.job_key
+    FROM (SELECT tenant_id, fairness_key, priority, count(*)::int AS n FROM chosen
+          WHERE NOT top GROUP BY tenant_id, fairness_key, priority) s
+    CROSS JOIN LATERAL (
+        SELECT j.job_key FROM jobs j
+        WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = s.tenant_id
+          AND j.fairness_key = s.fairness_key AND j.priority = s.priority
+        ORDER BY j.queued_at, j.job_key
+        LIMIT s.n
+        FOR UPDATE SKIP LOCKED
+    ) h
+),
+taken AS (
+    -- The taken rows shared out among the requests: the i-th gets row numbers from
+    -- starts[i] up to the next one's start (with the i-th worker and deadline).
+    SELECT t.job_key, width_bucket(row_number() OVER (), $8::int[]) AS share
+    FROM (SELECT job_key FROM chosen WHERE top UNION ALL SELECT job_key FROM promoted) t
+),
+activated AS (
+    UPDATE jobs j
+    SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
+        worker = ($3::text[])[t.share], deadline = ($4::timestamptz[])[t.share],
+        activated_at = $2::timestamptz, via_stream = $7, charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime' THEN COALESCE((SELECT l.unit_est FROM lanes l
+                       WHERE l.job_type = $1 AND l.tenant_id = j.tenant_id),
                       1.0::float8) END,
         lane_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime'
         THEN COALESCE((SELECT l.unit_est FROM lanes l
@@ -372,9 +784,8 @@ SELECT a.*, lead.weight AS lane_weight, lead.key_weight AS lane_key_weight,
                   LIMIT 16) p)) AS dry
 FROM (SELECT 1) one LEFT JOIN (activated a CROSS JOIN lead) ON true;
 
--- name: claim_lead_of_tenants
--- As claim_lead, restricted to the caller's tenantIds ($9).  A statement of its own so
--- that its generic plan can use lanes pkey.
+-- name: claim_lead_of_tenants_by_worker_time
+-- As claim_lead_of_tenants, writing lane_charge and key_charge.
 WITH RECURSIVE lead_lane AS (
     SELECT x.tenant_id, x.weight, x.cap, x.rate, c.type_cap, c.type_rate, c.aging_step,
            c.aging_interval_ms, c.fairness_by
