@@ -250,36 +250,29 @@ _CHARGES = f""",
 _ALLOC = """alloc AS (
     SELECT * FROM unnest($2::text[], $11::text[], $3::int[]) AS a(tenant_id, fairness_key, k)
 )"""
-CLAIM = _CLAIM.format(
-    alloc=_ALLOC,
-    charges="",
-    now="$4::timestamptz",
-    workers="$5::text[]",
-    deadlines="$6::timestamptz[]",
-    step="$7::int",
-    interval="$8::int",
-    via_stream="$9",
-    starts="$10::int[]",
-    log=TRIM_CTE,
-    answer="SELECT * FROM activated",
-)
 
+
+def _claim(charges: str) -> str:
+    return _CLAIM.format(
+        alloc=_ALLOC,
+        charges=charges,
+        now="$4::timestamptz",
+        workers="$5::text[]",
+        deadlines="$6::timestamptz[]",
+        step="$7::int",
+        interval="$8::int",
+        via_stream="$9",
+        starts="$10::int[]",
+        log=TRIM_CTE,
+        answer="SELECT * FROM activated",
+    )
+
+
+CLAIM = _claim("")
 # -- name: claim_by_worker_time
 # As claim, for a type fair by worker time: each job also records the virtual time its
 # estimate adds to its lane and its key (lane_charge, key_charge; ADR 029).
-CLAIM_BY_WORKER_TIME = _CLAIM.format(
-    alloc=_ALLOC,
-    charges=_CHARGES,
-    now="$4::timestamptz",
-    workers="$5::text[]",
-    deadlines="$6::timestamptz[]",
-    step="$7::int",
-    interval="$8::int",
-    via_stream="$9",
-    starts="$10::int[]",
-    log=TRIM_CTE,
-    answer="SELECT * FROM activated",
-)
+CLAIM_BY_WORKER_TIME = _claim(_CHARGES)
 
 # -- name: claim_lead
 # One stride pick, read and claimed in one round trip: the job type's first backlogged

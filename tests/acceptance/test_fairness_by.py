@@ -268,8 +268,9 @@ async def test_a_weight_lowered_with_leases_out_banks_no_credit(
     weight 10,000, the weight then lowered to 1 (by a PUT, or a DELETE of the tenant),
     the leases failed at once: the settlements took back 100 s per weight 1 where 0.01
     had been charged, and the lane fell to -32.9, ahead of every other for the next
-    33 s of worker time (60 picks to 0).  The estimates in flight are now charged again
-    at the new weight when it changes, so the lane ends where the time it held puts it."""
+    33 s of worker time (60 picks to 0).  A settlement now takes back exactly the virtual
+    time its claim charged (lane_charge), so the lane ends where the time it held puts
+    it."""
     c = live.client
     service = live.services.activation
     await _fair_by(c, "wexp", "workerTime")
