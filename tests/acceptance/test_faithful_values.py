@@ -9,6 +9,8 @@ answer 400 problem+json naming the field, and change nothing."""
 from __future__ import annotations
 
 import base64
+import json
+from decimal import Decimal
 
 import pytest
 
@@ -71,6 +73,15 @@ CASES: dict[str, tuple[str, str, str, str]] = {
     "Infinity": ("POST", "/v2/jobs", '{"type": "t", "variables": {"a": Infinity}}', "variables.a"),
     "-Infinity": ("POST", "/v2/jobs", '{"type": "t", "customHeaders": {"a": [-Infinity]}}', "customHeaders.a.0"),
     "1e400": ("POST", "/v2/jobs", '{"type": "t", "variables": {"a": {"b": 1e400}}}', "variables.a.b"),
+    # -- numbers a double does not keep as sent (issue 39 §2): refused, never rounded --
+    "1e-400 (0.0 as a double)": ("POST", "/v2/jobs", '{"type": "t", "variables": {"a": 1e-400}}', "variables.a"),
+    "-0.0 (numeric has no negative zero)": ("POST", "/v2/jobs", '{"type": "t", "variables": {"a": [1, -0.0]}}', "variables.a.1"),
+    "-0e7 in customHeaders": ("POST", "/v2/jobs", '{"type": "t", "customHeaders": {"h": -0e7}}', "customHeaders.h"),
+    "36 digits (0.1 as a double)": ("POST", "/v2/jobs", '{"type": "t", "variables": {"a": 0.1000000000000000055511151231257827}}', "variables.a"),
+    "2.5e-324 (5e-324 as a double)": ("POST", "/v2/jobs/batch", '{"jobs": [{"type": "t"}, {"type": "t", "variables": {"a": 2.5e-324}}]}', "jobs.1.variables.a"),
+    "1e-400 in completion variables": ("POST", "/v2/jobs/{k}/complete", '{"activationCount": 1, "variables": {"a": 1e-400}}', "variables.a"),
+    "1e-400 in a Camunda result": ("POST", "/v2/jobs/{k}/completion", '{"result": {"a": 1e-400}}', "result.a"),
+    "a cost rounded away": ("POST", "/v2/jobs", '{"type": "t", "cost": 1.00000000000000000001}', "cost"),
     "NaN as a lease": ("POST", "/v2/jobs/activate", '{"type": "t", "maxJobs": 1, "timeout": NaN}', "timeout"),
     # -- a long poll is bounded at one hour --
     "requestTimeout over 1 h": ("POST", "/v2/jobs/activate", '{"type": "t", "maxJobs": 1, "timeout": 1000, "requestTimeout": 3600001}', "requestTimeout"),
@@ -102,6 +113,23 @@ BAD_URLS: dict[str, tuple[str, str, str]] = {
         "GET",
         "/v2/jobs/stream?type=t&maxJobs=1&timeout=1000&tenantIds=a,,b",
         "tenantIds",
+    ),
+    # -- a parameter given twice: which one counts is the reader's choice (issue 39 §2) --
+    "type twice on a stream": (
+        "GET",
+        "/v2/jobs/stream?type=t&maxJobs=1&timeout=1000&type=u",
+        "'type' is given twice",
+    ),
+    "tenantIds twice on a stream": (
+        "GET",
+        "/v2/jobs/stream?type=t&maxJobs=1&timeout=1000&tenantIds=a&tenantIds=b",
+        "'tenantIds' is given twice",
+    ),
+    "type twice on stats": ("GET", "/v2/stats?type=a&type=b", "'type' is given twice"),
+    "tenantId twice on the listing": (
+        "GET",
+        "/v2/jobs?tenantId=a&tenantId=b",
+        "'tenantId' is given twice",
     ),
     "a tenant id ending in a newline": ("GET", "/v2/tenants/acme%0A", "tenantId"),
     "a job type ending in a newline": ("GET", "/v2/job-types/t%0A", "type"),
@@ -213,3 +241,48 @@ async def test_a_body_in_another_media_type_is_415(live, store):
     )
     assert ok.status_code == 201, ok.text
     assert await store.fetchval("SELECT count(*) FROM jobs") == 1
+
+
+# A key given twice in one object (issue 39 §2): taken with its last value, it is a way
+# around a proxy in front that reads the first.  (method, path, body, the key named.)
+TWICE: dict[str, tuple[str, str, str, str]] = {
+    "tenantId twice in a create": ("POST", "/v2/jobs", '{"type": "t", "tenantId": "evil", "tenantId": "good"}', "tenantId"),
+    "a variable twice": ("POST", "/v2/jobs", '{"type": "t", "variables": {"a": 1, "b": 2, "a": 3}}', "a"),
+    "type twice in a batch job": ("POST", "/v2/jobs/batch", '{"jobs": [{"type": "t"}, {"type": "t", "type": "u"}]}', "type"),
+    "jobs twice in a batch": ("POST", "/v2/jobs/batch", '{"jobs": [{"type": "t"}], "jobs": [{"type": "u"}]}', "jobs"),
+    "activationCount twice": ("POST", "/v2/jobs/{k}/complete", '{"activationCount": 2, "activationCount": 1}', "activationCount"),
+    "tenantIds twice in an activation": ("POST", "/v2/jobs/activate", '{"type": "t", "maxJobs": 1, "timeout": 1000, "requestTimeout": -1, "tenantIds": ["x"], "tenantIds": ["<default>"]}', "tenantIds"),
+    "weight twice for a tenant": ("PUT", "/v2/tenants/acme", '{"weight": 1, "weight": 10000}', "weight"),
+    "a Camunda result's key twice": ("POST", "/v2/jobs/{k}/completion", '{"result": {"a": 1, "a": 2}}', "a"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(TWICE))
+async def test_a_key_given_twice_in_an_object_is_a_400_naming_it(live, world, case):
+    fill, tables = world
+    method, path, body, key = TWICE[case]
+    before = await tables()
+    r = await live.client.request(
+        method,
+        path.format(**fill),
+        content=_raw(body.replace("{k}", fill["k"])),
+        headers={"content-type": "application/json"},
+    )
+    problem = assert_problem(r, 400, "INVALID_ARGUMENT")
+    assert f'the key "{key}" is given twice' in problem["detail"], problem
+    assert await tables() == before
+
+
+async def test_numbers_a_double_keeps_are_stored_as_sent(live):
+    """What is accepted is stored as sent: the number read back is the number sent
+    (compared as decimals), in the answer and in the job read again."""
+    texts = ["1.5", "0.1", "5e-324", "1.7976931348623157e308", "1E+2", "1.50", "0.0", "-2.5e-7"]
+    body = '{"type": "t", "variables": {"n": [' + ", ".join(texts) + "]}}"
+    r = await live.client.post(
+        "/v2/jobs", content=body.encode(), headers={"content-type": "application/json"}
+    )
+    assert r.status_code == 201, r.text
+    got = await live.client.get(f"/v2/jobs/{r.json()['jobKey']}")
+    for answer in (r, got):
+        numbers = json.loads(answer.text, parse_float=Decimal)["variables"]["n"]
+        assert numbers == [Decimal(t) for t in texts], numbers
