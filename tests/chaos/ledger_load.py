@@ -103,6 +103,19 @@ class Fenced:
     held_s: float  # from receiving the job to the 409
 
 
+@dataclass(frozen=True)
+class Stranded:
+    """A job that sat ready and eligible (no cap, limit or pause holding it, the same
+    activation count in every sample) for ``waited_s`` while workers of its type asked
+    and were answered nothing ``empty_answers`` times."""
+
+    job_key: str
+    job_type: str
+    activation_count: int
+    waited_s: float
+    empty_answers: int
+
+
 @dataclass
 class Figures:
     scenario: str
@@ -121,6 +134,9 @@ class Figures:
     samples: int = 0
     answered_by: dict[str, int] = field(default_factory=dict)  # accepted finishes per server
     fenced_jobs: list[Fenced] = field(default_factory=list)  # the zombies' 409s
+    # The jobs counted lost: not COMPLETED, or COMPLETED with no finish the ledger saw
+    # accepted (and rows nobody created).
+    lost_keys: list[str] = field(default_factory=list)
 
     def row(self) -> str:
         """The scenario's row of docs/reliability.md's table."""
@@ -190,6 +206,9 @@ class LedgerLoad:
     work_ms: tuple[int, int] = (0, 10)  # each job "takes" a random time in this range
     zombie_every: int = 0  # with n > 0, a worker drops every n-th job it gets (it "died")
     call_timeout_s: float = 60  # a call no server answers in this long fails the load
+    # A client slow to take in its answers (a busy machine): each finish's answer is
+    # recorded this long after it arrived.
+    client_delay_s: float = 0
     # A progress line this often (pytest -s); 0: none.  CHAOS_PROGRESS_S sets it.
     progress_s: float = field(default_factory=lambda: float(os.environ.get("CHAOS_PROGRESS_S", 0)))
 
@@ -197,6 +216,10 @@ class LedgerLoad:
     finishes: list[Finish] = field(default_factory=list)
     fenced: list[Fenced] = field(default_factory=list)
     dropped: list[tuple[str, int]] = field(default_factory=list)  # by zombie workers
+    # Every activation a worker received: key -> [(activationCount, via, worker, when)].
+    received: dict[str, list[tuple[int, str, str, float]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
     client_moves: int = 0
     answered_500: int = 0
     max_active: Counter[str] = field(default_factory=Counter)
@@ -204,6 +227,16 @@ class LedgerLoad:
     samples: int = 0
     started_at: float = 0.0
     _issued: int = 0
+    finishing: int = 0  # finish calls sent and not yet answered and recorded
+    # A long poll answered with no job, after waiting its requestTimeout: (type, asked,
+    # answered), time.monotonic().  The witnesses of a stranded job.
+    empty_answers: list[tuple[str, float, float]] = field(default_factory=list)
+    # A job waits ready, with no cap, limit or pause holding it, at most this long while
+    # workers of its type are answered nothing: a backup poll (0.5 s, SERVER_ENV) and a
+    # round, which on a loaded machine and a slow database can take seconds.
+    stranded_after_s: float = 5.0
+    stranded: list[Stranded] = field(default_factory=list)
+    stranded_diagnosis: str = ""
     _progress: asyncio.Condition = field(default_factory=asyncio.Condition)
     _rng: random.Random = field(default_factory=lambda: random.Random(27))
     _clients: itertools.count[int] = field(default_factory=itertools.count)
@@ -299,16 +332,24 @@ class LedgerLoad:
         await asyncio.sleep(self._rng.uniform(low, high) / 1000)
         key, count = job["jobKey"], job["activationCount"]
         body = {"activationCount": count}
-        r, url, unknown = await self.send(http, who, f"/v2/jobs/{key}/complete", body)
-        if r.status_code == 204 or (r.status_code == 409 and unknown):
-            self.finishes.append(Finish(key, count, url, r.status_code, time.monotonic(), unknown))
+        self.finishing += 1
+        try:
+            r, url, unknown = await self.send(http, who, f"/v2/jobs/{key}/complete", body)
+            if self.client_delay_s:
+                await asyncio.sleep(self.client_delay_s)
+            if r.status_code == 204 or (r.status_code == 409 and unknown):
+                self.finishes.append(
+                    Finish(key, count, url, r.status_code, time.monotonic(), unknown)
+                )
+            elif r.status_code == 409:
+                held_s = time.monotonic() - received
+                self.fenced.append(Fenced(key, count, via, lease_left_s, held_s))
+            else:
+                raise AssertionError(f"complete {key}@{count}: {r.status_code} {r.text}")
+        finally:
+            self.finishing -= 1
             async with self._progress:
                 self._progress.notify_all()
-        elif r.status_code == 409:
-            held_s = time.monotonic() - received
-            self.fenced.append(Fenced(key, count, via, lease_left_s, held_s))
-        else:
-            raise AssertionError(f"complete {key}@{count}: {r.status_code} {r.text}")
 
     async def _poll_worker(self, http: httpx.AsyncClient, i: int) -> None:
         who = self.client()
@@ -322,11 +363,15 @@ class LedgerLoad:
         }
         got = 0
         while True:
+            asked = time.monotonic()
             r, _, _ = await self.send(http, who, "/v2/jobs/activate", body)
             assert r.status_code == 200, r.text
+            if not r.json()["jobs"]:
+                self.empty_answers.append((job_type, asked, time.monotonic()))
             jobs = []
             for job in r.json()["jobs"]:
                 got += 1
+                self._received(job, "poll", f"poll-{i}")
                 if self.zombie_every and got % self.zombie_every == 0:
                     self.dropped.append((job["jobKey"], job["activationCount"]))
                 else:
@@ -366,6 +411,7 @@ class LedgerLoad:
                                 if event == "job":
                                     job = json.loads(data)
                                     got += 1
+                                    self._received(job, "stream", str(params["worker"]))
                                     if self.zombie_every and got % self.zombie_every == 0:
                                         self.dropped.append((job["jobKey"], job["activationCount"]))
                                         continue
@@ -387,6 +433,11 @@ class LedgerLoad:
             for t in working:
                 t.cancel()
             await asyncio.gather(*working, return_exceptions=True)
+
+    def _received(self, job: dict[str, Any], via: str, worker: str) -> None:
+        self.received[job["jobKey"]].append(
+            (job["activationCount"], via, worker, time.monotonic() - self.started_at)
+        )
 
     # -- caps ----------------------------------------------------------------------------
 
@@ -424,6 +475,63 @@ class LedgerLoad:
             if conn is not None:
                 conn.terminate()
 
+    # -- liveness ------------------------------------------------------------------------
+
+    async def _watch(self) -> None:
+        """The liveness invariant, sampled: no job waits ready longer than
+        ``stranded_after_s`` while no cap, limit or pause holds it and workers of its
+        type ask for jobs and get none.  Every 0.5 s, on a connection of its own straight
+        to PostgreSQL, it reads the eligible jobs in one snapshot; a job eligible in
+        every sample since ``since`` at one activation count, with at least three empty
+        answers to long polls of its type asked and answered since then, is stranded:
+        recorded once, with the diagnosis as it stood.  A sample that fails (the
+        database away) starts every wait afresh: an outage holds every job."""
+        since: dict[str, tuple[float, int, str]] = {}
+        reported: set[tuple[str, int]] = set()
+        conn: asyncpg.Connection | None = None
+        try:
+            while True:
+                await asyncio.sleep(0.5)
+                try:
+                    if conn is None or conn.is_closed():
+                        conn = await asyncpg.connect(self.database_url(), timeout=2)
+                    rows = await conn.fetch(ELIGIBLE, list(JOB_TYPES), timeout=2)
+                except (
+                    OSError,
+                    asyncpg.PostgresError,
+                    asyncpg.InterfaceError,
+                    asyncpg.InternalClientError,
+                    TimeoutError,
+                ):
+                    if conn is not None:
+                        conn.terminate()
+                    conn, since = None, {}
+                    continue
+                now = time.monotonic()
+                seen = {r["job_key"]: (r["activation_count"], r["job_type"]) for r in rows}
+                since = {
+                    key: since[key]
+                    if key in since and since[key][1] == count
+                    else (now, count, job_type)
+                    for key, (count, job_type) in seen.items()
+                }
+                for key, (start, count, job_type) in since.items():
+                    if now - start < self.stranded_after_s or (key, count) in reported:
+                        continue
+                    empties = sum(
+                        1
+                        for t, asked, answered in self.empty_answers
+                        if t == job_type and asked >= start and answered <= now
+                    )
+                    if empties >= 3:
+                        reported.add((key, count))
+                        self.stranded.append(Stranded(key, job_type, count, now - start, empties))
+                        if not self.stranded_diagnosis:
+                            self.stranded_diagnosis = await self.diagnosis([key])
+        finally:
+            if conn is not None:
+                conn.terminate()
+
     # -- the run -------------------------------------------------------------------------
 
     async def configure(self, http: httpx.AsyncClient) -> None:
@@ -452,7 +560,7 @@ class LedgerLoad:
         async with httpx.AsyncClient(timeout=httpx.Timeout(10.0), limits=limits) as http:
             await self.configure(http)
             self.started_at = time.monotonic()
-            background = [asyncio.create_task(self._sampler())]
+            background = [asyncio.create_task(self._sampler()), asyncio.create_task(self._watch())]
             background += [
                 asyncio.create_task(self._poll_worker(http, i)) for i in range(self.poll_workers)
             ]
@@ -478,7 +586,14 @@ class LedgerLoad:
                         completed, deadline = now_completed, time.monotonic() + drain_s
                     if time.monotonic() > deadline:
                         break
+                    if self.stranded:
+                        break  # the invariant failed: verify says so, with the diagnosis
                     await asyncio.sleep(0.2)
+                # The database may show a job COMPLETED before its worker has the answer
+                # (on a busy machine, for a while): finishes still in flight are waited
+                # for, or the ledger would miss the last accepted finishes.
+                with contextlib.suppress(TimeoutError):  # verify tells what is missing
+                    await self.until(lambda: self.finishing == 0, self.call_timeout_s + 10)
                 _raise_failures(everything)
             finally:
                 for t in everything:
@@ -524,11 +639,12 @@ class LedgerLoad:
                 resolved += 1
             else:
                 unresolved += 1
-        lost = sum(
-            1
+        lost_keys = [
+            key
             for key in self.created
             if state.get(key, ("gone",))[0] != "COMPLETED" or not accepted.get(key)
-        )
+        ]
+        lost = len(lost_keys)
         twice = sum(
             1
             for key in set(accepted) | set(completions)
@@ -558,6 +674,7 @@ class LedgerLoad:
             max_active=dict(self.max_active),
             samples=self.samples,
             answered_by=dict(answered_by),
+            lost_keys=lost_keys + sorted(set(state) - set(self.created)),
         )
 
     def unavailability_s(self, accepted: dict[str, list[Finish]]) -> float:
@@ -578,14 +695,70 @@ class LedgerLoad:
                 since = None
         return longest
 
+    async def diagnosis(self, keys: Sequence[str] = (), limit: int = 20) -> str:
+        """What a failure needs to be understood, read straight from the database: the
+        jobs ``keys`` and every unfinished job of the load (up to ``limit`` in all) with
+        its state, activation count, deadline and history, its lane's and key's state,
+        what the ledger saw of it; every tenant's and type's settings and active counts;
+        who leads, and the sessions with a transaction open."""
+        conn = await asyncpg.connect(self.database_url())
+        try:
+            now = await conn.fetchval("SELECT now()")
+            jobs = await conn.fetch(
+                UNFINISHED, list(JOB_TYPES), [int(k) for k in keys[:limit]], limit
+            )
+            lines = [f"diagnosis at {now} (load at {time.monotonic() - self.started_at:.1f} s):"]
+            lines.append(f"  jobs named or unfinished: {len(jobs)} shown (of at most {limit})")
+            for j in jobs:
+                key = j["job_key"]
+                lines.append(
+                    f"  job {key} {j['job_type']}/{j['tenant_id']}/{j['fairness_key']!r}: "
+                    f"{j['state']} #{j['activation_count']} deadline {j['deadline']} "
+                    f"run_at {j['run_at']} queued_at {j['queued_at']} worker {j['worker']} "
+                    f"priority {j['priority']}"
+                )
+                for e in await conn.fetch(EVENTS_OF, int(key)):
+                    lines.append(
+                        f"    event #{e['activation_count']} {e['event']} at {e['at']} "
+                        f"(started {e['started_at']}, worker {e['worker']}, "
+                        f"deadline {e['deadline']})"
+                    )
+                lane = await conn.fetchrow(LANE_OF, j["job_type"], j["tenant_id"])
+                lines.append(f"    lane: {dict(lane) if lane else None}")
+                lkey = await conn.fetchrow(KEY_OF, j["job_type"], j["tenant_id"], j["fairness_key"])
+                lines.append(f"    key: {dict(lkey) if lkey else None}")
+                lines.append(f"    ledger: received {self.received.get(key, [])}")
+                lines.append(
+                    "    ledger: finishes "
+                    f"{[f for f in self.finishes if f.job_key == key]}, fenced "
+                    f"{[f for f in self.fenced if f.job_key == key]}, dropped "
+                    f"{[d for d in self.dropped if d[0] == key]}"
+                )
+            for r in await conn.fetch(CONFIG_AND_COUNTS, list(JOB_TYPES)):
+                lines.append(f"  {r['what']}: {r['detail']}")
+            for r in await conn.fetch(SESSIONS):
+                lines.append(f"  session: {dict(r)}")
+            return "\n".join(lines)
+        finally:
+            await conn.close()
+
     async def verify(self, scenario: str) -> Figures:
         """Every created job COMPLETED exactly once by an accepted finish, none left
         ACTIVATED, as many accepted finishes as jobs, caps held in every sample, no 500:
-        asserted; the figures returned (and printed: ``pytest -s``)."""
+        asserted; the figures returned (and printed: ``pytest -s``).  On a failure the
+        assertion carries ``diagnosis()``."""
         figures = await self.figures(scenario)
         print(figures.row())
         print(figures.details())
+        assert not self.stranded, (
+            f"stranded: {self.stranded} (after {self.stranded_after_s} s)\n"
+            f"{self.stranded_diagnosis}"
+        )
         activated = await self._fetch(ACTIVATED_LEFT, list(JOB_TYPES))
+        if figures.lost or activated[0][0] or figures.accepted_finishes != figures.jobs:
+            diagnosis = await self.diagnosis(figures.lost_keys)
+            print(diagnosis)
+            raise AssertionError(f"{figures}\n{diagnosis}")
         assert figures.jobs == self.jobs, figures
         assert figures.lost == 0, figures
         assert figures.finished_twice == 0, figures
@@ -617,6 +790,76 @@ SELECT j.job_key::text AS job_key, j.state, j.activation_count,
          WHERE e.job_key = j.job_key AND e.shard = j.shard AND e.event = 'completed')::int
          AS completions
   FROM jobs j WHERE j.job_type = ANY($1)
+"""
+
+
+# The diagnosis's readings (LedgerLoad.diagnosis).
+UNFINISHED = """
+SELECT job_key::text AS job_key, job_type, tenant_id, fairness_key, state, activation_count,
+       deadline, run_at, queued_at, worker, priority
+  FROM jobs WHERE job_type = ANY($1) AND (state <> 'COMPLETED' OR job_key = ANY($2::bigint[]))
+ ORDER BY job_key = ANY($2::bigint[]) DESC, job_key LIMIT $3
+"""
+EVENTS_OF = """
+SELECT activation_count, step, event, at, started_at, worker, deadline FROM job_events
+ WHERE job_key = $1 ORDER BY activation_count, step
+"""
+LANE_OF = """
+SELECT vtime, active, held, activated_total,
+       (SELECT count(*) FROM jobs j WHERE j.job_type = l.job_type
+           AND j.tenant_id = l.tenant_id AND j.state = 'CREATED') AS created
+  FROM lanes l WHERE job_type = $1 AND tenant_id = $2
+"""
+KEY_OF = """
+SELECT vtime, active, activated_total FROM lane_keys
+ WHERE job_type = $1 AND tenant_id = $2 AND fairness_key = $3
+"""
+CONFIG_AND_COUNTS = """
+SELECT 'tenant ' || t.tenant_id AS what,
+       format('weight %s cap %s paused %s rate %s active %s', t.weight, t.max_active_jobs,
+              t.paused, t.rate_per_s,
+              (SELECT count(*) FROM jobs j WHERE j.tenant_id = t.tenant_id
+                  AND j.state = 'ACTIVATED')) AS detail
+  FROM tenants t
+UNION ALL
+SELECT 'type ' || y.job_type,
+       format('cap %s paused %s rate %s active %s', y.max_active_jobs, y.paused, y.rate_per_s,
+              (SELECT count(*) FROM jobs j WHERE j.job_type = y.job_type
+                  AND j.state = 'ACTIVATED'))
+  FROM job_types y WHERE y.job_type = ANY($1)
+"""
+# The jobs of the load that are ready and eligible now, in one snapshot: CREATED and
+# due, their tenant and type not paused nor rate-limited, under their tenant's cap (its
+# ACTIVATED jobs of every type) and their type's (the liveness watch, _watch).
+ELIGIBLE = """
+WITH tenant_active AS (
+    SELECT tenant_id, count(*) AS n FROM jobs WHERE state = 'ACTIVATED' GROUP BY tenant_id
+), type_active AS (
+    SELECT job_type, count(*) AS n FROM jobs WHERE state = 'ACTIVATED' GROUP BY job_type
+)
+SELECT j.job_key::text AS job_key, j.job_type, j.activation_count
+  FROM jobs j
+  LEFT JOIN tenants t ON t.tenant_id = j.tenant_id
+  LEFT JOIN job_types y ON y.job_type = j.job_type
+  LEFT JOIN tenant_active ta ON ta.tenant_id = j.tenant_id
+  LEFT JOIN type_active ya ON ya.job_type = j.job_type
+ WHERE j.job_type = ANY($1) AND j.state = 'CREATED' AND j.run_at <= now()
+   AND t.paused IS NOT TRUE AND y.paused IS NOT TRUE
+   AND t.rate_per_s IS NULL AND y.rate_per_s IS NULL
+   AND (t.max_active_jobs IS NULL OR t.max_active_jobs > COALESCE(ta.n, 0))
+   AND (y.max_active_jobs IS NULL OR y.max_active_jobs > COALESCE(ya.n, 0))
+"""
+# Who leads (the leader lock's holder) and every session with a transaction open.
+SESSIONS = """
+SELECT a.pid, a.application_name, a.client_port, a.state, a.xact_start, a.wait_event_type,
+       a.wait_event, left(a.query, 160) AS query,
+       EXISTS (SELECT 1 FROM pg_locks k WHERE k.pid = a.pid AND k.locktype = 'advisory'
+               AND k.granted AND k.objsubid = 1) AS leads
+  FROM pg_stat_activity a
+ WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
+   AND (a.xact_start IS NOT NULL
+        OR EXISTS (SELECT 1 FROM pg_locks k WHERE k.pid = a.pid AND k.locktype = 'advisory'
+                   AND k.granted AND k.objsubid = 1))
 """
 
 
