@@ -45,7 +45,6 @@ from app.scheduler import (
     allocate,
     job_units,
     lane_unit,
-    left_at_cap,
     split_among_keys,
     trim_to_caps,
 )
@@ -333,7 +332,7 @@ class ActivationService:
                 self.db,
                 job_type,
                 counts,
-                **claim_args,
+                **_now_again(claim_args),
                 by_worker_time=cfg.fairness_by is FairnessBy.WORKER_TIME,
             )
             return plan, got
@@ -367,15 +366,19 @@ class ActivationService:
         capped, limited, resting = tenants
         locked = sorted({*capped, *limited})
         async with self.db.transaction() as tx:
-            await claims.lock_caps(tx, job_type, type_cap is not None or cfg.rate_limited, locked)
-            type_active = None
-            if type_cap is not None:
-                type_active = await claims.count_active_type(tx, job_type, type_cap)
-            # A round that meets rate limits alone counts no caps: a statement less.
-            room = await claims.tenant_room(tx, capped) if capped else {}
-            buckets = None
-            if cfg.rate_limited or limited:
-                buckets = await claims.read_buckets(tx, job_type, cfg.rate_limited, limited)
+            # One round trip: every statement made with the type's cap lock held is one
+            # that every other claim of the type waits out (alembic 0014).
+            counted = await claims.lock_and_count(
+                tx,
+                job_type,
+                lock_type=type_cap is not None or cfg.rate_limited,
+                lock_tenants=locked,
+                type_cap=type_cap,
+                capped=capped,
+                type_limited=cfg.rate_limited,
+                limited=limited,
+            )
+            type_active, room, buckets = counted.type_active, counted.room, counted.buckets
             tokens = dict.fromkeys(resting, 0)
             if buckets is not None:
                 tokens.update(_tenant_tokens(buckets))
@@ -390,19 +393,20 @@ class ActivationService:
             )
             lane_counts = {t: k for t, k in plan.allocation.counts.items() if k > 0}
             counts = await keys_read.split(tx, job_type, lane_counts)
+            # The claim holds the lanes it leaves at their caps in its own statement.
             got = await claims.claim(
                 tx,
                 job_type,
                 counts,
-                **claim_args,
+                **_now_again(claim_args),
                 by_worker_time=cfg.fairness_by is FairnessBy.WORKER_TIME,
+                hold=room,
             )
             taken = Counter(c.job.tenant_id for c in got)
             plan = _as_claimed(plan, room, tokens, taken)
             if buckets is not None:
                 await claims.take_tokens(tx, job_type, buckets, taken, len(got))
                 self._rate_out(job_type, buckets, plan, taken, len(got))
-            await lanes.hold(tx, job_type, left_at_cap(room, taken))
             return plan, got
 
     def _rate_out(
@@ -586,6 +590,15 @@ class ActivationService:
             aging = await self.aging_for(job_type)
         self.aging_seen[job_type] = aging
         return [_in_pick_order(theirs, picks) for theirs in claimed], dry
+
+
+def _now_again(claim_args: dict[str, Any]) -> dict[str, Any]:
+    """A claim's arguments with the instant read again, just before the claim: its
+    leases run from it.  The round read lanes and keys since, and a capped claim may
+    have waited seconds for its cap locks behind other claims of its type; leases
+    counted from the round's start were shorter than asked by that much (issue 39: on
+    a slow database some ran out before their jobs reached the worker)."""
+    return {**claim_args, "now": utcnow()}
 
 
 def _round_charges(

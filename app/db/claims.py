@@ -3,10 +3,10 @@
 A claim is told how many jobs to take from which lanes (the scheduler's allocation); it
 takes them with FOR UPDATE SKIP LOCKED, so activators of the same lanes pass each other.
 Where caps or rate limits are involved the caller opens a transaction, takes the cap
-locks (``lock_caps``), counts (``count_active_type``, ``tenant_room``) and reads the token
-buckets (``read_buckets``), decides, claims, writes back the tokens taken
-(``take_tokens``) and holds the lanes it leaves at their caps (``app.db.lanes.hold``),
-all in it.  Charging the
+locks and counts and reads the token buckets after them in one round trip
+(``lock_and_count``), decides, claims -- holding the lanes it leaves at their caps in
+the claim's own statement (``claim_holding``) -- and writes back the tokens taken
+(``take_tokens``), all in it.  Charging the
 lanes their virtual time is ``app.db.lanes.charge``, after the claim committed.
 """
 
@@ -17,64 +17,27 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
+from app.db import lanes
 from app.db.base import Queries, Sessions
 from app.db.history import TRIM_CTE
 from app.db.jobs import INSERT_JOB_QUIET, NOTIFY_READY, insert_into, locks_for
 from app.db.lanes import KEY_READY, LANE_READY, PROBED_LANES
 from app.db.locks import TENANT_CAP_LOCK_CLASS, TYPE_CAP_LOCK_CLASS, cap_key, int4
 from app.db.rows import Claimed, JobRow, LeadClaim, job_columns, job_row
-from app.scheduler import DEFAULT_LEASE_ESTIMATE_S, Bucket, FairnessBy
+from app.scheduler import DEFAULT_LEASE_ESTIMATE_S, Bucket, FairnessBy, left_at_cap
 
-# -- name: count_active_type
-# ACTIVATED jobs of a type, counted up to the cap only.  Index: jobs_active_type_idx.
-# Called with the type's cap lock held, in a statement after the lock was taken.
-COUNT_ACTIVE_TYPE = """
-SELECT count(*) FROM (
-    SELECT 1 FROM jobs WHERE state = 'ACTIVATED' AND job_type = $1 LIMIT $2
-) capped
-"""
-
-# -- name: count_active_tenants
-# The tenants' caps as they are now, and their ACTIVATED jobs (all types), each counted up
-# to its cap only.  Read in a statement after the tenants' cap locks were taken, so a cap
-# changed before sees its change (a change takes the locks too: jobfair_release_holds).
-# Index: tenants pkey, jobs_active_tenant_idx.
-COUNT_ACTIVE_TENANTS = """
-SELECT t.tenant_id, t.max_active_jobs AS cap, (
-    SELECT count(*) FROM (
-        SELECT 1 FROM jobs j WHERE j.state = 'ACTIVATED' AND j.tenant_id = t.tenant_id
-        LIMIT t.max_active_jobs
-    ) capped
-) AS active
-FROM tenants t WHERE t.tenant_id = ANY($1::text[]) AND t.max_active_jobs IS NOT NULL
-"""
-
-# -- name: lock_caps
-# The cap locks of a capped claim: the job type's ($1, $2: class and key; a NULL key
-# takes none) first, then the tenants' ($3, $4) in key order, in one statement (one
-# global order: no deadlock).  jobfair_lock_tenant_caps is alembic 0003's.
-LOCK_CAPS = """
-SELECT CASE WHEN $2::int IS NULL THEN NULL ELSE pg_advisory_xact_lock($1, $2) END,
-       jobfair_lock_tenant_caps($3, $4::text[])
-"""
-
-# -- name: read_buckets
-# The token buckets of a rate-limited claim as stored (ADR 028): the job type's ($1, if
-# $2) and the tenants' ($3), with the instant they are read at -- the statement's start
-# by the database's clock, the one clock of every server process and replica, so that no
-# process's clock mints tokens.  Read in a statement after lock_caps, whose locks every
-# claim that takes these tokens holds until it commits: this read sees what each left.
-# The first row is the instant (kind 'now'), then 'type' and 'tenant' rows (none for a
-# bucket-less one).  Index: job_types pkey, tenants pkey.
-READ_BUCKETS = """
-SELECT 'now' AS kind, NULL::text AS name, NULL::float8 AS per_s, NULL::float8 AS burst,
-       NULL::float8 AS tokens, NULL::timestamptz AS at, statement_timestamp() AS now
-UNION ALL
-SELECT 'type', job_type, rate_per_s, rate_burst, rate_tokens, rate_at, NULL
-FROM job_types WHERE $2 AND job_type = $1 AND rate_per_s IS NOT NULL
-UNION ALL
-SELECT 'tenant', tenant_id, rate_per_s, rate_burst, rate_tokens, rate_at, NULL
-FROM tenants WHERE tenant_id = ANY($3::text[]) AND rate_per_s IS NOT NULL
+# -- name: lock_and_count
+# A capped claim's cap locks and, read after them, its counts and token buckets, in one
+# round trip: jobfair_lock_and_count (alembic 0014), which takes the type's lock ($1, $2;
+# a NULL key takes none) and the tenants' ($3, $4) in key order, then reads -- each
+# statement of a volatile function takes its own snapshot, so these see every claim that
+# committed before the locks were this one's -- the instant (kind 'now', in ``at``), the
+# type's ACTIVATED jobs up to its cap ($5, $6; 'type'), each capped tenant's cap and
+# ACTIVATED jobs up to it ($7; 'tenant'), and the buckets of the type (if $8;
+# 'type_bucket') and of the tenants $9 ('tenant_bucket').  Index: jobs_active_type_idx,
+# jobs_active_tenant_idx, tenants pkey, job_types pkey.
+LOCK_AND_COUNT = """
+SELECT * FROM jobfair_lock_and_count($1, $2, $3, $4::text[], $5, $6, $7::text[], $8, $9::text[])
 """
 
 # -- name: take_tokens
@@ -252,7 +215,20 @@ _ALLOC = """alloc AS (
 )"""
 
 
-def _claim(charges: str) -> str:
+# A capped claim's holds (ADR 016), in the claim's own statement: the lanes of the capped
+# tenants ($12, with their room as counted under their cap locks, $13) that the claim
+# leaves with no room (scheduler.left_at_cap) are held out of later reads.  Index: lanes
+# pkey.  Locks: the lane rows, after the jobs'.
+_HOLD = """,
+held AS (
+    UPDATE lanes l SET held = true
+    WHERE l.job_type = $1 AND NOT l.held AND l.tenant_id = ANY(ARRAY(
+        SELECT r.tenant_id FROM unnest($12::text[], $13::int[]) AS r(tenant_id, room)
+        WHERE r.room <= (SELECT count(*) FROM activated a WHERE a.tenant_id = r.tenant_id)))
+)"""
+
+
+def _claim(charges: str, hold: str = "") -> str:
     return _CLAIM.format(
         alloc=_ALLOC,
         charges=charges,
@@ -263,7 +239,7 @@ def _claim(charges: str) -> str:
         interval="$8::int",
         via_stream="$9",
         starts="$10::int[]",
-        log=TRIM_CTE,
+        log=TRIM_CTE + hold,
         answer="SELECT * FROM activated",
     )
 
@@ -273,6 +249,14 @@ CLAIM = _claim("")
 # As claim, for a type fair by worker time: each job also records the virtual time its
 # estimate adds to its lane and its key (lane_charge, key_charge; ADR 029).
 CLAIM_BY_WORKER_TIME = _claim(_CHARGES)
+# -- name: claim_holding
+# As claim, for a claim under cap locks: it also holds the lanes of the capped tenants
+# ($12) it leaves with no room ($13: each one's room as counted under its lock), in the
+# same statement (one round trip less with the locks held; hold_lanes, ADR 016).
+CLAIM_HOLDING = _claim("", _HOLD)
+# -- name: claim_holding_by_worker_time
+# As claim_holding, for a type fair by worker time (claim_by_worker_time).
+CLAIM_HOLDING_BY_WORKER_TIME = _claim(_CHARGES, _HOLD)
 
 # -- name: claim_lead
 # One stride pick, read and claimed in one round trip: the job type's first backlogged
@@ -426,18 +410,29 @@ async def claim(
     aging_step: int,
     aging_interval_ms: int,
     by_worker_time: bool = False,
+    hold: Mapping[str, int] | None = None,
 ) -> list[Claimed]:
     """Claim ``counts`` jobs per (tenant, fairness key) (claim; claim_by_worker_time if
     the type was read fair by worker time).  The jobs claimed are shared out
     among ``shares`` in order, each taking up to its ``n`` (under its worker name and
     lease); a Claimed's ``share`` is its index there, from 1.  Alone (``db`` the
     database) the claim is one autocommit statement; a capped claim runs it in the
-    transaction that holds the cap locks."""
+    transaction that holds the cap locks, with ``hold``: each capped tenant's room as
+    counted under its lock, whose lanes the claim holds where it leaves none
+    (claim_holding)."""
     if not counts:
+        if hold:
+            await lanes.hold(db, job_type, left_at_cap(hold, {}))
         return []
     workers, deadlines, starts = _share_arrays(shares, now)
+    holding = [] if hold is None else sorted(hold)
+    if hold:
+        sql = CLAIM_HOLDING_BY_WORKER_TIME if by_worker_time else CLAIM_HOLDING
+        more: tuple[Any, ...] = (holding, [hold[t] for t in holding])
+    else:
+        sql, more = CLAIM_BY_WORKER_TIME if by_worker_time else CLAIM, ()
     rows = await db.fetch(
-        CLAIM_BY_WORKER_TIME if by_worker_time else CLAIM,
+        sql,
         job_type,
         [t for t, _ in counts],
         list(counts.values()),
@@ -449,20 +444,69 @@ async def claim(
         via_stream,
         starts,
         [k for _, k in counts],
+        *more,
     )
     return _claimed(rows)
 
 
-async def lock_caps(tx: Queries, job_type: str, type_capped: bool, tenants: Sequence[str]) -> None:
-    """The cap locks of a capped claim (lock_caps), held until ``tx`` ends: the type's if
-    ``type_capped``, then the tenants' in key order."""
-    await tx.execute(
-        LOCK_CAPS,
+@dataclass(frozen=True, slots=True)
+class Counted:
+    """What a capped claim read under its cap locks (lock_and_count): the type's
+    ACTIVATED jobs up to its cap (None: not counted), each capped tenant's room (its cap
+    as it is now minus its ACTIVATED jobs), and the token buckets (None: none read)."""
+
+    type_active: int | None
+    room: dict[str, int]
+    buckets: Buckets | None
+
+
+async def lock_and_count(
+    tx: Queries,
+    job_type: str,
+    *,
+    lock_type: bool,
+    lock_tenants: Sequence[str],
+    type_cap: int | None,
+    capped: Sequence[str],
+    type_limited: bool,
+    limited: Sequence[str],
+) -> Counted:
+    """The cap locks of a capped claim, held until ``tx`` ends -- the type's if
+    ``lock_type``, then ``lock_tenants``' in key order -- and, read after them in the
+    same round trip (lock_and_count): the type's ACTIVATED jobs if ``type_cap``, the room
+    of the ``capped`` tenants, and the buckets of the type if ``type_limited`` and of the
+    ``limited`` tenants (none read if neither)."""
+    rows = await tx.fetch(
+        LOCK_AND_COUNT,
         int4(TYPE_CAP_LOCK_CLASS),
-        cap_key(job_type) if type_capped else None,
+        cap_key(job_type) if lock_type else None,
         TENANT_CAP_LOCK_CLASS,
-        sorted(tenants),
+        sorted(lock_tenants),
+        job_type,
+        type_cap,
+        list(capped),
+        type_limited,
+        list(limited),
     )
+    now = rows[0]["at"]
+    type_active = None
+    room: dict[str, int] = {}
+    type_bucket = None
+    tenant_buckets: dict[str, Bucket] = {}
+    for r in rows[1:]:
+        kind = r["kind"]
+        if kind == "type":
+            type_active = int(r["active"])
+        elif kind == "tenant":
+            room[r["name"]] = r["cap"] - r["active"]
+        else:
+            bucket = Bucket(r["per_s"], r["burst"], r["tokens"], r["at"])
+            if kind == "type_bucket":
+                type_bucket = bucket
+            else:
+                tenant_buckets[r["name"]] = bucket
+    read = type_limited or bool(limited)
+    return Counted(type_active, room, Buckets(now, type_bucket, tenant_buckets) if read else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -473,23 +517,6 @@ class Buckets:
     now: datetime
     job_type: Bucket | None
     tenants: dict[str, Bucket]
-
-
-async def read_buckets(
-    tx: Queries, job_type: str, type_limited: bool, tenants: Sequence[str]
-) -> Buckets:
-    """The buckets of ``job_type`` (if ``type_limited``) and of ``tenants`` (those with
-    one), under the cap locks (read_buckets)."""
-    rows = await tx.fetch(READ_BUCKETS, job_type, type_limited, list(tenants))
-    found = {
-        (r["kind"], r["name"]): Bucket(r["per_s"], r["burst"], r["tokens"], r["at"])
-        for r in rows[1:]
-    }
-    return Buckets(
-        rows[0]["now"],
-        found.get(("type", job_type)),
-        {name: b for (kind, name), b in found.items() if kind == "tenant"},
-    )
 
 
 async def take_tokens(
@@ -515,21 +542,6 @@ async def take_tokens(
         None if read.job_type is None else read.job_type.at,
         [read.tenants[t].at for t in tenants],
     )
-
-
-async def count_active_type(tx: Queries, job_type: str, cap: int) -> int:
-    """The type's ACTIVATED jobs, counted up to ``cap`` (under its cap lock)."""
-    n: int = await tx.fetchval(COUNT_ACTIVE_TYPE, job_type, cap)
-    return n
-
-
-async def tenant_room(tx: Queries, tenants: Sequence[str]) -> dict[str, int]:
-    """Each capped tenant's room as counted now, under its cap lock: its cap (as it is
-    now, not as read) minus its ACTIVATED jobs.  Tenants without a cap are left out."""
-    if not tenants:
-        return {}
-    rows = await tx.fetch(COUNT_ACTIVE_TENANTS, list(tenants))
-    return {r["tenant_id"]: r["cap"] - r["active"] for r in rows}
 
 
 def _lead_call(job_type: str, ask: LeadAsk, now: datetime) -> tuple[str, tuple[Any, ...]]:

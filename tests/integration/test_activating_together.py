@@ -77,13 +77,13 @@ async def test_a_caller_that_leaves_while_its_claim_runs_leaves_no_job_activated
     await _backlog(store, "ab", 10)
     stay, leave = _callers(2)
     claiming = asyncio.Event()
-    lock_caps = claims.lock_caps
+    lock_and_count = claims.lock_and_count
 
-    async def observed_lock_caps(*args, **kwargs):
+    async def observed_lock_and_count(*args, **kwargs):
         claiming.set()  # the capped claim's transaction has begun: it waits on the lock
-        return await lock_caps(*args, **kwargs)
+        return await lock_and_count(*args, **kwargs)
 
-    monkeypatch.setattr(claims, "lock_caps", observed_lock_caps)
+    monkeypatch.setattr(claims, "lock_and_count", observed_lock_and_count)
     lock = f"pg_advisory_xact_lock({_int4(TYPE_CAP_LOCK_CLASS)}, {cap_key('together')})"
     async with store.connection() as holder:
         tx = holder.transaction()
@@ -123,3 +123,28 @@ async def test_an_activation_that_fails_fails_each_caller_in_it_and_not_the_next
     assert [type(r) for r in first] == [ConnectionResetError] * 3
     rows, _ = await service.activate(_callers(1)[0])
     assert len(rows) == 1
+
+
+async def test_a_lease_runs_from_the_claim_not_from_a_wait_for_the_cap_lock_before_it(store):
+    """Issue 39: a capped claim that waited for its type's cap lock (behind other claims
+    of the type, on a slow database: seconds) counted its leases from before the wait,
+    so they were shorter than asked by that much -- on a slow database some ended before
+    their jobs reached the worker.  Here the lock is held for 1.5 s: the lease of 3 s
+    must still run 3 s from the claim."""
+    await db_ops.upsert_job_type(store, "together", 10, None, None)  # a cap: claims lock it
+    service = ActivationService(store, Settings())
+    await _backlog(store, "a", 1)
+    lock = f"pg_advisory_xact_lock({_int4(TYPE_CAP_LOCK_CLASS)}, {cap_key('together')})"
+    async with store.connection() as holder:
+        tx = holder.transaction()
+        await tx.start()
+        await holder.execute(f"SELECT {lock}")
+        claiming = asyncio.create_task(
+            service.activate(ActivateRequest("together", 1, 3_000, worker="w"))
+        )
+        await asyncio.sleep(1.5)  # the wait being measured: the lock is held this long
+        released = utcnow()
+        await tx.rollback()
+    [row], _ = await claiming
+    assert row.deadline - released >= timedelta(milliseconds=2_900), (row.deadline, released)
+    assert row.deadline - row.activated_at == timedelta(milliseconds=3_000)
