@@ -25,7 +25,11 @@ from DESIGN §1 alone:
 * a lane or a key with a ready job is never parked;
 * a lane is held out of the reads (ADR 016) only while its tenant is at its cap; being
   held banks no credit: a lane released re-enters at the system's virtual time if it
-  fell behind it, as an idle lane does.
+  fell behind it, as an idle lane does;
+* liveness (issue 39): a long poll waits beside the other steps, woken by nothing but
+  its backup poll (no NOTIFY reaches this harness), and no job that its tenants, caps and
+  the type's cap leave eligible for it waits longer than a backup poll and a round while
+  it waits; what it gets is checked as an activation's is (stride, caps, priority).
 
 Weights are powers of two so that virtual times add up exactly in floating point.
 """
@@ -55,6 +59,7 @@ from app.db import jobs as stored_jobs
 from app.domain import utcnow
 from app.operators import ConfigService
 from app.sweepers import LeaseSweeper
+from app.waiting import WaiterHub
 
 TYPE = "model"
 TENANTS = ("a", "b", "c", "d")
@@ -62,7 +67,11 @@ WEIGHTS = (1, 2, 4)
 CAPS = (None, 0, 1, 2, 5)
 TYPE_CAPS = (None, 0, 1, 3, 8)
 KEYS = ("", "x", "y")  # '': the tenant's default key
-STEPS = {"n": 0, "held": 0}
+STEPS = {"n": 0, "held": 0, "waited": 0}
+# The long poll's backup poll, and how long a job eligible for it may wait: a backup poll
+# (jittered up to 1.25 times) and a round, generously (the machine is shared).
+BACKUP_POLL_MS = 50
+ROUND_S = 2.0
 
 
 @dataclass
@@ -212,11 +221,19 @@ class ActivationMachine(RuleBasedStateMachine):
         )
         # No aging during a run: priority alone orders a tenant's jobs.
         self.run(self.config.put_job_type(TYPE, None, 3_600_000, 10))
+        self.hub = WaiterHub(
+            self.service, self.service.release, max_waiters=10, backup_poll_ms=BACKUP_POLL_MS
+        )
+        # The long poll waiting, if any: its task and the tenants it asked for.
+        self.waiting: tuple[asyncio.Task, ActivateRequest, tuple[str, ...]] | None = None
 
     def run(self, coro):
         return self.loop.run_until_complete(coro)
 
     def teardown(self) -> None:
+        self.run(self.hub.close())
+        if self.waiting is not None:
+            self.run(asyncio.gather(self.waiting[0], return_exceptions=True))
         self.run(self.service.settle())
 
     # -- producing and configuring ------------------------------------------------------
@@ -293,8 +310,56 @@ class ActivationMachine(RuleBasedStateMachine):
         rows, _ = self.run(self.service.activate(req))
         self.run(self.service.settle())
         assert len(rows) == expected, (len(rows), expected, self.model.__dict__)
+        self._took(rows, asked, picks, ready_before, active_before, type_active_before)
+
+    @precondition(lambda self: self.waiting is None)
+    @rule(
+        max_jobs=st.integers(1, 5),
+        tenants=st.one_of(st.none(), st.sets(st.sampled_from(TENANTS), min_size=1)),
+    )
+    def long_poll(self, max_jobs, tenants):
+        """A worker's long poll, left waiting beside the steps that follow until it is
+        served (an hour at most: it is never timed out here)."""
+        asked = self.model.tenants if tenants is None else tuple(sorted(tenants))
+        req = ActivateRequest(TYPE, max_jobs, 60_000, "poller", None if tenants is None else asked)
+        task = self.loop.create_task(self.hub.long_poll(req, 3600, asyncio.Event()))
+        self.waiting = (task, req, asked)
+
+    def _serve_waiter(self) -> None:
+        """Before every check: the long poll waiting, if a job is eligible for it, is
+        served within a backup poll and a round (else a job is stranded); what it got
+        is checked and recorded."""
+        if self.waiting is None:
+            return
+        task, req, asked = self.waiting
+        # Tenants created since it began asked for all of them.
+        asked = self.model.tenants if req.tenant_ids is None else asked
+        eligible = self.model.eligible(asked)
+        if not task.done() and eligible:
+            bound = BACKUP_POLL_MS / 1000 * 1.25 + ROUND_S
+            self.run(asyncio.wait([task], timeout=bound))
+            assert task.done(), (
+                f"stranded: {eligible} jobs eligible for a long poll of {asked} waited "
+                f"more than {bound} s (a backup poll and a round)"
+            )
+        if not task.done():
+            return
+        self.waiting = None
+        rows = task.result()
+        self.run(self.service.settle())
+        STEPS["waited"] += 1
+        assert 1 <= len(rows) <= min(req.max_jobs, eligible), (len(rows), req, eligible)
+        vtimes = {t: self.model.vtime.get(t, 0.0) for t in self.model.tenants}
+        picks = self.model.stride_picks(asked, len(rows), vtimes)
+        ready_before = {t: self.model.ready(t) for t in asked}
+        active_before = {t: self.model.active(t) for t in self.model.tenants}
+        self._took(rows, asked, picks, ready_before, active_before, self.model.active())
+
+    def _took(self, rows, asked, picks, ready_before, active_before, type_active_before):
+        """An activation's ``rows``, checked against the model and recorded in it: the
+        stride ``picks``, the caps, priority inside each key."""
         got = Counter((r.tenant_id, r.fairness_key) for r in rows)
-        assert got == picks, (got, picks, vtimes, self.model.kvtime)
+        assert got == picks, (got, picks, self.model.vtime, self.model.kvtime)
         lanes = Counter(r.tenant_id for r in rows)
         for t, n in lanes.items():
             self.model.vtime[t] += n / self.model.weight.get(t, 1)
@@ -428,6 +493,7 @@ class ActivationMachine(RuleBasedStateMachine):
     @invariant()
     def held_lanes_are_at_their_caps(self):
         """No lane is held while its tenant has room: whatever freed it released it."""
+        self._serve_waiter()
         held = self._held()
         assert held == self.model.held, (held, self.model.held)
         STEPS["held"] += bool(held)
@@ -437,6 +503,7 @@ class ActivationMachine(RuleBasedStateMachine):
 
     @invariant()
     def database_matches_the_model(self):
+        self._serve_waiter()
         STEPS["n"] += 1
         rows = self.run(
             self.store.fetch("SELECT job_key, state, activation_count, deadline FROM jobs")
@@ -448,6 +515,7 @@ class ActivationMachine(RuleBasedStateMachine):
 
     @invariant()
     def virtual_times_match_the_model(self):
+        self._serve_waiter()
         rows = self.run(
             self.store.fetch("SELECT tenant_id, vtime FROM lanes WHERE job_type = $1", TYPE)
         )
@@ -455,6 +523,7 @@ class ActivationMachine(RuleBasedStateMachine):
 
     @invariant()
     def key_virtual_times_match_the_model(self):
+        self._serve_waiter()
         rows = self.run(
             self.store.fetch(
                 "SELECT tenant_id, fairness_key, vtime FROM lane_keys WHERE job_type = $1", TYPE
@@ -466,6 +535,7 @@ class ActivationMachine(RuleBasedStateMachine):
 
     @invariant()
     def a_key_with_a_ready_job_is_active(self):
+        self._serve_waiter()
         rows = self.run(
             self.store.fetch(
                 "SELECT tenant_id, fairness_key FROM lane_keys WHERE job_type = $1 AND active",
@@ -480,6 +550,7 @@ class ActivationMachine(RuleBasedStateMachine):
 
     @invariant()
     def a_lane_with_a_ready_job_is_active(self):
+        self._serve_waiter()
         rows = self.run(
             self.store.fetch("SELECT tenant_id FROM lanes WHERE job_type = $1 AND active", TYPE)
         )
@@ -494,7 +565,7 @@ def test_activation_matches_the_model(db_url):
     loop = asyncio.new_event_loop()
     store = loop.run_until_complete(Database.connect(db_url, size=4, min_size=1))
     ActivationMachine.loop, ActivationMachine.store = loop, store
-    STEPS["n"] = STEPS["held"] = 0
+    STEPS["n"] = STEPS["held"] = STEPS["waited"] = 0
     try:
         run_state_machine_as_test(
             ActivationMachine,
@@ -508,8 +579,13 @@ def test_activation_matches_the_model(db_url):
     finally:
         loop.run_until_complete(store.close())
         loop.close()
-    print(f"model steps checked: {STEPS['n']}, with a lane held: {STEPS['held']}")
+    print(
+        f"model steps checked: {STEPS['n']}, with a lane held: {STEPS['held']}, "
+        f"long polls served: {STEPS['waited']}"
+    )
     assert STEPS["n"] >= 2_000
     # The runs reached caps and held lanes were checked (how often depends on the seed:
     # 5 to 365 steps were seen).
     assert STEPS["held"] > 0
+    # Long polls waited and were served (by their backup poll, or at once).
+    assert STEPS["waited"] > 0
