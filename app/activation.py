@@ -201,6 +201,15 @@ class ActivationService:
         [rows], dry = await self._activate([req], fill=False)
         return rows, dry
 
+    async def activate_owed_together(
+        self, reqs: Sequence[ActivateRequest]
+    ) -> tuple[list[list[JobRow]], bool]:
+        """As ``activate_owed`` for several waiters of one type, tenant filter and
+        via_stream at once (a dispatcher's batch): one claim for all of them, shared out
+        in their order.  A capped type's claims each wait for its cap lock, so one claim
+        for the batch is one wait, not one per waiter."""
+        return await self._activate(reqs, fill=False)
+
     async def activate_one_pick(self, req: ActivateRequest) -> tuple[list[JobRow], bool]:
         """As ``activate_owed``, when its first round would be one stride pick (a waiter
         asking for one job, or woken by one new job of an idle type): tries the one-pick

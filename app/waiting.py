@@ -168,6 +168,14 @@ class WaiterHub:
         how = self.activation.activate_one_pick if one_pick else self.activation.activate_owed
         return await self._remember(req, how)
 
+    async def activate_owed_together(self, reqs: Sequence[ActivateRequest]) -> list[Rows]:
+        """ActivationService.activate_owed_together (``reqs``: one type, tenant filter and
+        via_stream), remembering whether it found the type dry."""
+        wakes = self._wakes
+        per_req, dry = await self.activation.activate_owed_together(reqs)
+        self._after(reqs[0], sum(len(rows) for rows in per_req), dry, wakes)
+        return per_req
+
     async def _remember(
         self, req: ActivateRequest, how: Callable[[ActivateRequest], Awaitable[tuple[Rows, bool]]]
     ) -> Rows:
@@ -175,9 +183,15 @@ class WaiterHub:
         request's filter."""
         wakes = self._wakes
         rows, dry = await how(req)
+        self._after(req, len(rows), dry, wakes)
+        return rows
+
+    def _after(self, req: ActivateRequest, activated: int, dry: bool, wakes: int) -> None:
+        """Remember what an activation for ``req``'s type and filter found: ``activated``
+        jobs, and whether the type was dry, as of ``wakes`` wake-ups seen when it began."""
         job_type, key = req.job_type, req.tenant_filter
         tally = self._tally.get(job_type)
-        if tally is not None and tally.all_out(len(rows)):
+        if tally is not None and tally.all_out(activated):
             dry, key = True, None  # dry for every filter, without a read to prove it
         marks = self._dry.get(job_type)
         if dry and wakes == self._wakes:  # no wake-up since the read began
@@ -188,7 +202,6 @@ class WaiterHub:
                 self._tally[job_type] = _Tally()
         elif marks is not None:
             marks.pop(key, None)
-        return rows
 
     def one_expected(self, job_type: str) -> bool:
         """Was the type dry, and has exactly one job been announced since that is not
@@ -424,10 +437,15 @@ class WaiterHub:
             if not batch:
                 return
             self.wake_queries += len(batch)
-            got = await asyncio.gather(*(self._serve_one(q, w) for w in batch))
-            for w, n in zip(batch, got, strict=True):
-                if n == 0:
-                    dry.add(w.req.tenant_filter)
+            groups: dict[tuple[TenantFilter, bool], list[Waiter]] = {}
+            for w in batch:
+                groups.setdefault((w.req.tenant_filter, w.req.via_stream), []).append(w)
+            answers = await asyncio.gather(*(self._serve_group(q, ws) for ws in groups.values()))
+            got = [n for answer in answers for n in answer]
+            batch = [w for ws in groups.values() for w in ws]
+            for ws, answer in zip(groups.values(), answers, strict=True):
+                if not any(answer):  # the whole group got nothing: its filter is dry
+                    dry.add(ws[0].req.tenant_filter)
             if self._known_dry(job_type, None):
                 return
             full = all(
@@ -436,6 +454,36 @@ class WaiterHub:
             full_rounds = full_rounds + 1 if full else 0
             if full_rounds >= 2:
                 parallel = min(parallel * 2, MAX_PARALLEL)
+
+    async def _serve_group(self, q: _TypeQueue, ws: list[Waiter]) -> list[int | None]:
+        """Activate for waiters of one tenant filter and via_stream together -- one
+        claim, shared out in their order, so that a capped type's cap lock is waited for
+        once per batch rather than once per waiter -- and hand each its jobs.  How many
+        each got (None: the database refused its own values, and it alone was failed)."""
+        if len(ws) == 1:
+            return [await self._serve_one(q, ws[0])]
+        try:
+            per_waiter = await self.activate_owed_together([w.req for w in ws])
+        except Exception as exc:
+            if not refused_input(exc):
+                raise
+            # One of them sent what the database refused: each alone finds which.
+            return list(await asyncio.gather(*(self._serve_one(q, w) for w in ws)))
+        for w, rows in zip(ws, per_waiter, strict=True):
+            await self._hand(q, w, rows)
+        return [len(rows) for rows in per_waiter]
+
+    async def _hand(self, q: _TypeQueue, w: Waiter, rows: Rows) -> None:
+        """Give ``w`` the jobs activated for it, or give them back if it left meanwhile."""
+        if not rows:
+            return
+        if w.future.done():
+            # The client left while we were activating: give the jobs back now.
+            await self.release(rows)
+            q.wake.set()
+        else:
+            q.waiters.remove(w)
+            w.future.set_result(rows)
 
     async def _serve_one(self, q: _TypeQueue, w: Waiter) -> int | None:
         """Activate for one waiter and hand its jobs over the moment they are claimed (not
@@ -453,12 +501,5 @@ class WaiterHub:
                 raise
             self.fail(w, exc)
             return None
-        if rows:
-            if w.future.done():
-                # The client left while we were activating: give the jobs back now.
-                await self.release(rows)
-                q.wake.set()
-            else:
-                q.waiters.remove(w)
-                w.future.set_result(rows)
+        await self._hand(q, w, rows)
         return len(rows)
