@@ -492,8 +492,9 @@ class LedgerLoad:
         connection of its own straight to PostgreSQL, it reads the eligible jobs in one
         snapshot; a job eligible in every sample since ``since`` at one activation count,
         with at least three empty answers to long polls of its type asked and answered
-        since then, is stranded: recorded once, with the diagnosis as it stood.  A sample that fails (the
-        database away) starts every wait afresh: an outage holds every job."""
+        since then, is stranded: recorded once, with the diagnosis as it stood.  A sample
+        that fails (the database away) starts every wait afresh: an outage holds every
+        job."""
         since: dict[str, tuple[float, int, str]] = {}
         reported: set[tuple[str, int]] = set()
         conn: asyncpg.Connection | None = None
