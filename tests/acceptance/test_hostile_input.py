@@ -7,7 +7,8 @@ it and, if it takes a body, VALID_BODIES has one).  Each body route gets the gen
 corpus (bytes that are not JSON, JSON that is not an object, a body too deep, too large,
 or in another media type) and every mutation of a valid body that must be refused: a NUL
 appended to each string and each key, each number made an integer beyond 64 bits, NaN,
-Infinity or 1e400."""
+Infinity, 1e400, or a number a double does not keep (1e-400, -0.0, 36 digits), and each
+key of each object given twice."""
 
 from __future__ import annotations
 
@@ -161,6 +162,10 @@ BAD_TOKENS = {
     "Infinity": "Infinity",
     "-Infinity": "-Infinity",
     "1e400": "1e400",
+    # A double does not keep them as sent (issue 39 section 2).
+    "1e-400": "1e-400",
+    "-0.0": "-0.0",
+    "36 digits": "0.1000000000000000055511151231257827",
 }
 # Path parameters no route may take (each is percent-encoded as sent).
 BAD_PATH_VALUES = {
@@ -238,6 +243,28 @@ def _mutations(value: Any) -> Iterator[tuple[str, Any]]:
                 yield f"{key}.{what}", {**value, key: m}
 
 
+def _twice(value: Any) -> Iterator[tuple[str, str]]:
+    """``value`` as JSON text with one key of one of its objects given twice (the second
+    time as null), for every key of every object in it."""
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            for what, text in _twice(item):
+                parts = [json.dumps(v) for v in value]
+                parts[i] = text
+                yield f"{i}.{what}", "[" + ", ".join(parts) + "]"
+    elif isinstance(value, dict):
+        for key in value:
+            again = json.dumps(key) + ": null"
+            body = ", ".join(json.dumps(k) + ": " + json.dumps(v) for k, v in value.items())
+            yield f"key {key} twice", "{" + body + ", " + again + "}"
+            for what, text in _twice(value[key]):
+                parts = [
+                    json.dumps(k) + ": " + (text if k == key else json.dumps(v))
+                    for k, v in value.items()
+                ]
+                yield f"{key}.{what}", "{" + ", ".join(parts) + "}"
+
+
 def _hostile_bodies(valid: Any) -> Iterator[tuple[str, bytes]]:
     for what, mutated in _mutations(valid):
         text = json.dumps(mutated)
@@ -246,6 +273,8 @@ def _hostile_bodies(valid: Any) -> Iterator[tuple[str, bytes]]:
                 yield f"{what} {name}", text.replace(json.dumps(HOLE), token).encode()
         else:
             yield what, text.encode()
+    for what, text in _twice(valid):
+        yield what, text.encode()
 
 
 class World:

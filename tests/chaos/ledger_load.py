@@ -185,6 +185,7 @@ class Client:
     def move(self) -> None:
         self.cursor += 1
         self.load.client_moves += 1
+        self.load.trouble_at = time.monotonic()
 
 
 @dataclass
@@ -241,6 +242,9 @@ class LedgerLoad:
     # waits for ever, however long rounds take.
     stranded_after_s: float = 5.0
     stranded: list[Stranded] = field(default_factory=list)
+    # When a client last met a fault (a connect error, a 5xx, a broken stream): a fault
+    # holds every job, so the watch counts waits from after it.
+    trouble_at: float = 0.0
     stranded_diagnosis: str = ""
     _progress: asyncio.Condition = field(default_factory=asyncio.Condition)
     _rng: random.Random = field(default_factory=lambda: random.Random(27))
@@ -493,8 +497,8 @@ class LedgerLoad:
         snapshot; a job eligible in every sample since ``since`` at one activation count,
         with at least three empty answers to long polls of its type asked and answered
         since then, is stranded: recorded once, with the diagnosis as it stood.  A sample
-        that fails (the database away) starts every wait afresh: an outage holds every
-        job."""
+        that fails (the database away), or a fault a client met (a connect error, a 5xx,
+        a broken stream), starts every wait afresh: an outage holds every job."""
         since: dict[str, tuple[float, int, str]] = {}
         reported: set[tuple[str, int]] = set()
         conn: asyncpg.Connection | None = None
@@ -526,7 +530,8 @@ class LedgerLoad:
                     else (now, count, job_type)
                     for key, (count, job_type) in seen.items()
                 }
-                for key, (start, count, job_type) in since.items():
+                for key, (seen_at, count, job_type) in since.items():
+                    start = max(seen_at, self.trouble_at)
                     if now - start < bound or (key, count) in reported:
                         continue
                     empties = sum(
@@ -536,9 +541,10 @@ class LedgerLoad:
                     )
                     if empties >= 3:
                         reported.add((key, count))
-                        self.stranded.append(Stranded(key, job_type, count, now - start, empties))
+                        # The diagnosis first: the drain stops once one is stranded.
                         if not self.stranded_diagnosis:
                             self.stranded_diagnosis = await self.diagnosis([key])
+                        self.stranded.append(Stranded(key, job_type, count, now - start, empties))
         finally:
             if conn is not None:
                 conn.terminate()
