@@ -65,6 +65,7 @@ def server_of(output: str) -> tuple[str, int, Path]:
     return m[1], int(m[2]), Path(m[3])
 
 
+@pytest.mark.extended  # 17 s of the suite's time (issue 39 section 3)
 def test_the_demo_serves_the_trickle_in_its_turn_while_the_flood_drains_then_stops():
     """Fairness, measured by the demo itself: every trickle job was activated within a
     fraction of the flood's median wait.  In a FIFO queue (or one where a backlog

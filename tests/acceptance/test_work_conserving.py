@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
+import pytest
+
 from tests.helpers import activate
 
 
@@ -47,6 +49,7 @@ async def test_emptied_lanes_never_answer_empty_one_caller(live):
     await _drain_one_at_a_time(live.client, "wc", 3_000)
 
 
+@pytest.mark.extended  # 11 s; test_tenants_capped_at_zero_do_not_crowd_the_reads stays
 async def test_ten_thousand_emptied_lanes_beside_a_big_tenant(live):
     await _create(live.client, _many_small_beside_one_big("wc10k", 10_000, 10_000))
     await _drain_one_at_a_time(live.client, "wc10k", 20_000, max_jobs=100)

@@ -30,9 +30,10 @@ from tests.chaos.external_pg import (
 from tests.chaos.ledger_load import LedgerLoad, Servers, start_servers
 from tests.fixtures import ServerProcess, free_port
 
-# `make test` runs each scenario on a few hundred jobs (15-20 s on two busy cores);
-# `make chaos` on 5,000.
-SIZES = [500, pytest.param(5_000, marks=pytest.mark.chaos)]
+# `make chaos` runs each scenario on 500 and on 5,000 jobs.  (`make test` ran the 500s,
+# 10 s each: a PostgreSQL crash stays there, in test_crashes.py and
+# test_database_outage_load.py; issue 39 section 3.)
+SIZES = [pytest.param(500, marks=pytest.mark.chaos), pytest.param(5_000, marks=pytest.mark.chaos)]
 
 
 @pytest.fixture(scope="module")

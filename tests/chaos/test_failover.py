@@ -165,6 +165,7 @@ async def test_a_server_started_while_no_host_is_a_primary_comes_up_once_one_is_
     await until_ready(server)
 
 
+@pytest.mark.chaos  # 15 s of the suite's time (issue 39 section 3)
 async def test_a_primary_gone_silent_under_load_is_left_for_the_promoted_standby(
     spawn_server: Callable[..., ServerProcess], primary_and_standby: tuple[External, External]
 ) -> None:

@@ -116,6 +116,7 @@ async def test_past_the_waiter_bound_long_polls_and_streams_are_refused_503_retr
     _clean_log(server)
 
 
+@pytest.mark.chaos  # 15 s of the suite's time (issue 39 section 3)
 async def test_ten_times_capacity_is_refused_503_and_the_server_recovers_at_once(spawn_server):
     """The capacity of creates, activations and completes (100 jobs a call) measured,
     then ten times it offered for 3 s: the excess refused with 503 and Retry-After, what
