@@ -24,7 +24,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -39,28 +39,31 @@ TYPE = "capped"
 TENANTS = {"acme": 4, "globex": 6, "initech": None, "umbrella": 8}
 
 
-@contextlib.contextmanager
-def serving(url: str, cwd: Path) -> Iterator[str]:
-    """A ``jobfair serve`` of the code in ``cwd`` on ``url``; its base URL once ready."""
+@contextlib.asynccontextmanager
+async def serving(url: str, cwd: Path) -> AsyncIterator[str]:
+    """A ``jobfair serve`` of the code in ``cwd`` on ``url``; its base URL once ready.
+    (Polled without blocking the loop: the proxy it reaches the database through runs
+    in it.)"""
     port = free_port()
     env = {**os.environ, "JOBFAIR_DB_POOL_SIZE": "8", "JOBFAIR_BACKUP_POLL_MS": "500"}
     command = [sys.executable, "-m", "app.cli", "serve", "--database-url", url]
     command += ["--port", str(port), "--log-level", "warning"]
-    proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL)  # noqa: ASYNC220 - returns at once
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, f"the server of {cwd} exited"
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(base + "/readyz", timeout=1).status_code == 200:
-                    break
-            assert time.monotonic() < deadline, "the server did not become ready"
-            time.sleep(0.1)
+        async with httpx.AsyncClient(timeout=1) as c:
+            while True:
+                assert proc.poll() is None, f"the server of {cwd} exited"
+                with contextlib.suppress(httpx.TransportError):
+                    if (await c.get(base + "/readyz")).status_code == 200:
+                        break
+                assert time.monotonic() < deadline, "the server did not become ready"
+                await asyncio.sleep(0.1)
         yield base
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        await asyncio.to_thread(proc.wait, 30)
 
 
 async def preload(url: str, jobs: int) -> None:
@@ -135,8 +138,8 @@ async def one_run(pg: Postgres, name: str, code: Path, args: argparse.Namespace)
     await preload(url, args.jobs)
     jobs = args.jobs // len(TENANTS) * len(TENANTS)
     async with PgProxy.serving(url) as proxy:
-        with contextlib.ExitStack() as stack:
-            bases = [stack.enter_context(serving(proxy.url, code)) for _ in range(3)]
+        async with contextlib.AsyncExitStack() as stack:
+            bases = [await stack.enter_async_context(serving(proxy.url, code)) for _ in range(3)]
             proxy.latency_s = args.latency_ms / 1000
             left, empty, peak = [jobs], [0], [0]
             stop = asyncio.Event()
