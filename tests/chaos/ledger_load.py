@@ -456,25 +456,10 @@ class LedgerLoad:
     async def _sampler(self) -> None:
         caps = {f"tenant {t}": cap for t, (_, cap, _) in TENANTS.items() if cap is not None}
         caps |= {f"type {t}": cap for t, cap in TYPE_CAPS.items() if cap is not None}
-        conn: asyncpg.Connection | None = None
-        try:
+        async with _Reader(self.database_url) as reader:
             while True:
-                try:
-                    if conn is None or conn.is_closed():
-                        conn = await asyncpg.connect(self.database_url(), timeout=2)
-                    rows = await conn.fetch(ACTIVE_COUNTS, list(JOB_TYPES), timeout=2)
-                except (
-                    OSError,
-                    asyncpg.PostgresError,
-                    asyncpg.InterfaceError,
-                    asyncpg.InternalClientError,  # "another operation is in progress"
-                    TimeoutError,
-                ):
-                    # The database away (a scenario's fault): no sample, not a violation;
-                    # the connection, in whatever state a cut left it, is replaced.
-                    if conn is not None:
-                        conn.terminate()
-                    conn = None
+                rows = await reader.fetch(ACTIVE_COUNTS, list(JOB_TYPES))
+                if rows is None:  # the database away (a scenario's fault): no sample
                     await asyncio.sleep(0.1)
                     continue
                 self.samples += 1
@@ -483,9 +468,6 @@ class LedgerLoad:
                     cap = caps.get(name)
                     self.cap_violations += cap is not None and active > cap
                 await asyncio.sleep(0.1)
-        finally:
-            if conn is not None:
-                conn.terminate()
 
     # -- liveness ------------------------------------------------------------------------
 
@@ -501,24 +483,12 @@ class LedgerLoad:
         a broken stream), starts every wait afresh: an outage holds every job."""
         since: dict[str, tuple[float, int, str]] = {}
         reported: set[tuple[str, int]] = set()
-        conn: asyncpg.Connection | None = None
-        try:
+        async with _Reader(self.database_url) as reader:
             while True:
                 await asyncio.sleep(0.5)
-                try:
-                    if conn is None or conn.is_closed():
-                        conn = await asyncpg.connect(self.database_url(), timeout=2)
-                    rows = await conn.fetch(ELIGIBLE, list(JOB_TYPES), timeout=2)
-                except (
-                    OSError,
-                    asyncpg.PostgresError,
-                    asyncpg.InterfaceError,
-                    asyncpg.InternalClientError,
-                    TimeoutError,
-                ):
-                    if conn is not None:
-                        conn.terminate()
-                    conn, since = None, {}
+                rows = await reader.fetch(ELIGIBLE, list(JOB_TYPES))
+                if rows is None:
+                    since = {}
                     continue
                 now = time.monotonic()
                 recent = [took for at, took in self.rounds[-1000:] if at > now - 10]
@@ -545,9 +515,6 @@ class LedgerLoad:
                         if not self.stranded_diagnosis:
                             self.stranded_diagnosis = await self.diagnosis([key])
                         self.stranded.append(Stranded(key, job_type, count, now - start, empties))
-        finally:
-            if conn is not None:
-                conn.terminate()
 
     # -- the run -------------------------------------------------------------------------
 
@@ -878,6 +845,41 @@ SELECT a.pid, a.application_name, a.client_port, a.state, a.xact_start, a.wait_e
         OR EXISTS (SELECT 1 FROM pg_locks k WHERE k.pid = a.pid AND k.locktype = 'advisory'
                    AND k.granted AND k.objsubid = 1))
 """
+
+
+class _Reader:
+    """A connection of the ledger's own straight to PostgreSQL (past any proxy in front
+    of the servers), for its samples: ``fetch`` answers None while the database is away
+    (a scenario's fault), and the connection, in whatever state a cut left it, is
+    replaced at the next."""
+
+    def __init__(self, database_url: Callable[[], str]) -> None:
+        self.database_url = database_url
+        self.conn: asyncpg.Connection | None = None
+
+    async def __aenter__(self) -> _Reader:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.conn is not None:
+            self.conn.terminate()
+
+    async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record] | None:
+        try:
+            if self.conn is None or self.conn.is_closed():
+                self.conn = await asyncpg.connect(self.database_url(), timeout=2)
+            return list(await self.conn.fetch(sql, *args, timeout=2))
+        except (
+            OSError,
+            asyncpg.PostgresError,
+            asyncpg.InterfaceError,
+            asyncpg.InternalClientError,  # "another operation is in progress"
+            TimeoutError,
+        ):
+            if self.conn is not None:
+                self.conn.terminate()
+            self.conn = None
+            return None
 
 
 def _instant(text: str) -> datetime:
