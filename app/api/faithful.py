@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import jiter
@@ -118,34 +118,43 @@ class NotAsSent(ValueError):
 def as_sent(raw: bytes) -> None:
     """Raise ``NotAsSent`` naming the first key given twice in an object of ``raw``, or
     the path of its first number that a double does not keep as sent.  ``raw`` has
-    already been parsed and validated (it is JSON)."""
+    already been parsed and validated (it is JSON).  Linear in the body: the walk keeps
+    no paths (a path is found only for a number found wrong), and most numbers are
+    settled by their length alone."""
     try:
         value = jiter.from_json(
             raw, catch_duplicate_keys=True, float_mode="lossless-float", cache_mode="none"
         )
     except ValueError as exc:
         text = str(exc)
-        if text.startswith("Detected duplicate key"):
-            key, _, where = text.removeprefix("Detected duplicate key ").partition(" at ")
+        if text.startswith("Detected duplicate key "):
+            # 'Detected duplicate key "k" at line L column C': the key may say " at " too.
+            key, _, where = text.removeprefix("Detected duplicate key ").rpartition(" at line ")
             raise NotAsSent(
-                f"the key {key} is given twice in one object ({where}); send each key once"
+                f"the key {_shown(key)} is given twice in one object (at line {where}); "
+                "send each key once"
             ) from None
         raise NotAsSent(f"body is not valid JSON: {text}") from None
-    if _FLOATISH.search(raw) is None:
+    if _FLOATISH.search(raw) is None or _all_exact(value):
         return
     found = _first_inexact(value)
-    if found is not None:
-        path, text = found
-        where = ".".join(str(p) for p in path)
-        raise NotAsSent(f"{where + ': ' if where else ''}the number {text} {_why(text)}")
+    assert found is not None, "_all_exact and _first_inexact disagree"
+    path, text = found
+    where = ".".join(str(p) for p in path)
+    raise NotAsSent(f"{where + ': ' if where else ''}the number {_shown(text)} {_why(text)}")
+
+
+def _shown(text: str, most: int = 60) -> str:
+    """``text`` as a problem's detail quotes it: at most ``most`` characters."""
+    return text if len(text) <= most else text[: most - 1] + "…"
 
 
 def _why(text: str) -> str:
     """What would become of a number that cannot be kept as sent."""
     f = float(text)
-    if f == 0.0 and text.startswith("-"):
+    if f == 0.0 and text.startswith("-") and _is_zero(text.encode()):
         return (
-            "cannot be stored: JSON numbers are stored as PostgreSQL numerics, which have "
+            "cannot be kept: JSON numbers are stored and compared as decimals, which have "
             "no negative zero (send 0)"
         )
     return (
@@ -154,20 +163,64 @@ def _why(text: str) -> str:
     )
 
 
+# Sign, integer digits, fraction digits, exponent of a JSON number.
+_NUMBER = re.compile(rb"(-?)([0-9]+)(?:\.([0-9]+))?(?:[eE]([-+]?[0-9]+))?")
+
+
+def _is_zero(text: bytes) -> bool:
+    """Whether the JSON number ``text`` is zero, whatever its exponent."""
+    m = _NUMBER.fullmatch(text)
+    return m is not None and not (m[2] + (m[3] or b"")).strip(b"0")
+
+
 def _exact(number: jiter.LosslessFloat) -> bool:
+    """Whether the double nearest ``number`` has exactly its decimal value (and sign)."""
     text = bytes(number)
+    # No exponent and at most 15 digits: a normal double, and any such decimal survives
+    # the trip through one (DBL_DIG).  Most numbers sent stop here.
+    if len(text) <= 16 and b"e" not in text and b"E" not in text:
+        digits = len(text) - (b"." in text) - text.startswith(b"-")
+        if digits <= 15:
+            return not (text.startswith(b"-") and _is_zero(text))  # -0.0: no such numeric
     f = float(number)
     if f - f != 0.0:
         return False  # beyond a double's range: refused where it is checked
     if f == 0.0:
-        # 0.0 from 1e-400 (underflow), or -0.0, which numeric stores as 0.
-        return not text.startswith(b"-") and Decimal(text.decode()) == 0
-    return repr(f).encode() == text or Decimal(text.decode()) == Decimal(repr(f))
+        # Zero only if the number is zero (1e-400 underflows), and not negative (numeric
+        # has no negative zero); an exponent too long for Decimal is no obstacle.
+        return _is_zero(text) and not text.startswith(b"-")
+    if repr(f).encode() == text:
+        return True
+    m = _NUMBER.fullmatch(text)
+    if m is None or (m[4] is not None and len(m[4].lstrip(b"+-")) > 6):
+        return False  # a nonzero double from such an exponent is not its value
+    try:
+        return Decimal(text.decode()) == Decimal(repr(f))
+    except InvalidOperation:
+        return False
+
+
+def _all_exact(value: Any) -> bool:
+    """Whether every number in ``value`` (jiter's, lossless) is kept exactly by its
+    double: the pathless walk every body with a fraction or exponent in it takes."""
+    stack = [value]
+    pop, extend = stack.pop, stack.extend
+    lossless = jiter.LosslessFloat
+    while stack:
+        v = pop()
+        t = type(v)
+        if t is dict:
+            extend(v.values())
+        elif t is list:
+            extend(v)
+        elif t is lossless and not _exact(v):
+            return False
+    return True
 
 
 def _first_inexact(value: Any) -> tuple[Path, str] | None:
     """The path of the first number in ``value`` (jiter's, lossless) that a double does
-    not keep exactly, and its text, in document order."""
+    not keep exactly, and its text, in document order (only once one was found)."""
     stack: list[tuple[Any, Path]] = [(value, ())]
     while stack:
         v, path = stack.pop()

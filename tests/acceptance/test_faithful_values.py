@@ -82,6 +82,8 @@ CASES: dict[str, tuple[str, str, str, str]] = {
     "1e-400 in completion variables": ("POST", "/v2/jobs/{k}/complete", '{"activationCount": 1, "variables": {"a": 1e-400}}', "variables.a"),
     "1e-400 in a Camunda result": ("POST", "/v2/jobs/{k}/completion", '{"result": {"a": 1e-400}}', "result.a"),
     "a cost rounded away": ("POST", "/v2/jobs", '{"type": "t", "cost": 1.00000000000000000001}', "cost"),
+    "an exponent of 19 digits (a 500 once)": ("POST", "/v2/jobs", '{"type": "t", "variables": {"a": 1e-9999999999999999999}}', "variables.a"),
+    "%.17g of 0.1": ("POST", "/v2/jobs", '{"type": "t", "variables": {"a": 0.10000000000000001}}', "variables.a"),
     "NaN as a lease": ("POST", "/v2/jobs/activate", '{"type": "t", "maxJobs": 1, "timeout": NaN}', "timeout"),
     # -- a long poll is bounded at one hour --
     "requestTimeout over 1 h": ("POST", "/v2/jobs/activate", '{"type": "t", "maxJobs": 1, "timeout": 1000, "requestTimeout": 3600001}', "requestTimeout"),
@@ -254,6 +256,7 @@ TWICE: dict[str, tuple[str, str, str, str]] = {
     "tenantIds twice in an activation": ("POST", "/v2/jobs/activate", '{"type": "t", "maxJobs": 1, "timeout": 1000, "requestTimeout": -1, "tenantIds": ["x"], "tenantIds": ["<default>"]}', "tenantIds"),
     "weight twice for a tenant": ("PUT", "/v2/tenants/acme", '{"weight": 1, "weight": 10000}', "weight"),
     "a Camunda result's key twice": ("POST", "/v2/jobs/{k}/completion", '{"result": {"a": 1, "a": 2}}', "a"),
+    "a key that says ' at line '": ("POST", "/v2/jobs", '{"type": "t", "variables": {"x at line 9": 1, "x at line 9": 2}}', "x at line 9"),
 }  # fmt: skip
 
 
@@ -271,6 +274,19 @@ async def test_a_key_given_twice_in_an_object_is_a_400_naming_it(live, world, ca
     problem = assert_problem(r, 400, "INVALID_ARGUMENT")
     assert f'the key "{key}" is given twice' in problem["detail"], problem
     assert await tables() == before
+
+
+async def test_a_zero_with_any_exponent_is_zero(live):
+    """0e99999999999999999999 is exactly 0: accepted (its exponent, too long for a
+    decimal, answered 500 once)."""
+    body = (
+        b'{"type": "t", "variables": {"z": 0e99999999999999999999, "w": 0.0e-10000000000000000000}}'
+    )
+    r = await live.client.post(
+        "/v2/jobs", content=body, headers={"content-type": "application/json"}
+    )
+    assert r.status_code == 201, r.text
+    assert r.json()["variables"] == {"z": 0, "w": 0}
 
 
 async def test_numbers_a_double_keeps_are_stored_as_sent(live):

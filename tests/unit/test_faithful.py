@@ -4,6 +4,7 @@ path names a value that really is the problem."""
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -82,3 +83,41 @@ def test_the_error_names_the_first_offending_value(value, path):
 def test_what_64_bits_and_a_double_hold_passes():
     value = {"a": [(1 << 64) - 1, -(1 << 63), 1.5e308, -0.0, "é\u2028😀", None, True]}
     assert faithful.check(value) is value
+
+
+# JSON number texts: a sign, digits, a fraction, an exponent (within what the reference
+# below can take exactly), and the shapes that matter: zeros, 15 to 20 digits, subnormals.
+number_texts = st.builds(
+    lambda sign, whole, frac, exp: f"{sign}{whole}{'.' + frac if frac else ''}{exp}",
+    st.sampled_from(["", "-"]),
+    st.from_regex(r"0|[1-9][0-9]{0,19}", fullmatch=True),
+    st.one_of(st.just(""), st.from_regex(r"[0-9]{1,20}", fullmatch=True)),
+    st.one_of(
+        st.just(""),
+        st.integers(-400, 400).map(lambda e: f"e{e}"),
+        st.sampled_from(["e-324", "e-323", "e-308", "e308", "E+2", "e0"]),
+    ),
+)
+
+
+@given(number_texts)
+def test_a_number_is_taken_exactly_when_its_stored_double_has_its_value(text):
+    """The reference, in exact rationals: orjson writes a double as its shortest repr,
+    and PostgreSQL stores that decimal; the number sent is kept iff that is its value,
+    it is finite, and it is not a negative zero (numeric has none)."""
+    f = float(text)
+    kept = (
+        math.isfinite(f)
+        and Fraction(text) == Fraction(repr(f))
+        and not (Fraction(text) == 0 and text.startswith("-"))
+    )
+    raw = f'{{"n": [{text}]}}'.encode()
+    if "." not in text and "e" not in text.lower():
+        return  # an integer: jiter reads it as one, and the float rule does not apply
+    try:
+        faithful.as_sent(raw)
+        taken = True
+    except faithful.NotAsSent as exc:
+        taken = False
+        assert str(exc).startswith("n.0: the number"), exc
+    assert taken == kept, (text, f)
