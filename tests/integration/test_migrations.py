@@ -153,3 +153,50 @@ async def _until_waiting_for_the_lock(
             assert proc.returncode is None, "a migration ended without waiting for the lock"
         await asyncio.sleep(0.05)
     raise AssertionError(f"{len(procs)} migrations never all waited for the migration lock")
+
+
+# What a server reads and writes: every table's columns, indexes and constraints, and the
+# jobs table's storage (a rewrite gives it a new relfilenode).
+_SHAPE = """
+SELECT (SELECT string_agg(table_name || '.' || column_name || ':' || data_type || ':'
+                          || is_nullable || ':' || coalesce(column_default, ''), ','
+                          ORDER BY table_name, column_name)
+          FROM information_schema.columns WHERE table_schema = 'public'),
+       (SELECT string_agg(indexdef, ',' ORDER BY indexname) FROM pg_indexes
+         WHERE schemaname = 'public'),
+       (SELECT string_agg(conname || ':' || pg_get_constraintdef(oid), ',' ORDER BY conname)
+          FROM pg_constraint WHERE connamespace = 'public'::regnamespace),
+       (SELECT relfilenode FROM pg_class WHERE relname = 'jobs')
+"""
+
+
+async def test_0014_expands_only_while_a_0013_server_holds_its_tables(postgres):
+    """0014 adds a function and nothing else: migrated beside a server of 0013 (here, an
+    open transaction that read jobs and lanes, as a claim does), it waits for no lock of
+    theirs, rewrites no table, and leaves every table, column, index and constraint a
+    0013 server reads and writes as it was, and the schema still serving 0012's."""
+    postgres.psql('DROP DATABASE IF EXISTS "expand_0014" WITH (FORCE);')
+    postgres.psql('CREATE DATABASE "expand_0014";')
+    url = postgres.url("expand_0014")
+    try:
+        await asyncio.to_thread(command.upgrade, migrations.alembic_config(url), "0013")
+        conn = await asyncpg.connect(url)
+        server = await asyncpg.connect(url)
+        try:
+            before = tuple(await conn.fetchrow(_SHAPE))
+            tx = server.transaction()
+            await tx.start()
+            await server.fetch("SELECT count(*) FROM jobs")
+            await server.fetch("SELECT count(*) FROM lanes")
+            await asyncio.wait_for(
+                asyncio.to_thread(command.upgrade, migrations.alembic_config(url), "0014"), 60
+            )
+            await tx.rollback()
+            assert tuple(await conn.fetchrow(_SHAPE)) == before
+            assert await conn.fetchval("SELECT oldest_server FROM schema_compat") == "0012"
+            assert await conn.fetchval("SELECT version_num FROM alembic_version") == "0014"
+        finally:
+            await conn.close()
+            await server.close()
+    finally:
+        postgres.psql('DROP DATABASE IF EXISTS "expand_0014" WITH (FORCE);')
