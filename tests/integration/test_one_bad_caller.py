@@ -219,3 +219,33 @@ async def test_a_poisoned_job_handed_to_a_waiter_fails_its_producer_alone(live):
     [job] = (await good).json()["jobs"]
     assert job["jobKey"] == r.json()["jobKey"] and job["worker"] == "good"
     assert len(await _states(services.db, "hj")) == 1
+
+
+async def test_a_poisoned_waiter_in_a_batch_claimed_together_fails_alone(store):
+    """A dispatcher claims once for a batch of waiters of one filter (ADR 030); one whose
+    worker name the database refuses fails that shared claim, and then alone: the
+    waiters beside it, before and after, each get their job, and none is left
+    activated for it."""
+    from app.waiting import Waiter, WaiterHub, _TypeQueue
+
+    service = ActivationService(store, Settings())
+    hub = WaiterHub(service, service.release, max_waiters=10, backup_poll_ms=3_600_000)
+    await stored_jobs.insert(store, [{"type": "batch"} for _ in range(3)], utcnow())
+    q = _TypeQueue()
+    waiters = [
+        Waiter(ActivateRequest("batch", 1, 60_000, worker))
+        for worker in ("first", EVIL_WORKER, "last")
+    ]
+    q.waiters.extend(waiters)
+    got = await hub._serve_group(q, waiters)
+    await service.settle()
+    assert got == [1, None, 1]
+    with pytest.raises(asyncpg.DataError):
+        waiters[1].future.result()
+    assert [w.future.result()[0].worker for w in (waiters[0], waiters[2])] == ["first", "last"]
+    rows = await store.fetch("SELECT state, worker FROM jobs WHERE job_type = 'batch'")
+    assert Counter((r["state"], r["worker"]) for r in rows) == {
+        ("ACTIVATED", "first"): 1,
+        ("ACTIVATED", "last"): 1,
+        ("CREATED", None): 1,
+    }
