@@ -313,13 +313,13 @@ class ActivationMachine(RuleBasedStateMachine):
         self._took(rows, asked, picks, ready_before, active_before, type_active_before)
 
     @precondition(lambda self: self.waiting is None)
-    @rule(
-        max_jobs=st.integers(1, 5),
-        tenants=st.one_of(st.none(), st.sets(st.sampled_from(TENANTS), min_size=1)),
-    )
-    def long_poll(self, max_jobs, tenants):
+    @rule(tenants=st.one_of(st.none(), st.sets(st.sampled_from(TENANTS), min_size=1)))
+    def long_poll(self, tenants, max_jobs=1):
         """A worker's long poll, left waiting beside the steps that follow until it is
-        served (an hour at most: it is never timed out here)."""
+        served (an hour at most: it is never timed out here).  For one job: how many of
+        several a waiter's first round gets depends on when its backup poll fires, and
+        later steps draw from the jobs activated, which hypothesis must see the same on
+        every replay (a CI run failed with FlakyStrategyDefinition at up to 5)."""
         asked = self.model.tenants if tenants is None else tuple(sorted(tenants))
         req = ActivateRequest(TYPE, max_jobs, 60_000, "poller", None if tenants is None else asked)
         task = self.loop.create_task(self.hub.long_poll(req, 3600, asyncio.Event()))
