@@ -501,6 +501,11 @@ class ActivationMachine(RuleBasedStateMachine):
         """No lane is held while its tenant has room: whatever freed it released it."""
         self._serve_waiter()
         held = self._held()
+        if self.waiting is not None:
+            # A waiting long poll's backup poll may hold a lane at its cap at any moment,
+            # this check's own reads included (the loop below checks it is at its cap).
+            assert self.model.held <= held, (held, self.model.held)
+            self.model.held = held
         assert held == self.model.held, (held, self.model.held)
         STEPS["held"] += bool(held)
         for t in held:
