@@ -154,47 +154,91 @@ def progress_bar(console: Console) -> Progress:
 # -- stats ------------------------------------------------------------------------------
 
 
+HELD_BY = {
+    "tenantPaused": "tenant paused",
+    "typePaused": "type paused",
+    "tenantCap": "tenant's cap",
+    "typeCap": "type's cap",
+    "tenantRate": "tenant's rate limit",
+    "typeRate": "type's rate limit",
+}
+
+
+def hold_notes(lane: dict[str, Any]) -> list[str]:
+    """What holds a lane back now, with its figures, and what held it in the window."""
+    notes = []
+    for h in lane.get("heldBy") or []:
+        what = HELD_BY.get(h["reason"], h["reason"])
+        if "limit" in h:
+            notes.append(f"held now: {what} ({h['active']}/{h['limit']} active)")
+        elif "nextTokenInMs" in h:
+            notes.append(f"held now: {what} (next token in {duration(h['nextTokenInMs'])})")
+        else:
+            notes.append(f"held now: {what}")
+    held = lane.get("heldInWindow") or {}
+    if held:
+        ranked = sorted(held.items(), key=lambda x: -x[1])
+        parts = ", ".join(f"{HELD_BY.get(r, r)} {percent(f)}" for r, f in ranked)
+        notes.append(f"held in the window: {parts}")
+    return notes
+
+
+def idle_note(job_type: dict[str, Any]) -> str | None:
+    """ "no activation of this type for N" when its lanes wait while nothing is served."""
+    idle = job_type.get("noActivationForMs")
+    if idle is None or idle < 5000 or not job_type.get("ready"):
+        return None
+    bound = "at least " if job_type.get("noActivationSinceStart") else ""
+    return f"no activation of this type for {bound}{duration(idle)}"
+
+
 def stats_tables(stats: dict[str, Any]) -> list[RenderableType]:
-    """A table per job type, a row per tenant (its lane), and the type's totals."""
+    """A table per job type, a row per tenant (its lane), and the type's totals.
+
+    Shares (docs/metrics.md): "realised" is the lane's part of its type's activations in
+    the window; "entitled" what its weight gave it of those same activations, given who
+    was backlogged and held when (the window's average); "entitled now" its weight over
+    the weights of the type's lanes with ready jobs now, unpaused."""
     if not stats["jobTypes"]:
         return [Text("no jobs waiting or active")]
+    window = duration(stats.get("windowMs")) if stats.get("windowMs") else "window"
     tables: list[RenderableType] = []
     for t in stats["jobTypes"]:
         title = Text(t["type"] + ("  (paused)" if t.get("paused") else ""))
+        if (idle := idle_note(t)) is not None:
+            title.append(f"  {idle}", style="yellow")
         table = Table(
             title=title, title_justify="left", box=box.SIMPLE, pad_edge=False, collapse_padding=True
         )
         longest = max(len(x["tenantId"]) for x in t["tenants"])
         table.add_column("tenant", no_wrap=True, min_width=min(max(longest, 6), 20))
-        for name in ("ready", "delayed", "active", "oldest", "last min"):
+        for name in ("weight", "ready", "delayed", "active", "oldest", "last min"):
             table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
-        for name in ("realised", "entitled"):
+        for name in ("realised", "entitled", "entitled now"):
             table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
         table.add_column("notes", overflow="fold")
         for x in t["tenants"]:
-            notes = []
-            if x.get("paused"):
-                notes.append("paused")
-            if x.get("cappedBy"):
-                notes.append(f"capped by {x['cappedBy']}")
+            notes = ["paused"] if x.get("paused") else []
+            notes += hold_notes(x)
             add_row(
                 table,
                 x["tenantId"],
+                str(x.get("weight", 1)),
                 str(x["ready"]),
                 str(x["delayed"]),
                 str(x["active"]),
                 duration(x["oldestPendingAgeMs"]),
                 str(x["activatedLastMinute"]),
                 percent(x["realizedShare"]),
-                # As the dashboard: entitled over the same activations as realised, else
-                # (none yet) the weight's share among the lanes with work.
                 percent(x.get("entitledShare", x["configuredShare"])),
-                ", ".join(notes),
+                percent(x["configuredShare"]) if x["ready"] else "-",
+                "; ".join(notes),
             )
         table.add_section()
         add_row(
             table,
             "(all)",
+            "",
             str(t["ready"]),
             str(t["delayed"]),
             str(t["active"]),
@@ -202,9 +246,15 @@ def stats_tables(stats: dict[str, Any]) -> list[RenderableType]:
             str(sum(x["activatedLastMinute"] for x in t["tenants"])),
             "",
             "",
+            "",
             "paused" if t.get("paused") else "",
             style="dim",
         )
+        table.caption = (
+            f"realised, entitled: of the activations in the last {window}; "
+            "entitled now: weight over the weights with ready jobs"
+        )
+        table.caption_justify = "left"
         tables.append(table)
     return tables
 
@@ -240,8 +290,10 @@ def stats(
         with contextlib.suppress(KeyboardInterrupt):
             if as_json:
                 _watch_json(server, params, interval_s)
-            else:
+            elif stdout().is_terminal:
                 _watch_tables(server, params, interval_s)
+            else:
+                _watch_frames(server, params, interval_s)
 
 
 def _watch_json(server: Server, params: dict[str, Any], interval_s: float) -> None:
@@ -251,6 +303,21 @@ def _watch_json(server: Server, params: dict[str, Any], interval_s: float) -> No
             typer.echo(json.dumps(server.call("GET", "/v2/stats", params=params)))
         except CommandFailed as exc:
             typer.echo(exc.message, err=True)
+        time.sleep(interval_s)
+
+
+def _watch_frames(server: Server, params: dict[str, Any], interval_s: float) -> None:
+    """Not a terminal (a file, a pipe): a plain frame per refresh, each headed by its
+    instant and flushed, so that what was written is there however the watch ends."""
+    console = stdout()
+    while True:
+        at = datetime.now().strftime("%H:%M:%S")
+        try:
+            body = stats_tables(server.call("GET", "/v2/stats", params=params))
+        except CommandFailed as exc:
+            body = [Text(exc.message)]
+        console.print(Text(f"--- {server.url}  {at}"), *body)
+        console.file.flush()
         time.sleep(interval_s)
 
 

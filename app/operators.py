@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from app.db import Database
 from app.db import metrics as stored_metrics
 from app.db import operators as stored
 from app.db.rows import JobRow, JobTypeRow, LaneSampleRow, LaneStats, TenantRow
-from app.domain import shown_key, stored_key
+from app.domain import shown_key, stored_key, utcnow
 from app.errors import NotFound
 from app.scheduler import Aging, Bucket, FairnessBy, RateLimit
 from app.shares import KeySample, KeyShare, KeyWindow, LaneKeys, LaneSample, ShareWindow, Throughput
@@ -204,6 +205,11 @@ class LaneView:
     # The second level: its most active fairness keys in the window, then the others
     # folded (app.shares.KeyWindow).
     keys: tuple[KeyShare, ...] = ()
+    weight: int = 1  # its tenant's
+    # What holds it back now (a lane with ready jobs only), and what held it in the
+    # window: the fraction of the window, by reason (app.shares.ShareWindow.held).
+    holds: tuple[scheduler.Hold, ...] = ()
+    held_in_window: dict[str, float] = dataclasses.field(default_factory=dict)
 
     @property
     def paused(self) -> bool:
@@ -233,14 +239,39 @@ class StatsService:
         self.key_units = KeyWindow(window_s, top_keys)
         self.throughput = Throughput()
         self.latest: list[LaneSampleRow] = []
+        # What holds each lane with ready jobs back, as of the latest sample.
+        self.holds: dict[tuple[str, str], list[scheduler.Hold]] = {}
+        # Per job type: its running total of activations as last sampled, and the
+        # monotonic instant of the sample that first saw it there (when it last moved).
+        self._moved: dict[str, tuple[int, float]] = {}
+        self._first_at: float | None = None
 
     async def sample(self) -> list[LaneSampleRow]:
         """Sample every lane, and its most active keys, into the windows; the lanes read."""
         await self._sample_keys()
         rows = await stored_metrics.lane_samples(self.db)
+        tenants = {t.tenant_id: t for t in await stored.list_tenants(self.db)}
+        job_types = {t.job_type: t for t in await stored.list_job_types(self.db)}
+        active = await stored_metrics.capped_active(self.db)
+        read_at = [t.read_at for t in tenants.values()] + [t.read_at for t in job_types.values()]
+        at = read_at[0] if read_at else utcnow()  # the database's clock, as claims'
+        holds = {
+            (r.job_type, r.tenant_id): scheduler.holds(
+                lane_limits(tenants.get(r.tenant_id), job_types.get(r.job_type), active), at
+            )
+            for r in rows
+            if r.active
+        }
         lanes = {
             (r.job_type, r.tenant_id): LaneSample(
-                r.activated_total, r.active and not r.held, r.weight
+                r.activated_total,
+                r.active,
+                r.weight,
+                # A hold the claim left (lanes.held) and the counts no longer show: held
+                # still, until a finish releases it.
+                h[0].reason.value
+                if (h := holds.get((r.job_type, r.tenant_id)))
+                else (scheduler.HoldReason.TENANT_CAP.value if r.active and r.held else None),
             )
             for r in rows
         }
@@ -255,8 +286,26 @@ class StatsService:
         for r in rows:
             totals[r.job_type] = totals.get(r.job_type, 0) + r.activated_total
         self.throughput.add(now, totals)
+        if self._first_at is None:
+            self._first_at = now
+        for job_type, total in totals.items():
+            if self._moved.get(job_type, (None, 0.0))[0] != total:
+                self._moved[job_type] = (total, now)
         self.latest = rows
+        self.holds = holds
         return rows
+
+    def idle_s(self, job_type: str) -> tuple[float, bool] | None:
+        """How long no activation of ``job_type`` was seen (by this process's samples),
+        and whether that is a lower bound (none seen since it began sampling); None: one
+        was seen in the latest interval, or nothing was sampled yet."""
+        moved = self._moved.get(job_type)
+        if moved is None or self._first_at is None:
+            return None
+        latest = self.window.latest_s
+        if latest is None or moved[1] >= latest and moved[1] != self._first_at:
+            return None
+        return time.monotonic() - moved[1], moved[1] == self._first_at
 
     async def _sample_keys(self) -> None:
         tracked = [
@@ -296,10 +345,9 @@ class StatsService:
         tenants = await stored.list_tenants(self.db)
         weights = {r.tenant_id: r.weight for r in tenants}
         paused_tenants = {r.tenant_id for r in tenants if r.paused}
-        paused_types: set[str] = set()
+        job_types = await stored.list_job_types(self.db)
+        paused_types = {r.job_type for r in job_types if r.paused}
         if every_lane:
-            job_types = await stored.list_job_types(self.db)
-            paused_types = {r.job_type for r in job_types if r.paused}
             rows = _with_caps(await stored_metrics.lane_counts(self.db), tenants, job_types)
             if job_type is not None:
                 rows = [r for r in rows if r.job_type == job_type]
@@ -364,10 +412,19 @@ class StatsService:
                     r.tenant_paused,
                     r.type_paused,
                     self._key_shares(lane, by_units),
+                    weights.get(r.tenant_id, 1),
+                    tuple(self.holds.get(lane, ())) if r.ready else (),
+                    self.window.held(lane),
                 )
             )
+        # Every lane served or held in the window has a row, even with nothing waiting
+        # now (a tenant whose jobs are taken as they come); with every_lane, every lane.
+        others = set(shares) | {
+            lane for lane in self.window.lanes() if among is None or among(lane)
+        }
         if every_lane:
-            others = {(s.job_type, s.tenant_id) for s in sampled} | set(shares)
+            others |= {(s.job_type, s.tenant_id) for s in sampled}
+        if others - seen:
             for lane in sorted(others - seen):
                 if job_type is not None and lane[0] != job_type:
                     continue
@@ -389,6 +446,9 @@ class StatsService:
                         lane[1] in paused_tenants,
                         lane[0] in paused_types,
                         self._key_shares(lane, by_units),
+                        weights.get(lane[1], 1),
+                        (),
+                        self.window.held(lane),
                     )
                 )
         return views
@@ -466,6 +526,9 @@ class StatsService:
                     "entitledShare": round(v.entitled_share, 4),
                     "vtimeLag": None if v.vtime_lag is None else round(v.vtime_lag, 6),
                     "paused": v.tenant_paused,
+                    "weight": v.weight,
+                    "heldBy": [_hold(h) for h in v.holds],
+                    "heldInWindow": {r: round(f, 4) for r, f in sorted(v.held_in_window.items())},
                     "keys": [_key_share(k) for k in v.keys],
                 }
             )
@@ -474,7 +537,19 @@ class StatsService:
         series = {} if visible is not None else self.throughput.per_minute(time.monotonic())
         for t in types.values():
             t["activatedPerMinute"] = series.get(t["type"]) if visible is None else None
-        return {"jobTypes": list(types.values())}
+            idle = self.idle_s(t["type"])
+            t["noActivationForMs"] = None if idle is None else int(idle[0] * 1000)
+            t["noActivationSinceStart"] = idle is not None and idle[1]
+        return {"jobTypes": list(types.values()), "windowMs": int(self.window.span_s * 1000)}
+
+
+def _hold(h: scheduler.Hold) -> dict[str, Any]:
+    shown: dict[str, Any] = {"reason": h.reason.value}
+    if h.limit is not None:
+        shown |= {"active": h.active, "limit": h.limit}
+    if h.next_token_s is not None:
+        shown["nextTokenInMs"] = math.ceil(h.next_token_s * 1000)
+    return shown
 
 
 def _key_share(k: KeyShare) -> dict[str, Any]:
@@ -486,6 +561,33 @@ def _key_share(k: KeyShare) -> dict[str, Any]:
         "weight": k.weight,
         "vtimeLag": None if k.vtime_lag is None else round(k.vtime_lag, 6),
     }
+
+
+def lane_limits(
+    tenant: TenantRow | None,
+    job_type: JobTypeRow | None,
+    active: dict[tuple[str, str], int],
+) -> scheduler.LaneLimits:
+    """A lane's limits from its tenant's and type's rows (None: unconfigured) and the
+    active jobs counted against their caps (``app.db.metrics.capped_active``)."""
+
+    def bucket(row: TenantRow | JobTypeRow | None) -> Bucket | None:
+        if row is None or row.rate_per_s is None or row.rate_burst is None:
+            return None
+        if row.rate_tokens is None or row.rate_at is None:
+            return None  # a bucket never drawn from: full
+        return Bucket(row.rate_per_s, row.rate_burst, row.rate_tokens, row.rate_at)
+
+    return scheduler.LaneLimits(
+        tenant_paused=tenant is not None and tenant.paused,
+        type_paused=job_type is not None and job_type.paused,
+        tenant_cap=None if tenant is None else tenant.max_active_jobs,
+        tenant_active=0 if tenant is None else active.get(("tenant", tenant.tenant_id), 0),
+        type_cap=None if job_type is None else job_type.max_active_jobs,
+        type_active=0 if job_type is None else active.get(("type", job_type.job_type), 0),
+        tenant_bucket=bucket(tenant),
+        type_bucket=bucket(job_type),
+    )
 
 
 def _with_caps(

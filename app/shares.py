@@ -1,17 +1,24 @@
 """Fairness measured: each lane's realised share of its job type's activations over a
-sliding window, against the share it was entitled to.  Pure: it is given samples of the
-lanes and their instants, and computes.
+sliding window, against the share it was entitled to, and how long it was held back (by
+a cap, a rate limit or a pause).  Pure: it is given samples of the lanes and their
+instants, and computes.
 
 The entitlement is computed per interval between two samples, then summed over the
-window: in an interval where a job type made ``A`` activations, a lane backlogged in it
-was entitled to ``A * weight / W`` of them, ``W`` the weights of the type's lanes
-backlogged in it.  A lane is backlogged in an interval when it was backlogged (active,
-not held at a cap) at either end of it, or was activated in it.  So a tenant that joins
-halfway through the window is entitled only to a share of the activations made after
-it came, not of the window's; and over any window the entitled shares of a type add up
-to 1, as the realised ones do.  ``realised / entitled`` is then exact for lanes
-backlogged throughout, and errs, at the window's edges, by at most one interval's worth
-of activations for the others.
+window: in an interval where a job type made ``A`` activations, the lanes backlogged in
+it share them by weight, as the scheduler does -- except that a lane held back (at a cap,
+out of tokens, paused) at either end of the interval could take no more than it took:
+it is entitled to the lesser of its weighted share and what it got, and what it leaves
+is shared by weight among the others (water-filling, as max-min fairness with caps).  A
+lane is backlogged in an interval when it had ready jobs at either end of it, or was
+activated in it.  So a tenant that joins halfway through the window is entitled only to
+a share of the activations made after it came, not of the window's; a tenant capped at
+1 is not shown starved of a share its cap forbids; and over any window the entitled
+shares of a type add up to 1, as the realised ones do.  ``realised / entitled`` is then
+exact for lanes backlogged throughout, and errs, at the window's edges, by at most one
+interval's worth of activations for the others.
+
+The time a lane was held is counted by halves: an interval's first half by what held it
+at its start, its second half by what held it at its end.
 """
 
 from __future__ import annotations
@@ -28,12 +35,14 @@ Lane = tuple[str, str]  # (job type, tenant)
 class LaneSample(NamedTuple):
     """One lane at one sample: its running count of what it was served (activations,
     ``lanes.activated_total``; or, for a job type fair by cost or worker time, its units,
-    ``lanes.units_total``), whether the scheduler was choosing among it (active and not
-    held at a cap), and its tenant's weight."""
+    ``lanes.units_total``), whether it has ready jobs (active), its tenant's weight, and
+    what holds it back if anything does (``app.scheduler.Hold.reason``: a cap, a rate
+    limit, a pause; None: the scheduler is choosing among it)."""
 
     served: float
     backlogged: bool
     weight: int
+    held_by: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +51,8 @@ class _Interval:
     end_s: float
     # Per lane with anything in it: (served, entitled to be served).
     counts: dict[Lane, tuple[float, float]]
+    # Per lane held at either end: seconds held, by what.
+    held: dict[Lane, dict[str, float]]
 
 
 class ShareWindow:
@@ -55,16 +66,22 @@ class ShareWindow:
         self._intervals: deque[_Interval] = deque()
         self._activated: dict[Lane, float] = {}
         self._entitled: dict[Lane, float] = {}
+        self._held: dict[Lane, dict[str, float]] = {}
 
     def add(self, at_s: float, lanes: Mapping[Lane, LaneSample]) -> None:
         """A sample of every lane at ``at_s`` (monotonic seconds, increasing)."""
         if self._last is not None:
             start_s, before = self._last
             counts = interval(before, lanes)
-            self._intervals.append(_Interval(start_s, at_s, counts))
+            held = held_in(before, lanes, at_s - start_s)
+            self._intervals.append(_Interval(start_s, at_s, counts, held))
             for lane, (a, e) in counts.items():
                 self._activated[lane] = self._activated.get(lane, 0) + a
                 self._entitled[lane] = self._entitled.get(lane, 0.0) + e
+            for lane, by in held.items():
+                sums = self._held.setdefault(lane, {})
+                for reason, s in by.items():
+                    sums[reason] = sums.get(reason, 0.0) + s
         self._last = (at_s, lanes)
         # Keep the newest interval that began at least a window ago, not more.
         while len(self._intervals) > 1 and self._intervals[0].end_s <= at_s - self.window_s:
@@ -76,6 +93,19 @@ class ShareWindow:
                     del self._activated[lane], self._entitled[lane]
                 else:
                     self._activated[lane], self._entitled[lane] = left_a, max(0.0, left_e)
+            for lane, by in old.held.items():
+                sums = self._held[lane]
+                for reason, s in by.items():
+                    sums[reason] -= s
+                    if sums[reason] < 1e-9:
+                        del sums[reason]
+                if not sums:
+                    del self._held[lane]
+
+    @property
+    def latest_s(self) -> float | None:
+        """The instant of the latest sample (None: none yet)."""
+        return None if self._last is None else self._last[0]
 
     @property
     def span_s(self) -> float:
@@ -93,9 +123,18 @@ class ShareWindow:
         """The activations the lane was entitled to in the window."""
         return self._entitled.get(lane, 0.0)
 
+    def held(self, lane: Lane) -> dict[str, float]:
+        """What held the lane back in the window, each with the fraction of the window
+        it held it (0 to 1; empty: nothing did)."""
+        span = self.span_s
+        if not span:
+            return {}
+        return {reason: min(1.0, s / span) for reason, s in self._held.get(lane, {}).items()}
+
     def lanes(self) -> list[Lane]:
-        """The lanes with activations or an entitlement in the window."""
-        return list(self._activated)
+        """The lanes with activations or an entitlement in the window, then those held
+        in it."""
+        return [*self._activated, *(lane for lane in self._held if lane not in self._activated)]
 
     def shares(
         self, among: Callable[[Lane], bool] | None = None
@@ -124,23 +163,67 @@ def interval(
 ) -> dict[Lane, tuple[float, float]]:
     """Per lane, between two samples: (activations, entitled activations), for the
     lanes with either (see the module's docstring)."""
-    by_type: dict[str, list[tuple[Lane, float, int]]] = {}
+    by_type: dict[str, list[_Member]] = {}
     made: dict[str, float] = {}
     for lane, now in after.items():
         then = before.get(lane)
         # A lane first seen now was made in the interval, its count from 0.
         a = max(0.0, now.served - (then.served if then else 0.0))
         if a or now.backlogged or (then is not None and then.backlogged):
-            by_type.setdefault(lane[0], []).append((lane, a, now.weight))
+            held = now.held_by is not None or (then is not None and then.held_by is not None)
+            by_type.setdefault(lane[0], []).append(_Member(lane, a, now.weight, held))
             made[lane[0]] = made.get(lane[0], 0.0) + a
     out: dict[Lane, tuple[float, float]] = {}
     for job_type, members in by_type.items():
         total = made[job_type]
         if not total:
             continue  # nothing made: nobody was owed anything
-        weights = sum(w for _, _, w in members)
-        for lane, a, w in members:
-            out[lane] = (a, total * w / weights)
+        owed = water_fill(total, members)
+        for m in members:
+            out[m.lane] = (m.served, owed.get(m.lane, 0.0))
+    return out
+
+
+class _Member(NamedTuple):
+    lane: Lane
+    served: float
+    weight: int
+    held: bool  # held back at either end of the interval: could take no more than it did
+
+
+def water_fill(total: float, members: Sequence[_Member]) -> dict[Lane, float]:
+    """``total`` shared by weight, a held member given no more than it got: it keeps what
+    it got, and the rest is shared again among the others, until no held member is
+    offered more than it got."""
+    owed: dict[Lane, float] = {}
+    left, open_ = total, list(members)
+    while open_:
+        weights = sum(m.weight for m in open_)
+        if weights <= 0:
+            break
+        short = [m for m in open_ if m.held and m.served < left * m.weight / weights]
+        if not short:
+            for m in open_:
+                owed[m.lane] = left * m.weight / weights
+            break
+        for m in short:
+            owed[m.lane] = m.served
+            left -= m.served
+        open_ = [m for m in open_ if m not in short]
+    return owed
+
+
+def held_in(
+    before: Mapping[Lane, LaneSample], after: Mapping[Lane, LaneSample], span_s: float
+) -> dict[Lane, dict[str, float]]:
+    """Per lane held at either end of an interval of ``span_s``: the seconds it was held,
+    by what (half the interval for each end it was held at)."""
+    out: dict[Lane, dict[str, float]] = {}
+    for samples in (before, after):
+        for lane, s in samples.items():
+            if s.held_by is not None and s.backlogged:
+                by = out.setdefault(lane, {})
+                by[s.held_by] = by.get(s.held_by, 0.0) + span_s / 2
     return out
 
 

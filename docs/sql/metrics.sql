@@ -12,6 +12,22 @@ SELECT l.job_type, l.tenant_id, l.activated_total, l.active, l.held, l.vtime,
 FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
 LEFT JOIN job_types jt ON jt.job_type = l.job_type;
 
+-- name: capped_active
+-- Per capped tenant ('tenant') and capped job type ('type'): its ACTIVATED jobs, counted
+-- up to its cap (all a held-by needs to know), over jobs_lease_idx's range of active jobs.
+-- Runs with lane_samples, every few seconds; no locks.
+SELECT 'tenant' AS kind, t.tenant_id AS name, (
+    SELECT count(*) FROM (
+        SELECT 1 FROM jobs j WHERE j.state = 'ACTIVATED' AND j.tenant_id = t.tenant_id
+        LIMIT t.max_active_jobs) c) AS active
+FROM tenants t WHERE t.max_active_jobs IS NOT NULL
+UNION ALL
+SELECT 'type', jt.job_type, (
+    SELECT count(*) FROM (
+        SELECT 1 FROM jobs j WHERE j.state = 'ACTIVATED' AND j.job_type = jt.job_type
+        LIMIT jt.max_active_jobs) c)
+FROM job_types jt WHERE jt.max_active_jobs IS NOT NULL;
+
 -- name: key_samples
 -- The second level's sample (ADR 027): per lane, its $1 keys with the most activations
 -- ever, and the keys named in $2, $3, $4 (type, tenant, key: those the share window

@@ -22,7 +22,7 @@ from app.config import Settings
 from app.keys import Role
 from app.main import create_app
 from tests.fixtures import Live, free_port, quiet_settings, serving
-from tests.helpers import activate, enqueue
+from tests.helpers import activate, complete, enqueue
 
 
 @dataclass
@@ -62,8 +62,10 @@ def titled(text: str, titles: list[str]) -> dict[str, str]:
     found: dict[str, list[str]] = {}
     current: list[str] = []
     for line in text.splitlines():
-        if line.strip() in titles:
-            current = found[line.strip()] = []
+        # A title, maybe with its notes: "(paused)", "no activation of this type for ...".
+        title = re.fullmatch(r"(\S+)(  \(paused\))?(  no activation .*)?", line.strip())
+        if title and title[1] in titles:
+            current = found[title[1]] = []
         else:
             current.append(line)
     return {title: "\n".join(lines) for title, lines in found.items()}
@@ -106,23 +108,27 @@ async def test_the_stats_table_shows_the_numbers_of_v2_stats(live: Live):
     for t in expected["jobTypes"]:
         shown = rows(tables[t["type"]])
         for x in t["tenants"]:
-            ready, delayed, active, oldest, minute, realised, entitled, *notes = shown[
+            weight, ready, delayed, active, oldest, minute, realised, entitled, now, *notes = shown[
                 x["tenantId"]
             ]
-            assert (int(ready), int(delayed), int(active), int(minute)) == (
+            assert (int(weight), int(ready), int(delayed), int(active), int(minute)) == (
+                x["weight"],
                 x["ready"],
                 x["delayed"],
                 x["active"],
                 x["activatedLastMinute"],
             )
             assert realised == f"{x['realizedShare'] * 100:.1f}%"
-            assert entitled == f"{x.get('entitledShare', x['configuredShare']) * 100:.1f}%"
+            assert entitled == f"{x['entitledShare'] * 100:.1f}%"
+            assert now == f"{x['configuredShare'] * 100:.1f}%"
             assert re.fullmatch(r"-|\d+ms|\d+\.\ds", oldest), oldest
-            assert (" ".join(notes) == "capped by tenant") == (x["cappedBy"] == "tenant")
+            capped = " ".join(notes).startswith("held now: tenant's cap")
+            assert capped == (x["cappedBy"] == "tenant")
         total = shown["(all)"]
         assert [int(v) for v in total[:3]] == [t["ready"], t["delayed"], t["active"]]
     big = rows(tables["s"])["big"]
-    assert big[2] == "5" and big[-3:] == ["capped", "by", "tenant"]
+    assert big[0] == "3" and big[3] == "5"
+    assert " ".join(big[9:]).startswith("held now: tenant's cap (5/5 active)")
 
 
 async def test_stats_json_is_the_servers_and_type_narrows_it(live: Live):
@@ -132,10 +138,13 @@ async def test_stats_json_is_the_servers_and_type_narrows_it(live: Live):
     assert ran.returncode == 0, ran.stderr
     got = json.loads(ran.stdout)
     expected = (await live.client.get("/v2/stats")).json()
-    for t in (got, expected):  # ages move on between the two calls
+    for t in (got, expected):  # ages and times move on between the two calls
+        t.pop("windowMs")
         for jt in t["jobTypes"]:
+            jt.pop("noActivationForMs")
             for x in [jt, *jt["tenants"]]:
                 x.pop("oldestPendingAgeMs")
+                x.pop("heldInWindow", None)
     assert got == expected
     ran = await jobfair(live.url, "stats", "--type", "b", "--json")
     assert [t["type"] for t in json.loads(ran.stdout)["jobTypes"]] == ["b"]
@@ -165,6 +174,54 @@ async def test_stats_watch_as_json_prints_a_document_a_line_until_ctrl_c(live: L
     await proc.wait()
     assert proc.returncode == 0
     assert all(d["jobTypes"][0]["ready"] == 2 for d in docs)
+
+
+async def test_stats_watch_into_a_file_writes_a_frame_per_refresh(live: Live, tmp_path):
+    """Not a terminal: plain frames, flushed, there when a SIGTERM ends the watch."""
+    await enqueue(live.client, "w", "t1", 2)
+    out = tmp_path / "frames.txt"
+    with out.open("w") as f:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            *("-m", "app.cli", "stats", "--watch", "--interval", "0.2", "--url", live.url),
+            stdout=f,
+            stderr=asyncio.subprocess.PIPE,
+        )
+
+        async def frames(n: int) -> None:
+            while out.read_text().count("--- ") < n:  # noqa: ASYNC110 - a file has no event
+                await asyncio.sleep(0.05)
+
+        try:
+            await asyncio.wait_for(frames(3), timeout=30)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            await proc.wait()
+    text = out.read_text()
+    assert "\x1b[" not in text  # no terminal control: a file reads as text
+    frames_written = text.split("--- ")[1:]
+    assert len(frames_written) >= 3
+    assert all(rows(frame)["t1"][:3] == ["1", "2", "0"] for frame in frames_written)
+
+
+async def test_the_stats_table_shows_a_trickle_tenant_and_a_silent_backlog(live: Live):
+    c = live.client
+    await enqueue(c, "mail", "bigco", 100)
+    await enqueue(c, "idle", "waiting", 3)
+    stats = live.services.stats
+    await stats.sample()
+    for _ in range(3):
+        await enqueue(c, "mail", "trickle", 1)
+        for j in await activate(c, "mail", 2):
+            assert (await complete(c, j)).status_code == 204
+    stats._moved["idle"] = (stats._moved["idle"][0], stats._moved["idle"][1] - 60)  # a minute
+    ran = await jobfair(live.url, "stats")
+    tables = titled(ran.stdout, ["idle", "mail"])
+    trickle = rows(tables["mail"])["trickle"]
+    assert trickle[:7] == ["1", "0", "0", "0", "-", "3", "50.0%"]
+    assert rows(tables["mail"])["(all)"][4] == "6"  # every row's activations
+    idle = r"^idle  no activation of this type for (at least )?1m0\ds *$"
+    assert re.search(idle, ran.stdout, re.M)
 
 
 # -- tenants and job types --------------------------------------------------------------

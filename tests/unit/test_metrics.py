@@ -17,8 +17,8 @@ from app.metrics import OTHER, Metrics, TenantLabels, observe_all, render
 from app.shares import LaneSample, ShareWindow, interval
 
 
-def lanes(**spec: tuple[int, bool, int]) -> dict[tuple[str, str], LaneSample]:
-    """``tenant=(activated_total, backlogged, weight)`` lanes of job type "t"."""
+def lanes(**spec: tuple) -> dict[tuple[str, str], LaneSample]:
+    """``tenant=(activated_total, backlogged, weight[, held_by])`` lanes of job type "t"."""
     return {("t", tenant): LaneSample(*values) for tenant, values in spec.items()}
 
 
@@ -62,7 +62,7 @@ def test_the_window_forgets_intervals_older_than_it_and_keeps_one_that_spans_its
     st.lists(
         st.dictionaries(
             st.sampled_from("abcd"),
-            st.tuples(st.integers(0, 50), st.booleans(), st.integers(1, 5)),
+            st.tuples(st.integers(0, 50), st.booleans(), st.integers(1, 5), st.booleans()),
             min_size=1,
         ),
         min_size=2,
@@ -74,14 +74,38 @@ def test_realised_and_entitled_shares_each_add_up_to_one(steps):
     totals: dict[str, int] = {}
     for at, step in enumerate(steps):
         sample = {}
-        for tenant, (more, backlogged, weight) in step.items():
+        for tenant, (more, backlogged, weight, held) in step.items():
             totals[tenant] = totals.get(tenant, 0) + more
-            sample[("t", tenant)] = LaneSample(totals[tenant], backlogged, weight)
+            reason = "tenantCap" if held else None
+            sample[("t", tenant)] = LaneSample(totals[tenant], backlogged, weight, reason)
         window.add(float(at), sample)
     shares = window.shares()
     if sum(window.activated(lane) for lane in shares):
         assert abs(sum(r for r, _ in shares.values()) - 1) < 1e-9
         assert abs(sum(e for _, e in shares.values()) - 1) < 1e-9
+
+
+def test_a_lane_held_at_its_cap_is_owed_what_it_took_and_the_rest_goes_by_weight():
+    before = lanes(a=(0, True, 1, "tenantCap"), b=(0, True, 1), c=(0, True, 2))
+    after = lanes(a=(2, True, 1, "tenantCap"), b=(8, True, 1), c=(14, True, 2))
+    # 24 made: a's weighted share is 6, it could take 2; the other 22 go 1:2.
+    assert interval(before, after) == {
+        ("t", "a"): (2, 2.0),
+        ("t", "b"): (8, 22 / 3),
+        ("t", "c"): (14, 44 / 3),
+    }
+    # Held at one end only, it could still have taken its share: owed no more than that.
+    after = lanes(a=(9, True, 1), b=(5, True, 1), c=(10, True, 2))
+    assert interval(before, after)[("t", "a")] == (9, 6.0)
+
+
+def test_the_time_held_is_counted_by_halves_and_by_what_held_it():
+    window = ShareWindow(60)
+    window.add(0, lanes(a=(0, True, 1)))
+    window.add(10, lanes(a=(1, True, 1, "tenantCap")))
+    window.add(20, lanes(a=(2, True, 1, "tenantRate")))
+    window.add(40, lanes(a=(2, False, 1, "tenantRate")))  # no ready jobs: not waiting
+    assert window.held(("t", "a")) == {"tenantCap": 10 / 40, "tenantRate": 15 / 40}
 
 
 @given(st.lists(st.floats(-1, 5000, allow_nan=False), max_size=50))
