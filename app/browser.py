@@ -124,6 +124,19 @@ class BrowserService:
                 return total, False
         return total, bool(await bulk.failed_batch(self.db, f, after, 1))
 
+    async def count_failed(self, f: FailedFilter, limit: int) -> tuple[int, bool]:
+        """How many FAILED jobs match ``f``, counted up to ``limit`` (as retry_failed
+        reads them, changing nothing), and whether more do."""
+        total, after = 0, 0
+        while total < limit:
+            ask = min(BULK_BATCH, limit - total)
+            batch = await bulk.failed_batch(self.db, f, after, ask)
+            total += len(batch)
+            if len(batch) < ask:
+                return total, False
+            after = batch[-1][0]
+        return total, bool(await bulk.failed_batch(self.db, f, after, 1))
+
     async def cancel_created(
         self, tenant_id: str, job_type: str | None, limit: int
     ) -> tuple[int, bool]:

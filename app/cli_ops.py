@@ -811,8 +811,6 @@ def jobs_retry(
             typer.echo(f"job {job_key}: retries {job['retries']}, {job['state']}")
             return
         scope = _scope(job_type, tenant, created_after, created_before)
-        if not yes:
-            typer.confirm(f"give every FAILED job{scope} {retries} retries?", abort=True)
         body = {
             "type": job_type,
             "tenantId": tenant,
@@ -821,6 +819,16 @@ def jobs_retry(
             "retries": retries,
             "limit": batch,
         }
+        if not yes:
+            counted = server.call(
+                "POST", "/v2/jobs/retry", json=_present(body) | {"limit": 100_000, "dryRun": True}
+            )
+            n = f"{'more than ' if counted['more'] else ''}{counted['count']:,}"
+            if counted["count"] == 0:
+                typer.echo(f"no FAILED job{scope}")
+                return
+            plural = "s" * (counted["count"] != 1 or counted["more"])
+            typer.confirm(f"give {n} FAILED job{plural}{scope} {retries} retries?", abort=True)
         count = _bulk(server, "/v2/jobs/retry", _present(body), "retrying FAILED jobs", None)
     typer.echo(f"retried {count} FAILED job{'s' * (count != 1)}{scope}")
 

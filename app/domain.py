@@ -176,7 +176,10 @@ def job_record(
         "errorMessage": row.error_message,
         "createdAt": rfc3339(row.created_at),
         "activatedAt": rfc3339(row.activated_at),
-        "completedAt": rfc3339(row.completed_at),
+        # completed_at is when it reached any final state: shown as finishedAt, and as
+        # completedAt only when it completed (a FAILED job was not completed).
+        "completedAt": rfc3339(row.completed_at) if state is JobState.COMPLETED else None,
+        "finishedAt": rfc3339(row.completed_at),
         "idempotencyKey": row.idempotency_key,
         "cost": row.cost,
     }

@@ -54,7 +54,10 @@ class Job(BaseModel):
     errorMessage: str | None
     createdAt: str
     activatedAt: str | None
-    completedAt: str | None
+    completedAt: str | None = Field(description="when it was COMPLETED (null otherwise)")
+    finishedAt: str | None = Field(
+        description="when it reached a final state: COMPLETED, FAILED, ERROR_THROWN, CANCELED"
+    )
     idempotencyKey: str | None
     cost: float = Field(
         description="what it declares it costs (1 unless sent); charged to its lane where "

@@ -100,7 +100,11 @@ async def retry_jobs(request: Request) -> Response:
         parse_instant(spec.createdAfter),
         parse_instant(spec.createdBefore),
     )
-    count, more = await context.services(request).browser.retry_failed(f, spec.retries, spec.limit)
+    browser = context.services(request).browser
+    if spec.dryRun:
+        count, more = await browser.count_failed(f, spec.limit)
+        return JSON({"count": count, "more": more})
+    count, more = await browser.retry_failed(f, spec.retries, spec.limit)
     audit.info(
         "bulk retry: %d FAILED jobs revived (type=%s tenantId=%s createdAfter=%s "
         "createdBefore=%s retries=%d) more=%s by=%s",

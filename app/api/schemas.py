@@ -363,6 +363,8 @@ class RetryJobs(Strict):
     createdBefore: CreatedBefore | None = None
     retries: Annotated[int, Field(ge=1, le=1_000_000), JsonInteger] = 1
     limit: BulkLimit = DEFAULT_BULK
+    # Count what would be revived (up to limit), change nothing: what a confirmation says.
+    dryRun: Annotated[bool, Field(strict=True)] = False
 
 
 class CancelJobs(Strict):

@@ -417,6 +417,10 @@ async def test_bulk_retry_revives_every_failed_job_in_batches(live: Live):
     other = await failed_job(live, "beta")
     refused = await jobfair(live.url, "jobs", "retry", "--failed", "--tenant", "acme", input="n\n")
     assert refused.returncode == 1
+    # The question says how many it would touch (counted by a dry run: nothing changed).
+    assert "give 5 FAILED jobs of tenant acme 1 retries?" in refused.stdout
+    none = await jobfair(live.url, "jobs", "retry", "--failed", "--tenant", "nobody")
+    assert (none.returncode, none.stdout.strip()) == (0, "no FAILED job of tenant nobody")
     assert (await live.client.get(f"/v2/jobs/{keys[0]}")).json()["state"] == "FAILED"
     ran = await jobfair(live.url, "jobs", "retry", "--failed", "--tenant", "acme", "--batch",
                         "2", "--retries", "3", "--yes")  # fmt: skip

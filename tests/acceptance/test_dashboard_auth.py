@@ -49,6 +49,17 @@ def refused(seen: Visit) -> list[tuple[int, str]]:
     return refusals[1:]
 
 
+async def test_the_sign_in_page_says_nothing_was_refused_before_a_key_is_typed(
+    live: Live, browser: Browser
+):
+    async with visit(browser, live.url) as seen:
+        await seen.page.goto("/ui")
+        form = seen.page.locator("form.sign-in")
+        await expect(form.get_by_label("API key")).to_be_focused()
+        await expect(form.locator(".error")).to_have_text("")
+        await expect(seen.page.get_by_text("refused")).to_have_count(0)
+
+
 async def test_the_page_asks_for_a_key_and_a_wrong_one_is_refused(live: Live, browser: Browser):
     async with visit(browser, live.url) as seen:
         await sign_in(seen.page, "jf_0123456789abcdef_wrong")

@@ -374,6 +374,15 @@ async def test_bulk_retry_revives_failed_jobs_matching_its_filters(live):
     c = live.client
     await make_world(live)
     before = await _states(live)
+    # A dry run counts, up to its limit, and changes nothing.
+    dry = {"dryRun": True}
+    assert (await c.post("/v2/jobs/retry", json=dry)).json() == {"count": 9, "more": False}
+    r = await c.post("/v2/jobs/retry", json=dry | {"limit": 4})
+    assert r.json() == {"count": 4, "more": True}
+    r = await c.post("/v2/jobs/retry", json=dry | {"tenantId": "acme", "type": "pdf"})
+    assert r.json() == {"count": 1, "more": False}
+    assert (await c.post("/v2/jobs/retry", json={"dryRun": "yes"})).status_code == 400
+    assert await _states(live) == before
     r = await c.post("/v2/jobs/retry", json={"tenantId": "acme", "type": "pdf", "retries": 4})
     assert r.json() == {"count": 1, "more": False}
     pdf = await list_all(c, {"tenantId": "acme", "type": "pdf", "state": "CREATED"})

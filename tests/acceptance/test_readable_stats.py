@@ -79,3 +79,17 @@ async def test_a_lane_capped_at_one_reads_held_not_starved(live):
     one = _lanes((await c.get("/v2/stats")).json(), "render")["one"]
     assert one["heldBy"] == [{"reason": "tenantCap", "active": 1, "limit": 1}]
     assert job["tenantId"] == "one"
+
+
+async def test_a_failed_job_has_a_finished_at_and_no_completed_at(live):
+    c = live.client
+    await enqueue(c, "pdf", "acme", 2)
+    failing, done = await activate(c, "pdf", 2)
+    body = {"activationCount": failing["activationCount"], "retries": 0}
+    assert (await c.post(f"/v2/jobs/{failing['jobKey']}/fail", json=body)).status_code == 204
+    assert (await complete(c, done)).status_code == 204
+    failed = (await c.get(f"/v2/jobs/{failing['jobKey']}")).json()
+    assert failed["state"] == "FAILED"
+    assert failed["completedAt"] is None and failed["finishedAt"] is not None
+    completed = (await c.get(f"/v2/jobs/{done['jobKey']}")).json()
+    assert completed["completedAt"] == completed["finishedAt"] is not None

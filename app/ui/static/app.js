@@ -7,6 +7,7 @@
 
 const KEY = "jobfair.key";
 const REFRESH_MS = 1000; // the overview is at most this (plus one request) behind
+const GONE_AFTER_MS = 120_000; // a worker not seen for this long is marked: maybe gone
 const PAGE = 25; // tenants per page of a job type, jobs per page of the browser
 const VARIABLES_SHOWN = 10_000; // characters of a job's variables drawn at most
 
@@ -38,7 +39,8 @@ async function api(path, { method = "GET", body } = {}) {
   let parsed = null;
   try { parsed = text ? JSON.parse(text) : null; } catch { parsed = null; }
   if (!answer.ok) {
-    if (answer.status === 401) signIn("The key was refused: " + ((parsed && parsed.detail) || "401"));
+    // Refused: said only of a key that was given (the first visit has none yet).
+    if (answer.status === 401) signIn(key ? "The key was refused: " + ((parsed && parsed.detail) || "401") : "");
     throw new Problem(answer.status, parsed);
   }
   return parsed;
@@ -80,21 +82,54 @@ function age(ms) {
   return `${(s / 3600).toFixed(1)} h`;
 }
 const pct = (f) => `${(100 * f).toFixed(1)} %`;
+const plural = (n, one, many = one + "s") => `${num(n)} ${n === 1 ? one : many}`;
 const jobHref = (key) => `#/jobs/${encodeURIComponent(key)}`;
 const tenantHref = (t) => `#/tenants/${encodeURIComponent(t)}`;
 const typeHref = (t) => `#/types/${encodeURIComponent(t)}`;
 
-function shareBar(realised, entitled) {
+// A lane's shares (docs/dashboard.md): realised and entitled over the window's
+// activations, and (with ready jobs) entitled now: its weight over the weights of its
+// type's lanes with ready jobs, unpaused.
+function shareBar(lane) {
   const w = (f) => `width:${Math.max(0, Math.min(1, f)) * 100}%`;
   const bar = (cls, f, label) => {
     const span = el("span");
     span.style.cssText = w(f);
     return el("div", { class: `bar ${cls}`, role: "img", "aria-label": `${label} ${pct(f)}` }, span);
   };
+  const entitled = lane.entitledShare ?? lane.configuredShare;
   return el("div", { class: "share" },
-    bar("realised", realised, "realised share"),
+    bar("realised", lane.realizedShare, "realised share"),
     bar("entitled", entitled, "entitled share"),
-    el("small", {}, `${pct(realised)} realised · ${pct(entitled)} entitled`));
+    el("small", {}, `${pct(lane.realizedShare)} realised · ${pct(entitled)} entitled`,
+      lane.ready ? el("span", { "data-field": "entitled-now" }, ` · ${pct(lane.configuredShare)} entitled now`) : null));
+}
+
+const HELD_BY = {
+  tenantPaused: "tenant paused", typePaused: "type paused",
+  tenantCap: "tenant's cap", typeCap: "type's cap",
+  tenantRate: "tenant's rate limit", typeRate: "type's rate limit",
+};
+
+// What holds a lane back now (with its figures), and what held it in the window.
+function holdTags(lane) {
+  const now = (lane.heldBy || []).map((h) => {
+    const what = HELD_BY[h.reason] || h.reason;
+    const figures = "limit" in h ? ` ${num(h.active)}/${num(h.limit)}` : "nextTokenInMs" in h ? ` · next token in ${age(h.nextTokenInMs)}` : "";
+    return el("span", { class: "tag capped", "data-held": h.reason, title: `held back now by its ${what}` }, `held: ${what}${figures}`);
+  });
+  const window = Object.entries(lane.heldInWindow || {}).sort((a, b) => b[1] - a[1]);
+  const past = window.length ? el("div", { class: "muted small", "data-field": "held-window" },
+    "held in the window: " + window.map(([r, f]) => `${HELD_BY[r] || r} ${pct(f)}`).join(", ")) : null;
+  return [...now, past];
+}
+
+// "No activation of this type for N" when its lanes wait while nothing is served.
+function idleNote(type) {
+  const idle = type.noActivationForMs;
+  if (idle === null || idle === undefined || idle < 5000 || !type.ready) return null;
+  return el("span", { class: "tag late", "data-field": "idle" },
+    `no activation of this type for ${type.noActivationSinceStart ? "at least " : ""}${age(idle)}`);
 }
 
 function sparkline(points, label) {
@@ -247,7 +282,8 @@ async function overview() {
     el("div", { class: "toolbar" }, search,
       el("span", { class: "legend" },
         el("span", {}, el("span", { class: "swatch realised" }), "realised share (last minute)"),
-        el("span", {}, el("span", { class: "swatch entitled" }), "entitled share (its weight over the weights backlogged in the last minute)"))),
+        el("span", {}, el("span", { class: "swatch entitled" }), "entitled share (of the same activations, by weight, given who waited and who was held)"),
+        el("span", {}, "entitled now: its weight over the weights with ready jobs now"))),
     body);
   await live(async () => {
     const [stats, configs, paused] = await Promise.all([
@@ -283,18 +319,19 @@ function typeCard(type, config, pausedTenants) {
     return el("tr", { "data-tenant": t.tenantId },
       el("td", {}, el("a", { href: tenantHref(t.tenantId) }, t.tenantId),
         (t.paused || pausedTenants.has(t.tenantId)) && el("span", { class: "tag paused" }, "paused"),
-        t.cappedBy && el("span", { class: "tag capped", title: `held back by its ${t.cappedBy}'s cap` }, `capped (${t.cappedBy})`)),
+        holdTags(t)),
+      el("td", { class: "num", "data-field": "weight" }, num(t.weight)),
       el("td", { class: "num", "data-field": "ready" }, num(t.ready)),
       el("td", { class: "num", "data-field": "delayed" }, num(t.delayed)),
       el("td", { class: "num", "data-field": "active" }, num(t.active)),
       el("td", { class: late ? "num late" : "num", "data-field": "oldest" },
         age(t.oldestPendingAgeMs), bound !== null ? el("span", { class: "muted" }, ` / ${age(bound)}`) : null),
       el("td", { class: "num", "data-field": "activated" }, num(t.activatedLastMinute)),
-      el("td", {}, shareBar(t.realizedShare, t.entitledShare ?? t.configuredShare)));
+      el("td", {}, shareBar(t)));
   });
   const pager = pages > 1 ? el("div", { class: "toolbar" },
     el("button", { type: "button", "data-focus": `prev:${type.type}`, disabled: page === 0, onclick: () => { overviewState.pages.set(type.type, page - 1); live.again(); } }, "← Previous"),
-    el("span", { class: "muted" }, `page ${page + 1} of ${pages} · ${num(tenants.length)} tenants`),
+    el("span", { class: "muted" }, `page ${page + 1} of ${pages} · ${plural(tenants.length, "tenant")}`),
     el("button", { type: "button", "data-focus": `next:${type.type}`, disabled: page >= pages - 1, onclick: () => { overviewState.pages.set(type.type, page + 1); live.again(); } }, "Next →")) : null;
   return el("section", { class: "card", "data-type": type.type, "aria-label": `job type ${type.type}` },
     el("h2", {}, el("a", { href: typeHref(type.type) }, type.type),
@@ -309,8 +346,9 @@ function typeCard(type, config, pausedTenants) {
       el("span", {}, type.activatedPerMinute ? "activations per minute, last 15 min " : "activations in the last minute, as sampled here ",
         sparkline(series, `activations per minute, latest ${num(series[series.length - 1] || 0)}`),
         el("b", {}, num(series[series.length - 1] || 0))),
-      el("span", {}, `${num(total)} tenants`)),
-    table([["tenant"], ["ready", "num"], ["delayed", "num"], ["active", "num"], ["oldest ready / bound", "num"], ["activated last min", "num"], ["share"]], rows),
+      el("span", {}, plural(total, "tenant")),
+      idleNote(type)),
+    table([["tenant"], ["weight", "num"], ["ready", "num"], ["delayed", "num"], ["active", "num"], ["oldest ready / bound", "num"], ["activated last min", "num"], ["share"]], rows),
     pager);
 }
 
@@ -405,12 +443,13 @@ async function tenantView(tenant) {
         }),
         "paused" in config ? pauseButton(path, config.paused, draw) : null),
       el("section", { class: "card" }, el("h2", {}, "Job types"),
-        table([["type"], ["ready", "num"], ["delayed", "num"], ["active", "num"], ["oldest ready", "num"], ["share"]],
-          lanes.map((l) => el("tr", {},
-            el("td", {}, el("a", { href: typeHref(l.type) }, l.type)),
+        table([["type"], ["weight", "num"], ["ready", "num"], ["delayed", "num"], ["active", "num"], ["oldest ready", "num"], ["share"]],
+          lanes.map((l) => el("tr", { "data-type": l.type },
+            el("td", {}, el("a", { href: typeHref(l.type) }, l.type), holdTags(l)),
+            el("td", { class: "num", "data-field": "weight" }, num(l.weight)),
             el("td", { class: "num" }, num(l.ready)), el("td", { class: "num" }, num(l.delayed)),
             el("td", { class: "num" }, num(l.active)), el("td", { class: "num" }, age(l.oldestPendingAgeMs)),
-            el("td", {}, shareBar(l.realizedShare, l.entitledShare ?? l.configuredShare)))))),
+            el("td", {}, shareBar(l)))))),
       el("p", {}, el("a", { href: `#/jobs?tenantId=${encodeURIComponent(tenant)}` }, "This tenant's jobs")));
   };
   await draw();
@@ -495,7 +534,7 @@ function jobTable(items, extra) {
       el("td", {}, el("a", { href: jobHref(j.jobKey) }, j.jobKey)),
       el("td", {}, j.type), el("td", {}, j.tenantId), el("td", {}, j.state),
       el("td", {}, j.createdAt), el("td", { class: "num" }, num(j.activationCount)),
-      el("td", {}, j.errorMessage || j.errorCode || ""),
+      el("td", { "data-field": "error" }, [j.errorCode, j.errorMessage].filter(Boolean).join(": ")),
       extra ? el("td", {}, extra(j)) : null)));
 }
 
@@ -545,11 +584,17 @@ async function failuresView(params) {
     const say = (text) => { said = text; status.textContent = text; };
     const retryAll = isAdmin() && failed.items.length ? el("button", { type: "button", class: "primary", onclick: async () => {
       const scope = [filters.type && `type ${filters.type}`, filters.tenantId && `tenant ${filters.tenantId}`].filter(Boolean).join(", ") || "every type and tenant";
-      if (!confirm(`Retry every FAILED job of ${scope}${failed.nextCursor ? " (more than " + failed.items.length + ")" : " (" + failed.items.length + ")"}?`)) return;
+      const matching = Object.fromEntries(Object.entries(filters).filter(([, v]) => v));
+      let counted;
+      try {
+        counted = await api("/v2/jobs/retry", { method: "POST", body: { ...matching, limit: 100000, dryRun: true } });
+      } catch (err) { say(err.message); return; }
+      const n = `${counted.more ? "more than " : ""}${plural(counted.count, "FAILED job")}`;
+      if (!confirm(`Retry ${n} of ${scope}?`)) return;
       let count = 0;
       try {
         for (;;) { // bounded batches: each call revives at most 1,000
-          const answer = await api("/v2/jobs/retry", { method: "POST", body: { ...Object.fromEntries(Object.entries(filters).filter(([, v]) => v)), limit: 1000 } });
+          const answer = await api("/v2/jobs/retry", { method: "POST", body: { ...matching, limit: 1000 } });
           count += answer.count;
           say(`${num(count)} retried…`);
           if (!answer.more) break;
@@ -598,9 +643,15 @@ async function workersView() {
     show(el("h1", {}, "Workers"),
       el("p", { "data-field": "waiting" }, waiters === null ? "Waiting now: unknown (no /metrics)"
         : `Waiting now: ${num(waiters)} long polls and streams, of which ${num(streams)} streams`),
+      el("p", { class: "muted" }, `A worker not seen for ${age(GONE_AFTER_MS)} is marked so: it may be gone, or idle on a stream (a stream is seen when it opens and when it is given jobs).`),
       table([["type"], ["worker"], ["last seen"], ["last activated"]],
-        answer.items.map((w) => el("tr", { "data-worker": w.worker }, el("td", {}, w.type), el("td", {}, w.worker),
-          el("td", {}, w.lastSeenAt), el("td", {}, w.lastActivatedAt || "—")))));
+        answer.items.map((w) => {
+          const ago = Date.now() - Date.parse(w.lastSeenAt);
+          const gone = ago > GONE_AFTER_MS;
+          return el("tr", { "data-worker": w.worker, class: gone ? "gone" : null }, el("td", {}, w.type),
+            el("td", {}, w.worker, gone ? el("span", { class: "tag paused", "data-field": "gone" }, `not seen for ${age(ago)}`) : null),
+            el("td", { title: w.lastSeenAt }, `${age(Math.max(0, ago))} ago`), el("td", { title: w.lastActivatedAt || "" }, w.lastActivatedAt ? `${age(Math.max(0, Date.now() - Date.parse(w.lastActivatedAt)))} ago` : "—"));
+        })));
   });
 }
 
