@@ -106,6 +106,27 @@ class JobHistory(BaseModel):
     )
 
 
+class JobExplanation(BaseModel):
+    """Why a job is not running now (docs/api.md, GET /v2/jobs/{jobKey}/explain)."""
+
+    jobKey: str
+    type: str
+    tenantId: str
+    fairnessKey: str
+    state: str
+    at: str = Field(description="the instant explained")
+    activatableNow: bool = Field(description="ready, and nothing holds its lane back")
+    nextInLane: bool = Field(description="the next activation of its lane takes it")
+    reasons: list[dict[str, Any]] = Field(description="each with its figures; empty: none")
+    estimatedStartAt: str | None = Field(
+        description="an estimate, from its lane's service rate in the stats window"
+    )
+    priority: dict[str, Any] | None = None
+    queue: dict[str, Any] | None = None
+    lane: dict[str, Any] | None = None
+    demand: dict[str, Any] | None = None
+
+
 class BulkResult(BaseModel):
     count: int = Field(description="jobs changed")
     more: bool = Field(description="jobs matching remain beyond the limit: call again")

@@ -524,6 +524,18 @@ OPERATIONS: tuple[Operation, ...] = (
     ),
     Operation(
         "GET",
+        JOB_KEY + "/explain",
+        browser.explain_job,
+        Permission.READ_JOBS,
+        "Why a job is not running now",
+        "jobs",
+        answer=answers.JobExplanation,
+        errors=(400, 404),
+        notes="Each reason with its figures, from what the next activation reads; "
+        "an estimate of when it starts.",
+    ),
+    Operation(
+        "GET",
         "/v2/workers",
         browser.list_workers,
         Permission.ADMIN,

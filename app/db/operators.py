@@ -13,6 +13,7 @@ from typing import Any
 import asyncpg
 
 from app.db.base import Queries, Sessions
+from app.db.claims import EFFECTIVE_PRIORITY
 from app.db.listen import NOTIFY_CHANNEL
 from app.db.locks import RELEASE_GATE_CLASS, TENANT_CAP_LOCK_CLASS
 from app.db.rows import (
@@ -83,6 +84,60 @@ STATS = _STATS.format(type="")
 # -- name: stats_of_type
 # As stats, for job type $1 only.
 STATS_OF_TYPE = _STATS.format(type="AND job_type = $1")
+
+# -- name: jobs_ahead
+# For a ready job ($1), at $2 with its type's aging ($3 interval ms, $4 step): the ready
+# jobs of its fairness key that the claim takes before it -- a greater effective
+# priority, or the same one and queued before it (queued_at, job_key) -- and the ready
+# jobs of its lane, each counted up to $5.  The effective priority is the claim's
+# (app.db.claims.EFFECTIVE_PRIORITY, twin of app.scheduler.effective_priority).  Index:
+# jobs_ready_idx, a range of the key's and of the lane's ready jobs.  An operator read
+# (GET /v2/jobs/{jobKey}/explain); no locks.
+JOBS_AHEAD = f"""
+WITH me AS (
+    SELECT job_type, tenant_id, fairness_key, queued_at, job_key,
+           {
+    EFFECTIVE_PRIORITY.format(
+        priority="priority", queued_at="queued_at", now="$2", step="$4", interval="$3"
+    )
+}
+             AS eff
+    FROM jobs WHERE job_key = $1
+)
+SELECT (
+    SELECT count(*) FROM (
+        SELECT 1 FROM jobs j, me
+        WHERE j.state = 'CREATED' AND j.job_type = me.job_type AND j.tenant_id = me.tenant_id
+          AND j.fairness_key = me.fairness_key AND j.job_key <> me.job_key
+          AND ({
+    EFFECTIVE_PRIORITY.format(
+        priority="j.priority", queued_at="j.queued_at", now="$2", step="$4", interval="$3"
+    )
+}, me.queued_at, me.job_key)
+              > (me.eff, j.queued_at, j.job_key)
+        LIMIT $5) c
+) AS ahead_in_key, (
+    SELECT count(*) FROM (
+        SELECT 1 FROM jobs j, me
+        WHERE j.state = 'CREATED' AND j.job_type = me.job_type AND j.tenant_id = me.tenant_id
+        LIMIT $5) c
+) AS ready_in_lane
+"""
+
+# -- name: lane_keys_of
+# The fairness keys of one lane ($1 type, $2 tenant): each key's virtual time inside the
+# lane, whether it is backlogged (active), and its weight.  Index: lane_keys pkey.
+LANE_KEYS_OF = """
+SELECT k.fairness_key, k.vtime, k.active, COALESCE(w.weight, 1) AS weight
+FROM lane_keys k
+LEFT JOIN key_weights w ON w.tenant_id = k.tenant_id AND w.fairness_key = k.fairness_key
+WHERE k.job_type = $1 AND k.tenant_id = $2
+"""
+
+# -- name: last_asked
+# When a named worker last asked for jobs of type $1 (a long poll, a stream), as the
+# workers table has it.  Index: workers pkey (job_type, worker).
+LAST_ASKED = "SELECT max(last_seen_at) FROM workers WHERE job_type = $1"
 
 # -- name: upsert_tenant
 # A tenant's weight, cap and rate limit set (a pause stays as it is); its held lanes are
@@ -605,3 +660,26 @@ async def schema_revision(db: Queries) -> tuple[str | None, str | None]:
     except asyncpg.UndefinedTableError:
         return revision, None
     return revision, oldest
+
+
+async def jobs_ahead(
+    db: Queries, job_key: int, now: datetime, interval_ms: int, step: int, bound: int
+) -> tuple[int, int]:
+    """A ready job's jobs ahead in its key, and its lane's ready jobs (jobs_ahead), each
+    counted up to ``bound``."""
+    row = await db.fetchrow(JOBS_AHEAD, job_key, now, interval_ms, step, bound)
+    return (0, 0) if row is None else (row["ahead_in_key"], row["ready_in_lane"])
+
+
+async def lane_keys_of(
+    db: Queries, job_type: str, tenant_id: str
+) -> list[tuple[str, float, bool, int]]:
+    """A lane's keys (lane_keys_of): (key as stored, vtime, active, weight)."""
+    rows = await db.fetch(LANE_KEYS_OF, job_type, tenant_id)
+    return [(r["fairness_key"], r["vtime"], r["active"], r["weight"]) for r in rows]
+
+
+async def last_asked(db: Queries, job_type: str) -> datetime | None:
+    """When a named worker last asked for jobs of ``job_type`` (None: none in a day)."""
+    at: datetime | None = await db.fetchval(LAST_ASKED, job_type)
+    return at

@@ -63,6 +63,52 @@ LEFT JOIN tenants tn ON tn.tenant_id = l.tenant_id
 LEFT JOIN job_types jt ON jt.job_type = l.job_type
 ORDER BY l.job_type, l.tenant_id;
 
+-- name: jobs_ahead
+-- For a ready job ($1), at $2 with its type's aging ($3 interval ms, $4 step): the ready
+-- jobs of its fairness key that the claim takes before it -- a greater effective
+-- priority, or the same one and queued before it (queued_at, job_key) -- and the ready
+-- jobs of its lane, each counted up to $5.  The effective priority is the claim's
+-- (app.db.claims.EFFECTIVE_PRIORITY, twin of app.scheduler.effective_priority).  Index:
+-- jobs_ready_idx, a range of the key's and of the lane's ready jobs.  An operator read
+-- (GET /v2/jobs/{jobKey}/explain); no locks.
+WITH me AS (
+    SELECT job_type, tenant_id, fairness_key, queued_at, job_key,
+           LEAST(100, priority + $4 * floor(
+               GREATEST(0, extract(epoch FROM ($2 - queued_at)) * 1000)
+               / $3))
+             AS eff
+    FROM jobs WHERE job_key = $1
+)
+SELECT (
+    SELECT count(*) FROM (
+        SELECT 1 FROM jobs j, me
+        WHERE j.state = 'CREATED' AND j.job_type = me.job_type AND j.tenant_id = me.tenant_id
+          AND j.fairness_key = me.fairness_key AND j.job_key <> me.job_key
+          AND (LEAST(100, j.priority + $4 * floor(
+               GREATEST(0, extract(epoch FROM ($2 - j.queued_at)) * 1000)
+               / $3)), me.queued_at, me.job_key)
+              > (me.eff, j.queued_at, j.job_key)
+        LIMIT $5) c
+) AS ahead_in_key, (
+    SELECT count(*) FROM (
+        SELECT 1 FROM jobs j, me
+        WHERE j.state = 'CREATED' AND j.job_type = me.job_type AND j.tenant_id = me.tenant_id
+        LIMIT $5) c
+) AS ready_in_lane;
+
+-- name: lane_keys_of
+-- The fairness keys of one lane ($1 type, $2 tenant): each key's virtual time inside the
+-- lane, whether it is backlogged (active), and its weight.  Index: lane_keys pkey.
+SELECT k.fairness_key, k.vtime, k.active, COALESCE(w.weight, 1) AS weight
+FROM lane_keys k
+LEFT JOIN key_weights w ON w.tenant_id = k.tenant_id AND w.fairness_key = k.fairness_key
+WHERE k.job_type = $1 AND k.tenant_id = $2;
+
+-- name: last_asked
+-- When a named worker last asked for jobs of type $1 (a long poll, a stream), as the
+-- workers table has it.  Index: workers pkey (job_type, worker).
+SELECT max(last_seen_at) FROM workers WHERE job_type = $1;
+
 -- name: upsert_tenant
 -- A tenant's weight, cap and rate limit set (a pause stays as it is); its held lanes are
 -- released (the cap that held them may be gone or higher; a claim holds them again if

@@ -117,6 +117,7 @@ def test_the_permissions_are_the_security_contracts():
             "POST /v2/jobs/search",
             "GET /v2/jobs",
             "GET /v2/jobs/{jobKey}/history",
+            "GET /v2/jobs/{jobKey}/explain",
         ],
         Permission.READ_STATS: ["GET /v2/stats"],
         Permission.WORK: [

@@ -1,0 +1,219 @@
+"""Why is this job waiting?  ``GET /v2/jobs/{jobKey}/explain``: for one job, the reasons it
+is not running now, each with its figures, read from what the next activation reads --
+the tenant's and type's rows (pause, cap, rate bucket), the active jobs counted against
+the caps, the key's queue ranked by the claim's effective priority, the lane's keys and
+virtual time -- and judged by the scheduler's own rules (``app.scheduler.holds``,
+``allocate_keys``), not a re-derivation.  Plus an estimate of when it starts, from the
+lane's service rate in the stats window; labelled as one, null when there is none."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from app import scheduler
+from app.db import Database
+from app.db import jobs as stored_jobs
+from app.db import metrics as stored_metrics
+from app.db import operators as stored
+from app.db.rows import JobRow
+from app.domain import JobState, public_state, rfc3339, shown_key
+from app.errors import NotFound
+from app.operators import StatsService, lane_limits
+from app.scheduler import Aging
+
+# Counting the jobs ahead stops here ("at least"): an explanation is not a backlog scan.
+AHEAD_BOUND = 10_000
+# No request for its type for this long reads "nobody is asking".
+NOBODY_ASKING_S = 60.0
+
+
+class ExplainService:
+    def __init__(
+        self,
+        db: Database,
+        stats: StatsService,
+        resolve_aging: Callable[[int | None, int | None], Aging],
+        waiting: Callable[[str], bool],
+        visible: Callable[[str, str], bool] | None = None,
+    ) -> None:
+        self.db = db
+        self.stats = stats
+        self.visible = visible  # a scoped key's: shares among the lanes it may see
+        self.resolve_aging = resolve_aging  # (interval_ms, step) -> Aging
+        self.waiting = waiting  # job type -> whether a long poll or stream waits here
+
+    async def job(self, job_key: int) -> JobRow:
+        found = await stored_jobs.get(self.db, job_key)
+        if found is None:
+            raise NotFound(f"job {job_key} does not exist")
+        return found.job
+
+    async def explain(self, job: JobRow, now: datetime) -> dict[str, Any]:
+        """The explanation of ``job`` (read by :meth:`job`) at ``now``."""
+        out: dict[str, Any] = {
+            "jobKey": str(job.job_key),
+            "type": job.job_type,
+            "tenantId": job.tenant_id,
+            "fairnessKey": shown_key(job.fairness_key),
+            "state": public_state(job.state).value,
+            "at": rfc3339(now),
+            "activatableNow": False,
+            "nextInLane": False,
+            "reasons": [],
+            "estimatedStartAt": None,
+        }
+        if job.state is JobState.ACTIVATED:
+            out["reasons"].append(
+                {
+                    "reason": "activated",
+                    "worker": job.worker,
+                    "activatedAt": rfc3339(job.activated_at),
+                    "leaseUntil": rfc3339(job.deadline),
+                    "activationCount": job.activation_count,
+                }
+            )
+            return out
+        if job.state not in (JobState.CREATED, JobState.SCHEDULED):
+            out["reasons"].append(_finished(job))
+            return out
+        await self._waiting(job, now, out)
+        return out
+
+    async def _waiting(self, job: JobRow, now: datetime, out: dict[str, Any]) -> None:
+        reasons: list[dict[str, Any]] = out["reasons"]
+        tenants = {t.tenant_id: t for t in await stored.list_tenants(self.db)}
+        types = {t.job_type: t for t in await stored.list_job_types(self.db)}
+        tenant, job_type = tenants.get(job.tenant_id), types.get(job.job_type)
+        aging: Aging = self.resolve_aging(
+            None if job_type is None else job_type.aging_interval_ms,
+            None if job_type is None else job_type.aging_step,
+        )
+        if job.state is JobState.SCHEDULED:
+            retry = job.activation_count > 0
+            reasons.append(
+                {
+                    "reason": "delayed",
+                    "until": rfc3339(job.run_at),
+                    "by": "retryBackOff" if retry else "runAt",
+                }
+            )
+        # What the claim checks of its lane, at the database's clock (the claims').
+        read_at = [t.read_at for t in tenants.values()] + [t.read_at for t in types.values()]
+        at = read_at[0] if read_at else now
+        active = await stored_metrics.capped_active(self.db)
+        holds = scheduler.holds(lane_limits(tenant, job_type, active), at)
+        for h in holds:
+            shown: dict[str, Any] = {"reason": h.reason.value}
+            if h.limit is not None:
+                shown |= {"active": h.active, "limit": h.limit}
+            if h.next_token_s is not None:
+                shown["nextTokenAt"] = rfc3339(at + timedelta(seconds=h.next_token_s))
+            reasons.append(shown)
+        eff = scheduler.effective_priority(job.priority, job.queued_at, now, aging)
+        priority: dict[str, Any] = {"priority": job.priority, "effective": eff}
+        if eff < scheduler.MAX_PRIORITY and aging.step > 0:
+            waited = max(timedelta(0), now - job.queued_at)
+            step = timedelta(milliseconds=aging.interval_ms)
+            priority["nextStepAt"] = rfc3339(job.queued_at + (waited // step + 1) * step)
+            top = scheduler.max_wait_to_top_ms(job.priority, aging)
+            priority["topAt"] = rfc3339(job.queued_at + timedelta(milliseconds=top))
+        out["priority"] = priority
+        # Its place: in its key, among its lane's keys, among its type's lanes.
+        ahead, ready = await stored.jobs_ahead(
+            self.db, job.job_key, now, aging.interval_ms, aging.step, AHEAD_BOUND
+        )
+        keys = await stored.lane_keys_of(self.db, job.job_type, job.tenant_id)
+        backlogged = [scheduler.Key(k, v, w) for k, v, a, w in keys if a]
+        first = scheduler.allocate_keys(backlogged, 1)
+        next_key = next(iter(first), None)
+        mine = next((w for k, _, _, w in keys if k == job.fairness_key), 1)
+        key_weight = sum(k.weight for k in backlogged) or mine
+        views = await self.stats.lanes(now, job.job_type, self.visible)
+        lane = next((v for v in views if v.tenant_id == job.tenant_id), None)
+        lag = None if lane is None else lane.vtime_lag
+        out["queue"] = {
+            "aheadInKey": ahead,
+            "aheadInKeyAtLeast": ahead >= AHEAD_BOUND,
+            "readyInLane": ready,
+            "keysBacklogged": len(backlogged),
+            "nextKey": None if next_key is None else shown_key(next_key),
+            "keyWeight": mine,
+            "vtimeLag": None if lag is None else round(lag, 6),
+        }
+        if ahead:
+            reasons.append({"reason": "behindInKey", "ahead": ahead})
+        if job.state is JobState.CREATED and next_key is not None and next_key != job.fairness_key:
+            reasons.append({"reason": "otherKeysFirst", "nextKey": shown_key(next_key)})
+        if lag is not None and lag > 0 and not holds:
+            reasons.append({"reason": "otherLanesFirst", "vtimeLag": round(lag, 6)})
+        if lane is not None:
+            out["lane"] = {
+                "weight": lane.weight,
+                "realizedShare": round(lane.realized_share, 4),
+                "entitledShare": round(lane.entitled_share, 4),
+                "configuredShare": round(lane.configured_share, 4),
+                "activatedLastMinute": lane.activated_in_window,
+            }
+        # Demand: is anyone asking for its type?
+        asked = await stored.last_asked(self.db, job.job_type)
+        here = self.waiting(job.job_type)
+        out["demand"] = {"lastAskedAt": rfc3339(asked), "waitingHere": here}
+        quiet = asked is None or (now - asked).total_seconds() > NOBODY_ASKING_S
+        if quiet and not here:
+            reasons.append(
+                {"reason": "nobodyAsking", "lastAskedAt": rfc3339(asked), "forS": NOBODY_ASKING_S}
+            )
+        due = job.state is JobState.CREATED
+        out["activatableNow"] = due and not holds
+        out["nextInLane"] = out["activatableNow"] and ahead == 0 and next_key == job.fairness_key
+        out["estimatedStartAt"] = self._estimate(job, lane, holds, ahead, mine, key_weight, now)
+
+    def _estimate(
+        self,
+        job: JobRow,
+        lane: Any,
+        holds: list[scheduler.Hold],
+        ahead: int,
+        weight: int,
+        key_weights: int,
+        now: datetime,
+    ) -> str | None:
+        """Now plus the work ahead of it in its key over its key's part of its lane's
+        service rate in the window (None: held, or its lane was not served)."""
+        if holds or lane is None or ahead >= AHEAD_BOUND:
+            return None
+        span = self.stats.window.span_s
+        served = lane.activated_in_window
+        start = max(now, job.run_at)
+        if ahead == 0 and job.state is JobState.CREATED and lane.vtime_lag == 0:
+            return rfc3339(start)
+        if not span or not served:
+            return None
+        rate = served / span * weight / max(weight, key_weights)
+        return rfc3339(start + timedelta(seconds=math.ceil((ahead + 1) / rate * 10) / 10))
+
+
+def _finished(job: JobRow) -> dict[str, Any]:
+    """A job in a final state: what ended it, and what revives it."""
+    state = job.state
+    if state is JobState.COMPLETED:
+        return {"reason": "completed", "finishedAt": rfc3339(job.completed_at)}
+    if state is JobState.FAILED:
+        return {
+            "reason": "failed",
+            "finishedAt": rfc3339(job.completed_at),
+            "errorMessage": job.error_message,
+            "revivedBy": "PATCH /v2/jobs/{jobKey} with retries > 0, or POST /v2/jobs/retry",
+        }
+    if state is JobState.ERROR_THROWN:
+        return {
+            "reason": "errorThrown",
+            "finishedAt": rfc3339(job.completed_at),
+            "errorCode": job.error_code,
+            "errorMessage": job.error_message,
+            "revivedBy": None,
+        }
+    return {"reason": "canceled", "finishedAt": rfc3339(job.completed_at), "revivedBy": None}
