@@ -633,7 +633,9 @@ def job_types_resume(
 
 # -- jobs -------------------------------------------------------------------------------
 
-jobs_cli = typer.Typer(no_args_is_help=True, help="Jobs: list, show (with history), retry, cancel")
+jobs_cli = typer.Typer(
+    no_args_is_help=True, help="Jobs: list, show (with history), why (it waits), retry, cancel"
+)
 
 JobKeyArg = Annotated[
     str, typer.Argument(help="the job key", show_default=False, metavar="JOB_KEY")
@@ -720,6 +722,98 @@ def _error(record: dict[str, Any]) -> str:
     code, message = record.get("errorCode"), record.get("errorMessage")
     text = ": ".join(x for x in (code, message) if x)
     return text if len(text) <= 60 else text[:59] + "…"
+
+
+def reason_text(r: dict[str, Any]) -> str:
+    """One reason of an explanation (GET /v2/jobs/{jobKey}/explain), in words."""
+    what = r["reason"]
+    if what == "delayed":
+        cause = "its retry back-off" if r["by"] == "retryBackOff" else "its runAt"
+        return f"delayed by {cause} until {instant(r['until'])}"
+    if what in ("tenantCap", "typeCap"):
+        return f"held by its {HELD_BY[what]}: {r['active']} of {r['limit']} active"
+    if what in ("tenantRate", "typeRate"):
+        return f"held by its {HELD_BY[what]}: next token at {instant(r['nextTokenAt'])}"
+    if what in ("tenantPaused", "typePaused"):
+        return f"held: {HELD_BY[what]}"
+    if what == "behindInKey":
+        return f"{r['ahead']:,} job{'s' * (r['ahead'] != 1)} ahead of it in its fairness key"
+    if what == "otherKeysFirst":
+        return f"its lane serves fairness key {r['nextKey']} first (its turn)"
+    if what == "otherLanesFirst":
+        return f"other tenants' turns first (its lane's virtual time is {r['vtimeLag']:g} behind)"
+    if what == "nobodyAsking":
+        last = instant(r["lastAskedAt"]) if r["lastAskedAt"] else "not in a day"
+        return f"nobody is asking: no worker asked for its type for {r['forS']:g} s (last: {last})"
+    if what == "activated":
+        return (
+            f"running: activated by {r['worker'] or '(unnamed)'} at {instant(r['activatedAt'])},"
+            f" lease until {instant(r['leaseUntil'])} (activation {r['activationCount']})"
+        )
+    ended = f"{what} at {instant(r.get('finishedAt'))}"
+    error = ": ".join(x for x in (r.get("errorCode"), r.get("errorMessage")) if x)
+    revive = r.get("revivedBy") or "nothing revives it"
+    return f"{ended}{' (' + error + ')' if error else ''}; {revive}"
+
+
+def explanation_lines(e: dict[str, Any]) -> list[str]:
+    """An explanation as a person reads it: what, why, and the figures behind it."""
+    lines = [
+        f"job {e['jobKey']}: {e['state']} · type {e['type']} · tenant {e['tenantId']}"
+        f" · key {e['fairnessKey']}"
+    ]
+    if e["state"] == "CREATED":
+        yes = {True: "yes", False: "no"}
+        lines.append(
+            f"activatable now: {yes[e['activatableNow']]} · "
+            f"the next activation of its lane takes it: {yes[e['nextInLane']]}"
+        )
+    lines += ["why:"] + [f"  - {reason_text(r)}" for r in e["reasons"]]
+    if not e["reasons"]:
+        lines.append("  - nothing holds it: it is taken on its lane's next turn")
+    if (p := e.get("priority")) is not None:
+        aging = ""
+        if "nextStepAt" in p:
+            aging = f"; aging lifts it next at {instant(p['nextStepAt'])}, to 100 at "
+            aging += instant(p["topAt"])
+        lines.append(f"priority {p['priority']}, effective {p['effective']} now{aging}")
+    if (lane := e.get("lane")) is not None:
+        lines.append(
+            f"its lane: weight {lane['weight']}, realised {percent(lane['realizedShare'])}, "
+            f"entitled {percent(lane['entitledShare'])} (window), "
+            f"entitled now {percent(lane['configuredShare'])}"
+        )
+    if (q := e.get("queue")) is not None:
+        lines.append(
+            f"its key: {q['aheadInKey']:,}{'+' if q['aheadInKeyAtLeast'] else ''} ahead; "
+            f"its lane: {q['readyInLane']:,} ready in {q['keysBacklogged']} key(s)"
+        )
+    if e["state"] == "CREATED":
+        at = e["estimatedStartAt"]
+        lines.append(
+            f"estimated start (an estimate): {instant(at)}"
+            if at
+            else "estimated start: cannot be estimated (held, or its lane was not served)"
+        )
+    return lines
+
+
+@jobs_cli.command("why")
+def jobs_why(
+    job_key: JobKeyArg, url: Url = DEFAULT_URL, key: Key = None, as_json: Json = False
+) -> None:
+    """Why a job is not running now: each reason with its figures.
+
+    Delays, pauses, caps, rate limits, the jobs ahead of it, whose turn it is, whether
+    anyone is asking for its type, and an estimate of when it starts.
+    """
+    with connected(url, key) as server:
+        e = server.call("GET", f"/v2/jobs/{segment(job_key)}/explain")
+    if as_json:
+        print_json(e)
+        return
+    for line in explanation_lines(e):
+        typer.echo(printable(line))
 
 
 @jobs_cli.command("show")

@@ -152,3 +152,19 @@ async def test_a_worker_gone_for_minutes_is_marked_apart_from_live_ones(
         live_row = page.locator('tr[data-worker="live-1"]')
         await expect(live_row).to_contain_text("ago")
         await expect(live_row.locator('[data-field="gone"]')).to_have_count(0)
+
+
+async def test_the_job_page_says_why_the_job_waits(live: Live, browser: Browser):
+    c = live.client
+    await c.put("/v2/tenants/capped", json={"maxActiveJobs": 1})
+    [_, waiting] = await enqueue(c, "work", "capped", 2)
+    await activate(c, "work", 1)
+    async with visit(browser, live.url) as seen:
+        page = seen.page
+        await page.goto(f"/ui#/jobs/{waiting}")
+        why = page.get_by_role("region", name="why it waits")
+        await expect(why.locator('[data-reason="tenantCap"]')).to_have_text(
+            "held by its tenant's cap: 1 of 1 active"
+        )
+        await expect(why).to_contain_text("activatable now: no")
+        await expect(why).to_contain_text("estimated start: cannot be estimated")

@@ -4,7 +4,9 @@ explanation calls next in its lane is the one the next activation of the lane ta
 
 from __future__ import annotations
 
+import asyncio
 import random
+import sys
 from datetime import datetime
 
 from tests.helpers import activate, assert_problem, complete, enqueue
@@ -145,3 +147,32 @@ async def test_the_job_called_next_in_its_lane_is_the_one_its_next_activation_ta
             [job] = await activate(c, "gen", 1, tenantIds=[tenant])
             assert job["jobKey"] == nexts[0], (world, job, nexts)
             ready.remove(job["jobKey"])
+
+
+async def test_jobfair_jobs_why_prints_the_reasons_with_their_figures(live):
+    c = live.client
+    await c.put("/v2/tenants/capped", json={"maxActiveJobs": 1, "weight": 2})
+    [_, waiting] = await enqueue(c, "work", "capped", 2)
+    await activate(c, "work", 1)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *("-m", "app.cli", "jobs", "why", waiting, "--url", live.url),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    text = out.decode()
+    assert f"job {waiting}: CREATED · type work · tenant capped" in text
+    assert "activatable now: no" in text
+    assert "  - held by its tenant's cap: 1 of 1 active" in text
+    assert "its lane: weight 2" in text
+    assert "estimated start: cannot be estimated" in text
+    missing = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *("-m", "app.cli", "jobs", "why", "123456789", "--url", live.url),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await missing.communicate()
+    assert missing.returncode != 0 and b"does not exist" in err

@@ -541,13 +541,14 @@ function jobTable(items, extra) {
 async function jobView(key) {
   const path = `/v2/jobs/${encodeURIComponent(key)}`;
   const draw = async () => {
-    const [job, history] = await Promise.all([api(path), api(path + "/history").catch(() => null)]);
+    const [job, history, why] = await Promise.all([api(path), api(path + "/history").catch(() => null), api(path + "/explain").catch(() => null)]);
     const variables = JSON.stringify(job.variables, null, 2);
     const actions = [];
     if (job.state === "FAILED" && caller.role !== "producer") actions.push(el("button", { type: "button", onclick: () => act(() => api(path, { method: "PATCH", body: { changeset: { retries: 1 } } }), draw) }, "Retry"));
     if ((job.state === "CREATED" || job.state === "ACTIVATED") && caller.role !== "worker") actions.push(el("button", { type: "button", class: "danger", onclick: () => confirm(`Cancel job ${key}?`) && act(() => api(path + "/cancel", { method: "POST" }), draw) }, "Cancel"));
     const record = Object.entries(job).filter(([k]) => k !== "variables" && k !== "customHeaders");
     show(el("h1", {}, `Job ${key}`), el("div", { class: "toolbar" }, actions),
+      why ? explanation(why) : null,
       el("section", { class: "card" }, el("dl", { class: "record" }, record.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v === null ? "—" : String(v))]))),
       el("details", { class: "card" }, el("summary", {}, `variables (${num(variables.length)} characters)`),
         el("pre", {}, variables.length > VARIABLES_SHOWN ? variables.slice(0, VARIABLES_SHOWN) + "\n… (cut)" : variables)),
@@ -560,6 +561,38 @@ async function jobView(key) {
         history && history.truncated ? el("p", { class: "muted" }, "Older entries were pruned.") : null));
   };
   await draw();
+}
+
+// Why it waits (GET /v2/jobs/{key}/explain): each reason in words, with its figures.
+function reasonText(r) {
+  switch (r.reason) {
+    case "delayed": return `delayed by ${r.by === "retryBackOff" ? "its retry back-off" : "its runAt"} until ${r.until}`;
+    case "tenantCap": case "typeCap": return `held by its ${HELD_BY[r.reason]}: ${num(r.active)} of ${num(r.limit)} active`;
+    case "tenantRate": case "typeRate": return `held by its ${HELD_BY[r.reason]}: next token at ${r.nextTokenAt}`;
+    case "tenantPaused": case "typePaused": return `held: ${HELD_BY[r.reason]}`;
+    case "behindInKey": return `${plural(r.ahead, "job")} ahead of it in its fairness key`;
+    case "otherKeysFirst": return `its lane serves fairness key ${r.nextKey} first (its turn)`;
+    case "otherLanesFirst": return `other tenants' turns first (its lane's virtual time is ${r.vtimeLag} behind)`;
+    case "nobodyAsking": return `nobody is asking: no worker asked for its type for ${r.forS} s (last: ${r.lastAskedAt || "not in a day"})`;
+    case "activated": return `running: activated by ${r.worker || "(unnamed)"} at ${r.activatedAt}, lease until ${r.leaseUntil}`;
+    default: {
+      const error = [r.errorCode, r.errorMessage].filter(Boolean).join(": ");
+      return `${r.reason} at ${r.finishedAt}${error ? ` (${error})` : ""}; ${r.revivedBy || "nothing revives it"}`;
+    }
+  }
+}
+
+function explanation(e) {
+  const items = e.reasons.length ? e.reasons.map((r) => el("li", { "data-reason": r.reason }, reasonText(r)))
+    : [el("li", {}, "nothing holds it: it is taken on its lane's next turn")];
+  const facts = [];
+  if (e.state === "CREATED") facts.push(`activatable now: ${e.activatableNow ? "yes" : "no"} · the next activation of its lane takes it: ${e.nextInLane ? "yes" : "no"}`);
+  if (e.priority) facts.push(`priority ${e.priority.priority}, effective ${e.priority.effective} now${e.priority.topAt ? `; top priority by aging at ${e.priority.topAt}` : ""}`);
+  if (e.lane) facts.push(`its lane: weight ${num(e.lane.weight)} · ${pct(e.lane.realizedShare)} realised · ${pct(e.lane.entitledShare)} entitled (window) · ${pct(e.lane.configuredShare)} entitled now`);
+  if (e.queue) facts.push(`${num(e.queue.aheadInKey)}${e.queue.aheadInKeyAtLeast ? "+" : ""} ahead in its key · ${num(e.queue.readyInLane)} ready in its lane over ${plural(e.queue.keysBacklogged, "key")}`);
+  if (e.state === "CREATED") facts.push(e.estimatedStartAt ? `estimated start (an estimate): ${e.estimatedStartAt}` : "estimated start: cannot be estimated (held, or its lane was not served)");
+  return el("section", { class: "card", "aria-label": "why it waits" }, el("h2", {}, e.state === "CREATED" ? "Why it waits" : "Where it stands"),
+    el("ul", { class: "reasons" }, items), ...facts.map((f) => el("p", { class: "muted" }, f)));
 }
 
 async function act(call, redraw) {
