@@ -55,7 +55,7 @@ from app.db.rows import JobRow, TenantSet
 from app.errors import JobfairError, OutcomeUnknown, Overloaded
 from app.keys import Principal
 from app.operators import LaneView, StatsService
-from app.scheduler import Aging, max_wait_to_top_ms
+from app.scheduler import Aging, HoldReason, max_wait_to_top_ms
 from app.shares import KeyShare
 
 log = logging.getLogger(__name__)
@@ -95,16 +95,36 @@ def multiprocess_dir() -> str | None:
 class TenantLabels:
     """Which tenants get a label of their own: the set in force (read from the database
     by every process, decided by the leader), switched to the next one at the instant it
-    applies from."""
+    applies from; and, while that set and the tenants admitted since hold fewer than
+    ``top``, every tenant an event names, at once (``admitted``).  Every process admits
+    alike while there is room (each admits every tenant it counts an event of), so a
+    tenant's series mean the same in every process and a sum over tenants stays exact;
+    the leader's next set, which ranks the tenants admitted, decides at the edge."""
 
-    def __init__(self) -> None:
+    def __init__(self, top: int = 0) -> None:
+        self.top = top
         self.members: frozenset[str] = frozenset()
+        self.admitted: set[str] = set()
         self.effective_at: datetime | None = None
         self._switch: asyncio.TimerHandle | None = None
 
     def of(self, tenant: str) -> str:
-        """The label ``tenant``'s series carry."""
-        return tenant if tenant in self.members else OTHER
+        """The label an event of ``tenant`` is counted under (admitting it if there is
+        room)."""
+        if tenant in self.members or tenant in self.admitted:
+            return tenant
+        if len(self.members) + len(self.admitted) < self.top:
+            self.admitted.add(tenant)
+            return tenant
+        return OTHER
+
+    def shown(self, tenant: str) -> str:
+        """The label ``tenant``'s gauges carry (admitting no one)."""
+        return tenant if tenant in self.members or tenant in self.admitted else OTHER
+
+    @property
+    def labelled(self) -> frozenset[str]:
+        return self.members | self.admitted
 
     def apply(self, sets: Sequence[TenantSet], now: datetime) -> None:
         """Take the set in force at ``now`` and arm the switch to the next one, if any."""
@@ -114,6 +134,7 @@ class TenantLabels:
                 self.members, self.effective_at = s.tenants, s.effective_at
             elif coming is None:
                 coming = s
+        self._trim()
         if self._switch is not None:
             self._switch.cancel()
             self._switch = None
@@ -126,6 +147,13 @@ class TenantLabels:
     def _take(self, tenants: frozenset[str], effective_at: datetime) -> None:
         self.members, self.effective_at = tenants, effective_at
         self._switch = None
+        self._trim()
+
+    def _trim(self) -> None:
+        """The admitted tenants the set in force leaves room for (by name: alike in
+        every process)."""
+        room = max(0, self.top - len(self.members))
+        self.admitted = set(sorted(self.admitted - self.members)[:room])
 
     def close(self) -> None:
         if self._switch is not None:
@@ -177,7 +205,7 @@ class Metrics:
 
     def __init__(self, top_tenants: int) -> None:
         self.top_tenants = top_tenants
-        self.labels = TenantLabels()
+        self.labels = TenantLabels(top_tenants)
         self.registry = CollectorRegistry(auto_describe=True)
         self._children: dict[tuple[Any, ...], Any] = {}
         self._synced: dict[str, int] = {}
@@ -334,10 +362,10 @@ class Metrics:
         """Jobs of ``job_type`` just activated: counted, and their pickup latency."""
         if not rows:
             return
-        members = self.labels.members
+        of = self.labels.of
         waits: dict[str, list[float]] = {}
         for r in rows:
-            tenant = r.tenant_id if r.tenant_id in members else OTHER
+            tenant = of(r.tenant_id)
             took = (r.activated_at - r.queued_at).total_seconds() if r.activated_at else 0.0
             into = waits.get(tenant)
             if into is None:
@@ -356,11 +384,11 @@ class Metrics:
     ) -> None:
         """Jobs (type, tenant, activated_at) a worker finished with ``outcome``."""
         family = self._outcomes[outcome]
-        members = self.labels.members
+        of = self.labels.of
         lanes: dict[tuple[str, str], int] = {}
         took: dict[str, list[float]] = {}
         for job_type, tenant, activated_at in rows:
-            lane = (job_type, tenant if tenant in members else OTHER)
+            lane = (job_type, of(tenant))
             lanes[lane] = lanes.get(lane, 0) + 1
             spent = (now - activated_at).total_seconds() if activated_at else 0.0
             into = took.get(job_type)
@@ -466,6 +494,10 @@ class _Folded:
     lag: float | None = None
     capped: set[str] = field(default_factory=set)
     paused: bool = False
+    weight: int | None = None  # a lane's own (a fold has none)
+    lanes: int = 0
+    held: set[str] = field(default_factory=set)  # what holds it now (HoldReason values)
+    held_window: dict[str, float] = field(default_factory=dict)  # fraction of the window
 
     def add(self, v: LaneView) -> None:
         """Counts and shares add up; the oldest age, the lag and the flags take the
@@ -483,6 +515,11 @@ class _Folded:
         if v.capped_by is not None:
             self.capped.add(v.capped_by)
         self.paused = self.paused or v.paused
+        self.lanes += 1
+        self.weight = v.weight if self.lanes == 1 else None
+        self.held.update(h.reason.value for h in v.holds)
+        for reason, f in v.held_in_window.items():
+            self.held_window[reason] = max(self.held_window.get(reason, 0.0), f)
 
 
 LANE_GAUGES: tuple[tuple[str, str, Callable[[_Folded], float | None]], ...] = (
@@ -543,7 +580,7 @@ async def database_gauges(
     types: set[str] = set()
     for v in views:
         types.add(v.job_type)
-        key = (v.job_type, labels.of(v.tenant_id))
+        key = (v.job_type, labels.shown(v.tenant_id))
         f = folded.get(key)
         if f is None:
             f = folded[key] = _Folded()
@@ -566,6 +603,31 @@ async def database_gauges(
         for cap in ("tenant", "type"):
             capped.add_metric([job_type, tenant, cap], 1.0 if cap in f.capped else 0.0)
     families.append(capped)
+    weight = GaugeMetricFamily(
+        "jobfair_weight",
+        "The lane's tenant's weight (labelled tenants only: a fold has none).",
+        labels=LANE,
+    )
+    held = GaugeMetricFamily(
+        "jobfair_held",
+        "1 while the reason holds the lane's ready jobs back now (tenantPaused, typePaused, "
+        "tenantCap, typeCap, tenantRate, typeRate), else 0; <other>: any folded lane's.",
+        labels=[*LANE, "reason"],
+    )
+    held_window = GaugeMetricFamily(
+        "jobfair_held_window_fraction",
+        "The fraction of the share window the reason held the lane's ready jobs back "
+        "(<other>: the largest of the folded lanes').",
+        labels=[*LANE, "reason"],
+    )
+    for (job_type, tenant), f in sorted(folded.items()):
+        if tenant != OTHER and f.weight is not None:
+            weight.add_metric([job_type, tenant], f.weight)
+        for reason in HoldReason:
+            held.add_metric([job_type, tenant, reason.value], 1.0 if reason in f.held else 0.0)
+        for why, fraction in sorted(f.held_window.items()):
+            held_window.add_metric([job_type, tenant, why], fraction)
+    families += [weight, held, held_window]
     families.extend(_key_gauges(views, labels))
     bound = GaugeMetricFamily(
         "jobfair_aging_bound_seconds",
@@ -591,7 +653,7 @@ async def database_gauges(
         _gauge(
             "jobfair_labelled_tenants",
             "Tenants with a label of their own; every other is folded into <other>.",
-            len(labels.members),
+            len(labels.labelled),
         )
     )
     return families
@@ -628,7 +690,7 @@ def _key_gauges(views: Sequence[LaneView], labels: TenantLabels) -> list[Metric]
     for name, what, value in KEY_GAUGES:
         family = GaugeMetricFamily(name, what, labels=KEY)
         for v in views:
-            if v.tenant_id not in labels.members:
+            if v.tenant_id not in labels.labelled:
                 continue
             for k in v.keys:
                 got = value(k)
@@ -641,10 +703,26 @@ def _key_gauges(views: Sequence[LaneView], labels: TenantLabels) -> list[Metric]
 # -- rendering ------------------------------------------------------------------------
 
 
+# Event series labelled by job type alone: each sums every tenant's figures of its type,
+# so a key scoped to some tenants is not given them.
+TYPE_WIDE_EVENTS = frozenset(
+    {
+        "jobfair_activate_requests",
+        "jobfair_activate_empty",
+        "jobfair_processing_seconds",
+        "jobfair_activate_request_seconds",
+        "jobfair_long_poll_wait_seconds",
+    }
+)
+
+
 def _within(family: Metric, caller: Principal) -> Metric:
     """``family`` with only the samples of tenants and types ``caller`` may see (the
-    fold of the others is theirs too, so it is left out)."""
+    fold of the others is theirs too, so it is left out; and for a key scoped to some
+    tenants, the series that add up every tenant's events of a type)."""
     out = Metric(family.name, family.documentation, family.type)
+    if caller.tenants is not None and family.name in TYPE_WIDE_EVENTS:
+        return out
     for s in family.samples:
         tenant, job_type = s.labels.get("tenant"), s.labels.get("type")
         if tenant is not None and (
@@ -754,7 +832,7 @@ class TenantRanker:
             ever[r.tenant_id] += r.activated_total
             if r.active:
                 backlogged.add(r.tenant_id)
-        members = self.labels.members
+        members = self.labels.labelled
         order = sorted(
             ever,
             key=lambda t: (-recent[t], t not in backlogged, t not in members, -ever[t], t),

@@ -287,7 +287,8 @@ async def test_process_state_is_exported(live: Live):
 
 @pytest.fixture
 def keys_required() -> Settings:
-    return quiet_settings(auth="required")
+    # Two labelled tenants at most: a third is folded into <other>.
+    return quiet_settings(auth="required", metrics_top_tenants=2)
 
 
 async def test_a_scoped_key_scrapes_its_own_tenants_and_types_alone(
@@ -315,6 +316,21 @@ async def test_a_scoped_key_scrapes_its_own_tenants_and_types_alone(
         assert {t for (n, ls) in mine for k, t in ls if k == "tenant"} == {"a"}
         assert value(mine, "jobfair_jobs_created_total", type="s", tenant="a") == 1
         assert ("jobfair_waiters", frozenset()) in mine
+        # Series of a type alone add up every tenant's events: not for a tenant-scoped key.
+        body = {"type": "s", "maxJobs": 1, "timeout": 1000, "requestTimeout": -1}
+        admin_auth = {"Authorization": f"Bearer {admin}"}
+        r = await live.client.post("/v2/jobs/activate", json=body, headers=admin_auth)
+        assert r.status_code == 200
+        everything = await scrape(live.client, headers=admin_auth)
+        mine = await scrape(live.client, headers={"Authorization": f"Bearer {scoped}"})
+        type_wide = [
+            "jobfair_activate_requests_total",
+            "jobfair_activate_request_seconds_count",
+            "jobfair_processing_seconds_count",
+        ]
+        assert total(everything, type_wide[0], type="s") == 1
+        for name in type_wide:
+            assert not [k for k in mine if k[0] == name], name
 
 
 async def test_two_server_processes_add_up_to_the_jobs_created(spawn_server):

@@ -140,11 +140,23 @@ async def test_labels_switch_to_a_published_set_at_its_instant():
 
 
 def test_the_text_is_prometheus_s_with_whole_numbers_as_integers():
-    m = Metrics(5)
+    m = Metrics(1)  # one labelled tenant: the first event's; the next is folded
     m.count(m.created, [("t", "a"), ("t", "a"), ("t", "b")])
     m.sync()
     text = render(m.registry.collect()).decode()
     assert "jobfair_waiters 0\n" in text
-    assert 'jobfair_jobs_created_total{tenant="<other>",type="t"} 3\n' in text
+    assert 'jobfair_jobs_created_total{tenant="a",type="t"} 2\n' in text
+    assert 'jobfair_jobs_created_total{tenant="<other>",type="t"} 1\n' in text
     names = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
     assert {"jobfair_jobs_created_total", "jobfair_waiters", "jobfair_db_pool_in_use"} <= names
+
+
+def test_tenants_are_labelled_at_once_while_there_is_room_and_a_set_decides_the_edge():
+    labels = TenantLabels(top=2)
+    assert [labels.of(t) for t in ("a", "b", "c", "a")] == ["a", "b", OTHER, "a"]
+    assert labels.shown("c") == OTHER and labels.labelled == {"a", "b"}
+    now = utcnow()
+    # The leader's set in force names c and a: b, admitted here, gives way (room 0).
+    labels.apply([TenantSet(now - timedelta(seconds=1), frozenset({"c", "a"}))], now)
+    assert labels.labelled == {"a", "c"} and labels.of("b") == OTHER
+    labels.close()
