@@ -9,6 +9,9 @@ import random
 import sys
 from datetime import datetime
 
+import httpx
+
+from tests.fixtures import wait_ready
 from tests.helpers import activate, assert_problem, complete, enqueue
 
 
@@ -176,3 +179,31 @@ async def test_jobfair_jobs_why_prints_the_reasons_with_their_figures(live):
     )
     _, err = await missing.communicate()
     assert missing.returncode != 0 and b"does not exist" in err
+
+
+async def test_two_server_processes_explain_alike(spawn_server):
+    """``--workers 2``: explanations asked over many connections (spread by the kernel
+    over both processes) name the same hold with the same figures, and agree once it is
+    gone; the decision is the database's state, not a process's."""
+    server = spawn_server("--workers", "2")
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as c:
+        await wait_ready(c, server)
+        await c.put("/v2/tenants/capped", json={"maxActiveJobs": 1})
+        [_, waiting] = await enqueue(c, "two", "capped", 2)
+        [job] = await activate(c, "two", 1)
+
+        async def asked() -> dict:
+            async with httpx.AsyncClient(base_url=server.url, timeout=30) as own:
+                return await explain(own, waiting)
+
+        held = await asyncio.gather(*(asked() for _ in range(12)))
+        assert all(
+            reasons(e)["tenantCap"] == {"reason": "tenantCap", "active": 1, "limit": 1}
+            and e["activatableNow"] is False
+            for e in held
+        )
+        assert (await complete(c, job)).status_code == 204
+        free = await asyncio.gather(*(asked() for _ in range(12)))
+        assert all("tenantCap" not in reasons(e) and e["nextInLane"] is True for e in free), [
+            e["reasons"] for e in free
+        ]
