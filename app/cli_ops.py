@@ -783,6 +783,9 @@ def explanation_lines(e: dict[str, Any]) -> list[str]:
             f"entitled {percent(lane['entitledShare'])} (window), "
             f"entitled now {percent(lane['configuredShare'])}"
         )
+        if held := lane.get("heldInWindow"):
+            parts = ", ".join(f"{HELD_BY.get(r, r)} {percent(f)}" for r, f in held.items())
+            lines.append(f"its lane was held in the window: {parts}")
     if (q := e.get("queue")) is not None:
         lines.append(
             f"its key: {q['aheadInKey']:,}{'+' if q['aheadInKeyAtLeast'] else ''} ahead; "

@@ -156,6 +156,7 @@ class ExplainService:
                 "entitledShare": round(lane.entitled_share, 4),
                 "configuredShare": round(lane.configured_share, 4),
                 "activatedLastMinute": lane.activated_in_window,
+                "heldInWindow": {r: round(f, 4) for r, f in sorted(lane.held_in_window.items())},
             }
         # Demand: is anyone asking for its type?
         asked = await stored.last_asked(self.db, job.job_type)

@@ -272,6 +272,7 @@ class StatsService:
                 h[0].reason.value
                 if (h := holds.get((r.job_type, r.tenant_id)))
                 else (scheduler.HoldReason.TENANT_CAP.value if r.active and r.held else None),
+                r.held_count,
             )
             for r in rows
         }

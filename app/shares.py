@@ -8,7 +8,9 @@ window: in an interval where a job type made ``A`` activations, the lanes backlo
 it share them by weight, as the scheduler does -- except that a lane held back (at a cap,
 out of tokens, paused) at either end of the interval could take no more than it took:
 it is entitled to the lesser of its weighted share and what it got, and what it leaves
-is shared by weight among the others (water-filling, as max-min fairness with caps).  A
+is shared by weight among the others (water-filling, as max-min fairness with caps); so
+is a lane that ran out of ready jobs by the interval's end (it was given all it had: a
+tenant whose few jobs are taken as they come is not shown starved).  A
 lane is backlogged in an interval when it had ready jobs at either end of it, or was
 activated in it.  So a tenant that joins halfway through the window is entitled only to
 a share of the activations made after it came, not of the window's; a tenant capped at
@@ -43,6 +45,9 @@ class LaneSample(NamedTuple):
     backlogged: bool
     weight: int
     held_by: str | None = None
+    # How many times a claim held it at its tenant's cap (``lanes.held_count``): moved
+    # between two samples, it was held in the interval, however briefly.
+    held_count: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +175,14 @@ def interval(
         # A lane first seen now was made in the interval, its count from 0.
         a = max(0.0, now.served - (then.served if then else 0.0))
         if a or now.backlogged or (then is not None and then.backlogged):
-            held = now.held_by is not None or (then is not None and then.held_by is not None)
+            # It could take no more than it took: held back (at either end, or by a hold
+            # in between), or out of jobs at the end (it was given all it had).
+            held = (
+                now.held_by is not None
+                or (then is not None and then.held_by is not None)
+                or (then is not None and now.held_count > then.held_count)
+                or not now.backlogged
+            )
             by_type.setdefault(lane[0], []).append(_Member(lane, a, now.weight, held))
             made[lane[0]] = made.get(lane[0], 0.0) + a
     out: dict[Lane, tuple[float, float]] = {}
@@ -216,15 +228,24 @@ def water_fill(total: float, members: Sequence[_Member]) -> dict[Lane, float]:
 def held_in(
     before: Mapping[Lane, LaneSample], after: Mapping[Lane, LaneSample], span_s: float
 ) -> dict[Lane, dict[str, float]]:
-    """Per lane held at either end of an interval of ``span_s``: the seconds it was held,
-    by what (half the interval for each end it was held at)."""
+    """Per lane held in an interval of ``span_s``: the seconds it was held, by what --
+    half the interval for each end it was held at, or the whole of it at its tenant's cap
+    when a claim held it there in between (its ``held_count`` moved: the cap held it
+    back in the interval's rounds, however briefly each time)."""
     out: dict[Lane, dict[str, float]] = {}
     for samples in (before, after):
         for lane, s in samples.items():
             if s.held_by is not None and s.backlogged:
                 by = out.setdefault(lane, {})
                 by[s.held_by] = by.get(s.held_by, 0.0) + span_s / 2
+    for lane, s in after.items():
+        then = before.get(lane)
+        if then is not None and s.held_count > then.held_count:
+            out[lane] = {CAP_HELD: span_s}
     return out
+
+
+CAP_HELD = "tenantCap"  # what a claim's hold (lanes.held_count) is: its tenant's cap
 
 
 class Throughput:

@@ -15,12 +15,13 @@ from app.db.rows import KeySampleRow, LaneSampleRow, LaneStats, TenantSet
 # -- name: lane_samples
 # Every lane: its running count of activations, whether it is backlogged (active) and
 # held at a cap, its virtual time, and its tenant's weight; its running count of units
-# served and what its type is fair by (NULL: activations; ADR 029); what the share
+# served and what its type is fair by (NULL: activations; ADR 029), and how many times a
+# claim held it at its tenant's cap (alembic 0015); what the share
 # windows (app.shares) and the virtual-time lag are computed from.  A sequential read of
 # lanes joined to tenants and job types by hash; no locks.
 LANE_SAMPLES = """
 SELECT l.job_type, l.tenant_id, l.activated_total, l.active, l.held, l.vtime,
-       COALESCE(t.weight, 1) AS weight, l.units_total, jt.fairness_by
+       COALESCE(t.weight, 1) AS weight, l.units_total, jt.fairness_by, l.held_count
 FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
 LEFT JOIN job_types jt ON jt.job_type = l.job_type
 """

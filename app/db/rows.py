@@ -240,6 +240,7 @@ class LaneSampleRow(NamedTuple):
     weight: int
     units_total: float = 0.0
     fairness_by: str | None = None  # its type's (None: by activations)
+    held_count: int = 0  # the holds claims made of it at its tenant's cap (alembic 0015)
 
 
 class KeySampleRow(NamedTuple):

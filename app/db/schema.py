@@ -188,6 +188,9 @@ lanes = Table(
     # jobs' costs, by worker time its ended leases' seconds; what realised shares of
     # such types are measured in.
     Column("units_total", Double, nullable=False, server_default=text("0")),
+    # How many times a claim held the lane at its tenant's cap (alembic 0015): the stats
+    # see a hold between two samples by it moving (app.shares).
+    Column("held_count", BigInteger, nullable=False, server_default=text("0")),
     PrimaryKeyConstraint("job_type", "tenant_id", "shard", name="lanes_pkey"),
     CheckConstraint("shard = jobfair_shard(tenant_id)", name="lanes_shard_check"),
     postgresql_with={

@@ -369,7 +369,7 @@ trimmed AS (
       AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
 held AS (
-    UPDATE lanes l SET held = true
+    UPDATE lanes l SET held = true, held_count = l.held_count + 1
     WHERE l.job_type = $1 AND NOT l.held AND l.tenant_id = ANY(ARRAY(
         SELECT r.tenant_id FROM unnest($12::text[], $13::int[]) AS r(tenant_id, room)
         WHERE r.room <= (SELECT count(*) FROM activated a WHERE a.tenant_id = r.tenant_id)))
@@ -489,7 +489,7 @@ trimmed AS (
       AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
 held AS (
-    UPDATE lanes l SET held = true
+    UPDATE lanes l SET held = true, held_count = l.held_count + 1
     WHERE l.job_type = $1 AND NOT l.held AND l.tenant_id = ANY(ARRAY(
         SELECT r.tenant_id FROM unnest($12::text[], $13::int[]) AS r(tenant_id, room)
         WHERE r.room <= (SELECT count(*) FROM activated a WHERE a.tenant_id = r.tenant_id)))

@@ -494,5 +494,5 @@ RETURNING k.tenant_id, k.fairness_key;
 -- claim that holds their cap locks, which it will hold until this commits.  A lane read
 -- skips held lanes; jobfair_release_holds, which takes the same locks first, releases them
 -- when the tenant's capacity frees (ADR 016).  Index: lanes pkey.  Locks: the lane rows.
-UPDATE lanes SET held = true
+UPDATE lanes SET held = true, held_count = held_count + 1
 WHERE job_type = $1 AND tenant_id = ANY($2::text[]) AND NOT held;

@@ -160,3 +160,23 @@ def test_tenants_are_labelled_at_once_while_there_is_room_and_a_set_decides_the_
     labels.apply([TenantSet(now - timedelta(seconds=1), frozenset({"c", "a"}))], now)
     assert labels.labelled == {"a", "c"} and labels.of("b") == OTHER
     labels.close()
+
+
+def test_a_hold_between_two_samples_counts_as_held_for_the_interval():
+    """Capped at 2 and freed between rounds: free at both samples, but a claim held it
+    at its cap in between (lanes.held_count moved)."""
+    before = {("t", "a"): LaneSample(0, True, 3, None, 5), ("t", "b"): LaneSample(0, True, 1)}
+    after = {("t", "a"): LaneSample(2, True, 3, None, 9), ("t", "b"): LaneSample(18, True, 1)}
+    assert interval(before, after) == {("t", "a"): (2, 2.0), ("t", "b"): (18, 18.0)}
+    window = ShareWindow(60)
+    window.add(0, before)
+    window.add(10, after)
+    assert window.held(("t", "a")) == {"tenantCap": 1.0} and window.held(("t", "b")) == {}
+
+
+def test_a_lane_that_ran_out_of_jobs_was_given_all_it_had():
+    """A trickle beside a flood: its one job taken, nothing left at the interval's end;
+    entitled to what it took, the rest to the flood."""
+    before = lanes(flood=(0, True, 1), trickle=(0, True, 1))
+    after = lanes(flood=(19, True, 1), trickle=(1, False, 1))
+    assert interval(before, after) == {("t", "flood"): (19, 19.0), ("t", "trickle"): (1, 1.0)}

@@ -589,6 +589,8 @@ function explanation(e) {
   if (e.state === "CREATED") facts.push(`activatable now: ${e.activatableNow ? "yes" : "no"} · the next activation of its lane takes it: ${e.nextInLane ? "yes" : "no"}`);
   if (e.priority) facts.push(`priority ${e.priority.priority}, effective ${e.priority.effective} now${e.priority.topAt ? `; top priority by aging at ${e.priority.topAt}` : ""}`);
   if (e.lane) facts.push(`its lane: weight ${num(e.lane.weight)} · ${pct(e.lane.realizedShare)} realised · ${pct(e.lane.entitledShare)} entitled (window) · ${pct(e.lane.configuredShare)} entitled now`);
+  const held = Object.entries((e.lane && e.lane.heldInWindow) || {});
+  if (held.length) facts.push(`its lane was held in the window: ${held.map(([r, f]) => `${HELD_BY[r] || r} ${pct(f)}`).join(", ")}`);
   if (e.queue) facts.push(`${num(e.queue.aheadInKey)}${e.queue.aheadInKeyAtLeast ? "+" : ""} ahead in its key · ${num(e.queue.readyInLane)} ready in its lane over ${plural(e.queue.keysBacklogged, "key")}`);
   if (e.state === "CREATED") facts.push(e.estimatedStartAt ? `estimated start (an estimate): ${e.estimatedStartAt}` : "estimated start: cannot be estimated (held, or its lane was not served)");
   return el("section", { class: "card", "aria-label": "why it waits" }, el("h2", {}, e.state === "CREATED" ? "Why it waits" : "Where it stands"),
