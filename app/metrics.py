@@ -56,7 +56,7 @@ from app.errors import JobfairError, OutcomeUnknown, Overloaded
 from app.keys import Principal
 from app.operators import LaneView, StatsService
 from app.scheduler import Aging, HoldReason, max_wait_to_top_ms
-from app.shares import KeyShare
+from app.shares import OTHER_KEYS, KeyShare
 
 log = logging.getLogger(__name__)
 
@@ -672,6 +672,11 @@ KEY_GAUGES: tuple[tuple[str, str, Callable[[KeyShare], float | None]], ...] = (
         "The fraction of its lane's activations in the share window that its weight "
         "entitled it to, among the lane's keys backlogged then.",
         lambda k: k.entitled,
+    ),
+    (
+        "jobfair_key_weight",
+        "The fairness key's weight inside its lane (keys with a label of their own).",
+        lambda k: None if k.key == OTHER_KEYS else k.weight,
     ),
     (
         "jobfair_key_vtime_lag",

@@ -250,6 +250,7 @@ async def test_stats_and_metrics_show_each_keys_shares_and_lag(live: Live) -> No
         )
         lag = samples.get(("jobfair_key_vtime_lag", frozenset(series.items())))
         assert lag is not None and round(lag, 6) == keys[k]["vtimeLag"]
+        assert value(samples, "jobfair_key_weight", **series) == keys[k]["weight"]
 
 
 async def test_a_lanes_keys_beyond_the_top_are_folded(db_url: str) -> None:
