@@ -95,20 +95,21 @@ STATS_OF_TYPE = _STATS.format(type="AND job_type = $1")
 # (GET /v2/jobs/{jobKey}/explain); no locks.
 JOBS_AHEAD = f"""
 WITH me AS (
-    SELECT job_type, tenant_id, fairness_key, queued_at, job_key,
+    SELECT job_type, tenant_id, shard, fairness_key, queued_at, job_key,
            {
     EFFECTIVE_PRIORITY.format(
         priority="priority", queued_at="queued_at", now="$2", step="$4", interval="$3"
     )
 }
              AS eff
-    FROM jobs WHERE job_key = $1
+    FROM jobs WHERE job_key = $1 AND shard = jobfair_key_shard($1)
 )
 SELECT (
     SELECT count(*) FROM (
         SELECT 1 FROM jobs j, me
         WHERE j.state = 'CREATED' AND j.job_type = me.job_type AND j.tenant_id = me.tenant_id
-          AND j.fairness_key = me.fairness_key AND j.job_key <> me.job_key
+          AND j.shard = me.shard AND j.fairness_key = me.fairness_key
+          AND j.job_key <> me.job_key
           AND ({
     EFFECTIVE_PRIORITY.format(
         priority="j.priority", queued_at="j.queued_at", now="$2", step="$4", interval="$3"
@@ -120,6 +121,7 @@ SELECT (
     SELECT count(*) FROM (
         SELECT 1 FROM jobs j, me
         WHERE j.state = 'CREATED' AND j.job_type = me.job_type AND j.tenant_id = me.tenant_id
+          AND j.shard = me.shard
         LIMIT $5) c
 ) AS ready_in_lane
 """

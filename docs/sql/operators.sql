@@ -72,18 +72,19 @@ ORDER BY l.job_type, l.tenant_id;
 -- jobs_ready_idx, a range of the key's and of the lane's ready jobs.  An operator read
 -- (GET /v2/jobs/{jobKey}/explain); no locks.
 WITH me AS (
-    SELECT job_type, tenant_id, fairness_key, queued_at, job_key,
+    SELECT job_type, tenant_id, shard, fairness_key, queued_at, job_key,
            LEAST(100, priority + $4 * floor(
                GREATEST(0, extract(epoch FROM ($2 - queued_at)) * 1000)
                / $3))
              AS eff
-    FROM jobs WHERE job_key = $1
+    FROM jobs WHERE job_key = $1 AND shard = jobfair_key_shard($1)
 )
 SELECT (
     SELECT count(*) FROM (
         SELECT 1 FROM jobs j, me
         WHERE j.state = 'CREATED' AND j.job_type = me.job_type AND j.tenant_id = me.tenant_id
-          AND j.fairness_key = me.fairness_key AND j.job_key <> me.job_key
+          AND j.shard = me.shard AND j.fairness_key = me.fairness_key
+          AND j.job_key <> me.job_key
           AND (LEAST(100, j.priority + $4 * floor(
                GREATEST(0, extract(epoch FROM ($2 - j.queued_at)) * 1000)
                / $3)), me.queued_at, me.job_key)
@@ -93,6 +94,7 @@ SELECT (
     SELECT count(*) FROM (
         SELECT 1 FROM jobs j, me
         WHERE j.state = 'CREATED' AND j.job_type = me.job_type AND j.tenant_id = me.tenant_id
+          AND j.shard = me.shard
         LIMIT $5) c
 ) AS ready_in_lane;
 
