@@ -273,10 +273,12 @@ def stats(
 ) -> None:
     """Backlog and fairness per job type and tenant.
 
-    Ready, delayed and active jobs, the oldest ready job's age, the activations of the
-    last minute and their share (realised) against the share the weights entitle
-    (over the tenants with ready jobs).  A capped or paused lane is marked, so that it
-    is not taken for a starved one.
+    Per tenant: its weight, ready, delayed and active jobs, the oldest ready job's age,
+    the activations of the last minute, their share (realised) against the share its
+    weight entitled it to of them (entitled; a lane held back or out of jobs is entitled
+    to what it took) and its weight over the weights with ready jobs now (entitled now).
+    What holds a lane back (cap, rate limit, pause) is noted, now and over the minute,
+    so that it is not taken for a starved one.
     """
     params = {"type": job_type}
     with connected(url, key) as server:
@@ -741,7 +743,7 @@ def reason_text(r: dict[str, Any]) -> str:
     if what == "otherKeysFirst":
         return f"its lane serves fairness key {r['nextKey']} first (its turn)"
     if what == "otherLanesFirst":
-        return f"other tenants' turns first (its lane's virtual time is {r['vtimeLag']:g} behind)"
+        return f"other tenants' turns first (its lane's virtual time is {r['vtimeLag']:g} ahead)"
     if what == "nobodyAsking":
         last = instant(r["lastAskedAt"]) if r["lastAskedAt"] else "not in a day"
         return f"nobody is asking: no worker asked for its type for {r['forS']:g} s (last: {last})"
@@ -789,7 +791,8 @@ def explanation_lines(e: dict[str, Any]) -> list[str]:
     if (q := e.get("queue")) is not None:
         lines.append(
             f"its key: {q['aheadInKey']:,}{'+' if q['aheadInKeyAtLeast'] else ''} ahead; "
-            f"its lane: {q['readyInLane']:,} ready in {q['keysBacklogged']} key(s)"
+            f"its lane: {q['readyInLane']:,}{'+' if q.get('readyInLaneAtLeast') else ''} ready"
+            f" in {q['keysBacklogged']} key(s)"
         )
     if e["state"] == "CREATED":
         at = e["estimatedStartAt"]

@@ -9,7 +9,7 @@ lane's service rate in the stats window; labelled as one, null when there is non
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -38,7 +38,9 @@ class ExplainService:
         resolve_aging: Callable[[int | None, int | None], Aging],
         waiting: Callable[[str], bool],
         visible: Callable[[str, str], bool] | None = None,
+        flush_sightings: Callable[[], Awaitable[Any]] | None = None,
     ) -> None:
+        self.flush_sightings = flush_sightings  # this process's worker names, written
         self.db = db
         self.stats = stats
         self.visible = visible  # a scoped key's: shares among the lanes it may see
@@ -117,9 +119,9 @@ class ExplainService:
         if eff < scheduler.MAX_PRIORITY and aging.step > 0:
             waited = max(timedelta(0), now - job.queued_at)
             step = timedelta(milliseconds=aging.interval_ms)
-            priority["nextStepAt"] = rfc3339(job.queued_at + (waited // step + 1) * step)
+            priority["nextStepAt"] = _shifted(job.queued_at, (waited // step + 1) * step)
             top = scheduler.max_wait_to_top_ms(job.priority, aging)
-            priority["topAt"] = rfc3339(job.queued_at + timedelta(milliseconds=top))
+            priority["topAt"] = _shifted(job.queued_at, timedelta(milliseconds=top))
         out["priority"] = priority
         # Its place: in its key, among its lane's keys, among its type's lanes.
         ahead, ready = await stored.jobs_ahead(
@@ -138,6 +140,7 @@ class ExplainService:
             "aheadInKey": ahead,
             "aheadInKeyAtLeast": ahead >= AHEAD_BOUND,
             "readyInLane": ready,
+            "readyInLaneAtLeast": ready >= AHEAD_BOUND,
             "keysBacklogged": len(backlogged),
             "nextKey": None if next_key is None else shown_key(next_key),
             "keyWeight": mine,
@@ -158,7 +161,10 @@ class ExplainService:
                 "activatedLastMinute": lane.activated_in_window,
                 "heldInWindow": {r: round(f, 4) for r, f in sorted(lane.held_in_window.items())},
             }
-        # Demand: is anyone asking for its type?
+        # Demand: is anyone asking for its type?  (This process's sightings written first,
+        # as GET /v2/workers does: a worker that just asked here is seen.)
+        if self.flush_sightings is not None:
+            await self.flush_sightings()
         asked = await stored.last_asked(self.db, job.job_type)
         here = self.waiting(job.job_type)
         out["demand"] = {"lastAskedAt": rfc3339(asked), "waitingHere": here}
@@ -170,7 +176,9 @@ class ExplainService:
         due = job.state is JobState.CREATED
         out["activatableNow"] = due and not holds
         out["nextInLane"] = out["activatableNow"] and ahead == 0 and next_key == job.fairness_key
-        out["estimatedStartAt"] = self._estimate(job, lane, holds, ahead, mine, key_weight, now)
+        out["estimatedStartAt"] = self._estimate(
+            job, lane, holds, ahead, mine, key_weight, now, next_in_lane=out["nextInLane"]
+        )
 
     def _estimate(
         self,
@@ -181,6 +189,8 @@ class ExplainService:
         weight: int,
         key_weights: int,
         now: datetime,
+        *,
+        next_in_lane: bool,
     ) -> str | None:
         """Now plus the work ahead of it in its key over its key's part of its lane's
         service rate in the window (None: held, or its lane was not served)."""
@@ -189,12 +199,20 @@ class ExplainService:
         span = self.stats.window.span_s
         served = lane.activated_in_window
         start = max(now, job.run_at)
-        if ahead == 0 and job.state is JobState.CREATED and lane.vtime_lag == 0:
+        if next_in_lane and lane.vtime_lag == 0:
             return rfc3339(start)
         if not span or not served:
             return None
         rate = served / span * weight / max(weight, key_weights)
-        return rfc3339(start + timedelta(seconds=math.ceil((ahead + 1) / rate * 10) / 10))
+        return _shifted(start, timedelta(seconds=math.ceil((ahead + 1) / rate * 10) / 10))
+
+
+def _shifted(at: datetime, by: timedelta) -> str | None:
+    """``at + by`` as RFC 3339, None past the calendar's end (year 9999)."""
+    try:
+        return rfc3339(at + by)
+    except OverflowError:
+        return None
 
 
 def _finished(job: JobRow) -> dict[str, Any]:

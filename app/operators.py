@@ -241,10 +241,10 @@ class StatsService:
         self.latest: list[LaneSampleRow] = []
         # What holds each lane with ready jobs back, as of the latest sample.
         self.holds: dict[tuple[str, str], list[scheduler.Hold]] = {}
-        # Per job type: its running total of activations as last sampled, and the
-        # monotonic instant of the sample that first saw it there (when it last moved).
-        self._moved: dict[str, tuple[int, float]] = {}
-        self._first_at: float | None = None
+        # Per job type: its running total of activations as last sampled, the monotonic
+        # instant of the sample that first saw it there, and whether a sample saw it move
+        # (else that instant is when this process first saw the type).
+        self._moved: dict[str, tuple[int, float, bool]] = {}
 
     async def sample(self) -> list[LaneSampleRow]:
         """Sample every lane, and its most active keys, into the windows; the lanes read."""
@@ -287,26 +287,28 @@ class StatsService:
         for r in rows:
             totals[r.job_type] = totals.get(r.job_type, 0) + r.activated_total
         self.throughput.add(now, totals)
-        if self._first_at is None:
-            self._first_at = now
         for job_type, total in totals.items():
-            if self._moved.get(job_type, (None, 0.0))[0] != total:
-                self._moved[job_type] = (total, now)
+            seen = self._moved.get(job_type)
+            if seen is None:
+                self._moved[job_type] = (total, now, False)
+            elif seen[0] != total:
+                self._moved[job_type] = (total, now, True)
         self.latest = rows
         self.holds = holds
         return rows
 
     def idle_s(self, job_type: str) -> tuple[float, bool] | None:
         """How long no activation of ``job_type`` was seen (by this process's samples),
-        and whether that is a lower bound (none seen since it began sampling); None: one
-        was seen in the latest interval, or nothing was sampled yet."""
+        and whether that is a lower bound (none seen since this process first saw the
+        type); None: one was seen in the latest interval, or nothing was sampled yet."""
         moved = self._moved.get(job_type)
-        if moved is None or self._first_at is None:
-            return None
         latest = self.window.latest_s
-        if latest is None or moved[1] >= latest and moved[1] != self._first_at:
+        if moved is None or latest is None:
             return None
-        return time.monotonic() - moved[1], moved[1] == self._first_at
+        total, at, seen_move = moved
+        if seen_move and at >= latest:
+            return None
+        return time.monotonic() - at, not seen_move
 
     async def _sample_keys(self) -> None:
         tracked = [

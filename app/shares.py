@@ -72,6 +72,9 @@ class ShareWindow:
         self._activated: dict[Lane, float] = {}
         self._entitled: dict[Lane, float] = {}
         self._held: dict[Lane, dict[str, float]] = {}
+        # Per lane: how many kept intervals name it.  Its sums go when the last does (a
+        # sum that reaches 0 while a later interval still names the lane stays).
+        self._refs: dict[Lane, int] = {}
 
     def add(self, at_s: float, lanes: Mapping[Lane, LaneSample]) -> None:
         """A sample of every lane at ``at_s`` (monotonic seconds, increasing)."""
@@ -87,25 +90,28 @@ class ShareWindow:
                 sums = self._held.setdefault(lane, {})
                 for reason, s in by.items():
                     sums[reason] = sums.get(reason, 0.0) + s
+            for lane in counts.keys() | held.keys():
+                self._refs[lane] = self._refs.get(lane, 0) + 1
         self._last = (at_s, lanes)
         # Keep the newest interval that began at least a window ago, not more.
         while len(self._intervals) > 1 and self._intervals[0].end_s <= at_s - self.window_s:
-            old = self._intervals.popleft()
-            for lane, (a, e) in old.counts.items():
-                left_a = self._activated[lane] - a
-                left_e = self._entitled[lane] - e
-                if abs(left_a) < 1e-9 and left_e < 1e-9:
-                    del self._activated[lane], self._entitled[lane]
-                else:
-                    self._activated[lane], self._entitled[lane] = left_a, max(0.0, left_e)
-            for lane, by in old.held.items():
-                sums = self._held[lane]
-                for reason, s in by.items():
-                    sums[reason] -= s
-                    if sums[reason] < 1e-9:
-                        del sums[reason]
-                if not sums:
-                    del self._held[lane]
+            self._forget(self._intervals.popleft())
+
+    def _forget(self, old: _Interval) -> None:
+        for lane, (a, e) in old.counts.items():
+            self._activated[lane] -= a
+            self._entitled[lane] = max(0.0, self._entitled[lane] - e)
+        for lane, by in old.held.items():
+            sums = self._held[lane]
+            for reason, s in by.items():
+                sums[reason] = max(0.0, sums[reason] - s)
+        for lane in old.counts.keys() | old.held.keys():
+            self._refs[lane] -= 1
+            if self._refs[lane] == 0:
+                del self._refs[lane]
+                self._activated.pop(lane, None)
+                self._entitled.pop(lane, None)
+                self._held.pop(lane, None)
 
     @property
     def latest_s(self) -> float | None:
@@ -134,12 +140,20 @@ class ShareWindow:
         span = self.span_s
         if not span:
             return {}
-        return {reason: min(1.0, s / span) for reason, s in self._held.get(lane, {}).items()}
+        return {
+            reason: min(1.0, s / span) for reason, s in self._held.get(lane, {}).items() if s > 1e-9
+        }
 
     def lanes(self) -> list[Lane]:
         """The lanes with activations or an entitlement in the window, then those held
         in it."""
-        return [*self._activated, *(lane for lane in self._held if lane not in self._activated)]
+        return [
+            lane
+            for lane in self._refs
+            if self._activated.get(lane, 0) > 1e-9
+            or self._entitled.get(lane, 0) > 1e-9
+            or any(s > 1e-9 for s in self._held.get(lane, {}).values())
+        ]
 
     def shares(
         self, among: Callable[[Lane], bool] | None = None
@@ -376,6 +390,8 @@ class KeyWindow:
         self._intervals: deque[tuple[float, float, dict[Lane, dict[str, tuple[float, float]]]]]
         self._intervals = deque()
         self._sums: dict[Lane, dict[str, list[float]]] = {}
+        # Per lane and key: how many kept intervals name it (its sums go with the last).
+        self._refs: dict[Lane, dict[str, int]] = {}
 
     def add(self, at_s: float, lanes: Mapping[Lane, LaneKeys]) -> None:
         """A sample of every lane's keys at ``at_s`` (monotonic seconds, increasing)."""
@@ -386,23 +402,26 @@ class KeyWindow:
             self._intervals.append((start_s, at_s, counts))
             for lane, per_key in counts.items():
                 sums = self._sums.setdefault(lane, {})
+                refs = self._refs.setdefault(lane, {})
                 for key, (a, e) in per_key.items():
                     got = sums.setdefault(key, [0.0, 0.0])
                     got[0] += a
                     got[1] += e
+                    refs[key] = refs.get(key, 0) + 1
         self._last = (at_s, lanes)
         while len(self._intervals) > 1 and self._intervals[0][1] <= at_s - self.window_s:
             _, _, old = self._intervals.popleft()
             for lane, per_key in old.items():
-                sums = self._sums[lane]
+                sums, refs = self._sums[lane], self._refs[lane]
                 for key, (a, e) in per_key.items():
                     got = sums[key]
                     got[0] -= a
                     got[1] = max(0.0, got[1] - e)
-                    if got[0] <= 1e-9 and got[1] < 1e-9:
-                        del sums[key]
+                    refs[key] -= 1
+                    if refs[key] == 0:
+                        del sums[key], refs[key]
                 if not sums:
-                    del self._sums[lane]
+                    del self._sums[lane], self._refs[lane]
 
     def tracked(self) -> dict[Lane, list[str]]:
         """Per lane, the keys the next sample should read by name: the ``top`` most

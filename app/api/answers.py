@@ -245,11 +245,22 @@ class TenantStats(BaseModel):
         "where the type is fair by them (fairnessBy)"
     )
     configuredShare: float = Field(
-        description="of the weights of the lanes with ready jobs (paused tenants left out)"
+        description="entitled now: its weight over the weights of the type's lanes with "
+        "ready jobs now (paused tenants left out)"
     )
     entitledShare: float = Field(
         description="what its weight entitled it to of the type's activations in the window, "
-        "among the lanes backlogged then (docs/metrics.md)"
+        "among the lanes backlogged then, a lane held back or out of jobs entitled to what "
+        "it took (docs/metrics.md)"
+    )
+    weight: int = Field(description="its tenant's weight")
+    heldBy: list[dict[str, Any]] = Field(
+        description="what holds its ready jobs back now, each {reason, active and limit "
+        "(a cap) or nextTokenInMs (a rate limit)}; reasons tenantPaused, typePaused, "
+        "tenantCap, typeCap, tenantRate, typeRate"
+    )
+    heldInWindow: dict[str, float] = Field(
+        description="per reason, the fraction of the window it held the lane's ready jobs"
     )
     vtimeLag: float | None = Field(
         description="its virtual time minus the smallest of its type's backlogged lanes "
@@ -276,11 +287,20 @@ class TypeStats(BaseModel):
         "minute before this server process started); null for a key scoped to some "
         "tenants or types"
     )
+    noActivationForMs: int | None = Field(
+        description="how long no activation of the type was seen (null: one was, in the "
+        "latest sampling interval)"
+    )
+    noActivationSinceStart: bool = Field(
+        description="none was seen since this server process first saw the type: the "
+        "figure is a lower bound"
+    )
     tenants: list[TenantStats]
 
 
 class Stats(BaseModel):
     jobTypes: list[TypeStats]
+    windowMs: int = Field(description="the span the share window covers now")
 
 
 class CamundaJob(BaseModel):

@@ -96,6 +96,7 @@ async def explain_job(request: Request, key: str) -> Response:
     explainer = ExplainService(
         s.db, s.stats, s.activation.resolve_aging, s.waiters.has_waiters,
         visible=caller.sees if caller.scoped else None,
+        flush_sightings=s.workers.flush,
     )  # fmt: skip
     job = await explainer.job(k)
     if not caller.sees(job.tenant_id, job.job_type):

@@ -15,18 +15,19 @@ LEFT JOIN job_types jt ON jt.job_type = l.job_type;
 
 -- name: capped_active
 -- Per capped tenant ('tenant') and capped job type ('type'): its ACTIVATED jobs, counted
--- up to its cap (all a held-by needs to know), over jobs_lease_idx's range of active jobs.
+-- up to its cap or 10,000, whichever is more (a cap lowered below what is active shows
+-- what is), over jobs_lease_idx's range of active jobs.
 -- Runs with lane_samples, every few seconds; no locks.
 SELECT 'tenant' AS kind, t.tenant_id AS name, (
     SELECT count(*) FROM (
         SELECT 1 FROM jobs j WHERE j.state = 'ACTIVATED' AND j.tenant_id = t.tenant_id
-        LIMIT t.max_active_jobs) c) AS active
+        LIMIT GREATEST(t.max_active_jobs, 10000)) c) AS active
 FROM tenants t WHERE t.max_active_jobs IS NOT NULL
 UNION ALL
 SELECT 'type', jt.job_type, (
     SELECT count(*) FROM (
         SELECT 1 FROM jobs j WHERE j.state = 'ACTIVATED' AND j.job_type = jt.job_type
-        LIMIT jt.max_active_jobs) c)
+        LIMIT GREATEST(jt.max_active_jobs, 10000)) c)
 FROM job_types jt WHERE jt.max_active_jobs IS NOT NULL;
 
 -- name: key_samples

@@ -207,3 +207,40 @@ async def test_two_server_processes_explain_alike(spawn_server):
         assert all("tenantCap" not in reasons(e) and e["nextInLane"] is True for e in free), [
             e["reasons"] for e in free
         ]
+
+
+async def test_what_a_probe_found_reads_right(live):
+    """Past the calendar's end: no 500, the instants null.  A worker that just asked
+    here is seen at once.  The head of a key whose turn is not now is not estimated to
+    start now.  A cap lowered below what is active shows what is."""
+    c = live.client
+    await c.put("/v2/job-types/ov", json={"agingIntervalMs": 2147483647, "agingStep": 1})
+    far = (await c.post("/v2/jobs", json={"type": "ov", "runAt": "9999-12-30T00:00:00Z"})).json()
+    e = await explain(c, far["jobKey"])
+    assert e["priority"]["topAt"] is None and reasons(e)["delayed"]["by"] == "runAt"
+    [a, b] = await enqueue(c, "asked", "acme", 2)
+    await activate(c, "asked", 1, worker="named")
+    assert "nobodyAsking" not in reasons(await explain(c, b))
+    await enqueue(c, "turns", "acme", 2, fairnessKey="a")
+    await enqueue(c, "turns", "acme", 2, fairnessKey="b")
+    [first] = await activate(c, "turns", 1)
+    ready = [
+        j
+        for j in (await c.get("/v2/jobs", params={"type": "turns", "state": "CREATED"})).json()[
+            "items"
+        ]
+    ]
+    for j in ready:
+        e = await explain(c, j["jobKey"])
+        if e["estimatedStartAt"] == e["at"]:
+            assert e["nextInLane"], e
+    await enqueue(c, "many", "lowered", 3)
+    await activate(c, "many", 3)
+    await c.put("/v2/tenants/lowered", json={"maxActiveJobs": 1})
+    [waiting] = await enqueue(c, "many", "lowered", 1)
+    assert reasons(await explain(c, waiting))["tenantCap"] == {
+        "reason": "tenantCap",
+        "active": 3,
+        "limit": 1,
+    }
+    assert first["tenantId"] == "acme"

@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from app.db.rows import TenantSet
 from app.domain import utcnow
 from app.metrics import OTHER, Metrics, TenantLabels, observe_all, render
-from app.shares import LaneSample, ShareWindow, interval
+from app.shares import KeySample, KeyWindow, LaneKeys, LaneSample, ShareWindow, interval
 
 
 def lanes(**spec: tuple) -> dict[tuple[str, str], LaneSample]:
@@ -180,3 +180,61 @@ def test_a_lane_that_ran_out_of_jobs_was_given_all_it_had():
     before = lanes(flood=(0, True, 1), trickle=(0, True, 1))
     after = lanes(flood=(19, True, 1), trickle=(1, False, 1))
     assert interval(before, after) == {("t", "flood"): (19, 19.0), ("t", "trickle"): (1, 1.0)}
+
+
+def test_a_lane_held_with_nothing_then_quiet_leaves_the_window_without_a_crash():
+    """Found by a probe: a lane's sums were deleted when they reached 0 while a later
+    interval still named it (entitled 0, served 0: held at its cap); when that interval
+    expired, KeyError -- and the sampler's death stopped the server."""
+    window = ShareWindow(10)
+    window.add(0, lanes(a=(0, True, 1, "tenantCap"), b=(0, True, 1)))
+    window.add(5, lanes(a=(0, True, 1, "tenantCap"), b=(5, True, 1)))
+    window.add(6, lanes(a=(0, True, 1, "tenantCap"), b=(6, True, 1)))
+    window.add(30, lanes(a=(0, True, 1, "tenantCap"), b=(6, True, 1)))
+    window.add(60, lanes(a=(0, True, 1, "tenantCap"), b=(6, True, 1)))
+    assert window.activated(("t", "b")) == 0
+
+
+def test_a_key_that_ran_out_beside_its_siblings_leaves_the_window_without_a_crash():
+    window = KeyWindow(10, top=5)
+
+    def sample(a: int, b: int, a_ready: bool) -> dict:
+        keys = {"a": KeySample(a, a_ready, 0.0, 1), "b": KeySample(b, True, 0.0, 1)}
+        return {("t", "x"): LaneKeys(a + b, 2 if a_ready else 1, 0.0, keys)}
+
+    window.add(0, sample(0, 0, True))
+    window.add(1, sample(1, 1, False))  # a ran out
+    window.add(2, sample(1, 3, False))  # a sampled, not owed, served nothing: (0, 0)
+    window.add(40, sample(1, 3, False))
+    window.add(80, sample(1, 3, False))
+    assert [k.activated for k in window.shares(("t", "x"))] == [0, 0]
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(0.1, 30),
+            st.dictionaries(
+                st.sampled_from("abc"),
+                st.tuples(st.integers(0, 5), st.booleans(), st.sampled_from([None, "tenantCap"])),
+            ),
+        ),
+        max_size=25,
+    )
+)
+def test_the_window_keeps_the_sums_of_the_intervals_it_keeps(steps):
+    """Whatever the samples, adding and forgetting never fails, and the window's sums are
+    those of the intervals it keeps."""
+    window = ShareWindow(20)
+    totals: dict[str, int] = {}
+    at = 0.0
+    for gap, step in steps:
+        at += gap
+        sample = {}
+        for tenant, (more, ready, held) in step.items():
+            totals[tenant] = totals.get(tenant, 0) + more
+            sample[("t", tenant)] = LaneSample(totals[tenant], ready, 1, held)
+        window.add(at, sample)
+        for lane in {("t", t) for t in "abc"}:
+            kept = sum(i.counts.get(lane, (0, 0))[0] for i in window._intervals)
+            assert window.activated(lane) == round(kept)

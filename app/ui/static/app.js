@@ -572,7 +572,7 @@ function reasonText(r) {
     case "tenantPaused": case "typePaused": return `held: ${HELD_BY[r.reason]}`;
     case "behindInKey": return `${plural(r.ahead, "job")} ahead of it in its fairness key`;
     case "otherKeysFirst": return `its lane serves fairness key ${r.nextKey} first (its turn)`;
-    case "otherLanesFirst": return `other tenants' turns first (its lane's virtual time is ${r.vtimeLag} behind)`;
+    case "otherLanesFirst": return `other tenants' turns first (its lane's virtual time is ${r.vtimeLag} ahead)`;
     case "nobodyAsking": return `nobody is asking: no worker asked for its type for ${r.forS} s (last: ${r.lastAskedAt || "not in a day"})`;
     case "activated": return `running: activated by ${r.worker || "(unnamed)"} at ${r.activatedAt}, lease until ${r.leaseUntil}`;
     default: {
@@ -591,7 +591,7 @@ function explanation(e) {
   if (e.lane) facts.push(`its lane: weight ${num(e.lane.weight)} · ${pct(e.lane.realizedShare)} realised · ${pct(e.lane.entitledShare)} entitled (window) · ${pct(e.lane.configuredShare)} entitled now`);
   const held = Object.entries((e.lane && e.lane.heldInWindow) || {});
   if (held.length) facts.push(`its lane was held in the window: ${held.map(([r, f]) => `${HELD_BY[r] || r} ${pct(f)}`).join(", ")}`);
-  if (e.queue) facts.push(`${num(e.queue.aheadInKey)}${e.queue.aheadInKeyAtLeast ? "+" : ""} ahead in its key · ${num(e.queue.readyInLane)} ready in its lane over ${plural(e.queue.keysBacklogged, "key")}`);
+  if (e.queue) facts.push(`${num(e.queue.aheadInKey)}${e.queue.aheadInKeyAtLeast ? "+" : ""} ahead in its key · ${num(e.queue.readyInLane)}${e.queue.readyInLaneAtLeast ? "+" : ""} ready in its lane over ${plural(e.queue.keysBacklogged, "key")}`);
   if (e.state === "CREATED") facts.push(e.estimatedStartAt ? `estimated start (an estimate): ${e.estimatedStartAt}` : "estimated start: cannot be estimated (held, or its lane was not served)");
   return el("section", { class: "card", "aria-label": "why it waits" }, el("h2", {}, e.state === "CREATED" ? "Why it waits" : "Where it stands"),
     el("ul", { class: "reasons" }, items), ...facts.map((f) => el("p", { class: "muted" }, f)));
