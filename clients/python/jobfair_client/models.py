@@ -37,6 +37,9 @@ class Job:
     # What it declares it costs (1 unless sent): charged to its lane where its type is
     # fair by cost.
     cost: float = 1.0
+    # When it reached a final state (COMPLETED, FAILED, ERROR_THROWN, CANCELED);
+    # ``completed_at`` is set only when it COMPLETED.  None from servers before it.
+    finished_at: datetime | None = None
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Job:
@@ -62,6 +65,7 @@ class Job:
             idempotency_key=d.get("idempotencyKey"),
             fairness_key=d.get("fairnessKey", "<default>"),
             cost=d.get("cost", 1.0),
+            finished_at=_instant(d.get("finishedAt")),
         )
 
 

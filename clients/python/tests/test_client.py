@@ -361,4 +361,5 @@ async def test_one_refused_result_fails_its_job_alone_not_its_batch(jf):
     assert worker.stats.completed == 9 and worker.stats.failed == 1
     job = await jf.get_job(bad)
     assert job.state == "FAILED" and "refused" in (job.error_message or "")
+    assert job.completed_at is None and job.finished_at is not None  # it did not complete
     assert await states(jf, keys[1:]) == Counter({"COMPLETED": 9})
