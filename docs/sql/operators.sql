@@ -100,8 +100,16 @@ SELECT (
 
 -- name: lane_keys_of
 -- The fairness keys of one lane ($1 type, $2 tenant): each key's virtual time inside the
--- lane, whether it is backlogged (active), and its weight.  Index: lane_keys pkey.
-SELECT k.fairness_key, k.vtime, k.active, COALESCE(w.weight, 1) AS weight
+-- lane, whether it is backlogged -- active, and with a ready job now (a key a claim
+-- emptied stays active until it is parked; the claim finds nothing there and takes from
+-- the next) -- and its weight.  Index: lane_keys pkey; per active key, one probe of
+-- jobs_ready_idx.  An operator read (explain); no locks.
+SELECT k.fairness_key, k.vtime,
+       k.active AND EXISTS (
+           SELECT 1 FROM jobs j
+           WHERE j.state = 'CREATED' AND j.job_type = k.job_type AND j.tenant_id = k.tenant_id
+             AND j.shard = k.shard AND j.fairness_key = k.fairness_key) AS active,
+       COALESCE(w.weight, 1) AS weight
 FROM lane_keys k
 LEFT JOIN key_weights w ON w.tenant_id = k.tenant_id AND w.fairness_key = k.fairness_key
 WHERE k.job_type = $1 AND k.tenant_id = $2;
