@@ -93,12 +93,15 @@ async def test_the_queue_ahead_by_effective_priority_and_the_keys_turn(live):
     assert (await explain(c, urgent))["nextInLane"] is True
     # Another key of the lane: it enters at k1's virtual time (a tie: k1 first, by
     # name); once k1 is served again, k2's turn comes first.
+    settle = live.services.activation.settle  # an activation's charges, written after it
     [job] = await activate(c, "img", 1)
     assert job["jobKey"] == urgent
+    await settle()
     [other] = await enqueue(c, "img", "acme", 1, fairnessKey="k2")
     assert (await explain(c, keys[0]))["nextInLane"] is True
     [job] = await activate(c, "img", 1)
     assert job["jobKey"] == keys[0]
+    await settle()
     e = await explain(c, keys[1])
     assert e["queue"]["keysBacklogged"] == 2
     assert reasons(e)["otherKeysFirst"]["nextKey"] == "k2"
@@ -150,6 +153,9 @@ async def test_the_job_called_next_in_its_lane_is_the_one_its_next_activation_ta
             [job] = await activate(c, "gen", 1, tenantIds=[tenant])
             assert job["jobKey"] == nexts[0], (world, job, nexts)
             ready.remove(job["jobKey"])
+            # Its charges are written just after it: the next explanation reads the lane
+            # as the next activation will, once they are.
+            await live.services.activation.settle()
 
 
 async def test_jobfair_jobs_why_prints_the_reasons_with_their_figures(live):
@@ -224,6 +230,7 @@ async def test_what_a_probe_found_reads_right(live):
     await enqueue(c, "turns", "acme", 2, fairnessKey="a")
     await enqueue(c, "turns", "acme", 2, fairnessKey="b")
     [first] = await activate(c, "turns", 1)
+    await live.services.activation.settle()
     ready = [
         j
         for j in (await c.get("/v2/jobs", params={"type": "turns", "state": "CREATED"})).json()[
