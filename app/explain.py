@@ -37,13 +37,11 @@ class ExplainService:
         stats: StatsService,
         resolve_aging: Callable[[int | None, int | None], Aging],
         waiting: Callable[[str], bool],
-        visible: Callable[[str, str], bool] | None = None,
         flush_sightings: Callable[[], Awaitable[Any]] | None = None,
     ) -> None:
         self.flush_sightings = flush_sightings  # this process's worker names, written
         self.db = db
         self.stats = stats
-        self.visible = visible  # a scoped key's: shares among the lanes it may see
         self.resolve_aging = resolve_aging  # (interval_ms, step) -> Aging
         self.waiting = waiting  # job type -> whether a long poll or stream waits here
 
@@ -53,8 +51,11 @@ class ExplainService:
             raise NotFound(f"job {job_key} does not exist")
         return found.job
 
-    async def explain(self, job: JobRow, now: datetime) -> dict[str, Any]:
-        """The explanation of ``job`` (read by :meth:`job`) at ``now``."""
+    async def explain(
+        self, job: JobRow, now: datetime, visible: Callable[[str, str], bool] | None = None
+    ) -> dict[str, Any]:
+        """The explanation of ``job`` (read by :meth:`job`) at ``now``; with ``visible``
+        (a scoped key's), its lane's shares among the lanes it admits."""
         out: dict[str, Any] = {
             "jobKey": str(job.job_key),
             "type": job.job_type,
@@ -81,10 +82,16 @@ class ExplainService:
         if job.state not in (JobState.CREATED, JobState.SCHEDULED):
             out["reasons"].append(_finished(job))
             return out
-        await self._waiting(job, now, out)
+        await self._waiting(job, now, out, visible)
         return out
 
-    async def _waiting(self, job: JobRow, now: datetime, out: dict[str, Any]) -> None:
+    async def _waiting(
+        self,
+        job: JobRow,
+        now: datetime,
+        out: dict[str, Any],
+        visible: Callable[[str, str], bool] | None,
+    ) -> None:
         reasons: list[dict[str, Any]] = out["reasons"]
         tenants = {t.tenant_id: t for t in await stored.list_tenants(self.db)}
         types = {t.job_type: t for t in await stored.list_job_types(self.db)}
@@ -133,7 +140,7 @@ class ExplainService:
         next_key = next(iter(first), None)
         mine = next((w for k, _, _, w in keys if k == job.fairness_key), 1)
         key_weight = sum(k.weight for k in backlogged) or mine
-        views = await self.stats.lanes(now, job.job_type, self.visible)
+        views = await self.stats.lanes(now, job.job_type, visible)
         lane = next((v for v in views if v.tenant_id == job.tenant_id), None)
         lag = None if lane is None else lane.vtime_lag
         out["queue"] = {

@@ -27,6 +27,7 @@ from app.config import Settings
 from app.db import Database, StoreUnavailable
 from app.db.listen import Notifier
 from app.domain import utcnow
+from app.explain import ExplainService
 from app.jobs import JobService
 from app.keys import KeyService
 from app.metrics import Metrics, ProcessState
@@ -149,6 +150,9 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
             stats=stats,
             search=SearchService(db),
             browser=BrowserService(db, activation.resolve_aging),
+            explain=ExplainService(
+                db, stats, activation.resolve_aging, waiters.has_waiters, sightings.flush
+            ),
             workers=sightings,
             health=HealthService(db),
             background=bg,

@@ -16,7 +16,6 @@ from app.db.bulk import FailedFilter
 from app.db.operators import JobFilter
 from app.domain import JOB_TYPE_RE, TENANT_ID_RE, JobState, rfc3339, utcnow
 from app.errors import InvalidArgument
-from app.explain import ExplainService
 from app.keys import audit
 
 DEFAULT_PAGE = 100
@@ -91,17 +90,12 @@ async def job_history(request: Request, key: str) -> Response:
 
 async def explain_job(request: Request, key: str) -> Response:
     k = job_key(key)
-    s = context.services(request)
+    explainer = context.services(request).explain
     caller = security.principal(request)
-    explainer = ExplainService(
-        s.db, s.stats, s.activation.resolve_aging, s.waiters.has_waiters,
-        visible=caller.sees if caller.scoped else None,
-        flush_sightings=s.workers.flush,
-    )  # fmt: skip
     job = await explainer.job(k)
     if not caller.sees(job.tenant_id, job.job_type):
         raise security.not_found(k)
-    return JSON(await explainer.explain(job, utcnow()))
+    return JSON(await explainer.explain(job, utcnow(), caller.sees if caller.scoped else None))
 
 
 def _by(request: Request) -> str:

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from app.browser import BrowserService
     from app.db import Database
     from app.db.listen import Notifier
+    from app.explain import ExplainService
     from app.jobs import JobService
     from app.keys import KeyService
     from app.metrics import Metrics
@@ -38,6 +39,7 @@ class Services:
     stats: StatsService
     search: SearchService
     browser: BrowserService
+    explain: ExplainService
     workers: WorkerSightings
     health: HealthService
     background: Background
