@@ -200,3 +200,84 @@ async def test_0014_expands_only_while_a_0013_server_holds_its_tables(postgres):
             await server.close()
     finally:
         postgres.psql('DROP DATABASE IF EXISTS "expand_0014" WITH (FORCE);')
+
+
+# What a server of 0014 does to lanes (its statements as that release has them): it makes
+# a lane, holds it at its tenant's cap, and samples it -- never naming held_count.
+_OLD_WAKE = """
+INSERT INTO lanes (job_type, tenant_id, shard, vtime, active, held)
+VALUES ('t', 'acme', jobfair_shard('acme'), 0, true, false)
+"""
+_OLD_HOLD = """
+UPDATE lanes SET held = true
+WHERE job_type = $1 AND tenant_id = ANY($2::text[]) AND NOT held
+"""
+_OLD_SAMPLE = """
+SELECT l.job_type, l.tenant_id, l.activated_total, l.active, l.held, l.vtime,
+       COALESCE(t.weight, 1) AS weight, l.units_total, jt.fairness_by
+FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
+LEFT JOIN job_types jt ON jt.job_type = l.job_type
+"""
+
+
+async def test_0015_adds_a_column_beside_0014_servers(postgres):
+    """0015 adds lanes.held_count: migrated while a server of 0014 holds a lane row for
+    3 s (longer than one try's lock wait), it waits its turn without failing and
+    without holding the server's later work for more than a try; no table is rewritten;
+    the one change is the column; and 0014's statements still make, hold and sample
+    lanes on the new schema."""
+    postgres.psql('DROP DATABASE IF EXISTS "expand_0015" WITH (FORCE);')
+    postgres.psql('CREATE DATABASE "expand_0015";')
+    url = postgres.url("expand_0015")
+    try:
+        await asyncio.to_thread(command.upgrade, migrations.alembic_config(url), "0014")
+        conn = await asyncpg.connect(url)
+        server = await asyncpg.connect(url)
+        try:
+            await server.execute(_OLD_WAKE)
+            before = tuple(await conn.fetchrow(_SHAPE))
+            lanes_file = await conn.fetchval(
+                "SELECT relfilenode FROM pg_class WHERE relname = 'lanes'"
+            )
+            tx = server.transaction()
+            await tx.start()
+            await server.execute(_OLD_HOLD, "t", ["acme"])  # a claim's hold, uncommitted
+            upgrade = asyncio.create_task(
+                asyncio.to_thread(command.upgrade, migrations.alembic_config(url), "0015")
+            )
+            await asyncio.sleep(3)  # the server's transaction lasts: that is the test
+            # Meanwhile the lane stays readable: the migration's tries give way.
+            other = await asyncpg.connect(url)
+            try:
+                assert len(await asyncio.wait_for(other.fetch(_OLD_SAMPLE), 3)) == 1
+            finally:
+                await other.close()
+            assert not upgrade.done()
+            await tx.commit()
+            await asyncio.wait_for(upgrade, 60)
+            after = tuple(await conn.fetchrow(_SHAPE))
+            assert (after[1], after[3]) == (before[1], before[3])  # indexes, jobs' file
+
+            def added(i: int) -> set[str]:
+                return set(after[i].split(",")) - set(before[i].split(","))
+
+            assert added(0) == {"lanes.held_count:bigint:NO:0"}
+            assert not set(before[2].split(",")) - set(after[2].split(","))
+            # PostgreSQL 18 names a column's NOT NULL as a constraint; earlier ones do not.
+            assert added(2) <= {"lanes_held_count_not_null:NOT NULL held_count"}
+            assert lanes_file == await conn.fetchval(
+                "SELECT relfilenode FROM pg_class WHERE relname = 'lanes'"
+            )
+            assert await conn.fetchval("SELECT oldest_server FROM schema_compat") == "0012"
+            # 0014's statements on the new schema.
+            await server.execute("UPDATE lanes SET held = false")
+            await server.execute(_OLD_HOLD, "t", ["acme"])
+            await server.execute(_OLD_WAKE.replace("'acme'", "'beta'"))
+            assert len(await server.fetch(_OLD_SAMPLE)) == 2
+            counts = await conn.fetch("SELECT held_count FROM lanes")
+            assert [r["held_count"] for r in counts] == [0, 0]
+        finally:
+            await conn.close()
+            await server.close()
+    finally:
+        postgres.psql('DROP DATABASE IF EXISTS "expand_0015" WITH (FORCE);')
