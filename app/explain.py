@@ -16,12 +16,11 @@ from typing import Any
 from app import scheduler
 from app.db import Database
 from app.db import jobs as stored_jobs
-from app.db import metrics as stored_metrics
 from app.db import operators as stored
 from app.db.rows import JobRow
 from app.domain import JobState, public_state, rfc3339, shown_key
 from app.errors import NotFound
-from app.operators import StatsService, lane_limits
+from app.operators import StatsService, read_limits
 from app.scheduler import Aging
 
 # Counting the jobs ahead stops here ("at least"): an explanation is not a backlog scan.
@@ -93,9 +92,8 @@ class ExplainService:
         visible: Callable[[str, str], bool] | None,
     ) -> None:
         reasons: list[dict[str, Any]] = out["reasons"]
-        tenants = {t.tenant_id: t for t in await stored.list_tenants(self.db)}
-        types = {t.job_type: t for t in await stored.list_job_types(self.db)}
-        tenant, job_type = tenants.get(job.tenant_id), types.get(job.job_type)
+        limits = await read_limits(self.db)
+        job_type = limits.job_types.get(job.job_type)
         aging: Aging = self.resolve_aging(
             None if job_type is None else job_type.aging_interval_ms,
             None if job_type is None else job_type.aging_step,
@@ -110,10 +108,8 @@ class ExplainService:
                 }
             )
         # What the claim checks of its lane, at the database's clock (the claims').
-        read_at = [t.read_at for t in tenants.values()] + [t.read_at for t in types.values()]
-        at = read_at[0] if read_at else now
-        active = await stored_metrics.capped_active(self.db)
-        holds = scheduler.holds(lane_limits(tenant, job_type, active), at)
+        holds = limits.holds(job.job_type, job.tenant_id)
+        at = limits.at
         for h in holds:
             shown: dict[str, Any] = {"reason": h.reason.value}
             if h.limit is not None:

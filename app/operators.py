@@ -239,8 +239,10 @@ class StatsService:
         self.key_units = KeyWindow(window_s, top_keys)
         self.throughput = Throughput()
         self.latest: list[LaneSampleRow] = []
-        # What holds each lane with ready jobs back, as of the latest sample.
+        # What holds each lane with ready jobs back, as of the latest sample, and the
+        # tenants' and types' configuration it was judged from.
         self.holds: dict[tuple[str, str], list[scheduler.Hold]] = {}
+        self.limits = Limits({}, {}, {}, utcnow())
         # Per job type: its running total of activations as last sampled, the monotonic
         # instant of the sample that first saw it there, and whether a sample saw it move
         # (else that instant is when this process first saw the type).
@@ -250,15 +252,9 @@ class StatsService:
         """Sample every lane, and its most active keys, into the windows; the lanes read."""
         await self._sample_keys()
         rows = await stored_metrics.lane_samples(self.db)
-        tenants = {t.tenant_id: t for t in await stored.list_tenants(self.db)}
-        job_types = {t.job_type: t for t in await stored.list_job_types(self.db)}
-        active = await stored_metrics.capped_active(self.db)
-        read_at = [t.read_at for t in tenants.values()] + [t.read_at for t in job_types.values()]
-        at = read_at[0] if read_at else utcnow()  # the database's clock, as claims'
+        self.limits = limits = await read_limits(self.db)
         holds = {
-            (r.job_type, r.tenant_id): scheduler.holds(
-                lane_limits(tenants.get(r.tenant_id), job_types.get(r.job_type), active), at
-            )
+            (r.job_type, r.tenant_id): limits.holds(r.job_type, r.tenant_id)
             for r in rows
             if r.active
         }
@@ -345,10 +341,10 @@ class StatsService:
         (counted by a cheaper statement).  With ``visible``, the lanes it admits alone,
         their shares among them alone (a key's scope).  Reads the backlog."""
         sampled = await self.sample()
-        tenants = await stored.list_tenants(self.db)
+        tenants = list(self.limits.tenants.values())  # read by the sample
         weights = {r.tenant_id: r.weight for r in tenants}
         paused_tenants = {r.tenant_id for r in tenants if r.paused}
-        job_types = await stored.list_job_types(self.db)
+        job_types = list(self.limits.job_types.values())
         paused_types = {r.job_type for r in job_types if r.paused}
         if every_lane:
             rows = _with_caps(await stored_metrics.lane_counts(self.db), tenants, job_types)
@@ -564,6 +560,31 @@ def _key_share(k: KeyShare) -> dict[str, Any]:
         "weight": k.weight,
         "vtimeLag": None if k.vtime_lag is None else round(k.vtime_lag, 6),
     }
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What the claims check of every lane, read at once: every configured tenant and
+    job type (pause, cap, rate bucket), the active jobs counted against the caps, and the
+    database's clock when read (the one claims take tokens by)."""
+
+    tenants: dict[str, TenantRow]
+    job_types: dict[str, JobTypeRow]
+    active: dict[tuple[str, str], int]
+    at: datetime
+
+    def holds(self, job_type: str, tenant: str) -> list[scheduler.Hold]:
+        """What stops a claim from taking a job of the lane now (app.scheduler.holds)."""
+        limits = lane_limits(self.tenants.get(tenant), self.job_types.get(job_type), self.active)
+        return scheduler.holds(limits, self.at)
+
+
+async def read_limits(db: Database) -> Limits:
+    tenants = {t.tenant_id: t for t in await stored.list_tenants(db)}
+    job_types = {t.job_type: t for t in await stored.list_job_types(db)}
+    active = await stored_metrics.capped_active(db)
+    read_at = [t.read_at for t in tenants.values()] + [t.read_at for t in job_types.values()]
+    return Limits(tenants, job_types, active, read_at[0] if read_at else utcnow())
 
 
 def lane_limits(
