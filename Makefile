@@ -141,6 +141,7 @@ extended: $(STAMP)  ## the extended-marked tests (a few minutes)
 lint: $(STAMP)
 	$(BIN)/ruff check app tests bench clients/python
 	$(BIN)/ruff format --check app tests bench clients/python
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy app

@@ -15,9 +15,7 @@ from typing import Any
 
 from app.db import Database, bulk, history
 from app.db import operators as stored
-from app.db.bulk import FailedFilter
-from app.db.operators import JobFilter
-from app.domain import job_record, rfc3339, utcnow
+from app.domain import FailedFilter, JobFilter, job_record, rfc3339, utcnow
 from app.errors import InvalidArgument, NotFound
 from app.scheduler import Aging
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Protocol
@@ -183,3 +184,34 @@ def job_record(
         "idempotencyKey": row.idempotency_key,
         "cost": row.cost,
     }
+
+
+def tenant_of(job: Mapping[str, Any]) -> str:
+    """A job to insert's tenant (INSERT_JOBS fills the same default in SQL)."""
+    tenant: str = job.get("tenantId", DEFAULT_TENANT)
+    return tenant
+
+
+# -- what the job browser selects (the store's listing and bulk statements read these) --
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """What ``GET /v2/jobs`` (and the bulk operations) select: each None means any.
+    ``tenant_scope`` / ``type_scope``: the caller's key's tenants and types (None: all)."""
+
+    job_type: str | None = None
+    tenant_id: str | None = None
+    states: frozenset[JobState] | None = None  # public states (CREATED covers delayed)
+    created_after: datetime | None = None  # inclusive
+    created_before: datetime | None = None  # exclusive
+    tenant_scope: frozenset[str] | None = None
+    type_scope: frozenset[str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FailedFilter:
+    tenant_id: str | None
+    job_type: str | None
+    created_after: datetime | None
+    created_before: datetime | None

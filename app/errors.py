@@ -38,6 +38,9 @@ class UnsupportedMediaType(JobfairError):
     title = "UNSUPPORTED_MEDIA_TYPE"
 
 
+BAD_KEY = "the API key or access token is unknown, revoked or expired"
+
+
 class Unauthenticated(JobfairError):
     """No key, or one that is unknown, revoked or expired (or a token that is not ours)."""
 

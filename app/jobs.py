@@ -10,17 +10,16 @@ from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
 from app import logs, scheduler
-from app.activation import ActivationService
+from app.activation import Activation
 from app.coalescing import Coalescer
 from app.db import Database, finishing
 from app.db import jobs as stored
 from app.db.base import refused_input, retry_deadlock
-from app.db.jobs import ready_at_once, tenant_of
+from app.db.jobs import ready_at_once
 from app.db.rows import Ended, Inserted, JobFence, JobRow, StoredJob
-from app.domain import FINISHED_STATES, MAX_LEASE_MS, JobState, job_record, utcnow
+from app.domain import FINISHED_STATES, MAX_LEASE_MS, JobState, job_record, tenant_of, utcnow
 from app.errors import InvalidState, NotFound, StaleActivation
-from app.metrics import COMPLETED, ERROR_THROWN, FAILED, RETRIED
-from app.waiting import Waiter, WaiterHub
+from app.metrics.events import COMPLETED, ERROR_THROWN, FAILED, RETRIED
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,16 +104,15 @@ def _created_one(job: Mapping[str, Any], row: Inserted | JobRow) -> None:
 
 
 class JobService:
-    def __init__(self, db: Database, activation: ActivationService, waiters: WaiterHub) -> None:
+    def __init__(self, db: Database, activation: Activation) -> None:
         self.db = db
         self.activation = activation
-        self.waiters = waiters
         # Every event is counted here once its statement committed (app.metrics).
         self.metrics = activation.metrics
         self.group_commit = GroupCommit(db, completed=self._completed)
 
     def _completed(self, jobs: Sequence[Ended], now: datetime) -> None:
-        self.activation.settlements.add(jobs, now)
+        self.activation.rounds.settlements.add(jobs, now)
         self.metrics.jobs_finished(
             COMPLETED, ((e.job_type, e.tenant_id, e.activated_at) for e in jobs), now
         )
@@ -123,9 +121,8 @@ class JobService:
         if len(jobs) == 1:
             [job] = jobs
             if ready_at_once(job, now) and job.get("idempotencyKey") is None:
-                waiter = self.waiters.take_head(job["type"], tenant_of(job))
-                if waiter is not None:
-                    handed = await self._hand_off(job, now, waiter)
+                handed = await self.activation.hand_off(job, now)
+                if handed is not None:
                     _created_one(job, handed)
                     return [handed]
         inserted = await stored.insert(self.db, jobs, now)
@@ -150,47 +147,23 @@ class JobService:
             _created_one(job, inserted)
             return await self.get(inserted.job_key, now), inserted.created
         if ready_at_once(job, now):
-            waiter = self.waiters.take_head(job["type"], tenant_of(job))
-            if waiter is not None:
+            handed = await self.activation.hand_off(job, now)
+            if handed is not None:
                 # The record is read after the hand-off, not taken from its claim: while
                 # the read runs, the waiter's answer goes out, so the job reaches its
                 # worker before its producer hears back (taken from the claim, the
                 # producer was answered first: pickup p50 from the producer's answer
                 # 0.00 -> 0.68 ms, `python -m bench.run pickup`).
-                inserted = await self._hand_off(job, now, waiter)
-                _created_one(job, inserted)
-                return await self.get(inserted.job_key, now), True
+                _created_one(job, handed)
+                return await self.get(handed.job_key, now), True
         stored_job = await stored.insert_one(self.db, job, now)
         self.metrics.count_one(self.metrics.created, job["type"], tenant_of(job))
         _created_one(job, stored_job.job)
         return self._record(stored_job, now), True
 
-    async def _hand_off(self, job: Mapping[str, Any], now: datetime, waiter: Waiter) -> Inserted:
-        """Create ``job`` and claim for ``waiter`` in one transaction (ADR 012): the job
-        reaches a waiting worker as its producer is answered, with no NOTIFY round
-        between them.
-
-        If the database refuses a value of that transaction, it is the job's or the
-        waiter's: the job is then created on its own.  If that succeeds the waiter's
-        values were refused, and it alone is failed; if not, the producer gets the
-        error and the waiter waits on."""
-        rows: list[JobRow] = []
-        try:
-            key, got = await self.activation.create_and_claim_lead(job, now, waiter.req)
-            self.metrics.count_one(self.metrics.created, job["type"], tenant_of(job))
-            if got is not None:
-                rows.append(got)
-        except Exception as exc:
-            if not refused_input(exc):
-                raise
-            [inserted] = await stored.insert(self.db, [job], now)
-            self.metrics.count_one(self.metrics.created, job["type"], tenant_of(job))
-            self.waiters.fail(waiter, exc)
-            return inserted
-        finally:
-            if waiter.reserved:  # not failed above
-                await self.waiters.handed(waiter, rows)
-        return Inserted(key, True)
+    async def idempotent(self, jobs: Sequence[Mapping[str, Any]]) -> list[int]:
+        """The keys of jobs already created under the idempotency keys ``jobs`` carry."""
+        return await stored.idempotent(self.db, jobs)
 
     async def get(self, job_key: int, now: datetime) -> dict[str, Any]:
         found = await stored.get(self.db, job_key)
@@ -213,7 +186,7 @@ class JobService:
                 f"job {job_key} is {row.state}; only a CREATED or ACTIVATED job can be canceled"
             )
         # A lease it ended held its worker until now (by worker time, ADR 029).
-        self.activation.settlements.add([ended], now)
+        self.activation.rounds.settlements.add([ended], now)
         lane = ended.job_type, ended.tenant_id
         self.metrics.count_one(self.metrics.canceled, *lane)
         if logs.jobs.isEnabledFor(logging.INFO):
@@ -307,7 +280,7 @@ class JobService:
         if row is None:
             await self._explain_fenced(job_key, activation_count)
             return
-        self.activation.settlements.add([row], now)
+        self.activation.rounds.settlements.add([row], now)
         outcome = FAILED if row.state is JobState.FAILED else RETRIED
         self.metrics.jobs_finished(outcome, [(row.job_type, row.tenant_id, row.activated_at)], now)
         if logs.jobs.isEnabledFor(logging.INFO):
@@ -339,7 +312,7 @@ class JobService:
         if ended is None:
             await self._explain_fenced(job_key, activation_count)
             return
-        self.activation.settlements.add([ended], now)
+        self.activation.rounds.settlements.add([ended], now)
         self.metrics.jobs_finished(
             ERROR_THROWN, [(ended.job_type, ended.tenant_id, ended.activated_at)], now
         )

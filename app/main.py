@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from app import __version__, migrations
-from app.activation import ActivationService
+from app.activation import Activation
 from app.admission import Admission
 from app.api import openapi, problems
 from app.api.context import Services
@@ -30,11 +30,10 @@ from app.domain import utcnow
 from app.explain import ExplainService
 from app.jobs import JobService
 from app.keys import KeyService
-from app.metrics import Metrics, ProcessState
+from app.metrics.events import Metrics, ProcessState
+from app.metrics.scrape import Scrape
 from app.operators import ConfigService, HealthService, SearchService, StatsService
-from app.streaming import StreamRegistry
 from app.sweepers import Background
-from app.waiting import WaiterHub
 from app.workers import WorkerSightings
 
 log = logging.getLogger(__name__)
@@ -62,15 +61,10 @@ def _stop_process(exc: BaseException) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _process_state(
-    db: Database,
-    activation: ActivationService,
-    waiters: WaiterHub,
-    streams: StreamRegistry,
-    notifier: Notifier,
-) -> ProcessState:
+def _process_state(db: Database, activation: Activation, notifier: Notifier) -> ProcessState:
     """What /metrics copies of this process (``Metrics.sync``)."""
-    counters = activation.counters
+    counters = activation.rounds.counters
+    waiters, streams = activation.waiters, activation.streams
     return ProcessState(
         activation_queries=counters.queries,
         lead_claims=counters.lead_claims,
@@ -104,15 +98,9 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
             history=settings.job_history,
         )
         metrics = Metrics(settings.metrics_top_tenants)
-        activation = ActivationService(db, settings, metrics)
+        activation = Activation(db, settings, metrics)
         stats = StatsService(db, top_keys=settings.metrics_top_keys)
-        waiters = WaiterHub(
-            activation,
-            activation.release,
-            max_waiters=settings.max_waiters,
-            backup_poll_ms=settings.backup_poll_ms,
-        )
-        streams = StreamRegistry()
+        waiters, streams = activation.waiters, activation.streams
 
         def on_reconnect() -> None:
             waiters.notify_all()
@@ -120,9 +108,7 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
         # LISTEN and the leader lock hold a session each (docs/scaling.md: PgBouncer).
         session_url = settings.database_session_url or database_url
         notifier = Notifier(session_url, waiters.notify, streams.credit, on_reconnect)
-        metrics.process_state = functools.partial(
-            _process_state, db, activation, waiters, streams, notifier
-        )
+        metrics.process_state = functools.partial(_process_state, db, activation, notifier)
         sightings = WorkerSightings(db)
         bg = Background(
             db,
@@ -145,7 +131,7 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
         app.state.services = Services(
             db=db,
             activation=activation,
-            jobs=JobService(db, activation, waiters),
+            jobs=JobService(db, activation),
             config=ConfigService(db, activation.resolve_aging),
             stats=stats,
             search=SearchService(db),
@@ -156,12 +142,11 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
             workers=sightings,
             health=HealthService(db),
             background=bg,
-            waiters=waiters,
-            streams=streams,
             notifier=notifier,
             keys=keys,
             limits=limits,
             metrics=metrics,
+            scrape=Scrape(metrics, db, stats, activation.resolve_aging),
         )
         app.gate = Gate(  # type: ignore[attr-defined]
             off=settings.auth_mode == "off",
@@ -178,8 +163,7 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
             # delivered); uvicorn meanwhile lets in-flight finish calls complete.
             if not shutting_down.is_set():
                 shutting_down.set()
-                streams.shutdown.set()
-                await waiters.close()
+                await activation.close()
 
         def on_exit_signal() -> None:
             loop.call_soon_threadsafe(lambda: asyncio.ensure_future(begin_shutdown()))

@@ -26,7 +26,7 @@ STATS_WINDOW_S = 60.0
 class ConfigService:
     def __init__(self, db: Database, resolve_aging: Callable[[int | None, int | None], Aging]):
         self.db = db
-        # The server-wide defaults fill what a job type leaves unset (ActivationService).
+        # The server-wide defaults fill what a job type leaves unset (Rounds).
         self.resolve_aging = resolve_aging
 
     async def put_tenant(

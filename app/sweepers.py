@@ -19,13 +19,14 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
 from app import logs
-from app.charging import Settlements
+from app.activation.charging import Settlements
 from app.config import Settings
 from app.db import Database, StoreUnavailable, maintenance
 from app.db.leader import LeaderLock
 from app.db.rows import Ended
 from app.domain import JobState, utcnow
-from app.metrics import LabelRefresher, Metrics, ProcessSync, TenantRanker, multiprocess_dir
+from app.metrics.events import Metrics, multiprocess_dir
+from app.metrics.loops import LabelRefresher, ProcessSync, TenantRanker
 from app.operators import StatsService
 from app.workers import SEEN_WINDOW, WorkerSightings
 

@@ -29,7 +29,8 @@ from typing import Any
 
 import asyncpg
 
-from app.activation import ActivateRequest, ActivationService
+from app.activation import ActivateRequest
+from app.activation.rounds import Rounds
 from app.config import Settings
 from app.db import Database
 from app.db import jobs as stored_jobs
@@ -91,7 +92,7 @@ async def preload(url: str, tenants: int, per_tenant: int, big_jobs: int, keys: 
         await conn.close()
 
 
-async def _calls(service: ActivationService, max_jobs: int, n: int) -> list[float]:
+async def _calls(service: Rounds, max_jobs: int, n: int) -> list[float]:
     samples = []
     req = ActivateRequest(TYPE, max_jobs, 600_000, "bench")
     for _ in range(n):
@@ -108,7 +109,7 @@ async def _calls(service: ActivationService, max_jobs: int, n: int) -> list[floa
 
 async def cost(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]]:
     shapes = {"one level": 1, "two levels": args.keys}
-    services: dict[str, ActivationService] = {}
+    services: dict[str, Rounds] = {}
     dbs: list[Database] = []
     for name, keys in shapes.items():
         url = pg.fresh_db(f"fair_keys_{keys}")
@@ -118,7 +119,7 @@ async def cost(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]]:
         await db.execute(
             "INSERT INTO tenants (tenant_id, weight) VALUES ('big', $1)", args.big_weight
         )
-        services[name] = ActivationService(db, Settings())
+        services[name] = Rounds(db, Settings())
     rows = []
     try:
         for max_jobs in (1, 10, 100):
@@ -151,7 +152,7 @@ async def cost(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
-async def _drain(service: ActivationService, calls: int, n: int) -> list[Any]:
+async def _drain(service: Rounds, calls: int, n: int) -> list[Any]:
     got = []
     for _ in range(calls):
         rows, _ = await service.activate(ActivateRequest(TYPE, n, 600_000, "bench"))
@@ -169,7 +170,7 @@ async def shares(pg: Postgres) -> list[dict[str, Any]]:
         jobs = [{"type": TYPE, "tenantId": "A", "fairnessKey": f"u{i % 1000}"} for i in range(6000)]
         jobs += [{"type": TYPE, "tenantId": "B"} for _ in range(6000)]
         await stored_jobs.insert(db, jobs, utcnow())
-        got = await _drain(ActivationService(db, Settings()), 100, 100)
+        got = await _drain(Rounds(db, Settings()), 100, 100)
     finally:
         await db.close()
     tenants = Counter(r.tenant_id for r in got)
@@ -207,7 +208,7 @@ async def shares(pg: Postgres) -> list[dict[str, Any]]:
                     int(owed * 1.2) + 5
                 )
         await stored_jobs.insert(db, jobs, utcnow())
-        got = await _drain(ActivationService(db, Settings()), 100, 100)
+        got = await _drain(Rounds(db, Settings()), 100, 100)
     finally:
         await db.close()
     by_tenant = Counter(r.tenant_id for r in got)

@@ -35,7 +35,8 @@ from typing import Any
 import asyncpg
 import httpx
 
-from app.activation import ActivateRequest, ActivationService
+from app.activation import ActivateRequest
+from app.activation.rounds import Rounds
 from app.config import Settings
 from app.db import Database
 from bench.harness import ROOT, Postgres, client, median, percentile, server, table
@@ -166,7 +167,7 @@ async def cost(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]]:
     url = pg.fresh_db("rate_cost")
     await preload(url, 20 * args.calls * args.rounds)
     db = await Database.connect(url, size=4, min_size=2)
-    service = ActivationService(db, Settings())
+    service = Rounds(db, Settings())
     req = ActivateRequest(TYPE, 10, 600_000, "bench")
     samples: dict[str, list[float]] = {"none": [], "never binding": []}
     try:

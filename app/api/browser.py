@@ -12,9 +12,7 @@ from app.api import context, schemas, security
 from app.api.parsing import ascii_digits, body, job_key, query_params, validate
 from app.api.problems import JSON
 from app.browser import history_record, parse_instant
-from app.db.bulk import FailedFilter
-from app.db.operators import JobFilter
-from app.domain import JOB_TYPE_RE, TENANT_ID_RE, JobState, rfc3339, utcnow
+from app.domain import JOB_TYPE_RE, TENANT_ID_RE, FailedFilter, JobFilter, JobState, rfc3339, utcnow
 from app.errors import InvalidArgument
 from app.keys import audit
 

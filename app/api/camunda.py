@@ -15,7 +15,8 @@ from starlette.responses import Response
 
 from app.activation import ActivateRequest
 from app.api import context, schemas, security
-from app.api.jobs import fail, fenced, long_poll
+from app.api.callers import HttpCaller
+from app.api.finishes import fail, fenced
 from app.api.parsing import ascii_digits, body, job_key, lease_token, optional_body, payload
 from app.api.problems import JSON
 from app.db.rows import JobRow
@@ -85,14 +86,14 @@ def camunda_job(row: JobRow, fetch: list[str] | None) -> dict[str, Any]:
 
 async def activation(request: Request) -> Response:
     spec = await body(request, CamundaActivate)
-    caller = security.principal(request)
+    caller = HttpCaller(request)
     asked = spec.tenantIds or None
-    if spec.tenantFilter == "ASSIGNED" and caller.tenants is not None:
+    if spec.tenantFilter == "ASSIGNED" and caller.principal.tenants is not None:
         asked = None  # Camunda's "the tenants assigned to me": the key's (below)
-    tenants = security.activation_tenants(caller, spec.type, asked)
+    tenants = security.activation_tenants(caller.principal, spec.type, asked)
     req = ActivateRequest(spec.type, spec.maxJobsToActivate, spec.timeout, spec.worker, tenants)
-    rows = await long_poll(request, req, spec.requestTimeout)
-    return JSON({"jobs": [camunda_job(r, spec.fetchVariable) for r in rows]})
+    got = await caller.services.activation.long_poll(req, caller, spec.requestTimeout)
+    return JSON({"jobs": [camunda_job(r, spec.fetchVariable) for r in got.rows]})
 
 
 async def completion(request: Request, key: str) -> Response:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from starlette.requests import Request
 
 if TYPE_CHECKING:
-    from app.activation import ActivationService
+    from app.activation import Activation
     from app.api.security import KeyLimits
     from app.browser import BrowserService
     from app.db import Database
@@ -22,18 +22,17 @@ if TYPE_CHECKING:
     from app.explain import ExplainService
     from app.jobs import JobService
     from app.keys import KeyService
-    from app.metrics import Metrics
+    from app.metrics.events import Metrics
+    from app.metrics.scrape import Scrape
     from app.operators import ConfigService, HealthService, SearchService, StatsService
-    from app.streaming import StreamRegistry
     from app.sweepers import Background
-    from app.waiting import WaiterHub
     from app.workers import WorkerSightings
 
 
 @dataclass
 class Services:
     db: Database
-    activation: ActivationService
+    activation: Activation
     jobs: JobService
     config: ConfigService
     stats: StatsService
@@ -43,12 +42,11 @@ class Services:
     workers: WorkerSightings
     health: HealthService
     background: Background
-    waiters: WaiterHub
-    streams: StreamRegistry
     notifier: Notifier
     keys: KeyService
     limits: KeyLimits
     metrics: Metrics
+    scrape: Scrape
 
 
 def services(request: Request) -> Services:

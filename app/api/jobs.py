@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
-import functools
-from collections.abc import AsyncIterator, Sequence
-from contextlib import AbstractContextManager
-from typing import Any
-
 from fastapi import Request
 from pydantic import TypeAdapter
 from sse_starlette import EventSourceResponse
 from starlette.responses import Response
 
-from app.activation import ActivateRequest
+from app.activation import ActivateRequest, keep_alive_factory
 from app.api import context, schemas, security
+from app.api.callers import HttpCaller
+from app.api.finishes import fail, fenced
 from app.api.parsing import (
     ascii_digits,
     body,
     check_payload_size,
-    fence,
     job_key,
     payload,
     payload_limit,
@@ -27,13 +22,9 @@ from app.api.parsing import (
     validate,
 )
 from app.api.problems import JSON
-from app.db import jobs as stored
-from app.db.jobs import tenant_of
-from app.db.rows import JobRow
-from app.domain import FAIRNESS_KEY_RE, job_record, utcnow
-from app.errors import InvalidArgument, ResourceExhausted, StaleActivation, Unauthenticated
+from app.domain import FAIRNESS_KEY_RE, job_record, tenant_of, utcnow
+from app.errors import InvalidArgument
 from app.jobs import JobChanges
-from app.streaming import Stream, keep_alive_factory
 
 CREATE_JOB = TypeAdapter(schemas.CreateJob)
 CREATE_BATCH = TypeAdapter(schemas.CreateBatch)
@@ -98,7 +89,7 @@ async def create_batch(request: Request) -> Response:
     services = context.services(request)
     caller = security.principal(request)
     if caller.scoped:  # an idempotencyKey taken by a job the key may not see: nothing made
-        hidden = await security.visible_jobs(request, await stored.idempotent(services.db, jobs))
+        hidden = await security.visible_jobs(request, await services.jobs.idempotent(jobs))
         if hidden:
             raise security.taken_out_of_scope()
     inserted = await services.jobs.create(jobs, now)
@@ -113,14 +104,12 @@ async def create_batch(request: Request) -> Response:
 
 async def activate(request: Request) -> Response:
     spec = await body(request, schemas.Activate)
-    services = context.services(request)
-    tenants = security.activation_tenants(security.principal(request), spec.type, spec.tenantIds)
+    caller = HttpCaller(request)
+    tenants = security.activation_tenants(caller.principal, spec.type, spec.tenantIds)
     req = ActivateRequest(spec.type, spec.maxJobs, spec.timeout, spec.worker, tenants)
-    rows = await long_poll(request, req, spec.requestTimeout)
+    got = await caller.services.activation.long_poll(req, caller, spec.requestTimeout)
     now = utcnow()
-    aging = await services.activation.recent_aging(spec.type)
-    jobs = [job_record(r, now, aging, spec.fetchVariables) for r in rows]
-    return JSON({"jobs": jobs})
+    return JSON({"jobs": [job_record(r, now, got.aging, spec.fetchVariables) for r in got.rows]})
 
 
 async def stream(request: Request) -> Response:
@@ -142,55 +131,15 @@ async def stream(request: Request) -> Response:
     if q.get("fetchVariables"):
         raw["fetchVariables"] = q["fetchVariables"].split(",")
     spec = validate(schemas.Activate, raw)
-    services = context.services(request)
-    if services.streams.shutdown.is_set():
-        raise ResourceExhausted("the server is shutting down", retry_after_s=1)
-    services.waiters.admit()  # every waiter place taken: 503 now, not an error after the 200
-    request.app.admission.leave(request.scope)  # a waiter from now on, not work in flight
-    caller = security.principal(request)
-    tenants = security.activation_tenants(caller, spec.type, spec.tenantIds)
+    caller = HttpCaller(request)
+    tenants = security.activation_tenants(caller.principal, spec.type, spec.tenantIds)
     req = ActivateRequest(spec.type, spec.maxJobs, spec.timeout, spec.worker, tenants)
-    held = services.limits.waiter(caller)
-    held.__enter__()  # left when the stream ends (the response's events, below)
-    sightings = services.workers
-    sightings.seen(req.job_type, req.worker, utcnow(), False)
-    remember = services.keys.remember if caller.scoped else None
-
-    def on_jobs(rows: Sequence[JobRow]) -> None:
-        sightings.seen(req.job_type, req.worker, utcnow(), True)
-        if remember is not None:
-            remember(rows)
-
-    s = Stream(
-        req,
-        services.waiters,
-        services.streams,
-        services.db,
-        services.activation,
-        check_ms=request.app.state.settings.backup_poll_ms,
-        fetch_variables=spec.fetchVariables,
-        is_disconnected=request.is_disconnected,
-        on_jobs=on_jobs,
-        allowed=None
-        if caller.key_id is None
-        else functools.partial(services.keys.still_live, caller),
-    )
+    events = caller.services.activation.stream(req, caller, spec.fetchVariables)
     return EventSourceResponse(
-        _holding(s.events(), held),
+        events,
         ping=request.app.state.settings.keep_alive_s,
         ping_message_factory=keep_alive_factory(),
     )
-
-
-async def _holding(
-    events: AsyncIterator[dict[str, Any]], held: AbstractContextManager[None]
-) -> AsyncIterator[dict[str, Any]]:
-    """``events``, with the key's waiter place ``held`` given back when they end."""
-    try:
-        async for event in events:
-            yield event
-    finally:
-        held.__exit__(None, None, None)
 
 
 def _int_param(value: str | None, name: str) -> int | None:
@@ -200,52 +149,6 @@ def _int_param(value: str | None, name: str) -> int | None:
     if not ascii_digits(value.removeprefix("-"), 19):
         raise InvalidArgument(f"{name} must be a decimal integer, got {value!r}")
     return int(value)
-
-
-async def long_poll(
-    request: Request, req: ActivateRequest, request_timeout_ms: int | None
-) -> list[JobRow]:
-    """Activate, waiting up to ``requestTimeout`` (0/absent: the server default, negative:
-    no wait) for at least one job.  Jobs activated for a client that is gone by then are
-    given back at once rather than left to their lease timeout."""
-    settings = request.app.state.settings
-    wait_ms = min(
-        request_timeout_ms or settings.default_request_timeout_ms, settings.long_poll_cap_ms
-    )
-    services = context.services(request)
-    caller = security.principal(request)
-    gone = asyncio.Event()
-    with services.limits.waiter(caller):
-        watcher = asyncio.create_task(watch_disconnect(request, gone))
-        try:
-            rows: list[JobRow] = await services.waiters.long_poll(
-                req,
-                max(0, wait_ms) / 1000,
-                gone,
-                # Waiting is not work in flight (app.admission).
-                on_wait=functools.partial(request.app.admission.leave, request.scope),
-            )
-        finally:
-            watcher.cancel()
-    services.workers.seen(req.job_type, req.worker, utcnow(), bool(rows))
-    if gone.is_set() and rows:
-        await services.waiters.release(rows)
-        return []
-    if rows and not await services.keys.still_live(caller):  # revoked while it waited
-        await services.waiters.release(rows)
-        raise Unauthenticated(security.BAD_KEY)
-    if caller.scoped:
-        services.keys.remember(rows)
-    return rows
-
-
-async def watch_disconnect(request: Request, gone: asyncio.Event) -> None:
-    """The body is read, so the next ASGI message is the client going away."""
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            gone.set()
-            return
 
 
 async def complete_batch(request: Request) -> Response:
@@ -292,32 +195,6 @@ async def fail_job(request: Request, key: str) -> Response:
     await security.visible_job(request, k)
     await fail(request, k, spec.activationCount, spec)
     return Response(status_code=204)
-
-
-async def fail(request: Request, key: int, count: int | None, spec: schemas.FailFields) -> None:
-    """A failure from either surface (they differ in the fence and the default retries)."""
-    [variables] = payload(request, spec.variables)
-    await context.services(request).jobs.fail(
-        key,
-        count,
-        retries=spec.retries,
-        error_message=spec.errorMessage,
-        retry_backoff_ms=spec.retryBackOff,
-        variables=variables,
-        now=utcnow(),
-    )
-
-
-async def fenced(
-    request: Request, key: int, activation_count: int | None, token: str | None
-) -> int | None:
-    """``parsing.fence``; a token that holds no lease of a job that does not exist is
-    answered as the unknown job it names (404)."""
-    try:
-        return fence(key, activation_count, token)
-    except StaleActivation:
-        await context.services(request).jobs.get(key, utcnow())
-        raise
 
 
 async def throw_error(request: Request, key: str) -> Response:

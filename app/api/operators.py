@@ -12,7 +12,7 @@ from app.api.problems import JSON
 from app.domain import FAIRNESS_KEY_RE, JOB_TYPE_RE, TENANT_ID_RE, utcnow
 from app.errors import InvalidArgument, ResourceExhausted
 from app.keys import audit
-from app.metrics import CONTENT_TYPE
+from app.metrics.events import CONTENT_TYPE
 from app.scheduler import FairnessBy, RateLimit
 
 
@@ -200,11 +200,5 @@ async def readyz(request: Request) -> Response:
 
 async def metrics(request: Request) -> Response:
     services = context.services(request)
-    text = await services.metrics.exposition(
-        services.db,
-        services.stats,
-        services.activation.resolve_aging,
-        utcnow(),
-        security.principal(request),
-    )
+    text = await services.scrape.exposition(utcnow(), security.principal(request))
     return Response(text, media_type=CONTENT_TYPE)

@@ -14,7 +14,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from app.api.parsing import describe_errors
-from app.errors import InvalidArgument, JobfairError
+from app.errors import InvalidArgument, JobfairError, OutcomeUnknown, Overloaded, StoreUnavailable
 from app.logs import request_id
 
 PROBLEM = "application/problem+json"
@@ -52,8 +52,19 @@ def answer(request: Request, exc: JobfairError) -> Response:
     if exc.status == 503:
         services = getattr(request.app.state, "services", None)
         if services is not None:
-            services.metrics.refused(exc)
+            services.metrics.refused(_reason(exc))
     return from_error(exc, request.url.path)
+
+
+def _reason(exc: JobfairError) -> str:
+    """Why a 503 was answered, as ``jobfair_http_503_answers`` labels it."""
+    if isinstance(exc, OutcomeUnknown):
+        return "outcome_unknown"
+    if isinstance(exc, StoreUnavailable):
+        return "store_unavailable"
+    if isinstance(exc, Overloaded):
+        return "overloaded"
+    return "resource_exhausted"
 
 
 def internal(instance: str, request_id: str | None) -> Response:

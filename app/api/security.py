@@ -36,7 +36,7 @@ from starlette.requests import Request
 from starlette.types import Scope
 
 from app.api import context
-from app.errors import Forbidden, InvalidState, NotFound, TooManyRequests, Unauthenticated
+from app.errors import BAD_KEY, Forbidden, InvalidState, NotFound, TooManyRequests, Unauthenticated
 from app.keys import EVERYONE, KeyService, Principal, Role
 
 PRINCIPAL = "jobfair.principal"  # the request scope's entry authorize leaves
@@ -79,7 +79,6 @@ MISSING_KEY = (
     "this operation needs an API key: send 'Authorization: Bearer <key>' "
     "(an admin makes one with `jobfair keys create --role worker` or POST /v2/keys)"
 )
-BAD_KEY = "the API key or access token is unknown, revoked or expired"
 
 
 class Guarded(Protocol):

@@ -9,12 +9,12 @@ up to the caller's limit.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 
 from app.db import lanes
 from app.db.base import Queries, Sessions, retry_deadlock
 from app.db.history import CANCELED, REVIVED, log_cte
+from app.domain import FailedFilter
 
 # -- name: failed_batch
 # FAILED jobs after key $1, in key order, up to $2, matching the filters ($3 tenant, $4
@@ -110,14 +110,6 @@ SELECT EXISTS (
       AND ($2::text IS NULL OR job_type = $2)
 )
 """
-
-
-@dataclass(frozen=True, slots=True)
-class FailedFilter:
-    tenant_id: str | None
-    job_type: str | None
-    created_after: datetime | None
-    created_before: datetime | None
 
 
 async def failed_batch(

@@ -24,7 +24,7 @@ from app.db.jobs import INSERT_JOB_QUIET, NOTIFY_READY, insert_into, locks_for
 from app.db.lanes import KEY_READY, LANE_READY, PROBED_LANES
 from app.db.locks import TENANT_CAP_LOCK_CLASS, TYPE_CAP_LOCK_CLASS, cap_key, int4
 from app.db.rows import Claimed, JobRow, LeadClaim, job_columns, job_row
-from app.scheduler import DEFAULT_LEASE_ESTIMATE_S, Bucket, FairnessBy, left_at_cap
+from app.scheduler import DEFAULT_LEASE_ESTIMATE_S, Bucket, Buckets, FairnessBy, left_at_cap
 
 # -- name: lock_and_count
 # A capped claim's cap locks and, read after them, its counts and token buckets, in one
@@ -67,7 +67,7 @@ WHERE t.tenant_id = u.tenant_id AND t.rate_at = u.read_at
 # only by worker time (CASE evaluates it only then).  With it, the virtual time it adds
 # to its lane and its key: the estimate per their weights as they are now (a tenants and
 # a key_weights pkey probe, by worker time only).  The round charges the lane and key
-# exactly these (app.activation._round_charges), and the settlement takes exactly these
+# exactly these (app.scheduler.round_charges), and the settlement takes exactly these
 # back, so a weight changed while the lease is out moves nothing it should not (a
 # helper's runs: a weight lowered while a claim was in flight banked the lane 1,500 s of
 # worker time when charge and settlement each read the weight of their own moment).
@@ -507,16 +507,6 @@ async def lock_and_count(
                 tenant_buckets[r["name"]] = bucket
     read = type_limited or bool(limited)
     return Counted(type_active, room, Buckets(now, type_bucket, tenant_buckets) if read else None)
-
-
-@dataclass(frozen=True, slots=True)
-class Buckets:
-    """A rate-limited claim's buckets as read (read_buckets): the instant, the type's
-    (None: no limit) and each limited tenant's."""
-
-    now: datetime
-    job_type: Bucket | None
-    tenants: dict[str, Bucket]
 
 
 async def take_tokens(

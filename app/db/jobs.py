@@ -29,7 +29,7 @@ from app.db.rows import (
     job_columns,
     job_row,
 )
-from app.domain import DEFAULT_PRIORITY, DEFAULT_RETRIES, DEFAULT_TENANT, JobState
+from app.domain import DEFAULT_PRIORITY, DEFAULT_RETRIES, DEFAULT_TENANT, JobState, tenant_of
 
 # The jobs of insert_jobs' input CTE, as rows of jobs.
 _INSERT_INPUT = """INSERT INTO jobs (job_key, shard, job_type, tenant_id, state, priority, retries,
@@ -202,12 +202,6 @@ WITH up AS (
 }
 SELECT job_key FROM up
 """
-
-
-def tenant_of(job: Mapping[str, Any]) -> str:
-    """A job to insert's tenant (INSERT_JOBS fills the same default in SQL)."""
-    tenant: str = job.get("tenantId", DEFAULT_TENANT)
-    return tenant
 
 
 def ready_at_once(job: Mapping[str, Any], now: datetime) -> bool:

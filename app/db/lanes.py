@@ -70,7 +70,7 @@ import asyncio
 import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import asyncpg
 
@@ -78,7 +78,15 @@ from app.db.base import Queries, Sessions, retry_deadlock
 from app.db.listen import NOTIFY_CHANNEL
 from app.db.locks import LANE_LOCK_CLASS, buckets_of, lane_bucket, lock_sql, share_buckets_sql
 from app.db.rows import KeyRead, LaneRead, LaneRow, TypeConfig
-from app.scheduler import ESTIMATE_ALPHA, MIN_STRIDE, VTIME_RESOLUTION, FairnessBy
+from app.scheduler import (
+    ESTIMATE_ALPHA,
+    MIN_STRIDE,
+    VTIME_RESOLUTION,
+    Charges,
+    FairnessBy,
+    LaneKey,
+    Settled,
+)
 
 log = logging.getLogger(__name__)
 
@@ -456,7 +464,7 @@ SELECT kc.tenant_id, kc.fairness_key FROM key_charged kc WHERE NOT {_KEY_CHARGED
 # units, held seconds; $11 refunds) the same by its weight.  Both add the held seconds
 # to their units served (units_total).  A parked lane or key moved back banks nothing:
 # it re-enters at max(own, system) as always.  Written behind the finishes
-# (app.charging.Settlements), committed asynchronously as the charges are (a crash
+# (app.activation.charging.Settlements), committed asynchronously as the charges are (a crash
 # forgets the last few, which fences nothing).  Index: lanes pkey, lane_keys pkey,
 # tenants pkey, key_weights pkey. Locks: the lanes in tenant order, then the keys in
 # (tenant, key) order, as _CHARGE.
@@ -508,18 +516,6 @@ key_settled AS (
 )
 SELECT (SELECT count(*) FROM settled) + (SELECT count(*) FROM key_settled)
 """
-
-
-class Settled(NamedTuple):
-    """A lane's worker-time settlement: its units (held less charged, summed) and the
-    leases observed for its estimate (how many, and their held seconds)."""
-
-    units: float
-    n: int
-    held_s: float
-    # Virtual time taken back as it is (the estimates' lane_charge or key_charge), not
-    # divided by a weight.
-    refund: float = 0.0
 
 
 @retry_deadlock
@@ -603,25 +599,6 @@ HOLD_LANES = """
 UPDATE lanes SET held = true, held_count = held_count + 1
 WHERE job_type = $1 AND tenant_id = ANY($2::text[]) AND NOT held
 """
-
-LaneKey = tuple[str, str]  # (tenant, fairness key) of one job type
-
-
-class Charges(NamedTuple):
-    """Lane and key charges: jobs claimed per tenant and each tenant's stride (1 /
-    weight); jobs claimed per (tenant, key) and each key's stride (1 / key weight); the
-    virtual times rate-limited lanes were lifted to (scheduler.rate_floor), each such
-    lane in ``lanes`` too, with 0 jobs if it got none; and what the jobs served their
-    lanes and keys in units counted at activation (by cost, their costs; none is 0),
-    added to ``units_total``."""
-
-    lanes: Counter[str]
-    strides: Mapping[str, float]
-    keys: Counter[LaneKey]
-    key_strides: Mapping[LaneKey, float]
-    floors: Mapping[str, float] = {}
-    served: Mapping[str, float] = {}
-    key_served: Mapping[LaneKey, float] = {}
 
 
 def _charge_arrays(charges: Charges | None) -> tuple[list[Any], ...]:

@@ -6,7 +6,6 @@ may read the backlog (bounded where they count).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -25,7 +24,7 @@ from app.db.rows import (
     TypeConfig,
     job_row,
 )
-from app.domain import JobState
+from app.domain import JobFilter, JobState
 from app.scheduler import FairnessBy, RateLimit
 
 # An upsert's rate limit columns (EXCLUDED: the new ones): a changed limit takes the new
@@ -420,20 +419,6 @@ LISTED_STATES: dict[JobState, tuple[JobState, ...]] = {
     JobState.ERROR_THROWN: (JobState.ERROR_THROWN,),
     JobState.CANCELED: (JobState.CANCELED,),
 }
-
-
-@dataclass(frozen=True, slots=True)
-class JobFilter:
-    """What ``GET /v2/jobs`` (and the bulk operations) select: each None means any.
-    ``tenant_scope`` / ``type_scope``: the caller's key's tenants and types (None: all)."""
-
-    job_type: str | None = None
-    tenant_id: str | None = None
-    states: frozenset[JobState] | None = None  # public states (CREATED covers delayed)
-    created_after: datetime | None = None  # inclusive
-    created_before: datetime | None = None  # exclusive
-    tenant_scope: frozenset[str] | None = None
-    type_scope: frozenset[str] | None = None
 
 
 def list_statement(f: JobFilter, before_key: int | None, limit: int) -> tuple[str, list[Any]]:

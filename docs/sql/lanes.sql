@@ -395,7 +395,7 @@ SELECT kc.tenant_id, kc.fairness_key FROM key_charged kc WHERE NOT (SELECT min(j
 -- units, held seconds; $11 refunds) the same by its weight.  Both add the held seconds
 -- to their units served (units_total).  A parked lane or key moved back banks nothing:
 -- it re-enters at max(own, system) as always.  Written behind the finishes
--- (app.charging.Settlements), committed asynchronously as the charges are (a crash
+-- (app.activation.charging.Settlements), committed asynchronously as the charges are (a crash
 -- forgets the last few, which fences nothing).  Index: lanes pkey, lane_keys pkey,
 -- tenants pkey, key_weights pkey. Locks: the lanes in tenant order, then the keys in
 -- (tenant, key) order, as _CHARGE.

@@ -17,9 +17,9 @@ from typing import Any
 import orjson
 
 from app.activation import ActivateRequest
+from app.activation.streaming import Stream
 from app.db import finishing
 from app.domain import utcnow
-from app.streaming import Stream
 from tests.helpers import enqueue
 
 PER_STREAM = 1000  # the most maxJobs allows
@@ -36,14 +36,7 @@ class Held:
 
 async def _hold(live: Any, job_type: str, n: int) -> Held:
     s = live.services
-    stream = Stream(
-        ActivateRequest(job_type, n, 60_000),
-        s.waiters,
-        s.streams,
-        s.db,
-        s.activation,
-        check_ms=3_600_000,
-    )
+    stream = s.activation.open_stream(ActivateRequest(job_type, n, 60_000), check_ms=3_600_000)
     held = Held(stream, stream.events())
     while len(held.jobs) < n:
         event = await held.events.__anext__()

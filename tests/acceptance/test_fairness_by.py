@@ -424,7 +424,7 @@ async def test_a_long_poll_handed_a_new_job_charges_its_units(
     await queued(live)
     await enqueue(c, "h", "a", 1, **fields)
     [job] = (await poll).json()["jobs"]
-    assert live.services.activation.counters.hand_offs == 1
+    assert live.services.activation.rounds.counters.hand_offs == 1
     await live.services.activation.settle()
     assert await _vtime(store, "h", "a") == pytest.approx(units)
     expected = units if mode == "workerTime" else None

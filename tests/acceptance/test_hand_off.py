@@ -152,10 +152,11 @@ async def test_a_waiter_whose_filter_refuses_the_job_is_passed_over(live):
 async def test_a_job_claimed_for_a_waiter_that_left_is_given_back_at_once(live):
     services = live.services
     assert await activate(live.client, "gone") == []  # the type is known dry: no wake-up
-    waiter = services.waiters.enqueue(ActivateRequest("gone", 1, 60_000, "w"))
-    assert services.waiters.take_head("gone", "acme") is waiter
+    waiter = services.activation.waiters.enqueue(ActivateRequest("gone", 1, 60_000, "w"))
+    assert services.activation.waiters.take_head("gone", "acme") is waiter
     waiter.future.cancel()  # the client left while the create was claiming for it
-    inserted = await services.jobs._hand_off({"type": "gone", "tenantId": "acme"}, utcnow(), waiter)
+    job = {"type": "gone", "tenantId": "acme"}
+    inserted = await services.activation._hand_to(waiter, job, utcnow())
     job = (await live.client.get(f"/v2/jobs/{inserted.job_key}")).json()
     assert job["state"] == "CREATED" and job["activationCount"] == 1
     [again] = await activate(live.client, "gone")

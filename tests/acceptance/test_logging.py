@@ -189,7 +189,7 @@ async def test_a_job_handed_to_a_waiting_worker_is_logged_under_each_ones_reques
         live.client.post("/v2/jobs/activate", json=body, headers={"X-Request-Id": "worker-1"})
     )
     deadline = asyncio.get_running_loop().time() + 30
-    while not live.services.waiters.has_waiters("t"):  # no event to wait on
+    while not live.services.activation.waiters.has_waiters("t"):  # no event to wait on
         assert asyncio.get_running_loop().time() < deadline, "the poll never waited"
         await asyncio.sleep(0.01)
     made = await live.client.post("/v2/jobs", json={"type": "t"}, headers={"X-Request-Id": "p-1"})

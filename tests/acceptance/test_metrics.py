@@ -17,7 +17,7 @@ from app.db import metrics as stored_metrics
 from app.domain import utcnow
 from app.keys import Role
 from app.main import create_app
-from app.metrics import LABELS_LEAD_S, OTHER
+from app.metrics.events import LABELS_LEAD_S, OTHER
 from tests.fixtures import Live, quiet_settings, serving, wait_ready
 from tests.helpers import activate, complete, enqueue
 

@@ -4,7 +4,7 @@ a lane now and what held it in the window are series."""
 
 from __future__ import annotations
 
-from app.metrics import OTHER
+from app.metrics.events import OTHER
 from tests.acceptance.test_metrics import scrape, value
 from tests.fixtures import Live
 from tests.helpers import activate, enqueue

@@ -27,7 +27,7 @@ async def queued(live, n: int = 1) -> None:
     """Until ``n`` requests wait in the server's queues (a waiter has no event of its
     own to await from outside)."""
     deadline = time.monotonic() + 30
-    while live.services.waiters.waiting < n:  # noqa: ASYNC110
+    while live.services.activation.waiters.waiting < n:  # noqa: ASYNC110
         assert time.monotonic() < deadline, f"never {n} waiting"
         await asyncio.sleep(0.01)
 

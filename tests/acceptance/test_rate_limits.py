@@ -195,7 +195,7 @@ async def test_a_long_poll_on_a_limited_tenant_is_answered_when_a_token_comes_ba
     await enqueue(c, "lp", "A", 3)
     assert len(await activate(c, "lp", 3)) == 1
     assert await activate(c, "lp", 3) == []
-    hub = live.services.waiters
+    hub = live.services.activation.waiters
     polls, token_wakes = hub.backup_polls, hub.token_wakes
     r = await c.post(
         "/v2/jobs/activate",
@@ -222,7 +222,7 @@ async def test_a_long_poll_on_a_limited_tenant_is_answered_soon_after_its_limit_
     assert r.status_code == 200, r.text
     await enqueue(c, "lift", "A", 3)
     assert len(await activate(c, "lift", 3)) == 1
-    hub = live.services.waiters
+    hub = live.services.activation.waiters
     polls, token_wakes = hub.backup_polls, hub.token_wakes
     poll = asyncio.ensure_future(
         c.post(
@@ -251,7 +251,7 @@ async def test_a_stream_on_a_limited_tenant_gets_each_job_as_its_token_comes_bac
     await _limit(c, "A", 4, 1)
     since = await _bucket_since(store, "A")
     await enqueue(c, "st", "A", 10)
-    hub = live.services.waiters
+    hub = live.services.activation.waiters
     token_wakes = hub.token_wakes
     url = "/v2/jobs/stream?type=st&maxJobs=5&timeout=60000&worker=w"
     async with c.stream("GET", url) as r:

@@ -329,7 +329,7 @@ async def test_rate_limit_and_waiters_per_key(db_url: str, limited: Settings):
             )
             for _ in range(2)
         ]
-        hub = live.services.waiters
+        hub = live.services.activation.waiters
         deadline = time.monotonic() + 30
         while hub.waiting < 2:  # the hub exposes a count, not an event
             assert time.monotonic() < deadline
@@ -480,7 +480,7 @@ async def test_a_revoked_key_gets_no_more_jobs_on_its_open_long_poll_and_stream(
     async with c.stream("GET", url, headers=bearer(worker), timeout=30) as stream:
         assert stream.status_code == 200
         deadline = time.monotonic() + 30
-        while live.services.waiters.waiting < 2:  # the hub exposes a count, not an event
+        while live.services.activation.waiters.waiting < 2:  # the hub exposes a count, not an event
             assert time.monotonic() < deadline
             await asyncio.sleep(0.01)
         await live.services.keys.revoke(worker_id, "test")

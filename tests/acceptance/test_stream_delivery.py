@@ -56,7 +56,7 @@ async def _until(condition, timeout_s: float = 20) -> None:
 async def test_a_job_whose_write_was_cut_by_a_reset_returns_at_once(live):
     await enqueue(live.client, "cut", "acme", 3, variables={"blob": "x" * BLOB_BYTES})
     sock = await _stalled_stream(live.url, "type=cut&maxJobs=3&timeout=600000")
-    registry = live.services.streams
+    registry = live.services.activation.streams
     await _until(lambda: any(len(s.outstanding) >= 2 for s in registry.streams))
     [stream] = registry.streams
     # The first event is written (it fills the buffers), the second's write waits.

@@ -9,7 +9,6 @@ import httpx
 import pytest
 
 from app.activation import ActivateRequest
-from app.streaming import Stream
 from tests.helpers import activate, assert_problem, complete, enqueue
 
 
@@ -98,14 +97,7 @@ async def test_lease_expiry_returns_a_credit(live):
 async def test_undelivered_activations_are_released_on_close(live):
     services = live.services
     await enqueue(live.client, "u", "acme", 3)
-    stream = Stream(
-        ActivateRequest("u", 3, 60_000),
-        services.waiters,
-        services.streams,
-        services.db,
-        services.activation,
-        check_ms=1000,
-    )
+    stream = services.activation.open_stream(ActivateRequest("u", 3, 60_000), check_ms=1000)
     events = stream.events()
     first = await events.__anext__()
     # Asked for the next event: the first was written.  Closed at the second's yield:

@@ -8,7 +8,8 @@ import asyncio
 from collections import Counter
 from datetime import timedelta
 
-from app.activation import ActivateRequest, ActivationService
+from app.activation import ActivateRequest
+from app.activation.rounds import Rounds
 from app.config import Settings
 from app.db import claims
 from app.db import jobs as stored_jobs
@@ -33,7 +34,7 @@ def _callers(n: int) -> list[ActivateRequest]:
 
 
 async def test_callers_asking_at_once_share_one_claim_each_under_its_own_lease(store):
-    service = ActivationService(store, Settings())
+    service = Rounds(store, Settings())
     await _backlog(store, "abc", 20)
     callers = _callers(8)  # 36 jobs asked in all
     results = await asyncio.gather(*(service.activate(req) for req in callers))
@@ -57,7 +58,7 @@ async def test_callers_asking_at_once_share_one_claim_each_under_its_own_lease(s
 
 
 async def test_callers_beyond_the_backlog_are_served_in_arrival_order(store):
-    service = ActivationService(store, Settings())
+    service = Rounds(store, Settings())
     await _backlog(store, "ab", 2)
     callers = _callers(3)  # 1 + 2 + 3 jobs asked, 4 there
     results = await asyncio.gather(*(service.activate(req) for req in callers))
@@ -73,7 +74,7 @@ async def test_a_caller_that_leaves_while_its_claim_runs_leaves_no_job_activated
     """A caller cancelled while the claim it shares is in flight: its share goes back to
     CREATED at once; the callers that stayed keep theirs."""
     await db_ops.upsert_job_type(store, "together", 1_000, None, None)  # a cap: claims lock it
-    service = ActivationService(store, Settings())
+    service = Rounds(store, Settings())
     await _backlog(store, "ab", 10)
     stay, leave = _callers(2)
     claiming = asyncio.Event()
@@ -106,7 +107,7 @@ async def test_a_caller_that_leaves_while_its_claim_runs_leaves_no_job_activated
 async def test_an_activation_that_fails_fails_each_caller_in_it_and_not_the_next(
     store, monkeypatch
 ):
-    service = ActivationService(store, Settings())
+    service = Rounds(store, Settings())
     await _backlog(store, "ab", 5)
     claim = claims.claim
     failures = iter([ConnectionResetError("the database went away")])
@@ -132,7 +133,7 @@ async def test_a_lease_runs_from_the_claim_not_from_a_wait_for_the_cap_lock_befo
     their jobs reached the worker.  Here the lock is held for 1.5 s: the lease of 3 s
     must still run 3 s from the claim."""
     await db_ops.upsert_job_type(store, "together", 10, None, None)  # a cap: claims lock it
-    service = ActivationService(store, Settings())
+    service = Rounds(store, Settings())
     await _backlog(store, "a", 1)
     lock = f"pg_advisory_xact_lock({_int4(TYPE_CAP_LOCK_CLASS)}, {cap_key('together')})"
     async with store.connection() as holder:

@@ -6,7 +6,8 @@ import asyncio
 
 import httpx
 
-from app.activation import ActivateRequest, ActivationService
+from app.activation import ActivateRequest
+from app.activation.rounds import Rounds
 from app.config import Settings
 from app.db import jobs as stored_jobs
 from app.db import operators as db_ops
@@ -60,7 +61,7 @@ async def test_job_type_cap_holds_when_20_activators_race_on_their_own_connectio
     await stored_jobs.insert(
         store, [{"type": "render", "tenantId": t} for t in "abc" for _ in range(50)], utcnow()
     )
-    services = [ActivationService(store, Settings()) for _ in range(20)]
+    services = [Rounds(store, Settings()) for _ in range(20)]
     results = await asyncio.gather(
         *(s.activate(ActivateRequest("render", 4, 60_000)) for s in services)
     )

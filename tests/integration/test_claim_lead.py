@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from datetime import timedelta
 
+from app import scheduler
 from app.db import claims, lanes
 from app.db import jobs as stored_jobs
 from app.db import operators as db_ops
@@ -116,7 +117,7 @@ async def test_each_lead_claim_takes_the_full_rounds_first_job(store):
         await lanes.charge(
             store,
             TYPE,
-            lanes.Charges(Counter({tenant: 1}), {tenant: 1 / got.lane_weight}, Counter(), {}),
+            scheduler.Charges(Counter({tenant: 1}), {tenant: 1 / got.lane_weight}, Counter(), {}),
         )
         taken.append(row.job_key)
     assert len(taken) == 14

@@ -46,15 +46,14 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from app import activation as activation_module
-from app.activation import ActivateRequest, ActivationService
+from app.activation import ActivateRequest, Activation
+from app.activation.rounds import Rounds
 from app.config import Settings
 from app.db import Database, finishing, maintenance
 from app.db import jobs as stored_jobs
 from app.domain import MAX_LEASE_MS, utcnow
 from app.errors import InvalidState, StaleActivation
 from app.jobs import JobChanges, JobService
-from app.waiting import WaiterHub
 
 TYPE = "fencing"
 WORKERS = ("w1", "w2", "w3", "w4")
@@ -62,8 +61,8 @@ LEASES_MS = (1_000, 2_000, 5_000)
 FINISHES = ("complete", "fail", "error")
 CHOICE = st.integers(0, 1 << 16)
 STEPS = Counter[str]()
-# The clock the activation service reads (monkeypatched into app.activation): the model
-# moves it, so that leases end when a rule says so, not when the machine is slow.
+# The clock the activation service reads (passed to it): the model moves it, so that
+# leases end when a rule says so, not when the machine is slow.
 CLOCK: list[datetime] = [utcnow()]
 
 
@@ -136,11 +135,10 @@ class FencingMachine(RuleBasedStateMachine):
         CLOCK[0] = utcnow().replace(microsecond=0)
         # Two replicas: activations through different services are not coalesced, so
         # their claims race in PostgreSQL.
-        self.replicas = [ActivationService(self.store, Settings()) for _ in range(2)]
-        waiters = WaiterHub(
-            self.replicas[0], self.replicas[0].release, max_waiters=10, backup_poll_ms=1000
-        )
-        self.service = JobService(self.store, self.replicas[0], waiters)
+        # The activation service reads the model's clock: the model moves it.
+        activations = [Activation(self.store, Settings(), clock=lambda: CLOCK[0]) for _ in "ab"]
+        self.replicas = [a.rounds for a in activations]
+        self.service = JobService(self.store, activations[0])
         self.run(self.store.execute("TRUNCATE jobs, lanes, tenants, job_types"))
 
     def run(self, coro):
@@ -160,7 +158,7 @@ class FencingMachine(RuleBasedStateMachine):
     def row(self, key: int) -> dict:
         return dict(self.run(self.store.fetchrow("SELECT * FROM jobs WHERE job_key = $1", key)))
 
-    def replica_of(self, worker: str) -> ActivationService:
+    def replica_of(self, worker: str) -> Rounds:
         return self.replicas[WORKERS.index(worker) % 2]
 
     # -- producing, activating ------------------------------------------------------------
@@ -461,10 +459,9 @@ class FencingMachine(RuleBasedStateMachine):
         assert all(n == 1 for n in self.model.terminal.values()), self.model.terminal
 
 
-def test_fencing_and_leases_match_the_model(db_url, monkeypatch):
+def test_fencing_and_leases_match_the_model(db_url):
     """Thousands of steps on real PostgreSQL: races of claims, finishes, heartbeats,
     lease expiries and crashes, every one checked against the model."""
-    monkeypatch.setattr(activation_module, "utcnow", lambda: CLOCK[0])
     loop = asyncio.new_event_loop()
     store = loop.run_until_complete(Database.connect(db_url, size=4, min_size=2))
     FencingMachine.loop, FencingMachine.store = loop, store

@@ -9,7 +9,8 @@ from datetime import timedelta
 
 import pytest
 
-from app.activation import ActivateRequest, ActivationService
+from app.activation import ActivateRequest
+from app.activation.rounds import Rounds
 from app.config import Settings
 from app.db import finishing
 from app.db import jobs as stored_jobs
@@ -50,7 +51,7 @@ async def test_tenants_at_their_caps_cost_a_read_nothing(store, cap):
     front of the one tenant with room in vtime order.  A call for one job took 1.5 s with
     1,000 of them and answered [] after its 256 rounds with 2,500.  Now the claims that
     took them to their caps held their lanes, and a call reads past none of them."""
-    service = ActivationService(store, Settings())
+    service = Rounds(store, Settings())
     tenants = await _capped_tenants(store, "c", 2_500, cap)
     await stored_jobs.insert(store, [{"type": "heldr", "tenantId": t} for t in tenants], utcnow())
     # Each capped tenant takes its cap (0 or 1) now, and is held at it.
@@ -72,7 +73,7 @@ async def test_tenants_at_their_caps_cost_a_read_nothing(store, cap):
 async def test_a_call_gets_past_thousands_of_lanes_newly_at_their_caps(store):
     """The first call to meet 2,400 tenants capped at 0 holds them a read at a time;
     reads widen after a round of capped lanes, so it ends well inside its rounds."""
-    service = ActivationService(store, Settings())
+    service = Rounds(store, Settings())
     tenants = await _capped_tenants(store, "z", 2_400, 0)
     await stored_jobs.insert(store, [{"type": "heldz", "tenantId": t} for t in tenants], utcnow())
     await stored_jobs.insert(store, [{"type": "heldz", "tenantId": "zz"}] * 20, utcnow())
@@ -156,7 +157,7 @@ async def _release_by_deleting_the_tenant(store, job):
     ],
 )
 async def test_whatever_frees_a_tenants_capacity_releases_its_lanes(store, free):
-    service = ActivationService(store, Settings())
+    service = Rounds(store, Settings())
     job = await _one_held(store, service, "heldf")
     await free(store, job)
     assert await _held(store, "heldf") == []
@@ -167,7 +168,7 @@ async def test_whatever_frees_a_tenants_capacity_releases_its_lanes(store, free)
 async def test_the_cap_spans_job_types_and_so_does_the_release(store):
     """A job of another type freed the tenant's capacity: this type's held lane is
     released too."""
-    service = ActivationService(store, Settings())
+    service = Rounds(store, Settings())
     await db_ops.upsert_tenant(store, "h", 1, 1)
     await stored_jobs.insert(store, [{"type": "heldx", "tenantId": "h"}], utcnow())
     await stored_jobs.insert(store, [{"type": "heldy", "tenantId": "h"}], utcnow())
@@ -184,7 +185,7 @@ async def test_a_tenant_held_at_cap_0_banks_no_credit(store):
     """Found from outside: a tenant held at cap 0 kept the virtual time it had, and once
     its cap was lifted it took 300 of the next 300 activations.  Released, it re-enters
     at the current virtual time, as an idle tenant does, and gets its fair half."""
-    service = ActivationService(store, Settings())
+    service = Rounds(store, Settings())
     config = ConfigService(store, service.resolve_aging)
     await config.put_tenant("zero", 1, 0)
     await stored_jobs.insert(store, [{"type": "heldb", "tenantId": "zero"}] * 400, utcnow())
@@ -216,7 +217,7 @@ async def test_holds_and_releases_racing_strand_no_lane(db_url):
         done: Counter[str] = Counter()
 
         async def work(s):
-            service = ActivationService(s, Settings())
+            service = Rounds(s, Settings())
             idle = 0
             while sum(done.values()) < len(jobs) and idle < 200:
                 rows, _ = await service.activate(_req("heldr2", 3))
@@ -268,7 +269,7 @@ async def test_a_cap_set_while_a_finish_is_in_flight_strands_no_lane(store):
     the 300 (not yet committed as finished) and held the lane, while the finish, which
     had not seen the cap, released nothing.  With no job left active nothing ever
     released it: 50 ready jobs, none active, every activation []."""
-    service = ActivationService(store, Settings())
+    service = Rounds(store, Settings())
     await stored_jobs.insert(store, [{"type": "heldc", "tenantId": "rc"}] * 350, utcnow())
     taken = []
     while len(taken) < 300:

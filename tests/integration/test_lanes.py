@@ -10,15 +10,17 @@ from collections import Counter
 import asyncpg
 import pytest
 
-from app.activation import LANE_SLACK, ActivateRequest, ActivationService
+from app.activation import ActivateRequest
+from app.activation.charging import CARRIED_LANES
+from app.activation.rounds import LANE_SLACK, Rounds
 from app.api.schemas import CreateJob
-from app.charging import CARRIED_LANES
 from app.config import Settings
 from app.db import claims, lanes
 from app.db import jobs as stored_jobs
-from app.db.lanes import CHARGE_LANES, SCANNED_LANES, Charges
+from app.db.lanes import CHARGE_LANES, SCANNED_LANES
 from app.db.locks import lane_bucket
 from app.domain import utcnow
+from app.scheduler import Charges
 
 NO_PARKED_LANE_WITH_JOBS = """
 SELECT l.tenant_id FROM lanes l
@@ -90,7 +92,7 @@ async def test_parked_lane_wakes_when_jobs_arrive(store):
 
 
 async def test_no_lost_wake_up_under_racing_producers_and_activators(store):
-    service = ActivationService(store, Settings())
+    service = Rounds(store, Settings())
     tenants = [f"t{i}" for i in range(6)]
     produced = 0
     stop = asyncio.Event()
@@ -135,7 +137,7 @@ async def test_no_lost_wake_up_of_a_key_under_racing_producers_and_activators(st
     """The protocol one level down (ADR 027): producers of few lanes and many keys race
     activators that empty keys and park them; no key is left parked with a ready job,
     and every ready job is still reached."""
-    service = ActivationService(store, Settings())
+    service = Rounds(store, Settings())
     rng = random.Random(11)
 
     def keyed() -> CreateJob:
@@ -171,7 +173,7 @@ async def test_no_lost_wake_up_of_a_key_under_racing_producers_and_activators(st
 
 
 async def test_a_key_its_claim_emptied_is_parked_and_its_lane_is_not(store):
-    service = ActivationService(store, Settings())
+    service = Rounds(store, Settings())
     jobs: list[CreateJob] = [{"type": "race", "tenantId": "t", "fairnessKey": "once"}]
     jobs += [{"type": "race", "tenantId": "t", "fairnessKey": "many"}] * 5
     await stored_jobs.insert(store, jobs, utcnow())
@@ -191,7 +193,7 @@ async def test_a_key_its_claim_emptied_is_parked_and_its_lane_is_not(store):
 async def test_keys_found_empty_are_passed_by_and_parked(store):
     """Keys emptied behind the scheduler's back (still active, at low vtimes) in front of
     the lane's one key with jobs: the call gets its job anyway and parks them."""
-    service = ActivationService(store, Settings())
+    service = Rounds(store, Settings())
     jobs: list[CreateJob] = [
         {"type": "race", "tenantId": "t", "fairnessKey": f"gone{i:02}"} for i in range(30)
     ]
@@ -209,7 +211,7 @@ async def test_keys_found_empty_are_passed_by_and_parked(store):
 
 
 async def test_drained_lane_is_parked_and_costs_nothing_later(store):
-    service = ActivationService(store, Settings())
+    service = Rounds(store, Settings())
     await stored_jobs.insert(store, [_job("gone")], utcnow())
     rows, _ = await service.activate(ActivateRequest("race", 5, 60_000))
     assert len(rows) == 1
@@ -240,7 +242,7 @@ async def test_an_active_lane_without_jobs_costs_no_claim_round(store):
     activation asking for one job must not spend a claim round on each of them before
     it reaches the lane that has one: its read probes them and skips them, and the call
     parks them."""
-    service = ActivationService(store, Settings())
+    service = Rounds(store, Settings())
     busy = await _drained_lanes(store, 3)
     rounds = service.counters.queries
     rows, _ = await service.activate(ActivateRequest("race", 1, 60_000))
@@ -254,7 +256,7 @@ async def test_more_empty_lanes_than_a_read_holds_cost_one_round(store):
     """Far more drained lanes than the call asks for lanes (1 job + LANE_SLACK): one read
     skips them all and reaches the busy lane behind them, and the call parks them, so
     the next activation meets none of them."""
-    service = ActivationService(store, Settings())
+    service = Rounds(store, Settings())
     n = 10 * (1 + LANE_SLACK)
     busy = await _drained_lanes(store, n)
     rounds = service.counters.queries
@@ -271,7 +273,7 @@ async def test_more_empty_lanes_than_a_read_holds_cost_one_round(store):
 async def test_a_read_stops_after_scanned_lanes_and_the_call_reads_on(store):
     """More empty lanes than one statement scans (SCANNED_LANES): the read stops there,
     says there may be more, and the activation reads on past them in another round."""
-    service = ActivationService(store, Settings())
+    service = Rounds(store, Settings())
     busy = await _drained_lanes(store, SCANNED_LANES + 5)
     read = await lanes.read(store, "race", 1 + LANE_SLACK, [], None)
     assert read.ready == [] and read.more and len(read.empty) == SCANNED_LANES
@@ -286,7 +288,7 @@ async def test_a_lane_its_claim_emptied_is_parked(store):
     leaves it active; the charge that follows finds it empty and parks it, so no later
     read meets it, whatever the history: here 83 single-job tenants drained one job per
     call."""
-    service = ActivationService(store, Settings())
+    service = Rounds(store, Settings())
     n = 83
     await stored_jobs.insert(store, [_job(f"one-{i:03}") for i in range(n)], utcnow())
     for _ in range(n):
@@ -303,7 +305,7 @@ async def test_a_lane_its_claim_emptied_is_parked(store):
 
 
 async def test_an_activation_that_read_every_lane_empty_says_the_type_is_dry(store):
-    service = ActivationService(store, Settings())
+    service = Rounds(store, Settings())
     await _drained_lanes(store, 3)
     rows, dry = await service.activate(ActivateRequest("race", 5, 60_000))
     # Its lane came up short: drained, or held by another activator; it cannot tell.
@@ -316,7 +318,7 @@ async def test_an_activation_that_read_every_lane_empty_says_the_type_is_dry(sto
 
 
 async def test_jobs_held_by_another_activator_do_not_make_the_type_dry(store):
-    service = ActivationService(store, Settings())
+    service = Rounds(store, Settings())
     await stored_jobs.insert(store, [_job("held") for _ in range(3)], utcnow())
     async with store.connection() as other:
         tx = other.transaction()
@@ -336,7 +338,7 @@ async def test_a_waiter_gets_the_first_round_that_claims_anything_and_a_caller_a
     """Lane a's jobs are held by another activator: the first round gets b's share only.
     A caller asking now (fill) is made up from b in a second round; a waiter or stream
     (no fill) gets the first round's jobs at once."""
-    service = ActivationService(store, Settings())
+    service = Rounds(store, Settings())
     await stored_jobs.insert(store, [_job(t) for t in ("a", "b") for _ in range(6)], utcnow())
     async with store.connection() as other:
         tx = other.transaction()
@@ -350,7 +352,7 @@ async def test_a_waiter_gets_the_first_round_that_claims_anything_and_a_caller_a
 
 
 async def test_charges_made_while_one_is_written_are_all_written_before_the_next_read(store):
-    service = ActivationService(store, Settings())
+    service = Rounds(store, Settings())
     await stored_jobs.insert(store, [_job(t) for t in ("a", "b") for _ in range(40)], utcnow())
     results = await asyncio.gather(
         *(service.activate(ActivateRequest("race", 2, 60_000)) for _ in range(20))
@@ -371,7 +373,7 @@ async def test_a_lane_read_carries_the_charges_not_yet_written(store, monkeypatc
     """Under load a round's lane read takes the previous round's charges into its own
     statement: it ranks the lanes by their charged vtimes, no charge statement of their
     own is made, and nothing is charged twice."""
-    service = ActivationService(store, Settings())
+    service = Rounds(store, Settings())
     writes: list[object] = []
     write = lanes.charge
 
@@ -394,7 +396,7 @@ async def test_a_lane_read_carries_the_charges_not_yet_written(store, monkeypatc
 
 
 async def test_charges_a_failed_lane_read_carried_are_written_after_all(store):
-    service = ActivationService(store, Settings())
+    service = Rounds(store, Settings())
     await stored_jobs.insert(store, [_job(t) for t in ("a", "b")], utcnow())
     service.charges.add("race", Charges(Counter({"a": 2}), {"a": 1.0}, Counter(), {}))
     with pytest.raises(asyncpg.PostgresError):  # $2 + 1 overflows int4: the statement fails
@@ -406,7 +408,7 @@ async def test_charges_a_failed_lane_read_carried_are_written_after_all(store):
 async def test_a_charge_of_many_lanes_is_written_before_the_read(store, monkeypatch):
     """A round's charge of more than CARRIED_LANES lanes is not carried (it would make the
     read scan as many lanes more): the writer writes it and the read waits for it."""
-    service = ActivationService(store, Settings())
+    service = Rounds(store, Settings())
     tenants = [f"t{i:02}" for i in range(CARRIED_LANES + 1)]
     await stored_jobs.insert(store, [_job(t) for t in tenants], utcnow())
     reads: list[object] = []
@@ -429,7 +431,7 @@ async def test_a_charge_of_many_lanes_is_written_before_the_read(store, monkeypa
 async def test_a_lane_read_waits_for_every_charge_in_flight(store):
     """A read carrying charges and the writer task can both be writing; a later read
     waits for both, not only the write that started last."""
-    service = ActivationService(store, Settings())
+    service = Rounds(store, Settings())
     await stored_jobs.insert(store, [_job(t) for t in ("a", "b")], utcnow())
 
     async def read_carrying_a() -> object:
@@ -505,7 +507,7 @@ async def test_jobs_of_earlier_rounds_go_back_when_a_later_round_fails(store, mo
     """Round 1 claims from "a" (one job, allotted more: short) and "b"; round 2's claim
     fails.  The caller gets the error, and the jobs round 1 claimed for it are CREATED
     again at once, not held until their leases end."""
-    service = ActivationService(store, Settings())
+    service = Rounds(store, Settings())
     await stored_jobs.insert(
         store, [_job("a"), _job("b"), _job("b"), _job("c"), _job("c")], utcnow()
     )

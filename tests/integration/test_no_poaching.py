@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from app.activation import ActivateRequest, ActivationService
+from app.activation import ActivateRequest
+from app.activation.rounds import Rounds
 from app.config import Settings
 from app.db import jobs as stored_jobs
 from app.domain import utcnow
@@ -38,11 +39,11 @@ async def test_16_activators_each_on_its_own_connections_take_each_job_once(stor
         await stored_jobs.insert(store, jobs[i : i + 1_000], utcnow())
     seen: Counter[int] = Counter()
 
-    async def activator(service: ActivationService) -> None:
+    async def activator(service: Rounds) -> None:
         while (got := await service.activate(ActivateRequest("drain", 100, 60_000)))[0]:
             seen.update(r.job_key for r in got[0])
 
-    await asyncio.gather(*(activator(ActivationService(store, Settings())) for _ in range(16)))
+    await asyncio.gather(*(activator(Rounds(store, Settings())) for _ in range(16)))
     assert len(seen) == 8_000
     assert max(seen.values()) == 1
     counts = await store.fetch("SELECT activation_count, count(*) FROM jobs GROUP BY 1")

@@ -14,12 +14,12 @@ from collections import Counter
 import asyncpg
 import pytest
 
-from app.activation import ActivateRequest, ActivationService
+from app.activation import ActivateRequest
+from app.activation.rounds import Rounds
 from app.config import Settings
 from app.db import jobs as stored_jobs
-from app.db.lanes import Charges
 from app.domain import utcnow
-from app.streaming import Stream
+from app.scheduler import Charges
 from tests.acceptance.test_long_polling import until_waiting
 from tests.fixtures import quiet_settings
 from tests.helpers import activate
@@ -90,7 +90,7 @@ async def test_a_poisoned_activation_fails_alone_among_callers_activated_togethe
     """39 callers asking at once share one claim (ADR 009); one's worker name is refused
     by the database: the 38 others get their jobs under their own names, it gets the
     error, and no job is left activated for it."""
-    service = ActivationService(store, Settings())
+    service = Rounds(store, Settings())
     await stored_jobs.insert(
         store, [{"type": "together", "tenantId": t} for t in "abc" for _ in range(40)], utcnow()
     )
@@ -119,7 +119,7 @@ async def test_a_poisoned_waiter_at_the_head_fails_alone_and_jobs_are_still_crea
     the honest poll behind it gets the job."""
     c, services = live.client, live.services
     assert await activate(c, "ho") == []  # the type is known dry: nobody is woken
-    evil = services.waiters.enqueue(ActivateRequest("ho", 1, 60_000, EVIL_WORKER))
+    evil = services.activation.waiters.enqueue(ActivateRequest("ho", 1, 60_000, EVIL_WORKER))
     good = asyncio.create_task(c.post("/v2/jobs/activate", json=_poll("ho", "good")))
     await until_waiting(c, 2)
     created = []
@@ -139,13 +139,8 @@ async def test_a_poisoned_waiter_at_the_head_fails_alone_and_jobs_are_still_crea
 async def test_a_poisoned_stream_at_the_head_fails_alone_and_jobs_are_still_created(live):
     c, services = live.client, live.services
     assert await activate(c, "hs") == []
-    stream = Stream(
-        ActivateRequest("hs", 1, 60_000, EVIL_WORKER),
-        services.waiters,
-        services.streams,
-        services.db,
-        services.activation,
-        check_ms=1_000,
+    stream = services.activation.open_stream(
+        ActivateRequest("hs", 1, 60_000, EVIL_WORKER), check_ms=1_000
     )
     events = stream.events()
     first = asyncio.create_task(anext(events))
@@ -168,7 +163,7 @@ async def test_a_poisoned_waiter_does_not_keep_its_dispatcher_from_the_waiters_b
     waiters in order, and the poisoned one at the head fails alone."""
     c, services = live.client, live.services
     assert await activate(c, "hd") == []
-    evil = services.waiters.enqueue(ActivateRequest("hd", 1, 60_000, EVIL_WORKER))
+    evil = services.activation.waiters.enqueue(ActivateRequest("hd", 1, 60_000, EVIL_WORKER))
     good = asyncio.create_task(c.post("/v2/jobs/activate", json=_poll("hd", "good", 5_000)))
     await until_waiting(c, 2)
     r = await c.post("/v2/jobs/batch", json={"jobs": [{"type": "hd"}, {"type": "hd"}]})
@@ -184,7 +179,7 @@ async def test_charges_carried_by_a_poisoned_lane_read_are_still_written(store):
     """A lane read carries the charges of earlier claims of its type, whoever made them
     (LaneCharges.read).  A read refused for its caller's tenant filter gives
     them back to the writer: the lanes are charged all the same."""
-    service = ActivationService(store, Settings())
+    service = Rounds(store, Settings())
     await stored_jobs.insert(
         store, [{"type": "ch", "tenantId": t} for t in "ab" for _ in range(4)], utcnow()
     )
@@ -226,9 +221,9 @@ async def test_a_poisoned_waiter_in_a_batch_claimed_together_fails_alone(store):
     worker name the database refuses fails that shared claim, and then alone: the
     waiters beside it, before and after, each get their job, and none is left
     activated for it."""
-    from app.waiting import Waiter, WaiterHub, _TypeQueue
+    from app.activation.waiting import Waiter, WaiterHub, _TypeQueue
 
-    service = ActivationService(store, Settings())
+    service = Rounds(store, Settings())
     hub = WaiterHub(service, service.release, max_waiters=10, backup_poll_ms=3_600_000)
     await stored_jobs.insert(store, [{"type": "batch"} for _ in range(3)], utcnow())
     q = _TypeQueue()

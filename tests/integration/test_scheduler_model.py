@@ -52,14 +52,15 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from app.activation import ActivateRequest, ActivationService
+from app.activation import ActivateRequest
+from app.activation.rounds import Rounds
+from app.activation.waiting import WaiterHub
 from app.config import Settings
 from app.db import Database, finishing
 from app.db import jobs as stored_jobs
 from app.domain import utcnow
 from app.operators import ConfigService
 from app.sweepers import LeaseSweeper
-from app.waiting import WaiterHub
 
 TYPE = "model"
 TENANTS = ("a", "b", "c", "d")
@@ -212,7 +213,7 @@ class ActivationMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.model = Model()
-        self.service = ActivationService(self.store, Settings())
+        self.service = Rounds(self.store, Settings())
         self.config = ConfigService(self.store, self.service.resolve_aging)
         self.run(
             self.store.execute(

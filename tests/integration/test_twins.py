@@ -32,6 +32,7 @@ from app.scheduler import (
     FairnessBy,
     Key,
     Lane,
+    Settled,
     allocate,
     allocate_keys,
     effective_priority,
@@ -306,7 +307,7 @@ def test_a_settlement_in_sql_is_its_python_twin(
                 " VALUES ($1, 's', 'k', jobfair_shard('s'), 500)",
                 job_type,
             )
-        settle = lanes.Settled(units, len(held), sum(held))
+        settle = Settled(units, len(held), sum(held))
         await lanes.settle(db, job_type, {"s": settle}, {("s", "k"): settle})
         lane = await db.fetchrow(
             "SELECT vtime, unit_est, units_total FROM lanes WHERE job_type = $1", job_type

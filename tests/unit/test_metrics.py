@@ -8,12 +8,13 @@ from datetime import timedelta
 
 from hypothesis import given
 from hypothesis import strategies as st
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.db.rows import TenantSet
 from app.domain import utcnow
-from app.metrics import OTHER, Metrics, TenantLabels, observe_all, render
+from app.metrics.events import OTHER, Metrics, TenantLabels, observe_all
+from app.metrics.scrape import render
 from app.shares import KeySample, KeyWindow, LaneKeys, LaneSample, ShareWindow, interval
 
 
@@ -139,14 +140,15 @@ async def test_labels_switch_to_a_published_set_at_its_instant():
     labels.close()
 
 
-def test_the_text_is_prometheus_s_with_whole_numbers_as_integers():
+def test_the_text_is_prometheus_client_s_and_folds_what_has_no_label():
     m = Metrics(1)  # one labelled tenant: the first event's; the next is folded
     m.count(m.created, [("t", "a"), ("t", "a"), ("t", "b")])
     m.sync()
     text = render(m.registry.collect()).decode()
-    assert "jobfair_waiters 0\n" in text
-    assert 'jobfair_jobs_created_total{tenant="a",type="t"} 2\n' in text
-    assert 'jobfair_jobs_created_total{tenant="<other>",type="t"} 1\n' in text
+    assert text == generate_latest(m.registry).decode()  # prometheus-client's own text
+    assert "jobfair_waiters 0.0\n" in text
+    assert 'jobfair_jobs_created_total{tenant="a",type="t"} 2.0\n' in text
+    assert 'jobfair_jobs_created_total{tenant="<other>",type="t"} 1.0\n' in text
     names = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
     assert {"jobfair_jobs_created_total", "jobfair_waiters", "jobfair_db_pool_in_use"} <= names
 

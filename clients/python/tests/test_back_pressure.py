@@ -25,7 +25,7 @@ async def hold_the_waiter_slot(live, ms: int) -> asyncio.Task:
             json={"type": "idle", "maxJobs": 1, "timeout": 1000, "requestTimeout": ms},
         )
     )
-    while live.services.waiters.waiting < 1:  # noqa: ASYNC110
+    while live.services.activation.waiters.waiting < 1:  # noqa: ASYNC110
         await asyncio.sleep(0.01)
     return holder
 

@@ -26,7 +26,7 @@ async function statesOf(keys) {
 async function untilWaiting(n) {
   for (;;) {
     const metrics = await (await fetch(`${URL}/metrics`)).text()
-    if (Number(/^jobfair_waiters (\d+)$/m.exec(metrics)?.[1]) >= n) return
+    if (Number(/^jobfair_waiters (\d+)(?:\.0)?$/m.exec(metrics)?.[1]) >= n) return
     await new Promise((r) => setTimeout(r, 10))
   }
 }

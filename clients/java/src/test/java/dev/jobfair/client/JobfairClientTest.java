@@ -298,7 +298,7 @@ class JobfairClientTest {
         HttpClient http = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).build();
         String metrics = http.send(HttpRequest.newBuilder(URI.create(URL + "/metrics")).build(),
                 HttpResponse.BodyHandlers.ofString()).body();
-        Matcher m = Pattern.compile("^jobfair_waiters (\\d+)$", Pattern.MULTILINE).matcher(metrics);
+        Matcher m = Pattern.compile("^jobfair_waiters (\\d+)(?:\\.0)?$", Pattern.MULTILINE).matcher(metrics);
         return m.find() ? Integer.parseInt(m.group(1)) : 0;
     }
 

@@ -1,7 +1,7 @@
 """Long-poll waiters: woken by work, not by a timer, and without a stampede.
 
 (One timer: waiters that only rate limits keep from jobs wake when the next token is
-due, ``ActivationService.token_due``.)
+due, ``Rounds.token_due``.)
 
 Each job type has a FIFO queue of waiters (long polls and streams with credit) and one
 dispatcher task.  A wake-up (NOTIFY, an in-process event, or the jittered backup poll)
@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app import logs
-from app.activation import ActivateRequest, ActivationService, TenantFilter
+from app.activation.ports import ActivateRequest, TenantFilter
+from app.activation.rounds import Rounds
 from app.db.base import refused_input
 from app.db.rows import JobRow
 from app.errors import ResourceExhausted
@@ -98,7 +99,7 @@ class _TypeQueue:
 class WaiterHub:
     def __init__(
         self,
-        activation: ActivationService,
+        activation: Rounds,
         release: Callable[[Sequence[JobRow]], Awaitable[int]],
         *,
         max_waiters: int,
@@ -159,17 +160,17 @@ class WaiterHub:
             q.wake.set()
 
     async def activate(self, req: ActivateRequest) -> Rows:
-        """ActivationService.activate, remembering whether it found the type dry."""
+        """Rounds.activate, remembering whether it found the type dry."""
         return await self._remember(req, self.activation.activate)
 
     async def activate_owed(self, req: ActivateRequest, *, one_pick: bool = False) -> Rows:
-        """ActivationService.activate_owed (or activate_one_pick), remembering whether it
+        """Rounds.activate_owed (or activate_one_pick), remembering whether it
         found the type dry."""
         how = self.activation.activate_one_pick if one_pick else self.activation.activate_owed
         return await self._remember(req, how)
 
     async def activate_owed_together(self, reqs: Sequence[ActivateRequest]) -> list[Rows]:
-        """ActivationService.activate_owed_together (``reqs``: one type, tenant filter and
+        """Rounds.activate_owed_together (``reqs``: one type, tenant filter and
         via_stream), remembering whether it found the type dry."""
         wakes = self._wakes
         per_req, dry = await self.activation.activate_owed_together(reqs)

@@ -20,19 +20,20 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import orjson
 
 from app import logs
-from app.activation import ActivateRequest, ActivationService
+from app.activation.ports import ActivateRequest, Caller
+from app.activation.rounds import Rounds
+from app.activation.waiting import Waiter, WaiterHub, jittered_s
 from app.db import Database
 from app.db import jobs as stored_jobs
 from app.db.rows import JobRow
 from app.domain import JobState, job_record, utcnow
 from app.errors import ResourceExhausted, StoreUnavailable
-from app.waiting import Waiter, WaiterHub, jittered_s
 
 log = logging.getLogger(__name__)
 
@@ -59,26 +60,24 @@ class Stream:
         hub: WaiterHub,
         registry: StreamRegistry,
         db: Database,
-        activation: ActivationService,
+        rounds: Rounds,
+        caller: Caller,
         *,
         check_ms: int,
         fetch_variables: Sequence[str] | None = None,
-        is_disconnected: Callable[[], Awaitable[bool]] | None = None,
-        on_jobs: Callable[[Sequence[JobRow]], None] | None = None,
-        allowed: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         self.req = dataclasses.replace(req, via_stream=True)
-        self.on_jobs = on_jobs  # told of the jobs activated, before they are written
-        # Whether the caller's key is still live: asked before jobs are written (and on
-        # every wake-up); a revoked or expired key ends the stream, its jobs given back.
-        self.allowed = allowed
+        # Asked whether its key is still live before jobs are written (and on every
+        # wake-up: a revoked or expired key ends the stream, its jobs given back), told of
+        # the jobs activated before they are written, and asked whether it is gone after
+        # each write.
+        self.caller = caller
         self.hub = hub
         self.registry = registry
         self.db = db
-        self.activation = activation
+        self.rounds = rounds
         self.check_ms = check_ms
         self.fetch_variables = fetch_variables
-        self.is_disconnected = is_disconnected
         self.outstanding: dict[int, int] = {}  # jobKey -> activationCount we hold
         self.credit_back = asyncio.Event()
         self.waiter: Waiter | None = None
@@ -96,7 +95,7 @@ class Stream:
         self.registry.streams.add(self)
         try:
             while not self.registry.shutdown.is_set():
-                if self.allowed is not None and not await self.allowed():
+                if not await self.caller.still_live():
                     return
                 try:
                     rows = await self._next_jobs()
@@ -110,11 +109,11 @@ class Stream:
                     continue
                 logs.jobs_activated(rows)  # in the stream's task: with its request's id
                 self.undelivered = list(rows)
-                if self.allowed is not None and not await self.allowed():
+                if not await self.caller.still_live():
                     return  # revoked while it waited: the jobs go back (_close)
-                if self.on_jobs is not None:
-                    self.on_jobs(rows)
-                aging = await self.activation.recent_aging(self.req.job_type)
+                self.caller.seen(self.req.job_type, self.req.worker, True)
+                self.caller.received(rows)
+                aging = await self.rounds.recent_aging(self.req.job_type)
                 while self.undelivered:
                     # Counted ours before the write, so that a credit for it (the client
                     # may finish it as soon as it is written) finds this stream.
@@ -136,7 +135,7 @@ class Stream:
         """Whether the connection was lost before the event just yielded was written:
         uvicorn drops a write to a lost connection without an error, and the response
         asks for the next event at once, before its own disconnect listener has run."""
-        return self.is_disconnected is not None and await self.is_disconnected()
+        return await self.caller.is_gone()
 
     async def _next_jobs(self) -> list[JobRow] | None:
         """Jobs for the free credit, or None when there is nothing yet (woken by a
@@ -209,7 +208,7 @@ class Stream:
         # gone cancels it at every await), and the stream stays in the registry until it
         # has: once a stream leaves the registry, what it released is back.
         rows, self.undelivered = self.undelivered, []
-        release = asyncio.ensure_future(self.activation.release(rows))
+        release = asyncio.ensure_future(self.rounds.release(rows))
         release.add_done_callback(lambda task: self._released(task, len(rows)))
         with contextlib.suppress(StoreUnavailable):  # logged by _released
             await asyncio.shield(release)

@@ -19,15 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter, defaultdict
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from app.db import Database, lanes
-from app.db.lanes import Charges, LaneKey
 from app.db.rows import Ended, LaneRead
-from app.scheduler import FairnessBy, settlement
+from app.scheduler import Charges, LaneKey, Owed, OwedSettlements
 
 log = logging.getLogger(__name__)
 
@@ -41,63 +40,36 @@ CARRIED_LANES = 16
 PARK_RETRIES = 5
 
 Spawn = Callable[[Awaitable[Any], str], object]
-_K = TypeVar("_K")
 
 
 class _Pending:
-    """One job type's charges not yet written."""
+    """One job type's charges not yet written (scheduler.Owed: how they add up), and the
+    writes of them in flight."""
 
     def __init__(self) -> None:
-        self.claimed: Counter[str] = Counter()
-        # The virtual time owed per lane and per key (jobs x stride, summed: the charges
-        # of rounds whose jobs cost different units, or whose weights changed between
-        # them, add up; ADR 029).
-        self.owed: defaultdict[str, float] = defaultdict(float)
-        self.keys: Counter[LaneKey] = Counter()
-        self.key_owed: defaultdict[LaneKey, float] = defaultdict(float)
-        self.floors: dict[str, float] = {}
-        self.served: defaultdict[str, float] = defaultdict(float)
-        self.key_served: defaultdict[LaneKey, float] = defaultdict(float)
+        self.owed = Owed()
         self.writer: asyncio.Task[Any] | None = None
-        self._next: asyncio.Future[None] | None = None  # done when `claimed` is written
+        self._next: asyncio.Future[None] | None = None  # done when `owed` is written
         # Done when each write in flight is: the writer's and a lane read's may overlap.
         self._writing: set[asyncio.Future[None]] = set()
+
+    @property
+    def lanes(self) -> int:
+        """How many lanes are owed a charge (0: nothing is owed)."""
+        return len(self.owed.claimed)
 
     def add(self, charges: Charges) -> None:
         if self._next is None:
             self._next = asyncio.get_running_loop().create_future()
-        self.claimed.update(charges.lanes)
-        for tenant, n in charges.lanes.items():
-            self.owed[tenant] += n * charges.strides.get(tenant, 0.0)
-        self.keys.update(charges.keys)
-        for key, n in charges.keys.items():
-            self.key_owed[key] += n * charges.key_strides[key]
-        for tenant, floor in charges.floors.items():
-            # Floors only lift (GREATEST in the charge): the highest one stands for all.
-            self.floors[tenant] = max(floor, self.floors.get(tenant, floor))
-        for tenant, units in charges.served.items():
-            self.served[tenant] += units
-        for key, units in charges.key_served.items():
-            self.key_served[key] += units
+        self.owed.add(charges)
 
     def take(self) -> tuple[Charges, asyncio.Future[None]]:
         """The charges to write now, and the future to resolve once they are written (or
         have failed): a write in flight until then."""
         assert self._next is not None
-        charges = Charges(
-            self.claimed,
-            _per_job(self.owed, self.claimed),
-            self.keys,
-            _per_job(self.key_owed, self.keys),
-            self.floors,
-            self.served,
-            self.key_served,
-        )
-        taken = (charges, self._next)
+        taken = (self.owed.as_charges(), self._next)
         self._writing = {f for f in self._writing if not f.done()} | {self._next}
-        self.claimed, self.owed, self._next = Counter(), defaultdict(float), None
-        self.keys, self.key_owed, self.floors = Counter(), defaultdict(float), {}
-        self.served, self.key_served = defaultdict(float), defaultdict(float)
+        self.owed, self._next = Owed(), None
         return taken
 
     async def none_in_flight(self) -> None:
@@ -110,12 +82,6 @@ class _Pending:
         waits = [f for f in (*self._writing, self._next) if f is not None and not f.done()]
         if waits:
             await asyncio.wait(waits)
-
-
-def _per_job(owed: Mapping[_K, float], claimed: Counter[_K]) -> dict[_K, float]:
-    """The stride to charge each of ``claimed``'s jobs so that they add up to what is
-    ``owed`` (0 for a lane in only to be lifted to its floor)."""
-    return {k: owed[k] / n if n else 0.0 for k, n in claimed.items()}
 
 
 class LaneCharges:
@@ -139,7 +105,7 @@ class LaneCharges:
 
     async def _write(self, job_type: str, pending: _Pending) -> None:
         try:
-            while pending.claimed:
+            while pending.lanes:
                 taken, done = pending.take()
                 drained: list[str] = []
                 keys: list[LaneKey] = []
@@ -176,7 +142,7 @@ class LaneCharges:
         pending = self._pending.get(job_type)
         if pending is not None:
             await pending.none_in_flight()
-        if pending is None or not 0 < len(pending.claimed) <= CARRIED_LANES:
+        if pending is None or not 0 < pending.lanes <= CARRIED_LANES:
             await self.written(job_type)
             return await lanes.read(self.db, job_type, limit, exclude, tenant_ids)
         taken, done = pending.take()
@@ -194,47 +160,32 @@ class Settlements:
     """Worker-time settlements (ADR 029), written behind the finishes they account for,
     as charges are: a finish of a job whose activation was charged an estimate
     (``Ended.charged``) owes its lane and key the lease's held seconds less that estimate
-    (scheduler.settlement), and the lane's estimate an observation.  Each job type's owed
-    settlements are summed per lane and key and written by one writer task, one statement
-    per batch (settle_lanes): a finish never writes its lane in its own transaction (the
-    hot row ADR 001 avoids).  A settlement that fails is logged and dropped: its lane
-    keeps the estimate it was charged, and nothing is lost."""
+    (scheduler.OwedSettlements), and the lane's estimate an observation.  Each job type's
+    owed settlements are written by one writer task, one statement per batch
+    (settle_lanes): a finish never writes its lane in its own transaction (the hot row
+    ADR 001 avoids).  A settlement that fails is logged and dropped: its lane keeps the
+    estimate it was charged, and nothing is lost."""
 
     def __init__(self, db: Database, spawn: Spawn) -> None:
         self.db = db
         self._spawn = spawn
-        self._lanes: defaultdict[str, dict[str, lanes.Settled]] = defaultdict(dict)
-        self._keys: defaultdict[str, dict[LaneKey, lanes.Settled]] = defaultdict(dict)
+        self._owed = OwedSettlements()
         self._writers: dict[str, asyncio.Task[Any]] = {}
 
     def add(self, ended: Iterable[Ended], now: datetime, *, seen: bool = True) -> None:
-        """Owe the settlements of ``ended`` activations, ended at ``now``: their leases
-        held from activation until then, or (``seen`` false: given back to the queue
-        before their caller got them) not at all, and then observed by no estimate."""
-        for e in ended:
-            if e.charged is None or e.activated_at is None:
-                continue  # not charged by worker time: nothing to settle
-            held = max(0.0, (now - e.activated_at).total_seconds()) if seen else 0.0
-            # The held seconds go on at the weights as they are now; the estimate comes off
-            # as the virtual time it added (``lane_charge``, ``key_charge``), or, for an
-            # activation by a server before alembic 0013, at the weights now.
-            old = settlement(FairnessBy.WORKER_TIME, e.charged, held)
-            lane = (held, e.lane_charge) if e.lane_charge is not None else (old, 0.0)
-            key = (held, e.key_charge) if e.key_charge is not None else (old, 0.0)
-            _owe(self._lanes[e.job_type], e.tenant_id, *lane, int(seen), held)
-            _owe(self._keys[e.job_type], (e.tenant_id, e.fairness_key), *key, int(seen), held)
-            if e.job_type not in self._writers:
-                writer = asyncio.ensure_future(self._write(e.job_type))
-                self._writers[e.job_type] = writer
+        """Owe the settlements of ``ended`` activations, ended at ``now`` (``seen`` false:
+        given back before their caller got them)."""
+        for job_type in self._owed.add(ended, now, seen=seen):
+            if job_type not in self._writers:
+                writer = asyncio.ensure_future(self._write(job_type))
+                self._writers[job_type] = writer
                 self._spawn(writer, "settling lanes")
 
     async def _write(self, job_type: str) -> None:
         try:
-            while self._lanes.get(job_type):
-                owed = self._lanes.pop(job_type)
-                keys: Mapping[LaneKey, lanes.Settled] = self._keys.pop(job_type, {})
+            while (owed := self._owed.take(job_type)) is not None:
                 try:
-                    await lanes.settle(self.db, job_type, owed, keys)
+                    await lanes.settle(self.db, job_type, *owed)
                 except Exception as exc:  # the lanes keep their estimates; that is all
                     log.warning("settling lanes failed: %r", exc)
         finally:
@@ -244,11 +195,3 @@ class Settlements:
         """Until every settlement owed so far has been written (or has failed)."""
         while self._writers:
             await asyncio.gather(*list(self._writers.values()), return_exceptions=True)
-
-
-def _owe(
-    owed: dict[_K, lanes.Settled], at: _K, units: float, refund: float, n: int, held_s: float
-) -> None:
-    """Add a settlement to what ``owed`` holds for ``at``."""
-    was = owed.get(at, lanes.Settled(0.0, 0, 0.0))
-    owed[at] = lanes.Settled(was.units + units, was.n + n, was.held_s + held_s, was.refund + refund)

@@ -1,49 +1,5 @@
-"""The scheduling decisions, pure: no clock, no database.  Everything takes ``now``.
-
-Where fairness is decided:
-
-* Between tenants: stride scheduling over lanes (one lane per job type and tenant).  Each
-  lane carries a virtual time ``vtime``; a pick takes the lane with the smallest
-  ``vtime`` (ties by tenant id, so it is deterministic) and advances it by ``1/weight``.
-  A lane at its cap is skipped and keeps its ``vtime``, so it keeps its place.  A lane that
-  comes back from idle re-enters at the current virtual time (:func:`reentry_vtime`), so
-  it cannot bank credit while it was away.
-* Inside a tenant, between its fairness keys: the same stride scheduling one level down
-  (ADR 027).  The picks a lane gets are divided among its backlogged keys
-  (:func:`allocate_keys`, :func:`split_among_keys`), each with a virtual time of its own
-  inside the lane, advanced by ``1/key weight``; a key back from idle re-enters at its
-  lane's key virtual time (:func:`reentry_vtime` again).  A tenant's share is decided
-  above, by its lane alone, so spreading its jobs over more keys never raises it.
-* Inside a key: effective priority (aging), then FIFO.  The claim ranks a key's head
-  rows with the same formula as :func:`effective_priority` (its twin in SQL).  Priority
-  does not cross keys: an urgent job is ahead of its own key's other jobs, not of
-  another key's turn.
-* Caps: a round's allocation is trimmed by the headroom counted under the cap locks
-  (:func:`trim_to_caps`), and the lanes a claim leaves at their caps are held out of
-  later reads (:func:`left_at_cap`).
-* Rate limits (ADR 028): a tenant's or a job type's token :class:`Bucket`, read under the
-  same locks, trims the allocation by its whole tokens as a cap's headroom does, so a lane
-  out of tokens is skipped and its picks go to the others in the same round.  It is not
-  charged, and a rate-limited lane behind the unlimited lanes read with it is lifted to
-  the least of their virtual times (:func:`rate_floor`): it keeps its place while it is
-  in step, and cannot bank credit while its bucket holds it back (nor hold back the
-  virtual time that lanes re-enter at).
-
-* What a pick costs (ADR 029, issue 28 section 3): by default a lane is charged one unit
-  per activation.  A job type may charge by ``cost`` (each job declares one) or by
-  ``workerTime`` (the seconds its lease was held): :func:`job_units` is what an activation
-  is charged, the lane's ``unit`` (:class:`Lane`) what the round expects its next pick to
-  cost, :func:`settlement` the correction a finish applies to a ``workerTime`` charge (the
-  held time less the estimate charged), and :func:`mixed_estimate` how a lane's estimate
-  follows what its jobs really held.
-
-Four rules exist twice, here and in SQL, and name each other: the effective priority
-(``app.db.claims.CLAIM``), the re-entry virtual time of a lane and of a key
-(``app.db.lanes`` and alembic 0004's ``jobfair_release_holds``), the first pick of a
-lane and of its key (``app.db.claims.CLAIM_LEAD``) and a worker-time settlement with its
-estimate (``app.db.lanes.SETTLE_LANES``).
-``tests/integration/test_twins.py`` checks on a real database that each pair agrees.
-"""
+"""Stride picks over lanes and their keys, aging, caps and rate buckets (the package's
+docstring says how they decide)."""
 
 from __future__ import annotations
 
@@ -52,7 +8,6 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from enum import StrEnum
 
 MAX_PRIORITY = 100
 
@@ -348,139 +303,17 @@ def left_at_cap(room: Mapping[str, int], taken: Mapping[str, int]) -> list[str]:
     return sorted(t for t, n in room.items() if n - taken.get(t, 0) <= 0)
 
 
-class FairnessBy(StrEnum):
-    """What a job type's lanes are charged by (``PUT /v2/job-types/{type}``
-    ``fairnessBy``; ADR 029)."""
+def as_claimed(
+    plan: RoundPlan, room: Mapping[str, int], tokens: Mapping[str, int], taken: Mapping[str, int]
+) -> RoundPlan:
+    """``plan`` with only the lanes its claim left at their caps (out of tokens) counted
+    so: a lane allotted all its room whose claim came up short (a key of it drained, or
+    its heads held by another activator) still has room, and the call's next rounds may
+    give it more."""
 
-    ACTIVATIONS = "activations"
-    WORKER_TIME = "workerTime"
-    COST = "cost"
+    def used_up(lanes: frozenset[str], limits: Mapping[str, int]) -> frozenset[str]:
+        return frozenset(t for t in lanes if taken.get(t, 0) >= limits.get(t, 0))
 
-
-# A job's cost, when it declares none; and the worker-time estimate (seconds) of a lane
-# none of whose jobs has finished yet, when its type has no estimate either.
-DEFAULT_COST = 1.0
-DEFAULT_LEASE_ESTIMATE_S = 1.0
-# How far one observation moves a lane's estimate: n observations at once move it
-# 1 - (1 - ESTIMATE_ALPHA) ** n of the way to their mean.
-ESTIMATE_ALPHA = 0.2
-
-
-def job_units(mode: FairnessBy, cost: float, estimate_s: float | None) -> float:
-    """What one activation is charged, in units of virtual time x weight: 1 by
-    activations; the job's ``cost`` by cost; by worker time, the lane's estimate of the
-    seconds its lease will be held (``estimate_s``; None: DEFAULT_LEASE_ESTIMATE_S), to be
-    settled when the lease ends (:func:`settlement`)."""
-    if mode is FairnessBy.COST:
-        return cost
-    if mode is FairnessBy.WORKER_TIME:
-        return DEFAULT_LEASE_ESTIMATE_S if estimate_s is None else estimate_s
-    return 1.0
-
-
-def lane_unit(mode: FairnessBy, estimate_s: float | None) -> float:
-    """What a round expects a pick of a lane to cost (:class:`Lane`'s ``unit``): by
-    worker time the lane's estimate (as :func:`job_units` charges it); otherwise 1.  By
-    cost a lane's next cost is not known before its claim, and 1 keeps the bound: the
-    charge is exact, and a lane a round over-gave waits its turn in the next ones."""
-    if mode is FairnessBy.WORKER_TIME:
-        return job_units(mode, DEFAULT_COST, estimate_s)
-    return 1.0
-
-
-def settlement(mode: FairnessBy, charged: float, held_s: float) -> float:
-    """The units a finished activation adds to (or, negative, takes back from) the
-    ``charged`` it paid at activation, its lease having been held ``held_s`` seconds:
-    by worker time, the difference; otherwise nothing (the charge was exact).  After it,
-    a lane has been charged exactly the seconds its finished leases were held."""
-    if mode is FairnessBy.WORKER_TIME:
-        return max(0.0, held_s) - charged
-    return 0.0
-
-
-def mixed_estimate(old: float | None, total: float, n: int) -> float | None:
-    """A lane's estimate after ``n`` observations summing to ``total`` (lease seconds,
-    or costs): an exponentially weighted mean, each observation ESTIMATE_ALPHA of the way;
-    the first observations set it.  Unchanged when there are none."""
-    if n <= 0:
-        return old
-    mean = total / n
-    if old is None:
-        return mean
-    return old + (1.0 - (1.0 - ESTIMATE_ALPHA) ** n) * (mean - old)
-
-
-def retry_at(now: datetime, retry_backoff_ms: int) -> datetime:
-    return now + timedelta(milliseconds=max(0, retry_backoff_ms))
-
-
-def shares(counts: dict[str, int]) -> dict[str, float]:
-    total = sum(counts.values())
-    return {k: (v / total if total else 0.0) for k, v in counts.items()}
-
-
-def configured_shares(weights: dict[str, int], backlogged: Sequence[str]) -> dict[str, float]:
-    total = sum(weights.get(t, 1) for t in backlogged)
-    return {t: weights.get(t, 1) / total for t in backlogged} if total else {}
-
-
-# -- what holds a lane back (the stats' held-by, a job's explanation) ------------------
-
-
-class HoldReason(StrEnum):
-    """Why a lane with ready jobs gets none now, in the order the claim applies them."""
-
-    TENANT_PAUSED = "tenantPaused"
-    TYPE_PAUSED = "typePaused"
-    TENANT_CAP = "tenantCap"
-    TYPE_CAP = "typeCap"
-    TENANT_RATE = "tenantRate"
-    TYPE_RATE = "typeRate"
-
-
-@dataclass(frozen=True, slots=True)
-class Hold:
-    """One thing that holds a lane back: a pause, a cap (its active jobs counted up to
-    its ``limit``) or a rate limit (its bucket empty; the next token ``next_token_s``
-    from now)."""
-
-    reason: HoldReason
-    active: int | None = None
-    limit: int | None = None
-    next_token_s: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class LaneLimits:
-    """What the claim checks of a lane before taking from it: its tenant's and its type's
-    pause, cap (with the active jobs it counts against) and rate bucket."""
-
-    tenant_paused: bool = False
-    type_paused: bool = False
-    tenant_cap: int | None = None
-    tenant_active: int = 0
-    type_cap: int | None = None
-    type_active: int = 0
-    tenant_bucket: Bucket | None = None
-    type_bucket: Bucket | None = None
-
-
-def holds(limits: LaneLimits, now: datetime) -> list[Hold]:
-    """Everything that stops the claim from taking a job of the lane at ``now``, in the
-    order it checks them (empty: nothing does; the lane waits its turn)."""
-    out = []
-    if limits.tenant_paused:
-        out.append(Hold(HoldReason.TENANT_PAUSED))
-    if limits.type_paused:
-        out.append(Hold(HoldReason.TYPE_PAUSED))
-    if limits.tenant_cap is not None and limits.tenant_active >= limits.tenant_cap:
-        out.append(Hold(HoldReason.TENANT_CAP, limits.tenant_active, limits.tenant_cap))
-    if limits.type_cap is not None and limits.type_active >= limits.type_cap:
-        out.append(Hold(HoldReason.TYPE_CAP, limits.type_active, limits.type_cap))
-    for reason, bucket in (
-        (HoldReason.TENANT_RATE, limits.tenant_bucket),
-        (HoldReason.TYPE_RATE, limits.type_bucket),
-    ):
-        if bucket is not None and bucket.room(now) < 1:
-            out.append(Hold(reason, next_token_s=bucket.next_token_s(now)))
-    return out
+    return replace(
+        plan, capped_out=used_up(plan.capped_out, room), rate_out=used_up(plan.rate_out, tokens)
+    )

@@ -19,32 +19,35 @@ import asyncio
 import logging
 import time
 from collections import Counter, defaultdict
-from collections.abc import Awaitable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from app import logs
-from app.charging import PARK_RETRIES, LaneCharges, Settlements
+from app.activation.charging import PARK_RETRIES, LaneCharges, Settlements
+from app.activation.ports import ActivateRequest, TenantFilter
 from app.coalescing import Coalescer
 from app.config import Settings
 from app.db import Database, claims, finishing, lanes, operators
 from app.db.base import Queries, refused_input, retry_deadlock
 from app.db.claims import LeadAsk, Share
-from app.db.lanes import Charges, LaneKey
 from app.db.rows import Claimed, JobRow, LaneRow, LeadClaim, TypeConfig
 from app.domain import utcnow
-from app.metrics import Metrics
+from app.metrics.events import Metrics
 from app.scheduler import (
     Aging,
     Allocation,
     FairnessBy,
     Key,
     Lane,
+    LaneKey,
+    Rests,
     RoundPlan,
     allocate,
-    job_units,
+    as_claimed,
     lane_unit,
+    round_charges,
     split_among_keys,
     trim_to_caps,
 )
@@ -63,31 +66,9 @@ LANE_SLACK = 8
 # out of later reads, ADR 016) gets past them in tens of rounds, not hundreds.  Bounded
 # because a capped round takes one cap lock per capped tenant read.
 WIDEST_READ = 128
-# A bucket found used up is given nothing, without its lock and read, until its next
-# token is due, or for this long at most: a limit raised meanwhile (a new full bucket)
-# applies on this process within this time.
-RESTING_AT_MOST_S = 1.0
 # Callers activated together ask for at most this many jobs in all (one caller alone may
 # ask for up to 1,000, the most maxJobs allows).
 MAX_TOGETHER = 1000
-
-
-@dataclass(frozen=True, slots=True)
-class ActivateRequest:
-    job_type: str
-    max_jobs: int
-    lease_ms: int
-    worker: str | None = None
-    tenant_ids: Sequence[str] | None = None
-    via_stream: bool = False
-
-    @property
-    def tenant_filter(self) -> TenantFilter:
-        """The tenants asked for, as a key: None for all, else sorted and hashable."""
-        return None if self.tenant_ids is None else tuple(sorted(self.tenant_ids))
-
-
-TenantFilter = tuple[str, ...] | None
 
 
 @dataclass
@@ -99,9 +80,20 @@ class ActivationCounters:
     hand_offs: int = 0  # of those, a new job claimed as it was created (ADR 012)
 
 
-class ActivationService:
-    def __init__(self, db: Database, settings: Settings, metrics: Metrics | None = None) -> None:
+class Rounds:
+    def __init__(
+        self,
+        db: Database,
+        settings: Settings,
+        metrics: Metrics | None = None,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.db = db
+        self.clock, self.monotonic = clock, monotonic
+        # The instants leases run from (``clock``) and rate limits rest by (``monotonic``):
+        # read here, passed to the decisions (the fencing model moves its own clock).
         self.settings = settings
         self.counters = ActivationCounters()
         # Jobs activated and released are counted here (the app's metrics, shared with
@@ -119,13 +111,8 @@ class ActivationService:
         # Worker-time charges settled when their leases end (ADR 029): by the finishes of
         # this process, and by its releases.
         self.settlements = Settlements(db, self._spawn)
-        # Per job type, when (time.monotonic()) the earliest bucket a round used up gives
-        # its next token (token_due).
-        self._token_due: dict[str, float] = {}
-        # Until when (time.monotonic()) a bucket found used up gives no token: a tenant's
-        # ("", tenant) or a job type's (type, None).  Bounded by the tenants and types
-        # limited; an entry past its instant is merely ignored.
-        self._resting: dict[tuple[str, str | None], float] = {}
+        # The buckets found used up, and when waiters are owed a look (ADR 028).
+        self.rests = Rests()
         # Callers asking now, per type, tenant filter and via_stream, activated together.
         self._together: dict[_GroupKey, Coalescer[ActivateRequest, _Answer]] = {}
 
@@ -217,7 +204,7 @@ class ActivationService:
         if it got nothing without finding the type dry."""
         self.counters.queries += 1
         await self.charges.written(req.job_type)
-        got = await claims.claim_lead(self.db, req.job_type, self._lead_ask(req), utcnow())
+        got = await claims.claim_lead(self.db, req.job_type, self._lead_ask(req), self.clock())
         if got.job is not None:
             self._lead_claimed(req, got)
             return [got.job], False
@@ -263,7 +250,7 @@ class ActivationService:
         tenant, key = got.job.tenant_id, (got.job.tenant_id, got.job.fairness_key)
         self.charges.add(
             req.job_type,
-            _round_charges(
+            round_charges(
                 [got.job],
                 got.fairness_by,
                 {tenant: got.lane_weight},
@@ -290,7 +277,7 @@ class ActivationService:
         """Give back activations whose caller never received them (finishing.release);
         how many went back."""
         released = await finishing.release(self.db, rows)
-        self.settlements.add(released, utcnow(), seen=False)
+        self.settlements.add(released, self.clock(), seen=False)
         self.metrics.count(self.metrics.released, ((e.job_type, e.tenant_id) for e in released))
         return len(released)
 
@@ -305,28 +292,28 @@ class ActivationService:
     ) -> tuple[RoundPlan, list[Claimed]]:
         """One round's decision and claim over the lanes read: the lanes' picks, then
         each lane's divided among its keys (``keys_read``: which to skip, and what was
-        found).  Without caps or rate limits the claim is one autocommit statement."""
+        found).  Without caps or rate limits the claim is one autocommit statement.
+
+        The claim reads the clock again, just before it runs: its leases run from it.  The
+        round read lanes and keys since it began, and a capped claim may have waited
+        seconds for its cap locks behind other claims of its type; leases counted from the
+        round's start were shorter than asked by that much (issue 39: on a slow database
+        some ran out before their jobs reached the worker)."""
         picks = [
             Lane(r.tenant_id, r.vtime, r.weight, unit=lane_unit(cfg.fairness_by, r.unit_est))
             for r in rows
         ]
-        at = time.monotonic()
-        type_rests = self._resting.get((job_type, None), 0.0)
-        if cfg.rate_limited and type_rests > at:
+        at = self.monotonic()
+        if cfg.rate_limited and self.rests.type_rests_until(job_type, at) is not None:
             # The type's bucket was found used up and no token is due yet: nothing to
             # claim, and no lock or read to prove it.  Waiters are owed a look then.
-            self._owe_token(job_type, type_rests)
             everyone = frozenset(r.tenant_id for r in rows)
             return RoundPlan(Allocation({}, ()), 0, rate_out=everyone), []
         # Limited tenants whose buckets were found used up, with no token due yet: given
         # nothing (and lifted) without their locks, as if their buckets were read empty.
-        resting = {
-            r.tenant_id
-            for r in rows
-            if r.rate_limited and self._resting.get(("", r.tenant_id), 0.0) > at
-        }
-        if resting:
-            self._owe_token(job_type, min(self._resting[("", t)] for t in resting))
+        resting = self.rests.resting_tenants(
+            job_type, (r.tenant_id for r in rows if r.rate_limited), at
+        )
         capped = [r.tenant_id for r in rows if r.max_active_jobs is not None]
         limited = [r.tenant_id for r in rows if r.rate_limited and r.tenant_id not in resting]
         if cfg.max_active_jobs is None and not cfg.rate_limited and not capped and not limited:
@@ -341,7 +328,8 @@ class ActivationService:
                 self.db,
                 job_type,
                 counts,
-                **_now_again(claim_args),
+                **claim_args,
+                now=self.clock(),  # leases run from the claim: see _claim's docstring
                 by_worker_time=cfg.fairness_by is FairnessBy.WORKER_TIME,
             )
             return plan, got
@@ -390,14 +378,14 @@ class ActivationService:
             type_active, room, buckets = counted.type_active, counted.room, counted.buckets
             tokens = dict.fromkeys(resting, 0)
             if buckets is not None:
-                tokens.update(_tenant_tokens(buckets))
+                tokens.update(buckets.tenant_tokens())
             plan = trim_to_caps(
                 picks,
                 n,
                 type_cap,
                 type_active,
                 room,
-                type_tokens=None if buckets is None else _type_tokens(buckets),
+                type_tokens=None if buckets is None else buckets.type_tokens(),
                 tokens=tokens,
             )
             lane_counts = {t: k for t, k in plan.allocation.counts.items() if k > 0}
@@ -407,68 +395,26 @@ class ActivationService:
                 tx,
                 job_type,
                 counts,
-                **_now_again(claim_args),
+                **claim_args,
+                now=self.clock(),  # leases run from the claim: see _claim's docstring
                 by_worker_time=cfg.fairness_by is FairnessBy.WORKER_TIME,
                 hold=room,
             )
             taken = Counter(c.job.tenant_id for c in got)
-            plan = _as_claimed(plan, room, tokens, taken)
+            plan = as_claimed(plan, room, tokens, taken)
             if buckets is not None:
                 await claims.take_tokens(tx, job_type, buckets, taken, len(got))
-                self._rate_out(job_type, buckets, plan, taken, len(got))
+                self.rests.used_up(
+                    job_type, buckets, plan.rate_out, taken, len(got), self.monotonic()
+                )
             return plan, got
-
-    def _rate_out(
-        self,
-        job_type: str,
-        buckets: claims.Buckets,
-        plan: RoundPlan,
-        taken: Mapping[str, int],
-        total: int,
-    ) -> None:
-        """Remember when the buckets a round used up give their next token: for waiters
-        that this round left without jobs, to wake then (``token_due``), and for the
-        rounds before then, to give those lanes nothing without locking and reading
-        their buckets (``_resting``).  Tokens only come with time (other processes only
-        take them), so none can be had before then -- unless the limit is changed, which
-        a process that rests a bucket sees within RESTING_AT_MOST_S."""
-        now, at = buckets.now, time.monotonic()
-        waits = []
-        for tenant in plan.rate_out:
-            bucket = buckets.tenants.get(tenant)
-            if bucket is not None:
-                wait_s = bucket.take(taken.get(tenant, 0), now).next_token_s(now)
-                self._resting[("", tenant)] = at + min(wait_s, RESTING_AT_MOST_S)
-                waits.append(wait_s)
-        if buckets.job_type is not None:
-            after = buckets.job_type.take(total, now)
-            if after.room(now) == 0:
-                wait_s = after.next_token_s(now)
-                self._resting[(job_type, None)] = at + min(wait_s, RESTING_AT_MOST_S)
-                waits.append(wait_s)
-        if waits:
-            self._owe_token(job_type, at + min(waits))
-
-    def _owe_token(self, job_type: str, due: float) -> None:
-        """Waiters of ``job_type`` that a round left without jobs are owed a look at
-        ``due`` (time.monotonic()), when a bucket that held them back gives a token.
-        Every such round records it: ``token_due`` forgets an instant once it has
-        passed."""
-        self._token_due[job_type] = min(due, self._token_due.get(job_type, due))
 
     def token_due(self, job_type: str) -> float | None:
         """Seconds until the earliest bucket an activation of ``job_type`` in this
         process found used up gives its next token (None: none was); 0 once it is due.
         A waiter left without jobs by rate limits alone waits this long for them, not a
-        backup poll (app.waiting)."""
-        due = self._token_due.get(job_type)
-        if due is None:
-            return None
-        left = due - time.monotonic()
-        if left <= 0:
-            del self._token_due[job_type]
-            return 0.0
-        return left
+        backup poll (app.activation.waiting)."""
+        return self.rests.token_due(job_type, self.monotonic())
 
     async def _activate(
         self, reqs: Sequence[ActivateRequest], *, fill: bool
@@ -527,7 +473,6 @@ class ActivationService:
                     remaining,
                     cfg,
                     {
-                        "now": utcnow(),
                         "shares": [
                             Share(reqs[i].worker, reqs[i].lease_ms, lacking[i]) for i in sharing
                         ],
@@ -548,7 +493,7 @@ class ActivationService:
                 if got or plan.lifted:
                     self.charges.add(
                         job_type,
-                        _round_charges(
+                        round_charges(
                             [c.job for c in got],
                             cfg.fairness_by,
                             {r.tenant_id: r.weight for r in rows},
@@ -599,84 +544,6 @@ class ActivationService:
             aging = await self.aging_for(job_type)
         self.aging_seen[job_type] = aging
         return [_in_pick_order(theirs, picks) for theirs in claimed], dry
-
-
-def _now_again(claim_args: dict[str, Any]) -> dict[str, Any]:
-    """A claim's arguments with the instant read again, just before the claim: its
-    leases run from it.  The round read lanes and keys since, and a capped claim may
-    have waited seconds for its cap locks behind other claims of its type; leases
-    counted from the round's start were shorter than asked by that much (issue 39: on
-    a slow database some ran out before their jobs reached the worker)."""
-    return {**claim_args, "now": utcnow()}
-
-
-def _round_charges(
-    jobs: Sequence[JobRow],
-    mode: FairnessBy,
-    weights: Mapping[str, int],
-    key_weights: Mapping[LaneKey, int],
-    lifted: Mapping[str, float],
-) -> Charges:
-    """What a claim of ``jobs`` charges their lanes and keys: each job's units
-    (scheduler.job_units: 1, its cost, or the estimate its activation was charged) per
-    weight, as a stride per job claimed; the lanes ``lifted`` to a floor, charged it
-    even if they got no job; and by cost, the costs served (by worker time the units
-    served are the seconds held, counted as the leases end)."""
-    lanes_n: Counter[str] = Counter(dict.fromkeys(lifted, 0))
-    keys_n: Counter[LaneKey] = Counter()
-    units: defaultdict[str, float] = defaultdict(float)
-    key_units: defaultdict[LaneKey, float] = defaultdict(float)
-    owed: defaultdict[str, float] = defaultdict(float)
-    key_owed: defaultdict[LaneKey, float] = defaultdict(float)
-    for job in jobs:
-        key = (job.tenant_id, job.fairness_key)
-        # The claim decided the job's mode where it wrote ``charged`` (by worker time),
-        # and the virtual time that is for its lane and key (its settlement takes back
-        # exactly those, ADR 029).
-        u = job.charged if job.charged is not None else job_units(mode, job.cost, None)
-        lanes_n[job.tenant_id] += 1
-        keys_n[key] += 1
-        units[job.tenant_id] += u
-        key_units[key] += u
-        owed[job.tenant_id] += (
-            job.lane_charge if job.lane_charge is not None else u / weights[job.tenant_id]
-        )
-        key_owed[key] += job.key_charge if job.key_charge is not None else u / key_weights[key]
-    by_cost = mode is FairnessBy.COST
-    return Charges(
-        lanes_n,
-        {t: owed[t] / n if n else 0.0 for t, n in lanes_n.items()},
-        keys_n,
-        {k: key_owed[k] / n for k, n in keys_n.items()},
-        lifted,
-        {t: units[t] for t in lanes_n} if by_cost else {},
-        dict(key_units) if by_cost else {},
-    )
-
-
-def _as_claimed(
-    plan: RoundPlan, room: Mapping[str, int], tokens: Mapping[str, int], taken: Mapping[str, int]
-) -> RoundPlan:
-    """``plan`` with only the lanes its claim left at their caps (out of tokens) counted
-    so: a lane allotted all its room whose claim came up short (a key of it drained, or
-    its heads held by another activator) still has room, and the call's next rounds may
-    give it more."""
-
-    def used_up(lanes: frozenset[str], limits: Mapping[str, int]) -> frozenset[str]:
-        return frozenset(t for t in lanes if taken.get(t, 0) >= limits.get(t, 0))
-
-    return replace(
-        plan, capped_out=used_up(plan.capped_out, room), rate_out=used_up(plan.rate_out, tokens)
-    )
-
-
-def _type_tokens(buckets: claims.Buckets) -> int | None:
-    b = buckets.job_type
-    return None if b is None else b.room(buckets.now)
-
-
-def _tenant_tokens(buckets: claims.Buckets) -> dict[str, int]:
-    return {t: b.room(buckets.now) for t, b in buckets.tenants.items()}
 
 
 class _KeysRead:

@@ -1,0 +1,68 @@
+"""What holds a lane back (the stats' held-by, a job's explanation)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from app.scheduler.stride import Bucket
+
+
+class HoldReason(StrEnum):
+    """Why a lane with ready jobs gets none now, in the order the claim applies them."""
+
+    TENANT_PAUSED = "tenantPaused"
+    TYPE_PAUSED = "typePaused"
+    TENANT_CAP = "tenantCap"
+    TYPE_CAP = "typeCap"
+    TENANT_RATE = "tenantRate"
+    TYPE_RATE = "typeRate"
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """One thing that holds a lane back: a pause, a cap (its active jobs counted up to
+    its ``limit``) or a rate limit (its bucket empty; the next token ``next_token_s``
+    from now)."""
+
+    reason: HoldReason
+    active: int | None = None
+    limit: int | None = None
+    next_token_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LaneLimits:
+    """What the claim checks of a lane before taking from it: its tenant's and its type's
+    pause, cap (with the active jobs it counts against) and rate bucket."""
+
+    tenant_paused: bool = False
+    type_paused: bool = False
+    tenant_cap: int | None = None
+    tenant_active: int = 0
+    type_cap: int | None = None
+    type_active: int = 0
+    tenant_bucket: Bucket | None = None
+    type_bucket: Bucket | None = None
+
+
+def holds(limits: LaneLimits, now: datetime) -> list[Hold]:
+    """Everything that stops the claim from taking a job of the lane at ``now``, in the
+    order it checks them (empty: nothing does; the lane waits its turn)."""
+    out = []
+    if limits.tenant_paused:
+        out.append(Hold(HoldReason.TENANT_PAUSED))
+    if limits.type_paused:
+        out.append(Hold(HoldReason.TYPE_PAUSED))
+    if limits.tenant_cap is not None and limits.tenant_active >= limits.tenant_cap:
+        out.append(Hold(HoldReason.TENANT_CAP, limits.tenant_active, limits.tenant_cap))
+    if limits.type_cap is not None and limits.type_active >= limits.type_cap:
+        out.append(Hold(HoldReason.TYPE_CAP, limits.type_active, limits.type_cap))
+    for reason, bucket in (
+        (HoldReason.TENANT_RATE, limits.tenant_bucket),
+        (HoldReason.TYPE_RATE, limits.type_bucket),
+    ):
+        if bucket is not None and bucket.room(now) < 1:
+            out.append(Hold(reason, next_token_s=bucket.next_token_s(now)))
+    return out
