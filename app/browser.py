@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from app.db import Database, bulk, history
-from app.db import operators as stored
+from app.db import Database, bulk, history, listing
 from app.domain import FailedFilter, JobFilter, job_record, rfc3339, utcnow
 from app.errors import InvalidArgument, NotFound
 from app.scheduler import Aging
@@ -93,7 +92,7 @@ class BrowserService:
         before = None if cursor is None else decode_cursor(f, cursor)
         if _empty_scope(f):
             return Page([], None)
-        rows = await stored.list_jobs(self.db, f, before, limit + 1)
+        rows = await listing.list_jobs(self.db, f, before, limit + 1)
         now = utcnow()
         items = [
             job_record(row, now, self.resolve_aging(cfg.aging_interval_ms, cfg.aging_step))

@@ -100,7 +100,7 @@ class Settings(BaseSettings):
     keep_alive_s: Annotated[float, Field(gt=0)] = 15.0
 
     # A request's line and headers must arrive within this of its first byte, and its
-    # body within request_body_timeout_ms of the headers' end (else 408; app.http).
+    # body within request_body_timeout_ms of the headers' end (else 408; app.infra.http).
     request_header_timeout_ms: Positive = 10_000
     request_body_timeout_ms: Positive = 60_000
     # Request line plus header names and values (else 431).

@@ -20,8 +20,8 @@ from app.db import operators as stored
 from app.db.rows import JobRow
 from app.domain import JobState, public_state, rfc3339, shown_key
 from app.errors import NotFound
-from app.operators import StatsService, read_limits
 from app.scheduler import Aging
+from app.stats import StatsService, read_limits
 
 # Counting the jobs ahead stops here ("at least"): an explanation is not a backlog scan.
 AHEAD_BOUND = 10_000

@@ -20,7 +20,8 @@ from app.admission import Admission
 from app.api import openapi, problems
 from app.api.context import Services
 from app.api.direct import App, DirectRoutes, literal_paths
-from app.api.routes import OPERATIONS, include
+from app.api.operation import include
+from app.api.routes import OPERATIONS
 from app.api.security import Gate, KeyLimits
 from app.browser import BrowserService
 from app.config import Settings
@@ -32,7 +33,8 @@ from app.jobs import JobService
 from app.keys import KeyService
 from app.metrics.events import Metrics, ProcessState
 from app.metrics.scrape import Scrape
-from app.operators import ConfigService, HealthService, SearchService, StatsService
+from app.operators import ConfigService, HealthService, SearchService
+from app.stats import StatsService
 from app.sweepers import Background
 from app.workers import WorkerSightings
 

@@ -27,7 +27,7 @@ from app.db.rows import Ended
 from app.domain import JobState, utcnow
 from app.metrics.events import Metrics, multiprocess_dir
 from app.metrics.loops import LabelRefresher, ProcessSync, TenantRanker
-from app.operators import StatsService
+from app.stats import StatsService
 from app.workers import SEEN_WINDOW, WorkerSightings
 
 log = logging.getLogger(__name__)

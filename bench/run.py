@@ -65,6 +65,13 @@ async def preload(url: str, job_type: str, per_tenant: dict[str, int]) -> None:
             " VALUES ($1, $2, jobfair_shard($2), 0, true)",
             [(job_type, t) for t in per_tenant],
         )
+        # Each lane's one fairness key, the default '' (ADR 027): without it the key read
+        # finds nothing ready and the lane gives no job.
+        await conn.executemany(
+            "INSERT INTO lane_keys (job_type, tenant_id, fairness_key, shard, vtime, active)"
+            " VALUES ($1, $2, '', jobfair_shard($2), 0, true)",
+            [(job_type, t) for t in per_tenant],
+        )
         await conn.execute("VACUUM ANALYZE jobs")
         await conn.execute("VACUUM ANALYZE lanes")
     finally:
@@ -90,6 +97,13 @@ async def preload_many_tenants(url: str, job_type: str, tenants: int, per_tenant
         await conn.execute(
             "INSERT INTO lanes (job_type, tenant_id, shard, vtime, active) "
             "SELECT $1, 't' || t, jobfair_shard('t' || t), 0, true FROM generate_series(1, $2) t",
+            job_type,
+            tenants,
+        )
+        await conn.execute(
+            "INSERT INTO lane_keys (job_type, tenant_id, fairness_key, shard, vtime, active) "
+            "SELECT $1, 't' || t, '', jobfair_shard('t' || t), 0, true"
+            " FROM generate_series(1, $2) t",
             job_type,
             tenants,
         )

@@ -28,10 +28,10 @@ from fastapi import FastAPI
 
 from app import embedded, migrations
 from app.api.context import Services
-from app.cli import IDLE_CONNECTION_TIMEOUT_S
+from app.cli.main import IDLE_CONNECTION_TIMEOUT_S
 from app.config import Settings
 from app.db import Database
-from app.http import RequestLimits, bounded_protocol
+from app.infra.http import RequestLimits, bounded_protocol
 from app.main import create_app
 
 TEMPLATE = "jobfair_template"

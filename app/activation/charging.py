@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from app.db import Database, lanes
+from app.db import Database, lanes, parking, settling
 from app.db.rows import Ended, LaneRead
 from app.scheduler import Charges, LaneKey, Owed, OwedSettlements
 
@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 # ride along, however many: a key charge moves no lane (ADR 027).
 CARRIED_LANES = 16
 # A park off the response path whose producer held the lanes' buckets for longer than
-# the park waits tries again this many times (0.5 s, 1 s, ... apart; lanes.park).
+# the park waits tries again this many times (0.5 s, 1 s, ... apart; parking.park).
 PARK_RETRIES = 5
 
 Spawn = Callable[[Awaitable[Any], str], object]
@@ -121,7 +121,7 @@ class LaneCharges:
                     # own re-entry and every other lane's (the smallest active vtime)
                     # would start from there (ADR 014); so would a key in its lane.
                     self._spawn(
-                        lanes.park(self.db, job_type, drained, keys=keys, retries=PARK_RETRIES),
+                        parking.park(self.db, job_type, drained, keys=keys, retries=PARK_RETRIES),
                         "parking lanes",
                     )
         finally:
@@ -185,7 +185,7 @@ class Settlements:
         try:
             while (owed := self._owed.take(job_type)) is not None:
                 try:
-                    await lanes.settle(self.db, job_type, *owed)
+                    await settling.settle(self.db, job_type, *owed)
                 except Exception as exc:  # the lanes keep their estimates; that is all
                     log.warning("settling lanes failed: %r", exc)
         finally:

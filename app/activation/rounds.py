@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,11 +26,12 @@ from typing import Any
 
 from app import logs
 from app.activation.charging import PARK_RETRIES, LaneCharges, Settlements
+from app.activation.fairness_keys import LANE_SLACK, WIDEST_READ, KeysRead
 from app.activation.ports import ActivateRequest, TenantFilter
 from app.coalescing import Coalescer
 from app.config import Settings
-from app.db import Database, claims, finishing, lanes, operators
-from app.db.base import Queries, refused_input, retry_deadlock
+from app.db import Database, claims, finishing, operators, parking
+from app.db.base import refused_input, retry_deadlock
 from app.db.claims import LeadAsk, Share
 from app.db.rows import Claimed, JobRow, LaneRow, LeadClaim, TypeConfig
 from app.domain import utcnow
@@ -39,16 +40,14 @@ from app.scheduler import (
     Aging,
     Allocation,
     FairnessBy,
-    Key,
     Lane,
-    LaneKey,
     Rests,
     RoundPlan,
     allocate,
     as_claimed,
+    in_pick_order,
     lane_unit,
     round_charges,
-    split_among_keys,
     trim_to_caps,
 )
 
@@ -59,13 +58,6 @@ log = logging.getLogger(__name__)
 # every active lane.  Each round excludes at least one lane more, so the rounds end; this
 # bound only guards against a bug looping on the database (ADR 014).
 MAX_ROUNDS = 256
-# Lanes read beyond maxJobs, to cover lanes that turn out empty or capped.
-LANE_SLACK = 8
-# A round that found lanes short or at their caps reads twice as many lanes in the next,
-# up to this many: a call meeting thousands of tenants newly at their caps (each then held
-# out of later reads, ADR 016) gets past them in tens of rounds, not hundreds.  Bounded
-# because a capped round takes one cap lock per capped tenant read.
-WIDEST_READ = 128
 # Callers activated together ask for at most this many jobs in all (one caller alone may
 # ask for up to 1,000, the most maxJobs allows).
 MAX_TOGETHER = 1000
@@ -288,7 +280,7 @@ class Rounds:
         n: int,
         cfg: TypeConfig,
         claim_args: dict[str, Any],
-        keys_read: _KeysRead,
+        keys_read: KeysRead,
     ) -> tuple[RoundPlan, list[Claimed]]:
         """One round's decision and claim over the lanes read: the lanes' picks, then
         each lane's divided among its keys (``keys_read``: which to skip, and what was
@@ -346,7 +338,7 @@ class Rounds:
         cfg: TypeConfig,
         tenants: tuple[Sequence[str], Sequence[str], set[str]],
         claim_args: dict[str, Any],
-        keys_read: _KeysRead,
+        keys_read: KeysRead,
     ) -> tuple[RoundPlan, list[Claimed]]:
         """A round that may meet a cap or a rate limit (``tenants``: the capped tenants,
         the rate-limited ones, and the rate-limited ones known to be out of tokens, of
@@ -432,7 +424,7 @@ class Rounds:
         picks: list[str] = []
         exclude: set[str] = set()
         short: set[str] = set()
-        keys_read = _KeysRead()
+        keys_read = KeysRead()
         lacking = [req.max_jobs for req in reqs]
         widen = 1
         try:
@@ -531,7 +523,7 @@ class Rounds:
         if short or keys_read.short:
             # Parked, later reads need not probe them; that need not delay this answer.
             self._spawn(
-                lanes.park(
+                parking.park(
                     self.db,
                     job_type,
                     sorted(short),
@@ -543,57 +535,7 @@ class Rounds:
         if aging is None:  # defensive: maxJobs >= 1 always runs a round
             aging = await self.aging_for(job_type)
         self.aging_seen[job_type] = aging
-        return [_in_pick_order(theirs, picks) for theirs in claimed], dry
-
-
-class _KeysRead:
-    """One call's second level (ADR 027): each round reads the keys of the lanes its
-    picks went to and divides each lane's picks among them (scheduler.split_among_keys);
-    keys that came up short (drained, or heads held by another activator) or were met
-    empty are excluded from the call's later rounds and parked after it, as lanes are."""
-
-    def __init__(self) -> None:
-        self.exclude: set[LaneKey] = set()
-        self.short: set[LaneKey] = set()  # to park after the call
-        self.widen = 1
-        self.counts: dict[LaneKey, int] = {}
-        self.weights: dict[LaneKey, int] = {}
-        # The lanes of the latest read whose every active key not excluded was seen, and
-        # none of which had a ready job.
-        self.exhausted: set[str] = set()
-
-    def emptied(self, keys: Sequence[LaneKey]) -> None:
-        """Keys a carried charge found emptied: parked after the call."""
-        self.short.update(keys)
-        self.exclude.update(keys)
-
-    async def split(
-        self, db: Queries, job_type: str, lane_counts: Mapping[str, int]
-    ) -> dict[LaneKey, int]:
-        """Each lane's picks divided among its first keys (read now, in ``db``: the
-        capped claim's transaction, or the database)."""
-        slack = LANE_SLACK * self.widen
-        read = await lanes.read_keys(
-            db,
-            job_type,
-            {t: k + slack for t, k in lane_counts.items() if k > 0},
-            sorted(self.exclude),
-        )
-        self.emptied(read.empty)
-        ready = {t: [Key(k, v, w) for k, v, w in found] for t, found in read.ready.items()}
-        self.weights = {(t, k.key): k.weight for t, found in ready.items() for k in found}
-        self.exhausted = {t for t in lane_counts if t not in ready and t not in read.more}
-        self.counts = split_among_keys(lane_counts, ready)
-        return self.counts
-
-    def claimed(self, per_key: Mapping[LaneKey, int]) -> None:
-        """After the claim: the keys that came up short are out of the call (and parked if
-        empty); the next read of keys reads further."""
-        came_short = {tk for tk, k in self.counts.items() if per_key.get(tk, 0) < k}
-        self.short |= came_short
-        self.exclude |= came_short
-        if came_short:
-            self.widen = min(self.widen * 2, WIDEST_READ // LANE_SLACK)
+        return [in_pick_order(theirs, picks) for theirs in claimed], dry
 
 
 # Callers activated together share a job type, a tenant filter and whether the jobs go
@@ -612,21 +554,3 @@ def _take_together(reqs: Sequence[ActivateRequest]) -> list[bool]:
         asked += req.max_jobs
         chosen.append(not chosen or (chosen[-1] and asked <= MAX_TOGETHER))
     return chosen
-
-
-def _in_pick_order(claimed: list[JobRow], picks: list[str]) -> list[JobRow]:
-    """Order the response as the stride picks were made: each pick takes its lane's next
-    best job (the store returns them unordered)."""
-    by_lane: dict[str, list[JobRow]] = defaultdict(list)
-    for row in claimed:
-        by_lane[row.tenant_id].append(row)
-    for rows in by_lane.values():
-        rows.sort(key=lambda r: (-r.priority, r.queued_at, r.job_key), reverse=True)
-    out: list[JobRow] = []
-    for tenant in picks:
-        lane = by_lane.get(tenant)
-        if lane:
-            out.append(lane.pop())
-    for rows in by_lane.values():
-        out.extend(reversed(rows))
-    return out

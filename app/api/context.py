@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from app.keys import KeyService
     from app.metrics.events import Metrics
     from app.metrics.scrape import Scrape
-    from app.operators import ConfigService, HealthService, SearchService, StatsService
+    from app.operators import ConfigService, HealthService, SearchService
+    from app.stats import StatsService
     from app.sweepers import Background
     from app.workers import WorkerSightings
 

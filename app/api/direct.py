@@ -25,7 +25,7 @@ from starlette.types import Receive, Scope, Send
 
 from app.admission import Admission
 from app.api import problems, security, tracing
-from app.api.routes import Operation
+from app.api.operation import Operation
 from app.errors import JobfairError, Overloaded
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,8 @@ from pydantic import BaseModel, TypeAdapter
 
 from app import __version__
 from app.api import answers, schemas
-from app.api.routes import OPERATIONS, TypedDictBody
+from app.api.operation import TypedDictBody
+from app.api.routes import OPERATIONS
 from app.api.security import Permission
 from app.keys import KEY_ID_RE
 

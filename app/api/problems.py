@@ -86,7 +86,7 @@ def internal(instance: str, request_id: str | None) -> Response:
 
 def client_gone(instance: str) -> Response:
     """The answer to a request whose client went away mid-body (or sent it too slowly,
-    app.http): nobody reads it, and it is not an error of ours to log."""
+    app.infra.http): nobody reads it, and it is not an error of ours to log."""
     detail = "the client went away before its request's body arrived"
     return problem(400, "urn:jobfair:client-disconnected", "CLIENT_DISCONNECTED", detail, instance)
 

@@ -2,7 +2,7 @@
 
 Every operation of ``app.api.routes`` names a ``Permission``; ``authorize`` runs before
 every route's endpoint, on the direct path (``app.api.direct``) and on FastAPI's (a
-dependency of every route ``routes.include`` registers), so a route cannot forget it.
+dependency of every route ``operation.include`` registers), so a route cannot forget it.
 It finds the caller's key (``Authorization: Bearer``, HTTP Basic, or an OAuth access
 token), checks that the key's role holds the permission, applies the key's rate limit,
 and leaves the caller's ``Principal`` on the request for the endpoint, which applies
@@ -82,7 +82,7 @@ MISSING_KEY = (
 
 
 class Guarded(Protocol):
-    """What ``authorize`` reads of an operation (``app.api.routes.Operation``)."""
+    """What ``authorize`` reads of an operation (``app.api.operation.Operation``)."""
 
     @property
     def permission(self) -> Permission: ...

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from app.db import lanes
+from app.db import lanes, parking
 from app.db.base import Queries, Sessions, retry_deadlock
 from app.db.history import CANCELED, REVIVED, log_cte
 from app.domain import FailedFilter
@@ -169,5 +169,5 @@ async def any_created(db: Queries, tenant_id: str, job_type: str | None) -> bool
 
 async def park(db: Sessions, job_type: str, tenant_id: str, keys: Sequence[str] = ()) -> None:
     """Park the lane if the cancels emptied it, else those of its ``keys`` they emptied
-    (lanes.park)."""
-    await lanes.park(db, job_type, [tenant_id], keys=[(tenant_id, k) for k in keys])
+    (parking.park)."""
+    await parking.park(db, job_type, [tenant_id], keys=[(tenant_id, k) for k in keys])

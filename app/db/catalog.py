@@ -19,6 +19,8 @@ from pathlib import Path
 
 MODULES = (
     "lanes",
+    "parking",
+    "settling",
     "claims",
     "jobs",
     "finishing",

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from app.db import lanes
+from app.db import lanes, parking
 from app.db.base import Queries, Sessions, retry_deadlock
 from app.db.history import CANCELED, ended_cte
 from app.db.listen import CREDIT_KEYS_PER_NOTIFY, DONE_CHANNEL, NOTIFY_CHANNEL
@@ -333,5 +333,5 @@ async def cancel(db: Sessions, job_key: int, now: datetime) -> Ended | None:
     if row is None:
         return None
     tenant = row["tenant_id"]
-    await lanes.park(db, row["job_type"], [tenant], keys=[(tenant, row["fairness_key"])])
+    await parking.park(db, row["job_type"], [tenant], keys=[(tenant, row["fairness_key"])])
     return _ended(row, JobState.CANCELED)

@@ -5,34 +5,10 @@ inside a lane.
 A lane is ``active`` while it may have ready jobs (lane reads see only active lanes),
 ``held`` while its tenant is at its cap, and carries the virtual time ``vtime`` the
 scheduler orders lanes by.  This module reads lanes, charges them the jobs claimed,
-parks the empty ones, wakes them when jobs become ready and holds them at caps.
+wakes them when jobs become ready and holds them at caps (app.db.parking parks the
+empty ones, app.db.settling writes worker-time settlements).
 
-The no-lost-wake-up protocol for ``lanes.active``
--------------------------------------------------
-Activators read only *active* lanes, so a lane with ready jobs must never be left
-inactive.  Producers must not write a shared row per insert, so they cannot simply set
-``active = true`` every time.  The protocol:
-
-* Whoever makes jobs ready (insert, retry, lease expiry, promotion, release) first takes
-  a **shared** advisory lock on the lane's bucket, in its own statement, then -- in a
-  later statement, hence with a later snapshot -- inserts or updates the jobs and runs
-  ``UPDATE lanes SET active = true ... WHERE NOT active``.  When the lane is already
-  active that UPDATE matches nothing and writes nothing: no hot row.
-* An activator that found a lane short parks it only after ``pg_try_advisory_xact_lock``
-  (exclusive, never waits) on the bucket succeeded, and only if -- in a later statement --
-  the lane has no CREATED job.
-
-If a maker holds the bucket, the parker's try fails and it parks nothing.  If the parker
-holds it, makers wait for its commit and then see ``active = false`` and set it back.  If
-the maker committed before the parker locked, the parker's emptiness probe sees its jobs.
-In every order the lane ends active while it has ready jobs (tested in
-``tests/integration/test_lanes.py``).
-
-A lane's keys follow the same protocol on the same bucket lock (the lane's): makers wake
-the keys of their jobs in the statement that wakes the lane, and a parker parks a key
-only under the lane's bucket, once a later statement sees no CREATED job of it.  A lane
-parked has no ready job, so its keys are parked with it.  So a key with ready jobs is
-active, as its lane is.
+The no-lost-wake-up protocol, between the wakes here and the parks, is in app.db.parking.
 
 Lanes held at a cap (``lanes.held``)
 ------------------------------------
@@ -66,34 +42,25 @@ parked meanwhile is woken by its next job as any other.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import asyncpg
-
-from app.db.base import Queries, Sessions, retry_deadlock
+from app.db.base import Queries, retry_deadlock
 from app.db.listen import NOTIFY_CHANNEL
-from app.db.locks import LANE_LOCK_CLASS, buckets_of, lane_bucket, lock_sql, share_buckets_sql
+from app.db.locks import buckets_of, share_buckets_sql
 from app.db.rows import KeyRead, LaneRead, LaneRow, TypeConfig
 from app.scheduler import (
-    ESTIMATE_ALPHA,
     MIN_STRIDE,
     VTIME_RESOLUTION,
     Charges,
     FairnessBy,
     LaneKey,
-    Settled,
 )
 
 log = logging.getLogger(__name__)
 
-# A park whose try-lock found a bucket held by a producer waits this long for it; a
-# background park that waited in vain tries again after PARK_RETRY_S, doubling.
-PARK_WAIT_MS = 1000
-PARK_RETRY_S = 0.5
 
 # The virtual time at which a lane of job type ``{t}`` re-enters: the smallest vtime of
 # the backlogged lanes not held at a cap or, when there is none, the largest of all (see
@@ -453,143 +420,6 @@ UNION ALL
 SELECT kc.tenant_id, kc.fairness_key FROM key_charged kc WHERE NOT {_KEY_CHARGED_READY}
 """
 
-# -- name: settle_lanes
-# The worker-time settlements of ended activations (ADR 029, scheduler.settlement): each
-# lane ($2 to $5: tenants, units, leases observed, their held seconds; $10 refunds)
-# moves by its units (the seconds held; for activations before alembic 0013, held less
-# charged) per its tenant's weight now, less its refund (the virtual time its estimates
-# added when they were charged, the jobs' lane_charge), and its estimate of a lease's
-# seconds follows the leases observed (scheduler.mixed_estimate's twin: each observation
-# ESTIMATE_ALPHA of the way, the first ones set it); each key ($6 to $9: tenants, keys,
-# units, held seconds; $11 refunds) the same by its weight.  Both add the held seconds
-# to their units served (units_total).  A parked lane or key moved back banks nothing:
-# it re-enters at max(own, system) as always.  Written behind the finishes
-# (app.activation.charging.Settlements), committed asynchronously as the charges are (a crash
-# forgets the last few, which fences nothing).  Index: lanes pkey, lane_keys pkey,
-# tenants pkey, key_weights pkey. Locks: the lanes in tenant order, then the keys in
-# (tenant, key) order, as _CHARGE.
-SETTLE_LANES = f"""
-WITH settle AS (
-    SELECT x.tenant_id, s.units, s.n, s.held, s.refund
-    FROM unnest($2::text[], $3::float8[], $4::int[], $5::float8[], $10::float8[])
-         AS s(tenant_id, units, n, held, refund)
-    JOIN lanes x ON x.job_type = $1 AND x.tenant_id = s.tenant_id
-    ORDER BY x.tenant_id
-    FOR NO KEY UPDATE OF x
-),
-settled AS (
-    UPDATE lanes l
-    SET vtime = l.vtime + s.units / COALESCE(
-            (SELECT t.weight FROM tenants t WHERE t.tenant_id = l.tenant_id), 1) - s.refund,
-        units_total = l.units_total + s.held,
-        unit_est = CASE WHEN s.n = 0 THEN l.unit_est
-                        WHEN l.unit_est IS NULL THEN s.held / s.n
-                        ELSE l.unit_est + (1 - power(1 - {ESTIMATE_ALPHA}::float8, s.n))
-                                          * (s.held / s.n - l.unit_est) END
-    FROM settle s
-    WHERE l.job_type = $1 AND l.tenant_id = ANY(ARRAY(SELECT tenant_id FROM settle))
-      AND l.tenant_id = s.tenant_id
-      AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
-    RETURNING 1
-),
-key_settle AS (
-    SELECT x.tenant_id, x.fairness_key, s.units, s.held, s.refund
-    FROM unnest($6::text[], $7::text[], $8::float8[], $9::float8[], $11::float8[])
-         AS s(tenant_id, fairness_key, units, held, refund)
-    JOIN lane_keys x ON x.job_type = $1 AND x.tenant_id = s.tenant_id
-     AND x.fairness_key = s.fairness_key
-    WHERE (SELECT count(*) FROM settle) >= 0
-    ORDER BY x.tenant_id, x.fairness_key
-    FOR NO KEY UPDATE OF x
-),
-key_settled AS (
-    UPDATE lane_keys k
-    SET vtime = k.vtime + s.units / COALESCE(
-            (SELECT w.weight FROM key_weights w
-             WHERE w.tenant_id = k.tenant_id AND w.fairness_key = k.fairness_key), 1)
-            - s.refund,
-        units_total = k.units_total + s.held
-    FROM key_settle s
-    WHERE k.job_type = $1 AND k.tenant_id = s.tenant_id AND k.fairness_key = s.fairness_key
-      AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
-    RETURNING 1
-)
-SELECT (SELECT count(*) FROM settled) + (SELECT count(*) FROM key_settled)
-"""
-
-
-@retry_deadlock
-async def settle(
-    db: Queries, job_type: str, lanes: Mapping[str, Settled], keys: Mapping[LaneKey, Settled]
-) -> int:
-    """Write worker-time settlements (settle_lanes): how many lanes and keys moved (a
-    key's ``n`` is not used: keys keep no estimate)."""
-    tenants = sorted(lanes)
-    pairs = sorted(keys)
-    moved: int = await db.fetchval(
-        SETTLE_LANES,
-        job_type,
-        tenants,
-        [lanes[t].units for t in tenants],
-        [lanes[t].n for t in tenants],
-        [lanes[t].held_s for t in tenants],
-        [t for t, _ in pairs],
-        [k for _, k in pairs],
-        [keys[tk].units for tk in pairs],
-        [keys[tk].held_s for tk in pairs],
-        [lanes[t].refund for t in tenants],
-        [keys[tk].refund for tk in pairs],
-    )
-    return moved
-
-
-# -- name: park_lanes
-# Second half of parking: with the exclusive bucket locks held (taken by the statement
-# before), mark lanes inactive that have no CREATED job, and their keys with them (none
-# of them has one).  Index: jobs_ready_idx (one probe per lane), lanes pkey,
-# lane_keys_vtime_idx (a lane's active keys).  Locks: the lanes, then their active keys.
-PARK_LANES = """
-WITH parked AS (
-    UPDATE lanes l SET active = false
-    WHERE l.job_type = $1 AND l.tenant_id IN (
-          -- A lane an activator holds is busy, not empty: skip it rather than wait.
-          SELECT x.tenant_id FROM lanes x
-          WHERE x.job_type = $1 AND x.tenant_id = ANY($2::text[]) AND x.active
-          FOR NO KEY UPDATE SKIP LOCKED)
-      AND NOT EXISTS (
-          SELECT 1 FROM jobs j
-          WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = l.tenant_id)
-    RETURNING l.tenant_id
-),
-keys_parked AS (
-    UPDATE lane_keys k SET active = false
-    WHERE k.job_type = $1 AND k.tenant_id = ANY(ARRAY(SELECT tenant_id FROM parked))
-      AND k.active
-)
-SELECT tenant_id FROM parked
-"""
-
-# -- name: park_keys
-# Parking one level down: with the exclusive bucket locks of their lanes held (taken by
-# the statement before), mark keys inactive ($2, $3: tenant and key pairs) that have no
-# CREATED job.  Index: lane_keys pkey, jobs_ready_idx (one probe per key).  Locks: the
-# keys' rows (one a charge holds is skipped: busy, not empty).
-PARK_KEYS = """
-UPDATE lane_keys k SET active = false
-FROM (SELECT x.tenant_id, x.fairness_key FROM lane_keys x
-      JOIN unnest($2::text[], $3::text[]) AS p(tenant_id, fairness_key)
-        ON x.tenant_id = p.tenant_id AND x.fairness_key = p.fairness_key
-      WHERE x.job_type = $1 AND x.active
-      ORDER BY x.tenant_id, x.fairness_key
-      FOR NO KEY UPDATE OF x SKIP LOCKED) p
-WHERE k.job_type = $1 AND k.tenant_id = p.tenant_id AND k.fairness_key = p.fairness_key
-  AND NOT EXISTS (
-      SELECT 1 FROM jobs j
-      WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = k.tenant_id
-        AND j.fairness_key = k.fairness_key)
-RETURNING k.tenant_id, k.fairness_key
-"""
-
 # -- name: hold_lanes
 # Marks lanes of job type $1 held: their tenants ($2) are at their caps as counted by the
 # claim that holds their cap locks, which it will hold until this commits.  A lane read
@@ -752,88 +582,3 @@ async def hold(tx: Queries, job_type: str, tenant_ids: Sequence[str]) -> None:
     this transaction) out of the reads until their capacity frees (hold_lanes)."""
     if tenant_ids:
         await tx.execute(HOLD_LANES, job_type, list(tenant_ids))
-
-
-async def park(
-    db: Sessions,
-    job_type: str,
-    tenant_ids: Sequence[str],
-    *,
-    keys: Sequence[LaneKey] = (),
-    retries: int = 0,
-) -> list[str]:
-    """Mark lanes (``tenant_ids``) and keys (``keys``: tenant and key pairs) inactive
-    that are really empty (see the module docstring); the lanes parked.  Those whose
-    bucket a producer held for longer than PARK_WAIT are tried again up to ``retries``
-    times, after PARK_RETRY_S, doubling: an emptied lane left active keeps its idle
-    virtual time, and when jobs come back it takes every activation until it catches up
-    (ADR 014) -- as an emptied key does inside its lane -- so background parks keep
-    trying while two producers' batches overlap for seconds."""
-    parked, busy = await _park_once(db, job_type, _targets(tenant_ids, keys))
-    pause = PARK_RETRY_S
-    for _ in range(retries):
-        if not busy:
-            break
-        await asyncio.sleep(pause)
-        pause *= 2
-        more, busy = await _park_once(db, job_type, busy)
-        parked += more
-    if busy:
-        log.info("parking %d lanes and keys of %r waited in vain", len(busy), job_type)
-    return parked
-
-
-# What to park: a lane (its tenant, and None) or one of its keys (tenant, key).
-_Target = tuple[str, str | None]
-
-
-def _targets(tenant_ids: Sequence[str], keys: Sequence[LaneKey]) -> list[_Target]:
-    # Lanes first: a key of a lane parked is parked with it, and park_keys then passes it
-    # by (not active); a key of a lane that is not empty is parked if it is.
-    return [(t, None) for t in tenant_ids] + [(t, k) for t, k in keys]
-
-
-async def _park_in(conn: Any, job_type: str, targets: Sequence[_Target]) -> list[str]:
-    """park_lanes and park_keys for ``targets``, whose buckets ``conn`` holds."""
-    tenants = [t for t, k in targets if k is None]
-    keys = [(t, k) for t, k in targets if k is not None]
-    rows = await conn.fetch(PARK_LANES, job_type, tenants) if tenants else []
-    if keys:
-        await conn.fetch(PARK_KEYS, job_type, [t for t, _ in keys], [k for _, k in keys])
-    return [r["tenant_id"] for r in rows]
-
-
-@retry_deadlock
-async def _park_once(
-    db: Sessions, job_type: str, targets: Sequence[_Target]
-) -> tuple[list[str], list[_Target]]:
-    """One try of park: the lanes parked, and the targets whose bucket stayed busy."""
-    by_bucket: dict[int, list[_Target]] = {}
-    for target in targets:
-        by_bucket.setdefault(lane_bucket(job_type, target[0]), []).append(target)
-    buckets = sorted(by_bucket)
-    unlocked: list[_Target] = []
-    async with db.connection() as conn:
-        async with conn.transaction():
-            got = await conn.fetchrow(
-                lock_sql("pg_try_advisory_xact_lock", LANE_LOCK_CLASS, buckets)
-            )
-            locked = [x for b, ok in zip(buckets, got, strict=True) if ok for x in by_bucket[b]]
-            parked = await _park_in(conn, job_type, locked) if locked else []
-        busy = [b for b, ok in zip(buckets, got, strict=True) if not ok]
-        if busy:
-            # A producer holds these buckets (for any lane of them).  Trying again
-            # later could fail every time under a steady producer, and an empty
-            # lane left active would keep its idle vtime (ADR 014): wait for them,
-            # in a transaction of their own and in bucket order as producers lock
-            # them (no deadlock), for at most PARK_WAIT.  New producers of these
-            # buckets queue behind the park for that long at most.
-            waited = [x for b in busy for x in by_bucket[b]]
-            try:
-                async with conn.transaction():
-                    await conn.execute(f"SET LOCAL lock_timeout = '{PARK_WAIT_MS}ms'")
-                    await conn.execute(lock_sql("pg_advisory_xact_lock", LANE_LOCK_CLASS, busy))
-                    parked = [*parked, *await _park_in(conn, job_type, waited)]
-            except asyncpg.LockNotAvailableError:
-                unlocked = waited
-    return parked, unlocked

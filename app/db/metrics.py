@@ -53,7 +53,7 @@ FROM job_types jt WHERE jt.max_active_jobs IS NOT NULL
 # total weight of its backlogged keys and the least of their virtual times; then each
 # key's running count of units served and its lane's sum of them.  A
 # sequential read of lane_keys joined to key_weights by hash, sorted per lane; no locks.
-# An operator read, every few seconds (app.operators.StatsService).
+# An operator read, every few seconds (app.stats.StatsService).
 KEY_SAMPLES = """
 SELECT s.job_type, s.tenant_id, s.fairness_key, s.activated_total, s.active, s.vtime,
        s.weight, s.lane_total, s.backlogged_weight, s.least_vtime, s.units_total,

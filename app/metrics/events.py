@@ -16,7 +16,7 @@ Three kinds, from three places:
 
 With several server processes (``jobfair serve --workers N``) the first two go through
 prometheus-client's multiprocess mode: each process writes its values to files in
-``PROMETHEUS_MULTIPROC_DIR`` (the supervisor makes and removes it, ``app.supervisor``),
+``PROMETHEUS_MULTIPROC_DIR`` (the supervisor makes and removes it, ``app.infra.supervisor``),
 and a scrape, whichever process answers it, adds up every process's counters (those of
 processes that have died included, so a counter never goes back) and the live processes'
 gauges.

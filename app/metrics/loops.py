@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from app.db import Database
 from app.db import metrics as stored
 from app.metrics.events import LABELS_LEAD_S, LABELS_POLL_S, PROCESS_SYNC_S, Metrics, TenantLabels
-from app.operators import StatsService
+from app.stats import StatsService
 
 
 class LabelRefresher:

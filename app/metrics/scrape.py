@@ -16,9 +16,9 @@ from app.db import Database, StoreUnavailable
 from app.db import operators as stored_operators
 from app.keys import Principal
 from app.metrics.events import LANE, OTHER, Metrics, TenantLabels, multiprocess_dir
-from app.operators import LaneView, StatsService
 from app.scheduler import Aging, HoldReason, max_wait_to_top_ms
 from app.shares import OTHER_KEYS, KeyShare
+from app.stats import LaneView, StatsService
 
 
 class Scrape:

@@ -45,7 +45,7 @@ Four rules exist twice, here and in SQL, and name each other: the effective prio
 (``app.db.claims.CLAIM``), the re-entry virtual time of a lane and of a key
 (``app.db.lanes`` and alembic 0004's ``jobfair_release_holds``), the first pick of a
 lane and of its key (``app.db.claims.CLAIM_LEAD``) and a worker-time settlement with its
-estimate (``app.db.lanes.SETTLE_LANES``).
+estimate (``app.db.settling.SETTLE_LANES``).
 ``tests/integration/test_twins.py`` checks on a real database that each pair agrees.
 """
 
@@ -81,6 +81,7 @@ from app.scheduler.stride import (
     Bucket,
     Key,
     Lane,
+    PickedJob,
     RateLimit,
     RoundPlan,
     advance,
@@ -88,6 +89,7 @@ from app.scheduler.stride import (
     allocate_keys,
     as_claimed,
     effective_priority,
+    in_pick_order,
     left_at_cap,
     max_wait_to_top_ms,
     rate_floor,
@@ -141,6 +143,8 @@ __all__ = [
     "allocate",
     "allocate_keys",
     "as_claimed",
+    "in_pick_order",
+    "PickedJob",
     "configured_shares",
     "effective_priority",
     "holds",

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import Protocol, TypeVar
 
 MAX_PRIORITY = 100
 
@@ -317,3 +319,37 @@ def as_claimed(
     return replace(
         plan, capped_out=used_up(plan.capped_out, room), rate_out=used_up(plan.rate_out, tokens)
     )
+
+
+class PickedJob(Protocol):
+    """What the response order reads of a claimed job (app.db.rows.JobRow has it)."""
+
+    @property
+    def tenant_id(self) -> str: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def queued_at(self) -> datetime: ...
+    @property
+    def job_key(self) -> int: ...
+
+
+_J = TypeVar("_J", bound=PickedJob)
+
+
+def in_pick_order(claimed: list[_J], picks: list[str]) -> list[_J]:
+    """Order the response as the stride picks were made: each pick takes its lane's next
+    best job (the store returns them unordered)."""
+    by_lane: dict[str, list[_J]] = defaultdict(list)
+    for row in claimed:
+        by_lane[row.tenant_id].append(row)
+    for rows in by_lane.values():
+        rows.sort(key=lambda r: (-r.priority, r.queued_at, r.job_key), reverse=True)
+    out: list[_J] = []
+    for tenant in picks:
+        lane = by_lane.get(tenant)
+        if lane:
+            out.append(lane.pop())
+    for rows in by_lane.values():
+        out.extend(reversed(rows))
+    return out

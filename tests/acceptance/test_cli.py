@@ -17,7 +17,7 @@ import typer
 from typer.core import TyperOption
 from typer.testing import CliRunner
 
-from app.cli import cli
+from app.cli.main import cli
 from app.config import Settings
 from app.keys import Role
 from app.main import create_app

@@ -21,7 +21,7 @@ import pytest
 from fastapi.routing import APIRoute
 
 from app.api import openapi
-from app.api.routes import ENDPOINT_PARAMS
+from app.api.operation import ENDPOINT_PARAMS
 from app.api.routes import OPERATIONS as ROUTE_TABLE
 from app.config import Settings
 from app.main import create_app

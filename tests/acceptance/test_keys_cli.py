@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 from typer.testing import CliRunner
 
-from app.cli import cli
+from app.cli.main import cli
 from tests.fixtures import free_port, wait_ready
 
 SECRET_VARIABLE = "sesame-variable-4411"

@@ -23,7 +23,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.api.routes import OPERATIONS, Operation
+from app.api.operation import Operation
+from app.api.routes import OPERATIONS
 from app.api.security import ROLES, Permission
 from app.config import Settings
 from app.db import keys as stored_keys

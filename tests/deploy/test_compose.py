@@ -15,7 +15,7 @@ import typer
 import yaml
 from compose_spec import PyCompose
 
-from app.cli import cli
+from app.cli.main import cli
 from app.config import Settings
 from app.domain import MAX_REQUEST_TIMEOUT_MS
 

@@ -26,9 +26,9 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
-from app.cli import GRACEFUL_SHUTDOWN_S
+from app.cli.main import GRACEFUL_SHUTDOWN_S
 from app.domain import MAX_REQUEST_TIMEOUT_MS
-from app.supervisor import STOP_GRACE_S
+from app.infra.supervisor import STOP_GRACE_S
 from tests.fixtures import Postgres, free_port
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ import typer
 import yaml
 
 from app.api.routes import OPERATIONS
-from app.cli import cli
+from app.cli.main import cli
 from app.config import Settings
 from app.domain import MAX_REQUEST_TIMEOUT_MS
 

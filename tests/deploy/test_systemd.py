@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import typer
 
-from app.cli import GRACEFUL_SHUTDOWN_S, cli
+from app.cli.main import GRACEFUL_SHUTDOWN_S, cli
 from app.config import Settings
 from app.domain import MAX_REQUEST_TIMEOUT_MS
-from app.supervisor import STOP_GRACE_S
+from app.infra.supervisor import STOP_GRACE_S
 
 ROOT = Path(__file__).resolve().parents[2]
 UNITS = ROOT / "deploy" / "systemd"

@@ -24,7 +24,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.api.routes import OPERATIONS
-from app.cli import IDLE_CONNECTION_TIMEOUT_S
+from app.cli.main import IDLE_CONNECTION_TIMEOUT_S
 from app.config import Settings
 from app.domain import MAX_REQUEST_TIMEOUT_MS
 from tests.acceptance.test_streams import Events

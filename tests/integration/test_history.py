@@ -9,11 +9,10 @@ import pytest
 
 from app import browser
 from app.browser import BrowserService
-from app.db import Database, claims, finishing, history, lanes, maintenance
+from app.db import Database, claims, finishing, history, maintenance, parking
 from app.db import jobs as stored_jobs
-from app.db.bulk import FailedFilter
 from app.db.claims import Share
-from app.domain import utcnow
+from app.domain import FailedFilter, utcnow
 from app.scheduler import Aging
 
 
@@ -138,7 +137,7 @@ async def test_bulk_operations_commit_a_bounded_batch_per_transaction(store, mon
             now=utcnow(),
         )
         assert ended is not None
-    assert await lanes.park(store, "h", ["b"]) == ["b"]  # drained: parked
+    assert await parking.park(store, "h", ["b"]) == ["b"]  # drained: parked
     monkeypatch.setattr(browser, "BULK_BATCH", 2)
     everything = FailedFilter(None, None, None, None)
     assert await service.retry_failed(everything, 3, 4) == (4, True)

@@ -12,10 +12,11 @@ import pytest
 
 from app.activation import ActivateRequest
 from app.activation.charging import CARRIED_LANES
-from app.activation.rounds import LANE_SLACK, Rounds
+from app.activation.fairness_keys import LANE_SLACK
+from app.activation.rounds import Rounds
 from app.api.schemas import CreateJob
 from app.config import Settings
-from app.db import claims, lanes
+from app.db import claims, lanes, parking
 from app.db import jobs as stored_jobs
 from app.db.lanes import CHARGE_LANES, SCANNED_LANES
 from app.db.locks import lane_bucket
@@ -46,8 +47,8 @@ async def test_parking_waits_a_while_for_a_bucket_a_producer_holds(store):
         tx = producer.transaction()
         await tx.start()
         await producer.execute(hold, 0x4A460001, lane_bucket("race", "t"))
-        assert await lanes.park(store, "race", ["t"]) == []  # waited PARK_WAIT_MS in vain
-        parking = asyncio.create_task(lanes.park(store, "race", ["t"]))
+        assert await parking.park(store, "race", ["t"]) == []  # waited PARK_WAIT_MS in vain
+        park = asyncio.create_task(parking.park(store, "race", ["t"]))
         # Until the park waits for the bucket: PostgreSQL's state, which no event here
         # announces.
         while not await store.fetchval(  # noqa: ASYNC110
@@ -55,7 +56,7 @@ async def test_parking_waits_a_while_for_a_bucket_a_producer_holds(store):
         ):
             await asyncio.sleep(0.01)
         await tx.rollback()
-    assert await parking == ["t"]
+    assert await park == ["t"]
 
 
 async def test_a_park_that_waited_in_vain_tries_again(store):
@@ -71,7 +72,7 @@ async def test_a_park_that_waited_in_vain_tries_again(store):
         tx = producer.transaction()
         await tx.start()
         await producer.execute(hold, 0x4A460001, lane_bucket("race", "t"))
-        parking = asyncio.create_task(lanes.park(store, "race", ["t"], retries=2))
+        park = asyncio.create_task(parking.park(store, "race", ["t"], retries=2))
         # Until the first try waits for the bucket, and then until it gave up: states of
         # PostgreSQL's that no event here announces.
         while not await store.fetchval(waits):  # noqa: ASYNC110
@@ -79,14 +80,14 @@ async def test_a_park_that_waited_in_vain_tries_again(store):
         while await store.fetchval(waits):  # noqa: ASYNC110
             await asyncio.sleep(0.01)
         await tx.rollback()  # the producer is done
-    assert await parking == ["t"]
+    assert await park == ["t"]
     assert not await store.fetchval("SELECT active FROM lanes WHERE tenant_id = 't'")
 
 
 async def test_parked_lane_wakes_when_jobs_arrive(store):
     await stored_jobs.insert(store, [_job("t")], utcnow())
     await store.execute("UPDATE jobs SET state = 'COMPLETED', completed_at = now()")
-    assert await lanes.park(store, "race", ["t"]) == ["t"]
+    assert await parking.park(store, "race", ["t"]) == ["t"]
     await stored_jobs.insert(store, [_job("t")], utcnow())
     assert await store.fetchval("SELECT active FROM lanes WHERE tenant_id = 't'")
 

@@ -10,8 +10,8 @@ import orjson
 import pytest
 
 from app.db.bulk import CANCEL_DELAYED, CANCEL_READY, FAILED_BATCH
-from app.db.operators import JobFilter, list_statement
-from app.domain import JobState, utcnow
+from app.db.listing import list_statement
+from app.domain import JobFilter, JobState, utcnow
 
 # Fifteen plans, each on 60,000 rows loaded for it: `make extended` (a minute).
 pytestmark = pytest.mark.extended

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.db import Database, claims, lanes
+from app.db import Database, claims, settling
 from app.db import jobs as stored_jobs
 from app.db.claims import EFFECTIVE_PRIORITY, LeadAsk, Share
 from app.domain import utcnow
@@ -308,7 +308,7 @@ def test_a_settlement_in_sql_is_its_python_twin(
                 job_type,
             )
         settle = Settled(units, len(held), sum(held))
-        await lanes.settle(db, job_type, {"s": settle}, {("s", "k"): settle})
+        await settling.settle(db, job_type, {"s": settle}, {("s", "k"): settle})
         lane = await db.fetchrow(
             "SELECT vtime, unit_est, units_total FROM lanes WHERE job_type = $1", job_type
         )

@@ -15,16 +15,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 LINT = Path(sys.executable).with_name("lint-imports")
 MOST_LINES = 600
-# Modules still over it, each to be split (issue 41); the list may only shrink.
-NOT_YET_SPLIT = {
-    "app/activation/rounds.py",
-    "app/api/routes.py",
-    "app/cli_ops.py",
-    "app/db/lanes.py",
-    "app/db/operators.py",
-    "app/demo.py",
-    "app/operators.py",
-}
 
 
 def _lint(root: Path) -> subprocess.CompletedProcess[str]:
@@ -91,5 +81,4 @@ def test_no_module_of_app_is_over_600_lines():
         for p in (ROOT / "app").rglob("*.py")
         if (n := len(p.read_text().splitlines())) > MOST_LINES
     }
-    assert set(long) <= NOT_YET_SPLIT, f"over {MOST_LINES} lines: {long}"
-    assert NOT_YET_SPLIT <= set(long), f"split now, off the list: {NOT_YET_SPLIT - set(long)}"
+    assert not long, f"over {MOST_LINES} lines: {long}"

@@ -11,7 +11,8 @@ from starlette.responses import Response
 
 from app.api import problems
 from app.api.direct import App, DirectRoutes
-from app.api.routes import OPERATIONS, Operation, include
+from app.api.operation import Operation, include
+from app.api.routes import OPERATIONS
 from app.api.security import Permission
 from app.errors import InvalidArgument, ResourceExhausted
 

@@ -16,7 +16,7 @@ import pytest
 
 from app import logs
 from app.api import tracing
-from app.cli import base_url
+from app.cli.main import base_url
 from app.db.pool import connect_error, without_password
 
 RFC3339_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")

@@ -9,7 +9,8 @@ from fastapi.routing import APIRoute
 from openapi_spec_validator import validate
 
 from app.api import openapi
-from app.api.routes import ENDPOINT_PARAMS, OPERATIONS
+from app.api.operation import ENDPOINT_PARAMS
+from app.api.routes import OPERATIONS
 from app.config import Settings
 from app.main import create_app
 

@@ -10,7 +10,8 @@ from starlette.requests import Request
 
 from app.api import security
 from app.api.direct import App
-from app.api.routes import OPERATIONS, Operation
+from app.api.operation import Operation
+from app.api.routes import OPERATIONS
 from app.api.security import Permission
 from app.config import Settings
 from app.errors import JobfairError

@@ -14,7 +14,7 @@ from app.config import Settings
 from app.db import Database
 from app.db.pool import unavailable
 from app.errors import StoreUnavailable
-from app.operators import StatsService
+from app.stats import StatsService
 from app.sweepers import Background
 
 

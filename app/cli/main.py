@@ -17,8 +17,9 @@ from typing import Annotated, Any, NoReturn
 import typer
 from pydantic import ValidationError
 
-from app import cli_ops, demo, embedded, logs, migrations, supervisor
+from app import demo, embedded, logs, migrations
 from app.api.schemas import instant
+from app.cli import commands
 from app.config import Settings, is_loopback
 from app.db import Database, StoreUnavailable
 from app.db.pool import (
@@ -31,6 +32,7 @@ from app.db.pool import (
 )
 from app.db.rows import KeyRow
 from app.domain import JOB_TYPE_RE, TENANT_ID_RE, utcnow
+from app.infra import supervisor
 from app.keys import KEY_ID_RE, KeyService, Role, key_record
 
 log = logging.getLogger("app.cli")  # also when run as ``python -m app.cli``
@@ -204,8 +206,8 @@ def serve(
     )
     options: dict[str, Any] = {
         "loop": "uvloop",
-        # httptools, with bounds on a request's time and size (app.http).
-        "http": "app.http:ServeProtocol",
+        # httptools, with bounds on a request's time and size (app.infra.http).
+        "http": "app.infra.http:ServeProtocol",
         "log_config": log_config,
         "log_level": settings.log_level,
         # Ours instead (JOBFAIR_ACCESS_LOG, app.api.tracing): with the request's id and
@@ -487,8 +489,8 @@ def keys_revoke(
     typer.echo(f"revoked {key_id}")
 
 
-# The commands over HTTP (app.cli_ops), the demo (app.demo), and --version.
-cli_ops.register(cli)
+# The commands over HTTP (app.cli.commands), the demo (app.demo), and --version.
+commands.register(cli)
 demo.register(cli)
 
 

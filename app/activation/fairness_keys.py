@@ -1,0 +1,69 @@
+"""One activation call's second level (ADR 027): the fairness keys of the lanes its
+picks went to, read and divided (scheduler.split_among_keys), and the keys that came up
+short, kept out of the call's later rounds and parked after it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from app.db import lanes
+from app.db.base import Queries
+from app.scheduler import Key, LaneKey, split_among_keys
+
+# Lanes read beyond maxJobs, to cover lanes that turn out empty or capped.
+LANE_SLACK = 8
+# A round that found lanes short or at their caps reads twice as many lanes in the next,
+# up to this many: a call meeting thousands of tenants newly at their caps (each then held
+# out of later reads, ADR 016) gets past them in tens of rounds, not hundreds.  Bounded
+# because a capped round takes one cap lock per capped tenant read.
+WIDEST_READ = 128
+
+
+class KeysRead:
+    """One call's second level (ADR 027): each round reads the keys of the lanes its
+    picks went to and divides each lane's picks among them (scheduler.split_among_keys);
+    keys that came up short (drained, or heads held by another activator) or were met
+    empty are excluded from the call's later rounds and parked after it, as lanes are."""
+
+    def __init__(self) -> None:
+        self.exclude: set[LaneKey] = set()
+        self.short: set[LaneKey] = set()  # to park after the call
+        self.widen = 1
+        self.counts: dict[LaneKey, int] = {}
+        self.weights: dict[LaneKey, int] = {}
+        # The lanes of the latest read whose every active key not excluded was seen, and
+        # none of which had a ready job.
+        self.exhausted: set[str] = set()
+
+    def emptied(self, keys: Sequence[LaneKey]) -> None:
+        """Keys a carried charge found emptied: parked after the call."""
+        self.short.update(keys)
+        self.exclude.update(keys)
+
+    async def split(
+        self, db: Queries, job_type: str, lane_counts: Mapping[str, int]
+    ) -> dict[LaneKey, int]:
+        """Each lane's picks divided among its first keys (read now, in ``db``: the
+        capped claim's transaction, or the database)."""
+        slack = LANE_SLACK * self.widen
+        read = await lanes.read_keys(
+            db,
+            job_type,
+            {t: k + slack for t, k in lane_counts.items() if k > 0},
+            sorted(self.exclude),
+        )
+        self.emptied(read.empty)
+        ready = {t: [Key(k, v, w) for k, v, w in found] for t, found in read.ready.items()}
+        self.weights = {(t, k.key): k.weight for t, found in ready.items() for k in found}
+        self.exhausted = {t for t in lane_counts if t not in ready and t not in read.more}
+        self.counts = split_among_keys(lane_counts, ready)
+        return self.counts
+
+    def claimed(self, per_key: Mapping[LaneKey, int]) -> None:
+        """After the claim: the keys that came up short are out of the call (and parked if
+        empty); the next read of keys reads further."""
+        came_short = {tk for tk, k in self.counts.items() if per_key.get(tk, 0) < k}
+        self.short |= came_short
+        self.exclude |= came_short
+        if came_short:
+            self.widen = min(self.widen * 2, WIDEST_READ // LANE_SLACK)

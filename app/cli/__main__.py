@@ -1,0 +1,3 @@
+from app.cli.main import main
+
+main()
