@@ -1,9 +1,10 @@
 """The named statements as SQL files, for a reviewer to read SQL as SQL.
 
 Every statement of the storage modules has a header comment that begins
-``# -- name: <name>`` and goes on with what it does, the index it relies on and the locks
-it takes; the statement itself is the module's constant of that name in capitals.  This
-module collects them, assembled as PostgreSQL receives them, into one file per module
+``-- name: <name>`` in its ``app/db/sql/<module>.sql`` file (app.db.sql), or, in a module
+not moved there yet, ``# -- name: <name>`` above the module's constant of that name in
+capitals; either goes on with what it does, the index it relies on and the locks it
+takes.  This module collects them, as PostgreSQL receives them, into one file per module
 under ``docs/sql``.  ``tests/unit/test_sql_catalog.py`` fails when those files are stale
 or a header names no statement.  Regenerate with ``python -m app.db.catalog``.
 """
@@ -16,6 +17,8 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from app.db import sql
 
 MODULES = (
     "lanes",
@@ -44,20 +47,33 @@ class Statement:
 
 
 def statements(module: str) -> list[Statement]:
-    """The named statements of ``app.db.<module>``, in source order."""
+    """The named statements of ``app.db.<module>``, in source order: from its .sql file
+    (app.db.sql) where it has one, else from its Python headers."""
+    if module in sql.concepts():
+        return [
+            Statement(module, st.name, [*st.header, *_parameters(st)], st.text)
+            for st in sql.load(module).values()
+        ]
     mod = importlib.import_module(f"app.db.{module}")
     source = inspect.getsource(mod)
     found = []
     for m in _HEADER.finditer(source):
         name = m.group(1)
-        sql = getattr(mod, name.upper(), None)
-        if not isinstance(sql, str):
+        text = getattr(mod, name.upper(), None)
+        if not isinstance(text, str):
             raise LookupError(f"app.db.{module}: the header {name!r} names no statement")
         header = [
             line[2:] if line.startswith("# ") else line[1:] for line in m.group(2).splitlines()
         ]
-        found.append(Statement(module, name, header, sql))
+        found.append(Statement(module, name, header, text))
     return found
+
+
+def _parameters(st: sql.Statement) -> list[str]:
+    """A line naming what each $n is (the source names them)."""
+    if not st.params:
+        return []
+    return ["Parameters: " + ", ".join(f"${i} :{p}" for i, p in enumerate(st.params, 1))]
 
 
 def render(module: str) -> str:

@@ -37,6 +37,7 @@ from typing import Any
 
 import asyncpg
 
+from app.db import sql
 from app.db.base import Sessions, retry_deadlock
 from app.db.locks import LANE_LOCK_CLASS, lane_bucket, lock_sql
 from app.scheduler import (
@@ -52,52 +53,7 @@ log = logging.getLogger(__name__)
 PARK_WAIT_MS = 1000
 PARK_RETRY_S = 0.5
 
-# -- name: park_lanes
-# Second half of parking: with the exclusive bucket locks held (taken by the statement
-# before), mark lanes inactive that have no CREATED job, and their keys with them (none
-# of them has one).  Index: jobs_ready_idx (one probe per lane), lanes pkey,
-# lane_keys_vtime_idx (a lane's active keys).  Locks: the lanes, then their active keys.
-PARK_LANES = """
-WITH parked AS (
-    UPDATE lanes l SET active = false
-    WHERE l.job_type = $1 AND l.tenant_id IN (
-          -- A lane an activator holds is busy, not empty: skip it rather than wait.
-          SELECT x.tenant_id FROM lanes x
-          WHERE x.job_type = $1 AND x.tenant_id = ANY($2::text[]) AND x.active
-          FOR NO KEY UPDATE SKIP LOCKED)
-      AND NOT EXISTS (
-          SELECT 1 FROM jobs j
-          WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = l.tenant_id)
-    RETURNING l.tenant_id
-),
-keys_parked AS (
-    UPDATE lane_keys k SET active = false
-    WHERE k.job_type = $1 AND k.tenant_id = ANY(ARRAY(SELECT tenant_id FROM parked))
-      AND k.active
-)
-SELECT tenant_id FROM parked
-"""
-
-# -- name: park_keys
-# Parking one level down: with the exclusive bucket locks of their lanes held (taken by
-# the statement before), mark keys inactive ($2, $3: tenant and key pairs) that have no
-# CREATED job.  Index: lane_keys pkey, jobs_ready_idx (one probe per key).  Locks: the
-# keys' rows (one a charge holds is skipped: busy, not empty).
-PARK_KEYS = """
-UPDATE lane_keys k SET active = false
-FROM (SELECT x.tenant_id, x.fairness_key FROM lane_keys x
-      JOIN unnest($2::text[], $3::text[]) AS p(tenant_id, fairness_key)
-        ON x.tenant_id = p.tenant_id AND x.fairness_key = p.fairness_key
-      WHERE x.job_type = $1 AND x.active
-      ORDER BY x.tenant_id, x.fairness_key
-      FOR NO KEY UPDATE OF x SKIP LOCKED) p
-WHERE k.job_type = $1 AND k.tenant_id = p.tenant_id AND k.fairness_key = p.fairness_key
-  AND NOT EXISTS (
-      SELECT 1 FROM jobs j
-      WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = k.tenant_id
-        AND j.fairness_key = k.fairness_key)
-RETURNING k.tenant_id, k.fairness_key
-"""
+SQL = sql.load("parking")  # app/db/sql/parking.sql
 
 
 async def park(
@@ -143,9 +99,15 @@ async def _park_in(conn: Any, job_type: str, targets: Sequence[_Target]) -> list
     """park_lanes and park_keys for ``targets``, whose buckets ``conn`` holds."""
     tenants = [t for t, k in targets if k is None]
     keys = [(t, k) for t, k in targets if k is not None]
-    rows = await conn.fetch(PARK_LANES, job_type, tenants) if tenants else []
+    lanes = SQL["park_lanes"].bind(job_type=job_type, tenant_ids=tenants)
+    rows = await conn.fetch(*lanes) if tenants else []
     if keys:
-        await conn.fetch(PARK_KEYS, job_type, [t for t, _ in keys], [k for _, k in keys])
+        of_keys = SQL["park_keys"]
+        await conn.fetch(
+            *of_keys.bind(
+                job_type=job_type, tenant_ids=[t for t, _ in keys], keys=[k for _, k in keys]
+            )
+        )
     return [r["tenant_id"] for r in rows]
 
 

@@ -9,39 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from app.db import sql
 from app.db.base import Queries
 from app.db.rows import WorkerRow
 
-# -- name: record_workers
-# Upserts (type, worker, last seen, last activated: NULL if it got nothing) rows, each
-# time only moving forward (a slower process's older sighting changes nothing; GREATEST
-# ignores NULLs).  In key order, so that two processes' flushes lock rows in one order.
-# Index: workers pkey.  Locks: the rows.
-RECORD_WORKERS = """
-INSERT INTO workers AS w (job_type, worker, last_seen_at, last_activated_at)
-SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[])
-ORDER BY 1, 2
-ON CONFLICT (job_type, worker) DO UPDATE
-SET last_seen_at = GREATEST(w.last_seen_at, EXCLUDED.last_seen_at),
-    last_activated_at = GREATEST(w.last_activated_at, EXCLUDED.last_activated_at)
-"""
-
-# -- name: list_workers
-# Workers seen since $1, by type, the latest first; at most $2.  A sequential read of
-# workers (one row per type and worker name, pruned by the retention sweep).
-LIST_WORKERS = """
-SELECT job_type, worker, last_seen_at, last_activated_at FROM workers
-WHERE last_seen_at >= $1
-ORDER BY job_type, last_seen_at DESC, worker LIMIT $2
-"""
-
-# -- name: list_workers_of_type
-# As list_workers, for job type $3 only.  Index: workers pkey.
-LIST_WORKERS_OF_TYPE = """
-SELECT job_type, worker, last_seen_at, last_activated_at FROM workers
-WHERE job_type = $3 AND last_seen_at >= $1
-ORDER BY last_seen_at DESC, worker LIMIT $2
-"""
+SQL = sql.load("workers")  # app/db/sql/workers.sql
 
 
 async def record(db: Queries, rows: Sequence[WorkerRow]) -> None:
@@ -49,11 +21,12 @@ async def record(db: Queries, rows: Sequence[WorkerRow]) -> None:
     if not rows:
         return
     await db.execute(
-        RECORD_WORKERS,
-        [r.job_type for r in rows],
-        [r.worker for r in rows],
-        [r.last_seen_at for r in rows],
-        [r.last_activated_at for r in rows],
+        *SQL["record_workers"].bind(
+            job_types=[r.job_type for r in rows],
+            workers=[r.worker for r in rows],
+            seen=[r.last_seen_at for r in rows],
+            activated=[r.last_activated_at for r in rows],
+        )
     )
 
 
@@ -62,7 +35,8 @@ async def seen_since(
 ) -> list[WorkerRow]:
     """Workers seen since ``since`` (list_workers, list_workers_of_type)."""
     if job_type is None:
-        rows = await db.fetch(LIST_WORKERS, since, limit)
+        rows = await db.fetch(*SQL["list_workers"].bind(since=since, limit=limit))
     else:
-        rows = await db.fetch(LIST_WORKERS_OF_TYPE, since, limit, job_type)
+        of_type = SQL["list_workers_of_type"]
+        rows = await db.fetch(*of_type.bind(since=since, limit=limit, job_type=job_type))
     return [WorkerRow(*r) for r in rows]

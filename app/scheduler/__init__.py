@@ -45,7 +45,7 @@ Four rules exist twice, here and in SQL, and name each other: the effective prio
 (``app.db.claims.CLAIM``), the re-entry virtual time of a lane and of a key
 (``app.db.lanes`` and alembic 0004's ``jobfair_release_holds``), the first pick of a
 lane and of its key (``app.db.claims.CLAIM_LEAD``) and a worker-time settlement with its
-estimate (``app.db.settling.SETTLE_LANES``).
+estimate (``settle_lanes`` in app/db/sql/settling.sql).
 ``tests/integration/test_twins.py`` checks on a real database that each pair agrees.
 """
 

@@ -6,6 +6,7 @@
 -- before), mark lanes inactive that have no CREATED job, and their keys with them (none
 -- of them has one).  Index: jobs_ready_idx (one probe per lane), lanes pkey,
 -- lane_keys_vtime_idx (a lane's active keys).  Locks: the lanes, then their active keys.
+-- Parameters: $1 :job_type, $2 :tenant_ids
 WITH parked AS (
     UPDATE lanes l SET active = false
     WHERE l.job_type = $1 AND l.tenant_id IN (
@@ -27,19 +28,20 @@ SELECT tenant_id FROM parked;
 
 -- name: park_keys
 -- Parking one level down: with the exclusive bucket locks of their lanes held (taken by
--- the statement before), mark keys inactive ($2, $3: tenant and key pairs) that have no
+-- the statement before), mark keys inactive (:tenant_ids, :keys: tenant and key pairs) that have no
 -- CREATED job.  Index: lane_keys pkey, jobs_ready_idx (one probe per key).  Locks: the
 -- keys' rows (one a charge holds is skipped: busy, not empty).
+-- Parameters: $1 :tenant_ids, $2 :keys, $3 :job_type
 UPDATE lane_keys k SET active = false
 FROM (SELECT x.tenant_id, x.fairness_key FROM lane_keys x
-      JOIN unnest($2::text[], $3::text[]) AS p(tenant_id, fairness_key)
+      JOIN unnest($1::text[], $2::text[]) AS p(tenant_id, fairness_key)
         ON x.tenant_id = p.tenant_id AND x.fairness_key = p.fairness_key
-      WHERE x.job_type = $1 AND x.active
+      WHERE x.job_type = $3 AND x.active
       ORDER BY x.tenant_id, x.fairness_key
       FOR NO KEY UPDATE OF x SKIP LOCKED) p
-WHERE k.job_type = $1 AND k.tenant_id = p.tenant_id AND k.fairness_key = p.fairness_key
+WHERE k.job_type = $3 AND k.tenant_id = p.tenant_id AND k.fairness_key = p.fairness_key
   AND NOT EXISTS (
       SELECT 1 FROM jobs j
-      WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = k.tenant_id
+      WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = k.tenant_id
         AND j.fairness_key = k.fairness_key)
 RETURNING k.tenant_id, k.fairness_key;

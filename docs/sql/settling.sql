@@ -2,25 +2,28 @@
 -- Parameters are $1, $2, ... as asyncpg sends them.
 
 -- name: settle_lanes
--- The worker-time settlements of ended activations (ADR 029, scheduler.settlement): each
--- lane ($2 to $5: tenants, units, leases observed, their held seconds; $10 refunds)
--- moves by its units (the seconds held; for activations before alembic 0013, held less
--- charged) per its tenant's weight now, less its refund (the virtual time its estimates
--- added when they were charged, the jobs' lane_charge), and its estimate of a lease's
--- seconds follows the leases observed (scheduler.mixed_estimate's twin: each observation
--- ESTIMATE_ALPHA of the way, the first ones set it); each key ($6 to $9: tenants, keys,
--- units, held seconds; $11 refunds) the same by its weight.  Both add the held seconds
--- to their units served (units_total).  A parked lane or key moved back banks nothing:
--- it re-enters at max(own, system) as always.  Written behind the finishes
--- (app.activation.charging.Settlements), committed asynchronously as the charges are (a crash
--- forgets the last few, which fences nothing).  Index: lanes pkey, lane_keys pkey,
+-- The worker-time settlements of ended activations (ADR 029, scheduler.settlement). Each
+-- lane (:tenant_ids, with :units, :observed leases and their :held seconds, and
+-- :lane_refunds) moves by its units (the seconds held; for activations before alembic
+-- 0013, held less charged) per its tenant's weight now, less its refund (the virtual time
+-- its estimates added when they were charged, the jobs' lane_charge), and its estimate of
+-- a lease's seconds follows the leases observed (scheduler.mixed_estimate's twin: each
+-- observation :estimate_alpha of the way, scheduler.ESTIMATE_ALPHA; the first ones set
+-- it). Each key (:key_tenants and :keys, with :key_units, :key_held and :key_refunds)
+-- the same by its weight. Both add the held seconds to their units served
+-- (units_total). A parked lane or key moved back banks nothing: it re-enters at
+-- max(own, system) as always. Written behind the finishes
+-- (app.activation.charging.Settlements), committed asynchronously as the charges are (a
+-- crash forgets the last few, which fences nothing). Index: lanes pkey, lane_keys pkey,
 -- tenants pkey, key_weights pkey. Locks: the lanes in tenant order, then the keys in
--- (tenant, key) order, as _CHARGE.
+-- (tenant, key) order, as lanes' charge does.
+-- Parameters: $1 :tenant_ids, $2 :units, $3 :observed, $4 :held, $5 :lane_refunds, $6 :job_type, $7 :estimate_alpha, $8 :key_tenants, $9 :keys, $10 :key_units, $11 :key_held, $12 :key_refunds
 WITH settle AS (
     SELECT x.tenant_id, s.units, s.n, s.held, s.refund
-    FROM unnest($2::text[], $3::float8[], $4::int[], $5::float8[], $10::float8[])
+    FROM unnest($1::text[], $2::float8[], $3::int[], $4::float8[],
+                $5::float8[])
          AS s(tenant_id, units, n, held, refund)
-    JOIN lanes x ON x.job_type = $1 AND x.tenant_id = s.tenant_id
+    JOIN lanes x ON x.job_type = $6 AND x.tenant_id = s.tenant_id
     ORDER BY x.tenant_id
     FOR NO KEY UPDATE OF x
 ),
@@ -31,19 +34,20 @@ settled AS (
         units_total = l.units_total + s.held,
         unit_est = CASE WHEN s.n = 0 THEN l.unit_est
                         WHEN l.unit_est IS NULL THEN s.held / s.n
-                        ELSE l.unit_est + (1 - power(1 - 0.2::float8, s.n))
+                        ELSE l.unit_est + (1 - power(1 - $7::float8, s.n))
                                           * (s.held / s.n - l.unit_est) END
     FROM settle s
-    WHERE l.job_type = $1 AND l.tenant_id = ANY(ARRAY(SELECT tenant_id FROM settle))
+    WHERE l.job_type = $6 AND l.tenant_id = ANY(ARRAY(SELECT tenant_id FROM settle))
       AND l.tenant_id = s.tenant_id
       AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
     RETURNING 1
 ),
 key_settle AS (
     SELECT x.tenant_id, x.fairness_key, s.units, s.held, s.refund
-    FROM unnest($6::text[], $7::text[], $8::float8[], $9::float8[], $11::float8[])
+    FROM unnest($8::text[], $9::text[], $10::float8[], $11::float8[],
+                $12::float8[])
          AS s(tenant_id, fairness_key, units, held, refund)
-    JOIN lane_keys x ON x.job_type = $1 AND x.tenant_id = s.tenant_id
+    JOIN lane_keys x ON x.job_type = $6 AND x.tenant_id = s.tenant_id
      AND x.fairness_key = s.fairness_key
     WHERE (SELECT count(*) FROM settle) >= 0
     ORDER BY x.tenant_id, x.fairness_key
@@ -57,7 +61,7 @@ key_settled AS (
             - s.refund,
         units_total = k.units_total + s.held
     FROM key_settle s
-    WHERE k.job_type = $1 AND k.tenant_id = s.tenant_id AND k.fairness_key = s.fairness_key
+    WHERE k.job_type = $6 AND k.tenant_id = s.tenant_id AND k.fairness_key = s.fairness_key
       AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
     RETURNING 1
 )

@@ -6,22 +6,26 @@
 -- time only moving forward (a slower process's older sighting changes nothing; GREATEST
 -- ignores NULLs).  In key order, so that two processes' flushes lock rows in one order.
 -- Index: workers pkey.  Locks: the rows.
+-- Parameters: $1 :job_types, $2 :workers, $3 :seen, $4 :activated
 INSERT INTO workers AS w (job_type, worker, last_seen_at, last_activated_at)
-SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[])
+SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[],
+                     $4::timestamptz[])
 ORDER BY 1, 2
 ON CONFLICT (job_type, worker) DO UPDATE
 SET last_seen_at = GREATEST(w.last_seen_at, EXCLUDED.last_seen_at),
     last_activated_at = GREATEST(w.last_activated_at, EXCLUDED.last_activated_at);
 
 -- name: list_workers
--- Workers seen since $1, by type, the latest first; at most $2.  A sequential read of
--- workers (one row per type and worker name, pruned by the retention sweep).
+-- Workers seen since :since, by type, the latest first; at most :limit.  A sequential
+-- read of workers (one row per type and worker name, pruned by the retention sweep).
+-- Parameters: $1 :since, $2 :limit
 SELECT job_type, worker, last_seen_at, last_activated_at FROM workers
 WHERE last_seen_at >= $1
 ORDER BY job_type, last_seen_at DESC, worker LIMIT $2;
 
 -- name: list_workers_of_type
--- As list_workers, for job type $3 only.  Index: workers pkey.
+-- As list_workers, for job type :job_type only.  Index: workers pkey.
+-- Parameters: $1 :job_type, $2 :since, $3 :limit
 SELECT job_type, worker, last_seen_at, last_activated_at FROM workers
-WHERE job_type = $3 AND last_seen_at >= $1
-ORDER BY last_seen_at DESC, worker LIMIT $2;
+WHERE job_type = $1 AND last_seen_at >= $2
+ORDER BY last_seen_at DESC, worker LIMIT $3;

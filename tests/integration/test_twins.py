@@ -8,8 +8,8 @@ agree on a real database, for generated cases:
   (the same rule / _KEY_REENTRY_VTIME);
 * the first pick (scheduler.allocate's / CLAIM_LEAD's lead lane, through the real
   claim), and its key (scheduler.allocate_keys' / CLAIM_LEAD's lead key);
-* a worker-time settlement (scheduler.settlement and mixed_estimate / lanes'
-  SETTLE_LANES).
+* a worker-time settlement (scheduler.settlement and mixed_estimate / settling's
+  settle_lanes).
 """
 
 from __future__ import annotations
