@@ -229,7 +229,7 @@ class JobTypeRow(NamedTuple):
 
 
 class LaneSampleRow(NamedTuple):
-    """A lane as the share window samples it (``app.db.metrics.LANE_SAMPLES``)."""
+    """A lane as the share window samples it (``lane_samples``, app/db/sql/metrics.sql)."""
 
     job_type: str
     tenant_id: str
@@ -244,7 +244,7 @@ class LaneSampleRow(NamedTuple):
 
 
 class KeySampleRow(NamedTuple):
-    """A fairness key as the key window samples it (``app.db.metrics.KEY_SAMPLES``), with
+    """A fairness key as the key window samples it (``key_samples``, app/db/sql/metrics.sql), with
     its lane's sums."""
 
     job_type: str

@@ -3,24 +3,27 @@
 
 -- name: insert_key
 -- A new key.  Index: api_keys pkey.
+-- Parameters: $1 :key_id, $2 :secret_sha256, $3 :role, $4 :tenants, $5 :job_types, $6 :name, $7 :expires_at, $8 :now, $9 :created_by
 INSERT INTO api_keys (key_id, secret_sha256, role, tenants, job_types, name, expires_at,
                       created_at, created_by)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
+        $9)
 RETURNING key_id, secret_sha256, role, tenants, job_types, name, expires_at,
     created_at, created_by, last_used_at, revoked_at;
 
 -- name: key_in_use
 -- A key, read to verify a request, and its last use recorded when the one on record is
--- older than $3 (so a busy key is written about once a minute, not per request).
+-- older than :touch_before (so a busy key is written about once a minute, not per request).
 -- Index: api_keys pkey.  The CTE's row lock is taken only when it writes.
+-- Parameters: $1 :now, $2 :key_id, $3 :touch_before
 WITH touched AS (
-    UPDATE api_keys SET last_used_at = $2
-    WHERE key_id = $1 AND (last_used_at IS NULL OR last_used_at < $3)
+    UPDATE api_keys SET last_used_at = $1
+    WHERE key_id = $2 AND (last_used_at IS NULL OR last_used_at < $3)
     RETURNING key_id
 )
 SELECT key_id, secret_sha256, role, tenants, job_types, name, expires_at,
     created_at, created_by, last_used_at, revoked_at, (SELECT count(*) FROM touched) AS _touched
-FROM api_keys WHERE key_id = $1;
+FROM api_keys WHERE key_id = $2;
 
 -- name: list_keys
 -- Every key, newest first (revoked ones too: the audit trail).
@@ -29,13 +32,15 @@ SELECT key_id, secret_sha256, role, tenants, job_types, name, expires_at,
 
 -- name: revoke_key
 -- Revoke a key (again: no change, the first revocation's time stays).  Index: pkey.
-UPDATE api_keys SET revoked_at = COALESCE(revoked_at, $2) WHERE key_id = $1
+-- Parameters: $1 :now, $2 :key_id
+UPDATE api_keys SET revoked_at = COALESCE(revoked_at, $1) WHERE key_id = $2
 RETURNING key_id, secret_sha256, role, tenants, job_types, name, expires_at,
     created_at, created_by, last_used_at, revoked_at;
 
 -- name: signing_secret
--- The secret OAuth access tokens are signed with: made by the first caller ($1, random),
+-- The secret OAuth access tokens are signed with: made by the first caller (:secret, random),
 -- the same for every later one and every process.
+-- Parameters: $1 :secret, $2 :now
 WITH made AS (
     INSERT INTO signing_keys (id, secret, created_at) VALUES (1, $1, $2)
     ON CONFLICT (id) DO NOTHING

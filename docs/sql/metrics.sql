@@ -31,14 +31,15 @@ SELECT 'type', jt.job_type, (
 FROM job_types jt WHERE jt.max_active_jobs IS NOT NULL;
 
 -- name: key_samples
--- The second level's sample (ADR 027): per lane, its $1 keys with the most activations
--- ever, and the keys named in $2, $3, $4 (type, tenant, key: those the share window
+-- The second level's sample (ADR 027): per lane, its :top keys with the most activations
+-- ever, and the keys named in :job_types, :tenant_ids, :keys (type, tenant, key: those the share window
 -- tracks), each with its running count of activations, whether it is backlogged
 -- (active), its virtual time and weight; and per lane the sum of its keys' counts, the
 -- total weight of its backlogged keys and the least of their virtual times; then each
 -- key's running count of units served and its lane's sum of them.  A
 -- sequential read of lane_keys joined to key_weights by hash, sorted per lane; no locks.
 -- An operator read, every few seconds (app.stats.StatsService).
+-- Parameters: $1 :job_types, $2 :tenant_ids, $3 :keys, $4 :top
 SELECT s.job_type, s.tenant_id, s.fairness_key, s.activated_total, s.active, s.vtime,
        s.weight, s.lane_total, s.backlogged_weight, s.least_vtime, s.units_total,
        s.lane_units
@@ -56,10 +57,10 @@ FROM (
     LEFT JOIN key_weights w ON w.tenant_id = k.tenant_id AND w.fairness_key = k.fairness_key
     WINDOW lane AS (PARTITION BY k.job_type, k.tenant_id)
 ) s
-LEFT JOIN unnest($2::text[], $3::text[], $4::text[]) AS t(job_type, tenant_id, fairness_key)
+LEFT JOIN unnest($1::text[], $2::text[], $3::text[]) AS t(job_type, tenant_id, fairness_key)
   ON t.job_type = s.job_type AND t.tenant_id = s.tenant_id
  AND t.fairness_key = s.fairness_key
-WHERE s.rank <= $1 OR t.fairness_key IS NOT NULL;
+WHERE s.rank <= $4 OR t.fairness_key IS NOT NULL;
 
 -- name: lane_counts
 -- Per lane: ready jobs and the oldest one's queued_at, delayed jobs, active jobs -- the
@@ -83,12 +84,14 @@ FROM jobs WHERE state = 'ACTIVATED' GROUP BY job_type, tenant_id;
 SELECT effective_at, tenants FROM metric_tenant_sets ORDER BY effective_at;
 
 -- name: publish_metric_tenants
--- A new set of labelled tenants, in force from $1 (a set already published for that
+-- A new set of labelled tenants, in force from :effective_at (a set already published for that
 -- instant stays).  Index: metric_tenant_sets pkey.
+-- Parameters: $1 :effective_at, $2 :tenants
 INSERT INTO metric_tenant_sets (effective_at, tenants) VALUES ($1, $2::text[])
 ON CONFLICT (effective_at) DO NOTHING;
 
 -- name: prune_metric_tenants
--- Drops the sets superseded at $1: older than the newest one in force then.
+-- Drops the sets superseded at :now: older than the newest one in force then.
+-- Parameters: $1 :now
 DELETE FROM metric_tenant_sets
 WHERE effective_at < (SELECT max(effective_at) FROM metric_tenant_sets WHERE effective_at <= $1);
