@@ -20,9 +20,10 @@ from app.admission import Admission
 from app.api import openapi, problems
 from app.api.context import Services
 from app.api.direct import App, DirectRoutes, literal_paths
+from app.api.limits import KeyLimits
 from app.api.operation import include
 from app.api.routes import OPERATIONS
-from app.api.security import Gate, KeyLimits
+from app.api.security import Gate
 from app.browser import BrowserService
 from app.config import Settings
 from app.db import Database, StoreUnavailable

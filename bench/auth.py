@@ -30,7 +30,8 @@ from bench.harness import (
     server_pid,
     table,
 )
-from bench.run import _drain, preload
+from bench.preload import preload
+from bench.run import _drain
 
 MODES = ("off", "key", "scoped key")
 TENANTS = [f"t{i}" for i in range(10)]

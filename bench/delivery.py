@@ -232,7 +232,7 @@ async def _stream_drain(base: str, streams: int, credit: int, total: int) -> flo
 
 
 def bench_stream_drain(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]]:
-    from bench.run import preload
+    from bench.preload import preload
 
     rows = []
     total = args.drain_jobs

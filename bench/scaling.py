@@ -49,7 +49,8 @@ from bench.harness import (
     speed_line,
     table,
 )
-from bench.run import _drain, _enqueue, preload
+from bench.preload import preload
+from bench.run import _drain, _enqueue
 
 TENANTS = [f"t{i}" for i in range(10)]
 

@@ -154,7 +154,7 @@ async def _soak(
 
 
 def bench_soak(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]]:
-    from bench.run import preload
+    from bench.preload import preload
 
     url = pg.fresh_db("bench_soak")
     per_tenant = args.soak_backlog // TENANTS

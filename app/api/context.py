@@ -15,7 +15,7 @@ from starlette.requests import Request
 
 if TYPE_CHECKING:
     from app.activation import Activation
-    from app.api.security import KeyLimits
+    from app.api.limits import KeyLimits
     from app.browser import BrowserService
     from app.db import Database
     from app.db.listen import Notifier

@@ -27,7 +27,7 @@ from bench.peers.common import (
     b_position,
     until,
 )
-from bench.run import preload
+from bench.preload import preload
 
 NAME = "jobfair"
 HERE = Path(__file__).resolve().parent

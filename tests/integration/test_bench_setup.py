@@ -1,6 +1,6 @@
-"""What bench.run's set-up writes straight through SQL is a backlog activation takes from:
-jobs, their lanes and each lane's default fairness key.  (Without the keys, added by
-alembic 0010, `drain`, `backlog` and `tenants` activated nothing for months.)"""
+"""What bench's set-up (bench/preload.py) writes straight through SQL is a backlog that
+activation takes from: jobs, their lanes and each lane's default fairness key.  (Without
+the keys, added by alembic 0010, `drain`, `backlog` and `tenants` activated nothing.)"""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections import Counter
 from app.activation import ActivateRequest
 from app.activation.rounds import Rounds
 from app.config import Settings
-from bench.run import preload, preload_many_tenants
+from bench.preload import preload, preload_many_tenants
 
 
 async def test_the_preloaded_backlog_is_activated_fairly(store, db_url):
