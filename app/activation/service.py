@@ -106,26 +106,32 @@ class Activation:
         """Activate, waiting up to ``request_timeout_ms`` (0 or None: the server default,
         capped; negative: no wait) for at least one job.  Jobs activated for a caller
         gone by then are given back at once rather than left to their lease timeout; a
-        caller whose key was revoked while it waited gets 401 and its jobs go back."""
+        caller whose key was revoked while it waited gets 401, and its jobs, if it got
+        any, go back."""
         settings = self.settings
         wait_ms = min(
             request_timeout_ms or settings.default_request_timeout_ms, settings.long_poll_cap_ms
         )
         gone = asyncio.Event()
-        with caller.place():
+        wait_s = max(0, wait_ms) / 1000
+        # A call that will not wait holds none of its key's waiter places: they bound the
+        # long polls and streams a key holds open, and it holds none open.
+        with caller.place() if wait_s > 0 else nullcontext():
             watcher = asyncio.create_task(_watch(caller, gone))
             try:
-                rows = await self.waiters.long_poll(
-                    req, max(0, wait_ms) / 1000, gone, on_wait=caller.waits
-                )
+                rows = await self.waiters.long_poll(req, wait_s, gone, on_wait=caller.waits)
             finally:
                 watcher.cancel()
         caller.seen(req.job_type, req.worker, bool(rows))
-        if gone.is_set() and rows:
-            await self.waiters.release(rows)
+        if gone.is_set():
+            if rows:
+                await self.waiters.release(rows)
             rows = []
-        elif rows and not await caller.still_live():
-            await self.waiters.release(rows)
+        elif not await caller.still_live():
+            # Revoked (or expired) while it waited: 401, with jobs or without; what it got
+            # goes back at once.
+            if rows:
+                await self.waiters.release(rows)
             raise Unauthenticated(BAD_KEY)
         caller.received(rows)
         return Activated(rows, await self.rounds.recent_aging(req.job_type))

@@ -88,8 +88,8 @@ async def activation(request: Request) -> Response:
     spec = await body(request, CamundaActivate)
     caller = HttpCaller(request)
     asked = spec.tenantIds or None
-    if spec.tenantFilter == "ASSIGNED" and caller.principal.tenants is not None:
-        asked = None  # Camunda's "the tenants assigned to me": the key's (below)
+    if spec.tenantFilter == "ASSIGNED":
+        asked = None  # Camunda's "the tenants assigned to me": the key's, all for no key
     tenants = security.activation_tenants(caller.principal, spec.type, asked)
     req = ActivateRequest(spec.type, spec.maxJobsToActivate, spec.timeout, spec.worker, tenants)
     got = await caller.services.activation.long_poll(req, caller, spec.requestTimeout)

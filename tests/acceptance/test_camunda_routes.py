@@ -316,6 +316,18 @@ async def test_tenant_ids_filter_activation(live):
     assert [j["tenantId"] for j in jobs] == ["<default>", "<default>"]
 
 
+async def test_assigned_means_the_key_s_tenants_whatever_tenant_ids_says(live):
+    """Found from outside: with no key (auth off), ASSIGNED still kept to tenantIds; it
+    means the caller's tenants, which for no key (or an unscoped one) are all."""
+    c = live.client
+    await enqueue(c, "asg", "<default>", 1)
+    await enqueue(c, "asg", "acme", 1)
+    jobs = await _activate(
+        c, type="asg", maxJobsToActivate=2, tenantIds=["acme"], tenantFilter="ASSIGNED"
+    )
+    assert sorted(j["tenantId"] for j in jobs) == ["<default>", "acme"]
+
+
 SEARCH_ITEM_FIELDS = {
     "jobKey",
     "type",

@@ -536,3 +536,53 @@ def test_the_asgi_module_requires_keys_unless_told_otherwise(db_url: str):
             check=True,
         )
         assert out.stdout.strip() == expected
+
+
+async def test_a_key_revoked_while_its_long_poll_waits_gets_401_without_jobs_too(live: Live):
+    """Found from outside: with no job arriving, the wait ended in 200 ``[]`` although the
+    key had been revoked a second before (only a poll that got jobs was refused)."""
+    worker_id, worker = await make_key(live, Role.WORKER)
+    act = {"type": "rv0", "maxJobs": 1, "timeout": 60000, "requestTimeout": 1500}
+    poll = asyncio.create_task(
+        live.client.post("/v2/jobs/activate", json=act, headers=bearer(worker))
+    )
+    deadline = time.monotonic() + 30
+    while live.services.activation.waiters.waiting < 1:  # the hub exposes a count only
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.01)
+    await live.services.keys.revoke(worker_id, "test")
+    r = await poll
+    assert r.status_code == 401, r.text
+    assert r.headers["content-type"].startswith("application/problem+json")
+
+
+async def test_a_call_that_does_not_wait_needs_no_waiter_place(db_url: str):
+    """Found from outside: a key holding its most long polls got 429 for an activation
+    with a negative requestTimeout, which holds nothing open."""
+    from app.main import create_app
+    from tests.fixtures import serving
+
+    two_places = quiet_settings(auth="required", max_waiters_per_key=2)
+    async with serving(create_app(two_places, db_url, background=False)) as live:
+        _, key = await make_key(live, Role.WORKER)
+        held = {"type": "idle2", "maxJobs": 1, "timeout": 1000, "requestTimeout": 5000}
+        polls = [
+            asyncio.create_task(
+                live.client.post("/v2/jobs/activate", json=held, headers=bearer(key))
+            )
+            for _ in range(2)
+        ]
+        hub = live.services.activation.waiters
+        deadline = time.monotonic() + 30
+        while hub.waiting < 2:  # the hub exposes a count, not an event
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+        now = {**held, "requestTimeout": -1}
+        r = await live.client.post("/v2/jobs/activate", json=now, headers=bearer(key))
+        assert r.status_code == 200 and r.json() == {"jobs": []}, r.text
+        waits = {**held, "requestTimeout": 1000}
+        r = await live.client.post("/v2/jobs/activate", json=waits, headers=bearer(key))
+        assert r.status_code == 429, r.text  # one that would wait still needs a place
+        await hub.close()
+        for p in polls:
+            assert (await p).status_code == 200
