@@ -289,8 +289,9 @@ class WaiterHub:
     ) -> tuple[Rows, bool]:
         """long_poll's jobs, and whether it waited in the queue."""
         if timeout_s <= 0:
-            # Not waiting: ask now, unless others wait (they are owed what there is).
-            if self.has_waiters(req.job_type):
+            # Not waiting: ask now, unless others wait that could take what it could
+            # (they are owed what there is).
+            if self.owed_first(req):
                 return [], False
             return await self.activate(req), False
         if not self.has_waiters(req.job_type) and not self.known_dry(req):
@@ -364,6 +365,23 @@ class WaiterHub:
             q.wake.set()  # what it was offered may go to the next waiter
         if not w.future.done():
             w.future.set_exception(exc)
+
+    def owed_first(self, req: ActivateRequest) -> bool:
+        """Whether a request of ``req``'s type waits here that could be given a job
+        ``req`` could take: their tenant filters meet (no filter meets every one).  A
+        caller that does not wait gets nothing then; one asking only for tenants no waiter
+        asks for is not held back by them (found from outside: it was)."""
+        q = self.queues.get(req.job_type)
+        if q is None or q.live == 0:
+            return False
+        mine = req.tenant_ids
+        for w in q.waiters:
+            if w.future.done():
+                continue
+            theirs = w.req.tenant_ids
+            if mine is None or theirs is None or not set(mine).isdisjoint(theirs):
+                return True
+        return False
 
     def has_waiters(self, job_type: str) -> bool:
         q = self.queues.get(job_type)

@@ -57,6 +57,30 @@ async def test_negative_request_timeout_answers_at_once(live):
     assert time.monotonic() - t0 < 0.3
 
 
+async def test_a_call_that_does_not_wait_is_held_back_only_by_waiters_it_competes_with(live):
+    """Found from outside: a long poll waiting for tenant a made every call that does not
+    wait answer [], even one asking only for tenant b, whose job nobody waiting could
+    take.  Waiters are owed first only what they could take."""
+    c = live.client
+    r = await c.post("/v2/jobs", json={"type": "owed", "tenantId": "b"})
+    assert r.status_code == 201
+    waiting = asyncio.create_task(
+        c.post(
+            "/v2/jobs/activate",
+            json={**POLL, "type": "owed", "tenantIds": ["a"], "requestTimeout": 20_000},
+        )
+    )
+    await until_waiting(c, 1)
+    now = {**POLL, "type": "owed", "requestTimeout": -1}
+    # Any tenant: it competes with the waiter for a's jobs, which are owed to it first.
+    assert (await c.post("/v2/jobs/activate", json=now)).json() == {"jobs": []}
+    [job] = (await c.post("/v2/jobs/activate", json={**now, "tenantIds": ["b"]})).json()["jobs"]
+    assert job["tenantId"] == "b"
+    await c.post("/v2/jobs", json={"type": "owed", "tenantId": "a"})
+    [theirs] = (await waiting).json()["jobs"]
+    assert theirs["tenantId"] == "a"
+
+
 async def test_request_timeout_answers_empty_after_it(live):
     t0 = time.monotonic()
     r = await live.client.post("/v2/jobs/activate", json={**POLL, "requestTimeout": 500})
