@@ -24,6 +24,7 @@ from app.config import Settings
 from app.db import Database, StoreUnavailable, maintenance
 from app.db.leader import LeaderLock
 from app.db.rows import Ended
+from app.db.store import Store
 from app.domain import JobState, utcnow
 from app.metrics.events import Metrics, multiprocess_dir
 from app.metrics.loops import LabelRefresher, ProcessSync, TenantRanker
@@ -59,7 +60,7 @@ class LeaseSweeper:
         self.metrics = metrics
         # An expired lease held its worker until now, by worker time (ADR 029): settled
         # before the sweep ends (its writer tasks are awaited, not spawned apart).
-        self.settlements = Settlements(db, lambda task, what: None)
+        self.settlements = Settlements(Store(db), lambda task, what: None)
 
     async def run_once(self, now: datetime) -> int:
         async def batch() -> int:

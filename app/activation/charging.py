@@ -24,8 +24,8 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from app.db import Database, lanes, parking, settling
 from app.db.rows import Ended, LaneRead
+from app.db.store import LaneAsk, Store
 from app.scheduler import Charges, LaneKey, Owed, OwedSettlements
 
 log = logging.getLogger(__name__)
@@ -89,8 +89,8 @@ class LaneCharges:
     and the parks they start (the activation service's, so that ``settle`` waits for
     them)."""
 
-    def __init__(self, db: Database, spawn: Spawn) -> None:
-        self.db = db
+    def __init__(self, store: Store, spawn: Spawn) -> None:
+        self.store = store
         self._spawn = spawn
         self._pending: defaultdict[str, _Pending] = defaultdict(_Pending)
 
@@ -110,7 +110,7 @@ class LaneCharges:
                 drained: list[str] = []
                 keys: list[LaneKey] = []
                 try:
-                    drained, keys = await lanes.charge(self.db, job_type, taken)
+                    drained, keys = await self.store.charge(job_type, taken)
                 except Exception as exc:  # uncharged lanes got a few jobs free; that is all
                     log.warning("charging lanes failed: %r", exc)
                 finally:
@@ -121,7 +121,7 @@ class LaneCharges:
                     # own re-entry and every other lane's (the smallest active vtime)
                     # would start from there (ADR 014); so would a key in its lane.
                     self._spawn(
-                        parking.park(self.db, job_type, drained, keys=keys, retries=PARK_RETRIES),
+                        self.store.park(job_type, drained, keys=keys, retries=PARK_RETRIES),
                         "parking lanes",
                     )
         finally:
@@ -144,10 +144,10 @@ class LaneCharges:
             await pending.none_in_flight()
         if pending is None or not 0 < pending.lanes <= CARRIED_LANES:
             await self.written(job_type)
-            return await lanes.read(self.db, job_type, limit, exclude, tenant_ids)
+            return await self.store.read_lanes(LaneAsk(job_type, limit, exclude, tenant_ids))
         taken, done = pending.take()
         try:
-            return await lanes.read(self.db, job_type, limit, exclude, tenant_ids, taken)
+            return await self.store.read_lanes(LaneAsk(job_type, limit, exclude, tenant_ids, taken))
         except Exception:
             # The statement was rolled back: nothing was charged.  The writer owes them.
             self.add(job_type, taken)
@@ -166,8 +166,8 @@ class Settlements:
     ADR 001 avoids).  A settlement that fails is logged and dropped: its lane keeps the
     estimate it was charged, and nothing is lost."""
 
-    def __init__(self, db: Database, spawn: Spawn) -> None:
-        self.db = db
+    def __init__(self, store: Store, spawn: Spawn) -> None:
+        self.store = store
         self._spawn = spawn
         self._owed = OwedSettlements()
         self._writers: dict[str, asyncio.Task[Any]] = {}
@@ -185,7 +185,7 @@ class Settlements:
         try:
             while (owed := self._owed.take(job_type)) is not None:
                 try:
-                    await settling.settle(self.db, job_type, *owed)
+                    await self.store.settle(job_type, *owed)
                 except Exception as exc:  # the lanes keep their estimates; that is all
                     log.warning("settling lanes failed: %r", exc)
         finally:

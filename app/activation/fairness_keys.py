@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from app.db import lanes
-from app.db.base import Queries
+from app.db.store import Store
 from app.scheduler import Key, LaneKey, split_among_keys
 
 # Lanes read beyond maxJobs, to cover lanes that turn out empty or capped.
@@ -41,13 +40,12 @@ class KeysRead:
         self.exclude.update(keys)
 
     async def split(
-        self, db: Queries, job_type: str, lane_counts: Mapping[str, int]
+        self, store: Store, job_type: str, lane_counts: Mapping[str, int]
     ) -> dict[LaneKey, int]:
-        """Each lane's picks divided among its first keys (read now, in ``db``: the
+        """Each lane's picks divided among its first keys (read now, in ``store``: the
         capped claim's transaction, or the database)."""
         slack = LANE_SLACK * self.widen
-        read = await lanes.read_keys(
-            db,
+        read = await store.read_keys(
             job_type,
             {t: k + slack for t, k in lane_counts.items() if k > 0},
             sorted(self.exclude),

@@ -30,10 +30,10 @@ from app.activation.fairness_keys import LANE_SLACK, WIDEST_READ, KeysRead
 from app.activation.ports import ActivateRequest, TenantFilter
 from app.coalescing import Coalescer
 from app.config import Settings
-from app.db import Database, claims, finishing, operators, parking
+from app.db import Database
 from app.db.base import refused_input, retry_deadlock
-from app.db.claims import LeadAsk, Share
 from app.db.rows import Claimed, JobRow, LaneRow, LeadClaim, TypeConfig
+from app.db.store import ClaimAsk, CountAsk, LeadAsk, Share, Store
 from app.domain import utcnow
 from app.metrics.events import Metrics
 from app.scheduler import (
@@ -83,6 +83,8 @@ class Rounds:
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.db = db
+        # Every statement activation runs, through one narrow interface (app.db.store).
+        self.store = Store(db)
         self.clock, self.monotonic = clock, monotonic
         # The instants leases run from (``clock``) and rate limits rest by (``monotonic``):
         # read here, passed to the decisions (the fencing model moves its own clock).
@@ -99,10 +101,10 @@ class Rounds:
         # time (claims.LeadAsk; a type not seen yet is taken to be).
         self.fair_by_seen: dict[str, FairnessBy] = {}
         self._pending: set[asyncio.Task[Any]] = set()
-        self.charges = LaneCharges(db, self._spawn)
+        self.charges = LaneCharges(self.store, self._spawn)
         # Worker-time charges settled when their leases end (ADR 029): by the finishes of
         # this process, and by its releases.
-        self.settlements = Settlements(db, self._spawn)
+        self.settlements = Settlements(self.store, self._spawn)
         # The buckets found used up, and when waiters are owed a look (ADR 028).
         self.rests = Rests()
         # Callers asking now, per type, tenant filter and via_stream, activated together.
@@ -127,7 +129,7 @@ class Rounds:
             await asyncio.gather(*list(self._pending), return_exceptions=True)
 
     async def aging_for(self, job_type: str) -> Aging:
-        cfg = await operators.type_config(self.db, job_type)
+        cfg = await self.store.type_config(job_type)
         return self.resolve_aging(cfg.aging_interval_ms, cfg.aging_step)
 
     async def recent_aging(self, job_type: str) -> Aging:
@@ -196,7 +198,7 @@ class Rounds:
         if it got nothing without finding the type dry."""
         self.counters.queries += 1
         await self.charges.written(req.job_type)
-        got = await claims.claim_lead(self.db, req.job_type, self._lead_ask(req), self.clock())
+        got = await self.store.claim_lead(req.job_type, self._lead_ask(req), self.clock())
         if got.job is not None:
             self._lead_claimed(req, got)
             return [got.job], False
@@ -212,7 +214,7 @@ class Rounds:
         (claims.insert_and_claim_lead, ADR 012).  The new job's key, and what ``req`` got."""
         self.counters.queries += 1
         await self.charges.written(req.job_type)
-        key, got = await claims.insert_and_claim_lead(self.db, job, now, self._lead_ask(req))
+        key, got = await self.store.insert_and_claim_lead(job, now, self._lead_ask(req))
         if got.job is not None:
             if got.job.job_key == key:
                 self.counters.hand_offs += 1
@@ -268,7 +270,7 @@ class Rounds:
     async def release(self, rows: Sequence[JobRow]) -> int:
         """Give back activations whose caller never received them (finishing.release);
         how many went back."""
-        released = await finishing.release(self.db, rows)
+        released = await self.store.release(rows)
         self.settlements.add(released, self.clock(), seen=False)
         self.metrics.count(self.metrics.released, ((e.job_type, e.tenant_id) for e in released))
         return len(released)
@@ -315,14 +317,15 @@ class Rounds:
                 else RoundPlan(allocate(picks, n))
             )
             lane_counts = {t: k for t, k in plan.allocation.counts.items() if k > 0}
-            counts = await keys_read.split(self.db, job_type, lane_counts)
-            got = await claims.claim(
-                self.db,
-                job_type,
-                counts,
-                **claim_args,
-                now=self.clock(),  # leases run from the claim: see _claim's docstring
-                by_worker_time=cfg.fairness_by is FairnessBy.WORKER_TIME,
+            counts = await keys_read.split(self.store, job_type, lane_counts)
+            got = await self.store.claim(
+                ClaimAsk(
+                    job_type,
+                    counts,
+                    **claim_args,
+                    now=self.clock(),  # leases run from the claim: see _claim's docstring
+                    by_worker_time=cfg.fairness_by is FairnessBy.WORKER_TIME,
+                )
             )
             return plan, got
         return await self._claim_capped(
@@ -354,18 +357,19 @@ class Rounds:
         type_cap = cfg.max_active_jobs
         capped, limited, resting = tenants
         locked = sorted({*capped, *limited})
-        async with self.db.transaction() as tx:
+        async with self.store.begin() as tx:
             # One round trip: every statement made with the type's cap lock held is one
             # that every other claim of the type waits out (alembic 0014).
-            counted = await claims.lock_and_count(
-                tx,
-                job_type,
-                lock_type=type_cap is not None or cfg.rate_limited,
-                lock_tenants=locked,
-                type_cap=type_cap,
-                capped=capped,
-                type_limited=cfg.rate_limited,
-                limited=limited,
+            counted = await tx.lock_and_count(
+                CountAsk(
+                    job_type,
+                    lock_type=type_cap is not None or cfg.rate_limited,
+                    lock_tenants=locked,
+                    type_cap=type_cap,
+                    capped=capped,
+                    type_limited=cfg.rate_limited,
+                    limited=limited,
+                )
             )
             type_active, room, buckets = counted.type_active, counted.room, counted.buckets
             tokens = dict.fromkeys(resting, 0)
@@ -383,19 +387,20 @@ class Rounds:
             lane_counts = {t: k for t, k in plan.allocation.counts.items() if k > 0}
             counts = await keys_read.split(tx, job_type, lane_counts)
             # The claim holds the lanes it leaves at their caps in its own statement.
-            got = await claims.claim(
-                tx,
-                job_type,
-                counts,
-                **claim_args,
-                now=self.clock(),  # leases run from the claim: see _claim's docstring
-                by_worker_time=cfg.fairness_by is FairnessBy.WORKER_TIME,
-                hold=room,
+            got = await tx.claim(
+                ClaimAsk(
+                    job_type,
+                    counts,
+                    **claim_args,
+                    now=self.clock(),  # leases run from the claim: see _claim's docstring
+                    by_worker_time=cfg.fairness_by is FairnessBy.WORKER_TIME,
+                    hold=room,
+                )
             )
             taken = Counter(c.job.tenant_id for c in got)
             plan = as_claimed(plan, room, tokens, taken)
             if buckets is not None:
-                await claims.take_tokens(tx, job_type, buckets, taken, len(got))
+                await tx.take_tokens(job_type, buckets, taken, len(got))
                 self.rests.used_up(
                     job_type, buckets, plan.rate_out, taken, len(got), self.monotonic()
                 )
@@ -523,12 +528,8 @@ class Rounds:
         if short or keys_read.short:
             # Parked, later reads need not probe them; that need not delay this answer.
             self._spawn(
-                parking.park(
-                    self.db,
-                    job_type,
-                    sorted(short),
-                    keys=sorted(keys_read.short),
-                    retries=PARK_RETRIES,
+                self.store.park(
+                    job_type, sorted(short), keys=sorted(keys_read.short), retries=PARK_RETRIES
                 ),
                 "parking lanes",
             )

@@ -26,7 +26,6 @@ from app.activation.streaming import Stream, StreamRegistry
 from app.activation.waiting import Waiter, WaiterHub
 from app.config import Settings
 from app.db import Database
-from app.db import jobs as stored
 from app.db.base import refused_input
 from app.db.rows import Inserted, JobRow
 from app.domain import tenant_of, utcnow
@@ -173,7 +172,7 @@ class Activation:
             req,
             self.waiters,
             self.streams,
-            self.db,
+            self.rounds.store,
             self.rounds,
             caller if caller is not None else Anonymous(),
             check_ms=self.settings.backup_poll_ms if check_ms is None else check_ms,
@@ -205,7 +204,7 @@ class Activation:
         except Exception as exc:
             if not refused_input(exc):
                 raise
-            [inserted] = await stored.insert(self.db, [job], now)
+            [inserted] = await self.rounds.store.insert([job], now)
             self.metrics.count_one(self.metrics.created, job["type"], tenant_of(job))
             self.waiters.fail(waiter, exc)
             return inserted

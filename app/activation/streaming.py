@@ -29,9 +29,8 @@ from app import logs
 from app.activation.ports import ActivateRequest, Caller
 from app.activation.rounds import Rounds
 from app.activation.waiting import Waiter, WaiterHub, jittered_s
-from app.db import Database
-from app.db import jobs as stored_jobs
 from app.db.rows import JobRow
+from app.db.store import Store
 from app.domain import JobState, job_record, utcnow
 from app.errors import ResourceExhausted, StoreUnavailable
 
@@ -59,7 +58,7 @@ class Stream:
         req: ActivateRequest,
         hub: WaiterHub,
         registry: StreamRegistry,
-        db: Database,
+        store: Store,
         rounds: Rounds,
         caller: Caller,
         *,
@@ -74,7 +73,7 @@ class Stream:
         self.caller = caller
         self.hub = hub
         self.registry = registry
-        self.db = db
+        self.store = store
         self.rounds = rounds
         self.check_ms = check_ms
         self.fetch_variables = fetch_variables
@@ -185,7 +184,7 @@ class Stream:
         """The backup for a lost ``jobfair_done``: credits of jobs no longer ours."""
         if not self.outstanding:
             return
-        states = await stored_jobs.fences(self.db, list(self.outstanding))
+        states = await self.store.fences(list(self.outstanding))
         for key, count in list(self.outstanding.items()):
             row = states.get(key)
             if row is None or row.state is not JobState.ACTIVATED or row.activation_count != count:

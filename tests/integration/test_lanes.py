@@ -413,18 +413,18 @@ async def test_a_charge_of_many_lanes_is_written_before_the_read(store, monkeypa
     tenants = [f"t{i:02}" for i in range(CARRIED_LANES + 1)]
     await stored_jobs.insert(store, [_job(t) for t in tenants], utcnow())
     reads: list[object] = []
-    read = lanes.read
+    read = service.store.read_lanes
 
-    async def seen(*args):
-        reads.append(args[5:])  # what the read carried
-        return await read(*args)
+    async def seen(ask):
+        reads.append(ask.charges)  # what the read carried
+        return await read(ask)
 
-    monkeypatch.setattr(lanes, "read", seen)
+    monkeypatch.setattr(service.store, "read_lanes", seen)
     service.charges.add(
         "race", Charges(Counter(tenants), dict.fromkeys(tenants, 1.0), Counter(), {})
     )
     ready = (await service.charges.read("race", 1, [], None)).ready
-    assert reads == [()]
+    assert reads == [None]
     assert await _lanes(store) == dict.fromkeys(tenants, (1.0, 1))
     assert [(lane.tenant_id, lane.vtime) for lane in ready] == [("t00", 1.0)]
 

@@ -1,0 +1,180 @@
+"""What activation asks of the store, one method per statement and a params dataclass
+for each that takes more than a few values; ``begin()`` answers the same interface inside
+a transaction (the capped claim's: its locks, counts, claim and tokens commit together).
+``app.activation`` reaches the database through this alone (``ports.Store``), and its
+tests can hold it to that."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from app.db import claims, finishing, lanes, operators, parking, settling
+from app.db import jobs as stored_jobs
+from app.db.base import Queries, Sessions
+from app.db.claims import Counted, LeadAsk, Share
+from app.db.rows import (
+    Claimed,
+    Ended,
+    Inserted,
+    JobFence,
+    JobRow,
+    KeyRead,
+    LaneRead,
+    LeadClaim,
+    TypeConfig,
+)
+from app.scheduler import Buckets, Charges, LaneKey, Settled
+
+__all__ = ["ClaimAsk", "CountAsk", "Counted", "LaneAsk", "LeadAsk", "Share", "Store"]
+
+
+@dataclass(frozen=True, slots=True)
+class LaneAsk:
+    """A lane read (read_lanes): the type's first ``limit`` lanes with a ready job, not
+    ``exclude``d, of ``tenant_ids`` (None: all), after writing ``charges`` owed."""
+
+    job_type: str
+    limit: int
+    exclude: Sequence[str]
+    tenant_ids: Sequence[str] | None
+    charges: Charges | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimAsk:
+    """A claim: ``counts`` jobs per (tenant, key), shared out among ``shares`` in their
+    order, leased from ``now``; ``hold``: the capped tenants' room (a capped claim)."""
+
+    job_type: str
+    counts: Mapping[LaneKey, int]
+    now: datetime
+    shares: Sequence[Share]
+    via_stream: bool
+    aging_step: int
+    aging_interval_ms: int
+    by_worker_time: bool = False
+    hold: Mapping[str, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CountAsk:
+    """A capped claim's locks and counts (lock_and_count)."""
+
+    job_type: str
+    lock_type: bool
+    lock_tenants: Sequence[str]
+    type_cap: int | None
+    capped: Sequence[str]
+    type_limited: bool
+    limited: Sequence[str]
+
+
+class Store:
+    """The store as activation sees it, on the pool or (``begin``) in a transaction."""
+
+    def __init__(self, db: Any) -> None:
+        # The Database (each statement autocommits), or a connection in a transaction.
+        self._db = db
+
+    @asynccontextmanager
+    async def begin(self) -> AsyncIterator[Store]:
+        async with self._db.transaction() as tx:
+            yield Store(tx)
+
+    # -- lanes and keys -----------------------------------------------------------------
+
+    async def type_config(self, job_type: str) -> TypeConfig:
+        return await operators.type_config(self._queries, job_type)
+
+    async def read_lanes(self, ask: LaneAsk) -> LaneRead:
+        return await lanes.read(
+            self._queries, ask.job_type, ask.limit, ask.exclude, ask.tenant_ids, ask.charges
+        )
+
+    async def read_keys(
+        self, job_type: str, wants: Mapping[str, int], exclude: Sequence[LaneKey]
+    ) -> KeyRead:
+        return await lanes.read_keys(self._queries, job_type, wants, exclude)
+
+    async def charge(self, job_type: str, charges: Charges) -> tuple[list[str], list[LaneKey]]:
+        return await lanes.charge(self._queries, job_type, charges)
+
+    async def park(
+        self,
+        job_type: str,
+        tenant_ids: Sequence[str],
+        keys: Sequence[LaneKey] = (),
+        retries: int = 0,
+    ) -> list[str]:
+        return await parking.park(self._sessions, job_type, tenant_ids, keys=keys, retries=retries)
+
+    async def settle(
+        self, job_type: str, lanes: Mapping[str, Settled], keys: Mapping[LaneKey, Settled]
+    ) -> int:
+        return await settling.settle(self._queries, job_type, lanes, keys)
+
+    # -- claims -------------------------------------------------------------------------
+
+    async def claim(self, ask: ClaimAsk) -> list[Claimed]:
+        return await claims.claim(
+            self._queries,
+            ask.job_type,
+            ask.counts,
+            now=ask.now,
+            shares=ask.shares,
+            via_stream=ask.via_stream,
+            aging_step=ask.aging_step,
+            aging_interval_ms=ask.aging_interval_ms,
+            by_worker_time=ask.by_worker_time,
+            hold=ask.hold,
+        )
+
+    async def claim_lead(self, job_type: str, ask: LeadAsk, now: datetime) -> LeadClaim:
+        return await claims.claim_lead(self._queries, job_type, ask, now)
+
+    async def insert_and_claim_lead(
+        self, job: Mapping[str, Any], now: datetime, ask: LeadAsk
+    ) -> tuple[int, LeadClaim]:
+        return await claims.insert_and_claim_lead(self._sessions, job, now, ask)
+
+    async def lock_and_count(self, ask: CountAsk) -> Counted:
+        return await claims.lock_and_count(
+            self._queries,
+            ask.job_type,
+            lock_type=ask.lock_type,
+            lock_tenants=ask.lock_tenants,
+            type_cap=ask.type_cap,
+            capped=ask.capped,
+            type_limited=ask.type_limited,
+            limited=ask.limited,
+        )
+
+    async def take_tokens(
+        self, job_type: str, read: Buckets, taken: Mapping[str, int], total: int
+    ) -> None:
+        await claims.take_tokens(self._queries, job_type, read, taken, total)
+
+    # -- jobs ---------------------------------------------------------------------------
+
+    async def release(self, rows: Sequence[JobRow]) -> list[Ended]:
+        return await finishing.release(self._sessions, rows)
+
+    async def fences(self, job_keys: Sequence[int]) -> dict[int, JobFence]:
+        return await stored_jobs.fences(self._queries, job_keys)
+
+    async def insert(self, jobs: Sequence[Mapping[str, Any]], now: datetime) -> list[Inserted]:
+        return await stored_jobs.insert(self._sessions, jobs, now)
+
+    @property
+    def _queries(self) -> Queries:
+        q: Queries = self._db
+        return q
+
+    @property
+    def _sessions(self) -> Sessions:
+        s: Sessions = self._db
+        return s
