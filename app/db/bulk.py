@@ -13,7 +13,8 @@ from datetime import datetime
 
 from app.db import lanes, parking
 from app.db.base import Queries, Sessions, retry_deadlock
-from app.db.history import CANCELED, REVIVED, log_cte
+from app.db.bounds import CANCELED, REVIVED
+from app.db.history import log_cte
 from app.domain import FailedFilter
 
 # -- name: failed_batch

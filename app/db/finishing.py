@@ -16,7 +16,8 @@ from typing import Any
 
 from app.db import lanes, parking
 from app.db.base import Queries, Sessions, retry_deadlock
-from app.db.history import CANCELED, ended_cte
+from app.db.bounds import CANCELED
+from app.db.history import ended_cte
 from app.db.listen import CREDIT_KEYS_PER_NOTIFY, DONE_CHANNEL, NOTIFY_CHANNEL
 from app.db.locks import RELEASE_GATE_CLASS, TENANT_CAP_LOCK_CLASS
 from app.db.rows import Ended, JobRow

@@ -34,19 +34,18 @@ from datetime import datetime
 from typing import Any
 
 from app.db.base import Queries
+from app.db.bounds import (
+    END,
+    FIRST_ACTIVATIONS,
+    HISTORY_SETTING,
+    LAST_ACTIVATIONS,
+)
 from app.domain import JobState
 
-END, REVIVED, CANCELED = 1, 2, 3
-FIRST_ACTIVATIONS = 10
-LAST_ACTIVATIONS = 20
 # A kept activation answers at most three entries (activated, its end, revived), the job
 # two more (created; canceled), of at most two rows per activation and one cancel.
 MAX_ENTRIES = 3 * (FIRST_ACTIVATIONS + LAST_ACTIVATIONS) + 2
 MAX_ROWS = 2 * (FIRST_ACTIVATIONS + LAST_ACTIVATIONS) + 1
-# The connection setting that turns the writes off ("off"; anything else, or none, is
-# on): set by the pool from JOBFAIR_JOB_HISTORY, so the statements stay the same and a
-# connection without it (tests, tools) writes history.
-HISTORY_SETTING = "jobfair.history"
 _ON = f"current_setting('{HISTORY_SETTING}', true) IS DISTINCT FROM 'off'"
 
 _COLUMNS = (

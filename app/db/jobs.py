@@ -15,7 +15,8 @@ import orjson
 
 from app.db import lanes
 from app.db.base import Queries, Sessions, retry_deadlock, transaction_on
-from app.db.history import REVIVED, log_cte
+from app.db.bounds import REVIVED
+from app.db.history import log_cte
 from app.db.lanes import QUIET_WAKE_CTES, WAKE_CTES
 from app.db.listen import NOTIFY_CHANNEL
 from app.db.locks import buckets_of, share_buckets_sql

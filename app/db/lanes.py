@@ -48,6 +48,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from app.db.base import Queries, retry_deadlock
+from app.db.bounds import PROBED_LANES, SCANNED_LANES
 from app.db.listen import NOTIFY_CHANNEL
 from app.db.locks import buckets_of, share_buckets_sql
 from app.db.rows import KeyRead, LaneRead, LaneRow, TypeConfig
@@ -306,18 +307,7 @@ SELECT kc.tenant_id, NULL, NULL, NULL, NULL, NULL, NULL, false, false, NULL, kc.
        NULL, NULL, NULL
 FROM key_charged kc WHERE NOT {key_charged_ready}
 """
-# A read scans at most this many lanes: past them, the next round reads on (the empty
-# lanes met are excluded from it), so one statement's cost stays bounded even where
-# thousands of lanes were emptied at once and not yet parked.
-SCANNED_LANES = 1024
-# Reads of at most this many lanes probe each for a ready job, and so does the lead claim
-# (claim_lead): small activations (long polls, streams), which an empty lane would cost a
-# whole round.  A larger read (100 jobs over 108 lanes) takes every lane as ready: an
-# empty one comes up short in the claim, is excluded and parked, and the call reads on.
-# Probing every lane of a large read cost the 10,000-tenant drain a measurable share
-# (ADR 014, with the figures) for rounds that eager parking makes rare.  Key reads follow
-# the same rule, per lane (read_keys).
-PROBED_LANES = 16
+# SCANNED_LANES and PROBED_LANES: app.db.bounds, shared with the .sql files.
 # The floors and the units served come last ($11 to $13; $12 to $14 where $11 is the
 # tenant filter).
 _READ_CHARGE = _CHARGE.format(

@@ -26,11 +26,11 @@ from collections.abc import Callable
 
 import asyncpg
 
+from app.db.bounds import NOTIFY_CHANNEL
 from app.db.connect import connect
 
 log = logging.getLogger(__name__)
 
-NOTIFY_CHANNEL = "jobfair"
 DONE_CHANNEL = "jobfair_done"
 # PostgreSQL refuses a NOTIFY payload of 8,000 bytes or more ("payload string too long"),
 # failing the statement that sends it; every payload here is bounded below that.

@@ -14,6 +14,14 @@ never gets its arguments by position, and none can be left out or passed twice. 
 ``$n`` in a file is refused.  ``tests/integration/test_sql_files.py`` parses and plans
 every statement on a migrated database; ``python -m app.db.catalog`` writes them, as
 PostgreSQL receives them, under docs/sql.
+
+A statement that shares a part with others names it: ``{{wake}}`` puts in the
+``-- fragment: wake`` block of the same file, ``{{lanes.wake}}`` another file's, and
+``{{PROBED_LANES}}`` (capitals) a bound shared with the Python (app.db.bounds).  A
+fragment has no arguments -- its parameters are named as a statement's are, and numbered
+in the statement that includes it -- and may include others; a name that resolves to
+nothing, or a fragment that includes itself, is refused at load.  So a part is written
+once and read as SQL, and docs/sql shows each statement whole.
 """
 
 from __future__ import annotations
@@ -23,7 +31,10 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-_BLOCK = re.compile(r"^-- name: (\w+)[ \t]*$", re.MULTILINE)
+from app.db.bounds import constants
+
+_BLOCK = re.compile(r"^-- (name|fragment): (\w+)[ \t]*$", re.MULTILINE)
+_INCLUDE = re.compile(r"\{\{([A-Za-z_][A-Za-z0-9_]*(?:\.[a-z_][a-z0-9_]*)?)\}\}")
 # A quoted string, a quoted identifier or a comment (skipped whole), a cast, a parameter.
 _TOKEN = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|::|:([a-z_][a-z0-9_]*)")
 _SKIPPED = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*")
@@ -57,9 +68,17 @@ class Statement:
         return (self.text, *self.args(**values))
 
 
-def parse(concept: str, source: str) -> dict[str, Statement]:
-    """The named blocks of ``source`` (a .sql file's text), by name."""
-    found: dict[str, Statement] = {}
+@dataclass(frozen=True, slots=True)
+class _Block:
+    kind: str  # "name" (a statement) or "fragment"
+    name: str
+    header: tuple[str, ...]
+    body: str
+
+
+def _blocks(concept: str, source: str) -> dict[str, _Block]:
+    """``source``'s blocks, statements and fragments, by name (one namespace)."""
+    found: dict[str, _Block] = {}
     marks = list(_BLOCK.finditer(source))
     if source[: marks[0].start() if marks else len(source)].strip():
         raise ValueError(f"{concept}.sql: text before the first '-- name:'")
@@ -70,13 +89,53 @@ def parse(concept: str, source: str) -> dict[str, Statement]:
         while lines and lines[0].startswith("--"):
             header.append(lines.pop(0)[2:].removeprefix(" "))
         body = "\n".join(lines).strip()
-        name = m.group(1)
+        kind, name = m.group(1), m.group(2)
         if not body:
             raise ValueError(f"{concept}.sql: {name} has no statement")
         if name in found:
             raise ValueError(f"{concept}.sql: {name} is named twice")
-        text, params = _numbered(concept, name, body)
-        found[name] = Statement(concept, name, tuple(header), text, params)
+        found[name] = _Block(kind, name, tuple(header), body)
+    return found
+
+
+def parse(
+    concept: str, source: str, others: dict[str, dict[str, _Block]] | None = None
+) -> dict[str, Statement]:
+    """The statements of ``source`` (a .sql file's text), by name, with their fragments
+    and bounds put in.  ``others``: other files' blocks by concept (read from
+    app/db/sql when not given)."""
+    blocks = {concept: _blocks(concept, source), **(others or {})}
+    bounds = constants()
+
+    def expand(where: str, body: str, within: tuple[str, ...]) -> str:
+        def put(m: re.Match[str]) -> str:
+            ref = m.group(1)
+            if ref.isupper():
+                if ref not in bounds:
+                    raise ValueError(f"{where}: no bound {{{{{ref}}}}} (app.db.bounds)")
+                return str(bounds[ref])
+            owner, _, name = ref.rpartition(".")
+            owner = owner or within[-1].split(".")[0]
+            if owner not in blocks:
+                blocks[owner] = _blocks(owner, _source(owner))
+            block = blocks[owner].get(name)
+            if block is None or block.kind != "fragment":
+                raise ValueError(f"{where}: no fragment {{{{{ref}}}}} in {owner}.sql")
+            full = f"{owner}.{name}"
+            if full in within:
+                raise ValueError(f"{where}: {full} includes itself")
+            return expand(where, block.body, (*within, full))
+
+        return _INCLUDE.sub(put, body)
+
+    found: dict[str, Statement] = {}
+    for block in blocks[concept].values():
+        if block.kind == "fragment":
+            continue
+        where = f"{concept}.{block.name}"
+        body = expand(where, block.body, (where,))
+        text, params = _numbered(concept, block.name, body)
+        found[block.name] = Statement(concept, block.name, block.header, text, params)
     return found
 
 
@@ -98,10 +157,13 @@ def _numbered(concept: str, name: str, body: str) -> tuple[str, tuple[str, ...]]
     return _TOKEN.sub(number, body), tuple(params)
 
 
+def _source(concept: str) -> str:
+    return resources.files("app.db").joinpath("sql", f"{concept}.sql").read_text()
+
+
 def load(concept: str) -> dict[str, Statement]:
     """``app/db/sql/<concept>.sql``'s statements, by name."""
-    source = resources.files("app.db").joinpath("sql", f"{concept}.sql").read_text()
-    return parse(concept, source)
+    return parse(concept, _source(concept))
 
 
 def concepts() -> list[str]:

@@ -43,3 +43,36 @@ def test_positional_parameters_in_a_file_are_refused():
     with pytest.raises(ValueError, match="name its parameters"):
         sql.parse("t", "-- name: s\nSELECT $1")
     assert sql.parse("t", "-- name: s\nSELECT '$1'")["s"].params == ()
+
+
+def test_a_fragment_is_put_in_whole_and_its_parameters_numbered_where_it_is_used():
+    source = (
+        "-- fragment: ready\n-- a part\nready AS (SELECT :job_type AS t, {{PROBED_LANES}} AS n)\n"
+        "-- name: s\nWITH {{ready}} SELECT :limit, :job_type FROM ready\n"
+        "-- name: u\nWITH {{ready}} SELECT :job_type FROM ready"
+    )
+    found = sql.parse("t", source)
+    assert sorted(found) == ["s", "u"]  # a fragment is not a statement
+    assert found["s"].text == "WITH ready AS (SELECT $1 AS t, 16 AS n) SELECT $2, $1 FROM ready"
+    assert found["s"].params == ("job_type", "limit")
+    assert found["u"].params == ("job_type",)
+
+
+def test_a_fragment_of_another_file_is_named_with_its_file():
+    others = {"lanes": sql._blocks("lanes", "-- fragment: wake\nwoken AS (SELECT :n)")}
+    [st] = sql.parse("t", "-- name: s\nWITH {{lanes.wake}} SELECT 1", others).values()
+    assert st.text == "WITH woken AS (SELECT $1) SELECT 1" and st.params == ("n",)
+
+
+@pytest.mark.parametrize(
+    ("source", "refused"),
+    [
+        ("-- name: s\nSELECT {{nowhere}}", "no fragment"),
+        ("-- name: s\nSELECT {{NO_SUCH_BOUND}}", "no bound"),
+        ("-- name: f\nSELECT 1\n-- name: s\nSELECT {{f}}", "no fragment"),  # a statement
+        ("-- fragment: f\n{{g}}\n-- fragment: g\n{{f}}\n-- name: s\nSELECT {{f}}", "itself"),
+    ],
+)
+def test_a_name_that_resolves_to_nothing_or_to_itself_is_refused(source, refused):
+    with pytest.raises(ValueError, match=refused):
+        sql.parse("t", source)
