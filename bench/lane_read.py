@@ -23,14 +23,19 @@ from typing import Any
 import asyncpg
 import orjson
 
-from app.db.lanes import READ_LANES, SCANNED_LANES
+from app.db.lanes import CHARGE_ARRAYS, SCANNED_LANES
+from app.db.lanes import SQL as LANES
 from bench.harness import ROOT, Postgres, median, percentile, table
 
 RESULTS = ROOT / "bench" / "results"
-CONSTANT_LIMIT = READ_LANES.replace(f"LIMIT (SELECT {SCANNED_LANES})", f"LIMIT {SCANNED_LANES}")
-STATEMENTS = {"now": READ_LANES, "constant": CONSTANT_LIMIT}
-# The type, how many lanes, none excluded, and no charges (the ten arrays of _CHARGE).
-ARGS = ("bench", 32, [], *[[]] * 10)
+READ_LANES = LANES["read_lanes"]
+CONSTANT_LIMIT = READ_LANES.text.replace(
+    f"LIMIT (SELECT {SCANNED_LANES})", f"LIMIT {SCANNED_LANES}"
+)
+STATEMENTS = {"now": READ_LANES.text, "constant": CONSTANT_LIMIT}
+# The type, how many lanes, none excluded, and no charges (the ten arrays of the charge).
+NO_CHARGES: dict[str, list[Any]] = {name: [] for name in CHARGE_ARRAYS}
+ARGS = READ_LANES.args(job_type="bench", limit=32, exclude=[], **NO_CHARGES)
 
 
 async def preload(conn: asyncpg.Connection, lanes: int) -> None:

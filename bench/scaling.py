@@ -35,7 +35,8 @@ from typing import Any
 import asyncpg
 
 from app import shards
-from app.db.lanes import READ_LANES
+from app.db.lanes import CHARGE_ARRAYS
+from app.db.lanes import SQL as LANES
 from bench.delivery import _pickup
 from bench.harness import (
     ROOT,
@@ -198,7 +199,10 @@ async def _load_lanes(urls: list[str], tenants: int, per_lane: int) -> None:
 
 
 async def _read(conn: asyncpg.Connection, k: int) -> list[tuple[float, str]]:
-    rows = await conn.fetch(READ_LANES, "bench", k, [], *[[]] * 10)
+    no_charges = dict.fromkeys(CHARGE_ARRAYS, [])
+    rows = await conn.fetch(
+        *LANES["read_lanes"].bind(job_type="bench", limit=k, exclude=[], **no_charges)
+    )
     return [(r["vtime"], r["tenant_id"]) for r in rows if r["ready"]]
 
 

@@ -3,11 +3,12 @@
 A ``.sql`` file spells one of these as ``{{NAME}}`` (app.db.sql puts its value in at
 load), so a bound the SQL and the Python both rely on -- how many lanes a small read
 probes, how many activations a job's history keeps -- is written once.  A leaf: it
-imports only the pure scheduler.
+imports only the pure scheduler and the row shapes.
 """
 
 from __future__ import annotations
 
+from app.db.rows import JOB_COLUMNS, job_columns
 from app.scheduler import DEFAULT_LEASE_ESTIMATE_S, MIN_STRIDE, VTIME_RESOLUTION
 
 # Reads of at most this many lanes probe each for a ready job, and so does the lead claim
@@ -51,6 +52,10 @@ def constants() -> dict[str, object]:
         "REVIVED": REVIVED,
         "CANCELED": CANCELED,
         "HISTORY_SETTING": HISTORY_SETTING,
+        # The columns a job record is built from, in JobRow's order (app.db.rows), bare
+        # and of the table aliased j.
+        "JOB_COLUMNS": JOB_COLUMNS,
+        "J_JOB_COLUMNS": job_columns("j"),
         # repr: the shortest decimal that reads back as the same float8.
         "VTIME_RESOLUTION": repr(VTIME_RESOLUTION),
         "MIN_STRIDE": repr(MIN_STRIDE),

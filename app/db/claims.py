@@ -17,347 +17,20 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from app.db import lanes
+from app.db import lanes, sql
 from app.db.base import Queries, Sessions
-from app.db.history import TRIM_CTE
-from app.db.jobs import INSERT_JOB_QUIET, NOTIFY_READY, insert_into, locks_for
-from app.db.lanes import KEY_READY, LANE_READY, PROBED_LANES
+from app.db.jobs import insert_into, locks_for, notify_ready
 from app.db.locks import TENANT_CAP_LOCK_CLASS, TYPE_CAP_LOCK_CLASS, cap_key, int4
-from app.db.rows import Claimed, JobRow, LeadClaim, job_columns, job_row
-from app.scheduler import DEFAULT_LEASE_ESTIMATE_S, Bucket, Buckets, FairnessBy, left_at_cap
+from app.db.rows import Claimed, JobRow, LeadClaim, job_row
+from app.scheduler import Bucket, Buckets, FairnessBy, left_at_cap
 
-# -- name: lock_and_count
-# A capped claim's cap locks and, read after them, its counts and token buckets, in one
-# round trip: jobfair_lock_and_count (alembic 0014), which takes the type's lock ($1, $2;
-# a NULL key takes none) and the tenants' ($3, $4) in key order, then reads -- each
-# statement of a volatile function takes its own snapshot, so these see every claim that
-# committed before the locks were this one's -- the instant (kind 'now', in ``at``), the
-# type's ACTIVATED jobs up to its cap ($5, $6; 'type'), each capped tenant's cap and
-# ACTIVATED jobs up to it ($7; 'tenant'), and the buckets of the type (if $8;
-# 'type_bucket') and of the tenants $9 ('tenant_bucket').  Index: jobs_active_type_idx,
-# jobs_active_tenant_idx, tenants pkey, job_types pkey.
-LOCK_AND_COUNT = """
-SELECT * FROM jobfair_lock_and_count($1, $2, $3, $4::text[], $5, $6, $7::text[], $8, $9::text[])
-"""
+SQL = sql.load("claims")  # app/db/sql/claims.sql
 
-# -- name: take_tokens
-# What a rate-limited claim left in its buckets (scheduler.Bucket.take), written in its
-# transaction before the cap locks go: the type's ($1: its tokens and instant $2, $3; $2
-# NULL: none taken) and the tenants' ($4 to $6).  A bucket whose limit changed since the
-# claim read it (its rate_at is not the one read, $7 and $8) keeps the change: a new
-# limit starts with its own bucket.  Index: job_types pkey, tenants pkey.  Locks: the
-# rows (a job type's change writes its row without the cap lock, and is waited for).
-TAKE_TOKENS = """
-WITH type_taken AS (
-    UPDATE job_types SET rate_tokens = $2, rate_at = $3
-    WHERE $2::float8 IS NOT NULL AND job_type = $1 AND rate_at = $7
-    RETURNING 1
-)
-UPDATE tenants t SET rate_tokens = u.tokens, rate_at = u.at
-FROM unnest($4::text[], $5::float8[], $6::timestamptz[], $8::timestamptz[])
-     AS u(tenant_id, tokens, at, read_at)
-WHERE t.tenant_id = u.tenant_id AND t.rate_at = u.read_at
-"""
-
-# What an activation of job j is charged (ADR 029): by worker time, its lane's estimate of
-# the seconds its lease will be held (scheduler.job_units; DEFAULT_LEASE_ESTIMATE_S before
-# one of the lane's jobs finished), settled when the lease ends; NULL by activations or
-# cost, whose charge is exact (a job's cost is in its row).  The type's mode is an
-# InitPlan, read once per claim; the lane's estimate one lanes pkey probe per job, made
-# only by worker time (CASE evaluates it only then).  With it, the virtual time it adds
-# to its lane and its key: the estimate per their weights as they are now (a tenants and
-# a key_weights pkey probe, by worker time only).  The round charges the lane and key
-# exactly these (app.scheduler.round_charges), and the settlement takes exactly these
-# back, so a weight changed while the lease is out moves nothing it should not (a
-# helper's runs: a weight lowered while a claim was in flight banked the lane 1,500 s of
-# worker time when charge and settlement each read the weight of their own moment).
-_WORKER_TIME = "(SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime'"
-_ESTIMATE = f"""COALESCE((SELECT l.unit_est FROM lanes l
-                       WHERE l.job_type = $1 AND l.tenant_id = j.tenant_id),
-                      {DEFAULT_LEASE_ESTIMATE_S}::float8)"""
-_CHARGED = f"""CASE WHEN {_WORKER_TIME} THEN {_ESTIMATE} END"""
-_LANE_CHARGE = f"""CASE WHEN {_WORKER_TIME}
-        THEN {_ESTIMATE} / COALESCE((SELECT t.weight FROM tenants t
-                                     WHERE t.tenant_id = j.tenant_id), 1) END"""
-_KEY_CHARGE = f"""CASE WHEN {_WORKER_TIME}
-        THEN {_ESTIMATE} / COALESCE((SELECT w.weight FROM key_weights w
-                                     WHERE w.tenant_id = j.tenant_id
-                                       AND w.fairness_key = j.fairness_key
-                                       AND w.shard = jobfair_shard(j.tenant_id)), 1) END"""
-
-# priority): locked ({lock}) for the top priority, read for the others.
-_PRIORITY_HEADS = """SELECT h.job_key, p.tenant_id, p.fairness_key, p.priority, p.k, p.top,
-                 h.queued_at
-          FROM prios p
-          CROSS JOIN LATERAL (
-              SELECT j.job_key, j.queued_at FROM jobs j
-              WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
-                AND j.fairness_key = p.fairness_key AND j.priority = p.priority
-              ORDER BY j.queued_at, j.job_key
-              LIMIT p.k
-              {lock}
-          ) h
-          WHERE {which} AND p.priority IS NOT NULL"""
-
-# A job's effective priority in SQL: min(100, priority + step x whole intervals waited).
-# Twin of app.scheduler.effective_priority; tests/integration/test_twins.py checks that
-# the two agree.  The wait is computed in numeric (extract returns numeric), so a wait of
-# exactly k intervals ages k steps, as the Python twin's whole microseconds do.
+# The effective priority's expression with str.format slots, for app.db.operators' explain
+# statement until it includes the fragment claims.effective_priority itself.
 EFFECTIVE_PRIORITY = """LEAST(100, {priority} + {step} * floor(
                GREATEST(0, extract(epoch FROM ({now} - {queued_at})) * 1000)
                / {interval}))"""
-
-# -- name: claim
-# Activates up to k jobs from each allotted key of each allotted lane of one job type
-# (scheduler.split_among_keys), best effective priority first within the key.
-# Index: jobs_ready_idx (job_type, tenant_id, fairness_key, priority DESC, queued_at,
-#   job_key) WHERE state = 'CREATED'.  Per key a recursive skip scan finds the distinct
-#   priorities (one index descent each, at most 101); each priority's head yields up to k
-#   rows in FIFO order, which within one priority is also aging order.  The best k of
-#   those heads are the key's best k jobs.  Cost O(k x P x log N), never a backlog scan.
-# Locks: FOR UPDATE SKIP LOCKED, so concurrent activators of the same lane pass each
-#   other (each takes the next unlocked rows) instead of queueing.  Only the top
-#   priority's heads are locked as they are read; lower priorities' heads are read
-#   without locks and, when aging promotes some of them into the best k, that many rows
-#   of their priority are locked from its head (promoted).  Locking every priority's k
-#   heads made concurrent claims skip rows that were never going to be taken, and hand
-#   out younger jobs while older ones sat locked by a claim that would not take them
-#   (ADR 003; tests/integration/test_claim.py).  No lane row is locked here: charging
-#   is charge_lanes, after this statement has committed.
-# History: writes nothing (an activation is recorded when it ends), but drops an old
-# activation's rows once a job is past the windows it keeps (app.db.history).
-_CLAIM = f"""
-WITH RECURSIVE {{alloc}},
-prios AS (
-    SELECT a.tenant_id, a.fairness_key, a.k, true AS top,
-           (SELECT max(j.priority) FROM jobs j
-             WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = a.tenant_id
-               AND j.fairness_key = a.fairness_key)
-             AS priority
-    FROM alloc a
-  UNION ALL
-    SELECT p.tenant_id, p.fairness_key, p.k, false,
-           (SELECT max(j.priority) FROM jobs j
-             WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
-               AND j.fairness_key = p.fairness_key AND j.priority < p.priority)
-    FROM prios p WHERE p.priority IS NOT NULL
-),
-heads AS (
-    -- The effective priority: twin of app.scheduler.effective_priority (property-tested
-    -- against it, tests/integration/test_twins.py).
-    SELECT u.*,
-           {
-    EFFECTIVE_PRIORITY.format(
-        priority="u.priority",
-        queued_at="u.queued_at",
-        now="{now}",
-        step="{step}",
-        interval="{interval}",
-    )
-}
-             AS eff
-    FROM ({_PRIORITY_HEADS.format(lock="FOR UPDATE SKIP LOCKED", which="p.top")}
-      UNION ALL
-          {_PRIORITY_HEADS.format(lock="", which="NOT p.top")}) u
-),
-chosen AS (
-    SELECT job_key, tenant_id, fairness_key, priority, top FROM (
-        SELECT job_key, tenant_id, fairness_key, priority, k, top,
-               row_number() OVER (PARTITION BY tenant_id, fairness_key
-                                  ORDER BY eff DESC, queued_at, job_key) AS rn
-        FROM heads
-    ) ranked
-    WHERE rn <= k
-),
-promoted AS (
-    SELECT h.job_key
-    FROM (SELECT tenant_id, fairness_key, priority, count(*)::int AS n FROM chosen
-          WHERE NOT top GROUP BY tenant_id, fairness_key, priority) s
-    CROSS JOIN LATERAL (
-        SELECT j.job_key FROM jobs j
-        WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = s.tenant_id
-          AND j.fairness_key = s.fairness_key AND j.priority = s.priority
-        ORDER BY j.queued_at, j.job_key
-        LIMIT s.n
-        FOR UPDATE SKIP LOCKED
-    ) h
-),
-taken AS (
-    -- The taken rows shared out among the requests: the i-th gets row numbers from
-    -- starts[i] up to the next one's start (with the i-th worker and deadline).
-    SELECT t.job_key, width_bucket(row_number() OVER (), {{starts}}) AS share
-    FROM (SELECT job_key FROM chosen WHERE top UNION ALL SELECT job_key FROM promoted) t
-),
-activated AS (
-    UPDATE jobs j
-    SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
-        worker = ({{workers}})[t.share], deadline = ({{deadlines}})[t.share],
-        activated_at = {{now}}, via_stream = {{via_stream}}, charged = {_CHARGED}{{charges}}
-    FROM taken t
-    -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join alone lets
-    -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
-    WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
-    RETURNING t.share, {job_columns("j")}
-),
-{{log}}
-{{answer}}
-"""
-# The virtual times an estimate adds (by worker time), written by the claims of a type
-# fair by worker time (claim_by_worker_time, and the lead claims of a type last seen so).
-# Claims by activations or cost leave them out: their two CASEs cost a claim 6 to 7 %
-# (p50; docs/benchmarks.md).  A type switched to worker time between what a process saw
-# and its claim has that claim's jobs settled at the weights of their end, as before
-# alembic 0013.
-_CHARGES = f""",
-        lane_charge = {_LANE_CHARGE}, key_charge = {_KEY_CHARGE}"""
-_ALLOC = """alloc AS (
-    SELECT * FROM unnest($2::text[], $11::text[], $3::int[]) AS a(tenant_id, fairness_key, k)
-)"""
-
-
-# A capped claim's holds (ADR 016), in the claim's own statement: the lanes of the capped
-# tenants ($12, with their room as counted under their cap locks, $13) that the claim
-# leaves with no room (scheduler.left_at_cap) are held out of later reads.  Index: lanes
-# pkey.  Locks: the lane rows, after the jobs'.
-_HOLD = """,
-held AS (
-    UPDATE lanes l SET held = true, held_count = l.held_count + 1
-    WHERE l.job_type = $1 AND NOT l.held AND l.tenant_id = ANY(ARRAY(
-        SELECT r.tenant_id FROM unnest($12::text[], $13::int[]) AS r(tenant_id, room)
-        WHERE r.room <= (SELECT count(*) FROM activated a WHERE a.tenant_id = r.tenant_id)))
-)"""
-
-
-def _claim(charges: str, hold: str = "") -> str:
-    return _CLAIM.format(
-        alloc=_ALLOC,
-        charges=charges,
-        now="$4::timestamptz",
-        workers="$5::text[]",
-        deadlines="$6::timestamptz[]",
-        step="$7::int",
-        interval="$8::int",
-        via_stream="$9",
-        starts="$10::int[]",
-        log=TRIM_CTE + hold,
-        answer="SELECT * FROM activated",
-    )
-
-
-CLAIM = _claim("")
-# -- name: claim_by_worker_time
-# As claim, for a type fair by worker time: each job also records the virtual time its
-# estimate adds to its lane and its key (lane_charge, key_charge; ADR 029).
-CLAIM_BY_WORKER_TIME = _claim(_CHARGES)
-# -- name: claim_holding
-# As claim, for a claim under cap locks: it also holds the lanes of the capped tenants
-# ($12) it leaves with no room ($13: each one's room as counted under its lock), in the
-# same statement (one round trip less with the locks held; hold_lanes, ADR 016).
-CLAIM_HOLDING = _claim("", _HOLD)
-# -- name: claim_holding_by_worker_time
-# As claim_holding, for a type fair by worker time (claim_by_worker_time).
-CLAIM_HOLDING_BY_WORKER_TIME = _claim(_CHARGES, _HOLD)
-
-# -- name: claim_lead
-# One stride pick, read and claimed in one round trip: the job type's first backlogged
-# lane in (vtime, tenant) order that has a ready job -- the lane scheduler.allocate picks
-# first -- and in it the first backlogged key in (vtime, key) order that has one -- the
-# key scheduler.allocate_keys picks first -- gives its best job, exactly as CLAIM would
-# give it with the count 1 for that key.  For a waiter woken by one new job of an idle
-# type, this saves read_lanes' and read_keys' round trips, a large part of a pickup (ADR
-# 011).  It claims nothing where a cap or a rate limit is involved (the type's, or the
-# lead lane's tenant's: those need their locks and counts, ADR 016 and 028), when none
-# of the first PROBED_LANES active lanes has a ready job, nor any of the lead lane's
-# first PROBED_LANES active keys, or when the lead key's heads are held by another
-# activator; the caller then runs the full rounds, unless the answer says the type is
-# dry.  Answers one row: the claimed
-# job with the lane's and the key's weights (for their charges) and the type's aging
-# ($5, $6: the server's defaults), or NULLs and whether the type is dry.  A paused type,
-# or a paused tenant's lane, gives nothing (as read_lanes).
-# Index: lanes_type_vtime_idx, lane_keys_vtime_idx, then as read_lanes, read_keys and CLAIM.
-_LEAD = f"""lead_lane AS (
-    SELECT x.tenant_id, x.weight, x.cap, x.rate, c.type_cap, c.type_rate, c.aging_step,
-           c.aging_interval_ms, c.fairness_by
-    FROM (SELECT t.max_active_jobs AS type_cap, t.rate_per_s AS type_rate, t.fairness_by,
-                 COALESCE(t.aging_step, $5::int) AS aging_step,
-                 COALESCE(t.aging_interval_ms, $6::int) AS aging_interval_ms
-          FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1
-          WHERE t.paused IS NOT TRUE) c
-    CROSS JOIN LATERAL (
-        SELECT r.tenant_id, r.weight, r.cap, r.rate FROM (
-            SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight,
-                   t.max_active_jobs AS cap, t.rate_per_s AS rate, {LANE_READY} AS ready
-            FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
-            WHERE l.job_type = $1 AND l.active AND NOT l.held AND t.paused IS NOT TRUE
-              {{tenants}}
-            ORDER BY l.vtime, l.tenant_id
-            LIMIT {PROBED_LANES}) r
-        WHERE r.ready
-        ORDER BY r.vtime, r.tenant_id
-        LIMIT 1) x
-),
-lead AS (
-    SELECT ll.tenant_id, y.fairness_key, ll.weight, y.key_weight, ll.aging_step,
-           ll.aging_interval_ms, ll.fairness_by
-    FROM lead_lane ll
-    CROSS JOIN LATERAL (
-        SELECT r.fairness_key, COALESCE(w.weight, 1) AS key_weight FROM (
-            SELECT x.fairness_key, x.vtime, {KEY_READY} AS ready
-            FROM lane_keys x
-            WHERE x.job_type = $1 AND x.tenant_id = ll.tenant_id AND x.active
-            ORDER BY x.vtime, x.fairness_key
-            LIMIT {PROBED_LANES}) r
-        LEFT JOIN key_weights w ON w.tenant_id = ll.tenant_id
-         AND w.fairness_key = r.fairness_key
-        WHERE r.ready
-        ORDER BY r.vtime, r.fairness_key
-        LIMIT 1) y
-    WHERE ll.type_cap IS NULL AND ll.cap IS NULL AND ll.type_rate IS NULL AND ll.rate IS NULL
-),
-alloc AS (SELECT tenant_id, fairness_key, 1 AS k FROM lead)"""
-# Whether the type is dry for the filter: no probed lane had a ready job, and the probe
-# saw every active lane (fewer than PROBED_LANES).  Evaluated only when nothing was
-# claimed (AND evaluates in order); it counts lanes_type_vtime_idx entries, the ready
-# probes were the lead's.  It saves that caller the lane read that would prove it.
-_LEAD_DRY = f"""NOT EXISTS (SELECT 1 FROM lead_lane)
-       AND (SELECT count(*) < {PROBED_LANES}
-            FROM (SELECT 1 FROM lanes l
-                  WHERE l.job_type = $1 AND l.active AND NOT l.held {{tenants}}
-                  LIMIT {PROBED_LANES}) p)"""
-
-
-def _claim_lead(tenants: str, charges: str = "") -> str:
-    return _CLAIM.format(
-        alloc=_LEAD.format(tenants=tenants),
-        charges=charges,
-        now="$2::timestamptz",
-        workers="$3::text[]",
-        deadlines="$4::timestamptz[]",
-        step="(SELECT aging_step FROM lead)",
-        interval="(SELECT aging_interval_ms FROM lead)",
-        via_stream="$7",
-        starts="$8::int[]",
-        log=TRIM_CTE,
-        answer=f"""SELECT a.*, lead.weight AS lane_weight, lead.key_weight AS lane_key_weight,
-       lead.aging_step AS lane_aging_step,
-       lead.aging_interval_ms AS lane_aging_interval_ms, lead.fairness_by AS lane_fairness_by,
-       (a.job_key IS NULL AND {_LEAD_DRY.format(tenants=tenants)}) AS dry
-FROM (SELECT 1) one LEFT JOIN (activated a CROSS JOIN lead) ON true""",
-    )
-
-
-CLAIM_LEAD = _claim_lead("")
-# -- name: claim_lead_of_tenants
-# As claim_lead, restricted to the caller's tenantIds ($9).  A statement of its own so
-# that its generic plan can use lanes pkey.
-CLAIM_LEAD_OF_TENANTS = _claim_lead("AND l.tenant_id = ANY($9::text[])")
-# -- name: claim_lead_by_worker_time
-# As claim_lead, writing lane_charge and key_charge as claim_by_worker_time does: for a
-# type this process last saw fair by worker time (or has not seen yet; LeadAsk).
-CLAIM_LEAD_BY_WORKER_TIME = _claim_lead("", _CHARGES)
-# -- name: claim_lead_of_tenants_by_worker_time
-# As claim_lead_of_tenants, writing lane_charge and key_charge.
-CLAIM_LEAD_OF_TENANTS_BY_WORKER_TIME = _claim_lead("AND l.tenant_id = ANY($9::text[])", _CHARGES)
 
 
 class Share(NamedTuple):
@@ -426,25 +99,24 @@ async def claim(
         return []
     workers, deadlines, starts = _share_arrays(shares, now)
     holding = [] if hold is None else sorted(hold)
-    if hold:
-        sql = CLAIM_HOLDING_BY_WORKER_TIME if by_worker_time else CLAIM_HOLDING
-        more: tuple[Any, ...] = (holding, [hold[t] for t in holding])
-    else:
-        sql, more = CLAIM_BY_WORKER_TIME if by_worker_time else CLAIM, ()
+    name = "claim_holding" if hold else "claim"
+    more = dict(hold_tenants=holding, hold_room=[hold[t] for t in holding]) if hold else {}
+    statement = SQL[f"{name}_by_worker_time" if by_worker_time else name]
     rows = await db.fetch(
-        sql,
-        job_type,
-        [t for t, _ in counts],
-        list(counts.values()),
-        now,
-        workers,
-        deadlines,
-        aging_step,
-        aging_interval_ms,
-        via_stream,
-        starts,
-        [k for _, k in counts],
-        *more,
+        *statement.bind(
+            job_type=job_type,
+            tenants=[t for t, _ in counts],
+            keys=[k for _, k in counts],
+            counts=list(counts.values()),
+            now=now,
+            workers=workers,
+            deadlines=deadlines,
+            aging_step=aging_step,
+            aging_interval_ms=aging_interval_ms,
+            via_stream=via_stream,
+            starts=starts,
+            **more,
+        )
     )
     return _claimed(rows)
 
@@ -477,16 +149,17 @@ async def lock_and_count(
     of the ``capped`` tenants, and the buckets of the type if ``type_limited`` and of the
     ``limited`` tenants (none read if neither)."""
     rows = await tx.fetch(
-        LOCK_AND_COUNT,
-        int4(TYPE_CAP_LOCK_CLASS),
-        cap_key(job_type) if lock_type else None,
-        TENANT_CAP_LOCK_CLASS,
-        sorted(lock_tenants),
-        job_type,
-        type_cap,
-        list(capped),
-        type_limited,
-        list(limited),
+        *SQL["lock_and_count"].bind(
+            type_lock_class=int4(TYPE_CAP_LOCK_CLASS),
+            type_lock_key=cap_key(job_type) if lock_type else None,
+            tenant_lock_class=TENANT_CAP_LOCK_CLASS,
+            lock_tenants=sorted(lock_tenants),
+            job_type=job_type,
+            type_cap=type_cap,
+            capped=list(capped),
+            type_limited=type_limited,
+            limited=list(limited),
+        )
     )
     now = rows[0]["at"]
     type_active = None
@@ -522,35 +195,35 @@ async def take_tokens(
         return  # nothing taken: the stored pair still says what the bucket holds
     tenants = sorted(spent)
     await tx.execute(
-        TAKE_TOKENS,
-        job_type,
-        None if typed is None else typed.tokens,
-        None if typed is None else typed.at,
-        tenants,
-        [spent[t].tokens for t in tenants],
-        [spent[t].at for t in tenants],
-        None if read.job_type is None else read.job_type.at,
-        [read.tenants[t].at for t in tenants],
+        *SQL["take_tokens"].bind(
+            job_type=job_type,
+            type_tokens=None if typed is None else typed.tokens,
+            type_at=None if typed is None else typed.at,
+            type_read_at=None if read.job_type is None else read.job_type.at,
+            tenants=tenants,
+            tokens=[spent[t].tokens for t in tenants],
+            at=[spent[t].at for t in tenants],
+            read_at=[read.tenants[t].at for t in tenants],
+        )
     )
 
 
-def _lead_call(job_type: str, ask: LeadAsk, now: datetime) -> tuple[str, tuple[Any, ...]]:
-    """claim_lead's statement and arguments."""
+def _lead_call(job_type: str, ask: LeadAsk, now: datetime) -> tuple[Any, ...]:
+    """claim_lead's statement (of its four) and arguments, as a driver call takes them."""
     workers, deadlines, starts = _share_arrays([ask.share], now)
-    args = (
-        job_type,
-        now,
-        workers,
-        deadlines,
-        ask.default_aging_step,
-        ask.default_aging_interval_ms,
-        ask.via_stream,
-        starts,
+    name = "claim_lead" if ask.tenant_ids is None else "claim_lead_of_tenants"
+    tenants = {} if ask.tenant_ids is None else {"tenant_ids": list(ask.tenant_ids)}
+    return SQL[f"{name}_by_worker_time" if ask.by_worker_time else name].bind(
+        job_type=job_type,
+        now=now,
+        workers=workers,
+        deadlines=deadlines,
+        default_aging_step=ask.default_aging_step,
+        default_aging_interval_ms=ask.default_aging_interval_ms,
+        via_stream=ask.via_stream,
+        starts=starts,
+        **tenants,
     )
-    if ask.tenant_ids is None:
-        return (CLAIM_LEAD_BY_WORKER_TIME if ask.by_worker_time else CLAIM_LEAD), args
-    sql = CLAIM_LEAD_OF_TENANTS_BY_WORKER_TIME if ask.by_worker_time else CLAIM_LEAD_OF_TENANTS
-    return sql, (*args, list(ask.tenant_ids))
 
 
 def _lead_claim(row: Any) -> LeadClaim:
@@ -568,8 +241,7 @@ def _lead_claim(row: Any) -> LeadClaim:
 
 async def claim_lead(db: Queries, job_type: str, ask: LeadAsk, now: datetime) -> LeadClaim:
     """One stride pick read and claimed at once (claim_lead)."""
-    sql, args = _lead_call(job_type, ask, now)
-    return _lead_claim(await db.fetchrow(sql, *args))
+    return _lead_claim(await db.fetchrow(*_lead_call(job_type, ask, now)))
 
 
 async def insert_and_claim_lead(
@@ -581,10 +253,10 @@ async def insert_and_claim_lead(
     then nothing is notified, for nobody else need wake.  Otherwise (another lane is
     ahead of it, a cap, a head held) the new job is announced as insert_jobs announces
     it.  The new job's key, and what the claim got."""
-    sql, args = _lead_call(job["type"], ask, now)
+    lead = _lead_call(job["type"], ask, now)
     async with db.transaction(first=locks_for([job], now)) as tx:
-        [key], _ = await insert_into(tx, INSERT_JOB_QUIET, [job], now)
-        got = _lead_claim(await tx.fetchrow(sql, *args))
+        [key], _ = await insert_into(tx, [job], now, quiet=True)
+        got = _lead_claim(await tx.fetchrow(*lead))
         if got.job is None or got.job.job_key != key:
-            await tx.execute(NOTIFY_READY, job["type"] + " 1")
+            await notify_ready(tx, job["type"], 1)
     return key, got

@@ -47,14 +47,12 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from app.db import sql
 from app.db.base import Queries, retry_deadlock
-from app.db.bounds import PROBED_LANES, SCANNED_LANES
-from app.db.listen import NOTIFY_CHANNEL
+from app.db.bounds import SCANNED_LANES
 from app.db.locks import buckets_of, share_buckets_sql
 from app.db.rows import KeyRead, LaneRead, LaneRow, TypeConfig
 from app.scheduler import (
-    MIN_STRIDE,
-    VTIME_RESOLUTION,
     Charges,
     FairnessBy,
     LaneKey,
@@ -63,382 +61,33 @@ from app.scheduler import (
 log = logging.getLogger(__name__)
 
 
-# The virtual time at which a lane of job type ``{t}`` re-enters: the smallest vtime of
-# the backlogged lanes not held at a cap or, when there is none, the largest of all (see
-# scheduler.reentry_vtime).  jobfair_release_holds (alembic 0004) spells the same.
-_REENTRY_VTIME = """COALESCE(
-    (SELECT min(x.vtime) FROM lanes x WHERE x.job_type = {t} AND x.active AND NOT x.held),
-    (SELECT max(x.vtime) FROM lanes x WHERE x.job_type = {t}),
-    0)"""
-
-# The same rule one level down (ADR 027): the virtual time at which key ``{k}`` of lane
-# (``{t}``, ``{n}``) re-enters is the smallest vtime of the lane's backlogged keys or, when
-# there is none, the largest of its keys (all parked then: the second probe reads only
-# those), as scheduler.reentry_vtime.  Index: lane_keys_vtime_idx, one descent each.
-_KEY_REENTRY_VTIME = """COALESCE(
-    (SELECT min(x.vtime) FROM lane_keys x
-     WHERE x.job_type = {t} AND x.tenant_id = {n} AND x.active),
-    (SELECT max(x.vtime) FROM lane_keys x
-     WHERE x.job_type = {t} AND x.tenant_id = {n} AND NOT x.active),
-    0)"""
-
-# "type n": bounded, as a job type is at most 128 ASCII characters (JOB_TYPE_RE).
-_NOTIFIED = f"""notified AS (
-    SELECT pg_notify('{NOTIFY_CHANNEL}', job_type || ' ' || sum(n))
-    FROM ready_lanes GROUP BY job_type
-)"""
-
-# Marks the lanes and keys in ``ready_lanes`` (job_type, tenant_id, fairness_key, n: how
-# many of its jobs became ready, one row per lane and key) backlogged: creates missing
-# lanes at the re-entry virtual time (held if their tenant is paused: a probe of tenants
-# pkey per new lane), wakes parked ones (a lane already active matches nothing and is not
-# written: no hot row), does the same for their keys inside their lanes, and notifies
-# once per job type with how many of its jobs became ready ("type n") -- or, with
-# {notified} as QUIET, does not (a hand-off's insert: the job may go to its waiter in the
-# same transaction, and then nobody need be woken).  Lanes are locked before keys: the
-# key CTEs are not read by the statement, so they run after it (as every statement that
-# locks both does).  Index: lanes pkey, lane_keys pkey.
-_WAKE = f"""lanes_ready AS (
-    SELECT job_type, tenant_id, sum(n) AS n FROM ready_lanes GROUP BY job_type, tenant_id
-),
-new_lanes AS (
-    INSERT INTO lanes (job_type, tenant_id, shard, vtime, active, held)
-    SELECT r.job_type, r.tenant_id, jobfair_shard(r.tenant_id),
-           {_REENTRY_VTIME.format(t="r.job_type")}, true,
-           EXISTS (SELECT 1 FROM tenants p WHERE p.tenant_id = r.tenant_id AND p.paused)
-    FROM lanes_ready r
-    ORDER BY r.job_type, r.tenant_id
-    ON CONFLICT (job_type, tenant_id, shard) DO NOTHING
-    RETURNING 1
-),
-woken AS (
-    UPDATE lanes l
-    SET active = true, vtime = GREATEST(l.vtime, {_REENTRY_VTIME.format(t="l.job_type")})
-    WHERE (l.job_type, l.tenant_id) IN (
-        -- Parked lanes only (an active one is not written), locked in key order.
-        SELECT x.job_type, x.tenant_id FROM lanes x JOIN lanes_ready r
-          ON x.job_type = r.job_type AND x.tenant_id = r.tenant_id
-        WHERE NOT x.active
-        ORDER BY x.job_type, x.tenant_id
-        FOR NO KEY UPDATE OF x)
-    RETURNING 1
-),
-new_keys AS (
-    INSERT INTO lane_keys (job_type, tenant_id, fairness_key, shard, vtime, active)
-    SELECT r.job_type, r.tenant_id, r.fairness_key, jobfair_shard(r.tenant_id),
-           {_KEY_REENTRY_VTIME.format(t="r.job_type", n="r.tenant_id")}, true
-    FROM ready_lanes r
-    ORDER BY r.job_type, r.tenant_id, r.fairness_key
-    ON CONFLICT (job_type, tenant_id, fairness_key, shard) DO NOTHING
-),
-woken_keys AS (
-    UPDATE lane_keys k
-    SET active = true,
-        vtime = GREATEST(k.vtime, {_KEY_REENTRY_VTIME.format(t="k.job_type", n="k.tenant_id")})
-    WHERE (k.job_type, k.tenant_id, k.fairness_key) IN (
-        SELECT x.job_type, x.tenant_id, x.fairness_key FROM lane_keys x JOIN ready_lanes r
-          ON x.job_type = r.job_type AND x.tenant_id = r.tenant_id
-         AND x.fairness_key = r.fairness_key
-        WHERE NOT x.active
-        ORDER BY x.job_type, x.tenant_id, x.fairness_key
-        FOR NO KEY UPDATE OF x)
-),
-{{notified}}
-"""
-QUIET = "notified AS (SELECT WHERE false)"
-WAKE_CTES = _WAKE.format(notified=_NOTIFIED)
-QUIET_WAKE_CTES = _WAKE.format(notified=QUIET)
+SQL = sql.load("lanes")  # app/db/sql/lanes.sql
 
 
-# -- name: wake_lanes
-# Marks lanes and their keys backlogged after jobs became ready (retry, lease expiry,
-# promotion, revive; one (type, tenant, key) triple per job) and notifies their job types
-# with how many.  Writes only lanes and keys that were parked.  Index: lanes pkey,
-# lane_keys pkey.  Locks: caller holds the shared lane-bucket locks.
-WAKE_LANES = f"""
-WITH ready_lanes AS (
-    SELECT job_type, tenant_id, fairness_key, count(*) AS n
-    FROM unnest($1::text[], $2::text[], $3::text[]) AS r(job_type, tenant_id, fairness_key)
-    GROUP BY job_type, tenant_id, fairness_key
-),
-{WAKE_CTES}SELECT (SELECT count(*) FROM notified) + (SELECT count(*) FROM new_lanes)
-       + (SELECT count(*) FROM woken)
-"""
-
-# Charges lanes of job type $1 their claimed jobs x stride of virtual time, from the
-# floor a rate-limited lane was lifted to (scheduler.rate_floor; NULL: none), and their
-# keys their claimed jobs x key stride: the CTEs ``charge`` and ``charged`` (tenant_id
-# and new vtime of each lane charged), with ``tenants``, ``counts``, ``strides`` and
-# ``floors`` the parameters of the four arrays; ``key_charge`` and ``key_charged`` the same
-# for keys (``key_tenants``, ``keys``, ``key_counts``, ``key_strides``).  ``served`` and
-# ``key_served`` (aligned with ``tenants`` and ``keys``) are added to the running counts
-# of units served (``units_total``: by cost, the jobs' costs; else 0).
-# Locks: the lane rows, in tenant order (the sub-select's sort sits below its row
-# locking), then the key rows, in (tenant, key) order (key_charge reads charge whole
-# first), until the statement commits -- asynchronously (synchronous_commit = off for
-# its own transaction only, set only when a lane is charged): a crash can forget the
-# last few hundred milliseconds of charges, which fences nothing; the claim it accounts
-# for was durable before it ran.  A pick advances a lane or key at least
-# scheduler.VTIME_RESOLUTION of its virtual time or MIN_STRIDE (scheduler.advance).
-_RES, _MIN = f"{VTIME_RESOLUTION!r}::float8", f"{MIN_STRIDE!r}::float8"
-_CHARGE = f"""charge AS (
-    -- Each charged lane found by key and locked, in tenant order.
-    SELECT x.tenant_id, c.n, c.stride, c.floor, c.served
-    FROM unnest({{tenants}}::text[], {{counts}}::int[], {{strides}}::float8[],
-                {{floors}}::float8[], {{served}}::float8[])
-         AS c(tenant_id, n, stride, floor, served)
-    JOIN lanes x ON x.job_type = $1 AND x.tenant_id = c.tenant_id
-    ORDER BY x.tenant_id
-    FOR NO KEY UPDATE OF x
-),
-charged AS (
-    UPDATE lanes l
-    -- GREATEST ignores a NULL floor: only rate-limited lanes are lifted (ADR 028).
-    SET vtime = GREATEST(l.vtime, c.floor)
-            + c.n * GREATEST(c.stride, abs(GREATEST(l.vtime, c.floor)) * {_RES}, {_MIN}),
-        activated_total = l.activated_total + c.n,
-        units_total = l.units_total + COALESCE(c.served, 0)
-    FROM charge c
-    -- ANY(ARRAY(...)) keeps the update to one lanes_pkey probe per charged lane, as in
-    -- the claim.  (An IN (...) of the locked keys made the generic plan a semi join
-    -- comparing every charged lane with every other, slower than by key.)
-    WHERE l.job_type = $1 AND l.tenant_id = ANY(ARRAY(SELECT tenant_id FROM charge))
-      AND l.tenant_id = c.tenant_id
-      AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
-    RETURNING l.tenant_id, l.vtime
-),
-key_charge AS (
-    -- Each charged key found by key and locked, in (tenant, key) order, once every
-    -- charged lane is locked (the count reads charge whole).
-    SELECT x.tenant_id, x.fairness_key, c.n, c.stride, c.served
-    FROM unnest({{key_tenants}}::text[], {{keys}}::text[], {{key_counts}}::int[],
-                {{key_strides}}::float8[], {{key_served}}::float8[])
-         AS c(tenant_id, fairness_key, n, stride, served)
-    JOIN lane_keys x ON x.job_type = $1 AND x.tenant_id = c.tenant_id
-     AND x.fairness_key = c.fairness_key
-    WHERE (SELECT count(*) FROM charge) >= 0
-    ORDER BY x.tenant_id, x.fairness_key
-    FOR NO KEY UPDATE OF x
-),
-key_charged AS (
-    UPDATE lane_keys k
-    SET vtime = k.vtime + c.n * GREATEST(c.stride, abs(k.vtime) * {_RES}, {_MIN}),
-        activated_total = k.activated_total + c.n,
-        units_total = k.units_total + COALESCE(c.served, 0)
-    FROM key_charge c
-    -- One lane_keys_pkey probe per charged key, driven by key_charge.  (ANY(ARRAY(...))
-    -- of the tenants and of the keys, as for lanes, put both arrays in every probe's
-    -- condition: 177 ms instead of 2 for 400 keys.)
-    WHERE k.job_type = $1 AND k.tenant_id = c.tenant_id AND k.fairness_key = c.fairness_key
-      AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
-    RETURNING k.tenant_id, k.fairness_key
-)"""
-
-# Whether lane ``{lane}`` of job type $1 has a ready job: one descent of jobs_ready_idx.
-# max(), not EXISTS: the min/max rewrite always descends jobs_ready_idx, where EXISTS let
-# the generic plan scan the heap for a first match (ADR 014).  The greatest key, not the
-# least: it reads the lane's last entry (its last key's youngest job), not a head, where
-# draining activators leave entries of jobs just claimed (dead, not yet pruned).
-_READY_PROBE = """(SELECT max(j.fairness_key) FROM jobs j
-          WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = {lane})
-         IS NOT NULL"""
-LANE_READY = _READY_PROBE.format(lane="l.tenant_id")
-# Whether key ``{key}`` of lane ``{lane}`` has a ready job: one descent of jobs_ready_idx,
-# to the key's youngest entry (min(priority), its last), as above.
-_KEY_READY_PROBE = """(SELECT min(j.priority) FROM jobs j
-          WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = {lane}
-            AND j.fairness_key = {key})
-         IS NOT NULL"""
-KEY_READY = _KEY_READY_PROBE.format(lane="x.tenant_id", key="x.fairness_key")
-
-# -- name: read_lanes
-# First charges the lanes and keys the previous rounds claimed from ($4 to $10, the
-# floors $11 and the units served $12 and $13, as _CHARGE; empty arrays charge nothing),
-# saving the round a statement and the wait for a separate charge to commit.  Then reads
-# the job type's configuration and, in (vtime, tenant) order, the type's active lanes
-# with their tenants' weight and cap, each probed for a ready job when $2 is at most
-# PROBED_LANES (one round trip).  The scan stops at
-# the lane after the ($2 + len($4))-th ready one
-# (the run condition on ``readies``), or after SCANNED_LANES lanes: lanes that are
-# active but empty (emptied a moment ago, not yet parked) are answered, flagged not
-# ready, for the caller to park, and never take a ready lane's place -- so a read finds
-# the ready lanes however many emptied ones sit in front of them (work conservation,
-# DESIGN 1.6; ADR 014).  Last come the charged lanes and keys that have no ready job any
-# more: their claim emptied them, and the caller parks them too.
-# The read's snapshot predates the charge, so a charged lane's new vtime comes from
-# ``charged``; charges only move lanes later, so the first $2 ready lanes by new vtime
-# are among the first $2 + len($4) by old (the caller keeps those $2).
-# Lanes held at their tenant's cap are not read at all (the index range skips them); nor
-# are paused tenants' lanes, held too (a lane a pause missed, made by a producer racing
-# with it, is filtered out here; it costs the read a row).  The first row says whether
-# the type is paused; then the caller claims nothing, whatever lanes follow.
-# Index: lanes_type_vtime_idx (job_type, active, held, vtime, tenant_id), a range scan of
-# the lanes up to the stop, excluded ones ($3) included; one probe of jobs_ready_idx per lane
-# scanned (small reads) and per lane and key charged.  Locks: the charged lanes and keys.
-_READ_LANES = """
-WITH {charge}
-SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
-       NULL::int AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
-       t.aging_step, NULL::bool AS ready, NULL::bool AS scanned, t.paused IS TRUE AS paused,
-       NULL::text AS fairness_key, t.rate_per_s IS NOT NULL AS rate_limited,
-       t.fairness_by, NULL::float8 AS unit_est
-FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1
-UNION ALL
-SELECT w.tenant_id, COALESCE(ch.vtime, w.vtime), w.weight, w.max_active_jobs, NULL, NULL,
-       NULL, w.ready, true, NULL, NULL, w.rate_limited, NULL, w.unit_est
-FROM (SELECT s.*, count(*) FILTER (WHERE s.ready)
-                    OVER (ORDER BY s.vtime, s.tenant_id ROWS UNBOUNDED PRECEDING) AS readies
-      FROM (SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight, t.max_active_jobs,
-                   t.rate_per_s IS NOT NULL AS rate_limited, l.unit_est,
-                   CASE WHEN $2 <= {probed} THEN {ready} ELSE true END AS ready
-            FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
-            WHERE l.job_type = $1 AND l.active AND NOT l.held
-              AND t.paused IS NOT TRUE AND l.tenant_id <> ALL($3::text[]) {tenants}
-            ORDER BY l.vtime, l.tenant_id
-            LIMIT {scanned}) s) w
-LEFT JOIN charged ch ON ch.tenant_id = w.tenant_id
-WHERE w.readies <= $2 + cardinality($4::text[])
-UNION ALL
-SELECT ch.tenant_id, ch.vtime, NULL, NULL, NULL, NULL, NULL, false, false, NULL, NULL, NULL,
-       NULL, NULL
-FROM charged ch WHERE NOT {charged_ready}
-UNION ALL
-SELECT kc.tenant_id, NULL, NULL, NULL, NULL, NULL, NULL, false, false, NULL, kc.fairness_key,
-       NULL, NULL, NULL
-FROM key_charged kc WHERE NOT {key_charged_ready}
-"""
-# SCANNED_LANES and PROBED_LANES: app.db.bounds, shared with the .sql files.
-# The floors and the units served come last ($11 to $13; $12 to $14 where $11 is the
-# tenant filter).
-_READ_CHARGE = _CHARGE.format(
-    tenants="$4",
-    counts="$5",
-    strides="$6",
-    key_tenants="$7",
-    keys="$8",
-    key_counts="$9",
-    key_strides="$10",
-    floors="{floors}",
-    served="{served}",
-    key_served="{key_served}",
-)
-_CHARGED_READY = _READY_PROBE.format(lane="ch.tenant_id")
-_KEY_CHARGED_READY = _KEY_READY_PROBE.format(lane="kc.tenant_id", key="kc.fairness_key")
-READ_LANES = _READ_LANES.format(
-    charge=_READ_CHARGE.format(floors="$11", served="$12", key_served="$13"),
-    tenants="",
-    # A subquery, not a constant: a type with fewer lanes than SCANNED_LANES made the
-    # generic plan, expecting to read them all, join every lane to its tenant and sort
-    # them (2.6 ms a read at 2,000 lanes, against 0.5 ms in index order).  An unknown
-    # limit keeps the plan that stops early.
-    scanned=f"(SELECT {SCANNED_LANES})",
-    probed=PROBED_LANES,
-    ready=LANE_READY,
-    charged_ready=_CHARGED_READY,
-    key_charged_ready=_KEY_CHARGED_READY,
+CHARGE_ARRAYS = (
+    *("tenants", "counts", "strides", "floors", "served"),
+    *("key_tenants", "keys", "key_counts", "key_strides", "key_served"),
 )
 
-# -- name: read_lanes_of_tenants
-# As read_lanes, restricted to the caller's tenantIds ($11; the floors and units served
-# are $12 to $14).  A
-# statement of its own (not an "$11 IS NULL OR" branch) so that its generic plan can use
-# lanes pkey.
-READ_LANES_OF_TENANTS = _READ_LANES.format(
-    charge=_READ_CHARGE.format(floors="$12", served="$13", key_served="$14"),
-    tenants="AND l.tenant_id = ANY($11::text[])",
-    scanned=SCANNED_LANES,
-    probed=PROBED_LANES,
-    ready=LANE_READY,
-    charged_ready=_CHARGED_READY,
-    key_charged_ready=_KEY_CHARGED_READY,
-)
 
-# -- name: read_keys
-# The keys of the lanes a round allotted picks to ($2: tenants, $3: how many keys to read
-# of each), in (vtime, key) order, their weights (a key without a row weighs 1), and
-# each probed for a ready job when its lane asks for at most PROBED_LANES keys: for
-# scheduler.split_among_keys to divide each lane's picks among.  Active keys only; the
-# ones a call already excluded ($4, $5: tenant and key pairs) are skipped.  A lane whose
-# read stops at its limit may have more ready keys beyond.
-# Index: lane_keys_vtime_idx (job_type, tenant_id, active, vtime, fairness_key), a range
-# scan per lane up to its limit; key_weights pkey; one probe of jobs_ready_idx per key of
-# a small read.  No locks: the claim locks the jobs it takes.
-READ_KEYS = f"""
-SELECT a.tenant_id, k.fairness_key, k.vtime, COALESCE(w.weight, 1) AS weight, k.ready
-FROM unnest($2::text[], $3::int[]) AS a(tenant_id, want)
-CROSS JOIN LATERAL (
-    SELECT x.fairness_key, x.vtime,
-           CASE WHEN a.want <= {PROBED_LANES} THEN {KEY_READY} ELSE true END AS ready
-    FROM lane_keys x
-    WHERE x.job_type = $1 AND x.tenant_id = a.tenant_id AND x.active
-      AND NOT EXISTS (SELECT 1 FROM unnest($4::text[], $5::text[]) AS e(tenant_id, fairness_key)
-                      WHERE e.tenant_id = x.tenant_id AND e.fairness_key = x.fairness_key)
-    ORDER BY x.vtime, x.fairness_key
-    LIMIT a.want
-) k
-LEFT JOIN key_weights w ON w.tenant_id = a.tenant_id AND w.fairness_key = k.fairness_key
-"""
-
-
-# -- name: charge_lanes
-# Charges each lane (jobs claimed) x stride of virtual time ($2, $3, $4: tenants, jobs,
-# strides), and each key (jobs claimed) x key stride ($5 to $8: tenants, keys, jobs,
-# strides; $9 floors, $10 and $11 units served), after the claim committed (so no claim
-# holds lane rows across its WAL flush;
-# ADR 001).  read_lanes carries the same charge (_CHARGE) in front of its read.  Answers
-# the charged lanes that have no ready job left, and the charged keys (their tenant and
-# key) that have none: their claim emptied them (the charge runs after the claim
-# committed, so the last claim of a lane sees it empty), and the caller parks them (ADR
-# 014).  Index: lanes pkey, lane_keys pkey, one probe of jobs_ready_idx per lane and key.
-CHARGE_LANES = f"""
-WITH {
-    _CHARGE.format(
-        tenants="$2",
-        counts="$3",
-        strides="$4",
-        key_tenants="$5",
-        keys="$6",
-        key_counts="$7",
-        key_strides="$8",
-        floors="$9",
-        served="$10",
-        key_served="$11",
-    )
-}
-SELECT ch.tenant_id, NULL AS fairness_key FROM charged ch WHERE NOT {_CHARGED_READY}
-UNION ALL
-SELECT kc.tenant_id, kc.fairness_key FROM key_charged kc WHERE NOT {_KEY_CHARGED_READY}
-"""
-
-# -- name: hold_lanes
-# Marks lanes of job type $1 held: their tenants ($2) are at their caps as counted by the
-# claim that holds their cap locks, which it will hold until this commits.  A lane read
-# skips held lanes; jobfair_release_holds, which takes the same locks first, releases them
-# when the tenant's capacity frees (ADR 016).  Index: lanes pkey.  Locks: the lane rows.
-HOLD_LANES = """
-UPDATE lanes SET held = true, held_count = held_count + 1
-WHERE job_type = $1 AND tenant_id = ANY($2::text[]) AND NOT held
-"""
-
-
-def _charge_arrays(charges: Charges | None) -> tuple[list[Any], ...]:
-    """_CHARGE's ten arrays: lanes in tenant order, keys in (tenant, key) order, then the
-    lanes' floors, the lanes' units served and the keys'."""
+def _charge_arrays(charges: Charges | None) -> dict[str, list[Any]]:
+    """The fragment charge's ten arrays, by name: lanes in tenant order, keys in
+    (tenant, key) order."""
     if charges is None:
-        return [], [], [], [], [], [], [], [], [], []
+        return {name: [] for name in CHARGE_ARRAYS}
     tenants = sorted(charges.lanes)
     keys = sorted(charges.keys)
-    return (
-        tenants,
-        [charges.lanes[t] for t in tenants],
-        [charges.strides[t] for t in tenants],
-        [t for t, _ in keys],
-        [k for _, k in keys],
-        [charges.keys[tk] for tk in keys],
-        [charges.key_strides[tk] for tk in keys],
-        [charges.floors.get(t) for t in tenants],
-        [charges.served.get(t, 0.0) for t in tenants],
-        [charges.key_served.get(tk, 0.0) for tk in keys],
+    return dict(
+        tenants=tenants,
+        counts=[charges.lanes[t] for t in tenants],
+        strides=[charges.strides[t] for t in tenants],
+        floors=[charges.floors.get(t) for t in tenants],
+        served=[charges.served.get(t, 0.0) for t in tenants],
+        key_tenants=[t for t, _ in keys],
+        keys=[k for _, k in keys],
+        key_counts=[charges.keys[tk] for tk in keys],
+        key_strides=[charges.key_strides[tk] for tk in keys],
+        key_served=[charges.key_served.get(tk, 0.0) for tk in keys],
     )
 
 
@@ -454,22 +103,12 @@ async def read(
     """Charge ``charges`` (jobs claimed and stride per lane and per key) first, then read
     the type's configuration and its first ``limit`` lanes that have a ready job (see
     LaneRead)."""
-    *charge, floors, served, key_served = _charge_arrays(charges)
+    args = dict(job_type=job_type, limit=limit, exclude=list(exclude), **_charge_arrays(charges))
     if tenant_ids is None:
-        rows = await db.fetch(
-            READ_LANES, job_type, limit, list(exclude), *charge, floors, served, key_served
-        )
+        rows = await db.fetch(*SQL["read_lanes"].bind(**args))
     else:
         rows = await db.fetch(
-            READ_LANES_OF_TENANTS,
-            job_type,
-            limit,
-            list(exclude),
-            *charge,
-            list(tenant_ids),
-            floors,
-            served,
-            key_served,
+            *SQL["read_lanes_of_tenants"].bind(**args, tenant_ids=list(tenant_ids))
         )
     head, lanes = rows[0], rows[1:]
     cfg = TypeConfig(
@@ -515,12 +154,13 @@ async def read_keys(
         return KeyRead({}, [], set())
     tenants = sorted(wants)
     rows = await db.fetch(
-        READ_KEYS,
-        job_type,
-        tenants,
-        [wants[t] for t in tenants],
-        [t for t, _ in exclude],
-        [k for _, k in exclude],
+        *SQL["read_keys"].bind(
+            job_type=job_type,
+            tenants=tenants,
+            wants=[wants[t] for t in tenants],
+            exclude_tenants=[t for t, _ in exclude],
+            exclude_keys=[k for _, k in exclude],
+        )
     )
     ready: dict[str, list[tuple[str, float, int]]] = {}
     empty: list[tuple[str, str]] = []
@@ -540,7 +180,7 @@ async def charge(db: Queries, job_type: str, charges: Charges) -> tuple[list[str
     """Charge each lane its claimed jobs x stride and each key its claimed jobs x key
     stride (charge_lanes), after the claim; the charged lanes and keys left without a
     ready job, to be parked."""
-    rows = await db.fetch(CHARGE_LANES, job_type, *_charge_arrays(charges))
+    rows = await db.fetch(*SQL["charge_lanes"].bind(job_type=job_type, **_charge_arrays(charges)))
     drained = [r["tenant_id"] for r in rows if r["fairness_key"] is None]
     keys = [(r["tenant_id"], r["fairness_key"]) for r in rows if r["fairness_key"] is not None]
     return drained, keys
@@ -560,10 +200,11 @@ async def wake(tx: Queries, jobs: Sequence[Mapping[str, Any]]) -> None:
     their buckets (lock_to_wake)."""
     if jobs:
         await tx.fetchval(
-            WAKE_LANES,
-            [j["job_type"] for j in jobs],
-            [j["tenant_id"] for j in jobs],
-            [j["fairness_key"] for j in jobs],
+            *SQL["wake_lanes"].bind(
+                job_types=[j["job_type"] for j in jobs],
+                tenant_ids=[j["tenant_id"] for j in jobs],
+                fairness_keys=[j["fairness_key"] for j in jobs],
+            )
         )
 
 
@@ -571,4 +212,4 @@ async def hold(tx: Queries, job_type: str, tenant_ids: Sequence[str]) -> None:
     """Hold the lanes of ``tenant_ids`` (at their caps, counted under their cap locks in
     this transaction) out of the reads until their capacity frees (hold_lanes)."""
     if tenant_ids:
-        await tx.execute(HOLD_LANES, job_type, list(tenant_ids))
+        await tx.execute(*SQL["hold_lanes"].bind(job_type=job_type, tenant_ids=list(tenant_ids)))

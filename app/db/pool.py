@@ -164,34 +164,50 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
     await conn.set_type_codec(
         "jsonb", encoder=_encode_jsonb, decoder=orjson.loads, schema="pg_catalog"
     )
-    for sql, args in _warm_up_calls():
-        await conn.fetch(sql, *args)
+    for call in _warm_up_calls():
+        await conn.fetch(*call)
 
 
-def _warm_up_calls() -> list[tuple[str, tuple[Any, ...]]]:
+def _warm_up_calls() -> list[tuple[Any, ...]]:
     """The statements of a job's path (create, activate, complete), each with arguments
-    that match nothing, so it writes nothing.  Run once on every new pool connection,
-    they leave it with the statements prepared and their generic plans built: otherwise
-    the first calls on a fresh connection pay for parsing and planning each statement,
-    and a connection opened under load held up every pickup behind it (ADR 010)."""
+    that match nothing, so it writes nothing, as a driver call takes them.  Run once on
+    every new pool connection, they leave it with the statements prepared and their
+    generic plans built: otherwise the first calls on a fresh connection pay for parsing
+    and planning each statement, and a connection opened under load held up every pickup
+    behind it (ADR 010)."""
     now = utcnow()
+    insert = dict(
+        jobs="[]",
+        now=now,
+        default_tenant=DEFAULT_TENANT,
+        default_priority=DEFAULT_PRIORITY,
+        default_retries=DEFAULT_RETRIES,
+    )
+    charge: dict[str, list[Any]] = {name: [] for name in lanes.CHARGE_ARRAYS}
+    read = dict(job_type="", limit=1, exclude=[], **charge)
+    claim = dict(job_type="", tenants=[], keys=[], counts=[], now=now, workers=[], deadlines=[])
+    claim |= dict(aging_step=0, aging_interval_ms=1, via_stream=False, starts=[])
+    lead = dict(job_type="", now=now, workers=[], deadlines=[], via_stream=False, starts=[])
+    lead |= dict(default_aging_step=0, default_aging_interval_ms=1)
     return [
-        (jobs.INSERT_JOBS, ("[]", now, DEFAULT_TENANT, DEFAULT_PRIORITY, DEFAULT_RETRIES)),
-        (jobs.INSERT_JOB_QUIET, ("[]", now, DEFAULT_TENANT, DEFAULT_PRIORITY, DEFAULT_RETRIES)),
-        (jobs.GET_JOB, (-1,)),
-        (lanes.READ_LANES, ("", 1, [], *[[]] * 10)),
+        jobs.SQL["insert_jobs"].bind(**insert),
+        jobs.SQL["insert_job_quiet"].bind(**insert),
+        jobs.SQL["get_job"].bind(job_key=-1),
+        lanes.SQL["read_lanes"].bind(**read),
         # The same with a tenant filter: a worker that names its tenants (as Camunda's
         # clients do) reads with these.
-        (lanes.READ_LANES_OF_TENANTS, ("", 1, [], *[[]] * 11)),
-        (lanes.READ_KEYS, ("", [], [], [], [])),
-        (claims.CLAIM, ("", [], [], now, [], [], 0, 1, False, [], [])),
-        (claims.CLAIM_BY_WORKER_TIME, ("", [], [], now, [], [], 0, 1, False, [], [])),
-        (claims.CLAIM_LEAD, ("", now, [], [], 0, 1, False, [])),
-        (claims.CLAIM_LEAD_OF_TENANTS, ("", now, [], [], 0, 1, False, [], [])),
-        (claims.CLAIM_LEAD_BY_WORKER_TIME, ("", now, [], [], 0, 1, False, [])),
-        (claims.CLAIM_LEAD_OF_TENANTS_BY_WORKER_TIME, ("", now, [], [], 0, 1, False, [], [])),
-        (lanes.CHARGE_LANES, ("", *[[]] * 10)),
-        (finishing.COMPLETE_JOBS, ([], [], [], now)),
+        lanes.SQL["read_lanes_of_tenants"].bind(**read, tenant_ids=[]),
+        lanes.SQL["read_keys"].bind(
+            job_type="", tenants=[], wants=[], exclude_tenants=[], exclude_keys=[]
+        ),
+        claims.SQL["claim"].bind(**claim),
+        claims.SQL["claim_by_worker_time"].bind(**claim),
+        claims.SQL["claim_lead"].bind(**lead),
+        claims.SQL["claim_lead_of_tenants"].bind(**lead, tenant_ids=[]),
+        claims.SQL["claim_lead_by_worker_time"].bind(**lead),
+        claims.SQL["claim_lead_of_tenants_by_worker_time"].bind(**lead, tenant_ids=[]),
+        lanes.SQL["charge_lanes"].bind(job_type="", **charge),
+        (finishing.COMPLETE_JOBS, [], [], [], now),
     ]
 
 

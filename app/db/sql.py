@@ -34,7 +34,13 @@ from typing import Any
 from app.db.bounds import constants
 
 _BLOCK = re.compile(r"^-- (name|fragment): (\w+)[ \t]*$", re.MULTILINE)
-_INCLUDE = re.compile(r"\{\{([A-Za-z_][A-Za-z0-9_]*(?:\.[a-z_][a-z0-9_]*)?)\}\}")
+# A quoted string (a bound may be put in it), a quoted identifier or a comment (kept
+# whole), or a name to put in.
+_INCLUDE = re.compile(
+    r"('(?:[^']|'')*')|\"(?:[^\"]|\"\")*\"|--[^\n]*"
+    r"|\{\{([A-Za-z_][A-Za-z0-9_]*(?:\.[a-z_][a-z0-9_]*)?)\}\}"
+)
+_BOUND = re.compile(r"\{\{([A-Z_][A-Z0-9_]*)\}\}")
 # A quoted string, a quoted identifier or a comment (skipped whole), a cast, a parameter.
 _TOKEN = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|::|:([a-z_][a-z0-9_]*)")
 _SKIPPED = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*")
@@ -108,12 +114,20 @@ def parse(
     bounds = constants()
 
     def expand(where: str, body: str, within: tuple[str, ...]) -> str:
+        def bound(ref: str) -> str:
+            if ref not in bounds:
+                raise ValueError(f"{where}: no bound {{{{{ref}}}}} (app.db.bounds)")
+            return str(bounds[ref])
+
         def put(m: re.Match[str]) -> str:
-            ref = m.group(1)
+            quoted, ref = m.group(1), m.group(2)
+            if quoted is not None:
+                # A bound in a string ('{{NOTIFY_CHANNEL}}') is put in; nothing else is.
+                return _BOUND.sub(lambda b: bound(b.group(1)), quoted)
+            if ref is None:
+                return m.group(0)  # a quoted name or a comment: as it is
             if ref.isupper():
-                if ref not in bounds:
-                    raise ValueError(f"{where}: no bound {{{{{ref}}}}} (app.db.bounds)")
-                return str(bounds[ref])
+                return bound(ref)
             owner, _, name = ref.rpartition(".")
             owner = owner or within[-1].split(".")[0]
             if owner not in blocks:

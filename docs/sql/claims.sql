@@ -3,83 +3,84 @@
 
 -- name: lock_and_count
 -- A capped claim's cap locks and, read after them, its counts and token buckets, in one
--- round trip: jobfair_lock_and_count (alembic 0014), which takes the type's lock ($1, $2;
--- a NULL key takes none) and the tenants' ($3, $4) in key order, then reads -- each
--- statement of a volatile function takes its own snapshot, so these see every claim that
--- committed before the locks were this one's -- the instant (kind 'now', in ``at``), the
--- type's ACTIVATED jobs up to its cap ($5, $6; 'type'), each capped tenant's cap and
--- ACTIVATED jobs up to it ($7; 'tenant'), and the buckets of the type (if $8;
--- 'type_bucket') and of the tenants $9 ('tenant_bucket').  Index: jobs_active_type_idx,
--- jobs_active_tenant_idx, tenants pkey, job_types pkey.
-SELECT * FROM jobfair_lock_and_count($1, $2, $3, $4::text[], $5, $6, $7::text[], $8, $9::text[]);
+-- round trip: jobfair_lock_and_count (alembic 0014), which takes the type's lock
+-- (:type_lock_class, :type_lock_key; a NULL key takes none) and the tenants'
+-- (:tenant_lock_class, :lock_tenants) in key order, then reads -- each statement of a
+-- volatile function takes its own snapshot, so these see every claim that committed
+-- before the locks were this one's -- the instant (kind 'now', in ``at``), the type's
+-- ACTIVATED jobs up to its cap (:job_type, :type_cap; 'type'), each capped tenant's cap
+-- and ACTIVATED jobs up to it (:capped; 'tenant'), and the buckets of the type (if
+-- :type_limited; 'type_bucket') and of the tenants :limited ('tenant_bucket').
+-- Index: jobs_active_type_idx, jobs_active_tenant_idx, tenants pkey, job_types pkey.
+-- Parameters: $1 :type_lock_class, $2 :type_lock_key, $3 :tenant_lock_class, $4 :lock_tenants, $5 :job_type, $6 :type_cap, $7 :capped, $8 :type_limited, $9 :limited
+SELECT * FROM jobfair_lock_and_count($1, $2, $3,
+                                     $4::text[], $5, $6,
+                                     $7::text[], $8, $9::text[]);
 
 -- name: take_tokens
 -- What a rate-limited claim left in its buckets (scheduler.Bucket.take), written in its
--- transaction before the cap locks go: the type's ($1: its tokens and instant $2, $3; $2
--- NULL: none taken) and the tenants' ($4 to $6).  A bucket whose limit changed since the
--- claim read it (its rate_at is not the one read, $7 and $8) keeps the change: a new
--- limit starts with its own bucket.  Index: job_types pkey, tenants pkey.  Locks: the
--- rows (a job type's change writes its row without the cap lock, and is waited for).
+-- transaction before the cap locks go: the type's (its :type_tokens at :type_at; NULL
+-- tokens: none taken) and the tenants' (:tenants, :tokens, :at).  A bucket whose limit
+-- changed since the claim read it (its rate_at is not the one read, :type_read_at and
+-- :read_at) keeps the change: a new limit starts with its own bucket.
+-- Index: job_types pkey, tenants pkey.  Locks: the rows (a job type's change writes its
+-- row without the cap lock, and is waited for).
+-- Parameters: $1 :type_tokens, $2 :type_at, $3 :job_type, $4 :type_read_at, $5 :tenants, $6 :tokens, $7 :at, $8 :read_at
 WITH type_taken AS (
-    UPDATE job_types SET rate_tokens = $2, rate_at = $3
-    WHERE $2::float8 IS NOT NULL AND job_type = $1 AND rate_at = $7
+    UPDATE job_types SET rate_tokens = $1, rate_at = $2
+    WHERE $1::float8 IS NOT NULL AND job_type = $3 AND rate_at = $4
     RETURNING 1
 )
 UPDATE tenants t SET rate_tokens = u.tokens, rate_at = u.at
-FROM unnest($4::text[], $5::float8[], $6::timestamptz[], $8::timestamptz[])
+FROM unnest($5::text[], $6::float8[], $7::timestamptz[], $8::timestamptz[])
      AS u(tenant_id, tokens, at, read_at)
 WHERE t.tenant_id = u.tenant_id AND t.rate_at = u.read_at;
 
+-- name: effective_priority_of
+-- The fragment effective_priority alone, of one (:priority, :queued_at) at :now with
+-- (:step, :interval_ms): what the twin test compares with the Python.
+-- Parameters: $1 :step, $2 :interval_ms, $3 :now, $4 :priority, $5 :queued_at
+WITH aging AS (SELECT $1::int AS step, $2::int AS interval_ms)
+SELECT LEAST(100, u.priority + (SELECT step FROM aging) * floor(
+               GREATEST(0, extract(epoch FROM ($3::timestamptz - u.queued_at)) * 1000)
+               / (SELECT interval_ms FROM aging))) AS eff
+FROM (SELECT $4::int AS priority, $5::timestamptz AS queued_at) u;
+
 -- name: claim
--- Activates up to k jobs from each allotted key of each allotted lane of one job type
--- (scheduler.split_among_keys), best effective priority first within the key.
--- Index: jobs_ready_idx (job_type, tenant_id, fairness_key, priority DESC, queued_at,
---   job_key) WHERE state = 'CREATED'.  Per key a recursive skip scan finds the distinct
---   priorities (one index descent each, at most 101); each priority's head yields up to k
---   rows in FIFO order, which within one priority is also aging order.  The best k of
---   those heads are the key's best k jobs.  Cost O(k x P x log N), never a backlog scan.
--- Locks: FOR UPDATE SKIP LOCKED, so concurrent activators of the same lane pass each
---   other (each takes the next unlocked rows) instead of queueing.  Only the top
---   priority's heads are locked as they are read; lower priorities' heads are read
---   without locks and, when aging promotes some of them into the best k, that many rows
---   of their priority are locked from its head (promoted).  Locking every priority's k
---   heads made concurrent claims skip rows that were never going to be taken, and hand
---   out younger jobs while older ones sat locked by a claim that would not take them
---   (ADR 003; tests/integration/test_claim.py).  No lane row is locked here: charging
---   is charge_lanes, after this statement has committed.
--- History: writes nothing (an activation is recorded when it ends), but drops an old
--- activation's rows once a job is past the windows it keeps (app.db.history).
+-- Activates up to :counts jobs from each allotted key of each allotted lane of one job
+-- type (the fragments claim_heads and activated), best effective priority first within
+-- the key.  Index and locks: claim_heads'.  History: trimmed.
+-- Parameters: $1 :tenants, $2 :keys, $3 :counts, $4 :aging_step, $5 :aging_interval_ms, $6 :job_type, $7 :now, $8 :starts, $9 :workers, $10 :deadlines, $11 :via_stream
 WITH RECURSIVE alloc AS (
-    SELECT * FROM unnest($2::text[], $11::text[], $3::int[]) AS a(tenant_id, fairness_key, k)
+    SELECT * FROM unnest($1::text[], $2::text[], $3::int[])
+             AS a(tenant_id, fairness_key, k)
 ),
+aging AS (SELECT $4::int AS step, $5::int AS interval_ms),
 prios AS (
     SELECT a.tenant_id, a.fairness_key, a.k, true AS top,
            (SELECT max(j.priority) FROM jobs j
-             WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = a.tenant_id
+             WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = a.tenant_id
                AND j.fairness_key = a.fairness_key)
              AS priority
     FROM alloc a
   UNION ALL
     SELECT p.tenant_id, p.fairness_key, p.k, false,
            (SELECT max(j.priority) FROM jobs j
-             WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
+             WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = p.tenant_id
                AND j.fairness_key = p.fairness_key AND j.priority < p.priority)
     FROM prios p WHERE p.priority IS NOT NULL
 ),
 heads AS (
-    -- The effective priority: twin of app.scheduler.effective_priority (property-tested
-    -- against it, tests/integration/test_twins.py).
-    SELECT u.*,
-           LEAST(100, u.priority + $7::int * floor(
-               GREATEST(0, extract(epoch FROM ($4::timestamptz - u.queued_at)) * 1000)
-               / $8::int))
-             AS eff
+    -- Each priority's heads: locked for the top priority, read for the others.
+    SELECT u.*, LEAST(100, u.priority + (SELECT step FROM aging) * floor(
+               GREATEST(0, extract(epoch FROM ($7::timestamptz - u.queued_at)) * 1000)
+               / (SELECT interval_ms FROM aging))) AS eff
     FROM (SELECT h.job_key, p.tenant_id, p.fairness_key, p.priority, p.k, p.top,
                  h.queued_at
           FROM prios p
           CROSS JOIN LATERAL (
               SELECT j.job_key, j.queued_at FROM jobs j
-              WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
+              WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = p.tenant_id
                 AND j.fairness_key = p.fairness_key AND j.priority = p.priority
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
@@ -92,11 +93,10 @@ heads AS (
           FROM prios p
           CROSS JOIN LATERAL (
               SELECT j.job_key, j.queued_at FROM jobs j
-              WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
+              WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = p.tenant_id
                 AND j.fairness_key = p.fairness_key AND j.priority = p.priority
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
-
           ) h
           WHERE NOT p.top AND p.priority IS NOT NULL) u
 ),
@@ -115,7 +115,7 @@ promoted AS (
           WHERE NOT top GROUP BY tenant_id, fairness_key, priority) s
     CROSS JOIN LATERAL (
         SELECT j.job_key FROM jobs j
-        WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = s.tenant_id
+        WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = s.tenant_id
           AND j.fairness_key = s.fairness_key AND j.priority = s.priority
         ORDER BY j.queued_at, j.job_key
         LIMIT s.n
@@ -124,17 +124,19 @@ promoted AS (
 ),
 taken AS (
     -- The taken rows shared out among the requests: the i-th gets row numbers from
-    -- starts[i] up to the next one's start (with the i-th worker and deadline).
-    SELECT t.job_key, width_bucket(row_number() OVER (), $10::int[]) AS share
+    -- :starts[i] up to the next one's start (with the i-th of :workers and :deadlines).
+    SELECT t.job_key, width_bucket(row_number() OVER (), $8::int[]) AS share
     FROM (SELECT job_key FROM chosen WHERE top UNION ALL SELECT job_key FROM promoted) t
 ),
 activated AS (
     UPDATE jobs j
     SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
-        worker = ($5::text[])[t.share], deadline = ($6::timestamptz[])[t.share],
-        activated_at = $4::timestamptz, via_stream = $9, charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime' THEN COALESCE((SELECT l.unit_est FROM lanes l
-                       WHERE l.job_type = $1 AND l.tenant_id = j.tenant_id),
-                      1.0::float8) END
+        worker = ($9::text[])[t.share], deadline = ($10::timestamptz[])[t.share],
+        activated_at = $7::timestamptz, via_stream = $11,
+        charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $6) = 'workerTime'
+                  THEN COALESCE((SELECT l.unit_est FROM lanes l
+                                 WHERE l.job_type = $6 AND l.tenant_id = j.tenant_id),
+                                1.0::float8) END
     FROM taken t
     -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join alone lets
     -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
@@ -153,37 +155,37 @@ SELECT * FROM activated;
 -- name: claim_by_worker_time
 -- As claim, for a type fair by worker time: each job also records the virtual time its
 -- estimate adds to its lane and its key (lane_charge, key_charge; ADR 029).
+-- Parameters: $1 :tenants, $2 :keys, $3 :counts, $4 :aging_step, $5 :aging_interval_ms, $6 :job_type, $7 :now, $8 :starts, $9 :workers, $10 :deadlines, $11 :via_stream
 WITH RECURSIVE alloc AS (
-    SELECT * FROM unnest($2::text[], $11::text[], $3::int[]) AS a(tenant_id, fairness_key, k)
+    SELECT * FROM unnest($1::text[], $2::text[], $3::int[])
+             AS a(tenant_id, fairness_key, k)
 ),
+aging AS (SELECT $4::int AS step, $5::int AS interval_ms),
 prios AS (
     SELECT a.tenant_id, a.fairness_key, a.k, true AS top,
            (SELECT max(j.priority) FROM jobs j
-             WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = a.tenant_id
+             WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = a.tenant_id
                AND j.fairness_key = a.fairness_key)
              AS priority
     FROM alloc a
   UNION ALL
     SELECT p.tenant_id, p.fairness_key, p.k, false,
            (SELECT max(j.priority) FROM jobs j
-             WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
+             WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = p.tenant_id
                AND j.fairness_key = p.fairness_key AND j.priority < p.priority)
     FROM prios p WHERE p.priority IS NOT NULL
 ),
 heads AS (
-    -- The effective priority: twin of app.scheduler.effective_priority (property-tested
-    -- against it, tests/integration/test_twins.py).
-    SELECT u.*,
-           LEAST(100, u.priority + $7::int * floor(
-               GREATEST(0, extract(epoch FROM ($4::timestamptz - u.queued_at)) * 1000)
-               / $8::int))
-             AS eff
+    -- Each priority's heads: locked for the top priority, read for the others.
+    SELECT u.*, LEAST(100, u.priority + (SELECT step FROM aging) * floor(
+               GREATEST(0, extract(epoch FROM ($7::timestamptz - u.queued_at)) * 1000)
+               / (SELECT interval_ms FROM aging))) AS eff
     FROM (SELECT h.job_key, p.tenant_id, p.fairness_key, p.priority, p.k, p.top,
                  h.queued_at
           FROM prios p
           CROSS JOIN LATERAL (
               SELECT j.job_key, j.queued_at FROM jobs j
-              WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
+              WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = p.tenant_id
                 AND j.fairness_key = p.fairness_key AND j.priority = p.priority
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
@@ -196,11 +198,10 @@ heads AS (
           FROM prios p
           CROSS JOIN LATERAL (
               SELECT j.job_key, j.queued_at FROM jobs j
-              WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
+              WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = p.tenant_id
                 AND j.fairness_key = p.fairness_key AND j.priority = p.priority
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
-
           ) h
           WHERE NOT p.top AND p.priority IS NOT NULL) u
 ),
@@ -219,7 +220,7 @@ promoted AS (
           WHERE NOT top GROUP BY tenant_id, fairness_key, priority) s
     CROSS JOIN LATERAL (
         SELECT j.job_key FROM jobs j
-        WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = s.tenant_id
+        WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = s.tenant_id
           AND j.fairness_key = s.fairness_key AND j.priority = s.priority
         ORDER BY j.queued_at, j.job_key
         LIMIT s.n
@@ -228,31 +229,34 @@ promoted AS (
 ),
 taken AS (
     -- The taken rows shared out among the requests: the i-th gets row numbers from
-    -- starts[i] up to the next one's start (with the i-th worker and deadline).
-    SELECT t.job_key, width_bucket(row_number() OVER (), $10::int[]) AS share
+    -- :starts[i] up to the next one's start (with the i-th of :workers and :deadlines).
+    SELECT t.job_key, width_bucket(row_number() OVER (), $8::int[]) AS share
     FROM (SELECT job_key FROM chosen WHERE top UNION ALL SELECT job_key FROM promoted) t
 ),
 activated AS (
     UPDATE jobs j
     SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
-        worker = ($5::text[])[t.share], deadline = ($6::timestamptz[])[t.share],
-        activated_at = $4::timestamptz, via_stream = $9, charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime' THEN COALESCE((SELECT l.unit_est FROM lanes l
-                       WHERE l.job_type = $1 AND l.tenant_id = j.tenant_id),
-                      1.0::float8) END,
-        lane_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime'
-        THEN COALESCE((SELECT l.unit_est FROM lanes l
-                       WHERE l.job_type = $1 AND l.tenant_id = j.tenant_id),
-                      1.0::float8) / COALESCE((SELECT t.weight FROM tenants t
-                                     WHERE t.tenant_id = j.tenant_id), 1) END, key_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime'
-        THEN COALESCE((SELECT l.unit_est FROM lanes l
-                       WHERE l.job_type = $1 AND l.tenant_id = j.tenant_id),
-                      1.0::float8) / COALESCE((SELECT w.weight FROM key_weights w
-                                     WHERE w.tenant_id = j.tenant_id
-                                       AND w.fairness_key = j.fairness_key
-                                       AND w.shard = jobfair_shard(j.tenant_id)), 1) END
+        worker = ($9::text[])[t.share], deadline = ($10::timestamptz[])[t.share],
+        activated_at = $7::timestamptz, via_stream = $11,
+        charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $6) = 'workerTime'
+                  THEN COALESCE((SELECT l.unit_est FROM lanes l
+                                 WHERE l.job_type = $6 AND l.tenant_id = j.tenant_id),
+                                1.0::float8) END,
+        lane_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $6) = 'workerTime'
+                      THEN COALESCE((SELECT l.unit_est FROM lanes l
+                                     WHERE l.job_type = $6 AND l.tenant_id = j.tenant_id),
+                                    1.0::float8)
+                           / COALESCE((SELECT t.weight FROM tenants t
+                                       WHERE t.tenant_id = j.tenant_id), 1) END,
+        key_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $6) = 'workerTime'
+                     THEN COALESCE((SELECT l.unit_est FROM lanes l
+                                    WHERE l.job_type = $6 AND l.tenant_id = j.tenant_id),
+                                   1.0::float8)
+                          / COALESCE((SELECT w.weight FROM key_weights w
+                                      WHERE w.tenant_id = j.tenant_id
+                                        AND w.fairness_key = j.fairness_key
+                                        AND w.shard = jobfair_shard(j.tenant_id)), 1) END
     FROM taken t
-    -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join alone lets
-    -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
     WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
     RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key, j.cost, j.charged, j.lane_charge, j.key_charge
 ),
@@ -267,39 +271,40 @@ SELECT * FROM activated;
 
 -- name: claim_holding
 -- As claim, for a claim under cap locks: it also holds the lanes of the capped tenants
--- ($12) it leaves with no room ($13: each one's room as counted under its lock), in the
--- same statement (one round trip less with the locks held; hold_lanes, ADR 016).
+-- (:hold_tenants) it leaves with no room (:hold_room: each one's room as counted under
+-- its lock), in the same statement (one round trip less with the locks held;
+-- hold_lanes, ADR 016).
+-- Parameters: $1 :tenants, $2 :keys, $3 :counts, $4 :aging_step, $5 :aging_interval_ms, $6 :job_type, $7 :now, $8 :starts, $9 :workers, $10 :deadlines, $11 :via_stream, $12 :hold_tenants, $13 :hold_room
 WITH RECURSIVE alloc AS (
-    SELECT * FROM unnest($2::text[], $11::text[], $3::int[]) AS a(tenant_id, fairness_key, k)
+    SELECT * FROM unnest($1::text[], $2::text[], $3::int[])
+             AS a(tenant_id, fairness_key, k)
 ),
+aging AS (SELECT $4::int AS step, $5::int AS interval_ms),
 prios AS (
     SELECT a.tenant_id, a.fairness_key, a.k, true AS top,
            (SELECT max(j.priority) FROM jobs j
-             WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = a.tenant_id
+             WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = a.tenant_id
                AND j.fairness_key = a.fairness_key)
              AS priority
     FROM alloc a
   UNION ALL
     SELECT p.tenant_id, p.fairness_key, p.k, false,
            (SELECT max(j.priority) FROM jobs j
-             WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
+             WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = p.tenant_id
                AND j.fairness_key = p.fairness_key AND j.priority < p.priority)
     FROM prios p WHERE p.priority IS NOT NULL
 ),
 heads AS (
-    -- The effective priority: twin of app.scheduler.effective_priority (property-tested
-    -- against it, tests/integration/test_twins.py).
-    SELECT u.*,
-           LEAST(100, u.priority + $7::int * floor(
-               GREATEST(0, extract(epoch FROM ($4::timestamptz - u.queued_at)) * 1000)
-               / $8::int))
-             AS eff
+    -- Each priority's heads: locked for the top priority, read for the others.
+    SELECT u.*, LEAST(100, u.priority + (SELECT step FROM aging) * floor(
+               GREATEST(0, extract(epoch FROM ($7::timestamptz - u.queued_at)) * 1000)
+               / (SELECT interval_ms FROM aging))) AS eff
     FROM (SELECT h.job_key, p.tenant_id, p.fairness_key, p.priority, p.k, p.top,
                  h.queued_at
           FROM prios p
           CROSS JOIN LATERAL (
               SELECT j.job_key, j.queued_at FROM jobs j
-              WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
+              WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = p.tenant_id
                 AND j.fairness_key = p.fairness_key AND j.priority = p.priority
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
@@ -312,11 +317,10 @@ heads AS (
           FROM prios p
           CROSS JOIN LATERAL (
               SELECT j.job_key, j.queued_at FROM jobs j
-              WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
+              WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = p.tenant_id
                 AND j.fairness_key = p.fairness_key AND j.priority = p.priority
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
-
           ) h
           WHERE NOT p.top AND p.priority IS NOT NULL) u
 ),
@@ -335,7 +339,7 @@ promoted AS (
           WHERE NOT top GROUP BY tenant_id, fairness_key, priority) s
     CROSS JOIN LATERAL (
         SELECT j.job_key FROM jobs j
-        WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = s.tenant_id
+        WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = s.tenant_id
           AND j.fairness_key = s.fairness_key AND j.priority = s.priority
         ORDER BY j.queued_at, j.job_key
         LIMIT s.n
@@ -344,17 +348,19 @@ promoted AS (
 ),
 taken AS (
     -- The taken rows shared out among the requests: the i-th gets row numbers from
-    -- starts[i] up to the next one's start (with the i-th worker and deadline).
-    SELECT t.job_key, width_bucket(row_number() OVER (), $10::int[]) AS share
+    -- :starts[i] up to the next one's start (with the i-th of :workers and :deadlines).
+    SELECT t.job_key, width_bucket(row_number() OVER (), $8::int[]) AS share
     FROM (SELECT job_key FROM chosen WHERE top UNION ALL SELECT job_key FROM promoted) t
 ),
 activated AS (
     UPDATE jobs j
     SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
-        worker = ($5::text[])[t.share], deadline = ($6::timestamptz[])[t.share],
-        activated_at = $4::timestamptz, via_stream = $9, charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime' THEN COALESCE((SELECT l.unit_est FROM lanes l
-                       WHERE l.job_type = $1 AND l.tenant_id = j.tenant_id),
-                      1.0::float8) END
+        worker = ($9::text[])[t.share], deadline = ($10::timestamptz[])[t.share],
+        activated_at = $7::timestamptz, via_stream = $11,
+        charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $6) = 'workerTime'
+                  THEN COALESCE((SELECT l.unit_est FROM lanes l
+                                 WHERE l.job_type = $6 AND l.tenant_id = j.tenant_id),
+                                1.0::float8) END
     FROM taken t
     -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join alone lets
     -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
@@ -370,7 +376,7 @@ trimmed AS (
 ),
 held AS (
     UPDATE lanes l SET held = true, held_count = l.held_count + 1
-    WHERE l.job_type = $1 AND NOT l.held AND l.tenant_id = ANY(ARRAY(
+    WHERE l.job_type = $6 AND NOT l.held AND l.tenant_id = ANY(ARRAY(
         SELECT r.tenant_id FROM unnest($12::text[], $13::int[]) AS r(tenant_id, room)
         WHERE r.room <= (SELECT count(*) FROM activated a WHERE a.tenant_id = r.tenant_id)))
 )
@@ -378,37 +384,37 @@ SELECT * FROM activated;
 
 -- name: claim_holding_by_worker_time
 -- As claim_holding, for a type fair by worker time (claim_by_worker_time).
+-- Parameters: $1 :tenants, $2 :keys, $3 :counts, $4 :aging_step, $5 :aging_interval_ms, $6 :job_type, $7 :now, $8 :starts, $9 :workers, $10 :deadlines, $11 :via_stream, $12 :hold_tenants, $13 :hold_room
 WITH RECURSIVE alloc AS (
-    SELECT * FROM unnest($2::text[], $11::text[], $3::int[]) AS a(tenant_id, fairness_key, k)
+    SELECT * FROM unnest($1::text[], $2::text[], $3::int[])
+             AS a(tenant_id, fairness_key, k)
 ),
+aging AS (SELECT $4::int AS step, $5::int AS interval_ms),
 prios AS (
     SELECT a.tenant_id, a.fairness_key, a.k, true AS top,
            (SELECT max(j.priority) FROM jobs j
-             WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = a.tenant_id
+             WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = a.tenant_id
                AND j.fairness_key = a.fairness_key)
              AS priority
     FROM alloc a
   UNION ALL
     SELECT p.tenant_id, p.fairness_key, p.k, false,
            (SELECT max(j.priority) FROM jobs j
-             WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
+             WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = p.tenant_id
                AND j.fairness_key = p.fairness_key AND j.priority < p.priority)
     FROM prios p WHERE p.priority IS NOT NULL
 ),
 heads AS (
-    -- The effective priority: twin of app.scheduler.effective_priority (property-tested
-    -- against it, tests/integration/test_twins.py).
-    SELECT u.*,
-           LEAST(100, u.priority + $7::int * floor(
-               GREATEST(0, extract(epoch FROM ($4::timestamptz - u.queued_at)) * 1000)
-               / $8::int))
-             AS eff
+    -- Each priority's heads: locked for the top priority, read for the others.
+    SELECT u.*, LEAST(100, u.priority + (SELECT step FROM aging) * floor(
+               GREATEST(0, extract(epoch FROM ($7::timestamptz - u.queued_at)) * 1000)
+               / (SELECT interval_ms FROM aging))) AS eff
     FROM (SELECT h.job_key, p.tenant_id, p.fairness_key, p.priority, p.k, p.top,
                  h.queued_at
           FROM prios p
           CROSS JOIN LATERAL (
               SELECT j.job_key, j.queued_at FROM jobs j
-              WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
+              WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = p.tenant_id
                 AND j.fairness_key = p.fairness_key AND j.priority = p.priority
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
@@ -421,11 +427,10 @@ heads AS (
           FROM prios p
           CROSS JOIN LATERAL (
               SELECT j.job_key, j.queued_at FROM jobs j
-              WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
+              WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = p.tenant_id
                 AND j.fairness_key = p.fairness_key AND j.priority = p.priority
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
-
           ) h
           WHERE NOT p.top AND p.priority IS NOT NULL) u
 ),
@@ -444,7 +449,7 @@ promoted AS (
           WHERE NOT top GROUP BY tenant_id, fairness_key, priority) s
     CROSS JOIN LATERAL (
         SELECT j.job_key FROM jobs j
-        WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = s.tenant_id
+        WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = s.tenant_id
           AND j.fairness_key = s.fairness_key AND j.priority = s.priority
         ORDER BY j.queued_at, j.job_key
         LIMIT s.n
@@ -453,31 +458,34 @@ promoted AS (
 ),
 taken AS (
     -- The taken rows shared out among the requests: the i-th gets row numbers from
-    -- starts[i] up to the next one's start (with the i-th worker and deadline).
-    SELECT t.job_key, width_bucket(row_number() OVER (), $10::int[]) AS share
+    -- :starts[i] up to the next one's start (with the i-th of :workers and :deadlines).
+    SELECT t.job_key, width_bucket(row_number() OVER (), $8::int[]) AS share
     FROM (SELECT job_key FROM chosen WHERE top UNION ALL SELECT job_key FROM promoted) t
 ),
 activated AS (
     UPDATE jobs j
     SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
-        worker = ($5::text[])[t.share], deadline = ($6::timestamptz[])[t.share],
-        activated_at = $4::timestamptz, via_stream = $9, charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime' THEN COALESCE((SELECT l.unit_est FROM lanes l
-                       WHERE l.job_type = $1 AND l.tenant_id = j.tenant_id),
-                      1.0::float8) END,
-        lane_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime'
-        THEN COALESCE((SELECT l.unit_est FROM lanes l
-                       WHERE l.job_type = $1 AND l.tenant_id = j.tenant_id),
-                      1.0::float8) / COALESCE((SELECT t.weight FROM tenants t
-                                     WHERE t.tenant_id = j.tenant_id), 1) END, key_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime'
-        THEN COALESCE((SELECT l.unit_est FROM lanes l
-                       WHERE l.job_type = $1 AND l.tenant_id = j.tenant_id),
-                      1.0::float8) / COALESCE((SELECT w.weight FROM key_weights w
-                                     WHERE w.tenant_id = j.tenant_id
-                                       AND w.fairness_key = j.fairness_key
-                                       AND w.shard = jobfair_shard(j.tenant_id)), 1) END
+        worker = ($9::text[])[t.share], deadline = ($10::timestamptz[])[t.share],
+        activated_at = $7::timestamptz, via_stream = $11,
+        charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $6) = 'workerTime'
+                  THEN COALESCE((SELECT l.unit_est FROM lanes l
+                                 WHERE l.job_type = $6 AND l.tenant_id = j.tenant_id),
+                                1.0::float8) END,
+        lane_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $6) = 'workerTime'
+                      THEN COALESCE((SELECT l.unit_est FROM lanes l
+                                     WHERE l.job_type = $6 AND l.tenant_id = j.tenant_id),
+                                    1.0::float8)
+                           / COALESCE((SELECT t.weight FROM tenants t
+                                       WHERE t.tenant_id = j.tenant_id), 1) END,
+        key_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $6) = 'workerTime'
+                     THEN COALESCE((SELECT l.unit_est FROM lanes l
+                                    WHERE l.job_type = $6 AND l.tenant_id = j.tenant_id),
+                                   1.0::float8)
+                          / COALESCE((SELECT w.weight FROM key_weights w
+                                      WHERE w.tenant_id = j.tenant_id
+                                        AND w.fairness_key = j.fairness_key
+                                        AND w.shard = jobfair_shard(j.tenant_id)), 1) END
     FROM taken t
-    -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join alone lets
-    -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
     WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
     RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key, j.cost, j.charged, j.lane_charge, j.key_charge
 ),
@@ -490,7 +498,7 @@ trimmed AS (
 ),
 held AS (
     UPDATE lanes l SET held = true, held_count = l.held_count + 1
-    WHERE l.job_type = $1 AND NOT l.held AND l.tenant_id = ANY(ARRAY(
+    WHERE l.job_type = $6 AND NOT l.held AND l.tenant_id = ANY(ARRAY(
         SELECT r.tenant_id FROM unnest($12::text[], $13::int[]) AS r(tenant_id, room)
         WHERE r.room <= (SELECT count(*) FROM activated a WHERE a.tenant_id = r.tenant_id)))
 )
@@ -498,38 +506,38 @@ SELECT * FROM activated;
 
 -- name: claim_lead
 -- One stride pick, read and claimed in one round trip: the job type's first backlogged
--- lane in (vtime, tenant) order that has a ready job -- the lane scheduler.allocate picks
--- first -- and in it the first backlogged key in (vtime, key) order that has one -- the
--- key scheduler.allocate_keys picks first -- gives its best job, exactly as CLAIM would
--- give it with the count 1 for that key.  For a waiter woken by one new job of an idle
--- type, this saves read_lanes' and read_keys' round trips, a large part of a pickup (ADR
--- 011).  It claims nothing where a cap or a rate limit is involved (the type's, or the
--- lead lane's tenant's: those need their locks and counts, ADR 016 and 028), when none
--- of the first PROBED_LANES active lanes has a ready job, nor any of the lead lane's
--- first PROBED_LANES active keys, or when the lead key's heads are held by another
--- activator; the caller then runs the full rounds, unless the answer says the type is
--- dry.  Answers one row: the claimed
--- job with the lane's and the key's weights (for their charges) and the type's aging
--- ($5, $6: the server's defaults), or NULLs and whether the type is dry.  A paused type,
--- or a paused tenant's lane, gives nothing (as read_lanes).
--- Index: lanes_type_vtime_idx, lane_keys_vtime_idx, then as read_lanes, read_keys and CLAIM.
+-- lane in (vtime, tenant) order that has a ready job -- the lane scheduler.allocate
+-- picks first -- and in it the first backlogged key in (vtime, key) order that has one
+-- (the fragment lead) gives its best job, exactly as claim would give it with the count
+-- 1 for that key.  For a waiter woken by one new job of an idle type, this saves
+-- read_lanes' and read_keys' round trips, a large part of a pickup (ADR 011).  It claims
+-- nothing where a cap or a rate limit is involved, when none of the first PROBED_LANES
+-- active lanes has a ready job, nor any of the lead lane's first PROBED_LANES active
+-- keys, or when the lead key's heads are held by another activator; the caller then
+-- runs the full rounds, unless the answer says the type is dry: no probed lane had a
+-- ready job, and the probe saw every active lane (fewer than PROBED_LANES; evaluated
+-- only when nothing was claimed, and it counts lanes_type_vtime_idx entries: the ready
+-- probes were the lead's), which saves that caller the lane read that would prove it.  A
+-- paused type, or a paused tenant's lane, gives nothing (as read_lanes).
+-- Index: lanes_type_vtime_idx, lane_keys_vtime_idx, then as read_lanes, read_keys and
+-- claim.
+-- Parameters: $1 :default_aging_step, $2 :default_aging_interval_ms, $3 :job_type, $4 :now, $5 :starts, $6 :workers, $7 :deadlines, $8 :via_stream
 WITH RECURSIVE lead_lane AS (
     SELECT x.tenant_id, x.weight, x.cap, x.rate, c.type_cap, c.type_rate, c.aging_step,
            c.aging_interval_ms, c.fairness_by
     FROM (SELECT t.max_active_jobs AS type_cap, t.rate_per_s AS type_rate, t.fairness_by,
-                 COALESCE(t.aging_step, $5::int) AS aging_step,
-                 COALESCE(t.aging_interval_ms, $6::int) AS aging_interval_ms
-          FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1
+                 COALESCE(t.aging_step, $1::int) AS aging_step,
+                 COALESCE(t.aging_interval_ms, $2::int) AS aging_interval_ms
+          FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $3
           WHERE t.paused IS NOT TRUE) c
     CROSS JOIN LATERAL (
         SELECT r.tenant_id, r.weight, r.cap, r.rate FROM (
             SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight,
                    t.max_active_jobs AS cap, t.rate_per_s AS rate, (SELECT max(j.fairness_key) FROM jobs j
-          WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = l.tenant_id)
+          WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = l.tenant_id)
          IS NOT NULL AS ready
             FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
-            WHERE l.job_type = $1 AND l.active AND NOT l.held AND t.paused IS NOT TRUE
-
+            WHERE l.job_type = $3 AND l.active AND NOT l.held AND t.paused IS NOT TRUE
             ORDER BY l.vtime, l.tenant_id
             LIMIT 16) r
         WHERE r.ready
@@ -543,11 +551,11 @@ lead AS (
     CROSS JOIN LATERAL (
         SELECT r.fairness_key, COALESCE(w.weight, 1) AS key_weight FROM (
             SELECT x.fairness_key, x.vtime, (SELECT min(j.priority) FROM jobs j
-          WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = x.tenant_id
+          WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = x.tenant_id
             AND j.fairness_key = x.fairness_key)
          IS NOT NULL AS ready
             FROM lane_keys x
-            WHERE x.job_type = $1 AND x.tenant_id = ll.tenant_id AND x.active
+            WHERE x.job_type = $3 AND x.tenant_id = ll.tenant_id AND x.active
             ORDER BY x.vtime, x.fairness_key
             LIMIT 16) r
         LEFT JOIN key_weights w ON w.tenant_id = ll.tenant_id
@@ -558,34 +566,32 @@ lead AS (
     WHERE ll.type_cap IS NULL AND ll.cap IS NULL AND ll.type_rate IS NULL AND ll.rate IS NULL
 ),
 alloc AS (SELECT tenant_id, fairness_key, 1 AS k FROM lead),
+aging AS (SELECT aging_step AS step, aging_interval_ms AS interval_ms FROM lead),
 prios AS (
     SELECT a.tenant_id, a.fairness_key, a.k, true AS top,
            (SELECT max(j.priority) FROM jobs j
-             WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = a.tenant_id
+             WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = a.tenant_id
                AND j.fairness_key = a.fairness_key)
              AS priority
     FROM alloc a
   UNION ALL
     SELECT p.tenant_id, p.fairness_key, p.k, false,
            (SELECT max(j.priority) FROM jobs j
-             WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
+             WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = p.tenant_id
                AND j.fairness_key = p.fairness_key AND j.priority < p.priority)
     FROM prios p WHERE p.priority IS NOT NULL
 ),
 heads AS (
-    -- The effective priority: twin of app.scheduler.effective_priority (property-tested
-    -- against it, tests/integration/test_twins.py).
-    SELECT u.*,
-           LEAST(100, u.priority + (SELECT aging_step FROM lead) * floor(
-               GREATEST(0, extract(epoch FROM ($2::timestamptz - u.queued_at)) * 1000)
-               / (SELECT aging_interval_ms FROM lead)))
-             AS eff
+    -- Each priority's heads: locked for the top priority, read for the others.
+    SELECT u.*, LEAST(100, u.priority + (SELECT step FROM aging) * floor(
+               GREATEST(0, extract(epoch FROM ($4::timestamptz - u.queued_at)) * 1000)
+               / (SELECT interval_ms FROM aging))) AS eff
     FROM (SELECT h.job_key, p.tenant_id, p.fairness_key, p.priority, p.k, p.top,
                  h.queued_at
           FROM prios p
           CROSS JOIN LATERAL (
               SELECT j.job_key, j.queued_at FROM jobs j
-              WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
+              WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = p.tenant_id
                 AND j.fairness_key = p.fairness_key AND j.priority = p.priority
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
@@ -598,11 +604,10 @@ heads AS (
           FROM prios p
           CROSS JOIN LATERAL (
               SELECT j.job_key, j.queued_at FROM jobs j
-              WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
+              WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = p.tenant_id
                 AND j.fairness_key = p.fairness_key AND j.priority = p.priority
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
-
           ) h
           WHERE NOT p.top AND p.priority IS NOT NULL) u
 ),
@@ -621,7 +626,7 @@ promoted AS (
           WHERE NOT top GROUP BY tenant_id, fairness_key, priority) s
     CROSS JOIN LATERAL (
         SELECT j.job_key FROM jobs j
-        WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = s.tenant_id
+        WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = s.tenant_id
           AND j.fairness_key = s.fairness_key AND j.priority = s.priority
         ORDER BY j.queued_at, j.job_key
         LIMIT s.n
@@ -630,17 +635,19 @@ promoted AS (
 ),
 taken AS (
     -- The taken rows shared out among the requests: the i-th gets row numbers from
-    -- starts[i] up to the next one's start (with the i-th worker and deadline).
-    SELECT t.job_key, width_bucket(row_number() OVER (), $8::int[]) AS share
+    -- :starts[i] up to the next one's start (with the i-th of :workers and :deadlines).
+    SELECT t.job_key, width_bucket(row_number() OVER (), $5::int[]) AS share
     FROM (SELECT job_key FROM chosen WHERE top UNION ALL SELECT job_key FROM promoted) t
 ),
 activated AS (
     UPDATE jobs j
     SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
-        worker = ($3::text[])[t.share], deadline = ($4::timestamptz[])[t.share],
-        activated_at = $2::timestamptz, via_stream = $7, charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime' THEN COALESCE((SELECT l.unit_est FROM lanes l
-                       WHERE l.job_type = $1 AND l.tenant_id = j.tenant_id),
-                      1.0::float8) END
+        worker = ($6::text[])[t.share], deadline = ($7::timestamptz[])[t.share],
+        activated_at = $4::timestamptz, via_stream = $8,
+        charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $3) = 'workerTime'
+                  THEN COALESCE((SELECT l.unit_est FROM lanes l
+                                 WHERE l.job_type = $3 AND l.tenant_id = j.tenant_id),
+                                1.0::float8) END
     FROM taken t
     -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join alone lets
     -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
@@ -660,184 +667,30 @@ SELECT a.*, lead.weight AS lane_weight, lead.key_weight AS lane_key_weight,
        (a.job_key IS NULL AND NOT EXISTS (SELECT 1 FROM lead_lane)
        AND (SELECT count(*) < 16
             FROM (SELECT 1 FROM lanes l
-                  WHERE l.job_type = $1 AND l.active AND NOT l.held
-                  LIMIT 16) p)) AS dry
-FROM (SELECT 1) one LEFT JOIN (activated a CROSS JOIN lead) ON true;
-
--- name: claim_lead_of_tenants
--- As claim_lead, restricted to the caller's tenantIds ($9).  A statement of its own so
--- that its generic plan can use lanes pkey.
-WITH RECURSIVE lead_lane AS (
-    SELECT x.tenant_id, x.weight, x.cap, x.rate, c.type_cap, c.type_rate, c.aging_step,
-           c.aging_interval_ms, c.fairness_by
-    FROM (SELECT t.max_active_jobs AS type_cap, t.rate_per_s AS type_rate, t.fairness_by,
-                 COALESCE(t.aging_step, $5::int) AS aging_step,
-                 COALESCE(t.aging_interval_ms, $6::int) AS aging_interval_ms
-          FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1
-          WHERE t.paused IS NOT TRUE) c
-    CROSS JOIN LATERAL (
-        SELECT r.tenant_id, r.weight, r.cap, r.rate FROM (
-            SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight,
-                   t.max_active_jobs AS cap, t.rate_per_s AS rate, (SELECT max(j.fairness_key) FROM jobs j
-          WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = l.tenant_id)
-         IS NOT NULL AS ready
-            FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
-            WHERE l.job_type = $1 AND l.active AND NOT l.held AND t.paused IS NOT TRUE
-              AND l.tenant_id = ANY($9::text[])
-            ORDER BY l.vtime, l.tenant_id
-            LIMIT 16) r
-        WHERE r.ready
-        ORDER BY r.vtime, r.tenant_id
-        LIMIT 1) x
-),
-lead AS (
-    SELECT ll.tenant_id, y.fairness_key, ll.weight, y.key_weight, ll.aging_step,
-           ll.aging_interval_ms, ll.fairness_by
-    FROM lead_lane ll
-    CROSS JOIN LATERAL (
-        SELECT r.fairness_key, COALESCE(w.weight, 1) AS key_weight FROM (
-            SELECT x.fairness_key, x.vtime, (SELECT min(j.priority) FROM jobs j
-          WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = x.tenant_id
-            AND j.fairness_key = x.fairness_key)
-         IS NOT NULL AS ready
-            FROM lane_keys x
-            WHERE x.job_type = $1 AND x.tenant_id = ll.tenant_id AND x.active
-            ORDER BY x.vtime, x.fairness_key
-            LIMIT 16) r
-        LEFT JOIN key_weights w ON w.tenant_id = ll.tenant_id
-         AND w.fairness_key = r.fairness_key
-        WHERE r.ready
-        ORDER BY r.vtime, r.fairness_key
-        LIMIT 1) y
-    WHERE ll.type_cap IS NULL AND ll.cap IS NULL AND ll.type_rate IS NULL AND ll.rate IS NULL
-),
-alloc AS (SELECT tenant_id, fairness_key, 1 AS k FROM lead),
-prios AS (
-    SELECT a.tenant_id, a.fairness_key, a.k, true AS top,
-           (SELECT max(j.priority) FROM jobs j
-             WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = a.tenant_id
-               AND j.fairness_key = a.fairness_key)
-             AS priority
-    FROM alloc a
-  UNION ALL
-    SELECT p.tenant_id, p.fairness_key, p.k, false,
-           (SELECT max(j.priority) FROM jobs j
-             WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
-               AND j.fairness_key = p.fairness_key AND j.priority < p.priority)
-    FROM prios p WHERE p.priority IS NOT NULL
-),
-heads AS (
-    -- The effective priority: twin of app.scheduler.effective_priority (property-tested
-    -- against it, tests/integration/test_twins.py).
-    SELECT u.*,
-           LEAST(100, u.priority + (SELECT aging_step FROM lead) * floor(
-               GREATEST(0, extract(epoch FROM ($2::timestamptz - u.queued_at)) * 1000)
-               / (SELECT aging_interval_ms FROM lead)))
-             AS eff
-    FROM (SELECT h.job_key, p.tenant_id, p.fairness_key, p.priority, p.k, p.top,
-                 h.queued_at
-          FROM prios p
-          CROSS JOIN LATERAL (
-              SELECT j.job_key, j.queued_at FROM jobs j
-              WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
-                AND j.fairness_key = p.fairness_key AND j.priority = p.priority
-              ORDER BY j.queued_at, j.job_key
-              LIMIT p.k
-              FOR UPDATE SKIP LOCKED
-          ) h
-          WHERE p.top AND p.priority IS NOT NULL
-      UNION ALL
-          SELECT h.job_key, p.tenant_id, p.fairness_key, p.priority, p.k, p.top,
-                 h.queued_at
-          FROM prios p
-          CROSS JOIN LATERAL (
-              SELECT j.job_key, j.queued_at FROM jobs j
-              WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
-                AND j.fairness_key = p.fairness_key AND j.priority = p.priority
-              ORDER BY j.queued_at, j.job_key
-              LIMIT p.k
-
-          ) h
-          WHERE NOT p.top AND p.priority IS NOT NULL) u
-),
-chosen AS (
-    SELECT job_key, tenant_id, fairness_key, priority, top FROM (
-        SELECT job_key, tenant_id, fairness_key, priority, k, top,
-               row_number() OVER (PARTITION BY tenant_id, fairness_key
-                                  ORDER BY eff DESC, queued_at, job_key) AS rn
-        FROM heads
-    ) ranked
-    WHERE rn <= k
-),
-promoted AS (
-    SELECT h.job_key
-    FROM (SELECT tenant_id, fairness_key, priority, count(*)::int AS n FROM chosen
-          WHERE NOT top GROUP BY tenant_id, fairness_key, priority) s
-    CROSS JOIN LATERAL (
-        SELECT j.job_key FROM jobs j
-        WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = s.tenant_id
-          AND j.fairness_key = s.fairness_key AND j.priority = s.priority
-        ORDER BY j.queued_at, j.job_key
-        LIMIT s.n
-        FOR UPDATE SKIP LOCKED
-    ) h
-),
-taken AS (
-    -- The taken rows shared out among the requests: the i-th gets row numbers from
-    -- starts[i] up to the next one's start (with the i-th worker and deadline).
-    SELECT t.job_key, width_bucket(row_number() OVER (), $8::int[]) AS share
-    FROM (SELECT job_key FROM chosen WHERE top UNION ALL SELECT job_key FROM promoted) t
-),
-activated AS (
-    UPDATE jobs j
-    SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
-        worker = ($3::text[])[t.share], deadline = ($4::timestamptz[])[t.share],
-        activated_at = $2::timestamptz, via_stream = $7, charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime' THEN COALESCE((SELECT l.unit_est FROM lanes l
-                       WHERE l.job_type = $1 AND l.tenant_id = j.tenant_id),
-                      1.0::float8) END
-    FROM taken t
-    -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join alone lets
-    -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
-    WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
-    RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key, j.cost, j.charged, j.lane_charge, j.key_charge
-),
-trimmed AS (
-    DELETE FROM job_events e USING activated s
-    WHERE s.activation_count > 30
-      AND e.job_key = s.job_key AND e.shard = jobfair_key_shard(s.job_key)
-      AND e.activation_count = s.activation_count - 20
-      AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
-)
-SELECT a.*, lead.weight AS lane_weight, lead.key_weight AS lane_key_weight,
-       lead.aging_step AS lane_aging_step,
-       lead.aging_interval_ms AS lane_aging_interval_ms, lead.fairness_by AS lane_fairness_by,
-       (a.job_key IS NULL AND NOT EXISTS (SELECT 1 FROM lead_lane)
-       AND (SELECT count(*) < 16
-            FROM (SELECT 1 FROM lanes l
-                  WHERE l.job_type = $1 AND l.active AND NOT l.held AND l.tenant_id = ANY($9::text[])
+                  WHERE l.job_type = $3 AND l.active AND NOT l.held
                   LIMIT 16) p)) AS dry
 FROM (SELECT 1) one LEFT JOIN (activated a CROSS JOIN lead) ON true;
 
 -- name: claim_lead_by_worker_time
 -- As claim_lead, writing lane_charge and key_charge as claim_by_worker_time does: for a
 -- type this process last saw fair by worker time (or has not seen yet; LeadAsk).
+-- Parameters: $1 :default_aging_step, $2 :default_aging_interval_ms, $3 :job_type, $4 :now, $5 :starts, $6 :workers, $7 :deadlines, $8 :via_stream
 WITH RECURSIVE lead_lane AS (
     SELECT x.tenant_id, x.weight, x.cap, x.rate, c.type_cap, c.type_rate, c.aging_step,
            c.aging_interval_ms, c.fairness_by
     FROM (SELECT t.max_active_jobs AS type_cap, t.rate_per_s AS type_rate, t.fairness_by,
-                 COALESCE(t.aging_step, $5::int) AS aging_step,
-                 COALESCE(t.aging_interval_ms, $6::int) AS aging_interval_ms
-          FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1
+                 COALESCE(t.aging_step, $1::int) AS aging_step,
+                 COALESCE(t.aging_interval_ms, $2::int) AS aging_interval_ms
+          FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $3
           WHERE t.paused IS NOT TRUE) c
     CROSS JOIN LATERAL (
         SELECT r.tenant_id, r.weight, r.cap, r.rate FROM (
             SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight,
                    t.max_active_jobs AS cap, t.rate_per_s AS rate, (SELECT max(j.fairness_key) FROM jobs j
-          WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = l.tenant_id)
+          WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = l.tenant_id)
          IS NOT NULL AS ready
             FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
-            WHERE l.job_type = $1 AND l.active AND NOT l.held AND t.paused IS NOT TRUE
-
+            WHERE l.job_type = $3 AND l.active AND NOT l.held AND t.paused IS NOT TRUE
             ORDER BY l.vtime, l.tenant_id
             LIMIT 16) r
         WHERE r.ready
@@ -851,11 +704,11 @@ lead AS (
     CROSS JOIN LATERAL (
         SELECT r.fairness_key, COALESCE(w.weight, 1) AS key_weight FROM (
             SELECT x.fairness_key, x.vtime, (SELECT min(j.priority) FROM jobs j
-          WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = x.tenant_id
+          WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = x.tenant_id
             AND j.fairness_key = x.fairness_key)
          IS NOT NULL AS ready
             FROM lane_keys x
-            WHERE x.job_type = $1 AND x.tenant_id = ll.tenant_id AND x.active
+            WHERE x.job_type = $3 AND x.tenant_id = ll.tenant_id AND x.active
             ORDER BY x.vtime, x.fairness_key
             LIMIT 16) r
         LEFT JOIN key_weights w ON w.tenant_id = ll.tenant_id
@@ -866,34 +719,32 @@ lead AS (
     WHERE ll.type_cap IS NULL AND ll.cap IS NULL AND ll.type_rate IS NULL AND ll.rate IS NULL
 ),
 alloc AS (SELECT tenant_id, fairness_key, 1 AS k FROM lead),
+aging AS (SELECT aging_step AS step, aging_interval_ms AS interval_ms FROM lead),
 prios AS (
     SELECT a.tenant_id, a.fairness_key, a.k, true AS top,
            (SELECT max(j.priority) FROM jobs j
-             WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = a.tenant_id
+             WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = a.tenant_id
                AND j.fairness_key = a.fairness_key)
              AS priority
     FROM alloc a
   UNION ALL
     SELECT p.tenant_id, p.fairness_key, p.k, false,
            (SELECT max(j.priority) FROM jobs j
-             WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
+             WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = p.tenant_id
                AND j.fairness_key = p.fairness_key AND j.priority < p.priority)
     FROM prios p WHERE p.priority IS NOT NULL
 ),
 heads AS (
-    -- The effective priority: twin of app.scheduler.effective_priority (property-tested
-    -- against it, tests/integration/test_twins.py).
-    SELECT u.*,
-           LEAST(100, u.priority + (SELECT aging_step FROM lead) * floor(
-               GREATEST(0, extract(epoch FROM ($2::timestamptz - u.queued_at)) * 1000)
-               / (SELECT aging_interval_ms FROM lead)))
-             AS eff
+    -- Each priority's heads: locked for the top priority, read for the others.
+    SELECT u.*, LEAST(100, u.priority + (SELECT step FROM aging) * floor(
+               GREATEST(0, extract(epoch FROM ($4::timestamptz - u.queued_at)) * 1000)
+               / (SELECT interval_ms FROM aging))) AS eff
     FROM (SELECT h.job_key, p.tenant_id, p.fairness_key, p.priority, p.k, p.top,
                  h.queued_at
           FROM prios p
           CROSS JOIN LATERAL (
               SELECT j.job_key, j.queued_at FROM jobs j
-              WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
+              WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = p.tenant_id
                 AND j.fairness_key = p.fairness_key AND j.priority = p.priority
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
@@ -906,11 +757,10 @@ heads AS (
           FROM prios p
           CROSS JOIN LATERAL (
               SELECT j.job_key, j.queued_at FROM jobs j
-              WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
+              WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = p.tenant_id
                 AND j.fairness_key = p.fairness_key AND j.priority = p.priority
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
-
           ) h
           WHERE NOT p.top AND p.priority IS NOT NULL) u
 ),
@@ -929,7 +779,7 @@ promoted AS (
           WHERE NOT top GROUP BY tenant_id, fairness_key, priority) s
     CROSS JOIN LATERAL (
         SELECT j.job_key FROM jobs j
-        WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = s.tenant_id
+        WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = s.tenant_id
           AND j.fairness_key = s.fairness_key AND j.priority = s.priority
         ORDER BY j.queued_at, j.job_key
         LIMIT s.n
@@ -938,28 +788,185 @@ promoted AS (
 ),
 taken AS (
     -- The taken rows shared out among the requests: the i-th gets row numbers from
-    -- starts[i] up to the next one's start (with the i-th worker and deadline).
-    SELECT t.job_key, width_bucket(row_number() OVER (), $8::int[]) AS share
+    -- :starts[i] up to the next one's start (with the i-th of :workers and :deadlines).
+    SELECT t.job_key, width_bucket(row_number() OVER (), $5::int[]) AS share
     FROM (SELECT job_key FROM chosen WHERE top UNION ALL SELECT job_key FROM promoted) t
 ),
 activated AS (
     UPDATE jobs j
     SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
-        worker = ($3::text[])[t.share], deadline = ($4::timestamptz[])[t.share],
-        activated_at = $2::timestamptz, via_stream = $7, charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime' THEN COALESCE((SELECT l.unit_est FROM lanes l
-                       WHERE l.job_type = $1 AND l.tenant_id = j.tenant_id),
-                      1.0::float8) END,
-        lane_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime'
-        THEN COALESCE((SELECT l.unit_est FROM lanes l
-                       WHERE l.job_type = $1 AND l.tenant_id = j.tenant_id),
-                      1.0::float8) / COALESCE((SELECT t.weight FROM tenants t
-                                     WHERE t.tenant_id = j.tenant_id), 1) END, key_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime'
-        THEN COALESCE((SELECT l.unit_est FROM lanes l
-                       WHERE l.job_type = $1 AND l.tenant_id = j.tenant_id),
-                      1.0::float8) / COALESCE((SELECT w.weight FROM key_weights w
-                                     WHERE w.tenant_id = j.tenant_id
-                                       AND w.fairness_key = j.fairness_key
-                                       AND w.shard = jobfair_shard(j.tenant_id)), 1) END
+        worker = ($6::text[])[t.share], deadline = ($7::timestamptz[])[t.share],
+        activated_at = $4::timestamptz, via_stream = $8,
+        charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $3) = 'workerTime'
+                  THEN COALESCE((SELECT l.unit_est FROM lanes l
+                                 WHERE l.job_type = $3 AND l.tenant_id = j.tenant_id),
+                                1.0::float8) END,
+        lane_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $3) = 'workerTime'
+                      THEN COALESCE((SELECT l.unit_est FROM lanes l
+                                     WHERE l.job_type = $3 AND l.tenant_id = j.tenant_id),
+                                    1.0::float8)
+                           / COALESCE((SELECT t.weight FROM tenants t
+                                       WHERE t.tenant_id = j.tenant_id), 1) END,
+        key_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $3) = 'workerTime'
+                     THEN COALESCE((SELECT l.unit_est FROM lanes l
+                                    WHERE l.job_type = $3 AND l.tenant_id = j.tenant_id),
+                                   1.0::float8)
+                          / COALESCE((SELECT w.weight FROM key_weights w
+                                      WHERE w.tenant_id = j.tenant_id
+                                        AND w.fairness_key = j.fairness_key
+                                        AND w.shard = jobfair_shard(j.tenant_id)), 1) END
+    FROM taken t
+    WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
+    RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key, j.cost, j.charged, j.lane_charge, j.key_charge
+),
+trimmed AS (
+    DELETE FROM job_events e USING activated s
+    WHERE s.activation_count > 30
+      AND e.job_key = s.job_key AND e.shard = jobfair_key_shard(s.job_key)
+      AND e.activation_count = s.activation_count - 20
+      AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
+)
+SELECT a.*, lead.weight AS lane_weight, lead.key_weight AS lane_key_weight,
+       lead.aging_step AS lane_aging_step,
+       lead.aging_interval_ms AS lane_aging_interval_ms, lead.fairness_by AS lane_fairness_by,
+       (a.job_key IS NULL AND NOT EXISTS (SELECT 1 FROM lead_lane)
+       AND (SELECT count(*) < 16
+            FROM (SELECT 1 FROM lanes l
+                  WHERE l.job_type = $3 AND l.active AND NOT l.held
+                  LIMIT 16) p)) AS dry
+FROM (SELECT 1) one LEFT JOIN (activated a CROSS JOIN lead) ON true;
+
+-- name: claim_lead_of_tenants
+-- As claim_lead, restricted to the caller's :tenant_ids.  A statement of its own so that
+-- its generic plan can use lanes pkey.
+-- Parameters: $1 :default_aging_step, $2 :default_aging_interval_ms, $3 :job_type, $4 :tenant_ids, $5 :now, $6 :starts, $7 :workers, $8 :deadlines, $9 :via_stream
+WITH RECURSIVE lead_lane AS (
+    SELECT x.tenant_id, x.weight, x.cap, x.rate, c.type_cap, c.type_rate, c.aging_step,
+           c.aging_interval_ms, c.fairness_by
+    FROM (SELECT t.max_active_jobs AS type_cap, t.rate_per_s AS type_rate, t.fairness_by,
+                 COALESCE(t.aging_step, $1::int) AS aging_step,
+                 COALESCE(t.aging_interval_ms, $2::int) AS aging_interval_ms
+          FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $3
+          WHERE t.paused IS NOT TRUE) c
+    CROSS JOIN LATERAL (
+        SELECT r.tenant_id, r.weight, r.cap, r.rate FROM (
+            SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight,
+                   t.max_active_jobs AS cap, t.rate_per_s AS rate, (SELECT max(j.fairness_key) FROM jobs j
+          WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = l.tenant_id)
+         IS NOT NULL AS ready
+            FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
+            WHERE l.job_type = $3 AND l.active AND NOT l.held AND t.paused IS NOT TRUE
+              AND l.tenant_id = ANY($4::text[])
+            ORDER BY l.vtime, l.tenant_id
+            LIMIT 16) r
+        WHERE r.ready
+        ORDER BY r.vtime, r.tenant_id
+        LIMIT 1) x
+),
+lead AS (
+    SELECT ll.tenant_id, y.fairness_key, ll.weight, y.key_weight, ll.aging_step,
+           ll.aging_interval_ms, ll.fairness_by
+    FROM lead_lane ll
+    CROSS JOIN LATERAL (
+        SELECT r.fairness_key, COALESCE(w.weight, 1) AS key_weight FROM (
+            SELECT x.fairness_key, x.vtime, (SELECT min(j.priority) FROM jobs j
+          WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = x.tenant_id
+            AND j.fairness_key = x.fairness_key)
+         IS NOT NULL AS ready
+            FROM lane_keys x
+            WHERE x.job_type = $3 AND x.tenant_id = ll.tenant_id AND x.active
+            ORDER BY x.vtime, x.fairness_key
+            LIMIT 16) r
+        LEFT JOIN key_weights w ON w.tenant_id = ll.tenant_id
+         AND w.fairness_key = r.fairness_key
+        WHERE r.ready
+        ORDER BY r.vtime, r.fairness_key
+        LIMIT 1) y
+    WHERE ll.type_cap IS NULL AND ll.cap IS NULL AND ll.type_rate IS NULL AND ll.rate IS NULL
+),
+alloc AS (SELECT tenant_id, fairness_key, 1 AS k FROM lead),
+aging AS (SELECT aging_step AS step, aging_interval_ms AS interval_ms FROM lead),
+prios AS (
+    SELECT a.tenant_id, a.fairness_key, a.k, true AS top,
+           (SELECT max(j.priority) FROM jobs j
+             WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = a.tenant_id
+               AND j.fairness_key = a.fairness_key)
+             AS priority
+    FROM alloc a
+  UNION ALL
+    SELECT p.tenant_id, p.fairness_key, p.k, false,
+           (SELECT max(j.priority) FROM jobs j
+             WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = p.tenant_id
+               AND j.fairness_key = p.fairness_key AND j.priority < p.priority)
+    FROM prios p WHERE p.priority IS NOT NULL
+),
+heads AS (
+    -- Each priority's heads: locked for the top priority, read for the others.
+    SELECT u.*, LEAST(100, u.priority + (SELECT step FROM aging) * floor(
+               GREATEST(0, extract(epoch FROM ($5::timestamptz - u.queued_at)) * 1000)
+               / (SELECT interval_ms FROM aging))) AS eff
+    FROM (SELECT h.job_key, p.tenant_id, p.fairness_key, p.priority, p.k, p.top,
+                 h.queued_at
+          FROM prios p
+          CROSS JOIN LATERAL (
+              SELECT j.job_key, j.queued_at FROM jobs j
+              WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = p.tenant_id
+                AND j.fairness_key = p.fairness_key AND j.priority = p.priority
+              ORDER BY j.queued_at, j.job_key
+              LIMIT p.k
+              FOR UPDATE SKIP LOCKED
+          ) h
+          WHERE p.top AND p.priority IS NOT NULL
+      UNION ALL
+          SELECT h.job_key, p.tenant_id, p.fairness_key, p.priority, p.k, p.top,
+                 h.queued_at
+          FROM prios p
+          CROSS JOIN LATERAL (
+              SELECT j.job_key, j.queued_at FROM jobs j
+              WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = p.tenant_id
+                AND j.fairness_key = p.fairness_key AND j.priority = p.priority
+              ORDER BY j.queued_at, j.job_key
+              LIMIT p.k
+          ) h
+          WHERE NOT p.top AND p.priority IS NOT NULL) u
+),
+chosen AS (
+    SELECT job_key, tenant_id, fairness_key, priority, top FROM (
+        SELECT job_key, tenant_id, fairness_key, priority, k, top,
+               row_number() OVER (PARTITION BY tenant_id, fairness_key
+                                  ORDER BY eff DESC, queued_at, job_key) AS rn
+        FROM heads
+    ) ranked
+    WHERE rn <= k
+),
+promoted AS (
+    SELECT h.job_key
+    FROM (SELECT tenant_id, fairness_key, priority, count(*)::int AS n FROM chosen
+          WHERE NOT top GROUP BY tenant_id, fairness_key, priority) s
+    CROSS JOIN LATERAL (
+        SELECT j.job_key FROM jobs j
+        WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = s.tenant_id
+          AND j.fairness_key = s.fairness_key AND j.priority = s.priority
+        ORDER BY j.queued_at, j.job_key
+        LIMIT s.n
+        FOR UPDATE SKIP LOCKED
+    ) h
+),
+taken AS (
+    -- The taken rows shared out among the requests: the i-th gets row numbers from
+    -- :starts[i] up to the next one's start (with the i-th of :workers and :deadlines).
+    SELECT t.job_key, width_bucket(row_number() OVER (), $6::int[]) AS share
+    FROM (SELECT job_key FROM chosen WHERE top UNION ALL SELECT job_key FROM promoted) t
+),
+activated AS (
+    UPDATE jobs j
+    SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
+        worker = ($7::text[])[t.share], deadline = ($8::timestamptz[])[t.share],
+        activated_at = $5::timestamptz, via_stream = $9,
+        charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $3) = 'workerTime'
+                  THEN COALESCE((SELECT l.unit_est FROM lanes l
+                                 WHERE l.job_type = $3 AND l.tenant_id = j.tenant_id),
+                                1.0::float8) END
     FROM taken t
     -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join alone lets
     -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
@@ -979,29 +986,31 @@ SELECT a.*, lead.weight AS lane_weight, lead.key_weight AS lane_key_weight,
        (a.job_key IS NULL AND NOT EXISTS (SELECT 1 FROM lead_lane)
        AND (SELECT count(*) < 16
             FROM (SELECT 1 FROM lanes l
-                  WHERE l.job_type = $1 AND l.active AND NOT l.held
+                  WHERE l.job_type = $3 AND l.active AND NOT l.held
+                    AND l.tenant_id = ANY($4::text[])
                   LIMIT 16) p)) AS dry
 FROM (SELECT 1) one LEFT JOIN (activated a CROSS JOIN lead) ON true;
 
 -- name: claim_lead_of_tenants_by_worker_time
 -- As claim_lead_of_tenants, writing lane_charge and key_charge.
+-- Parameters: $1 :default_aging_step, $2 :default_aging_interval_ms, $3 :job_type, $4 :tenant_ids, $5 :now, $6 :starts, $7 :workers, $8 :deadlines, $9 :via_stream
 WITH RECURSIVE lead_lane AS (
     SELECT x.tenant_id, x.weight, x.cap, x.rate, c.type_cap, c.type_rate, c.aging_step,
            c.aging_interval_ms, c.fairness_by
     FROM (SELECT t.max_active_jobs AS type_cap, t.rate_per_s AS type_rate, t.fairness_by,
-                 COALESCE(t.aging_step, $5::int) AS aging_step,
-                 COALESCE(t.aging_interval_ms, $6::int) AS aging_interval_ms
-          FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1
+                 COALESCE(t.aging_step, $1::int) AS aging_step,
+                 COALESCE(t.aging_interval_ms, $2::int) AS aging_interval_ms
+          FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $3
           WHERE t.paused IS NOT TRUE) c
     CROSS JOIN LATERAL (
         SELECT r.tenant_id, r.weight, r.cap, r.rate FROM (
             SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight,
                    t.max_active_jobs AS cap, t.rate_per_s AS rate, (SELECT max(j.fairness_key) FROM jobs j
-          WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = l.tenant_id)
+          WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = l.tenant_id)
          IS NOT NULL AS ready
             FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
-            WHERE l.job_type = $1 AND l.active AND NOT l.held AND t.paused IS NOT TRUE
-              AND l.tenant_id = ANY($9::text[])
+            WHERE l.job_type = $3 AND l.active AND NOT l.held AND t.paused IS NOT TRUE
+              AND l.tenant_id = ANY($4::text[])
             ORDER BY l.vtime, l.tenant_id
             LIMIT 16) r
         WHERE r.ready
@@ -1015,11 +1024,11 @@ lead AS (
     CROSS JOIN LATERAL (
         SELECT r.fairness_key, COALESCE(w.weight, 1) AS key_weight FROM (
             SELECT x.fairness_key, x.vtime, (SELECT min(j.priority) FROM jobs j
-          WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = x.tenant_id
+          WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = x.tenant_id
             AND j.fairness_key = x.fairness_key)
          IS NOT NULL AS ready
             FROM lane_keys x
-            WHERE x.job_type = $1 AND x.tenant_id = ll.tenant_id AND x.active
+            WHERE x.job_type = $3 AND x.tenant_id = ll.tenant_id AND x.active
             ORDER BY x.vtime, x.fairness_key
             LIMIT 16) r
         LEFT JOIN key_weights w ON w.tenant_id = ll.tenant_id
@@ -1030,34 +1039,32 @@ lead AS (
     WHERE ll.type_cap IS NULL AND ll.cap IS NULL AND ll.type_rate IS NULL AND ll.rate IS NULL
 ),
 alloc AS (SELECT tenant_id, fairness_key, 1 AS k FROM lead),
+aging AS (SELECT aging_step AS step, aging_interval_ms AS interval_ms FROM lead),
 prios AS (
     SELECT a.tenant_id, a.fairness_key, a.k, true AS top,
            (SELECT max(j.priority) FROM jobs j
-             WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = a.tenant_id
+             WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = a.tenant_id
                AND j.fairness_key = a.fairness_key)
              AS priority
     FROM alloc a
   UNION ALL
     SELECT p.tenant_id, p.fairness_key, p.k, false,
            (SELECT max(j.priority) FROM jobs j
-             WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
+             WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = p.tenant_id
                AND j.fairness_key = p.fairness_key AND j.priority < p.priority)
     FROM prios p WHERE p.priority IS NOT NULL
 ),
 heads AS (
-    -- The effective priority: twin of app.scheduler.effective_priority (property-tested
-    -- against it, tests/integration/test_twins.py).
-    SELECT u.*,
-           LEAST(100, u.priority + (SELECT aging_step FROM lead) * floor(
-               GREATEST(0, extract(epoch FROM ($2::timestamptz - u.queued_at)) * 1000)
-               / (SELECT aging_interval_ms FROM lead)))
-             AS eff
+    -- Each priority's heads: locked for the top priority, read for the others.
+    SELECT u.*, LEAST(100, u.priority + (SELECT step FROM aging) * floor(
+               GREATEST(0, extract(epoch FROM ($5::timestamptz - u.queued_at)) * 1000)
+               / (SELECT interval_ms FROM aging))) AS eff
     FROM (SELECT h.job_key, p.tenant_id, p.fairness_key, p.priority, p.k, p.top,
                  h.queued_at
           FROM prios p
           CROSS JOIN LATERAL (
               SELECT j.job_key, j.queued_at FROM jobs j
-              WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
+              WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = p.tenant_id
                 AND j.fairness_key = p.fairness_key AND j.priority = p.priority
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
@@ -1070,11 +1077,10 @@ heads AS (
           FROM prios p
           CROSS JOIN LATERAL (
               SELECT j.job_key, j.queued_at FROM jobs j
-              WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = p.tenant_id
+              WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = p.tenant_id
                 AND j.fairness_key = p.fairness_key AND j.priority = p.priority
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
-
           ) h
           WHERE NOT p.top AND p.priority IS NOT NULL) u
 ),
@@ -1093,7 +1099,7 @@ promoted AS (
           WHERE NOT top GROUP BY tenant_id, fairness_key, priority) s
     CROSS JOIN LATERAL (
         SELECT j.job_key FROM jobs j
-        WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = s.tenant_id
+        WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = s.tenant_id
           AND j.fairness_key = s.fairness_key AND j.priority = s.priority
         ORDER BY j.queued_at, j.job_key
         LIMIT s.n
@@ -1102,31 +1108,34 @@ promoted AS (
 ),
 taken AS (
     -- The taken rows shared out among the requests: the i-th gets row numbers from
-    -- starts[i] up to the next one's start (with the i-th worker and deadline).
-    SELECT t.job_key, width_bucket(row_number() OVER (), $8::int[]) AS share
+    -- :starts[i] up to the next one's start (with the i-th of :workers and :deadlines).
+    SELECT t.job_key, width_bucket(row_number() OVER (), $6::int[]) AS share
     FROM (SELECT job_key FROM chosen WHERE top UNION ALL SELECT job_key FROM promoted) t
 ),
 activated AS (
     UPDATE jobs j
     SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
-        worker = ($3::text[])[t.share], deadline = ($4::timestamptz[])[t.share],
-        activated_at = $2::timestamptz, via_stream = $7, charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime' THEN COALESCE((SELECT l.unit_est FROM lanes l
-                       WHERE l.job_type = $1 AND l.tenant_id = j.tenant_id),
-                      1.0::float8) END,
-        lane_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime'
-        THEN COALESCE((SELECT l.unit_est FROM lanes l
-                       WHERE l.job_type = $1 AND l.tenant_id = j.tenant_id),
-                      1.0::float8) / COALESCE((SELECT t.weight FROM tenants t
-                                     WHERE t.tenant_id = j.tenant_id), 1) END, key_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $1) = 'workerTime'
-        THEN COALESCE((SELECT l.unit_est FROM lanes l
-                       WHERE l.job_type = $1 AND l.tenant_id = j.tenant_id),
-                      1.0::float8) / COALESCE((SELECT w.weight FROM key_weights w
-                                     WHERE w.tenant_id = j.tenant_id
-                                       AND w.fairness_key = j.fairness_key
-                                       AND w.shard = jobfair_shard(j.tenant_id)), 1) END
+        worker = ($7::text[])[t.share], deadline = ($8::timestamptz[])[t.share],
+        activated_at = $5::timestamptz, via_stream = $9,
+        charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $3) = 'workerTime'
+                  THEN COALESCE((SELECT l.unit_est FROM lanes l
+                                 WHERE l.job_type = $3 AND l.tenant_id = j.tenant_id),
+                                1.0::float8) END,
+        lane_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $3) = 'workerTime'
+                      THEN COALESCE((SELECT l.unit_est FROM lanes l
+                                     WHERE l.job_type = $3 AND l.tenant_id = j.tenant_id),
+                                    1.0::float8)
+                           / COALESCE((SELECT t.weight FROM tenants t
+                                       WHERE t.tenant_id = j.tenant_id), 1) END,
+        key_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $3) = 'workerTime'
+                     THEN COALESCE((SELECT l.unit_est FROM lanes l
+                                    WHERE l.job_type = $3 AND l.tenant_id = j.tenant_id),
+                                   1.0::float8)
+                          / COALESCE((SELECT w.weight FROM key_weights w
+                                      WHERE w.tenant_id = j.tenant_id
+                                        AND w.fairness_key = j.fairness_key
+                                        AND w.shard = jobfair_shard(j.tenant_id)), 1) END
     FROM taken t
-    -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join alone lets
-    -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
     WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
     RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key, j.cost, j.charged, j.lane_charge, j.key_charge
 ),
@@ -1143,6 +1152,7 @@ SELECT a.*, lead.weight AS lane_weight, lead.key_weight AS lane_key_weight,
        (a.job_key IS NULL AND NOT EXISTS (SELECT 1 FROM lead_lane)
        AND (SELECT count(*) < 16
             FROM (SELECT 1 FROM lanes l
-                  WHERE l.job_type = $1 AND l.active AND NOT l.held AND l.tenant_id = ANY($9::text[])
+                  WHERE l.job_type = $3 AND l.active AND NOT l.held
+                    AND l.tenant_id = ANY($4::text[])
                   LIMIT 16) p)) AS dry
 FROM (SELECT 1) one LEFT JOIN (activated a CROSS JOIN lead) ON true;

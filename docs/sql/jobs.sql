@@ -3,21 +3,19 @@
 
 -- name: insert_jobs
 -- Inserts a batch of jobs in one round trip, marks their lanes backlogged and notifies
--- once per job type.  Keys are drawn before the insert so that results map back to input
--- order.  Idempotency: jobs_idempotency_idx, ON CONFLICT DO NOTHING (and one probe of it
--- per keyed job for a job of the tenant in another shard: made before alembic 0008).
--- The batch travels as one JSON array of jobs spelled as the API spells them (validated
--- by the caller), parsed by PostgreSQL: one parameter to encode instead of thousands of
--- array elements, which asyncpg encodes one by one (ADR 007).  Fields left out take the defaults
--- $3 (tenantId), $4 (priority), $5 (retries).  Answers one row: every job's key in input
--- order, and the (1-based) positions of jobs not inserted because their idempotency key
--- was taken.
+-- once per job type.  Idempotency: jobs_idempotency_idx, ON CONFLICT DO NOTHING (and one
+-- probe of it per keyed job for a job of the tenant in another shard: made before
+-- alembic 0008).  The batch travels as one JSON array (:jobs) parsed by PostgreSQL: one
+-- parameter to encode instead of thousands of array elements, which asyncpg encodes one
+-- by one (ADR 007).  Answers one row: every job's key in input order, and the (1-based)
+-- positions of jobs not inserted because their idempotency key was taken.
 -- Locks: the caller holds the shared lane-bucket locks (app.db.lanes, the protocol).
+-- Parameters: $1 :default_priority, $2 :default_retries, $3 :now, $4 :jobs, $5 :default_tenant
 WITH input AS MATERIALIZED (
     SELECT x.ord, jobfair_job_key(t.shard, nextval('job_key_seq')) AS job_key, t.shard,
            x.e->>'type' AS job_type, t.tenant_id,
-           COALESCE((x.e->>'priority')::int, $4) AS priority,
-           COALESCE((x.e->>'retries')::int, $5) AS retries,
+           COALESCE((x.e->>'priority')::int, $1) AS priority,
+           COALESCE((x.e->>'retries')::int, $2) AS retries,
            COALESCE(x.e->'variables', '{}') AS variables,
            COALESCE(x.e->'customHeaders', '{}') AS custom_headers,
            x.e->>'idempotencyKey' AS idempotency_key,
@@ -26,12 +24,12 @@ WITH input AS MATERIALIZED (
            COALESCE((x.e->>'cost')::float8, 1) AS cost,
            CASE WHEN x.e->>'runAt' IS NOT NULL THEN (x.e->>'runAt')::timestamptz
                 WHEN x.e->>'delay' IS NOT NULL
-                  THEN $2::timestamptz + (x.e->>'delay')::float8 * interval '1 millisecond'
-                ELSE $2::timestamptz END AS run_at
-    FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS x(e, ord)
+                  THEN $3::timestamptz + (x.e->>'delay')::float8 * interval '1 millisecond'
+                ELSE $3::timestamptz END AS run_at
+    FROM jsonb_array_elements($4::jsonb) WITH ORDINALITY AS x(e, ord)
     CROSS JOIN LATERAL (
         SELECT u.tenant_id, jobfair_shard(u.tenant_id) AS shard
-        FROM (SELECT COALESCE(x.e->>'tenantId', $3) AS tenant_id) u
+        FROM (SELECT COALESCE(x.e->>'tenantId', $5) AS tenant_id) u
     ) t
 ),
 -- Jobs without an idempotency key are inserted apart: ON CONFLICT makes every row a
@@ -41,9 +39,9 @@ ins_plain AS (
                       run_at, queued_at, variables, custom_headers, created_at, idempotency_key,
                       fairness_key, cost)
     SELECT job_key, shard, job_type, tenant_id,
-           CASE WHEN run_at > $2 THEN 'SCHEDULED' ELSE 'CREATED' END,
-           priority, retries, run_at, GREATEST(run_at, $2), variables,
-           custom_headers, $2, idempotency_key, fairness_key, cost
+           CASE WHEN run_at > $3 THEN 'SCHEDULED' ELSE 'CREATED' END,
+           priority, retries, run_at, GREATEST(run_at, $3), variables,
+           custom_headers, $3, idempotency_key, fairness_key, cost
     FROM input WHERE idempotency_key IS NULL ORDER BY ord
     RETURNING job_key, job_type, tenant_id, fairness_key, state
 ),
@@ -52,9 +50,9 @@ ins_keyed AS (
                       run_at, queued_at, variables, custom_headers, created_at, idempotency_key,
                       fairness_key, cost)
     SELECT job_key, shard, job_type, tenant_id,
-           CASE WHEN run_at > $2 THEN 'SCHEDULED' ELSE 'CREATED' END,
-           priority, retries, run_at, GREATEST(run_at, $2), variables,
-           custom_headers, $2, idempotency_key, fairness_key, cost
+           CASE WHEN run_at > $3 THEN 'SCHEDULED' ELSE 'CREATED' END,
+           priority, retries, run_at, GREATEST(run_at, $3), variables,
+           custom_headers, $3, idempotency_key, fairness_key, cost
     FROM input WHERE idempotency_key IS NOT NULL
       -- A job made before alembic 0008 is in the shard its key names, not its tenant's,
       -- out of reach of the unique index's (tenant, key, shard): found here.
@@ -148,11 +146,12 @@ SELECT ARRAY(SELECT job_key FROM input ORDER BY ord) AS job_keys,
 -- name: insert_job_quiet
 -- insert_jobs without its NOTIFY, for a hand-off (claims.insert_and_claim_lead, ADR 012):
 -- the job may go to a waiter in the same transaction, and then nobody need be woken.
+-- Parameters: $1 :default_priority, $2 :default_retries, $3 :now, $4 :jobs, $5 :default_tenant
 WITH input AS MATERIALIZED (
     SELECT x.ord, jobfair_job_key(t.shard, nextval('job_key_seq')) AS job_key, t.shard,
            x.e->>'type' AS job_type, t.tenant_id,
-           COALESCE((x.e->>'priority')::int, $4) AS priority,
-           COALESCE((x.e->>'retries')::int, $5) AS retries,
+           COALESCE((x.e->>'priority')::int, $1) AS priority,
+           COALESCE((x.e->>'retries')::int, $2) AS retries,
            COALESCE(x.e->'variables', '{}') AS variables,
            COALESCE(x.e->'customHeaders', '{}') AS custom_headers,
            x.e->>'idempotencyKey' AS idempotency_key,
@@ -161,12 +160,12 @@ WITH input AS MATERIALIZED (
            COALESCE((x.e->>'cost')::float8, 1) AS cost,
            CASE WHEN x.e->>'runAt' IS NOT NULL THEN (x.e->>'runAt')::timestamptz
                 WHEN x.e->>'delay' IS NOT NULL
-                  THEN $2::timestamptz + (x.e->>'delay')::float8 * interval '1 millisecond'
-                ELSE $2::timestamptz END AS run_at
-    FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS x(e, ord)
+                  THEN $3::timestamptz + (x.e->>'delay')::float8 * interval '1 millisecond'
+                ELSE $3::timestamptz END AS run_at
+    FROM jsonb_array_elements($4::jsonb) WITH ORDINALITY AS x(e, ord)
     CROSS JOIN LATERAL (
         SELECT u.tenant_id, jobfair_shard(u.tenant_id) AS shard
-        FROM (SELECT COALESCE(x.e->>'tenantId', $3) AS tenant_id) u
+        FROM (SELECT COALESCE(x.e->>'tenantId', $5) AS tenant_id) u
     ) t
 ),
 -- Jobs without an idempotency key are inserted apart: ON CONFLICT makes every row a
@@ -176,9 +175,9 @@ ins_plain AS (
                       run_at, queued_at, variables, custom_headers, created_at, idempotency_key,
                       fairness_key, cost)
     SELECT job_key, shard, job_type, tenant_id,
-           CASE WHEN run_at > $2 THEN 'SCHEDULED' ELSE 'CREATED' END,
-           priority, retries, run_at, GREATEST(run_at, $2), variables,
-           custom_headers, $2, idempotency_key, fairness_key, cost
+           CASE WHEN run_at > $3 THEN 'SCHEDULED' ELSE 'CREATED' END,
+           priority, retries, run_at, GREATEST(run_at, $3), variables,
+           custom_headers, $3, idempotency_key, fairness_key, cost
     FROM input WHERE idempotency_key IS NULL ORDER BY ord
     RETURNING job_key, job_type, tenant_id, fairness_key, state
 ),
@@ -187,9 +186,9 @@ ins_keyed AS (
                       run_at, queued_at, variables, custom_headers, created_at, idempotency_key,
                       fairness_key, cost)
     SELECT job_key, shard, job_type, tenant_id,
-           CASE WHEN run_at > $2 THEN 'SCHEDULED' ELSE 'CREATED' END,
-           priority, retries, run_at, GREATEST(run_at, $2), variables,
-           custom_headers, $2, idempotency_key, fairness_key, cost
+           CASE WHEN run_at > $3 THEN 'SCHEDULED' ELSE 'CREATED' END,
+           priority, retries, run_at, GREATEST(run_at, $3), variables,
+           custom_headers, $3, idempotency_key, fairness_key, cost
     FROM input WHERE idempotency_key IS NOT NULL
       -- A job made before alembic 0008 is in the shard its key names, not its tenant's,
       -- out of reach of the unique index's (tenant, key, shard): found here.
@@ -281,11 +280,12 @@ SELECT ARRAY(SELECT job_key FROM input ORDER BY ord) AS job_keys,
 -- insert_jobs for one job without an idempotency key, answering its record (with its
 -- type's aging settings, as get_job): POST /v2/jobs in one statement instead of an insert
 -- and a read.  Locks: the caller holds the shared lane-bucket locks if it is ready.
+-- Parameters: $1 :default_priority, $2 :default_retries, $3 :now, $4 :jobs, $5 :default_tenant
 WITH input AS MATERIALIZED (
     SELECT x.ord, jobfair_job_key(t.shard, nextval('job_key_seq')) AS job_key, t.shard,
            x.e->>'type' AS job_type, t.tenant_id,
-           COALESCE((x.e->>'priority')::int, $4) AS priority,
-           COALESCE((x.e->>'retries')::int, $5) AS retries,
+           COALESCE((x.e->>'priority')::int, $1) AS priority,
+           COALESCE((x.e->>'retries')::int, $2) AS retries,
            COALESCE(x.e->'variables', '{}') AS variables,
            COALESCE(x.e->'customHeaders', '{}') AS custom_headers,
            x.e->>'idempotencyKey' AS idempotency_key,
@@ -294,12 +294,12 @@ WITH input AS MATERIALIZED (
            COALESCE((x.e->>'cost')::float8, 1) AS cost,
            CASE WHEN x.e->>'runAt' IS NOT NULL THEN (x.e->>'runAt')::timestamptz
                 WHEN x.e->>'delay' IS NOT NULL
-                  THEN $2::timestamptz + (x.e->>'delay')::float8 * interval '1 millisecond'
-                ELSE $2::timestamptz END AS run_at
-    FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS x(e, ord)
+                  THEN $3::timestamptz + (x.e->>'delay')::float8 * interval '1 millisecond'
+                ELSE $3::timestamptz END AS run_at
+    FROM jsonb_array_elements($4::jsonb) WITH ORDINALITY AS x(e, ord)
     CROSS JOIN LATERAL (
         SELECT u.tenant_id, jobfair_shard(u.tenant_id) AS shard
-        FROM (SELECT COALESCE(x.e->>'tenantId', $3) AS tenant_id) u
+        FROM (SELECT COALESCE(x.e->>'tenantId', $5) AS tenant_id) u
     ) t
 ),
 ins AS (
@@ -307,9 +307,9 @@ ins AS (
                       run_at, queued_at, variables, custom_headers, created_at, idempotency_key,
                       fairness_key, cost)
     SELECT job_key, shard, job_type, tenant_id,
-           CASE WHEN run_at > $2 THEN 'SCHEDULED' ELSE 'CREATED' END,
-           priority, retries, run_at, GREATEST(run_at, $2), variables,
-           custom_headers, $2, idempotency_key, fairness_key, cost
+           CASE WHEN run_at > $3 THEN 'SCHEDULED' ELSE 'CREATED' END,
+           priority, retries, run_at, GREATEST(run_at, $3), variables,
+           custom_headers, $3, idempotency_key, fairness_key, cost
     FROM input
     RETURNING job_key, job_type, tenant_id, state, priority, retries, activation_count,
     worker, deadline, run_at, queued_at, variables, custom_headers, error_code,
@@ -385,24 +385,29 @@ notified AS (
     SELECT pg_notify('jobfair', job_type || ' ' || sum(n))
     FROM ready_lanes GROUP BY job_type
 )
-SELECT ins.job_key, ins.job_type, ins.tenant_id, ins.state, ins.priority, ins.retries, ins.activation_count, ins.worker, ins.deadline, ins.run_at, ins.queued_at, ins.variables, ins.custom_headers, ins.error_code, ins.error_message, ins.created_at, ins.activated_at, ins.completed_at, ins.idempotency_key, ins.fairness_key, ins.cost, ins.charged, ins.lane_charge, ins.key_charge,
+SELECT ins.*,  -- the columns insert returned: a job record's
        t.aging_interval_ms AS type_aging_interval_ms, t.aging_step AS type_aging_step,
        (SELECT count(*) FROM notified) + (SELECT count(*) FROM new_lanes)
          + (SELECT count(*) FROM woken) AS _side_effects
 FROM ins LEFT JOIN job_types t ON t.job_type = ins.job_type;
 
 -- name: notify_ready
--- A job type's jobs that became activatable ("type n"), announced by hand.
+-- A job type's jobs that became activatable (:payload, "type n"), announced by hand.
+-- Parameters: $1 :payload
 SELECT pg_notify('jobfair', $1);
 
 -- name: find_idempotent
--- The existing job for (tenant, idempotency key) pairs.  Index: jobs_idempotency_idx.
+-- The existing job for (:tenant_ids, :idempotency_keys) pairs.  Index:
+-- jobs_idempotency_idx.
+-- Parameters: $1 :tenant_ids, $2 :idempotency_keys
 SELECT k.tenant_id, k.idempotency_key, j.job_key
 FROM unnest($1::text[], $2::text[]) AS k(tenant_id, idempotency_key)
 JOIN jobs j ON j.tenant_id = k.tenant_id AND j.idempotency_key = k.idempotency_key;
 
 -- name: get_job
 -- With the job type's aging settings, so a record renders in one round trip.
+-- Index: jobs pkey, job_types pkey.
+-- Parameters: $1 :job_key
 SELECT j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key, j.cost, j.charged, j.lane_charge, j.key_charge,
        t.aging_interval_ms AS type_aging_interval_ms, t.aging_step AS type_aging_step
 FROM jobs j LEFT JOIN job_types t ON t.job_type = j.job_type
@@ -411,36 +416,45 @@ WHERE j.job_key = $1 AND j.shard = jobfair_key_shard($1);
 -- name: job_states
 -- Each job's state and current activation, by key (what a finish is judged by).
 -- Index: jobs pkey.
+-- Parameters: $1 :job_keys
 SELECT job_key, state, activation_count FROM jobs WHERE job_key = ANY($1::bigint[]);
 
 -- name: job_scopes
 -- Each job's tenant and type, by key: what an API key's scope is checked against (they
 -- never change, so app.keys keeps what it read).  Index: jobs pkey.
+-- Parameters: $1 :job_keys
 SELECT job_key, tenant_id, job_type FROM jobs WHERE job_key = ANY($1::bigint[]);
 
 -- name: lock_job
 -- The job's row, locked for an update that reads before it writes (PATCH).
+-- Index: jobs pkey.  Locks: the row, until the transaction ends.
+-- Parameters: $1 :job_key
 SELECT job_key, job_type, tenant_id, state, priority, retries, activation_count,
     worker, deadline, run_at, queued_at, variables, custom_headers, error_code,
     error_message, created_at, activated_at, completed_at, idempotency_key, fairness_key,
-    cost, charged, lane_charge, key_charge FROM jobs WHERE job_key = $1 AND shard = jobfair_key_shard($1) FOR UPDATE;
+    cost, charged, lane_charge, key_charge FROM jobs
+WHERE job_key = $1 AND shard = jobfair_key_shard($1) FOR UPDATE;
 
 -- name: update_job
--- PATCH: retries, lease (deadline) and priority; revives FAILED when retries > 0, and
--- then ($7) writes the revive into the job's history.  Index: jobs pkey.
+-- PATCH: :retries, lease (:deadline) and :priority, and the :state decided; revives
+-- FAILED when retries > 0 (queued again at :now), and then (:revived) writes the revive
+-- into the job's history.  Index: jobs pkey, job_events pkey.
+-- Parameters: $1 :retries, $2 :deadline, $3 :priority, $4 :state, $5 :now, $6 :job_key, $7 :revived
 WITH up AS (
     UPDATE jobs
-    SET retries = $2, deadline = $3, priority = $4, state = $5,
-        completed_at = CASE WHEN $5 = 'FAILED' THEN completed_at ELSE NULL END,
-        queued_at = CASE WHEN state = 'FAILED' AND $5 <> 'FAILED' THEN $6 ELSE queued_at END,
-        run_at = CASE WHEN state = 'FAILED' AND $5 <> 'FAILED' THEN $6 ELSE run_at END
-    WHERE job_key = $1 AND shard = jobfair_key_shard($1)
+    SET retries = $1, deadline = $2, priority = $3, state = $4,
+        completed_at = CASE WHEN $4 = 'FAILED' THEN completed_at ELSE NULL END,
+        queued_at = CASE WHEN state = 'FAILED' AND $4 <> 'FAILED' THEN $5 ELSE queued_at END,
+        run_at = CASE WHEN state = 'FAILED' AND $4 <> 'FAILED' THEN $5 ELSE run_at END
+    WHERE job_key = $6 AND shard = jobfair_key_shard($6)
     RETURNING job_key, activation_count, retries
 ),
 logged AS (
-    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
-    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 2, 'revived', $6,
-           NULL::timestamptz, NULL::text, NULL::timestamptz, s.retries, NULL::text, NULL::text
+    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at,
+                            worker, deadline, retries, error_code, error_message)
+    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 2, 'revived',
+           $5, NULL::timestamptz, NULL::text, NULL::timestamptz, s.retries, NULL::text,
+           NULL::text
     FROM up s
     WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off' AND $7::bool
 )

@@ -3,12 +3,15 @@
 
 -- name: wake_lanes
 -- Marks lanes and their keys backlogged after jobs became ready (retry, lease expiry,
--- promotion, revive; one (type, tenant, key) triple per job) and notifies their job types
--- with how many.  Writes only lanes and keys that were parked.  Index: lanes pkey,
--- lane_keys pkey.  Locks: caller holds the shared lane-bucket locks.
+-- promotion, revive; one (:job_types, :tenant_ids, :fairness_keys) triple per job) and
+-- notifies their job types with how many (the fragment wake).  Writes only lanes and
+-- keys that were parked.  Index: lanes pkey, lane_keys pkey.  Locks: caller holds the
+-- shared lane-bucket locks.
+-- Parameters: $1 :job_types, $2 :tenant_ids, $3 :fairness_keys
 WITH ready_lanes AS (
     SELECT job_type, tenant_id, fairness_key, count(*) AS n
-    FROM unnest($1::text[], $2::text[], $3::text[]) AS r(job_type, tenant_id, fairness_key)
+    FROM unnest($1::text[], $2::text[], $3::text[])
+         AS r(job_type, tenant_id, fairness_key)
     GROUP BY job_type, tenant_id, fairness_key
 ),
 lanes_ready AS (
@@ -80,36 +83,45 @@ SELECT (SELECT count(*) FROM notified) + (SELECT count(*) FROM new_lanes)
        + (SELECT count(*) FROM woken);
 
 -- name: read_lanes
--- First charges the lanes and keys the previous rounds claimed from ($4 to $10, the
--- floors $11 and the units served $12 and $13, as _CHARGE; empty arrays charge nothing),
--- saving the round a statement and the wait for a separate charge to commit.  Then reads
--- the job type's configuration and, in (vtime, tenant) order, the type's active lanes
--- with their tenants' weight and cap, each probed for a ready job when $2 is at most
--- PROBED_LANES (one round trip).  The scan stops at
--- the lane after the ($2 + len($4))-th ready one
--- (the run condition on ``readies``), or after SCANNED_LANES lanes: lanes that are
--- active but empty (emptied a moment ago, not yet parked) are answered, flagged not
--- ready, for the caller to park, and never take a ready lane's place -- so a read finds
--- the ready lanes however many emptied ones sit in front of them (work conservation,
--- DESIGN 1.6; ADR 014).  Last come the charged lanes and keys that have no ready job any
--- more: their claim emptied them, and the caller parks them too.
+-- First charges the lanes and keys the previous rounds claimed from (the fragment charge;
+-- empty arrays charge nothing), saving the round a statement and the wait for a separate
+-- charge to commit.  Then reads the job type's configuration and, in (vtime, tenant)
+-- order, the type's active lanes with their tenants' weight and cap, each probed for a
+-- ready job when :limit is at most PROBED_LANES (one round trip).  The scan stops at the
+-- lane after the (:limit + len(:tenants))-th ready one (the run condition on
+-- ``readies``), or after SCANNED_LANES lanes: lanes that are active but empty (emptied a
+-- moment ago, not yet parked) are answered, flagged not ready, for the caller to park,
+-- and never take a ready lane's place -- so a read finds the ready lanes however many
+-- emptied ones sit in front of them (work conservation, DESIGN 1.6; ADR 014).  Last come
+-- the charged lanes and keys that have no ready job any more: their claim emptied them,
+-- and the caller parks them too.
 -- The read's snapshot predates the charge, so a charged lane's new vtime comes from
--- ``charged``; charges only move lanes later, so the first $2 ready lanes by new vtime
--- are among the first $2 + len($4) by old (the caller keeps those $2).
+-- ``charged``; charges only move lanes later, so the first :limit ready lanes by new
+-- vtime are among the first :limit + len(:tenants) by old (the caller keeps those).
 -- Lanes held at their tenant's cap are not read at all (the index range skips them); nor
 -- are paused tenants' lanes, held too (a lane a pause missed, made by a producer racing
 -- with it, is filtered out here; it costs the read a row).  The first row says whether
 -- the type is paused; then the caller claims nothing, whatever lanes follow.
+-- The limit of the scan is a subquery, not a constant: a type with fewer lanes than
+-- SCANNED_LANES made the generic plan, expecting to read them all, join every lane to its
+-- tenant and sort them (2.6 ms a read at 2,000 lanes, against 0.5 ms in index order).
+-- An unknown limit keeps the plan that stops early.  A lane's ready probe is max(), not
+-- EXISTS: the min/max rewrite always descends jobs_ready_idx, where EXISTS let the
+-- generic plan scan the heap for a first match (ADR 014); and the greatest key, not the
+-- least: it reads the lane's last entry (its last key's youngest job), not a head, where
+-- draining activators leave entries of jobs just claimed (dead, not yet pruned).
 -- Index: lanes_type_vtime_idx (job_type, active, held, vtime, tenant_id), a range scan of
--- the lanes up to the stop, excluded ones ($3) included; one probe of jobs_ready_idx per lane
--- scanned (small reads) and per lane and key charged.  Locks: the charged lanes and keys.
+-- the lanes up to the stop, excluded ones (:exclude) included; one probe of
+-- jobs_ready_idx per lane scanned (small reads) and per lane and key charged.
+-- Locks: the charged lanes and keys.
+-- Parameters: $1 :tenants, $2 :counts, $3 :strides, $4 :floors, $5 :served, $6 :job_type, $7 :key_tenants, $8 :keys, $9 :key_counts, $10 :key_strides, $11 :key_served, $12 :limit, $13 :exclude
 WITH charge AS (
     -- Each charged lane found by key and locked, in tenant order.
     SELECT x.tenant_id, c.n, c.stride, c.floor, c.served
-    FROM unnest($4::text[], $5::int[], $6::float8[],
-                $11::float8[], $12::float8[])
+    FROM unnest($1::text[], $2::int[], $3::float8[],
+                $4::float8[], $5::float8[])
          AS c(tenant_id, n, stride, floor, served)
-    JOIN lanes x ON x.job_type = $1 AND x.tenant_id = c.tenant_id
+    JOIN lanes x ON x.job_type = $6 AND x.tenant_id = c.tenant_id
     ORDER BY x.tenant_id
     FOR NO KEY UPDATE OF x
 ),
@@ -124,7 +136,7 @@ charged AS (
     -- ANY(ARRAY(...)) keeps the update to one lanes_pkey probe per charged lane, as in
     -- the claim.  (An IN (...) of the locked keys made the generic plan a semi join
     -- comparing every charged lane with every other, slower than by key.)
-    WHERE l.job_type = $1 AND l.tenant_id = ANY(ARRAY(SELECT tenant_id FROM charge))
+    WHERE l.job_type = $6 AND l.tenant_id = ANY(ARRAY(SELECT tenant_id FROM charge))
       AND l.tenant_id = c.tenant_id
       AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
     RETURNING l.tenant_id, l.vtime
@@ -134,9 +146,9 @@ key_charge AS (
     -- charged lane is locked (the count reads charge whole).
     SELECT x.tenant_id, x.fairness_key, c.n, c.stride, c.served
     FROM unnest($7::text[], $8::text[], $9::int[],
-                $10::float8[], $13::float8[])
+                $10::float8[], $11::float8[])
          AS c(tenant_id, fairness_key, n, stride, served)
-    JOIN lane_keys x ON x.job_type = $1 AND x.tenant_id = c.tenant_id
+    JOIN lane_keys x ON x.job_type = $6 AND x.tenant_id = c.tenant_id
      AND x.fairness_key = c.fairness_key
     WHERE (SELECT count(*) FROM charge) >= 0
     ORDER BY x.tenant_id, x.fairness_key
@@ -151,7 +163,7 @@ key_charged AS (
     -- One lane_keys_pkey probe per charged key, driven by key_charge.  (ANY(ARRAY(...))
     -- of the tenants and of the keys, as for lanes, put both arrays in every probe's
     -- condition: 177 ms instead of 2 for 400 keys.)
-    WHERE k.job_type = $1 AND k.tenant_id = c.tenant_id AND k.fairness_key = c.fairness_key
+    WHERE k.job_type = $6 AND k.tenant_id = c.tenant_id AND k.fairness_key = c.fairness_key
       AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
     RETURNING k.tenant_id, k.fairness_key
 )
@@ -160,7 +172,7 @@ SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
        t.aging_step, NULL::bool AS ready, NULL::bool AS scanned, t.paused IS TRUE AS paused,
        NULL::text AS fairness_key, t.rate_per_s IS NOT NULL AS rate_limited,
        t.fairness_by, NULL::float8 AS unit_est
-FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1
+FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $6
 UNION ALL
 SELECT w.tenant_id, COALESCE(ch.vtime, w.vtime), w.weight, w.max_active_jobs, NULL, NULL,
        NULL, w.ready, true, NULL, NULL, w.rate_limited, NULL, w.unit_est
@@ -168,42 +180,41 @@ FROM (SELECT s.*, count(*) FILTER (WHERE s.ready)
                     OVER (ORDER BY s.vtime, s.tenant_id ROWS UNBOUNDED PRECEDING) AS readies
       FROM (SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight, t.max_active_jobs,
                    t.rate_per_s IS NOT NULL AS rate_limited, l.unit_est,
-                   CASE WHEN $2 <= 16 THEN (SELECT max(j.fairness_key) FROM jobs j
-          WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = l.tenant_id)
+                   CASE WHEN $12 <= 16 THEN (SELECT max(j.fairness_key) FROM jobs j
+          WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = l.tenant_id)
          IS NOT NULL ELSE true END AS ready
             FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
-            WHERE l.job_type = $1 AND l.active AND NOT l.held
-              AND t.paused IS NOT TRUE AND l.tenant_id <> ALL($3::text[])
+            WHERE l.job_type = $6 AND l.active AND NOT l.held
+              AND t.paused IS NOT TRUE AND l.tenant_id <> ALL($13::text[])
             ORDER BY l.vtime, l.tenant_id
             LIMIT (SELECT 1024)) s) w
 LEFT JOIN charged ch ON ch.tenant_id = w.tenant_id
-WHERE w.readies <= $2 + cardinality($4::text[])
+WHERE w.readies <= $12 + cardinality($1::text[])
 UNION ALL
 SELECT ch.tenant_id, ch.vtime, NULL, NULL, NULL, NULL, NULL, false, false, NULL, NULL, NULL,
        NULL, NULL
 FROM charged ch WHERE NOT (SELECT max(j.fairness_key) FROM jobs j
-          WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = ch.tenant_id)
+          WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = ch.tenant_id)
          IS NOT NULL
 UNION ALL
 SELECT kc.tenant_id, NULL, NULL, NULL, NULL, NULL, NULL, false, false, NULL, kc.fairness_key,
        NULL, NULL, NULL
 FROM key_charged kc WHERE NOT (SELECT min(j.priority) FROM jobs j
-          WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = kc.tenant_id
+          WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = kc.tenant_id
             AND j.fairness_key = kc.fairness_key)
          IS NOT NULL;
 
 -- name: read_lanes_of_tenants
--- As read_lanes, restricted to the caller's tenantIds ($11; the floors and units served
--- are $12 to $14).  A
--- statement of its own (not an "$11 IS NULL OR" branch) so that its generic plan can use
--- lanes pkey.
+-- As read_lanes, restricted to the caller's :tenant_ids.  A statement of its own (not an
+-- ":tenant_ids IS NULL OR" branch) so that its generic plan can use lanes pkey.
+-- Parameters: $1 :tenants, $2 :counts, $3 :strides, $4 :floors, $5 :served, $6 :job_type, $7 :key_tenants, $8 :keys, $9 :key_counts, $10 :key_strides, $11 :key_served, $12 :limit, $13 :exclude, $14 :tenant_ids
 WITH charge AS (
     -- Each charged lane found by key and locked, in tenant order.
     SELECT x.tenant_id, c.n, c.stride, c.floor, c.served
-    FROM unnest($4::text[], $5::int[], $6::float8[],
-                $12::float8[], $13::float8[])
+    FROM unnest($1::text[], $2::int[], $3::float8[],
+                $4::float8[], $5::float8[])
          AS c(tenant_id, n, stride, floor, served)
-    JOIN lanes x ON x.job_type = $1 AND x.tenant_id = c.tenant_id
+    JOIN lanes x ON x.job_type = $6 AND x.tenant_id = c.tenant_id
     ORDER BY x.tenant_id
     FOR NO KEY UPDATE OF x
 ),
@@ -218,7 +229,7 @@ charged AS (
     -- ANY(ARRAY(...)) keeps the update to one lanes_pkey probe per charged lane, as in
     -- the claim.  (An IN (...) of the locked keys made the generic plan a semi join
     -- comparing every charged lane with every other, slower than by key.)
-    WHERE l.job_type = $1 AND l.tenant_id = ANY(ARRAY(SELECT tenant_id FROM charge))
+    WHERE l.job_type = $6 AND l.tenant_id = ANY(ARRAY(SELECT tenant_id FROM charge))
       AND l.tenant_id = c.tenant_id
       AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
     RETURNING l.tenant_id, l.vtime
@@ -228,9 +239,9 @@ key_charge AS (
     -- charged lane is locked (the count reads charge whole).
     SELECT x.tenant_id, x.fairness_key, c.n, c.stride, c.served
     FROM unnest($7::text[], $8::text[], $9::int[],
-                $10::float8[], $14::float8[])
+                $10::float8[], $11::float8[])
          AS c(tenant_id, fairness_key, n, stride, served)
-    JOIN lane_keys x ON x.job_type = $1 AND x.tenant_id = c.tenant_id
+    JOIN lane_keys x ON x.job_type = $6 AND x.tenant_id = c.tenant_id
      AND x.fairness_key = c.fairness_key
     WHERE (SELECT count(*) FROM charge) >= 0
     ORDER BY x.tenant_id, x.fairness_key
@@ -245,7 +256,7 @@ key_charged AS (
     -- One lane_keys_pkey probe per charged key, driven by key_charge.  (ANY(ARRAY(...))
     -- of the tenants and of the keys, as for lanes, put both arrays in every probe's
     -- condition: 177 ms instead of 2 for 400 keys.)
-    WHERE k.job_type = $1 AND k.tenant_id = c.tenant_id AND k.fairness_key = c.fairness_key
+    WHERE k.job_type = $6 AND k.tenant_id = c.tenant_id AND k.fairness_key = c.fairness_key
       AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
     RETURNING k.tenant_id, k.fairness_key
 )
@@ -254,7 +265,7 @@ SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
        t.aging_step, NULL::bool AS ready, NULL::bool AS scanned, t.paused IS TRUE AS paused,
        NULL::text AS fairness_key, t.rate_per_s IS NOT NULL AS rate_limited,
        t.fairness_by, NULL::float8 AS unit_est
-FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $1
+FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $6
 UNION ALL
 SELECT w.tenant_id, COALESCE(ch.vtime, w.vtime), w.weight, w.max_active_jobs, NULL, NULL,
        NULL, w.ready, true, NULL, NULL, w.rate_limited, NULL, w.unit_est
@@ -262,51 +273,56 @@ FROM (SELECT s.*, count(*) FILTER (WHERE s.ready)
                     OVER (ORDER BY s.vtime, s.tenant_id ROWS UNBOUNDED PRECEDING) AS readies
       FROM (SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight, t.max_active_jobs,
                    t.rate_per_s IS NOT NULL AS rate_limited, l.unit_est,
-                   CASE WHEN $2 <= 16 THEN (SELECT max(j.fairness_key) FROM jobs j
-          WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = l.tenant_id)
+                   CASE WHEN $12 <= 16 THEN (SELECT max(j.fairness_key) FROM jobs j
+          WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = l.tenant_id)
          IS NOT NULL ELSE true END AS ready
             FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
-            WHERE l.job_type = $1 AND l.active AND NOT l.held
-              AND t.paused IS NOT TRUE AND l.tenant_id <> ALL($3::text[]) AND l.tenant_id = ANY($11::text[])
+            WHERE l.job_type = $6 AND l.active AND NOT l.held
+              AND t.paused IS NOT TRUE AND l.tenant_id <> ALL($13::text[])
+              AND l.tenant_id = ANY($14::text[])
             ORDER BY l.vtime, l.tenant_id
             LIMIT 1024) s) w
 LEFT JOIN charged ch ON ch.tenant_id = w.tenant_id
-WHERE w.readies <= $2 + cardinality($4::text[])
+WHERE w.readies <= $12 + cardinality($1::text[])
 UNION ALL
 SELECT ch.tenant_id, ch.vtime, NULL, NULL, NULL, NULL, NULL, false, false, NULL, NULL, NULL,
        NULL, NULL
 FROM charged ch WHERE NOT (SELECT max(j.fairness_key) FROM jobs j
-          WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = ch.tenant_id)
+          WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = ch.tenant_id)
          IS NOT NULL
 UNION ALL
 SELECT kc.tenant_id, NULL, NULL, NULL, NULL, NULL, NULL, false, false, NULL, kc.fairness_key,
        NULL, NULL, NULL
 FROM key_charged kc WHERE NOT (SELECT min(j.priority) FROM jobs j
-          WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = kc.tenant_id
+          WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = kc.tenant_id
             AND j.fairness_key = kc.fairness_key)
          IS NOT NULL;
 
 -- name: read_keys
--- The keys of the lanes a round allotted picks to ($2: tenants, $3: how many keys to read
--- of each), in (vtime, key) order, their weights (a key without a row weighs 1), and
--- each probed for a ready job when its lane asks for at most PROBED_LANES keys: for
+-- The keys of the lanes a round allotted picks to (:tenants, with :wants: how many keys
+-- to read of each), in (vtime, key) order, their weights (a key without a row weighs 1),
+-- and each probed for a ready job when its lane asks for at most PROBED_LANES keys: for
 -- scheduler.split_among_keys to divide each lane's picks among.  Active keys only; the
--- ones a call already excluded ($4, $5: tenant and key pairs) are skipped.  A lane whose
--- read stops at its limit may have more ready keys beyond.
+-- ones a call already excluded (:exclude_tenants, :exclude_keys: tenant and key pairs)
+-- are skipped.  A lane whose read stops at its limit may have more ready keys beyond.  A
+-- key's ready probe descends jobs_ready_idx to the key's youngest entry (min(priority),
+-- its last), as read_lanes' lane probe.
 -- Index: lane_keys_vtime_idx (job_type, tenant_id, active, vtime, fairness_key), a range
 -- scan per lane up to its limit; key_weights pkey; one probe of jobs_ready_idx per key of
 -- a small read.  No locks: the claim locks the jobs it takes.
+-- Parameters: $1 :tenants, $2 :wants, $3 :job_type, $4 :exclude_tenants, $5 :exclude_keys
 SELECT a.tenant_id, k.fairness_key, k.vtime, COALESCE(w.weight, 1) AS weight, k.ready
-FROM unnest($2::text[], $3::int[]) AS a(tenant_id, want)
+FROM unnest($1::text[], $2::int[]) AS a(tenant_id, want)
 CROSS JOIN LATERAL (
     SELECT x.fairness_key, x.vtime,
            CASE WHEN a.want <= 16 THEN (SELECT min(j.priority) FROM jobs j
-          WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = x.tenant_id
+          WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = x.tenant_id
             AND j.fairness_key = x.fairness_key)
          IS NOT NULL ELSE true END AS ready
     FROM lane_keys x
-    WHERE x.job_type = $1 AND x.tenant_id = a.tenant_id AND x.active
-      AND NOT EXISTS (SELECT 1 FROM unnest($4::text[], $5::text[]) AS e(tenant_id, fairness_key)
+    WHERE x.job_type = $3 AND x.tenant_id = a.tenant_id AND x.active
+      AND NOT EXISTS (SELECT 1 FROM unnest($4::text[], $5::text[])
+                             AS e(tenant_id, fairness_key)
                       WHERE e.tenant_id = x.tenant_id AND e.fairness_key = x.fairness_key)
     ORDER BY x.vtime, x.fairness_key
     LIMIT a.want
@@ -314,22 +330,22 @@ CROSS JOIN LATERAL (
 LEFT JOIN key_weights w ON w.tenant_id = a.tenant_id AND w.fairness_key = k.fairness_key;
 
 -- name: charge_lanes
--- Charges each lane (jobs claimed) x stride of virtual time ($2, $3, $4: tenants, jobs,
--- strides), and each key (jobs claimed) x key stride ($5 to $8: tenants, keys, jobs,
--- strides; $9 floors, $10 and $11 units served), after the claim committed (so no claim
--- holds lane rows across its WAL flush;
--- ADR 001).  read_lanes carries the same charge (_CHARGE) in front of its read.  Answers
--- the charged lanes that have no ready job left, and the charged keys (their tenant and
--- key) that have none: their claim emptied them (the charge runs after the claim
--- committed, so the last claim of a lane sees it empty), and the caller parks them (ADR
--- 014).  Index: lanes pkey, lane_keys pkey, one probe of jobs_ready_idx per lane and key.
+-- Charges each lane (jobs claimed) x stride of virtual time, and each key (jobs claimed)
+-- x key stride (the fragment charge), after the claim committed (so no claim holds lane
+-- rows across its WAL flush; ADR 001).  read_lanes carries the same charge in front of
+-- its read.  Answers the charged lanes that have no ready job left, and the charged keys
+-- (their tenant and key) that have none: their claim emptied them (the charge runs after
+-- the claim committed, so the last claim of a lane sees it empty), and the caller parks
+-- them (ADR 014).  Index: lanes pkey, lane_keys pkey, one probe of jobs_ready_idx per
+-- lane and key.
+-- Parameters: $1 :tenants, $2 :counts, $3 :strides, $4 :floors, $5 :served, $6 :job_type, $7 :key_tenants, $8 :keys, $9 :key_counts, $10 :key_strides, $11 :key_served
 WITH charge AS (
     -- Each charged lane found by key and locked, in tenant order.
     SELECT x.tenant_id, c.n, c.stride, c.floor, c.served
-    FROM unnest($2::text[], $3::int[], $4::float8[],
-                $9::float8[], $10::float8[])
+    FROM unnest($1::text[], $2::int[], $3::float8[],
+                $4::float8[], $5::float8[])
          AS c(tenant_id, n, stride, floor, served)
-    JOIN lanes x ON x.job_type = $1 AND x.tenant_id = c.tenant_id
+    JOIN lanes x ON x.job_type = $6 AND x.tenant_id = c.tenant_id
     ORDER BY x.tenant_id
     FOR NO KEY UPDATE OF x
 ),
@@ -344,7 +360,7 @@ charged AS (
     -- ANY(ARRAY(...)) keeps the update to one lanes_pkey probe per charged lane, as in
     -- the claim.  (An IN (...) of the locked keys made the generic plan a semi join
     -- comparing every charged lane with every other, slower than by key.)
-    WHERE l.job_type = $1 AND l.tenant_id = ANY(ARRAY(SELECT tenant_id FROM charge))
+    WHERE l.job_type = $6 AND l.tenant_id = ANY(ARRAY(SELECT tenant_id FROM charge))
       AND l.tenant_id = c.tenant_id
       AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
     RETURNING l.tenant_id, l.vtime
@@ -353,10 +369,10 @@ key_charge AS (
     -- Each charged key found by key and locked, in (tenant, key) order, once every
     -- charged lane is locked (the count reads charge whole).
     SELECT x.tenant_id, x.fairness_key, c.n, c.stride, c.served
-    FROM unnest($5::text[], $6::text[], $7::int[],
-                $8::float8[], $11::float8[])
+    FROM unnest($7::text[], $8::text[], $9::int[],
+                $10::float8[], $11::float8[])
          AS c(tenant_id, fairness_key, n, stride, served)
-    JOIN lane_keys x ON x.job_type = $1 AND x.tenant_id = c.tenant_id
+    JOIN lane_keys x ON x.job_type = $6 AND x.tenant_id = c.tenant_id
      AND x.fairness_key = c.fairness_key
     WHERE (SELECT count(*) FROM charge) >= 0
     ORDER BY x.tenant_id, x.fairness_key
@@ -371,23 +387,25 @@ key_charged AS (
     -- One lane_keys_pkey probe per charged key, driven by key_charge.  (ANY(ARRAY(...))
     -- of the tenants and of the keys, as for lanes, put both arrays in every probe's
     -- condition: 177 ms instead of 2 for 400 keys.)
-    WHERE k.job_type = $1 AND k.tenant_id = c.tenant_id AND k.fairness_key = c.fairness_key
+    WHERE k.job_type = $6 AND k.tenant_id = c.tenant_id AND k.fairness_key = c.fairness_key
       AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
     RETURNING k.tenant_id, k.fairness_key
 )
 SELECT ch.tenant_id, NULL AS fairness_key FROM charged ch WHERE NOT (SELECT max(j.fairness_key) FROM jobs j
-          WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = ch.tenant_id)
+          WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = ch.tenant_id)
          IS NOT NULL
 UNION ALL
 SELECT kc.tenant_id, kc.fairness_key FROM key_charged kc WHERE NOT (SELECT min(j.priority) FROM jobs j
-          WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = kc.tenant_id
+          WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = kc.tenant_id
             AND j.fairness_key = kc.fairness_key)
          IS NOT NULL;
 
 -- name: hold_lanes
--- Marks lanes of job type $1 held: their tenants ($2) are at their caps as counted by the
--- claim that holds their cap locks, which it will hold until this commits.  A lane read
--- skips held lanes; jobfair_release_holds, which takes the same locks first, releases them
--- when the tenant's capacity frees (ADR 016).  Index: lanes pkey.  Locks: the lane rows.
+-- Marks lanes of :job_type held: their tenants (:tenant_ids) are at their caps as counted
+-- by the claim that holds their cap locks, which it will hold until this commits.  A lane
+-- read skips held lanes; jobfair_release_holds, which takes the same locks first,
+-- releases them when the tenant's capacity frees (ADR 016).  Index: lanes pkey.
+-- Locks: the lane rows.
+-- Parameters: $1 :job_type, $2 :tenant_ids
 UPDATE lanes SET held = true, held_count = held_count + 1
 WHERE job_type = $1 AND tenant_id = ANY($2::text[]) AND NOT held;

@@ -44,6 +44,6 @@ async def test_the_benchmarks_lane_reads_match_the_statement(store) -> None:
         "INSERT INTO lanes (job_type, tenant_id, shard, vtime) VALUES"
         " ('bench', 't1', jobfair_shard('t1'), 0)"
     )
-    assert await store.fetch(lane_read.READ_LANES, *lane_read.ARGS)
+    assert await store.fetch(lane_read.READ_LANES.text, *lane_read.ARGS)
     async with store.connection() as conn:
         assert await scaling._read(conn, 4) is not None

@@ -198,7 +198,7 @@ async def test_the_primary_key_serves_a_lookup_by_key_and_shard(store: Database)
     [made] = await stored_jobs.insert(store, [{"type": "x", "tenantId": "acme"}], utcnow())
     async with store.transaction() as tx:
         await tx.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        await tx.execute(f"PREPARE get_job(bigint) AS {stored_jobs.GET_JOB}")
+        await tx.execute(f"PREPARE get_job(bigint) AS {stored_jobs.SQL['get_job'].text}")
         plan = await tx.fetchval(f"EXPLAIN (FORMAT JSON) EXECUTE get_job({made.job_key})")
     [scan] = [s for s in index_scans(json.loads(plan)[0]["Plan"]) if s["Relation Name"] == "jobs"]
     assert scan["Index Name"] == "jobs_pkey"

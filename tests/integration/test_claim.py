@@ -10,9 +10,10 @@ import pytest
 
 from app.db import claims
 from app.db import jobs as stored_jobs
-from app.db.claims import CLAIM, Share
+from app.db.claims import SQL as CLAIMS
+from app.db.claims import Share
 from app.db.finishing import CANCEL_JOB, COMPLETE_JOBS, FAIL_JOB, RELEASE_JOBS, THROW_ERROR
-from app.db.lanes import CHARGE_LANES, READ_LANES, READ_LANES_OF_TENANTS
+from app.db.lanes import SQL as LANES
 from app.domain import utcnow
 
 
@@ -21,22 +22,33 @@ async def _insert(store, priority: int, n: int) -> list[int]:
     return [i.job_key for i in await stored_jobs.insert(store, jobs, utcnow())]
 
 
-def _claim_args(now) -> tuple:
-    """CLAIM's arguments after the lanes: one share, worker "w", a minute's lease."""
-    return (now, ["w"], [now + timedelta(minutes=1)], 10, 60_000, False, [1])
+def _claim(tenants: list[str], counts: list[int], now, **share) -> tuple:
+    """claim's call: ``counts`` jobs of each tenant's default key, by default one share,
+    worker "w", a minute's lease."""
+    share = {"workers": ["w"], "deadlines": [now + timedelta(minutes=1)], "starts": [1]} | share
+    return CLAIMS["claim"].bind(
+        job_type="claim",
+        tenants=tenants,
+        keys=[""] * len(tenants),
+        counts=counts,
+        now=now,
+        aging_step=10,
+        aging_interval_ms=60_000,
+        via_stream=False,
+        **share,
+    )
 
 
 async def test_a_claim_passes_rows_held_by_another_and_tops_up_from_the_next_priority(store):
     high = await _insert(store, 50, 3)
     low = await _insert(store, 0, 5)
     now = utcnow()
-    args = _claim_args(now)
     async with store.connection() as other:
         tx = other.transaction()
         await tx.start()
         # Another activation has locked every job of the top priority, not yet committed:
         # to this claim they still look CREATED, so its best three are all of them.
-        held = await other.fetch(CLAIM, "claim", ["t"], [3], *args, [""])
+        held = await other.fetch(*_claim(["t"], [3], now))
         assert sorted(r["job_key"] for r in held) == high
         got = await claims.claim(
             store,
@@ -105,7 +117,7 @@ async def test_finishing_jobs_probes_them_by_key_however_many_are_leased(store, 
     await _insert(store, 0, 2_000)
     await store.execute("ANALYZE jobs")  # statistics that saw no lease at all
     now = utcnow()
-    leased = await store.fetch(CLAIM, "claim", ["t"], [1_500], *_claim_args(now), [""])
+    leased = await store.fetch(*_claim(["t"], [1_500], now))
     keys = [r["job_key"] for r in leased[:10]]
     counts = [r["activation_count"] for r in leased[:10]]
     nodes = await _plan(store, query, *args(keys, counts, now))
@@ -119,8 +131,8 @@ async def test_a_claim_shared_among_requests_still_takes_its_jobs_by_key(store):
     await _insert(store, 0, 2_000)
     await store.execute("ANALYZE jobs")
     now = utcnow()
-    args = (now, ["a", "b"], [now, now], 10, 60_000, False, [1, 6], [""])
-    nodes = await _plan(store, CLAIM, "claim", ["t"], [10], *args)
+    shares = {"workers": ["a", "b"], "deadlines": [now, now], "starts": [1, 6]}
+    nodes = await _plan(store, *_claim(["t"], [10], now, **shares))
     assert _jobs_scans(nodes) == {"jobs_ready_idx", "jobs_pkey"}
     activated = next(n for n in nodes if n["Node Type"] == "ModifyTable")
     _assert_linear(_nodes(activated))
@@ -142,45 +154,37 @@ async def test_charging_many_lanes_costs_linear_time(store):
         tenants,
     )
     await store.execute("ANALYZE lanes; ANALYZE lane_keys")
-    charged = "{" + ",".join(tenants[::25]) + "}"
+    charged = "'{" + ",".join(tenants[::25]) + "}'"
+    ones, floats = "array_fill(1, ARRAY[400])", "array_fill(1.0::float8, ARRAY[400])"
+    nodes = await _generic_plan(
+        store,
+        LANES["charge_lanes"],
+        job_type="'claim'",
+        tenants=charged,
+        counts=ones,
+        strides=floats,
+        served=floats,
+        key_tenants=charged,
+        keys="array_fill(''::text, ARRAY[400])",
+        key_counts=ones,
+        key_strides=floats,
+        key_served=floats,
+    )
+    _assert_linear(nodes)
+
+
+async def _generic_plan(store, statement, **values: str) -> list[dict]:
+    """Every node of ``statement``'s generic plan (as the pool's prepared statement runs
+    it), executed with ``values`` (SQL literals by parameter name; '{}' where none is
+    given)."""
+    query = statement.text
+    args = ", ".join(values.get(p, "'{}'") for p in statement.params)
     async with store.connection() as conn:
         tx = conn.transaction()
         await tx.start()
         try:
             await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-            await conn.execute(
-                "PREPARE charge(text, text[], int[], float8[], text[], text[], int[], float8[],"
-                " float8[], float8[], float8[])"
-                f" AS {CHARGE_LANES}"
-            )
-            [[plan]] = await conn.fetch(
-                f"EXPLAIN (FORMAT JSON) EXECUTE charge('claim', '{charged}',"
-                " array_fill(1, ARRAY[400]), array_fill(1.0::float8, ARRAY[400]),"
-                f" '{charged}', array_fill(''::text, ARRAY[400]), array_fill(1, ARRAY[400]),"
-                " array_fill(1.0::float8, ARRAY[400]), '{}', array_fill(1.0::float8, ARRAY[400]),"
-                " array_fill(1.0::float8, ARRAY[400]))"
-            )
-        finally:
-            await tx.rollback()
-            await conn.execute("DEALLOCATE ALL")
-    _assert_linear(_nodes(orjson.loads(plan)[0]["Plan"]))
-
-
-# read_lanes' parameters: the type, how many lanes, the lanes excluded, the lane charges
-# and the key charges (ADR 027).
-READ_TYPES = "text, int, text[], text[], int[], float8[], text[], text[], int[], float8[]"
-# Then the floors and the units served (lanes', keys').
-FLOORS = "float8[], float8[], float8[]"
-
-
-async def _generic_plan(store, query: str, types: str, args: str) -> list[dict]:
-    """Every node of ``query``'s generic plan (as the pool's prepared statement runs it)."""
-    async with store.connection() as conn:
-        tx = conn.transaction()
-        await tx.start()
-        try:
-            await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-            await conn.execute(f"PREPARE q({types}) AS {query}")
+            await conn.execute(f"PREPARE q AS {query}")
             [[plan]] = await conn.fetch(f"EXPLAIN (FORMAT JSON) EXECUTE q({args})")
         finally:
             await tx.rollback()
@@ -205,12 +209,7 @@ async def test_a_lane_read_walks_the_lanes_in_order_and_sorts_none(store, lanes)
         tenants,
     )
     await store.execute("ANALYZE lanes; ANALYZE tenants")
-    nodes = await _generic_plan(
-        store,
-        READ_LANES,
-        f"{READ_TYPES}, {FLOORS}",
-        "'claim', 32, '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}'",
-    )
+    nodes = await _generic_plan(store, LANES["read_lanes"], job_type="'claim'", limit="32")
     sorts = [n["Sort Key"] for n in nodes if n["Node Type"] == "Sort"]
     assert not [key for key in sorts if any("vtime" in k for k in key)], sorts
     scans = {n.get("Index Name") for n in nodes if n.get("Relation Name") == "lanes"}
@@ -219,10 +218,10 @@ async def test_a_lane_read_walks_the_lanes_in_order_and_sorts_none(store, lanes)
     # lanes, the planner may rightly read them all).
     nodes = await _generic_plan(
         store,
-        READ_LANES_OF_TENANTS,
-        f"{READ_TYPES}, text[], {FLOORS}",
-        "'claim', 32, '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{t00001,t00002}', '{}',"
-        " '{}', '{}'",
+        LANES["read_lanes_of_tenants"],
+        job_type="'claim'",
+        limit="32",
+        tenant_ids="'{t00001,t00002}'",
     )
     scans = {
         n.get("Index Name", n["Node Type"])

@@ -11,8 +11,9 @@ from app import scheduler
 from app.db import claims, lanes
 from app.db import jobs as stored_jobs
 from app.db import operators as db_ops
-from app.db.claims import CLAIM, CLAIM_LEAD, LeadAsk, Share
-from app.db.lanes import PROBED_LANES
+from app.db.bounds import PROBED_LANES
+from app.db.claims import SQL as CLAIMS
+from app.db.claims import LeadAsk, Share
 from app.domain import utcnow
 from app.scheduler import Lane, allocate
 from tests.integration.test_claim import _assert_linear, _jobs_scans, _nodes, _plan
@@ -40,18 +41,19 @@ async def _full_rounds_first(store, tenant_ids=None) -> int | None:
         await tx.start()
         try:
             [row] = await conn.fetch(
-                CLAIM,
-                TYPE,
-                [picks[0]],
-                [1],
-                now,
-                ["w"],
-                [now + timedelta(minutes=1)],
-                cfg.aging_step if cfg.aging_step is not None else DEFAULT_STEP,
-                cfg.aging_interval_ms or DEFAULT_INTERVAL_MS,
-                False,
-                [1],
-                [""],
+                *CLAIMS["claim"].bind(
+                    job_type=TYPE,
+                    tenants=[picks[0]],
+                    keys=[""],
+                    counts=[1],
+                    now=now,
+                    workers=["w"],
+                    deadlines=[now + timedelta(minutes=1)],
+                    aging_step=cfg.aging_step if cfg.aging_step is not None else DEFAULT_STEP,
+                    aging_interval_ms=cfg.aging_interval_ms or DEFAULT_INTERVAL_MS,
+                    via_stream=False,
+                    starts=[1],
+                )
             )
         finally:
             await tx.rollback()
@@ -166,7 +168,19 @@ async def test_a_lead_lane_held_by_another_activator_claims_nothing(store):
         tx = other.transaction()
         await tx.start()
         held = await other.fetch(
-            CLAIM, TYPE, ["a"], [2], now, ["x"], [now], 10, 60_000, False, [1], [""]
+            *CLAIMS["claim"].bind(
+                job_type=TYPE,
+                tenants=["a"],
+                keys=[""],
+                counts=[2],
+                now=now,
+                workers=["x"],
+                deadlines=[now],
+                aging_step=10,
+                aging_interval_ms=60_000,
+                via_stream=False,
+                starts=[1],
+            )
         )
         assert len(held) == 2
         assert await _declined(store)
@@ -197,8 +211,17 @@ async def test_the_lead_claim_reads_by_index_whatever_the_backlog(store):
     await _insert(store, "a", 0, 3_000)
     await store.execute("ANALYZE jobs")
     now = utcnow()
-    args = (TYPE, now, ["w"], [now], 10, 60_000, False, [1])
-    nodes = await _plan(store, CLAIM_LEAD, *args)
+    lead = CLAIMS["claim_lead"].bind(
+        job_type=TYPE,
+        now=now,
+        workers=["w"],
+        deadlines=[now],
+        default_aging_step=10,
+        default_aging_interval_ms=60_000,
+        via_stream=False,
+        starts=[1],
+    )
+    nodes = await _plan(store, *lead)
     assert _jobs_scans(nodes) == {"jobs_ready_idx", "jobs_pkey"}
     assert {n.get("Index Name") for n in nodes if n.get("Relation Name") == "lanes"} == {
         "lanes_type_vtime_idx",

@@ -18,7 +18,8 @@ from app.api.schemas import CreateJob
 from app.config import Settings
 from app.db import claims, lanes, parking
 from app.db import jobs as stored_jobs
-from app.db.lanes import CHARGE_LANES, SCANNED_LANES
+from app.db.lanes import SCANNED_LANES
+from app.db.lanes import SQL as LANES
 from app.db.locks import lane_bucket
 from app.domain import utcnow
 from app.scheduler import Charges
@@ -484,18 +485,19 @@ async def test_charges_of_the_same_lanes_in_any_order_lock_them_in_one_order(sto
                 if i % 2:
                     order.sort(reverse=True)
                 await conn.execute(
-                    CHARGE_LANES,
-                    "order",
-                    order,
-                    [1] * len(order),
-                    [1.0] * len(order),
-                    [],
-                    [],
-                    [],
-                    [],
-                    [None] * len(order),
-                    [0.0] * len(order),
-                    [],
+                    *LANES["charge_lanes"].bind(
+                        job_type="order",
+                        tenants=order,
+                        counts=[1] * len(order),
+                        strides=[1.0] * len(order),
+                        floors=[None] * len(order),
+                        served=[0.0] * len(order),
+                        key_tenants=[],
+                        keys=[],
+                        key_counts=[],
+                        key_strides=[],
+                        key_served=[],
+                    )
                 )
 
     chargers = 8

@@ -30,7 +30,7 @@ async def test_a_pool_opens_all_its_connections_warm_and_the_warm_up_writes_noth
                         "SELECT statement FROM pg_prepared_statements WHERE generic_plans > 0"
                     )
                 }
-                for sql, _ in st._warm_up_calls():
+                for sql, *_ in st._warm_up_calls():
                     assert sql in prepared  # prepared, and its generic plan built
     finally:
         await store.close()

@@ -76,3 +76,12 @@ def test_a_fragment_of_another_file_is_named_with_its_file():
 def test_a_name_that_resolves_to_nothing_or_to_itself_is_refused(source, refused):
     with pytest.raises(ValueError, match=refused):
         sql.parse("t", source)
+
+
+def test_a_fragment_in_a_comment_or_a_string_is_not_put_in_but_a_bound_in_a_string_is():
+    source = (
+        "-- fragment: f\nmany\nlines\n-- name: s\n"
+        "SELECT 1 -- not {{f}} nor {{PROBED_LANES}}\n, '{{f}}', {{f}}, '{{PROBED_LANES}}'"
+    )
+    [st] = sql.parse("t", source).values()
+    assert st.text == ("SELECT 1 -- not {{f}} nor {{PROBED_LANES}}\n, '{{f}}', many\nlines, '16'")

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from app.db import Database, claims, settling
 from app.db import jobs as stored_jobs
-from app.db.claims import EFFECTIVE_PRIORITY, LeadAsk, Share
+from app.db.claims import LeadAsk, Share
 from app.domain import utcnow
 from app.scheduler import (
     Aging,
@@ -63,13 +63,8 @@ def run(db_url: str):
 
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
-EFFECTIVE_SQL = "SELECT " + EFFECTIVE_PRIORITY.format(
-    priority="$1::int",
-    queued_at="$2::timestamptz",
-    now="$3::timestamptz",
-    step="$4::int",
-    interval="$5::int",
-)
+# The claim's own fragment (claims.sql's effective_priority), in a statement of its own.
+EFFECTIVE_SQL = claims.SQL["effective_priority_of"]
 
 
 @st.composite
@@ -92,7 +87,13 @@ def test_effective_priority_in_sql_is_its_python_twin(run, case) -> None:
     queued_at = NOW - wait
     in_sql = run(
         lambda db: db.fetchval(
-            EFFECTIVE_SQL, priority, queued_at, NOW, aging.step, aging.interval_ms
+            *EFFECTIVE_SQL.bind(
+                priority=priority,
+                queued_at=queued_at,
+                now=NOW,
+                step=aging.step,
+                interval_ms=aging.interval_ms,
+            )
         )
     )
     assert int(in_sql) == effective_priority(priority, queued_at, NOW, aging)

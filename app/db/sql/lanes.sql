@@ -1,0 +1,335 @@
+-- fragment: wake
+-- Marks the lanes and keys in ``ready_lanes`` (job_type, tenant_id, fairness_key, n: how
+-- many of its jobs became ready, one row per lane and key; a CTE of the statement that
+-- includes this) backlogged: creates missing lanes at the re-entry virtual time (held if
+-- their tenant is paused: a probe of tenants pkey per new lane), wakes parked ones (a
+-- lane already active matches nothing and is not written: no hot row), and does the same
+-- for their keys inside their lanes.  The statement then says who is told: {{notified}}
+-- (once per job type, with how many of its jobs became ready) or, for a hand-off's
+-- insert, a ``notified`` that tells nobody (the job may go to its waiter in the same
+-- transaction).  Lanes are locked before keys: the key CTEs are not read by the
+-- statement, so they run after it (as every statement that locks both does).
+-- A lane re-enters at the smallest vtime of the type's backlogged lanes not held at a cap
+-- or, when there is none, the largest of all (scheduler.reentry_vtime;
+-- jobfair_release_holds, alembic 0004, spells the same); a key, one level down (ADR 027),
+-- at the smallest vtime of its lane's backlogged keys or, when there is none, the
+-- largest of its keys (all parked then).  Index: lanes pkey, lane_keys pkey,
+-- lanes_type_vtime_idx and lane_keys_vtime_idx (one descent per re-entry probe).
+lanes_ready AS (
+    SELECT job_type, tenant_id, sum(n) AS n FROM ready_lanes GROUP BY job_type, tenant_id
+),
+new_lanes AS (
+    INSERT INTO lanes (job_type, tenant_id, shard, vtime, active, held)
+    SELECT r.job_type, r.tenant_id, jobfair_shard(r.tenant_id),
+           COALESCE(
+    (SELECT min(x.vtime) FROM lanes x WHERE x.job_type = r.job_type AND x.active AND NOT x.held),
+    (SELECT max(x.vtime) FROM lanes x WHERE x.job_type = r.job_type),
+    0), true,
+           EXISTS (SELECT 1 FROM tenants p WHERE p.tenant_id = r.tenant_id AND p.paused)
+    FROM lanes_ready r
+    ORDER BY r.job_type, r.tenant_id
+    ON CONFLICT (job_type, tenant_id, shard) DO NOTHING
+    RETURNING 1
+),
+woken AS (
+    UPDATE lanes l
+    SET active = true, vtime = GREATEST(l.vtime, COALESCE(
+    (SELECT min(x.vtime) FROM lanes x WHERE x.job_type = l.job_type AND x.active AND NOT x.held),
+    (SELECT max(x.vtime) FROM lanes x WHERE x.job_type = l.job_type),
+    0))
+    WHERE (l.job_type, l.tenant_id) IN (
+        -- Parked lanes only (an active one is not written), locked in key order.
+        SELECT x.job_type, x.tenant_id FROM lanes x JOIN lanes_ready r
+          ON x.job_type = r.job_type AND x.tenant_id = r.tenant_id
+        WHERE NOT x.active
+        ORDER BY x.job_type, x.tenant_id
+        FOR NO KEY UPDATE OF x)
+    RETURNING 1
+),
+new_keys AS (
+    INSERT INTO lane_keys (job_type, tenant_id, fairness_key, shard, vtime, active)
+    SELECT r.job_type, r.tenant_id, r.fairness_key, jobfair_shard(r.tenant_id),
+           COALESCE(
+    (SELECT min(x.vtime) FROM lane_keys x
+     WHERE x.job_type = r.job_type AND x.tenant_id = r.tenant_id AND x.active),
+    (SELECT max(x.vtime) FROM lane_keys x
+     WHERE x.job_type = r.job_type AND x.tenant_id = r.tenant_id AND NOT x.active),
+    0), true
+    FROM ready_lanes r
+    ORDER BY r.job_type, r.tenant_id, r.fairness_key
+    ON CONFLICT (job_type, tenant_id, fairness_key, shard) DO NOTHING
+),
+woken_keys AS (
+    UPDATE lane_keys k
+    SET active = true,
+        vtime = GREATEST(k.vtime, COALESCE(
+    (SELECT min(x.vtime) FROM lane_keys x
+     WHERE x.job_type = k.job_type AND x.tenant_id = k.tenant_id AND x.active),
+    (SELECT max(x.vtime) FROM lane_keys x
+     WHERE x.job_type = k.job_type AND x.tenant_id = k.tenant_id AND NOT x.active),
+    0))
+    WHERE (k.job_type, k.tenant_id, k.fairness_key) IN (
+        SELECT x.job_type, x.tenant_id, x.fairness_key FROM lane_keys x JOIN ready_lanes r
+          ON x.job_type = r.job_type AND x.tenant_id = r.tenant_id
+         AND x.fairness_key = r.fairness_key
+        WHERE NOT x.active
+        ORDER BY x.job_type, x.tenant_id, x.fairness_key
+        FOR NO KEY UPDATE OF x)
+),
+
+-- fragment: notified
+-- Once per job type of ``ready_lanes``, "type n": how many of its jobs became ready.
+-- Bounded, as a job type is at most 128 ASCII characters (JOB_TYPE_RE).
+notified AS (
+    SELECT pg_notify('{{NOTIFY_CHANNEL}}', job_type || ' ' || sum(n))
+    FROM ready_lanes GROUP BY job_type
+)
+
+-- name: wake_lanes
+-- Marks lanes and their keys backlogged after jobs became ready (retry, lease expiry,
+-- promotion, revive; one (:job_types, :tenant_ids, :fairness_keys) triple per job) and
+-- notifies their job types with how many (the fragment wake).  Writes only lanes and
+-- keys that were parked.  Index: lanes pkey, lane_keys pkey.  Locks: caller holds the
+-- shared lane-bucket locks.
+WITH ready_lanes AS (
+    SELECT job_type, tenant_id, fairness_key, count(*) AS n
+    FROM unnest(:job_types::text[], :tenant_ids::text[], :fairness_keys::text[])
+         AS r(job_type, tenant_id, fairness_key)
+    GROUP BY job_type, tenant_id, fairness_key
+),
+{{wake}}
+{{notified}}
+SELECT (SELECT count(*) FROM notified) + (SELECT count(*) FROM new_lanes)
+       + (SELECT count(*) FROM woken)
+
+-- fragment: charge
+-- Charges lanes of :job_type their claimed jobs x stride of virtual time, from the floor
+-- a rate-limited lane was lifted to (scheduler.rate_floor; NULL: none), and their keys
+-- their claimed jobs x key stride: the CTEs ``charge`` and ``charged`` (tenant_id and new
+-- vtime of each lane charged; lanes :tenants, jobs :counts, :strides, :floors) and
+-- ``key_charge`` and ``key_charged`` the same for keys (:key_tenants, :keys,
+-- :key_counts, :key_strides).  :served and :key_served (aligned with :tenants and :keys)
+-- are added to the running counts of units served (``units_total``: by cost, the jobs'
+-- costs; else 0).  Locks: the lane rows, in tenant order (the sub-select's sort sits
+-- below its row locking), then the key rows, in (tenant, key) order (key_charge reads
+-- charge whole first), until the statement commits -- asynchronously
+-- (synchronous_commit = off for its own transaction only, set only when a lane is
+-- charged): a crash can forget the last few hundred milliseconds of charges, which
+-- fences nothing; the claim it accounts for was durable before it ran.  A pick advances
+-- a lane or key at least scheduler.VTIME_RESOLUTION of its virtual time or MIN_STRIDE
+-- (scheduler.advance).
+charge AS (
+    -- Each charged lane found by key and locked, in tenant order.
+    SELECT x.tenant_id, c.n, c.stride, c.floor, c.served
+    FROM unnest(:tenants::text[], :counts::int[], :strides::float8[],
+                :floors::float8[], :served::float8[])
+         AS c(tenant_id, n, stride, floor, served)
+    JOIN lanes x ON x.job_type = :job_type AND x.tenant_id = c.tenant_id
+    ORDER BY x.tenant_id
+    FOR NO KEY UPDATE OF x
+),
+charged AS (
+    UPDATE lanes l
+    -- GREATEST ignores a NULL floor: only rate-limited lanes are lifted (ADR 028).
+    SET vtime = GREATEST(l.vtime, c.floor)
+            + c.n * GREATEST(c.stride, abs(GREATEST(l.vtime, c.floor)) * {{VTIME_RESOLUTION}}::float8, {{MIN_STRIDE}}::float8),
+        activated_total = l.activated_total + c.n,
+        units_total = l.units_total + COALESCE(c.served, 0)
+    FROM charge c
+    -- ANY(ARRAY(...)) keeps the update to one lanes_pkey probe per charged lane, as in
+    -- the claim.  (An IN (...) of the locked keys made the generic plan a semi join
+    -- comparing every charged lane with every other, slower than by key.)
+    WHERE l.job_type = :job_type AND l.tenant_id = ANY(ARRAY(SELECT tenant_id FROM charge))
+      AND l.tenant_id = c.tenant_id
+      AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
+    RETURNING l.tenant_id, l.vtime
+),
+key_charge AS (
+    -- Each charged key found by key and locked, in (tenant, key) order, once every
+    -- charged lane is locked (the count reads charge whole).
+    SELECT x.tenant_id, x.fairness_key, c.n, c.stride, c.served
+    FROM unnest(:key_tenants::text[], :keys::text[], :key_counts::int[],
+                :key_strides::float8[], :key_served::float8[])
+         AS c(tenant_id, fairness_key, n, stride, served)
+    JOIN lane_keys x ON x.job_type = :job_type AND x.tenant_id = c.tenant_id
+     AND x.fairness_key = c.fairness_key
+    WHERE (SELECT count(*) FROM charge) >= 0
+    ORDER BY x.tenant_id, x.fairness_key
+    FOR NO KEY UPDATE OF x
+),
+key_charged AS (
+    UPDATE lane_keys k
+    SET vtime = k.vtime + c.n * GREATEST(c.stride, abs(k.vtime) * {{VTIME_RESOLUTION}}::float8, {{MIN_STRIDE}}::float8),
+        activated_total = k.activated_total + c.n,
+        units_total = k.units_total + COALESCE(c.served, 0)
+    FROM key_charge c
+    -- One lane_keys_pkey probe per charged key, driven by key_charge.  (ANY(ARRAY(...))
+    -- of the tenants and of the keys, as for lanes, put both arrays in every probe's
+    -- condition: 177 ms instead of 2 for 400 keys.)
+    WHERE k.job_type = :job_type AND k.tenant_id = c.tenant_id AND k.fairness_key = c.fairness_key
+      AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
+    RETURNING k.tenant_id, k.fairness_key
+)
+
+-- fragment: read_head
+-- The first row of a lane read: the job type's configuration, and whether it is paused.
+SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
+       NULL::int AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
+       t.aging_step, NULL::bool AS ready, NULL::bool AS scanned, t.paused IS TRUE AS paused,
+       NULL::text AS fairness_key, t.rate_per_s IS NOT NULL AS rate_limited,
+       t.fairness_by, NULL::float8 AS unit_est
+FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = :job_type
+
+-- fragment: read_emptied
+-- The last rows of a lane read: the charged lanes, then keys, that have no ready job left
+-- (one descent of jobs_ready_idx each, as the probes of read_lanes).
+SELECT ch.tenant_id, ch.vtime, NULL, NULL, NULL, NULL, NULL, false, false, NULL, NULL, NULL,
+       NULL, NULL
+FROM charged ch WHERE NOT (SELECT max(j.fairness_key) FROM jobs j
+          WHERE j.state = 'CREATED' AND j.job_type = :job_type AND j.tenant_id = ch.tenant_id)
+         IS NOT NULL
+UNION ALL
+SELECT kc.tenant_id, NULL, NULL, NULL, NULL, NULL, NULL, false, false, NULL, kc.fairness_key,
+       NULL, NULL, NULL
+FROM key_charged kc WHERE NOT (SELECT min(j.priority) FROM jobs j
+          WHERE j.state = 'CREATED' AND j.job_type = :job_type AND j.tenant_id = kc.tenant_id
+            AND j.fairness_key = kc.fairness_key)
+         IS NOT NULL
+
+-- name: read_lanes
+-- First charges the lanes and keys the previous rounds claimed from (the fragment charge;
+-- empty arrays charge nothing), saving the round a statement and the wait for a separate
+-- charge to commit.  Then reads the job type's configuration and, in (vtime, tenant)
+-- order, the type's active lanes with their tenants' weight and cap, each probed for a
+-- ready job when :limit is at most PROBED_LANES (one round trip).  The scan stops at the
+-- lane after the (:limit + len(:tenants))-th ready one (the run condition on
+-- ``readies``), or after SCANNED_LANES lanes: lanes that are active but empty (emptied a
+-- moment ago, not yet parked) are answered, flagged not ready, for the caller to park,
+-- and never take a ready lane's place -- so a read finds the ready lanes however many
+-- emptied ones sit in front of them (work conservation, DESIGN 1.6; ADR 014).  Last come
+-- the charged lanes and keys that have no ready job any more: their claim emptied them,
+-- and the caller parks them too.
+-- The read's snapshot predates the charge, so a charged lane's new vtime comes from
+-- ``charged``; charges only move lanes later, so the first :limit ready lanes by new
+-- vtime are among the first :limit + len(:tenants) by old (the caller keeps those).
+-- Lanes held at their tenant's cap are not read at all (the index range skips them); nor
+-- are paused tenants' lanes, held too (a lane a pause missed, made by a producer racing
+-- with it, is filtered out here; it costs the read a row).  The first row says whether
+-- the type is paused; then the caller claims nothing, whatever lanes follow.
+-- The limit of the scan is a subquery, not a constant: a type with fewer lanes than
+-- SCANNED_LANES made the generic plan, expecting to read them all, join every lane to its
+-- tenant and sort them (2.6 ms a read at 2,000 lanes, against 0.5 ms in index order).
+-- An unknown limit keeps the plan that stops early.  A lane's ready probe is max(), not
+-- EXISTS: the min/max rewrite always descends jobs_ready_idx, where EXISTS let the
+-- generic plan scan the heap for a first match (ADR 014); and the greatest key, not the
+-- least: it reads the lane's last entry (its last key's youngest job), not a head, where
+-- draining activators leave entries of jobs just claimed (dead, not yet pruned).
+-- Index: lanes_type_vtime_idx (job_type, active, held, vtime, tenant_id), a range scan of
+-- the lanes up to the stop, excluded ones (:exclude) included; one probe of
+-- jobs_ready_idx per lane scanned (small reads) and per lane and key charged.
+-- Locks: the charged lanes and keys.
+WITH {{charge}}
+{{read_head}}
+UNION ALL
+SELECT w.tenant_id, COALESCE(ch.vtime, w.vtime), w.weight, w.max_active_jobs, NULL, NULL,
+       NULL, w.ready, true, NULL, NULL, w.rate_limited, NULL, w.unit_est
+FROM (SELECT s.*, count(*) FILTER (WHERE s.ready)
+                    OVER (ORDER BY s.vtime, s.tenant_id ROWS UNBOUNDED PRECEDING) AS readies
+      FROM (SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight, t.max_active_jobs,
+                   t.rate_per_s IS NOT NULL AS rate_limited, l.unit_est,
+                   CASE WHEN :limit <= {{PROBED_LANES}} THEN (SELECT max(j.fairness_key) FROM jobs j
+          WHERE j.state = 'CREATED' AND j.job_type = :job_type AND j.tenant_id = l.tenant_id)
+         IS NOT NULL ELSE true END AS ready
+            FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
+            WHERE l.job_type = :job_type AND l.active AND NOT l.held
+              AND t.paused IS NOT TRUE AND l.tenant_id <> ALL(:exclude::text[])
+            ORDER BY l.vtime, l.tenant_id
+            LIMIT (SELECT {{SCANNED_LANES}})) s) w
+LEFT JOIN charged ch ON ch.tenant_id = w.tenant_id
+WHERE w.readies <= :limit + cardinality(:tenants::text[])
+UNION ALL
+{{read_emptied}}
+
+-- name: read_lanes_of_tenants
+-- As read_lanes, restricted to the caller's :tenant_ids.  A statement of its own (not an
+-- ":tenant_ids IS NULL OR" branch) so that its generic plan can use lanes pkey.
+WITH {{charge}}
+{{read_head}}
+UNION ALL
+SELECT w.tenant_id, COALESCE(ch.vtime, w.vtime), w.weight, w.max_active_jobs, NULL, NULL,
+       NULL, w.ready, true, NULL, NULL, w.rate_limited, NULL, w.unit_est
+FROM (SELECT s.*, count(*) FILTER (WHERE s.ready)
+                    OVER (ORDER BY s.vtime, s.tenant_id ROWS UNBOUNDED PRECEDING) AS readies
+      FROM (SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight, t.max_active_jobs,
+                   t.rate_per_s IS NOT NULL AS rate_limited, l.unit_est,
+                   CASE WHEN :limit <= {{PROBED_LANES}} THEN (SELECT max(j.fairness_key) FROM jobs j
+          WHERE j.state = 'CREATED' AND j.job_type = :job_type AND j.tenant_id = l.tenant_id)
+         IS NOT NULL ELSE true END AS ready
+            FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
+            WHERE l.job_type = :job_type AND l.active AND NOT l.held
+              AND t.paused IS NOT TRUE AND l.tenant_id <> ALL(:exclude::text[])
+              AND l.tenant_id = ANY(:tenant_ids::text[])
+            ORDER BY l.vtime, l.tenant_id
+            LIMIT {{SCANNED_LANES}}) s) w
+LEFT JOIN charged ch ON ch.tenant_id = w.tenant_id
+WHERE w.readies <= :limit + cardinality(:tenants::text[])
+UNION ALL
+{{read_emptied}}
+
+-- name: read_keys
+-- The keys of the lanes a round allotted picks to (:tenants, with :wants: how many keys
+-- to read of each), in (vtime, key) order, their weights (a key without a row weighs 1),
+-- and each probed for a ready job when its lane asks for at most PROBED_LANES keys: for
+-- scheduler.split_among_keys to divide each lane's picks among.  Active keys only; the
+-- ones a call already excluded (:exclude_tenants, :exclude_keys: tenant and key pairs)
+-- are skipped.  A lane whose read stops at its limit may have more ready keys beyond.  A
+-- key's ready probe descends jobs_ready_idx to the key's youngest entry (min(priority),
+-- its last), as read_lanes' lane probe.
+-- Index: lane_keys_vtime_idx (job_type, tenant_id, active, vtime, fairness_key), a range
+-- scan per lane up to its limit; key_weights pkey; one probe of jobs_ready_idx per key of
+-- a small read.  No locks: the claim locks the jobs it takes.
+SELECT a.tenant_id, k.fairness_key, k.vtime, COALESCE(w.weight, 1) AS weight, k.ready
+FROM unnest(:tenants::text[], :wants::int[]) AS a(tenant_id, want)
+CROSS JOIN LATERAL (
+    SELECT x.fairness_key, x.vtime,
+           CASE WHEN a.want <= {{PROBED_LANES}} THEN (SELECT min(j.priority) FROM jobs j
+          WHERE j.state = 'CREATED' AND j.job_type = :job_type AND j.tenant_id = x.tenant_id
+            AND j.fairness_key = x.fairness_key)
+         IS NOT NULL ELSE true END AS ready
+    FROM lane_keys x
+    WHERE x.job_type = :job_type AND x.tenant_id = a.tenant_id AND x.active
+      AND NOT EXISTS (SELECT 1 FROM unnest(:exclude_tenants::text[], :exclude_keys::text[])
+                             AS e(tenant_id, fairness_key)
+                      WHERE e.tenant_id = x.tenant_id AND e.fairness_key = x.fairness_key)
+    ORDER BY x.vtime, x.fairness_key
+    LIMIT a.want
+) k
+LEFT JOIN key_weights w ON w.tenant_id = a.tenant_id AND w.fairness_key = k.fairness_key
+
+-- name: charge_lanes
+-- Charges each lane (jobs claimed) x stride of virtual time, and each key (jobs claimed)
+-- x key stride (the fragment charge), after the claim committed (so no claim holds lane
+-- rows across its WAL flush; ADR 001).  read_lanes carries the same charge in front of
+-- its read.  Answers the charged lanes that have no ready job left, and the charged keys
+-- (their tenant and key) that have none: their claim emptied them (the charge runs after
+-- the claim committed, so the last claim of a lane sees it empty), and the caller parks
+-- them (ADR 014).  Index: lanes pkey, lane_keys pkey, one probe of jobs_ready_idx per
+-- lane and key.
+WITH {{charge}}
+SELECT ch.tenant_id, NULL AS fairness_key FROM charged ch WHERE NOT (SELECT max(j.fairness_key) FROM jobs j
+          WHERE j.state = 'CREATED' AND j.job_type = :job_type AND j.tenant_id = ch.tenant_id)
+         IS NOT NULL
+UNION ALL
+SELECT kc.tenant_id, kc.fairness_key FROM key_charged kc WHERE NOT (SELECT min(j.priority) FROM jobs j
+          WHERE j.state = 'CREATED' AND j.job_type = :job_type AND j.tenant_id = kc.tenant_id
+            AND j.fairness_key = kc.fairness_key)
+         IS NOT NULL
+
+-- name: hold_lanes
+-- Marks lanes of :job_type held: their tenants (:tenant_ids) are at their caps as counted
+-- by the claim that holds their cap locks, which it will hold until this commits.  A lane
+-- read skips held lanes; jobfair_release_holds, which takes the same locks first,
+-- releases them when the tenant's capacity frees (ADR 016).  Index: lanes pkey.
+-- Locks: the lane rows.
+UPDATE lanes SET held = true, held_count = held_count + 1
+WHERE job_type = :job_type AND tenant_id = ANY(:tenant_ids::text[]) AND NOT held
