@@ -50,7 +50,8 @@ MAX_ROWS = 2 * (FIRST_ACTIVATIONS + LAST_ACTIVATIONS) + 1
 SQL = sql.load("history")  # app/db/sql/history.sql
 
 # log_cte, ended_cte and TRIM_CTE below are Python fragments that app.db.jobs, bulk and
-# claims still put into their statements, until those move to .sql files too.
+# claims still put into their statements, until those move to .sql files too; a .sql file
+# names history.sql's fragments instead ({{history.on}}, {{history.leases}}, ...).
 _ON = f"current_setting('{HISTORY_SETTING}', true) IS DISTINCT FROM 'off'"
 
 _COLUMNS = (

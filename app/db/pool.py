@@ -175,6 +175,7 @@ def _warm_up_calls() -> list[tuple[str, tuple[Any, ...]]]:
     the first calls on a fresh connection pay for parsing and planning each statement,
     and a connection opened under load held up every pickup behind it (ADR 010)."""
     now = utcnow()
+    complete = finishing.SQL["complete_jobs"]
     return [
         (jobs.INSERT_JOBS, ("[]", now, DEFAULT_TENANT, DEFAULT_PRIORITY, DEFAULT_RETRIES)),
         (jobs.INSERT_JOB_QUIET, ("[]", now, DEFAULT_TENANT, DEFAULT_PRIORITY, DEFAULT_RETRIES)),
@@ -191,7 +192,10 @@ def _warm_up_calls() -> list[tuple[str, tuple[Any, ...]]]:
         (claims.CLAIM_LEAD_BY_WORKER_TIME, ("", now, [], [], 0, 1, False, [])),
         (claims.CLAIM_LEAD_OF_TENANTS_BY_WORKER_TIME, ("", now, [], [], 0, 1, False, [], [])),
         (lanes.CHARGE_LANES, ("", *[[]] * 10)),
-        (finishing.COMPLETE_JOBS, ([], [], [], now)),
+        (
+            complete.text,
+            tuple(complete.args(job_keys=[], activation_counts=[], variables=[], now=now)),
+        ),
     ]
 
 
