@@ -55,7 +55,8 @@ class JobState(StrEnum):
 
 
 # States a job leaves only if an operator asks (FAILED, revived by PATCH retries > 0) or
-# never; retention deletes them (app.db.maintenance.PRUNE_TERMINAL spells the same set).
+# never; retention deletes them (prune_terminal, in app/db/sql/maintenance.sql, spells the
+# same set).
 TERMINAL_STATES = frozenset(
     {JobState.COMPLETED, JobState.FAILED, JobState.ERROR_THROWN, JobState.CANCELED}
 )

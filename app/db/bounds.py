@@ -26,6 +26,21 @@ SCANNED_LANES = 1024
 
 # The channel producers notify with "type n" when n jobs of a type became ready.
 NOTIFY_CHANNEL = "jobfair"
+# The channel the statements that end activations notify with the keys of stream-activated
+# jobs, each a credit back to its stream (app.db.listen).
+DONE_CHANNEL = "jobfair_done"
+# PostgreSQL refuses a NOTIFY payload of 8,000 bytes or more ("payload string too long"),
+# failing the statement that sends it; every payload here is bounded below that.
+NOTIFY_PAYLOAD_MAX_BYTES = 7999
+# Job keys per ``jobfair_done`` payload: a key (a positive bigint) is at most 19 digits,
+# and a comma follows it.
+CREDIT_KEYS_PER_NOTIFY = NOTIFY_PAYLOAD_MAX_BYTES // 20
+
+# Advisory lock classes the statements name (app.db.locks has them all, and the protocols):
+# the tenants' cap locks, and the release gate (key 0) between finishes and tenant
+# configuration changes (jobfair_release_holds, alembic 0004).
+TENANT_CAP_LOCK_CLASS = 0x4A460003
+RELEASE_GATE_CLASS = 0x4A460004
 
 # A job's history (app.db.history) keeps the rows of its first FIRST_ACTIVATIONS
 # activations and of its latest LAST_ACTIVATIONS; each row has its step in its
@@ -45,6 +60,10 @@ def constants() -> dict[str, object]:
         "PROBED_LANES": PROBED_LANES,
         "SCANNED_LANES": SCANNED_LANES,
         "NOTIFY_CHANNEL": NOTIFY_CHANNEL,
+        "DONE_CHANNEL": DONE_CHANNEL,
+        "CREDIT_KEYS_PER_NOTIFY": CREDIT_KEYS_PER_NOTIFY,
+        "TENANT_CAP_LOCK_CLASS": TENANT_CAP_LOCK_CLASS,
+        "RELEASE_GATE_CLASS": RELEASE_GATE_CLASS,
         "FIRST_ACTIVATIONS": FIRST_ACTIVATIONS,
         "LAST_ACTIVATIONS": LAST_ACTIVATIONS,
         "KEPT_ACTIVATIONS": FIRST_ACTIVATIONS + LAST_ACTIVATIONS,

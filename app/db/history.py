@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from app.db import sql
 from app.db.base import Queries
 from app.db.bounds import (
     END,
@@ -46,6 +47,11 @@ from app.domain import JobState
 # two more (created; canceled), of at most two rows per activation and one cancel.
 MAX_ENTRIES = 3 * (FIRST_ACTIVATIONS + LAST_ACTIVATIONS) + 2
 MAX_ROWS = 2 * (FIRST_ACTIVATIONS + LAST_ACTIVATIONS) + 1
+SQL = sql.load("history")  # app/db/sql/history.sql
+
+# log_cte, ended_cte and TRIM_CTE below are Python fragments that app.db.jobs, bulk and
+# claims still put into their statements, until those move to .sql files too; a .sql file
+# names history.sql's fragments instead ({{history.on}}, {{history.leases}}, ...).
 _ON = f"current_setting('{HISTORY_SETTING}', true) IS DISTINCT FROM 'off'"
 
 _COLUMNS = (
@@ -133,22 +139,6 @@ TRIM_CTE = f"""trimmed AS (
 )"""
 
 
-# -- name: job_history
-# A job's rows, oldest first, each with the job's creation, state and current activation
-# (a first row with NULL events for a job without any).  Index: jobs pkey, job_events
-# pkey.
-JOB_HISTORY = """
-SELECT j.created_at, j.state, j.activation_count AS activations, j.activated_at AS running_since,
-       j.worker AS running_worker, j.deadline AS running_deadline, j.tenant_id, j.job_type,
-       e.activation_count, e.step, e.event, e.at, e.started_at, e.worker, e.deadline,
-       e.retries, e.error_code, e.error_message
-FROM jobs j
-LEFT JOIN job_events e ON e.job_key = j.job_key AND e.shard = j.shard
-WHERE j.job_key = $1 AND j.shard = jobfair_key_shard($1)
-ORDER BY e.activation_count NULLS FIRST, e.step
-"""
-
-
 @dataclass(frozen=True, slots=True)
 class Entry:
     """One entry of a job's history, as the API answers it."""
@@ -176,7 +166,7 @@ class History:
 
 async def read(db: Queries, job_key: int) -> History | None:
     """The job's history (job_history), or None if the job does not exist."""
-    rows: list[Any] = await db.fetch(JOB_HISTORY, job_key)
+    rows: list[Any] = await db.fetch(*SQL["job_history"].bind(job_key=job_key))
     if not rows:
         return None
     job = rows[0]

@@ -26,18 +26,14 @@ from collections.abc import Callable
 
 import asyncpg
 
-from app.db.bounds import NOTIFY_CHANNEL
+# The channels and the payload bounds are shared with the statements that notify
+# (app/db/sql, as {{NOTIFY_CHANNEL}} ...), so they are written in app.db.bounds.
+from app.db.bounds import CREDIT_KEYS_PER_NOTIFY as CREDIT_KEYS_PER_NOTIFY
+from app.db.bounds import DONE_CHANNEL, NOTIFY_CHANNEL
+from app.db.bounds import NOTIFY_PAYLOAD_MAX_BYTES as NOTIFY_PAYLOAD_MAX_BYTES
 from app.db.connect import connect
 
 log = logging.getLogger(__name__)
-
-DONE_CHANNEL = "jobfair_done"
-# PostgreSQL refuses a NOTIFY payload of 8,000 bytes or more ("payload string too long"),
-# failing the statement that sends it; every payload here is bounded below that.
-NOTIFY_PAYLOAD_MAX_BYTES = 7999
-# Job keys per ``jobfair_done`` payload: a key (a positive bigint) is at most 19 digits,
-# and a comma follows it.
-CREDIT_KEYS_PER_NOTIFY = NOTIFY_PAYLOAD_MAX_BYTES // 20
 
 HEALTH_CHECK_S = 2.0
 # A check unanswered this long is a connection lost (its host gone without a word).

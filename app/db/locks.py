@@ -20,12 +20,14 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterable, Sequence
 
+from app.db.bounds import RELEASE_GATE_CLASS as RELEASE_GATE_CLASS
+from app.db.bounds import TENANT_CAP_LOCK_CLASS as TENANT_CAP_LOCK_CLASS
+
 LANE_LOCK_CLASS = 0x4A460001
 TYPE_CAP_LOCK_CLASS = 0x4A460002
-TENANT_CAP_LOCK_CLASS = 0x4A460003
-# Key 0 of this class is the gate between finishes and tenant configuration changes
-# (jobfair_release_holds, alembic 0004).
-RELEASE_GATE_CLASS = 0x4A460004
+# TENANT_CAP_LOCK_CLASS (0x4A460003) and RELEASE_GATE_CLASS (0x4A460004; key 0 is the gate
+# between finishes and tenant configuration changes: jobfair_release_holds, alembic 0004)
+# are named by .sql files too, so they are written in app.db.bounds, imported above.
 # Key 0 of this class is held by a migration for its whole transaction (alembic/env.py).
 MIGRATION_LOCK_CLASS = 0x4A460005
 LEADER_LOCK_KEY = 0x4A46_4C45_4144  # one-bigint space: "JFLEAD"

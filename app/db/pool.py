@@ -207,7 +207,9 @@ def _warm_up_calls() -> list[tuple[Any, ...]]:
         claims.SQL["claim_lead_by_worker_time"].bind(**lead),
         claims.SQL["claim_lead_of_tenants_by_worker_time"].bind(**lead, tenant_ids=[]),
         lanes.SQL["charge_lanes"].bind(job_type="", **charge),
-        (finishing.COMPLETE_JOBS, [], [], [], now),
+        finishing.SQL["complete_jobs"].bind(
+            job_keys=[], activation_counts=[], variables=[], now=now
+        ),
     ]
 
 

@@ -2,8 +2,11 @@
 -- Parameters are $1, $2, ... as asyncpg sends them.
 
 -- name: complete_jobs
--- ACTIVATED -> COMPLETED for (key, activationCount) pairs; fenced by the count.  Merges
--- the result variables.  Notifies when a job type or tenant has a cap (capacity freed).
+-- ACTIVATED -> COMPLETED for (key, activationCount) pairs (:job_keys,
+-- :activation_counts); fenced by the count.  Merges the result :variables.  Notifies when
+-- a job type or tenant has a cap (capacity freed).  Index: jobs pkey (a probe per pair),
+-- job_events pkey.  Locks: the jobs' rows; as unheld.
+-- Parameters: $1 :job_keys, $2 :activation_counts, $3 :variables, $4 :now
 WITH input AS (
     SELECT * FROM unnest($1::bigint[], $2::int[], $3::jsonb[])
                   AS i(job_key, activation_count, variables)
@@ -23,9 +26,12 @@ leases AS (
     SELECT job_key, deadline FROM jobs WHERE job_key = ANY($1::bigint[]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
 logged AS (
-    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
-    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 1, 'completed', $4,
-           CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END, CASE WHEN b.deadline IS NOT NULL THEN s.worker END, b.deadline, s.retries, NULL::text, NULL::text
+    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at,
+                            worker, deadline, retries, error_code, error_message)
+    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 1, 'completed',
+           $4, CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END,
+           CASE WHEN b.deadline IS NOT NULL THEN s.worker END, b.deadline, s.retries,
+           NULL::text, NULL::text
     FROM ended s JOIN leases b ON b.job_key = s.job_key
     WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
@@ -53,35 +59,42 @@ SELECT job_key, job_type, tenant_id, activated_at, fairness_key, charged, lane_c
 FROM ended;
 
 -- name: fail_job
--- ACTIVATED -> CREATED/SCHEDULED (retries left) or FAILED (none left); fenced.  A retried
--- job rejoins the back of its priority when its back-off ends (queued_at = run_at).
--- The caller then wakes the lane (lock, then wake_lanes) if the job became CREATED.
+-- ACTIVATED -> CREATED/SCHEDULED (retries left) or FAILED (none left); fenced by
+-- :activation_count.  :retries is what is left (NULL: one less than now).  A retried job
+-- rejoins the back of its priority when its back-off ends (queued_at = :run_at).  The
+-- caller then wakes the lane (lock, then wake_lanes) if the job became CREATED.
+-- Index: jobs pkey, job_events pkey.  Locks: the job's row; as unheld.
+-- Parameters: $1 :run_at, $2 :now, $3 :error_message, $4 :variables, $5 :retries, $6 :job_key, $7 :activation_count
 WITH ended AS (
     UPDATE jobs j
     SET state = CASE WHEN r.retries = 0 THEN 'FAILED'
-                     WHEN $5::timestamptz > $7::timestamptz THEN 'SCHEDULED'
+                     WHEN $1::timestamptz > $2::timestamptz THEN 'SCHEDULED'
                      ELSE 'CREATED' END,
-        retries = r.retries, error_message = $4, deadline = NULL,
-        run_at = CASE WHEN r.retries = 0 THEN j.run_at ELSE $5 END,
-        queued_at = CASE WHEN r.retries = 0 THEN j.queued_at ELSE $5 END,
-        completed_at = CASE WHEN r.retries = 0 THEN $7 ELSE NULL END,
-        variables = j.variables || COALESCE($6::jsonb, '{}'::jsonb)
+        retries = r.retries, error_message = $3, deadline = NULL,
+        run_at = CASE WHEN r.retries = 0 THEN j.run_at ELSE $1 END,
+        queued_at = CASE WHEN r.retries = 0 THEN j.queued_at ELSE $1 END,
+        completed_at = CASE WHEN r.retries = 0 THEN $2 ELSE NULL END,
+        variables = j.variables || COALESCE($4::jsonb, '{}'::jsonb)
     FROM jobs cur
-    CROSS JOIN LATERAL (SELECT COALESCE($3::int, GREATEST(0, cur.retries - 1)) AS retries) r
-    WHERE j.job_key = $1 AND j.shard = jobfair_key_shard($1)
-      AND cur.job_key = $1 AND cur.shard = jobfair_key_shard($1) AND (j.state = 'ACTIVATED') IS TRUE
-      AND j.activation_count = $2
+    CROSS JOIN LATERAL (SELECT COALESCE($5::int, GREATEST(0, cur.retries - 1)) AS retries) r
+    WHERE j.job_key = $6 AND j.shard = jobfair_key_shard($6)
+      AND cur.job_key = $6 AND cur.shard = jobfair_key_shard($6) AND (j.state = 'ACTIVATED') IS TRUE
+      AND j.activation_count = $7
     RETURNING j.job_key, j.job_type, j.tenant_id, j.state, j.via_stream, j.activation_count,
               j.activated_at, j.worker, j.retries, j.error_message, j.fairness_key, j.charged,
               j.lane_charge, j.key_charge
 ),
 leases AS (
-    SELECT job_key, deadline FROM jobs WHERE job_key = ANY(ARRAY[$1::bigint]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
+    SELECT job_key, deadline FROM jobs WHERE job_key = ANY(ARRAY[$6::bigint]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
 logged AS (
-    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
-    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 1, CASE WHEN s.state = 'FAILED' THEN 'failed' ELSE 'retried' END, $7,
-           CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END, CASE WHEN b.deadline IS NOT NULL THEN s.worker END, b.deadline, s.retries, NULL::text, s.error_message
+    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at,
+                            worker, deadline, retries, error_code, error_message)
+    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 1,
+           CASE WHEN s.state = 'FAILED' THEN 'failed' ELSE 'retried' END,
+           $2, CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END,
+           CASE WHEN b.deadline IS NOT NULL THEN s.worker END, b.deadline, s.retries,
+           NULL::text, s.error_message
     FROM ended s JOIN leases b ON b.job_key = s.job_key
     WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
@@ -110,24 +123,30 @@ SELECT job_key, job_type, tenant_id, state, activated_at, fairness_key, charged,
 FROM ended;
 
 -- name: throw_error
--- ACTIVATED -> ERROR_THROWN (terminal); fenced.
+-- ACTIVATED -> ERROR_THROWN (terminal); fenced by :activation_count.  Index: jobs pkey,
+-- job_events pkey.  Locks: the job's row; as unheld.
+-- Parameters: $1 :error_code, $2 :error_message, $3 :now, $4 :variables, $5 :job_key, $6 :activation_count
 WITH ended AS (
     UPDATE jobs j
-    SET state = 'ERROR_THROWN', error_code = $3, error_message = $4, deadline = NULL,
-        completed_at = $6, variables = j.variables || COALESCE($5::jsonb, '{}'::jsonb)
-    WHERE j.job_key = $1 AND j.shard = jobfair_key_shard($1) AND (j.state = 'ACTIVATED') IS TRUE
-      AND j.activation_count = $2
+    SET state = 'ERROR_THROWN', error_code = $1, error_message = $2,
+        deadline = NULL, completed_at = $3,
+        variables = j.variables || COALESCE($4::jsonb, '{}'::jsonb)
+    WHERE j.job_key = $5 AND j.shard = jobfair_key_shard($5) AND (j.state = 'ACTIVATED') IS TRUE
+      AND j.activation_count = $6
     RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activation_count,
               j.activated_at, j.worker, j.retries, j.error_code, j.error_message, j.fairness_key,
               j.charged, j.lane_charge, j.key_charge
 ),
 leases AS (
-    SELECT job_key, deadline FROM jobs WHERE job_key = ANY(ARRAY[$1::bigint]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
+    SELECT job_key, deadline FROM jobs WHERE job_key = ANY(ARRAY[$5::bigint]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
 logged AS (
-    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
-    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 1, 'error-thrown', $6,
-           CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END, CASE WHEN b.deadline IS NOT NULL THEN s.worker END, b.deadline, s.retries, s.error_code, s.error_message
+    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at,
+                            worker, deadline, retries, error_code, error_message)
+    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 1,
+           'error-thrown', $3, CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END,
+           CASE WHEN b.deadline IS NOT NULL THEN s.worker END, b.deadline, s.retries,
+           s.error_code, s.error_message
     FROM ended s JOIN leases b ON b.job_key = s.job_key
     WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
@@ -155,7 +174,10 @@ SELECT job_key, job_type, tenant_id, activated_at, fairness_key, charged, lane_c
 FROM ended;
 
 -- name: release_jobs
--- ACTIVATED -> CREATED at once, for activations whose caller never got them; fenced.
+-- ACTIVATED -> CREATED at once, for activations whose caller never got them (:job_keys,
+-- :activation_counts); fenced.  No credit back: no stream received them.  Index: jobs
+-- pkey (a probe per pair), job_events pkey.  Locks: the jobs' rows; as unheld.
+-- Parameters: $1 :job_keys, $2 :activation_counts, $3 :now
 WITH ended AS (
     UPDATE jobs j SET state = 'CREATED', deadline = NULL
     FROM unnest($1::bigint[], $2::int[]) AS r(job_key, activation_count)
@@ -168,9 +190,12 @@ leases AS (
     SELECT job_key, deadline FROM jobs WHERE job_key = ANY($1::bigint[]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
 logged AS (
-    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
-    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 1, 'released', $3,
-           CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END, CASE WHEN b.deadline IS NOT NULL THEN s.worker END, b.deadline, s.retries, NULL::text, NULL::text
+    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at,
+                            worker, deadline, retries, error_code, error_message)
+    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 1, 'released',
+           $3, CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END,
+           CASE WHEN b.deadline IS NOT NULL THEN s.worker END, b.deadline, s.retries,
+           NULL::text, NULL::text
     FROM ended s JOIN leases b ON b.job_key = s.job_key
     WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
@@ -189,7 +214,10 @@ FROM ended;
 -- its lane is settled for the time it held (``charged``, NULL unless it was ACTIVATED:
 -- RETURNING gives the new row, so the state it was in is read first, its row locked).
 -- The notifications and the release also run for a job that was not ACTIVATED; for one
--- job they cost a probe each.  Index: jobs pkey.  Locks: the job's row; as RELEASE_HOLDS.
+-- job they cost a probe each.  Its history row is the CANCELED step (with no start,
+-- worker or lease for a job that had none).  Index: jobs pkey, job_events pkey.
+-- Locks: the job's row; as unheld.
+-- Parameters: $1 :job_key, $2 :now
 WITH was AS (
     SELECT j.state FROM jobs j
     WHERE j.job_key = $1 AND j.shard = jobfair_key_shard($1)
@@ -214,9 +242,12 @@ leases AS (
     SELECT job_key, deadline FROM jobs WHERE job_key = ANY(ARRAY[$1::bigint]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
 logged AS (
-    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
-    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 3, 'canceled', $2,
-           CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END, CASE WHEN b.deadline IS NOT NULL THEN s.worker END, b.deadline, s.retries, NULL::text, NULL::text
+    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at,
+                            worker, deadline, retries, error_code, error_message)
+    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 3,
+           'canceled', $2, CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END,
+           CASE WHEN b.deadline IS NOT NULL THEN s.worker END, b.deadline, s.retries,
+           NULL::text, NULL::text
     FROM ended s JOIN leases b ON b.job_key = s.job_key
     WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),

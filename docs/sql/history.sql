@@ -5,6 +5,7 @@
 -- A job's rows, oldest first, each with the job's creation, state and current activation
 -- (a first row with NULL events for a job without any).  Index: jobs pkey, job_events
 -- pkey.
+-- Parameters: $1 :job_key
 SELECT j.created_at, j.state, j.activation_count AS activations, j.activated_at AS running_since,
        j.worker AS running_worker, j.deadline AS running_deadline, j.tenant_id, j.job_type,
        e.activation_count, e.step, e.event, e.at, e.started_at, e.worker, e.deadline,

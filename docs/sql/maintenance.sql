@@ -2,15 +2,21 @@
 -- Parameters are $1, $2, ... as asyncpg sends them.
 
 -- name: expired_leases
--- ACTIVATED jobs whose lease ended.  Index: jobs_lease_idx.  No locks (the release
--- re-checks state and deadline).
+-- ACTIVATED jobs whose lease ended before :now, at most :limit, earliest first.
+-- Index: jobs_lease_idx.  No locks (the release re-checks state and deadline).
+-- Parameters: $1 :now, $2 :limit
 SELECT job_key, job_type, tenant_id FROM jobs
 WHERE state = 'ACTIVATED' AND deadline < $1
 ORDER BY deadline LIMIT $2;
 
 -- name: release_expired
--- Expired ACTIVATED -> CREATED; retries and activationCount unchanged, so the stale
--- holder is fenced out as soon as the job is activated again.
+-- Expired ACTIVATED -> CREATED (:job_keys, re-checked: still ACTIVATED, the lease still
+-- ended before :now); retries and activationCount unchanged, so the stale holder is fenced
+-- out as soon as the job is activated again.  Writes the activation's end into the job's
+-- history, gives streams their credit back and releases the held lanes of tenants with
+-- room again (finishing's parts).  Index: jobs pkey, job_events pkey.  Locks: the jobs'
+-- rows (the caller holds the shared lane-bucket locks); as finishing's unheld.
+-- Parameters: $1 :job_keys, $2 :now
 WITH ended AS (
     UPDATE jobs SET state = 'CREATED', deadline = NULL
     WHERE job_key = ANY($1::bigint[]) AND state = 'ACTIVATED' AND deadline < $2
@@ -21,9 +27,12 @@ leases AS (
     SELECT job_key, deadline FROM jobs WHERE job_key = ANY($1::bigint[]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
 logged AS (
-    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
-    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 1, 'lease-expired', $2,
-           CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END, CASE WHEN b.deadline IS NOT NULL THEN s.worker END, b.deadline, s.retries, NULL::text, NULL::text
+    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at,
+                            worker, deadline, retries, error_code, error_message)
+    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 1,
+           'lease-expired', $2, CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END,
+           CASE WHEN b.deadline IS NOT NULL THEN s.worker END, b.deadline, s.retries,
+           NULL::text, NULL::text
     FROM ended s JOIN leases b ON b.job_key = s.job_key
     WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
@@ -43,25 +52,31 @@ SELECT job_key, job_type, tenant_id, activation_count, worker, fairness_key, act
 FROM ended;
 
 -- name: due_scheduled
--- Delayed jobs that are due.  Index: jobs_scheduled_idx.
+-- Delayed jobs that are due by :now, at most :limit, earliest first.
+-- Index: jobs_scheduled_idx.
+-- Parameters: $1 :now, $2 :limit
 SELECT job_key, job_type, tenant_id FROM jobs
 WHERE state = 'SCHEDULED' AND run_at <= $1
 ORDER BY run_at LIMIT $2;
 
 -- name: promote_scheduled
--- Due delayed jobs -> CREATED, re-checked (another sweeper may have been first).
--- Index: jobs pkey.  Locks: the caller holds the shared lane-bucket locks.
+-- Due delayed jobs (:job_keys) -> CREATED, re-checked (another sweeper may have been
+-- first).  Index: jobs pkey.  Locks: the caller holds the shared lane-bucket locks.
+-- Parameters: $1 :job_keys, $2 :now
 UPDATE jobs SET state = 'CREATED'
 WHERE job_key = ANY($1::bigint[]) AND state = 'SCHEDULED' AND run_at <= $2
 RETURNING job_key, job_type, tenant_id, fairness_key;
 
 -- name: prune_terminal
--- Deletes terminal jobs finished before $1, oldest first, in bounded batches, with their
--- history; answers how many jobs.  Index: jobs_terminal_idx, job_events pkey.
+-- Deletes terminal jobs finished before :before, oldest first, at most :limit (a bounded
+-- batch), with their history; answers how many jobs.  The states are app.domain's
+-- terminal ones.  Index: jobs_terminal_idx, job_events pkey.
+-- Parameters: $1 :before, $2 :limit
 WITH gone AS (
     DELETE FROM jobs WHERE job_key IN (
         SELECT job_key FROM jobs
-        WHERE state IN ('COMPLETED', 'FAILED', 'ERROR_THROWN', 'CANCELED') AND completed_at < $1
+        WHERE state IN ('COMPLETED', 'FAILED', 'ERROR_THROWN', 'CANCELED')
+          AND completed_at < $1
         ORDER BY completed_at LIMIT $2
     )
     RETURNING job_key
@@ -72,6 +87,7 @@ events AS (
 SELECT count(*) FROM gone;
 
 -- name: prune_workers
--- Forgets worker names not seen since $1.  A sequential read of workers (one row per job
--- type and worker name).
+-- Forgets worker names not seen since :before.  A sequential read of workers (one row
+-- per job type and worker name).
+-- Parameters: $1 :before
 DELETE FROM workers WHERE last_seen_at < $1;

@@ -8,11 +8,10 @@ from datetime import timedelta
 import orjson
 import pytest
 
-from app.db import claims
+from app.db import claims, finishing
 from app.db import jobs as stored_jobs
 from app.db.claims import SQL as CLAIMS
 from app.db.claims import Share
-from app.db.finishing import CANCEL_JOB, COMPLETE_JOBS, FAIL_JOB, RELEASE_JOBS, THROW_ERROR
 from app.db.lanes import SQL as LANES
 from app.domain import utcnow
 
@@ -99,28 +98,49 @@ def _assert_linear(nodes: list[dict]) -> None:
         assert inner["Node Type"] in ("Index Scan", "Index Only Scan"), inner["Node Type"]
 
 
+# Each finishing statement's arguments, by name, from ten leased jobs' keys and counts.
 FINISHING = {
-    "complete_jobs": (COMPLETE_JOBS, lambda keys, counts, now: (keys, counts, [None] * 10, now)),
-    "release_jobs": (RELEASE_JOBS, lambda keys, counts, now: (keys, counts, now)),
-    "cancel_job": (CANCEL_JOB, lambda keys, counts, now: (keys[0], now)),
-    "fail_job": (FAIL_JOB, lambda keys, counts, now: (keys[0], counts[0], 1, "x", now, None, now)),
-    "throw_error": (
-        THROW_ERROR,
-        lambda keys, counts, now: (keys[0], counts[0], "E", "x", None, now),
-    ),
+    "complete_jobs": lambda keys, counts, now: {
+        "job_keys": keys,
+        "activation_counts": counts,
+        "variables": [None] * 10,
+        "now": now,
+    },
+    "release_jobs": lambda keys, counts, now: {
+        "job_keys": keys,
+        "activation_counts": counts,
+        "now": now,
+    },
+    "cancel_job": lambda keys, counts, now: {"job_key": keys[0], "now": now},
+    "fail_job": lambda keys, counts, now: {
+        "job_key": keys[0],
+        "activation_count": counts[0],
+        "retries": 1,
+        "error_message": "x",
+        "run_at": now,
+        "variables": None,
+        "now": now,
+    },
+    "throw_error": lambda keys, counts, now: {
+        "job_key": keys[0],
+        "activation_count": counts[0],
+        "error_code": "E",
+        "error_message": "x",
+        "variables": None,
+        "now": now,
+    },
 }
 
 
 @pytest.mark.parametrize("name", FINISHING)
 async def test_finishing_jobs_probes_them_by_key_however_many_are_leased(store, name):
-    query, args = FINISHING[name]
     await _insert(store, 0, 2_000)
     await store.execute("ANALYZE jobs")  # statistics that saw no lease at all
     now = utcnow()
     leased = await store.fetch(*_claim(["t"], [1_500], now))
     keys = [r["job_key"] for r in leased[:10]]
     counts = [r["activation_count"] for r in leased[:10]]
-    nodes = await _plan(store, query, *args(keys, counts, now))
+    nodes = await _plan(store, *finishing.SQL[name].bind(**FINISHING[name](keys, counts, now)))
     assert _jobs_scans(nodes) == {"jobs_pkey"}
     _assert_linear(nodes)
 

@@ -15,7 +15,6 @@ from app.config import Settings
 from app.db import finishing
 from app.db import jobs as stored_jobs
 from app.db import operators as db_ops
-from app.db.finishing import COMPLETE_JOBS
 from app.domain import utcnow
 from app.operators import ConfigService
 from app.sweepers import LeaseSweeper
@@ -281,7 +280,12 @@ async def test_a_cap_set_while_a_finish_is_in_flight_strands_no_lane(store):
         finish = finisher.transaction()
         await finish.start()
         # The finish has run its statement, cap unseen, and not committed yet.
-        done = await finisher.fetch(COMPLETE_JOBS, *map(list, zip(*items, strict=True)), utcnow())
+        keys, counts, variables = map(list, zip(*items, strict=True))
+        done = await finisher.fetch(
+            *finishing.SQL["complete_jobs"].bind(
+                job_keys=keys, activation_counts=counts, variables=variables, now=utcnow()
+            )
+        )
         assert len(done) == 300
         put = asyncio.create_task(db_ops.upsert_tenant(store, "rc", 1, 300))
         # Until the PUT has committed its cap (its commit, inside the call, has no event).

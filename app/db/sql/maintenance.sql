@@ -1,0 +1,74 @@
+-- name: expired_leases
+-- ACTIVATED jobs whose lease ended before :now, at most :limit, earliest first.
+-- Index: jobs_lease_idx.  No locks (the release re-checks state and deadline).
+SELECT job_key, job_type, tenant_id FROM jobs
+WHERE state = 'ACTIVATED' AND deadline < :now
+ORDER BY deadline LIMIT :limit
+
+-- name: release_expired
+-- Expired ACTIVATED -> CREATED (:job_keys, re-checked: still ACTIVATED, the lease still
+-- ended before :now); retries and activationCount unchanged, so the stale holder is fenced
+-- out as soon as the job is activated again.  Writes the activation's end into the job's
+-- history, gives streams their credit back and releases the held lanes of tenants with
+-- room again (finishing's parts).  Index: jobs pkey, job_events pkey.  Locks: the jobs'
+-- rows (the caller holds the shared lane-bucket locks); as finishing's unheld.
+WITH ended AS (
+    UPDATE jobs SET state = 'CREATED', deadline = NULL
+    WHERE job_key = ANY(:job_keys::bigint[]) AND state = 'ACTIVATED' AND deadline < :now
+    RETURNING job_key, job_type, tenant_id, via_stream, activation_count, activated_at, worker,
+              retries, fairness_key, charged, lane_charge, key_charge
+),
+{{history.leases}},
+logged AS (
+    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at,
+                            worker, deadline, retries, error_code, error_message)
+    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, {{END}},
+           'lease-expired', :now, CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END,
+           CASE WHEN b.deadline IS NOT NULL THEN s.worker END, b.deadline, s.retries,
+           NULL::text, NULL::text
+    FROM ended s JOIN leases b ON b.job_key = s.job_key
+    WHERE {{history.on}}
+),
+{{finishing.credited}},
+{{finishing.unheld}}
+SELECT job_key, job_type, tenant_id, activation_count, worker, fairness_key, activated_at,
+       charged, lane_charge, key_charge,
+       (SELECT count(*) FROM credited) + (SELECT n FROM unheld) AS _n
+FROM ended
+
+-- name: due_scheduled
+-- Delayed jobs that are due by :now, at most :limit, earliest first.
+-- Index: jobs_scheduled_idx.
+SELECT job_key, job_type, tenant_id FROM jobs
+WHERE state = 'SCHEDULED' AND run_at <= :now
+ORDER BY run_at LIMIT :limit
+
+-- name: promote_scheduled
+-- Due delayed jobs (:job_keys) -> CREATED, re-checked (another sweeper may have been
+-- first).  Index: jobs pkey.  Locks: the caller holds the shared lane-bucket locks.
+UPDATE jobs SET state = 'CREATED'
+WHERE job_key = ANY(:job_keys::bigint[]) AND state = 'SCHEDULED' AND run_at <= :now
+RETURNING job_key, job_type, tenant_id, fairness_key
+
+-- name: prune_terminal
+-- Deletes terminal jobs finished before :before, oldest first, at most :limit (a bounded
+-- batch), with their history; answers how many jobs.  The states are app.domain's
+-- terminal ones.  Index: jobs_terminal_idx, job_events pkey.
+WITH gone AS (
+    DELETE FROM jobs WHERE job_key IN (
+        SELECT job_key FROM jobs
+        WHERE state IN ('COMPLETED', 'FAILED', 'ERROR_THROWN', 'CANCELED')
+          AND completed_at < :before
+        ORDER BY completed_at LIMIT :limit
+    )
+    RETURNING job_key
+),
+events AS (
+    DELETE FROM job_events e WHERE e.job_key = ANY(ARRAY(SELECT job_key FROM gone))
+)
+SELECT count(*) FROM gone
+
+-- name: prune_workers
+-- Forgets worker names not seen since :before.  A sequential read of workers (one row
+-- per job type and worker name).
+DELETE FROM workers WHERE last_seen_at < :before
