@@ -2,12 +2,14 @@
 
 A ``.sql`` file spells one of these as ``{{NAME}}`` (app.db.sql puts its value in at
 load), so a bound the SQL and the Python both rely on -- how many lanes a small read
-probes, how many activations a job's history keeps -- is written once.  A leaf: it
-imports only the pure scheduler.
+probes, how many activations a job's history keeps, an advisory lock's class -- is written
+once.  A leaf: it imports only the pure scheduler and the lock keys (app.db.locks, a leaf
+too).
 """
 
 from __future__ import annotations
 
+from app.db.locks import RELEASE_GATE_CLASS, TENANT_CAP_LOCK_CLASS
 from app.scheduler import DEFAULT_LEASE_ESTIMATE_S, MIN_STRIDE, VTIME_RESOLUTION
 
 # Reads of at most this many lanes probe each for a ready job, and so does the lead claim
@@ -55,4 +57,7 @@ def constants() -> dict[str, object]:
         "VTIME_RESOLUTION": repr(VTIME_RESOLUTION),
         "MIN_STRIDE": repr(MIN_STRIDE),
         "DEFAULT_LEASE_ESTIMATE_S": repr(DEFAULT_LEASE_ESTIMATE_S),
+        # Advisory lock classes (app.db.locks): a tenant's cap lock, the release gate.
+        "TENANT_CAP_LOCK_CLASS": TENANT_CAP_LOCK_CLASS,
+        "RELEASE_GATE_CLASS": RELEASE_GATE_CLASS,
     }
