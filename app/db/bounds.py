@@ -3,7 +3,8 @@
 A ``.sql`` file spells one of these as ``{{NAME}}`` (app.db.sql puts its value in at
 load), so a bound the SQL and the Python both rely on -- how many lanes a small read
 probes, how many activations a job's history keeps -- is written once.  A leaf: it
-imports only the pure scheduler and the row shapes.
+imports only the pure scheduler and the row shapes.  It names the bounds' values; the
+modules that own them (app.db.listen, app.db.locks, app.db.history) import them back.
 """
 
 from __future__ import annotations

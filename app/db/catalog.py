@@ -34,6 +34,7 @@ MODULES = (
     "history",
     "bulk",
     "workers",
+    "leader",
 )
 _HEADER = re.compile(r"^# -- name: (\w+)\n((?:#.*\n)*)", re.MULTILINE)
 

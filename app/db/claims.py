@@ -26,12 +26,6 @@ from app.scheduler import Bucket, Buckets, FairnessBy, left_at_cap
 
 SQL = sql.load("claims")  # app/db/sql/claims.sql
 
-# The effective priority's expression with str.format slots, for app.db.operators' explain
-# statement until it includes the fragment claims.effective_priority itself.
-EFFECTIVE_PRIORITY = """LEAST(100, {priority} + {step} * floor(
-               GREATEST(0, extract(epoch FROM ({now} - {queued_at})) * 1000)
-               / {interval}))"""
-
 
 class Share(NamedTuple):
     """One request's part in a claim: up to ``n`` jobs, leased to ``worker``."""

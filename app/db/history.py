@@ -36,9 +36,7 @@ from typing import Any
 from app.db import sql
 from app.db.base import Queries
 from app.db.bounds import (
-    END,
     FIRST_ACTIVATIONS,
-    HISTORY_SETTING,
     LAST_ACTIVATIONS,
 )
 from app.domain import JobState
@@ -49,96 +47,10 @@ MAX_ENTRIES = 3 * (FIRST_ACTIVATIONS + LAST_ACTIVATIONS) + 2
 MAX_ROWS = 2 * (FIRST_ACTIVATIONS + LAST_ACTIVATIONS) + 1
 SQL = sql.load("history")  # app/db/sql/history.sql
 
+
 # log_cte, ended_cte and TRIM_CTE below are Python fragments that app.db.jobs, bulk and
 # claims still put into their statements, until those move to .sql files too; a .sql file
 # names history.sql's fragments instead ({{history.on}}, {{history.leases}}, ...).
-_ON = f"current_setting('{HISTORY_SETTING}', true) IS DISTINCT FROM 'off'"
-
-_COLUMNS = (
-    "job_key, shard, activation_count, step, event, at, started_at, worker, deadline, "
-    "retries, error_code, error_message"
-)
-
-
-def log_cte(
-    name: str,
-    source: str,
-    *,
-    step: int,
-    event: str,
-    at: str,
-    started_at: str = "NULL::timestamptz",
-    worker: str = "NULL::text",
-    deadline: str = "NULL::timestamptz",
-    retries: str = "s.retries",
-    error_code: str = "NULL::text",
-    error_message: str = "NULL::text",
-    join: str = "",
-    where: str = "",
-) -> str:
-    """A CTE ``name`` inserting one row per row of ``source`` (a CTE of the statement,
-    aliased ``s``, with job_key and activation_count; ``join`` may add a relation) for
-    those meeting ``where``, unless the connection turned history off.  Index:
-    job_events pkey.  PostgreSQL runs a data-modifying CTE whether or not the statement
-    reads it."""
-    return f"""{name} AS (
-    INSERT INTO job_events ({_COLUMNS})
-    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, {step}, {event}, {at},
-           {started_at}, {worker}, {deadline}, {retries}, {error_code}, {error_message}
-    FROM {source} s {join}
-    WHERE {_ON}{" AND " + where if where else ""}
-)"""
-
-
-def ended_cte(
-    source: str,
-    keys: str,
-    *,
-    event: str,
-    at: str,
-    step: int = END,
-    error_code: str = "NULL::text",
-    error_message: str = "NULL::text",
-) -> str:
-    """The row of each activation that ``source`` (the statement's UPDATE of jobs,
-    returning job_key, activation_count, activated_at, worker, retries) ended: its start
-    and worker from the row, its lease from ``leases`` -- the jobs ``keys`` (an array
-    expression) as the statement's snapshot has them, before the UPDATE cleared their
-    deadline (every part of a statement sees that snapshot).  A job that had no lease
-    (a cancel of a job not activated) gets no start, worker or lease.  Index: jobs pkey
-    for ``leases``, job_events pkey."""
-    logged = log_cte(
-        "logged",
-        source,
-        step=step,
-        event=event,
-        at=at,
-        started_at="CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END",
-        worker="CASE WHEN b.deadline IS NOT NULL THEN s.worker END",
-        deadline="b.deadline",
-        error_code=error_code,
-        error_message=error_message,
-        join="JOIN leases b ON b.job_key = s.job_key",
-    )
-    return f"""leases AS (
-    SELECT job_key, deadline FROM jobs WHERE job_key = ANY({keys}) AND {_ON}
-),
-{logged}"""
-
-
-# Appended to the claim (``activated``: the jobs it activated): once a job is past both
-# windows, the drop of the activation that leaves the latest one (a filter on the
-# claimed rows: no probe below that).  Index: job_events pkey.  Locks: the rows it
-# deletes, of jobs the claim holds.
-TRIM_CTE = f"""trimmed AS (
-    DELETE FROM job_events e USING activated s
-    WHERE s.activation_count > {FIRST_ACTIVATIONS + LAST_ACTIVATIONS}
-      AND e.job_key = s.job_key AND e.shard = jobfair_key_shard(s.job_key)
-      AND e.activation_count = s.activation_count - {LAST_ACTIVATIONS}
-      AND {_ON}
-)"""
-
-
 @dataclass(frozen=True, slots=True)
 class Entry:
     """One entry of a job's history, as the API answers it."""

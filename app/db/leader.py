@@ -11,6 +11,7 @@ import logging
 
 import asyncpg
 
+from app.db import sql
 from app.db.connect import connect
 from app.db.locks import LEADER_LOCK_KEY
 from app.db.pool import unavailable
@@ -20,6 +21,8 @@ log = logging.getLogger(__name__)
 # A check unanswered this long is a connection lost (its host gone without a word): the
 # lock is dropped with it, rather than held on to by a process that cannot know.
 CHECK_TIMEOUT_S = 5.0
+
+SQL = sql.load("leader")  # app/db/sql/leader.sql
 
 
 class LeaderLock:
@@ -40,11 +43,11 @@ class LeaderLock:
             if not self._held:
                 self._held = bool(
                     await self._conn.fetchval(
-                        "SELECT pg_try_advisory_lock($1)", LEADER_LOCK_KEY, timeout=CHECK_TIMEOUT_S
+                        *SQL["try_leader_lock"].bind(key=LEADER_LOCK_KEY), timeout=CHECK_TIMEOUT_S
                     )
                 )
             else:
-                await self._conn.fetchval("SELECT 1", timeout=CHECK_TIMEOUT_S)
+                await self._conn.fetchval(*SQL["check"].bind(), timeout=CHECK_TIMEOUT_S)
         except Exception as exc:
             error = unavailable(exc)
             if error is None:

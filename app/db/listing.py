@@ -1,6 +1,14 @@
 """The operators' reads of jobs by filter: the job browser's listing (keyset pages on the
 key) and Camunda's search (offset pages, a bounded count).  Each statement is assembled
-per call from the filter (so neither is in docs/sql); what each reads and why is below."""
+per call from the filter (so neither is in docs/sql, nor in an app/db/sql file); what each
+reads and why is below.
+
+They stay in Python because their text depends on the request, not only their arguments:
+the listing has one UNION ALL branch per stored state asked for, each with its state as a
+literal (a parameter would match no partial index), and only the filters given (written
+as ``:x IS NULL OR ...``, a generic plan could use no index for them; a statement per
+combination would be thousands); the search filters and sorts by the columns named in the
+request.  Every value is still a parameter ($n), and every name a whitelisted literal."""
 
 from __future__ import annotations
 
@@ -15,9 +23,6 @@ from app.db.rows import (
     job_row,
 )
 from app.domain import JobFilter, JobState
-
-# An upsert's rate limit columns (EXCLUDED: the new ones): a changed limit takes the new
-# bucket (full, or none), an unchanged one keeps the bucket it has.
 
 # Job search, assembled per call by search_jobs below (so not in docs/sql):
 # Job search (Camunda's POST /v2/jobs/search): equality/IN filters on whitelisted

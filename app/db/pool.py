@@ -26,8 +26,8 @@ import orjson
 
 from app.db import claims, finishing, jobs, lanes, operators
 from app.db.base import transaction_on
+from app.db.bounds import HISTORY_SETTING
 from app.db.connect import connect
-from app.db.history import HISTORY_SETTING
 from app.domain import DEFAULT_PRIORITY, DEFAULT_RETRIES, DEFAULT_TENANT, utcnow
 from app.errors import OutcomeUnknown, StoreUnavailable
 

@@ -270,7 +270,7 @@ class TenantSet(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class LaneStats:
-    """One lane's counts for ``GET /v2/stats`` (see ``app.db.operators.STATS``)."""
+    """One lane's counts for ``GET /v2/stats`` (see ``stats`` in app/db/sql/operators.sql)."""
 
     job_type: str
     tenant_id: str

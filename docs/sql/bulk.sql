@@ -2,33 +2,41 @@
 -- Parameters are $1, $2, ... as asyncpg sends them.
 
 -- name: failed_batch
--- FAILED jobs after key $1, in key order, up to $2, matching the filters ($3 tenant, $4
--- type, $5 and $6 the creation range; NULL: any): a bulk retry's next batch.  Index:
--- jobs_failed_idx (FAILED jobs by key), the filters applied to it: a batch reads the
--- FAILED jobs up to its last match.  No locks (the revive re-checks the state).
+-- FAILED jobs after key :after_key, in key order, up to :limit, matching the filters
+-- (:tenant_id, :job_type, :created_after and :created_before the creation range; NULL:
+-- any): a bulk retry's next batch.  Index: jobs_failed_idx (FAILED jobs by key), the
+-- filters applied to it: a batch reads the FAILED jobs up to its last match.  No locks
+-- (the revive re-checks the state).
+-- Parameters: $1 :after_key, $2 :tenant_id, $3 :job_type, $4 :created_after, $5 :created_before, $6 :limit
 SELECT job_key, job_type, tenant_id FROM jobs
 WHERE state = 'FAILED' AND job_key > $1
-  AND ($3::text IS NULL OR tenant_id = $3) AND ($4::text IS NULL OR job_type = $4)
-  AND ($5::timestamptz IS NULL OR created_at >= $5)
-  AND ($6::timestamptz IS NULL OR created_at < $6)
-ORDER BY job_key LIMIT $2;
+  AND ($2::text IS NULL OR tenant_id = $2)
+  AND ($3::text IS NULL OR job_type = $3)
+  AND ($4::timestamptz IS NULL OR created_at >= $4)
+  AND ($5::timestamptz IS NULL OR created_at < $5)
+ORDER BY job_key LIMIT $6;
 
 -- name: revive_failed
--- FAILED -> CREATED with $2 retries, due now ($3), at the back of its priority, as PATCH
--- retries revives one (app.db.jobs, update_job); its history gets "revived".  Re-checks
--- the state (a job revived or deleted meanwhile is passed by).  Index: jobs pkey.
--- Locks: the caller holds the shared lane-bucket locks of the jobs' lanes (the protocol
--- of app.db.lanes), then wakes them.
+-- The jobs :job_keys FAILED -> CREATED with :retries retries, due :now, at the back of
+-- their priority, as PATCH retries revives one (app.db.jobs, update_job); the history of
+-- each gets "revived" (step REVIVED, app.db.history), unless the connection turned
+-- history off.  Re-checks the state (a job revived or deleted meanwhile is passed by).
+-- Index: jobs pkey, job_events pkey.  Locks: the caller holds the shared lane-bucket
+-- locks of the jobs' lanes (the protocol of app.db.lanes), then wakes them.
+-- Parameters: $1 :retries, $2 :now, $3 :job_keys
 WITH up AS (
     UPDATE jobs j
-    SET state = 'CREATED', retries = $2, completed_at = NULL, queued_at = $3, run_at = $3
-    WHERE j.job_key = ANY($1::bigint[]) AND j.state = 'FAILED'
+    SET state = 'CREATED', retries = $1, completed_at = NULL, queued_at = $2,
+        run_at = $2
+    WHERE j.job_key = ANY($3::bigint[]) AND j.state = 'FAILED'
     RETURNING j.job_key, j.job_type, j.tenant_id, j.activation_count, j.retries,
               j.fairness_key
 ),
 logged AS (
-    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
-    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 2, 'revived', $3,
+    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at,
+                            worker, deadline, retries, error_code, error_message)
+    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 2,
+           'revived', $2,
            NULL::timestamptz, NULL::text, NULL::timestamptz, s.retries, NULL::text, NULL::text
     FROM up s
     WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
@@ -36,26 +44,29 @@ logged AS (
 SELECT job_type, tenant_id, fairness_key FROM up;
 
 -- name: cancel_ready
--- Up to $3 ready jobs of one lane ($1 type, $2 tenant) -> CANCELED, key by key from the
--- head of each key's queue; rows an activator holds are passed by (they are being
--- activated).  Answers how many, and the keys they had (for parking those emptied).
--- History: "canceled".  Index: jobs_ready_idx, in its order (each batch starts where the
--- last left off: the index entries of jobs canceled before are dead and skipped).
--- Locks: the batch's rows.
+-- Up to :limit ready jobs of one lane (:job_type, :tenant_id) -> CANCELED at :now, key
+-- by key from the head of each key's queue; rows an activator holds are passed by (they
+-- are being activated).  Answers how many, and the keys they had (for parking those
+-- emptied).  History: "canceled" (logged).  Index: jobs_ready_idx, in its order
+-- (each batch starts where the last left off: the index entries of jobs canceled before
+-- are dead and skipped).  Locks: the batch's rows.
+-- Parameters: $1 :now, $2 :job_type, $3 :tenant_id, $4 :limit
 WITH up AS (
-    UPDATE jobs j SET state = 'CANCELED', completed_at = $4
+    UPDATE jobs j SET state = 'CANCELED', completed_at = $1
     WHERE j.job_key = ANY(ARRAY(
         SELECT x.job_key FROM jobs x
-        WHERE x.state = 'CREATED' AND x.job_type = $1 AND x.tenant_id = $2
+        WHERE x.state = 'CREATED' AND x.job_type = $2 AND x.tenant_id = $3
         ORDER BY x.fairness_key, x.priority DESC, x.queued_at, x.job_key
-        LIMIT $3
+        LIMIT $4
         FOR UPDATE SKIP LOCKED))
       AND j.state = 'CREATED'
     RETURNING j.job_key, j.activation_count, j.worker, j.retries, j.fairness_key
 ),
 logged AS (
-    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
-    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 3, 'canceled', $4,
+    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at,
+                            worker, deadline, retries, error_code, error_message)
+    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 3,
+           'canceled', $1,
            NULL::timestamptz, NULL::text, NULL::timestamptz, s.retries, NULL::text, NULL::text
     FROM up s
     WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
@@ -63,25 +74,29 @@ logged AS (
 SELECT count(*) AS n, ARRAY(SELECT DISTINCT fairness_key FROM up) AS keys FROM up;
 
 -- name: cancel_delayed
--- Up to $3 delayed jobs (SCHEDULED: shown as CREATED) of tenant $1 (and type $2; NULL:
--- any) -> CANCELED, soonest due first.  History: "canceled".  Index: jobs_scheduled_idx,
--- filtered by tenant: a batch reads the delayed jobs due before its last match.  Locks:
--- the batch's rows (the promoter's are passed by).
+-- Up to :limit delayed jobs (SCHEDULED: shown as CREATED) of tenant :tenant_id (and
+-- type :job_type; NULL: any) -> CANCELED at :now, soonest due first.  History:
+-- "canceled" (logged).  Index: jobs_scheduled_idx, filtered by tenant: a batch
+-- reads the delayed jobs due before its last match.  Locks: the batch's rows (the
+-- promoter's are passed by).
+-- Parameters: $1 :now, $2 :tenant_id, $3 :job_type, $4 :limit
 WITH up AS (
-    UPDATE jobs j SET state = 'CANCELED', completed_at = $4
+    UPDATE jobs j SET state = 'CANCELED', completed_at = $1
     WHERE j.job_key = ANY(ARRAY(
         SELECT x.job_key FROM jobs x
-        WHERE x.state = 'SCHEDULED' AND x.tenant_id = $1
-          AND ($2::text IS NULL OR x.job_type = $2)
+        WHERE x.state = 'SCHEDULED' AND x.tenant_id = $2
+          AND ($3::text IS NULL OR x.job_type = $3)
         ORDER BY x.run_at
-        LIMIT $3
+        LIMIT $4
         FOR UPDATE SKIP LOCKED))
       AND j.state = 'SCHEDULED'
     RETURNING j.job_key, j.activation_count, j.worker, j.retries
 ),
 logged AS (
-    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at, worker, deadline, retries, error_code, error_message)
-    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 3, 'canceled', $4,
+    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at,
+                            worker, deadline, retries, error_code, error_message)
+    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 3,
+           'canceled', $1,
            NULL::timestamptz, NULL::text, NULL::timestamptz, s.retries, NULL::text, NULL::text
     FROM up s
     WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
@@ -89,13 +104,15 @@ logged AS (
 SELECT count(*) FROM up;
 
 -- name: tenant_lanes
--- The job types in which tenant $1 may have ready jobs: its active lanes (a lane with a
--- ready job is active: app.db.lanes).  A sequential read of lanes.
+-- The job types in which tenant :tenant_id may have ready jobs: its active lanes (a lane
+-- with a ready job is active: app.db.lanes).  A sequential read of lanes.
+-- Parameters: $1 :tenant_id
 SELECT job_type FROM lanes WHERE tenant_id = $1 AND active ORDER BY job_type;
 
 -- name: any_created
--- Whether tenant $1 has a CREATED or delayed job of type $2 (NULL: any type).  Index:
--- jobs_ready_idx per lane, jobs_scheduled_idx.
+-- Whether tenant :tenant_id has a CREATED or delayed job of type :job_type (NULL: any
+-- type).  Index: jobs_ready_idx per lane, jobs_scheduled_idx.
+-- Parameters: $1 :tenant_id, $2 :job_type
 SELECT EXISTS (
     SELECT 1 FROM jobs WHERE state = 'CREATED' AND tenant_id = $1
       AND ($2::text IS NULL OR job_type = $2)

@@ -4,6 +4,7 @@
 -- name: type_config
 -- A job type's cap and aging settings (no row: the server's defaults).  Index: job_types
 -- pkey.
+-- Parameters: $1 :job_type
 SELECT max_active_jobs, aging_interval_ms, aging_step FROM job_types WHERE job_type = $1;
 
 -- name: stats
@@ -16,12 +17,12 @@ SELECT max_active_jobs, aging_interval_ms, aging_step FROM job_types WHERE job_t
 WITH per_lane AS (
     SELECT job_type, tenant_id,
            count(*) FILTER (WHERE state = 'CREATED') AS ready,
-           count(*) FILTER (WHERE state = 'SCHEDULED') AS delayed,
-           count(*) FILTER (WHERE state = 'ACTIVATED') AS active,
-           min(queued_at) FILTER (WHERE state = 'CREATED') AS oldest_ready_at,
-           -- The oldest ready job's key in the same pass: arrays compare element-wise.
-           (min(ARRAY[extract(epoch FROM queued_at), job_key])
-              FILTER (WHERE state = 'CREATED'))[2]::bigint AS oldest_ready_key
+count(*) FILTER (WHERE state = 'SCHEDULED') AS delayed,
+count(*) FILTER (WHERE state = 'ACTIVATED') AS active,
+min(queued_at) FILTER (WHERE state = 'CREATED') AS oldest_ready_at,
+-- The oldest ready job's key in the same pass: arrays compare element-wise.
+(min(ARRAY[extract(epoch FROM queued_at), job_key])
+   FILTER (WHERE state = 'CREATED'))[2]::bigint AS oldest_ready_key
     FROM jobs WHERE state IN ('CREATED', 'SCHEDULED', 'ACTIVATED')
     GROUP BY job_type, tenant_id
 )
@@ -38,16 +39,17 @@ LEFT JOIN job_types jt ON jt.job_type = l.job_type
 ORDER BY l.job_type, l.tenant_id;
 
 -- name: stats_of_type
--- As stats, for job type $1 only.
+-- As stats, for job type :job_type only.
+-- Parameters: $1 :job_type
 WITH per_lane AS (
     SELECT job_type, tenant_id,
            count(*) FILTER (WHERE state = 'CREATED') AS ready,
-           count(*) FILTER (WHERE state = 'SCHEDULED') AS delayed,
-           count(*) FILTER (WHERE state = 'ACTIVATED') AS active,
-           min(queued_at) FILTER (WHERE state = 'CREATED') AS oldest_ready_at,
-           -- The oldest ready job's key in the same pass: arrays compare element-wise.
-           (min(ARRAY[extract(epoch FROM queued_at), job_key])
-              FILTER (WHERE state = 'CREATED'))[2]::bigint AS oldest_ready_key
+count(*) FILTER (WHERE state = 'SCHEDULED') AS delayed,
+count(*) FILTER (WHERE state = 'ACTIVATED') AS active,
+min(queued_at) FILTER (WHERE state = 'CREATED') AS oldest_ready_at,
+-- The oldest ready job's key in the same pass: arrays compare element-wise.
+(min(ARRAY[extract(epoch FROM queued_at), job_key])
+   FILTER (WHERE state = 'CREATED'))[2]::bigint AS oldest_ready_key
     FROM jobs WHERE state IN ('CREATED', 'SCHEDULED', 'ACTIVATED') AND job_type = $1
     GROUP BY job_type, tenant_id
 )
@@ -64,31 +66,32 @@ LEFT JOIN job_types jt ON jt.job_type = l.job_type
 ORDER BY l.job_type, l.tenant_id;
 
 -- name: jobs_ahead
--- For a ready job ($1), at $2 with its type's aging ($3 interval ms, $4 step): the ready
--- jobs of its fairness key that the claim takes before it -- a greater effective
+-- For a ready job (:job_key), at :now with its type's aging (:interval_ms, :step): the
+-- ready jobs of its fairness key that the claim takes before it -- a greater effective
 -- priority, or the same one and queued before it (queued_at, job_key) -- and the ready
--- jobs of its lane, each counted up to $5.  The effective priority is the claim's
--- (app.db.claims.EFFECTIVE_PRIORITY, twin of app.scheduler.effective_priority).  Index:
--- jobs_ready_idx, a range of the key's and of the lane's ready jobs.  An operator read
--- (GET /v2/jobs/{jobKey}/explain); no locks.
-WITH me AS (
+-- jobs of its lane, each counted up to :bound.  The effective priority is the claim's own
+-- fragment (claims.effective_priority, of the row u; twin of
+-- app.scheduler.effective_priority).  Index: jobs_ready_idx, a range of the key's and of
+-- the lane's ready jobs.  An operator read (GET /v2/jobs/{jobKey}/explain); no locks.
+-- Parameters: $1 :step, $2 :interval_ms, $3 :now, $4 :job_key, $5 :bound
+WITH aging AS (SELECT $1::int AS step, $2::int AS interval_ms),
+me AS (
     SELECT job_type, tenant_id, shard, fairness_key, queued_at, job_key,
-           LEAST(100, priority + $4 * floor(
-               GREATEST(0, extract(epoch FROM ($2 - queued_at)) * 1000)
-               / $3))
-             AS eff
-    FROM jobs WHERE job_key = $1 AND shard = jobfair_key_shard($1)
+           LEAST(100, u.priority + (SELECT step FROM aging) * floor(
+               GREATEST(0, extract(epoch FROM ($3::timestamptz - u.queued_at)) * 1000)
+               / (SELECT interval_ms FROM aging))) AS eff
+    FROM jobs u WHERE u.job_key = $4 AND u.shard = jobfair_key_shard($4)
 )
 SELECT (
     SELECT count(*) FROM (
-        SELECT 1 FROM jobs j, me
-        WHERE j.state = 'CREATED' AND j.job_type = me.job_type AND j.tenant_id = me.tenant_id
-          AND j.shard = me.shard AND j.fairness_key = me.fairness_key
-          AND j.job_key <> me.job_key
-          AND (LEAST(100, j.priority + $4 * floor(
-               GREATEST(0, extract(epoch FROM ($2 - j.queued_at)) * 1000)
-               / $3)), me.queued_at, me.job_key)
-              > (me.eff, j.queued_at, j.job_key)
+        SELECT 1 FROM jobs u, me
+        WHERE u.state = 'CREATED' AND u.job_type = me.job_type AND u.tenant_id = me.tenant_id
+          AND u.shard = me.shard AND u.fairness_key = me.fairness_key
+          AND u.job_key <> me.job_key
+          AND (LEAST(100, u.priority + (SELECT step FROM aging) * floor(
+               GREATEST(0, extract(epoch FROM ($3::timestamptz - u.queued_at)) * 1000)
+               / (SELECT interval_ms FROM aging))), me.queued_at, me.job_key)
+              > (me.eff, u.queued_at, u.job_key)
         LIMIT $5) c
 ) AS ahead_in_key, (
     SELECT count(*) FROM (
@@ -99,11 +102,12 @@ SELECT (
 ) AS ready_in_lane;
 
 -- name: lane_keys_of
--- The fairness keys of one lane ($1 type, $2 tenant): each key's virtual time inside the
--- lane, whether it is backlogged -- active, and with a ready job now (a key a claim
+-- The fairness keys of one lane (:job_type, :tenant_id): each key's virtual time inside
+-- the lane, whether it is backlogged -- active, and with a ready job now (a key a claim
 -- emptied stays active until it is parked; the claim finds nothing there and takes from
 -- the next) -- and its weight.  Index: lane_keys pkey; per active key, one probe of
 -- jobs_ready_idx.  An operator read (explain); no locks.
+-- Parameters: $1 :job_type, $2 :tenant_id
 SELECT k.fairness_key, k.vtime,
        k.active AND EXISTS (
            SELECT 1 FROM jobs j
@@ -115,40 +119,45 @@ LEFT JOIN key_weights w ON w.tenant_id = k.tenant_id AND w.fairness_key = k.fair
 WHERE k.job_type = $1 AND k.tenant_id = $2;
 
 -- name: last_asked
--- When a named worker last asked for jobs of type $1 (a long poll, a stream), as the
--- workers table has it.  Index: workers pkey (job_type, worker).
+-- When a named worker last asked for jobs of type :job_type (a long poll, a stream), as
+-- the workers table has it.  Index: workers pkey (job_type, worker).
+-- Parameters: $1 :job_type
 SELECT max(last_seen_at) FROM workers WHERE job_type = $1;
 
 -- name: upsert_tenant
 -- A tenant's weight, cap and rate limit set (a pause stays as it is); its held lanes are
 -- released (the cap that held them may be gone or higher; a claim holds them again if
 -- not), under its cap lock, which orders the change before or after every capped claim of
--- the tenant (jobfair_release_holds).  A rate limit ($4, $5: a second, burst; NULL: none)
--- that changes starts with a full bucket at the statement's instant (the database's
--- clock, the one claims take tokens by); the same limit set again keeps its bucket.  Run
--- after lock_tenant (ADR 028: a rate-limited claim writes this row under that lock).
+-- the tenant (jobfair_release_holds).  A rate limit (:rate_per_s a second, :rate_burst;
+-- NULL: none) that changes starts with a full bucket at the statement's instant (the
+-- database's clock, the one claims take tokens by); the same limit set again keeps its
+-- bucket.  Run after lock_tenant (ADR 028: a rate-limited claim writes this row under
+-- that lock).
+-- Parameters: $1 :tenant_id, $2 :weight, $3 :cap, $4 :rate_per_s, $5 :rate_burst
 WITH up AS (
     INSERT INTO tenants AS t (tenant_id, weight, max_active_jobs, rate_per_s, rate_burst,
                               rate_tokens, rate_at)
-    VALUES ($1, $2, $3, $4::float8, $5::float8, $5::float8,
+    VALUES ($1, $2, $3, $4::float8, $5::float8,
+            $5::float8,
             CASE WHEN $4::float8 IS NOT NULL THEN statement_timestamp() END)
     ON CONFLICT (tenant_id) DO UPDATE SET weight = EXCLUDED.weight,
         max_active_jobs = EXCLUDED.max_active_jobs,
         rate_tokens = CASE
-            WHEN (t.rate_per_s, t.rate_burst)
-                 IS NOT DISTINCT FROM (EXCLUDED.rate_per_s, EXCLUDED.rate_burst)
-            THEN t.rate_tokens ELSE EXCLUDED.rate_tokens END,
-        rate_at = CASE
-            WHEN (t.rate_per_s, t.rate_burst)
-                 IS NOT DISTINCT FROM (EXCLUDED.rate_per_s, EXCLUDED.rate_burst)
-            THEN t.rate_at ELSE EXCLUDED.rate_at END,
-        rate_per_s = EXCLUDED.rate_per_s, rate_burst = EXCLUDED.rate_burst
-    RETURNING tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst,
-              rate_tokens, rate_at, statement_timestamp() AS read_at
+    WHEN (t.rate_per_s, t.rate_burst)
+         IS NOT DISTINCT FROM (EXCLUDED.rate_per_s, EXCLUDED.rate_burst)
+    THEN t.rate_tokens ELSE EXCLUDED.rate_tokens END,
+rate_at = CASE
+    WHEN (t.rate_per_s, t.rate_burst)
+         IS NOT DISTINCT FROM (EXCLUDED.rate_per_s, EXCLUDED.rate_burst)
+    THEN t.rate_at ELSE EXCLUDED.rate_at END,
+rate_per_s = EXCLUDED.rate_per_s, rate_burst = EXCLUDED.rate_burst
+    RETURNING tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst, rate_tokens, rate_at,
+    statement_timestamp() AS read_at
 ),
 unheld AS (
     SELECT jobfair_release_holds(
-        1246101507, 1246101508, ARRAY[$1::text], 'jobfair')
+    1246101507, 1246101508, ARRAY[$1::text],
+    'jobfair')
 )
 SELECT up.* FROM up WHERE (SELECT count(*) FROM unheld) = 1;
 
@@ -156,18 +165,20 @@ SELECT up.* FROM up WHERE (SELECT count(*) FROM unheld) = 1;
 -- A tenant's cap lock, taken before its row is written (upsert_tenant, delete_tenant), in
 -- the order a rate-limited claim takes them (the lock, then the row it takes tokens
 -- from): the other order deadlocks with it.  jobfair_lock_tenant_caps is alembic 0003's.
+-- Parameters: $1 :tenant_id
 SELECT jobfair_lock_tenant_caps(1246101507, ARRAY[$1::text]);
 
 -- name: get_tenant
 -- A tenant's configuration (no row: weight 1, no cap).  Index: tenants pkey.
+-- Parameters: $1 :tenant_id
 SELECT tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst, rate_tokens, rate_at,
-       statement_timestamp() AS read_at
+    statement_timestamp() AS read_at
 FROM tenants WHERE tenant_id = $1;
 
 -- name: list_tenants
 -- Every configured tenant, by id.
 SELECT tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst, rate_tokens, rate_at,
-       statement_timestamp() AS read_at
+    statement_timestamp() AS read_at
 FROM tenants ORDER BY tenant_id;
 
 -- name: release_after_finishes
@@ -176,16 +187,20 @@ FROM tenants ORDER BY tenant_id;
 -- chose the capped tenants it releases without seeing it), then releases the tenant's
 -- held lanes again, so that none stays held by a claim that counted those finishes'
 -- jobs as active (ADR 016).  Locks: the gate, then as jobfair_release_holds.
+-- Parameters: $1 :tenant_id
 SELECT pg_advisory_xact_lock(1246101508, 0),
        jobfair_release_holds(
-           1246101507, 1246101508, ARRAY[$1::text], 'jobfair');
+    1246101507, 1246101508, ARRAY[$1::text],
+    'jobfair');
 
 -- name: delete_tenant
 -- As upsert_tenant: the tenant's held lanes are released.
+-- Parameters: $1 :tenant_id
 WITH gone AS (DELETE FROM tenants WHERE tenant_id = $1 RETURNING tenant_id),
 unheld AS (
     SELECT jobfair_release_holds(
-        1246101507, 1246101508, ARRAY[$1::text], 'jobfair')
+    1246101507, 1246101508, ARRAY[$1::text],
+    'jobfair')
 )
 SELECT gone.tenant_id FROM gone WHERE (SELECT count(*) FROM unheld) = 1;
 
@@ -193,6 +208,7 @@ SELECT gone.tenant_id FROM gone WHERE (SELECT count(*) FROM unheld) = 1;
 -- A fairness key's weight inside its tenant (alembic 0010).  Nothing else need change:
 -- every key read and lead claim reads the weights as they are, so the next activation of
 -- any process uses it, for the backlog already there (ADR 027).  Index: key_weights pkey.
+-- Parameters: $1 :tenant_id, $2 :fairness_key, $3 :weight
 INSERT INTO key_weights (tenant_id, fairness_key, shard, weight)
 VALUES ($1, $2, jobfair_shard($1), $3)
 ON CONFLICT (tenant_id, fairness_key, shard) DO UPDATE SET weight = EXCLUDED.weight
@@ -200,13 +216,17 @@ RETURNING weight;
 
 -- name: get_key_weight
 -- A fairness key's weight (no row: 1).  Index: key_weights pkey.
+-- Parameters: $1 :tenant_id, $2 :fairness_key
 SELECT weight FROM key_weights
-WHERE tenant_id = $1 AND fairness_key = $2 AND shard = jobfair_shard($1);
+WHERE tenant_id = $1 AND fairness_key = $2
+  AND shard = jobfair_shard($1);
 
 -- name: delete_key_weight
 -- A fairness key back to weight 1; whether it had a weight.  Index: key_weights pkey.
+-- Parameters: $1 :tenant_id, $2 :fairness_key
 DELETE FROM key_weights
-WHERE tenant_id = $1 AND fairness_key = $2 AND shard = jobfair_shard($1)
+WHERE tenant_id = $1 AND fairness_key = $2
+  AND shard = jobfair_shard($1)
 RETURNING weight;
 
 -- name: upsert_job_type
@@ -215,44 +235,48 @@ RETURNING weight;
 -- bucket as upsert_tenant's.  Index: job_types pkey.  Locks: the row, which a
 -- rate-limited claim writes under the type's cap lock; a claim that read the bucket
 -- before this committed finds it changed and leaves it.
+-- Parameters: $1 :job_type, $2 :cap, $3 :interval_ms, $4 :step, $5 :rate_per_s, $6 :rate_burst, $7 :fairness_by
 INSERT INTO job_types AS t (job_type, max_active_jobs, aging_interval_ms, aging_step,
                             rate_per_s, rate_burst, rate_tokens, rate_at, fairness_by)
-VALUES ($1, $2, $3, $4, $5::float8, $6::float8, $6::float8,
+VALUES ($1, $2, $3, $4, $5::float8, $6::float8,
+        $6::float8,
         CASE WHEN $5::float8 IS NOT NULL THEN statement_timestamp() END, $7)
 ON CONFLICT (job_type) DO UPDATE SET max_active_jobs = EXCLUDED.max_active_jobs,
     aging_interval_ms = EXCLUDED.aging_interval_ms, aging_step = EXCLUDED.aging_step,
     fairness_by = EXCLUDED.fairness_by,
     rate_tokens = CASE
-            WHEN (t.rate_per_s, t.rate_burst)
-                 IS NOT DISTINCT FROM (EXCLUDED.rate_per_s, EXCLUDED.rate_burst)
-            THEN t.rate_tokens ELSE EXCLUDED.rate_tokens END,
-        rate_at = CASE
-            WHEN (t.rate_per_s, t.rate_burst)
-                 IS NOT DISTINCT FROM (EXCLUDED.rate_per_s, EXCLUDED.rate_burst)
-            THEN t.rate_at ELSE EXCLUDED.rate_at END,
-        rate_per_s = EXCLUDED.rate_per_s, rate_burst = EXCLUDED.rate_burst
-RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s,
-       rate_burst, rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by;
+    WHEN (t.rate_per_s, t.rate_burst)
+         IS NOT DISTINCT FROM (EXCLUDED.rate_per_s, EXCLUDED.rate_burst)
+    THEN t.rate_tokens ELSE EXCLUDED.rate_tokens END,
+rate_at = CASE
+    WHEN (t.rate_per_s, t.rate_burst)
+         IS NOT DISTINCT FROM (EXCLUDED.rate_per_s, EXCLUDED.rate_burst)
+    THEN t.rate_at ELSE EXCLUDED.rate_at END,
+rate_per_s = EXCLUDED.rate_per_s, rate_burst = EXCLUDED.rate_burst
+RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s, rate_burst,
+    rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by;
 
 -- name: get_job_type
 -- A job type's configuration.  Index: job_types pkey.
-SELECT job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s,
-       rate_burst, rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by
+-- Parameters: $1 :job_type
+SELECT job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s, rate_burst,
+    rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by
 FROM job_types WHERE job_type = $1;
 
 -- name: list_job_types
 -- Every configured job type, by name.
-SELECT job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s,
-       rate_burst, rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by
+SELECT job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s, rate_burst,
+    rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by
 FROM job_types ORDER BY job_type;
 
 -- name: pause_tenant
 -- Marks a tenant paused, its configuration made with the defaults if it had none; the
 -- lanes are held by hold_paused_lanes once this committed.  Index: tenants pkey.
+-- Parameters: $1 :tenant_id
 INSERT INTO tenants (tenant_id, paused) VALUES ($1, true)
 ON CONFLICT (tenant_id) DO UPDATE SET paused = true
 RETURNING tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst, rate_tokens, rate_at,
-       statement_timestamp() AS read_at;
+    statement_timestamp() AS read_at;
 
 -- name: wait_for_finishes
 -- The release gate, exclusively, until the transaction ends: waits for every finishing
@@ -267,6 +291,7 @@ SELECT pg_advisory_xact_lock(1246101508, 0);
 -- Finishes after the pause see it and release none of them (jobfair_release_holds,
 -- alembic 0007), and new lanes of the tenant are made held (app.db.lanes, WAKE).  A
 -- sequential read of lanes: a pause is rare.  Locks: the lane rows.
+-- Parameters: $1 :tenant_id
 UPDATE lanes SET held = true
 WHERE tenant_id = $1 AND NOT held
   AND EXISTS (SELECT 1 FROM tenants t WHERE t.tenant_id = $1 AND t.paused);
@@ -274,9 +299,10 @@ WHERE tenant_id = $1 AND NOT held
 -- name: resume_tenant
 -- Marks a tenant no longer paused (no row: it never was).  Its lanes are released by
 -- release_resumed once this committed.  Index: tenants pkey.
+-- Parameters: $1 :tenant_id
 UPDATE tenants SET paused = false WHERE tenant_id = $1
 RETURNING tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst, rate_tokens, rate_at,
-       statement_timestamp() AS read_at;
+    statement_timestamp() AS read_at;
 
 -- name: release_resumed
 -- After a resume committed: as release_after_finishes, the tenant's held lanes released
@@ -285,11 +311,12 @@ RETURNING tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst, ra
 -- lane of the tenant notified, so that waiters read again at once (a lane that a pause
 -- missed was not held, and its release notifies nothing).  Locks: the gate, then as
 -- jobfair_release_holds.  A sequential read of lanes.
+-- Parameters: $1 :tenant_id
 WITH released AS (
     SELECT pg_advisory_xact_lock(1246101508, 0),
            jobfair_release_holds(
-               1246101507, 1246101508, ARRAY[$1::text],
-               'jobfair') AS n
+    1246101507, 1246101508, ARRAY[$1::text],
+    'jobfair') AS n
 ),
 notified AS (
     SELECT pg_notify('jobfair', job_type)
@@ -302,18 +329,32 @@ SELECT (SELECT n FROM released), (SELECT count(*) FROM notified);
 -- Marks a job type paused (configured with the defaults if it was not): a lane read of
 -- the type answers nothing to claim (read_lanes), nor does a lead claim.  Index:
 -- job_types pkey.
+-- Parameters: $1 :job_type
 INSERT INTO job_types (job_type, paused) VALUES ($1, true)
 ON CONFLICT (job_type) DO UPDATE SET paused = true
-RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s,
-       rate_burst, rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by;
+RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s, rate_burst,
+    rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by;
 
 -- name: resume_job_type
 -- Marks a job type no longer paused and notifies it (at commit), so that its waiters
 -- read at once.  Index: job_types pkey.
+-- Parameters: $1 :job_type
 WITH up AS (
     UPDATE job_types SET paused = false WHERE job_type = $1
-    RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s,
-       rate_burst, rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by
+    RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s, rate_burst,
+    rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by
 ),
 notified AS (SELECT pg_notify('jobfair', $1))
 SELECT up.* FROM up WHERE (SELECT count(*) FROM notified) = 1;
+
+-- name: ping
+-- The database answers (a health check).
+SELECT 1;
+
+-- name: schema_version
+-- The migration the database is at (alembic's table; none before the first migration).
+SELECT version_num FROM alembic_version;
+
+-- name: oldest_server
+-- The oldest revision whose servers the database still serves (alembic 0009's table).
+SELECT oldest_server FROM schema_compat;

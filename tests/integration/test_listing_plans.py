@@ -9,7 +9,7 @@ from datetime import timedelta
 import orjson
 import pytest
 
-from app.db.bulk import CANCEL_DELAYED, CANCEL_READY, FAILED_BATCH
+from app.db.bulk import SQL as BULK
 from app.db.listing import list_statement
 from app.domain import JobFilter, JobState, utcnow
 
@@ -106,10 +106,20 @@ async def test_a_page_after_a_cursor_reads_indexes_too(table):
 
 
 async def test_the_bulk_statements_read_their_indexes(table):
-    scans = await _scans(table, FAILED_BATCH, 0, 1000, "t7", None, None, None)
+    failed = BULK["failed_batch"].bind(
+        after_key=0,
+        limit=1000,
+        tenant_id="t7",
+        job_type=None,
+        created_after=None,
+        created_before=None,
+    )
+    scans = await _scans(table, *failed)
     assert scans == {("Index Scan", "jobs_failed_idx")}
     now = utcnow()
-    scans = await _scans(table, CANCEL_READY, "k2", "t7", 1000, now)
+    ready = BULK["cancel_ready"].bind(job_type="k2", tenant_id="t7", limit=1000, now=now)
+    scans = await _scans(table, *ready)
     assert "jobs_ready_idx" in _indexes(scans) and ("Seq Scan", "") not in scans, scans
-    scans = await _scans(table, CANCEL_DELAYED, "t7", None, 1000, now)
+    delayed = BULK["cancel_delayed"].bind(tenant_id="t7", job_type=None, limit=1000, now=now)
+    scans = await _scans(table, *delayed)
     assert "jobs_scheduled_idx" in _indexes(scans) and ("Seq Scan", "") not in scans, scans

@@ -1,11 +1,11 @@
 """The rules that exist twice, once in Python (app.scheduler) and once in SQL (app.db),
 agree on a real database, for generated cases:
 
-* the effective priority (scheduler.effective_priority / claims.EFFECTIVE_PRIORITY, the
-  text CLAIM ranks heads by);
+* the effective priority (scheduler.effective_priority / claims.sql's fragment
+  effective_priority, which the claim ranks heads by and explain's jobs_ahead counts by);
 * the re-entry virtual time of a lane woken by a new job (scheduler.reentry_vtime /
-  lanes' _REENTRY_VTIME, through the real insert), and of a key among its lane's keys
-  (the same rule / _KEY_REENTRY_VTIME);
+  lanes.sql's fragment wake, through the real insert), and of a key among its lane's
+  keys (the same rule, the same fragment);
 * the first pick (scheduler.allocate's / CLAIM_LEAD's lead lane, through the real
   claim), and its key (scheduler.allocate_keys' / CLAIM_LEAD's lead key);
 * a worker-time settlement (scheduler.settlement and mixed_estimate / settling's

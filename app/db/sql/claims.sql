@@ -214,7 +214,7 @@ trimmed AS (
     WHERE s.activation_count > {{KEPT_ACTIVATIONS}}
       AND e.job_key = s.job_key AND e.shard = jobfair_key_shard(s.job_key)
       AND e.activation_count = s.activation_count - {{LAST_ACTIVATIONS}}
-      AND current_setting('{{HISTORY_SETTING}}', true) IS DISTINCT FROM 'off'
+      AND {{history.on}}
 )
 
 -- fragment: alloc

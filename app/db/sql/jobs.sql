@@ -174,6 +174,6 @@ logged AS (
            :now, NULL::timestamptz, NULL::text, NULL::timestamptz, s.retries, NULL::text,
            NULL::text
     FROM up s
-    WHERE current_setting('{{HISTORY_SETTING}}', true) IS DISTINCT FROM 'off' AND :revived::bool
+    WHERE {{history.on}} AND :revived::bool
 )
 SELECT job_key FROM up
