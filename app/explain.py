@@ -14,9 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from app import scheduler
-from app.db import Database
-from app.db import jobs as stored_jobs
-from app.db import operators as stored
+from app.db import Database, job_rows, operating
 from app.db.rows import JobRow
 from app.domain import JobState, public_state, rfc3339, shown_key
 from app.errors import NotFound
@@ -45,7 +43,7 @@ class ExplainService:
         self.waiting = waiting  # job type -> whether a long poll or stream waits here
 
     async def job(self, job_key: int) -> JobRow:
-        found = await stored_jobs.get(self.db, job_key)
+        found = await job_rows.get(self.db, job_key)
         if found is None:
             raise NotFound(f"job {job_key} does not exist")
         return found.job
@@ -127,10 +125,10 @@ class ExplainService:
             priority["topAt"] = _shifted(job.queued_at, timedelta(milliseconds=top))
         out["priority"] = priority
         # Its place: in its key, among its lane's keys, among its type's lanes.
-        ahead, ready = await stored.jobs_ahead(
+        ahead, ready = await operating.jobs_ahead(
             self.db, job.job_key, now, aging.interval_ms, aging.step, AHEAD_BOUND
         )
-        keys = await stored.lane_keys_of(self.db, job.job_type, job.tenant_id)
+        keys = await operating.lane_keys_of(self.db, job.job_type, job.tenant_id)
         backlogged = [scheduler.Key(k, v, w) for k, v, a, w in keys if a]
         first = scheduler.allocate_keys(backlogged, 1)
         next_key = next(iter(first), None)
@@ -168,7 +166,7 @@ class ExplainService:
         # as GET /v2/workers does: a worker that just asked here is seen.)
         if self.flush_sightings is not None:
             await self.flush_sightings()
-        asked = await stored.last_asked(self.db, job.job_type)
+        asked = await operating.last_asked(self.db, job.job_type)
         here = self.waiting(job.job_type)
         out["demand"] = {"lastAskedAt": rfc3339(asked), "waitingHere": here}
         quiet = asked is None or (now - asked).total_seconds() > NOBODY_ASKING_S

@@ -12,10 +12,9 @@ from typing import Any, NoReturn
 from app import logs, scheduler
 from app.activation import Activation
 from app.coalescing import Coalescer
-from app.db import Database, finishing
-from app.db import jobs as stored
+from app.db import Database, finishing, job_rows
 from app.db.base import refused_input, retry_deadlock
-from app.db.jobs import ready_at_once
+from app.db.job_rows import ready_at_once
 from app.db.rows import Ended, Inserted, JobFence, JobRow, StoredJob
 from app.domain import FINISHED_STATES, MAX_LEASE_MS, JobState, job_record, tenant_of, utcnow
 from app.errors import InvalidState, NotFound, StaleActivation
@@ -125,7 +124,7 @@ class JobService:
                 if handed is not None:
                     _created_one(job, handed)
                     return [handed]
-        inserted = await stored.insert(self.db, jobs, now)
+        inserted = await job_rows.insert(self.db, jobs, now)
         self.metrics.count(
             self.metrics.created,
             ((j["type"], tenant_of(j)) for j, i in zip(jobs, inserted, strict=True) if i.created),
@@ -141,7 +140,7 @@ class JobService:
         one is inserted by a statement that answers its record too, or handed to a
         waiter by a claim that does."""
         if job.get("idempotencyKey") is not None:
-            [inserted] = await stored.insert(self.db, [job], now)
+            [inserted] = await job_rows.insert(self.db, [job], now)
             if inserted.created:
                 self.metrics.count_one(self.metrics.created, job["type"], tenant_of(job))
             _created_one(job, inserted)
@@ -156,17 +155,17 @@ class JobService:
                 # 0.00 -> 0.68 ms, `python -m bench.run pickup`).
                 _created_one(job, handed)
                 return await self.get(handed.job_key, now), True
-        stored_job = await stored.insert_one(self.db, job, now)
+        stored_job = await job_rows.insert_one(self.db, job, now)
         self.metrics.count_one(self.metrics.created, job["type"], tenant_of(job))
         _created_one(job, stored_job.job)
         return self._record(stored_job, now), True
 
     async def idempotent(self, jobs: Sequence[Mapping[str, Any]]) -> list[int]:
         """The keys of jobs already created under the idempotency keys ``jobs`` carry."""
-        return await stored.idempotent(self.db, jobs)
+        return await job_rows.idempotent(self.db, jobs)
 
     async def get(self, job_key: int, now: datetime) -> dict[str, Any]:
-        found = await stored.get(self.db, job_key)
+        found = await job_rows.get(self.db, job_key)
         if found is None:
             raise NotFound(f"job {job_key} does not exist")
         return self._record(found, now)
@@ -217,7 +216,7 @@ class JobService:
         else:
             completed = await self._complete_in_order(items, now)
         missed = [key for key, ok in zip(keys, completed, strict=True) if not ok]
-        known = await stored.fences(self.db, missed) if missed else {}
+        known = await job_rows.fences(self.db, missed) if missed else {}
         return [
             (key, 204 if ok else (409 if key in known else 404))
             for key, ok in zip(keys, completed, strict=True)
@@ -334,12 +333,12 @@ class JobService:
     ) -> None:
         """PATCH: read the job under its row lock, decide its new values, write them."""
         async with self.db.transaction() as tx:
-            job = await stored.lock(tx, job_key)
+            job = await job_rows.lock(tx, job_key)
             retries, deadline, priority, state = _patched(
                 job_key, job, changes, activation_count, now
             )
             assert job is not None  # _patched refused a missing job
-            await stored.update(
+            await job_rows.update(
                 tx,
                 job,
                 retries=retries,
@@ -350,7 +349,7 @@ class JobService:
             )
 
     async def _existing(self, job_key: int) -> JobFence:
-        rows = await stored.fences(self.db, [job_key])
+        rows = await job_rows.fences(self.db, [job_key])
         if job_key not in rows:
             raise NotFound(f"job {job_key} does not exist")
         return rows[job_key]

@@ -31,9 +31,7 @@ from typing import Any
 
 import jwt
 
-from app.db import Database
-from app.db import jobs as stored_jobs
-from app.db import keys as stored
+from app.db import Database, job_rows, key_rows
 from app.db.rows import JobRow, KeyRow
 from app.domain import rfc3339, utcnow
 
@@ -164,7 +162,7 @@ class KeyService:
     ) -> tuple[KeyRow, str]:
         """A new key and its token (the only time the token exists outside a client)."""
         key_id, token = new_token()
-        row = await stored.insert(
+        row = await key_rows.insert(
             self.db,
             key_id,
             digest(token),
@@ -187,11 +185,11 @@ class KeyService:
         return row, token
 
     async def list(self) -> list[KeyRow]:
-        return await stored.list_all(self.db)
+        return await key_rows.list_all(self.db)
 
     async def revoke(self, key_id: str, by: str | None) -> KeyRow | None:
         now = utcnow()
-        row = await stored.revoke(self.db, key_id, now)
+        row = await key_rows.revoke(self.db, key_id, now)
         self._reads.pop(key_id, None)
         if row is not None and row.revoked_at == now:  # not revoked before
             audit.info("key revoked: %s by=%s", key_id, by or "-")
@@ -249,7 +247,7 @@ class KeyService:
                 self._reading_now += 1
                 self.peak_reads = max(self.peak_reads, self._reading_now)
                 try:
-                    row = await stored.in_use(self.db, key_id, now, now - TOUCH_EVERY)
+                    row = await key_rows.in_use(self.db, key_id, now, now - TOUCH_EVERY)
                 finally:
                     self._reading_now -= 1
             read = _Read(row, None if row is None else principal_of(row), time.monotonic())
@@ -311,7 +309,7 @@ class KeyService:
 
     async def _signing_secret(self) -> bytes:
         if self._signing is None:
-            self._signing = await stored.signing_secret(self.db, utcnow())
+            self._signing = await key_rows.signing_secret(self.db, utcnow())
         return self._signing
 
     # -- the tenants and types of jobs, for scoped keys ------------------------------------
@@ -334,7 +332,7 @@ class KeyService:
         found = {k: known[k] for k in job_keys if k in known}
         missing = [k for k in job_keys if k not in found]
         if missing:
-            read = await stored_jobs.scopes(self.db, missing)
+            read = await job_rows.scopes(self.db, missing)
             found.update(read)
         return found
 

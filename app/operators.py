@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from app.db import Database, listing
-from app.db import operators as stored
+from app.db import Database, listing, operating
 from app.db.rows import JobRow, JobTypeRow, TenantRow
 from app.domain import shown_key, stored_key
 from app.errors import NotFound
@@ -25,10 +24,10 @@ class ConfigService:
     ) -> dict[str, Any]:
         """A tenant's weight, cap and rate limit.  A changed rate limit starts with a
         full bucket; the same one set again keeps its bucket (ADR 028)."""
-        return _tenant(await stored.upsert_tenant(self.db, tenant_id, weight, cap, rate))
+        return _tenant(await operating.upsert_tenant(self.db, tenant_id, weight, cap, rate))
 
     async def get_tenant(self, tenant_id: str) -> dict[str, Any]:
-        row = await stored.get_tenant(self.db, tenant_id)
+        row = await operating.get_tenant(self.db, tenant_id)
         if row is None:
             # An unconfigured tenant has the defaults; it is not an error to look at it,
             # and the answer says it is not configured.
@@ -37,32 +36,34 @@ class ConfigService:
 
     async def pause_tenant(self, tenant_id: str) -> dict[str, Any]:
         """Paused: its lanes are held out of every activation until it is resumed."""
-        return _tenant(await stored.pause_tenant(self.db, tenant_id))
+        return _tenant(await operating.pause_tenant(self.db, tenant_id))
 
     async def resume_tenant(self, tenant_id: str) -> dict[str, Any]:
         """Resumed: its lanes re-enter at the type's virtual time (no banked credit)."""
-        row = await stored.resume_tenant(self.db, tenant_id)
+        row = await operating.resume_tenant(self.db, tenant_id)
         return _unconfigured_tenant(tenant_id) if row is None else _tenant(row)
 
     async def list_tenants(self) -> list[dict[str, Any]]:
-        return [_tenant(r) for r in await stored.list_tenants(self.db)]
+        return [_tenant(r) for r in await operating.list_tenants(self.db)]
 
     async def delete_tenant(self, tenant_id: str) -> None:
-        if not await stored.delete_tenant(self.db, tenant_id):
+        if not await operating.delete_tenant(self.db, tenant_id):
             raise NotFound(f"tenant {tenant_id} has no configuration")
 
     async def put_key(self, tenant_id: str, fairness_key: str, weight: int) -> dict[str, Any]:
         """A fairness key's weight inside its tenant: the next activation on every
         server divides the tenant's share by it, for the jobs already waiting too."""
-        got = await stored.upsert_key_weight(self.db, tenant_id, stored_key(fairness_key), weight)
+        got = await operating.upsert_key_weight(
+            self.db, tenant_id, stored_key(fairness_key), weight
+        )
         return _key(tenant_id, fairness_key, got)
 
     async def get_key(self, tenant_id: str, fairness_key: str) -> dict[str, Any]:
-        got = await stored.get_key_weight(self.db, tenant_id, stored_key(fairness_key))
+        got = await operating.get_key_weight(self.db, tenant_id, stored_key(fairness_key))
         return _key(tenant_id, fairness_key, got)
 
     async def delete_key(self, tenant_id: str, fairness_key: str) -> None:
-        if not await stored.delete_key_weight(self.db, tenant_id, stored_key(fairness_key)):
+        if not await operating.delete_key_weight(self.db, tenant_id, stored_key(fairness_key)):
             raise NotFound(f"key {fairness_key} of tenant {tenant_id} has no weight of its own")
 
     async def put_job_type(
@@ -75,21 +76,21 @@ class ConfigService:
         fairness_by: FairnessBy = FairnessBy.ACTIVATIONS,
     ) -> dict[str, Any]:
         return self._job_type(
-            await stored.upsert_job_type(
+            await operating.upsert_job_type(
                 self.db, job_type, cap, interval_ms, step, rate, fairness_by
             )
         )
 
     async def get_job_type(self, job_type: str) -> dict[str, Any]:
-        row = await stored.get_job_type(self.db, job_type)
+        row = await operating.get_job_type(self.db, job_type)
         return self._unconfigured_job_type(job_type) if row is None else self._job_type(row)
 
     async def pause_job_type(self, job_type: str) -> dict[str, Any]:
         """Paused: no activation gives a job of the type until it is resumed."""
-        return self._job_type(await stored.pause_job_type(self.db, job_type))
+        return self._job_type(await operating.pause_job_type(self.db, job_type))
 
     async def resume_job_type(self, job_type: str) -> dict[str, Any]:
-        row = await stored.resume_job_type(self.db, job_type)
+        row = await operating.resume_job_type(self.db, job_type)
         return self._unconfigured_job_type(job_type) if row is None else self._job_type(row)
 
     def _unconfigured_job_type(self, job_type: str) -> dict[str, Any]:
@@ -106,7 +107,7 @@ class ConfigService:
         }
 
     async def list_job_types(self) -> list[dict[str, Any]]:
-        return [self._job_type(r) for r in await stored.list_job_types(self.db)]
+        return [self._job_type(r) for r in await operating.list_job_types(self.db)]
 
     def _job_type(self, row: JobTypeRow) -> dict[str, Any]:
         aging = self.resolve_aging(row.aging_interval_ms, row.aging_step)
@@ -197,8 +198,8 @@ class HealthService:
     async def schema_revision(self) -> tuple[str | None, str | None]:
         """The schema's revision and the oldest server revision it serves, after a ping:
         StoreUnavailable if the database cannot answer."""
-        await stored.ping(self.db)
-        return await stored.schema_revision(self.db)
+        await operating.ping(self.db)
+        return await operating.schema_revision(self.db)
 
     def pool_sizes(self) -> tuple[int, int]:
         """Connections open in the pool, and of those idle."""

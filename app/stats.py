@@ -13,9 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from app import scheduler
-from app.db import Database
-from app.db import metrics as stored_metrics
-from app.db import operators as stored
+from app.db import Database, metric_reads, operating
 from app.db.rows import JobTypeRow, LaneSampleRow, LaneStats, TenantRow
 from app.domain import shown_key, stored_key, utcnow
 from app.scheduler import Bucket
@@ -96,7 +94,7 @@ class StatsService:
     async def sample(self) -> list[LaneSampleRow]:
         """Sample every lane, and its most active keys, into the windows; the lanes read."""
         await self._sample_keys()
-        rows = await stored_metrics.lane_samples(self.db)
+        rows = await metric_reads.lane_samples(self.db)
         self.limits = limits = await read_limits(self.db)
         holds = {
             (r.job_type, r.tenant_id): limits.holds(r.job_type, r.tenant_id)
@@ -159,7 +157,7 @@ class StatsService:
         ]
         lanes: dict[tuple[str, str], LaneKeys] = {}
         units: dict[tuple[str, str], LaneKeys] = {}
-        for r in await stored_metrics.key_samples(self.db, self.keys.top, tracked):
+        for r in await metric_reads.key_samples(self.db, self.keys.top, tracked):
             lane = (r.job_type, r.tenant_id)
             got = lanes.get(lane)
             if got is None:
@@ -192,11 +190,11 @@ class StatsService:
         job_types = list(self.limits.job_types.values())
         paused_types = {r.job_type for r in job_types if r.paused}
         if every_lane:
-            rows = _with_caps(await stored_metrics.lane_counts(self.db), tenants, job_types)
+            rows = _with_caps(await metric_reads.lane_counts(self.db), tenants, job_types)
             if job_type is not None:
                 rows = [r for r in rows if r.job_type == job_type]
         else:
-            rows = await stored.stats(self.db, job_type)
+            rows = await operating.stats(self.db, job_type)
         lags = _vtime_lags(sampled)
         # A type's cap holds its lanes back whoever's jobs fill it.
         type_active: dict[str, int] = {}
@@ -425,9 +423,9 @@ class Limits:
 
 
 async def read_limits(db: Database) -> Limits:
-    tenants = {t.tenant_id: t for t in await stored.list_tenants(db)}
-    job_types = {t.job_type: t for t in await stored.list_job_types(db)}
-    active = await stored_metrics.capped_active(db)
+    tenants = {t.tenant_id: t for t in await operating.list_tenants(db)}
+    job_types = {t.job_type: t for t in await operating.list_job_types(db)}
+    active = await metric_reads.capped_active(db)
     read_at = [t.read_at for t in tenants.values()] + [t.read_at for t in job_types.values()]
     return Limits(tenants, job_types, active, read_at[0] if read_at else utcnow())
 
@@ -438,7 +436,7 @@ def lane_limits(
     active: dict[tuple[str, str], int],
 ) -> scheduler.LaneLimits:
     """A lane's limits from its tenant's and type's rows (None: unconfigured) and the
-    active jobs counted against their caps (``app.db.metrics.capped_active``)."""
+    active jobs counted against their caps (``app.db.metric_reads.capped_active``)."""
 
     def bucket(row: TenantRow | JobTypeRow | None) -> Bucket | None:
         if row is None or row.rate_per_s is None or row.rate_burst is None:

@@ -13,8 +13,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
-from app.db import Database
-from app.db import workers as stored
+from app.db import Database, worker_rows
 from app.db.rows import WorkerRow
 
 log = logging.getLogger(__name__)
@@ -55,7 +54,7 @@ class WorkerSightings:
             return 0
         taken, self._pending = self._pending, {}
         try:
-            await stored.record(self.db, sorted(taken.values()))
+            await worker_rows.record(self.db, sorted(taken.values()))
         except BaseException:
             for key, row in taken.items():
                 self._pending.setdefault(key, row)
@@ -69,4 +68,4 @@ class WorkerSightings:
         """The workers seen in the last SEEN_WINDOW, this process's latest notes
         included."""
         await self.flush()
-        return await stored.seen_since(self.db, now - SEEN_WINDOW, MAX_LISTED, job_type)
+        return await worker_rows.seen_since(self.db, now - SEEN_WINDOW, MAX_LISTED, job_type)

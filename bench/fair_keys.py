@@ -32,9 +32,7 @@ import asyncpg
 from app.activation import ActivateRequest
 from app.activation.rounds import Rounds
 from app.config import Settings
-from app.db import Database
-from app.db import jobs as stored_jobs
-from app.db import metrics as stored_metrics
+from app.db import Database, job_rows, metric_reads
 from app.domain import utcnow
 from bench.harness import ROOT, Postgres, median, percentile, table
 
@@ -142,7 +140,7 @@ async def cost(pg: Postgres, args: argparse.Namespace) -> list[dict[str, Any]]:
         times = []
         for _ in range(5):
             t = time.perf_counter()
-            await stored_metrics.key_samples(db, 10, [])
+            await metric_reads.key_samples(db, 10, [])
             times.append((time.perf_counter() - t) * 1000)
         keys = await db.fetchval("SELECT count(*) FROM lane_keys")
         rows.append({"maxJobs": "key sample", "two_p50_ms": round(median(times), 1), "keys": keys})
@@ -169,7 +167,7 @@ async def shares(pg: Postgres) -> list[dict[str, Any]]:
     try:
         jobs = [{"type": TYPE, "tenantId": "A", "fairnessKey": f"u{i % 1000}"} for i in range(6000)]
         jobs += [{"type": TYPE, "tenantId": "B"} for _ in range(6000)]
-        await stored_jobs.insert(db, jobs, utcnow())
+        await job_rows.insert(db, jobs, utcnow())
         got = await _drain(Rounds(db, Settings()), 100, 100)
     finally:
         await db.close()
@@ -207,7 +205,7 @@ async def shares(pg: Postgres) -> list[dict[str, Any]]:
                 jobs += [{"type": TYPE, "tenantId": tenant, "fairnessKey": f"k{k}"}] * (
                     int(owed * 1.2) + 5
                 )
-        await stored_jobs.insert(db, jobs, utcnow())
+        await job_rows.insert(db, jobs, utcnow())
         got = await _drain(Rounds(db, Settings()), 100, 100)
     finally:
         await db.close()

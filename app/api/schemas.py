@@ -193,7 +193,7 @@ def _defaults_to(value: int | str | dict[str, Any]) -> Any:
 
 # A job as producers send it, validated but kept as the client spelled it: a dict, not a
 # model, because a large batch validates several times faster that way (ADR 007), and the store
-# hands it to PostgreSQL as it is (app.db.jobs.INSERT_JOBS fills in the defaults).
+# hands it to PostgreSQL as it is (app.db.job_rows.INSERT_JOBS fills in the defaults).
 # runAt or delay, not both (a null one is absent).
 NOT_BOTH: JsonDict = {
     "not": {

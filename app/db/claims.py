@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 from app.db import lanes, sql
 from app.db.base import Queries, Sessions
-from app.db.jobs import insert_into, locks_for, notify_ready
+from app.db.job_rows import insert_into, locks_for, notify_ready
 from app.db.locks import TENANT_CAP_LOCK_CLASS, TYPE_CAP_LOCK_CLASS, cap_key, int4
 from app.db.rows import Claimed, JobRow, LeadClaim, job_row
 from app.scheduler import Bucket, Buckets, FairnessBy, left_at_cap

@@ -48,7 +48,7 @@ MAX_ROWS = 2 * (FIRST_ACTIVATIONS + LAST_ACTIVATIONS) + 1
 SQL = sql.load("history")  # app/db/sql/history.sql
 
 
-# log_cte, ended_cte and TRIM_CTE below are Python fragments that app.db.jobs, bulk and
+# log_cte, ended_cte and TRIM_CTE below are Python fragments that app.db.job_rows, bulk and
 # claims still put into their statements, until those move to .sql files too; a .sql file
 # names history.sql's fragments instead ({{history.on}}, {{history.leases}}, ...).
 @dataclass(frozen=True, slots=True)

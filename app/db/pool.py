@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import asyncpg
 import orjson
 
-from app.db import claims, finishing, jobs, lanes, operators
+from app.db import claims, finishing, job_rows, lanes, operating
 from app.db.base import transaction_on
 from app.db.bounds import HISTORY_SETTING
 from app.db.connect import connect
@@ -155,7 +155,7 @@ async def revision_at(url: str) -> tuple[str | None, str | None]:
     and the oldest server revision it serves (operators.schema_revision)."""
     conn = await connect(url)
     try:
-        return await operators.schema_revision(conn)
+        return await operating.schema_revision(conn)
     finally:
         await conn.close()
 
@@ -190,9 +190,9 @@ def _warm_up_calls() -> list[tuple[Any, ...]]:
     lead = dict(job_type="", now=now, workers=[], deadlines=[], via_stream=False, starts=[])
     lead |= dict(default_aging_step=0, default_aging_interval_ms=1)
     return [
-        jobs.SQL["insert_jobs"].bind(**insert),
-        jobs.SQL["insert_job_quiet"].bind(**insert),
-        jobs.SQL["get_job"].bind(job_key=-1),
+        job_rows.SQL["insert_jobs"].bind(**insert),
+        job_rows.SQL["insert_job_quiet"].bind(**insert),
+        job_rows.SQL["get_job"].bind(job_key=-1),
         lanes.SQL["read_lanes"].bind(**read),
         # The same with a tenant filter: a worker that names its tenants (as Camunda's
         # clients do) reads with these.

@@ -304,7 +304,7 @@ class LaneStats:
 
 
 class KeyRow(NamedTuple):
-    """An API key as stored (``app.db.keys``): never its secret, only the secret's hash."""
+    """An API key as stored (``app.db.key_rows``): never its secret, only the secret's hash."""
 
     key_id: str
     secret_sha256: bytes
@@ -320,7 +320,7 @@ class KeyRow(NamedTuple):
 
 
 class WorkerRow(NamedTuple):
-    """A worker name seen asking for jobs of a type (``app.db.workers``)."""
+    """A worker name seen asking for jobs of a type (``app.db.worker_rows``)."""
 
     job_type: str
     worker: str

@@ -268,7 +268,7 @@ tenants = Table(
     Column("tenant_id", Text, primary_key=True),
     Column("weight", Integer, nullable=False, server_default=text("1")),
     Column("max_active_jobs", Integer),
-    # Paused: its lanes are held out of the reads until it is resumed (app.db.operators).
+    # Paused: its lanes are held out of the reads until it is resumed (app.db.operating).
     Column("paused", Boolean, nullable=False, server_default=text("false")),
     # A token bucket (alembic 0011, ADR 028): the tenant's activations, of every job
     # type, limited to rate_per_s a second with a burst of rate_burst; rate_tokens at

@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections import Counter as Tally
 from datetime import datetime, timedelta
 
-from app.db import Database
-from app.db import metrics as stored
+from app.db import Database, metric_reads
 from app.metrics.events import LABELS_LEAD_S, LABELS_POLL_S, PROCESS_SYNC_S, Metrics, TenantLabels
 from app.stats import StatsService
 
@@ -23,7 +22,7 @@ class LabelRefresher:
         self.interval_ms = int(LABELS_POLL_S * 1000)
 
     async def run_once(self, now: datetime) -> int:
-        sets = await stored.tenant_sets(self.db)
+        sets = await metric_reads.tenant_sets(self.db)
         self.labels.apply(sets, now)
         return len(sets)
 
@@ -85,10 +84,10 @@ class TenantRanker:
         if not self.stats.latest:
             await self.stats.sample()
         chosen = frozenset(self.rank())
-        sets = await stored.tenant_sets(self.db)
+        sets = await metric_reads.tenant_sets(self.db)
         newest = max(sets).tenants if sets else None
         if chosen != newest:
-            await stored.publish_tenants(
+            await metric_reads.publish_tenants(
                 self.db, now + timedelta(seconds=LABELS_LEAD_S), sorted(chosen), now
             )
         return len(chosen)

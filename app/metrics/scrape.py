@@ -12,8 +12,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from app.db import Database, StoreUnavailable
-from app.db import operators as stored_operators
+from app.db import Database, StoreUnavailable, operating
 from app.keys import Principal
 from app.metrics.events import LANE, OTHER, Metrics, TenantLabels, multiprocess_dir
 from app.scheduler import Aging, HoldReason, max_wait_to_top_ms
@@ -166,7 +165,7 @@ async def database_gauges(
 ) -> list[Metric]:
     """The gauges read from the database, folded to the labelled tenants."""
     views = await stats.lanes(now, every_lane=True)
-    configured = {r.job_type: r for r in await stored_operators.list_job_types(db)}
+    configured = {r.job_type: r for r in await operating.list_job_types(db)}
     folded: dict[tuple[str, str], _Folded] = {}
     types: set[str] = set()
     for v in views:

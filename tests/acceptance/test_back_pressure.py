@@ -9,8 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from app.config import Settings
-from app.db import Database
-from app.db import jobs as stored_jobs
+from app.db import Database, job_rows
 from app.domain import utcnow
 from tests.acceptance.test_long_polling import POLL, until_waiting
 from tests.acceptance.test_metrics import scrape, value
@@ -153,7 +152,7 @@ class TestExhaustedPool:
         other = await Database.connect(db_url, size=1)  # another process's producer
         try:
             async with pool.connection(), pool.connection():  # every connection busy
-                [job] = await stored_jobs.insert(other, [{"type": "lp"}], utcnow())
+                [job] = await job_rows.insert(other, [{"type": "lp"}], utcnow())
                 # The wake-up's round waits out the acquire timeout (0.2 s), then fails.
                 deadline = time.monotonic() + 5
                 while not any("waiters of 'lp' failed" in r.message for r in caplog.records):

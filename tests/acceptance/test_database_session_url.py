@@ -12,8 +12,7 @@ import asyncpg
 import pytest
 
 from app.config import Settings
-from app.db import Database
-from app.db import jobs as stored_jobs
+from app.db import Database, job_rows
 from app.domain import utcnow
 from tests.acceptance.test_long_polling import until_waiting
 from tests.fixtures import quiet_settings
@@ -86,7 +85,7 @@ async def test_listen_and_the_leader_lock_use_the_session_url_and_the_pool_does_
     await until_waiting(live.client, 1)
     other = await Database.connect(db_url, size=1)
     try:
-        [made] = await stored_jobs.insert(other, [{"type": "woken"}], utcnow())
+        [made] = await job_rows.insert(other, [{"type": "woken"}], utcnow())
     finally:
         await other.close()
     started = time.monotonic()

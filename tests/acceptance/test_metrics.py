@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.config import Settings
-from app.db import metrics as stored_metrics
+from app.db import metric_reads
 from app.domain import utcnow
 from app.keys import Role
 from app.main import create_app
@@ -55,7 +55,7 @@ def moved(before: Samples, after: Samples, name: str, **labels: str) -> float:
 async def label(live: Live, *tenants: str) -> None:
     """Have the server label ``tenants`` by name from now on (as the leader would)."""
     now = utcnow()
-    await stored_metrics.publish_tenants(live.services.db, now, tenants, now)
+    await metric_reads.publish_tenants(live.services.db, now, tenants, now)
     labels = live.services.background.labels
     assert labels is not None
     await labels.run_once(now)
@@ -252,9 +252,9 @@ async def test_tenants_beyond_the_top_k_fold_into_other_and_the_sums_hold(
         assert abs(oldest * 1000 - max(x["oldestPendingAgeMs"] for x in folded)) < 1000
         assert value(after, "jobfair_labelled_tenants") == 2
         # The same set again publishes nothing new.
-        assert len(await stored_metrics.tenant_sets(services.db)) == 1
+        assert len(await metric_reads.tenant_sets(services.db)) == 1
         await ranker.run_once(utcnow())
-        assert len(await stored_metrics.tenant_sets(services.db)) == 1
+        assert len(await metric_reads.tenant_sets(services.db)) == 1
 
 
 @pytest.fixture
@@ -300,7 +300,7 @@ async def test_a_scoped_key_scrapes_its_own_tenants_and_types_alone(
         _, scoped = await services.keys.create(Role.WORKER, ["a"], None, None, None, "test")
         assert (await live.client.get("/metrics")).status_code == 401  # as before
         now = utcnow()
-        await stored_metrics.publish_tenants(services.db, now, ["a", "b"], now)
+        await metric_reads.publish_tenants(services.db, now, ["a", "b"], now)
         assert services.background.labels is not None
         await services.background.labels.run_once(now)
         for tenant in ("a", "b", "c"):

@@ -27,7 +27,7 @@ from app.api.operation import Operation
 from app.api.routes import OPERATIONS
 from app.api.security import ROLES, Permission
 from app.config import Settings
-from app.db import keys as stored_keys
+from app.db import key_rows
 from app.domain import utcnow
 from app.keys import Role, digest, new_token
 from tests.fixtures import Live, quiet_settings
@@ -131,7 +131,7 @@ async def make_world(live: Live) -> World:
     key_ids["expired"] = key_id
     key_ids["malformed"] = "0123456789abcdef"
     past = utcnow() - timedelta(seconds=1)
-    await stored_keys.insert(
+    await key_rows.insert(
         live.services.db, key_id, digest(tokens["expired"]), "admin", None, None, None, past,
         past - timedelta(days=1), "matrix",
     )  # fmt: skip

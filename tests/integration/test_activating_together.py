@@ -11,9 +11,7 @@ from datetime import timedelta
 from app.activation import ActivateRequest
 from app.activation.rounds import Rounds
 from app.config import Settings
-from app.db import claims
-from app.db import jobs as stored_jobs
-from app.db import operators as db_ops
+from app.db import claims, job_rows, operating
 from app.db.locks import TYPE_CAP_LOCK_CLASS, cap_key
 from app.db.locks import int4 as _int4
 from app.domain import utcnow
@@ -25,7 +23,7 @@ SELECT worker, count(*) AS n FROM jobs WHERE state = 'ACTIVATED' GROUP BY worker
 
 async def _backlog(store, tenants: str, per_tenant: int) -> None:
     jobs = [{"type": "together", "tenantId": t} for t in tenants for _ in range(per_tenant)]
-    await stored_jobs.insert(store, jobs, utcnow())
+    await job_rows.insert(store, jobs, utcnow())
 
 
 def _callers(n: int) -> list[ActivateRequest]:
@@ -73,7 +71,7 @@ async def test_a_caller_that_leaves_while_its_claim_runs_leaves_no_job_activated
 ):
     """A caller cancelled while the claim it shares is in flight: its share goes back to
     CREATED at once; the callers that stayed keep theirs."""
-    await db_ops.upsert_job_type(store, "together", 1_000, None, None)  # a cap: claims lock it
+    await operating.upsert_job_type(store, "together", 1_000, None, None)  # a cap: claims lock it
     service = Rounds(store, Settings())
     await _backlog(store, "ab", 10)
     stay, leave = _callers(2)
@@ -132,7 +130,7 @@ async def test_a_lease_runs_from_the_claim_not_from_a_wait_for_the_cap_lock_befo
     so they were shorter than asked by that much -- on a slow database some ended before
     their jobs reached the worker.  Here the lock is held for 1.5 s: the lease of 3 s
     must still run 3 s from the claim."""
-    await db_ops.upsert_job_type(store, "together", 10, None, None)  # a cap: claims lock it
+    await operating.upsert_job_type(store, "together", 10, None, None)  # a cap: claims lock it
     service = Rounds(store, Settings())
     await _backlog(store, "a", 1)
     lock = f"pg_advisory_xact_lock({_int4(TYPE_CAP_LOCK_CLASS)}, {cap_key('together')})"

@@ -9,8 +9,7 @@ import httpx
 from app.activation import ActivateRequest
 from app.activation.rounds import Rounds
 from app.config import Settings
-from app.db import jobs as stored_jobs
-from app.db import operators as db_ops
+from app.db import job_rows, operating
 from app.domain import utcnow
 from tests.fixtures import wait_ready
 from tests.helpers import activate, complete, enqueue
@@ -57,8 +56,8 @@ async def test_job_type_cap_holds_when_20_activators_race_on_their_own_connectio
     """One process activates callers of a type together (ADR 009), so 20 calls to one
     server may make a single claim.  Twenty activation services, as twenty processes
     would, each claim on its own pooled connection at once."""
-    await db_ops.upsert_job_type(store, "render", 7, None, None)
-    await stored_jobs.insert(
+    await operating.upsert_job_type(store, "render", 7, None, None)
+    await job_rows.insert(
         store, [{"type": "render", "tenantId": t} for t in "abc" for _ in range(50)], utcnow()
     )
     services = [Rounds(store, Settings()) for _ in range(20)]

@@ -26,8 +26,7 @@ from alembic.script import ScriptDirectory
 
 from alembic import command
 from app import migrations, shards
-from app.db import Database, catalog, claims, finishing
-from app.db import jobs as stored_jobs
+from app.db import Database, catalog, claims, finishing, job_rows, sql
 from app.db.claims import LeadAsk, Share
 from app.domain import DEFAULT_TENANT, utcnow
 from tests.fixtures import Postgres
@@ -142,8 +141,8 @@ async def test_every_job_and_lane_the_app_makes_carries_its_tenants_shard(
     batch = [{"type": "ship", "tenantId": t} for t in tenants]
     batch += [{"type": "ship"}, {"type": "ship", "tenantId": "acme", "idempotencyKey": "k1"}]
     batch += [{"type": "later", "tenantId": "globex", "delay": 60_000}]
-    await stored_jobs.insert(store, batch, now)
-    await stored_jobs.insert_one(store, {"type": "one", "tenantId": "initech"}, now)
+    await job_rows.insert(store, batch, now)
+    await job_rows.insert_one(store, {"type": "one", "tenantId": "initech"}, now)
     ask = LeadAsk(None, Share("w", 1000, 1), False, 0, 60_000)
     await claims.insert_and_claim_lead(
         store, {"type": "handed", "tenantId": "hooli"}, now + timedelta(seconds=1), ask
@@ -173,7 +172,7 @@ def single_key_lookups() -> list[catalog.Statement]:
     """Named statements that find one job by a key parameter (``job_key = $n``)."""
     return [
         st
-        for module in catalog.MODULES
+        for module in sql.concepts()
         for st in catalog.statements(module)
         if "job_key = $" in st.sql.replace("j.job_key", "job_key")
     ]
@@ -195,10 +194,10 @@ def index_scans(node: dict) -> list[dict]:
 
 
 async def test_the_primary_key_serves_a_lookup_by_key_and_shard(store: Database) -> None:
-    [made] = await stored_jobs.insert(store, [{"type": "x", "tenantId": "acme"}], utcnow())
+    [made] = await job_rows.insert(store, [{"type": "x", "tenantId": "acme"}], utcnow())
     async with store.transaction() as tx:
         await tx.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        await tx.execute(f"PREPARE get_job(bigint) AS {stored_jobs.SQL['get_job'].text}")
+        await tx.execute(f"PREPARE get_job(bigint) AS {job_rows.SQL['get_job'].text}")
         plan = await tx.fetchval(f"EXPLAIN (FORMAT JSON) EXECUTE get_job({made.job_key})")
     [scan] = [s for s in index_scans(json.loads(plan)[0]["Plan"]) if s["Relation Name"] == "jobs"]
     assert scan["Index Name"] == "jobs_pkey"
@@ -242,10 +241,10 @@ async def test_jobs_made_before_the_shards_keep_their_keys_and_their_idempotency
     try:
         for row in made:
             # An old key names the shard it names: its job is found by it as before.
-            job = await stored_jobs.get(db, row["job_key"])
+            job = await job_rows.get(db, row["job_key"])
             assert job is not None and job.job.tenant_id == row["tenant_id"]
             # Its idempotency key still answers with it, whatever its tenant's shard.
-            [again] = await stored_jobs.insert(
+            [again] = await job_rows.insert(
                 db,
                 [{"type": "old", "tenantId": row["tenant_id"], "idempotencyKey": "once"}],
                 utcnow(),
@@ -265,7 +264,7 @@ async def test_jobs_made_before_the_shards_keep_their_keys_and_their_idempotency
             if shards.shard_of_key(r["job_key"]) != shards.shard_of(r["tenant_id"])
         }
         # A new job of the same tenant is in its tenant's shard.
-        [new_job] = await stored_jobs.insert(db, [{"type": "old", "tenantId": "acme"}], utcnow())
+        [new_job] = await job_rows.insert(db, [{"type": "old", "tenantId": "acme"}], utcnow())
         assert shards.shard_of_key(new_job.job_key) == shards.shard_of("acme")
         assert new_job.job_key > max(r["job_key"] for r in made)
     finally:

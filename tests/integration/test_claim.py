@@ -8,8 +8,7 @@ from datetime import timedelta
 import orjson
 import pytest
 
-from app.db import claims, finishing
-from app.db import jobs as stored_jobs
+from app.db import claims, finishing, job_rows
 from app.db.claims import SQL as CLAIMS
 from app.db.claims import Share
 from app.db.lanes import SQL as LANES
@@ -18,7 +17,7 @@ from app.domain import utcnow
 
 async def _insert(store, priority: int, n: int) -> list[int]:
     jobs = [{"type": "claim", "tenantId": "t", "priority": priority} for _ in range(n)]
-    return [i.job_key for i in await stored_jobs.insert(store, jobs, utcnow())]
+    return [i.job_key for i in await job_rows.insert(store, jobs, utcnow())]
 
 
 def _claim(tenants: list[str], counts: list[int], now, **share) -> tuple:

@@ -8,9 +8,7 @@ from collections import Counter
 from datetime import timedelta
 
 from app import scheduler
-from app.db import claims, lanes
-from app.db import jobs as stored_jobs
-from app.db import operators as db_ops
+from app.db import claims, job_rows, lanes, operating
 from app.db.bounds import PROBED_LANES
 from app.db.claims import SQL as CLAIMS
 from app.db.claims import LeadAsk, Share
@@ -24,7 +22,7 @@ DEFAULT_STEP, DEFAULT_INTERVAL_MS = 10, 60_000
 
 async def _insert(store, tenant: str, priority: int, n: int) -> list[int]:
     jobs = [{"type": TYPE, "tenantId": tenant, "priority": priority} for _ in range(n)]
-    return [i.job_key for i in await stored_jobs.insert(store, jobs, utcnow())]
+    return [i.job_key for i in await job_rows.insert(store, jobs, utcnow())]
 
 
 async def _full_rounds_first(store, tenant_ids=None) -> int | None:
@@ -89,7 +87,7 @@ async def test_each_lead_claim_takes_the_full_rounds_first_job(store):
     Claimed and charged one by one until the type is dry, the lead claim takes the very
     job the full rounds would have taken, every time."""
     for tenant, weight in (("a", 1), ("b", 2), ("c", 5), ("e", 1)):
-        await db_ops.upsert_tenant(store, tenant, weight, None)
+        await operating.upsert_tenant(store, tenant, weight, None)
     await _insert(store, "a", 0, 4)
     await _insert(store, "b", 90, 3)
     [old] = await _insert(store, "b", 0, 1)
@@ -142,17 +140,17 @@ async def test_caps_leave_the_claim_to_the_full_rounds(store):
     [b_job] = await _insert(store, "b", 0, 1)
     await store.execute("UPDATE lanes SET vtime = 5 WHERE tenant_id = 'b'")
     # A cap on the type, whatever the lanes: nothing claimed.
-    await db_ops.upsert_job_type(store, TYPE, 10, None, None)
+    await operating.upsert_job_type(store, TYPE, 10, None, None)
     assert await _declined(store)
-    await db_ops.upsert_job_type(store, TYPE, None, None, None)
+    await operating.upsert_job_type(store, TYPE, None, None, None)
     # A cap on the lead lane's tenant: nothing claimed.
-    await db_ops.upsert_tenant(store, "a", 1, 10)
+    await operating.upsert_tenant(store, "a", 1, 10)
     assert await _declined(store)
     # A cap on a later lane's tenant does not touch the first pick.
-    await db_ops.upsert_tenant(store, "a", 1, None)
-    await db_ops.upsert_tenant(store, "b", 1, 10)
+    await operating.upsert_tenant(store, "a", 1, None)
+    await operating.upsert_tenant(store, "b", 1, 10)
     assert (await _claim_lead(store)).job.job_key == a_job
-    states = await stored_jobs.fences(store, [a_job, b_job])
+    states = await job_rows.fences(store, [a_job, b_job])
     assert [states[k].state for k in (a_job, b_job)] == ["ACTIVATED", "CREATED"]
 
 

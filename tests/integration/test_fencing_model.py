@@ -49,8 +49,7 @@ from hypothesis.stateful import (
 from app.activation import ActivateRequest, Activation
 from app.activation.rounds import Rounds
 from app.config import Settings
-from app.db import Database, finishing, maintenance
-from app.db import jobs as stored_jobs
+from app.db import Database, finishing, job_rows, maintenance
 from app.domain import MAX_LEASE_MS, utcnow
 from app.errors import InvalidState, StaleActivation
 from app.jobs import JobChanges, JobService
@@ -170,7 +169,7 @@ class FencingMachine(RuleBasedStateMachine):
     @rule(retries=st.lists(st.sampled_from((1, 2, 3)), min_size=1, max_size=4))
     def create(self, retries):
         jobs = [{"type": TYPE, "retries": r} for r in retries]
-        inserted = self.run(stored_jobs.insert(self.store, jobs, self.now))
+        inserted = self.run(job_rows.insert(self.store, jobs, self.now))
         for r, job in zip(retries, inserted, strict=True):
             self.model.jobs[job.job_key] = Job(r)
 
@@ -489,7 +488,7 @@ def test_fencing_and_leases_match_the_model(db_url):
 async def test_the_database_refuses_an_activated_job_without_a_deadline(store):
     """jobs_deadline_check: whatever a statement does, an ACTIVATED row has a deadline and
     no other row has one (a job without one would never be swept back)."""
-    [job] = await stored_jobs.insert(store, [{"type": TYPE}], utcnow())
+    [job] = await job_rows.insert(store, [{"type": TYPE}], utcnow())
     for sql in (
         "UPDATE jobs SET state = 'ACTIVATED' WHERE job_key = $1",
         "UPDATE jobs SET deadline = now() WHERE job_key = $1",

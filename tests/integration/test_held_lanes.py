@@ -12,9 +12,7 @@ import pytest
 from app.activation import ActivateRequest
 from app.activation.rounds import Rounds
 from app.config import Settings
-from app.db import finishing
-from app.db import jobs as stored_jobs
-from app.db import operators as db_ops
+from app.db import finishing, job_rows, operating
 from app.domain import utcnow
 from app.operators import ConfigService
 from app.sweepers import LeaseSweeper
@@ -52,14 +50,14 @@ async def test_tenants_at_their_caps_cost_a_read_nothing(store, cap):
     took them to their caps held their lanes, and a call reads past none of them."""
     service = Rounds(store, Settings())
     tenants = await _capped_tenants(store, "c", 2_500, cap)
-    await stored_jobs.insert(store, [{"type": "heldr", "tenantId": t} for t in tenants], utcnow())
+    await job_rows.insert(store, [{"type": "heldr", "tenantId": t} for t in tenants], utcnow())
     # Each capped tenant takes its cap (0 or 1) now, and is held at it.
     taken = 0
     while rows := (await service.activate(_req("heldr", 1000)))[0]:
         taken += len(rows)
     assert taken == 2_500 * cap
-    await stored_jobs.insert(store, [{"type": "heldr", "tenantId": t} for t in tenants], utcnow())
-    await stored_jobs.insert(store, [{"type": "heldr", "tenantId": "free"}] * 100, utcnow())
+    await job_rows.insert(store, [{"type": "heldr", "tenantId": t} for t in tenants], utcnow())
+    await job_rows.insert(store, [{"type": "heldr", "tenantId": "free"}] * 100, utcnow())
     await service.settle()
     assert len(await _held(store, "heldr")) == 2_500
     for n in (1, 10, 1, 10):
@@ -74,8 +72,8 @@ async def test_a_call_gets_past_thousands_of_lanes_newly_at_their_caps(store):
     reads widen after a round of capped lanes, so it ends well inside its rounds."""
     service = Rounds(store, Settings())
     tenants = await _capped_tenants(store, "z", 2_400, 0)
-    await stored_jobs.insert(store, [{"type": "heldz", "tenantId": t} for t in tenants], utcnow())
-    await stored_jobs.insert(store, [{"type": "heldz", "tenantId": "zz"}] * 20, utcnow())
+    await job_rows.insert(store, [{"type": "heldz", "tenantId": t} for t in tenants], utcnow())
+    await job_rows.insert(store, [{"type": "heldz", "tenantId": "zz"}] * 20, utcnow())
     before = service.counters.queries
     [row], _ = await service.activate(_req("heldz", 1))
     assert row.tenant_id == "zz"
@@ -90,8 +88,8 @@ async def test_a_call_gets_past_thousands_of_lanes_newly_at_their_caps(store):
 
 async def _one_held(store, service, job_type, lease_ms=60_000):
     """Tenant ``h`` (cap 1) with one job active and one ready; its lane held."""
-    await db_ops.upsert_tenant(store, "h", 1, 1)
-    await stored_jobs.insert(store, [{"type": job_type, "tenantId": "h"}] * 2, utcnow())
+    await operating.upsert_tenant(store, "h", 1, 1)
+    await job_rows.insert(store, [{"type": job_type, "tenantId": "h"}] * 2, utcnow())
     [job], _ = await service.activate(_req(job_type, 5, lease_ms=lease_ms))
     assert await _held(store, job_type) == ["h"]
     assert (await service.activate(_req(job_type, 5)))[0] == []
@@ -131,15 +129,15 @@ async def _release_by_expiry(store, job):
 
 
 async def _release_by_raising_the_cap(store, job):
-    await db_ops.upsert_tenant(store, "h", 1, 2)
+    await operating.upsert_tenant(store, "h", 1, 2)
 
 
 async def _release_by_removing_the_cap(store, job):
-    await db_ops.upsert_tenant(store, "h", 1, None)
+    await operating.upsert_tenant(store, "h", 1, None)
 
 
 async def _release_by_deleting_the_tenant(store, job):
-    assert await db_ops.delete_tenant(store, "h")
+    assert await operating.delete_tenant(store, "h")
 
 
 @pytest.mark.parametrize(
@@ -168,9 +166,9 @@ async def test_the_cap_spans_job_types_and_so_does_the_release(store):
     """A job of another type freed the tenant's capacity: this type's held lane is
     released too."""
     service = Rounds(store, Settings())
-    await db_ops.upsert_tenant(store, "h", 1, 1)
-    await stored_jobs.insert(store, [{"type": "heldx", "tenantId": "h"}], utcnow())
-    await stored_jobs.insert(store, [{"type": "heldy", "tenantId": "h"}], utcnow())
+    await operating.upsert_tenant(store, "h", 1, 1)
+    await job_rows.insert(store, [{"type": "heldx", "tenantId": "h"}], utcnow())
+    await job_rows.insert(store, [{"type": "heldy", "tenantId": "h"}], utcnow())
     [x], _ = await service.activate(_req("heldx", 1))
     assert (await service.activate(_req("heldy", 1)))[0] == []
     assert await _held(store, "heldy") == ["h"]
@@ -187,8 +185,8 @@ async def test_a_tenant_held_at_cap_0_banks_no_credit(store):
     service = Rounds(store, Settings())
     config = ConfigService(store, service.resolve_aging)
     await config.put_tenant("zero", 1, 0)
-    await stored_jobs.insert(store, [{"type": "heldb", "tenantId": "zero"}] * 400, utcnow())
-    await stored_jobs.insert(store, [{"type": "heldb", "tenantId": "busy"}] * 1_000, utcnow())
+    await job_rows.insert(store, [{"type": "heldb", "tenantId": "zero"}] * 400, utcnow())
+    await job_rows.insert(store, [{"type": "heldb", "tenantId": "busy"}] * 1_000, utcnow())
     for _ in range(30):
         rows, _ = await service.activate(_req("heldb", 10))
         assert {r.tenant_id for r in rows} == {"busy"}
@@ -212,7 +210,7 @@ async def test_holds_and_releases_racing_strand_no_lane(db_url):
         store = stores[0]
         tenants = await _capped_tenants(store, "r", 30, 1)
         jobs = [{"type": "heldr2", "tenantId": t} for t in tenants for _ in range(20)]
-        await stored_jobs.insert(store, jobs, utcnow())
+        await job_rows.insert(store, jobs, utcnow())
         done: Counter[str] = Counter()
 
         async def work(s):
@@ -269,7 +267,7 @@ async def test_a_cap_set_while_a_finish_is_in_flight_strands_no_lane(store):
     had not seen the cap, released nothing.  With no job left active nothing ever
     released it: 50 ready jobs, none active, every activation []."""
     service = Rounds(store, Settings())
-    await stored_jobs.insert(store, [{"type": "heldc", "tenantId": "rc"}] * 350, utcnow())
+    await job_rows.insert(store, [{"type": "heldc", "tenantId": "rc"}] * 350, utcnow())
     taken = []
     while len(taken) < 300:
         rows, _ = await service.activate(_req("heldc", 300 - len(taken)))
@@ -287,7 +285,7 @@ async def test_a_cap_set_while_a_finish_is_in_flight_strands_no_lane(store):
             )
         )
         assert len(done) == 300
-        put = asyncio.create_task(db_ops.upsert_tenant(store, "rc", 1, 300))
+        put = asyncio.create_task(operating.upsert_tenant(store, "rc", 1, 300))
         # Until the PUT has committed its cap (its commit, inside the call, has no event).
         cap = "SELECT max_active_jobs FROM tenants WHERE tenant_id = 'rc'"
         while await store.fetchval(cap) is None:  # noqa: ASYNC110

@@ -9,8 +9,7 @@ import pytest
 
 from app import browser
 from app.browser import BrowserService
-from app.db import Database, claims, finishing, history, maintenance, parking
-from app.db import jobs as stored_jobs
+from app.db import Database, claims, finishing, history, job_rows, maintenance, parking
 from app.db.claims import Share
 from app.domain import FailedFilter, utcnow
 from app.scheduler import Aging
@@ -18,7 +17,7 @@ from app.scheduler import Aging
 
 async def _insert(store, n: int, job_type: str = "h", tenant: str = "t") -> list[int]:
     jobs = [{"type": job_type, "tenantId": tenant} for _ in range(n)]
-    return [i.job_key for i in await stored_jobs.insert(store, jobs, utcnow())]
+    return [i.job_key for i in await job_rows.insert(store, jobs, utcnow())]
 
 
 async def _claim(store, job_type: str = "h", tenant: str = "t", n: int = 1, worker: str = "w"):
@@ -116,7 +115,7 @@ async def test_bulk_operations_commit_a_bounded_batch_per_transaction(store, mon
     service = _service(store)
     await _insert(store, 30, tenant="a")
     await _insert(store, 5, tenant="b")
-    await stored_jobs.insert(
+    await job_rows.insert(
         store, [{"type": "h", "tenantId": "a", "delay": 3_600_000} for _ in range(9)], utcnow()
     )
     assert await service.cancel_created("a", None, 25) == (25, True)

@@ -16,8 +16,7 @@ from app.activation.fairness_keys import LANE_SLACK
 from app.activation.rounds import Rounds
 from app.api.schemas import CreateJob
 from app.config import Settings
-from app.db import claims, lanes, parking
-from app.db import jobs as stored_jobs
+from app.db import claims, job_rows, lanes, parking
 from app.db.lanes import SCANNED_LANES
 from app.db.lanes import SQL as LANES
 from app.db.locks import lane_bucket
@@ -41,7 +40,7 @@ async def test_parking_waits_a_while_for_a_bucket_a_producer_holds(store):
     give up at once (under a steady producer it would never park, and the empty lane
     would keep its idle vtime): it waits for the bucket, then parks.  A producer that
     holds the bucket longer than PARK_WAIT_MS leaves the lane active."""
-    await stored_jobs.insert(store, [_job("t")], utcnow())
+    await job_rows.insert(store, [_job("t")], utcnow())
     await store.execute("UPDATE jobs SET state = 'COMPLETED', completed_at = now()")
     hold = "SELECT pg_advisory_xact_lock_shared($1, $2)"
     async with store.connection() as producer:
@@ -65,7 +64,7 @@ async def test_a_park_that_waited_in_vain_tries_again(store):
     parks of emptied lanes waited in vain (1,959 times); a lane left active kept its
     idle vtime, and back from idle its tenant took 300 of the next 300 activations.  A
     background park tries again later, and parks once the producer is done."""
-    await stored_jobs.insert(store, [_job("t")], utcnow())
+    await job_rows.insert(store, [_job("t")], utcnow())
     await store.execute("UPDATE jobs SET state = 'COMPLETED', completed_at = now()")
     hold = "SELECT pg_advisory_xact_lock_shared($1, $2)"
     waits = "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'advisory'"
@@ -86,10 +85,10 @@ async def test_a_park_that_waited_in_vain_tries_again(store):
 
 
 async def test_parked_lane_wakes_when_jobs_arrive(store):
-    await stored_jobs.insert(store, [_job("t")], utcnow())
+    await job_rows.insert(store, [_job("t")], utcnow())
     await store.execute("UPDATE jobs SET state = 'COMPLETED', completed_at = now()")
     assert await parking.park(store, "race", ["t"]) == ["t"]
-    await stored_jobs.insert(store, [_job("t")], utcnow())
+    await job_rows.insert(store, [_job("t")], utcnow())
     assert await store.fetchval("SELECT active FROM lanes WHERE tenant_id = 't'")
 
 
@@ -103,7 +102,7 @@ async def test_no_lost_wake_up_under_racing_producers_and_activators(store):
     async def producer() -> None:
         nonlocal produced
         for _ in range(150):
-            await stored_jobs.insert(
+            await job_rows.insert(
                 store, [_job(rng.choice(tenants)) for _ in range(rng.randint(1, 3))], utcnow()
             )
             produced += 1
@@ -153,7 +152,7 @@ async def test_no_lost_wake_up_of_a_key_under_racing_producers_and_activators(st
 
     async def producer() -> None:
         for _ in range(150):
-            await stored_jobs.insert(store, [keyed() for _ in range(rng.randint(1, 3))], utcnow())
+            await job_rows.insert(store, [keyed() for _ in range(rng.randint(1, 3))], utcnow())
             await asyncio.sleep(0)
 
     async def activator() -> None:
@@ -178,7 +177,7 @@ async def test_a_key_its_claim_emptied_is_parked_and_its_lane_is_not(store):
     service = Rounds(store, Settings())
     jobs: list[CreateJob] = [{"type": "race", "tenantId": "t", "fairnessKey": "once"}]
     jobs += [{"type": "race", "tenantId": "t", "fairnessKey": "many"}] * 5
-    await stored_jobs.insert(store, jobs, utcnow())
+    await job_rows.insert(store, jobs, utcnow())
     rows, _ = await service.activate(ActivateRequest("race", 2, 60_000))
     assert sorted(r.fairness_key for r in rows) == ["many", "once"]
     await service.settle()
@@ -199,10 +198,10 @@ async def test_keys_found_empty_are_passed_by_and_parked(store):
     jobs: list[CreateJob] = [
         {"type": "race", "tenantId": "t", "fairnessKey": f"gone{i:02}"} for i in range(30)
     ]
-    await stored_jobs.insert(store, jobs, utcnow())
+    await job_rows.insert(store, jobs, utcnow())
     await store.execute("UPDATE jobs SET state = 'COMPLETED', completed_at = now()")
     await store.execute("UPDATE lane_keys SET vtime = -1")
-    [busy] = await stored_jobs.insert(
+    [busy] = await job_rows.insert(
         store, [{"type": "race", "tenantId": "t", "fairnessKey": "zz"}], utcnow()
     )
     rows, dry = await service.activate(ActivateRequest("race", 1, 60_000))
@@ -214,7 +213,7 @@ async def test_keys_found_empty_are_passed_by_and_parked(store):
 
 async def test_drained_lane_is_parked_and_costs_nothing_later(store):
     service = Rounds(store, Settings())
-    await stored_jobs.insert(store, [_job("gone")], utcnow())
+    await job_rows.insert(store, [_job("gone")], utcnow())
     rows, _ = await service.activate(ActivateRequest("race", 5, 60_000))
     assert len(rows) == 1
     await service.settle()
@@ -226,10 +225,10 @@ async def test_drained_lane_is_parked_and_costs_nothing_later(store):
 async def _drained_lanes(store, n: int) -> int:
     """``n`` lanes drained behind the scheduler's back (still active, at low vtimes)
     and one busy lane, last among them; the busy lane's job key."""
-    await stored_jobs.insert(store, [_job(f"drained-{i:02}") for i in range(n)], utcnow())
+    await job_rows.insert(store, [_job(f"drained-{i:02}") for i in range(n)], utcnow())
     await store.execute("UPDATE jobs SET state = 'COMPLETED', completed_at = now()")
     await store.execute("UPDATE lanes SET vtime = -1 WHERE tenant_id LIKE 'drained-%'")
-    [job] = await stored_jobs.insert(store, [_job("z-busy")], utcnow())  # last among ties
+    [job] = await job_rows.insert(store, [_job("z-busy")], utcnow())  # last among ties
     return job.job_key
 
 
@@ -267,7 +266,7 @@ async def test_more_empty_lanes_than_a_read_holds_cost_one_round(store):
     assert service.counters.queries - rounds == 1
     await service.settle()
     assert await _parked(store) == n
-    await stored_jobs.insert(store, [_job("z-busy")], utcnow())
+    await job_rows.insert(store, [_job("z-busy")], utcnow())
     read = await lanes.read(store, "race", 1 + LANE_SLACK, [], None)
     assert read.empty == [] and [lane.tenant_id for lane in read.ready] == ["z-busy"]
 
@@ -292,7 +291,7 @@ async def test_a_lane_its_claim_emptied_is_parked(store):
     call."""
     service = Rounds(store, Settings())
     n = 83
-    await stored_jobs.insert(store, [_job(f"one-{i:03}") for i in range(n)], utcnow())
+    await job_rows.insert(store, [_job(f"one-{i:03}") for i in range(n)], utcnow())
     for _ in range(n):
         rows, _ = await service.activate(ActivateRequest("race", 1, 60_000))
         assert len(rows) == 1
@@ -314,14 +313,14 @@ async def test_an_activation_that_read_every_lane_empty_says_the_type_is_dry(sto
     assert len(rows) == 1 and not dry
     rows, dry = await service.activate(ActivateRequest("race", 5, 60_000))
     assert rows == [] and dry  # read every lane: none has a ready job
-    await stored_jobs.insert(store, [_job("z-busy") for _ in range(5)], utcnow())
+    await job_rows.insert(store, [_job("z-busy") for _ in range(5)], utcnow())
     rows, dry = await service.activate(ActivateRequest("race", 5, 60_000))
     assert len(rows) == 5 and not dry  # got all it asked for: there may be more
 
 
 async def test_jobs_held_by_another_activator_do_not_make_the_type_dry(store):
     service = Rounds(store, Settings())
-    await stored_jobs.insert(store, [_job("held") for _ in range(3)], utcnow())
+    await job_rows.insert(store, [_job("held") for _ in range(3)], utcnow())
     async with store.connection() as other:
         tx = other.transaction()
         await tx.start()
@@ -341,7 +340,7 @@ async def test_a_waiter_gets_the_first_round_that_claims_anything_and_a_caller_a
     A caller asking now (fill) is made up from b in a second round; a waiter or stream
     (no fill) gets the first round's jobs at once."""
     service = Rounds(store, Settings())
-    await stored_jobs.insert(store, [_job(t) for t in ("a", "b") for _ in range(6)], utcnow())
+    await job_rows.insert(store, [_job(t) for t in ("a", "b") for _ in range(6)], utcnow())
     async with store.connection() as other:
         tx = other.transaction()
         await tx.start()
@@ -355,7 +354,7 @@ async def test_a_waiter_gets_the_first_round_that_claims_anything_and_a_caller_a
 
 async def test_charges_made_while_one_is_written_are_all_written_before_the_next_read(store):
     service = Rounds(store, Settings())
-    await stored_jobs.insert(store, [_job(t) for t in ("a", "b") for _ in range(40)], utcnow())
+    await job_rows.insert(store, [_job(t) for t in ("a", "b") for _ in range(40)], utcnow())
     results = await asyncio.gather(
         *(service.activate(ActivateRequest("race", 2, 60_000)) for _ in range(20))
     )
@@ -384,7 +383,7 @@ async def test_a_lane_read_carries_the_charges_not_yet_written(store, monkeypatc
         return await write(*args)
 
     monkeypatch.setattr(lanes, "charge", counted)
-    await stored_jobs.insert(store, [_job(t) for t in ("a", "b")], utcnow())
+    await job_rows.insert(store, [_job(t) for t in ("a", "b")], utcnow())
     assert await _lanes(store) == {"a": (0.0, 0), "b": (0.0, 0)}
     service.charges.add("race", Charges(Counter({"a": 3}), {"a": 0.5}, Counter(), {}))
     ready = (await service.charges.read("race", 1, [], None)).ready
@@ -399,7 +398,7 @@ async def test_a_lane_read_carries_the_charges_not_yet_written(store, monkeypatc
 
 async def test_charges_a_failed_lane_read_carried_are_written_after_all(store):
     service = Rounds(store, Settings())
-    await stored_jobs.insert(store, [_job(t) for t in ("a", "b")], utcnow())
+    await job_rows.insert(store, [_job(t) for t in ("a", "b")], utcnow())
     service.charges.add("race", Charges(Counter({"a": 2}), {"a": 1.0}, Counter(), {}))
     with pytest.raises(asyncpg.PostgresError):  # $2 + 1 overflows int4: the statement fails
         await service.charges.read("race", 2**31 - 1, [], None)
@@ -412,7 +411,7 @@ async def test_a_charge_of_many_lanes_is_written_before_the_read(store, monkeypa
     read scan as many lanes more): the writer writes it and the read waits for it."""
     service = Rounds(store, Settings())
     tenants = [f"t{i:02}" for i in range(CARRIED_LANES + 1)]
-    await stored_jobs.insert(store, [_job(t) for t in tenants], utcnow())
+    await job_rows.insert(store, [_job(t) for t in tenants], utcnow())
     reads: list[object] = []
     read = service.store.read_lanes
 
@@ -434,7 +433,7 @@ async def test_a_lane_read_waits_for_every_charge_in_flight(store):
     """A read carrying charges and the writer task can both be writing; a later read
     waits for both, not only the write that started last."""
     service = Rounds(store, Settings())
-    await stored_jobs.insert(store, [_job(t) for t in ("a", "b")], utcnow())
+    await job_rows.insert(store, [_job(t) for t in ("a", "b")], utcnow())
 
     async def read_carrying_a() -> object:
         service.charges.add("race", Charges(Counter({"a": 1}), {"a": 1.0}, Counter(), {}))
@@ -511,9 +510,7 @@ async def test_jobs_of_earlier_rounds_go_back_when_a_later_round_fails(store, mo
     fails.  The caller gets the error, and the jobs round 1 claimed for it are CREATED
     again at once, not held until their leases end."""
     service = Rounds(store, Settings())
-    await stored_jobs.insert(
-        store, [_job("a"), _job("b"), _job("b"), _job("c"), _job("c")], utcnow()
-    )
+    await job_rows.insert(store, [_job("a"), _job("b"), _job("b"), _job("c"), _job("c")], utcnow())
     claim = claims.claim
     calls = 0
 

@@ -8,7 +8,7 @@ from collections import Counter
 from app.activation import ActivateRequest
 from app.activation.rounds import Rounds
 from app.config import Settings
-from app.db import jobs as stored_jobs
+from app.db import job_rows
 from app.domain import utcnow
 from tests.helpers import activate, enqueue
 
@@ -36,7 +36,7 @@ async def test_16_activators_each_on_its_own_connections_take_each_job_once(stor
     services, as sixteen processes would, race their claims on their own connections."""
     jobs = [{"type": "drain", "tenantId": t} for t in "abcd" for _ in range(2_000)]
     for i in range(0, len(jobs), 1_000):
-        await stored_jobs.insert(store, jobs[i : i + 1_000], utcnow())
+        await job_rows.insert(store, jobs[i : i + 1_000], utcnow())
     seen: Counter[int] = Counter()
 
     async def activator(service: Rounds) -> None:

@@ -17,7 +17,7 @@ import pytest
 from app.activation import ActivateRequest
 from app.activation.rounds import Rounds
 from app.config import Settings
-from app.db import jobs as stored_jobs
+from app.db import job_rows
 from app.domain import utcnow
 from app.scheduler import Charges
 from tests.acceptance.test_long_polling import until_waiting
@@ -47,7 +47,7 @@ def _poll(job_type: str, worker: str, wait_ms: int = 10_000) -> dict[str, object
 
 
 async def _activated(store, job_type: str, n: int) -> list[asyncpg.Record]:
-    await stored_jobs.insert(store, [{"type": job_type} for _ in range(n)], utcnow())
+    await job_rows.insert(store, [{"type": job_type} for _ in range(n)], utcnow())
     rows = await store.fetch(
         "UPDATE jobs SET state = 'ACTIVATED', activation_count = 1, worker = 'w',"
         " deadline = now() + interval '1 hour' WHERE job_type = $1"
@@ -91,7 +91,7 @@ async def test_a_poisoned_activation_fails_alone_among_callers_activated_togethe
     by the database: the 38 others get their jobs under their own names, it gets the
     error, and no job is left activated for it."""
     service = Rounds(store, Settings())
-    await stored_jobs.insert(
+    await job_rows.insert(
         store, [{"type": "together", "tenantId": t} for t in "abc" for _ in range(40)], utcnow()
     )
     callers = [ActivateRequest("together", 2, 60_000, worker=f"w{i}") for i in range(39)]
@@ -180,7 +180,7 @@ async def test_charges_carried_by_a_poisoned_lane_read_are_still_written(store):
     (LaneCharges.read).  A read refused for its caller's tenant filter gives
     them back to the writer: the lanes are charged all the same."""
     service = Rounds(store, Settings())
-    await stored_jobs.insert(
+    await job_rows.insert(
         store, [{"type": "ch", "tenantId": t} for t in "ab" for _ in range(4)], utcnow()
     )
     rows, _ = await service.activate(ActivateRequest("ch", 3, 60_000, "good"))
@@ -225,7 +225,7 @@ async def test_a_poisoned_waiter_in_a_batch_claimed_together_fails_alone(store):
 
     service = Rounds(store, Settings())
     hub = WaiterHub(service, service.release, max_waiters=10, backup_poll_ms=3_600_000)
-    await stored_jobs.insert(store, [{"type": "batch"} for _ in range(3)], utcnow())
+    await job_rows.insert(store, [{"type": "batch"} for _ in range(3)], utcnow())
     q = _TypeQueue()
     waiters = [
         Waiter(ActivateRequest("batch", 1, 60_000, worker))

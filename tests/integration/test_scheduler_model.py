@@ -56,8 +56,7 @@ from app.activation import ActivateRequest
 from app.activation.rounds import Rounds
 from app.activation.waiting import WaiterHub
 from app.config import Settings
-from app.db import Database, finishing
-from app.db import jobs as stored_jobs
+from app.db import Database, finishing, job_rows
 from app.domain import utcnow
 from app.operators import ConfigService
 from app.sweepers import LeaseSweeper
@@ -263,7 +262,7 @@ class ActivationMachine(RuleBasedStateMachine):
         ]
         before = self.model.idle_lanes()
         for (p, k), inserted in zip(
-            jobs, self.run(stored_jobs.insert(self.store, sent, utcnow())), strict=True
+            jobs, self.run(job_rows.insert(self.store, sent, utcnow())), strict=True
         ):
             self.model.jobs[inserted.job_key] = Job(tenant, p, k)
         self.model.reenter(before)
@@ -278,7 +277,7 @@ class ActivationMachine(RuleBasedStateMachine):
         tenants = [f"s{i}" for i in range(first, first + n)]
         jobs = [{"type": TYPE, "tenantId": t} for t in tenants]
         for t, inserted in zip(
-            tenants, self.run(stored_jobs.insert(self.store, jobs, utcnow())), strict=True
+            tenants, self.run(job_rows.insert(self.store, jobs, utcnow())), strict=True
         ):
             self.model.jobs[inserted.job_key] = Job(t, 50)
         self.model.reenter(before)

@@ -23,8 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.db import Database, claims, settling
-from app.db import jobs as stored_jobs
+from app.db import Database, claims, job_rows, settling
 from app.db.claims import LeadAsk, Share
 from app.domain import utcnow
 from app.scheduler import (
@@ -126,7 +125,7 @@ def test_a_woken_lane_reenters_where_the_python_twin_says(run, others, own) -> N
                 [(job_type, t, v, a, h) for t, v, a, h in others]
                 + [(job_type, "own", own_vtime, False, False)],  # parked
             )
-        await stored_jobs.insert(db, [{"type": job_type, "tenantId": "own"}], utcnow())
+        await job_rows.insert(db, [{"type": job_type, "tenantId": "own"}], utcnow())
         vtime: float = await db.fetchval(
             "SELECT vtime FROM lanes WHERE job_type = $1 AND tenant_id = 'own'", job_type
         )
@@ -162,7 +161,7 @@ def test_the_lead_claim_takes_the_python_twins_first_pick(run, lanes) -> None:
                 "INSERT INTO tenants (tenant_id, weight) VALUES ($1, $2)",
                 [(t, w) for t, _, w in lanes],
             )
-        await stored_jobs.insert(
+        await job_rows.insert(
             db, [{"type": job_type, "tenantId": t} for t, _, _ in lanes], utcnow()
         )
         async with db.transaction() as tx:
@@ -205,7 +204,7 @@ def test_a_woken_key_reenters_among_its_lanes_keys_where_the_python_twin_says(
                 [(job_type, k, v, a) for k, v, a in others]
                 + [(job_type, "own", own_vtime, False)],  # parked
             )
-        await stored_jobs.insert(
+        await job_rows.insert(
             db, [{"type": job_type, "tenantId": "t", "fairnessKey": "own"}], utcnow()
         )
         vtime: float = await db.fetchval(
@@ -246,7 +245,7 @@ def test_the_lead_claim_takes_the_python_twins_first_key(run, keys) -> None:
                 " VALUES ('t', $1, jobfair_shard('t'), $2)",
                 [(k, w) for k, _, w in keys],
             )
-        await stored_jobs.insert(
+        await job_rows.insert(
             db,
             [{"type": job_type, "tenantId": "t", "fairnessKey": k} for k, _, _ in keys],
             utcnow(),

@@ -42,9 +42,9 @@ def test_the_import_contracts_hold():
     ("module", "line"),
     [
         ("app/scheduler/units.py", "from app.db import Database"),
-        ("app/api/jobs.py", "from app.db import jobs as stored"),
+        ("app/api/jobs.py", "from app.db import job_rows"),
         ("app/metrics/events.py", "from app.domain import utcnow"),
-        ("app/db/jobs.py", "from app.activation import Activation"),
+        ("app/db/job_rows.py", "from app.activation import Activation"),
         ("app/activation/rounds.py", "from app.db import claims"),
     ],
 )

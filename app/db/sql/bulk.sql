@@ -29,7 +29,7 @@ ORDER BY job_key LIMIT :limit
 
 -- name: revive_failed
 -- The jobs :job_keys FAILED -> CREATED with :retries retries, due :now, at the back of
--- their priority, as PATCH retries revives one (app.db.jobs, update_job); the history of
+-- their priority, as PATCH retries revives one (app.db.job_rows, update_job); the history of
 -- each gets "revived" (step REVIVED, app.db.history), unless the connection turned
 -- history off.  Re-checks the state (a job revived or deleted meanwhile is passed by).
 -- Index: jobs pkey, job_events pkey.  Locks: the caller holds the shared lane-bucket

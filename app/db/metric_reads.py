@@ -1,4 +1,4 @@
-"""What the metrics read of the database besides the stats view (``app.db.operators``):
+"""What the metrics read of the database besides the stats view (``app.db.operating``):
 every lane's state for the share window, and the tenants labelled by name.  Operator
 reads, off a job's path; only the leader writes, a few rows a minute at most.
 """
