@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from app.db import claims, finishing, lanes, operators, parking, settling
-from app.db import jobs as stored_jobs
+from app.db import claims, finishing, job_rows, lanes, operating, parking, settling
 from app.db.base import Queries, Sessions
 from app.db.claims import Counted, LeadAsk, Share
 from app.db.rows import (
@@ -88,7 +87,7 @@ class Store:
     # -- lanes and keys -----------------------------------------------------------------
 
     async def type_config(self, job_type: str) -> TypeConfig:
-        return await operators.type_config(self._queries, job_type)
+        return await operating.type_config(self._queries, job_type)
 
     async def read_lanes(self, ask: LaneAsk) -> LaneRead:
         return await lanes.read(
@@ -164,10 +163,10 @@ class Store:
         return await finishing.release(self._sessions, rows)
 
     async def fences(self, job_keys: Sequence[int]) -> dict[int, JobFence]:
-        return await stored_jobs.fences(self._queries, job_keys)
+        return await job_rows.fences(self._queries, job_keys)
 
     async def insert(self, jobs: Sequence[Mapping[str, Any]], now: datetime) -> list[Inserted]:
-        return await stored_jobs.insert(self._sessions, jobs, now)
+        return await job_rows.insert(self._sessions, jobs, now)
 
     @property
     def _queries(self) -> Queries:
