@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: serve test check lint typecheck bench bench-peers clean openapi fuzz chaos soak extended screenshots image image-base
+.PHONY: serve test check lint typecheck bench bench-peers clean openapi fuzz chaos citus soak extended screenshots image image-base
 
 # The Python client too, so that clients/examples/two_tenants.py runs with .venv/bin/python.
 $(STAMP): pyproject.toml clients/python/pyproject.toml
@@ -123,6 +123,14 @@ test: $(STAMP) $(CAMUNDA_SDKS) $(CAMUNDA_JS)/.stamp $(TS_CLIENT)/dist/.stamp $(J
 # and killed under load with --workers 1 and 2; `make test` kills the embedded one).
 chaos: $(STAMP) $(PG15_INITDB) $(PG_AUTOCTL)  ## the chaos-marked tests
 	$(BIN)/pytest -q -m chaos
+
+# Jobfair on a Citus cluster (docs/scaling.md): Citus installed for PostgreSQL 15 (from its
+# packages, or built once from CITUS_SRC, a Citus source tree: tools/citus/install.sh),
+# then the citus-marked tests, each on a coordinator and two worker nodes of its own.
+CITUS_SRC ?=
+citus: $(STAMP) $(PG15_INITDB)  ## the Citus tests (CITUS_SRC=/path/to/citus builds Citus first)
+	CITUS_SRC=$(CITUS_SRC) sh tools/citus/install.sh
+	$(BIN)/pytest -q -m citus tests/citus
 
 # The 30-minute soak of docs/reliability.md (tests/chaos/test_soak.py is its 2-minute
 # version): JSON rows each minute, a table, and docs/img/soak.png drawn by matplotlib,

@@ -37,6 +37,10 @@ from app.main import create_app
 
 TEMPLATE = "jobfair_template"
 _counter = itertools.count()
+# JOBFAIR_TEST_CITUS=1 (make citus): every test's database is one Citus cluster's (a
+# coordinator and two workers, tests/citus/cluster.py), migrated and distributed once and
+# emptied before each test, instead of a clone of the embedded PostgreSQL's template.
+CITUS = os.environ.get("JOBFAIR_TEST_CITUS") == "1"
 
 
 @dataclass
@@ -122,10 +126,31 @@ def clones(postgres: Postgres) -> Iterator[Clones]:
 
 
 @pytest.fixture
-def db_url(postgres: Postgres, clones: Clones) -> Iterator[str]:
+def db_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    if CITUS:
+        cluster = request.getfixturevalue("citus")
+        cluster.empty()
+        yield cluster.url()
+        return
+    postgres: Postgres = request.getfixturevalue("postgres")
+    clones: Clones = request.getfixturevalue("clones")
     name = clones.take()
     yield postgres.url(name)
     clones.drop(name)
+
+
+@pytest.fixture(scope="session")
+def citus() -> Iterator[Any]:
+    """The session's Citus cluster (make citus), migrated and distributed."""
+    from app.db import citus as on_citus
+    from tests.citus.cluster import NOT_INSTALLED, citus_cluster, installed
+
+    if not installed():
+        pytest.fail(NOT_INSTALLED)
+    with citus_cluster() as cluster:
+        migrations.upgrade(cluster.url())
+        asyncio.run(on_citus.distribute_at(cluster.url()))
+        yield cluster
 
 
 def quiet_settings(**overrides: object) -> Settings:

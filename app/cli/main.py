@@ -21,7 +21,7 @@ from app import demo, embedded, logs, migrations
 from app.api.schemas import instant
 from app.cli import commands
 from app.config import Settings, is_loopback
-from app.db import Database, StoreUnavailable
+from app.db import Database, StoreUnavailable, citus
 from app.db.pool import (
     CONNECT_ERRORS,
     connect_error,
@@ -258,13 +258,15 @@ def _migrate_when_reachable(url: str, settings: Settings) -> None:
     except CONNECT_ERRORS as exc:  # refused: a wrong password, no such database, a bad URL
         _cannot_connect(url, exc, "")
     revision, oldest_server = asyncio.run(revision_at(url))
-    if revision == migrations.head_revision():
-        return  # nothing to do: Alembic is not even imported
-    if migrations.known(revision):
+    if revision != migrations.head_revision():  # at head, Alembic is not even imported
+        if not migrations.known(revision):
+            # Migrated by a newer version: never touched by this one.
+            _refuse_unless_served(revision, oldest_server)
+            return
         migrations.upgrade(url)
-        return
-    # Migrated by a newer version: never touched by this one.
-    _refuse_unless_served(revision, oldest_server)
+    # On a Citus coordinator, the tables distributed as Jobfair needs them (idempotent).
+    for line in asyncio.run(citus.distribute_at(url)):
+        log.info("citus: %s", line)
 
 
 def _refuse_unless_served(revision: str | None, oldest_server: str | None) -> None:
@@ -335,6 +337,20 @@ def _until_migrated(url: str, settings: Settings) -> None:
         typer.echo(
             f"the database's schema is at {revision or 'nothing'}, this server needs {head}: "
             "run `jobfair migrate` (JOBFAIR_MIGRATE_ON_START=false leaves it to you)",
+            err=True,
+        )
+        raise typer.Exit(1)
+    _refuse_unless_distributed(url)
+
+
+def _refuse_unless_distributed(url: str) -> None:
+    """On a Citus coordinator whose tables are not distributed as Jobfair needs them
+    (`jobfair migrate` distributes them), one line and exit code 1: a server on local
+    tables of the coordinator would work, on one node, and nobody would know."""
+    left = asyncio.run(citus.problems_at(url))
+    if left:
+        typer.echo(
+            f"the database is a Citus coordinator, but {'; '.join(left)}: run `jobfair migrate`",
             err=True,
         )
         raise typer.Exit(1)

@@ -8,7 +8,15 @@ import pytest
 
 from app.db import sql
 
-STATEMENTS = [st for concept in sql.concepts() for st in sql.load(concept).values()]
+# citus.sql names Citus's catalog, which a database without Citus has not: its statements
+# are planned on a Citus cluster, by make citus (tests/citus).
+CITUS_ONLY = {"citus"}
+STATEMENTS = [
+    st
+    for concept in sql.concepts()
+    if concept not in CITUS_ONLY
+    for st in sql.load(concept).values()
+]
 
 
 @pytest.mark.parametrize("st", STATEMENTS, ids=lambda st: f"{st.concept}.{st.name}")

@@ -1,0 +1,121 @@
+"""Jobfair on Citus: which tables are distributed and how, made so by ``jobfair migrate``
+on a Citus coordinator, checked by ``jobfair serve`` at start (docs/scaling.md).
+
+A tenant's rows lie together: ``jobs``, ``lanes``, ``lane_keys``, ``key_weights`` and
+``job_events`` are distributed by ``shard`` (the tenant's, alembic 0008) and colocated;
+the small tables every statement joins are reference tables, a copy on every node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.db import sql
+from app.db.base import Queries
+from app.db.connect import connect
+
+SQL = sql.load("citus")  # app/db/sql/citus.sql
+
+# Distributed by shard, colocated with the first.
+DISTRIBUTED = ("jobs", "lanes", "job_events", "lane_keys", "key_weights")
+# A copy on every node: small, and joined by the statements of the distributed ones.
+REFERENCE = (
+    "tenants",
+    "job_types",
+    "workers",
+    "api_keys",
+    "signing_keys",
+    "metric_tenant_sets",
+    "schema_compat",
+    "alembic_version",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    table: str
+    method: str | None  # 'h' hash-distributed, 'n' reference, None: local
+    column: str | None
+    colocation: int | None
+
+
+async def version(db: Queries) -> str | None:
+    """The Citus extension's version in this database (None: not Citus)."""
+    version: str | None = await db.fetchval(*SQL["citus_version"].bind())
+    return version
+
+
+async def placements(db: Queries) -> dict[str, Placement]:
+    rows = await db.fetch(*SQL["placements"].bind(tables=[*DISTRIBUTED, *REFERENCE]))
+    return {
+        r["table_name"]: Placement(r["table_name"], r["method"], r["column_name"], r["colocation"])
+        for r in rows
+    }
+
+
+def problems(found: dict[str, Placement]) -> list[str]:
+    """What is not as Jobfair needs it on Citus, one line each (none: all is)."""
+    out = []
+    group = found["jobs"].colocation if found["jobs"].method == "h" else None
+    for table in DISTRIBUTED:
+        p = found[table]
+        if p.method != "h" or p.column != "shard":
+            out.append(f"{table} is not distributed by shard")
+        elif p.colocation != group:
+            out.append(f"{table} is not colocated with jobs")
+    out += [f"{t} is not a reference table" for t in REFERENCE if found[t].method != "n"]
+    return out
+
+
+async def distribute(db: Queries) -> list[str]:
+    """Make the tables what ``problems`` asks, those not already so (idempotent: a second
+    run does nothing); what it did, one line each.  On the coordinator, after the
+    migrations."""
+    found = await placements(db)
+    done = []
+    for table in REFERENCE:
+        if found[table].method is None:
+            await db.fetchval(*SQL["make_reference"].bind(table=table))
+            done.append(f"{table}: reference table")
+    for i, table in enumerate(DISTRIBUTED):
+        if found[table].method is None:
+            colocate = None if i == 0 else DISTRIBUTED[0]
+            await db.fetchval(*SQL["distribute"].bind(table=table, colocate_with=colocate))
+            done.append(f"{table}: distributed by shard")
+    left = problems(await placements(db))
+    if left:
+        raise RuntimeError("Citus: " + "; ".join(left))
+    return done
+
+
+async def distribute_at(url: str) -> list[str]:
+    """One connection to ``url``: on a Citus coordinator, ``distribute``; elsewhere
+    nothing.  What it did."""
+    conn = await connect(url)
+    try:
+        if await version(conn) is None:
+            return []
+        return await distribute(conn)
+    finally:
+        await conn.close()
+
+
+async def placements_at(url: str) -> dict[str, Placement]:
+    """One connection to ``url`` (a Citus database): how each table is held."""
+    conn = await connect(url)
+    try:
+        return await placements(conn)
+    finally:
+        await conn.close()
+
+
+async def problems_at(url: str) -> list[str]:
+    """One connection to ``url``: what is not as Jobfair needs it on Citus (none where the
+    database has no Citus)."""
+    conn = await connect(url)
+    try:
+        if await version(conn) is None:
+            return []
+        return problems(await placements(conn))
+    finally:
+        await conn.close()
