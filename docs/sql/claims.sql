@@ -50,7 +50,7 @@ FROM (SELECT $4::int AS priority, $5::timestamptz AS queued_at) u;
 -- Activates up to :counts jobs from each allotted key of each allotted lane of one job
 -- type (the fragments claim_heads and activated), best effective priority first within
 -- the key.  Index and locks: claim_heads'.  History: trimmed.
--- Parameters: $1 :tenants, $2 :keys, $3 :counts, $4 :aging_step, $5 :aging_interval_ms, $6 :job_type, $7 :now, $8 :starts, $9 :workers, $10 :deadlines, $11 :via_stream
+-- Parameters: $1 :tenants, $2 :keys, $3 :counts, $4 :aging_step, $5 :aging_interval_ms, $6 :job_type, $7 :now, $8 :starts, $9 :via_stream, $10 :workers, $11 :deadlines
 WITH RECURSIVE alloc AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::int[])
              AS a(tenant_id, fairness_key, k)
@@ -131,13 +131,15 @@ taken AS (
 activated AS (
     UPDATE jobs j
     SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
-        worker = ($9::text[])[t.share], deadline = ($10::timestamptz[])[t.share],
-        activated_at = $7::timestamptz, via_stream = $11,
+        worker = s.worker, deadline = s.deadline,
+        activated_at = $7::timestamptz, via_stream = $9,
         charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $6) = 'workerTime'
                   THEN COALESCE((SELECT l.unit_est FROM lanes l
                                  WHERE l.job_type = $6 AND l.tenant_id = j.tenant_id),
                                 1.0::float8) END
     FROM taken t
+    JOIN unnest($10::text[], $11::timestamptz[]) WITH ORDINALITY
+         AS s(worker, deadline, share) ON s.share = t.share
     -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join alone lets
     -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
     WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
@@ -155,7 +157,7 @@ SELECT * FROM activated;
 -- name: claim_by_worker_time
 -- As claim, for a type fair by worker time: each job also records the virtual time its
 -- estimate adds to its lane and its key (lane_charge, key_charge; ADR 029).
--- Parameters: $1 :tenants, $2 :keys, $3 :counts, $4 :aging_step, $5 :aging_interval_ms, $6 :job_type, $7 :now, $8 :starts, $9 :workers, $10 :deadlines, $11 :via_stream
+-- Parameters: $1 :tenants, $2 :keys, $3 :counts, $4 :aging_step, $5 :aging_interval_ms, $6 :job_type, $7 :now, $8 :starts, $9 :via_stream, $10 :workers, $11 :deadlines
 WITH RECURSIVE alloc AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::int[])
              AS a(tenant_id, fairness_key, k)
@@ -236,8 +238,8 @@ taken AS (
 activated AS (
     UPDATE jobs j
     SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
-        worker = ($9::text[])[t.share], deadline = ($10::timestamptz[])[t.share],
-        activated_at = $7::timestamptz, via_stream = $11,
+        worker = s.worker, deadline = s.deadline,
+        activated_at = $7::timestamptz, via_stream = $9,
         charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $6) = 'workerTime'
                   THEN COALESCE((SELECT l.unit_est FROM lanes l
                                  WHERE l.job_type = $6 AND l.tenant_id = j.tenant_id),
@@ -257,6 +259,8 @@ activated AS (
                                         AND w.fairness_key = j.fairness_key
                                         AND w.shard = jobfair_shard(j.tenant_id)), 1) END
     FROM taken t
+    JOIN unnest($10::text[], $11::timestamptz[]) WITH ORDINALITY
+         AS s(worker, deadline, share) ON s.share = t.share
     WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
     RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key, j.cost, j.charged, j.lane_charge, j.key_charge
 ),
@@ -274,7 +278,7 @@ SELECT * FROM activated;
 -- (:hold_tenants) it leaves with no room (:hold_room: each one's room as counted under
 -- its lock), in the same statement (one round trip less with the locks held;
 -- hold_lanes, ADR 016).
--- Parameters: $1 :tenants, $2 :keys, $3 :counts, $4 :aging_step, $5 :aging_interval_ms, $6 :job_type, $7 :now, $8 :starts, $9 :workers, $10 :deadlines, $11 :via_stream, $12 :hold_tenants, $13 :hold_room
+-- Parameters: $1 :tenants, $2 :keys, $3 :counts, $4 :aging_step, $5 :aging_interval_ms, $6 :job_type, $7 :now, $8 :starts, $9 :via_stream, $10 :workers, $11 :deadlines, $12 :hold_tenants, $13 :hold_room
 WITH RECURSIVE alloc AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::int[])
              AS a(tenant_id, fairness_key, k)
@@ -355,13 +359,15 @@ taken AS (
 activated AS (
     UPDATE jobs j
     SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
-        worker = ($9::text[])[t.share], deadline = ($10::timestamptz[])[t.share],
-        activated_at = $7::timestamptz, via_stream = $11,
+        worker = s.worker, deadline = s.deadline,
+        activated_at = $7::timestamptz, via_stream = $9,
         charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $6) = 'workerTime'
                   THEN COALESCE((SELECT l.unit_est FROM lanes l
                                  WHERE l.job_type = $6 AND l.tenant_id = j.tenant_id),
                                 1.0::float8) END
     FROM taken t
+    JOIN unnest($10::text[], $11::timestamptz[]) WITH ORDINALITY
+         AS s(worker, deadline, share) ON s.share = t.share
     -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join alone lets
     -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
     WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
@@ -384,7 +390,7 @@ SELECT * FROM activated;
 
 -- name: claim_holding_by_worker_time
 -- As claim_holding, for a type fair by worker time (claim_by_worker_time).
--- Parameters: $1 :tenants, $2 :keys, $3 :counts, $4 :aging_step, $5 :aging_interval_ms, $6 :job_type, $7 :now, $8 :starts, $9 :workers, $10 :deadlines, $11 :via_stream, $12 :hold_tenants, $13 :hold_room
+-- Parameters: $1 :tenants, $2 :keys, $3 :counts, $4 :aging_step, $5 :aging_interval_ms, $6 :job_type, $7 :now, $8 :starts, $9 :via_stream, $10 :workers, $11 :deadlines, $12 :hold_tenants, $13 :hold_room
 WITH RECURSIVE alloc AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::int[])
              AS a(tenant_id, fairness_key, k)
@@ -465,8 +471,8 @@ taken AS (
 activated AS (
     UPDATE jobs j
     SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
-        worker = ($9::text[])[t.share], deadline = ($10::timestamptz[])[t.share],
-        activated_at = $7::timestamptz, via_stream = $11,
+        worker = s.worker, deadline = s.deadline,
+        activated_at = $7::timestamptz, via_stream = $9,
         charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $6) = 'workerTime'
                   THEN COALESCE((SELECT l.unit_est FROM lanes l
                                  WHERE l.job_type = $6 AND l.tenant_id = j.tenant_id),
@@ -486,6 +492,8 @@ activated AS (
                                         AND w.fairness_key = j.fairness_key
                                         AND w.shard = jobfair_shard(j.tenant_id)), 1) END
     FROM taken t
+    JOIN unnest($10::text[], $11::timestamptz[]) WITH ORDINALITY
+         AS s(worker, deadline, share) ON s.share = t.share
     WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
     RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key, j.cost, j.charged, j.lane_charge, j.key_charge
 ),
@@ -521,7 +529,7 @@ SELECT * FROM activated;
 -- paused type, or a paused tenant's lane, gives nothing (as read_lanes).
 -- Index: lanes_type_vtime_idx, lane_keys_vtime_idx, then as read_lanes, read_keys and
 -- claim.
--- Parameters: $1 :default_aging_step, $2 :default_aging_interval_ms, $3 :job_type, $4 :now, $5 :starts, $6 :workers, $7 :deadlines, $8 :via_stream
+-- Parameters: $1 :default_aging_step, $2 :default_aging_interval_ms, $3 :job_type, $4 :now, $5 :starts, $6 :via_stream, $7 :workers, $8 :deadlines
 WITH RECURSIVE lead_lane AS (
     SELECT x.tenant_id, x.weight, x.cap, x.rate, c.type_cap, c.type_rate, c.aging_step,
            c.aging_interval_ms, c.fairness_by
@@ -642,13 +650,15 @@ taken AS (
 activated AS (
     UPDATE jobs j
     SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
-        worker = ($6::text[])[t.share], deadline = ($7::timestamptz[])[t.share],
-        activated_at = $4::timestamptz, via_stream = $8,
+        worker = s.worker, deadline = s.deadline,
+        activated_at = $4::timestamptz, via_stream = $6,
         charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $3) = 'workerTime'
                   THEN COALESCE((SELECT l.unit_est FROM lanes l
                                  WHERE l.job_type = $3 AND l.tenant_id = j.tenant_id),
                                 1.0::float8) END
     FROM taken t
+    JOIN unnest($7::text[], $8::timestamptz[]) WITH ORDINALITY
+         AS s(worker, deadline, share) ON s.share = t.share
     -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join alone lets
     -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
     WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
@@ -674,7 +684,7 @@ FROM (SELECT 1) one LEFT JOIN (activated a CROSS JOIN lead) ON true;
 -- name: claim_lead_by_worker_time
 -- As claim_lead, writing lane_charge and key_charge as claim_by_worker_time does: for a
 -- type this process last saw fair by worker time (or has not seen yet; LeadAsk).
--- Parameters: $1 :default_aging_step, $2 :default_aging_interval_ms, $3 :job_type, $4 :now, $5 :starts, $6 :workers, $7 :deadlines, $8 :via_stream
+-- Parameters: $1 :default_aging_step, $2 :default_aging_interval_ms, $3 :job_type, $4 :now, $5 :starts, $6 :via_stream, $7 :workers, $8 :deadlines
 WITH RECURSIVE lead_lane AS (
     SELECT x.tenant_id, x.weight, x.cap, x.rate, c.type_cap, c.type_rate, c.aging_step,
            c.aging_interval_ms, c.fairness_by
@@ -795,8 +805,8 @@ taken AS (
 activated AS (
     UPDATE jobs j
     SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
-        worker = ($6::text[])[t.share], deadline = ($7::timestamptz[])[t.share],
-        activated_at = $4::timestamptz, via_stream = $8,
+        worker = s.worker, deadline = s.deadline,
+        activated_at = $4::timestamptz, via_stream = $6,
         charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $3) = 'workerTime'
                   THEN COALESCE((SELECT l.unit_est FROM lanes l
                                  WHERE l.job_type = $3 AND l.tenant_id = j.tenant_id),
@@ -816,6 +826,8 @@ activated AS (
                                         AND w.fairness_key = j.fairness_key
                                         AND w.shard = jobfair_shard(j.tenant_id)), 1) END
     FROM taken t
+    JOIN unnest($7::text[], $8::timestamptz[]) WITH ORDINALITY
+         AS s(worker, deadline, share) ON s.share = t.share
     WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
     RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key, j.cost, j.charged, j.lane_charge, j.key_charge
 ),
@@ -839,7 +851,7 @@ FROM (SELECT 1) one LEFT JOIN (activated a CROSS JOIN lead) ON true;
 -- name: claim_lead_of_tenants
 -- As claim_lead, restricted to the caller's :tenant_ids.  A statement of its own so that
 -- its generic plan can use lanes pkey.
--- Parameters: $1 :default_aging_step, $2 :default_aging_interval_ms, $3 :job_type, $4 :tenant_ids, $5 :now, $6 :starts, $7 :workers, $8 :deadlines, $9 :via_stream
+-- Parameters: $1 :default_aging_step, $2 :default_aging_interval_ms, $3 :job_type, $4 :tenant_ids, $5 :now, $6 :starts, $7 :via_stream, $8 :workers, $9 :deadlines
 WITH RECURSIVE lead_lane AS (
     SELECT x.tenant_id, x.weight, x.cap, x.rate, c.type_cap, c.type_rate, c.aging_step,
            c.aging_interval_ms, c.fairness_by
@@ -961,13 +973,15 @@ taken AS (
 activated AS (
     UPDATE jobs j
     SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
-        worker = ($7::text[])[t.share], deadline = ($8::timestamptz[])[t.share],
-        activated_at = $5::timestamptz, via_stream = $9,
+        worker = s.worker, deadline = s.deadline,
+        activated_at = $5::timestamptz, via_stream = $7,
         charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $3) = 'workerTime'
                   THEN COALESCE((SELECT l.unit_est FROM lanes l
                                  WHERE l.job_type = $3 AND l.tenant_id = j.tenant_id),
                                 1.0::float8) END
     FROM taken t
+    JOIN unnest($8::text[], $9::timestamptz[]) WITH ORDINALITY
+         AS s(worker, deadline, share) ON s.share = t.share
     -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join alone lets
     -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
     WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
@@ -993,7 +1007,7 @@ FROM (SELECT 1) one LEFT JOIN (activated a CROSS JOIN lead) ON true;
 
 -- name: claim_lead_of_tenants_by_worker_time
 -- As claim_lead_of_tenants, writing lane_charge and key_charge.
--- Parameters: $1 :default_aging_step, $2 :default_aging_interval_ms, $3 :job_type, $4 :tenant_ids, $5 :now, $6 :starts, $7 :workers, $8 :deadlines, $9 :via_stream
+-- Parameters: $1 :default_aging_step, $2 :default_aging_interval_ms, $3 :job_type, $4 :tenant_ids, $5 :now, $6 :starts, $7 :via_stream, $8 :workers, $9 :deadlines
 WITH RECURSIVE lead_lane AS (
     SELECT x.tenant_id, x.weight, x.cap, x.rate, c.type_cap, c.type_rate, c.aging_step,
            c.aging_interval_ms, c.fairness_by
@@ -1115,8 +1129,8 @@ taken AS (
 activated AS (
     UPDATE jobs j
     SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
-        worker = ($7::text[])[t.share], deadline = ($8::timestamptz[])[t.share],
-        activated_at = $5::timestamptz, via_stream = $9,
+        worker = s.worker, deadline = s.deadline,
+        activated_at = $5::timestamptz, via_stream = $7,
         charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $3) = 'workerTime'
                   THEN COALESCE((SELECT l.unit_est FROM lanes l
                                  WHERE l.job_type = $3 AND l.tenant_id = j.tenant_id),
@@ -1136,6 +1150,8 @@ activated AS (
                                         AND w.fairness_key = j.fairness_key
                                         AND w.shard = jobfair_shard(j.tenant_id)), 1) END
     FROM taken t
+    JOIN unnest($8::text[], $9::timestamptz[]) WITH ORDINALITY
+         AS s(worker, deadline, share) ON s.share = t.share
     WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
     RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key, j.cost, j.charged, j.lane_charge, j.key_charge
 ),

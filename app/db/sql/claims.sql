@@ -146,17 +146,22 @@ taken AS (
 -- cost, whose charge is exact (a job's cost is in its row).  The type's mode is an
 -- InitPlan, read once per claim; the lane's estimate one lanes pkey probe per job, made
 -- only by worker time (CASE evaluates it only then).  No lane row is locked here:
--- charging is lanes' charge_lanes, after this statement has committed.
+-- charging is lanes' charge_lanes, after this statement has committed.  The shares'
+-- workers and leases are joined as rows, not subscripted ((:workers)[t.share]): Citus
+-- 13.2.2 crashed its backend on an UPDATE whose SET subscripts an array by a joined
+-- column (docs/scaling.md).
 activated AS (
     UPDATE jobs j
     SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
-        worker = (:workers::text[])[t.share], deadline = (:deadlines::timestamptz[])[t.share],
+        worker = s.worker, deadline = s.deadline,
         activated_at = :now::timestamptz, via_stream = :via_stream,
         charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = :job_type) = 'workerTime'
                   THEN COALESCE((SELECT l.unit_est FROM lanes l
                                  WHERE l.job_type = :job_type AND l.tenant_id = j.tenant_id),
                                 {{DEFAULT_LEASE_ESTIMATE_S}}::float8) END
     FROM taken t
+    JOIN unnest(:workers::text[], :deadlines::timestamptz[]) WITH ORDINALITY
+         AS s(worker, deadline, share) ON s.share = t.share
     -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join alone lets
     -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
     WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
@@ -178,7 +183,7 @@ activated AS (
 activated AS (
     UPDATE jobs j
     SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
-        worker = (:workers::text[])[t.share], deadline = (:deadlines::timestamptz[])[t.share],
+        worker = s.worker, deadline = s.deadline,
         activated_at = :now::timestamptz, via_stream = :via_stream,
         charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = :job_type) = 'workerTime'
                   THEN COALESCE((SELECT l.unit_est FROM lanes l
@@ -199,6 +204,8 @@ activated AS (
                                         AND w.fairness_key = j.fairness_key
                                         AND w.shard = jobfair_shard(j.tenant_id)), 1) END
     FROM taken t
+    JOIN unnest(:workers::text[], :deadlines::timestamptz[]) WITH ORDINALITY
+         AS s(worker, deadline, share) ON s.share = t.share
     WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
     RETURNING t.share, {{J_JOB_COLUMNS}}
 ),

@@ -229,19 +229,21 @@ async def test_a_business_error_result_throws_a_job_error(jf):
 
 
 async def test_a_slow_handler_keeps_its_lease_by_heartbeat(jf):
-    """Lease 600 ms, handler 2.5 s, lease sweep every 50 ms: without the heartbeat the job
-    would be taken back and activated again (activationCount 2)."""
+    """Lease 1.5 s, handler 4.5 s (three leases), lease sweep every 50 ms: without the
+    heartbeat the job would be taken back and activated again (activationCount 2).  (A
+    600 ms lease, beaten every 200 ms, lapsed twice on a machine loaded by two other test
+    runs: one late beat was enough.)"""
     job = await jf.create_job("slow")
     started = asyncio.Event()
     done = asyncio.Event()
 
     async def handler(j: Job) -> dict[str, int]:
         started.set()
-        await asyncio.sleep(2.5)
+        await asyncio.sleep(4.5)
         done.set()
         return {"count": j.activation_count}
 
-    worker = AsyncWorker(jf, "slow", handler, timeout_ms=600, request_timeout_ms=500)
+    worker = AsyncWorker(jf, "slow", handler, timeout_ms=1500, request_timeout_ms=500)
     rival_saw: list[Job] = []
 
     async def rival() -> None:  # would get the job if its lease lapsed
