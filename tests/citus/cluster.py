@@ -112,9 +112,14 @@ def citus_cluster(workers: int = 2) -> Iterator[Cluster]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM stops the nodes as Ctrl-C does
+
+
 def main() -> None:
     if not installed():
         raise SystemExit(NOT_INSTALLED)
+    signal.signal(signal.SIGTERM, _interrupt)
     with citus_cluster() as cluster:
         print(cluster.url(), flush=True)
         for node in cluster.workers:
