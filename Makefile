@@ -130,7 +130,7 @@ chaos: $(STAMP) $(PG15_INITDB) $(PG_AUTOCTL)  ## the chaos-marked tests
 CITUS_SRC ?=
 citus: $(STAMP) $(PG15_INITDB)  ## the Citus tests (CITUS_SRC=/path/to/citus builds Citus first)
 	CITUS_SRC=$(CITUS_SRC) sh tools/citus/install.sh
-	$(BIN)/pytest -q -m citus tests/citus
+	JOBFAIR_TEST_CITUS=1 $(BIN)/pytest -q -m citus tests/citus
 
 # The 30-minute soak of docs/reliability.md (tests/chaos/test_soak.py is its 2-minute
 # version): JSON rows each minute, a table, and docs/img/soak.png drawn by matplotlib,
