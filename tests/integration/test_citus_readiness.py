@@ -26,23 +26,15 @@ from alembic.script import ScriptDirectory
 
 from alembic import command
 from app import migrations, shards
-from app.db import Database, catalog, claims, finishing, job_rows, sql
+from app.db import Database, catalog, citus, claims, finishing, job_rows, sql
 from app.db.claims import LeadAsk, Share
 from app.domain import DEFAULT_TENANT, utcnow
 from tests.fixtures import Postgres
 
-# Tables spread over the nodes by shard, and the small ones every node holds whole.
-DISTRIBUTED = {"jobs", "lanes", "job_events", "lane_keys", "key_weights"}
-REFERENCE = {
-    "tenants",
-    "job_types",
-    "workers",
-    "api_keys",
-    "signing_keys",
-    "metric_tenant_sets",
-    "schema_compat",
-    "alembic_version",
-}
+# Tables spread over the nodes by shard, and the small ones every node holds whole: as
+# jobfair migrate makes them on a Citus coordinator (app.db.citus).
+DISTRIBUTED = set(citus.DISTRIBUTED)
+REFERENCE = set(citus.REFERENCE)
 
 
 def tenant_ids(n: int) -> list[str]:
