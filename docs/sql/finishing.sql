@@ -36,13 +36,13 @@ logged AS (
     WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
 credited AS (
-    SELECT pg_notify('jobfair_done', string_agg(job_key::text, ','))
+    SELECT (SELECT 1 FROM pg_notify('jobfair_done', string_agg(job_key::text, ','))) AS sent
     FROM (SELECT job_key, (row_number() OVER () - 1) / 399 AS chunk
           FROM ended WHERE via_stream) s
     GROUP BY chunk
 ),
 freed AS (
-    SELECT pg_notify('jobfair', job_type) FROM (
+    SELECT (SELECT 1 FROM pg_notify('jobfair', job_type)) AS sent FROM (
         SELECT DISTINCT e.job_type FROM ended e
         WHERE EXISTS (SELECT 1 FROM job_types t WHERE t.job_type = e.job_type
                         AND t.max_active_jobs IS NOT NULL)
@@ -99,13 +99,13 @@ logged AS (
     WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
 credited AS (
-    SELECT pg_notify('jobfair_done', string_agg(job_key::text, ','))
+    SELECT (SELECT 1 FROM pg_notify('jobfair_done', string_agg(job_key::text, ','))) AS sent
     FROM (SELECT job_key, (row_number() OVER () - 1) / 399 AS chunk
           FROM ended WHERE via_stream) s
     GROUP BY chunk
 ),
 freed AS (
-    SELECT pg_notify('jobfair', job_type) FROM (
+    SELECT (SELECT 1 FROM pg_notify('jobfair', job_type)) AS sent FROM (
         SELECT DISTINCT e.job_type FROM ended e
         WHERE EXISTS (SELECT 1 FROM job_types t WHERE t.job_type = e.job_type
                         AND t.max_active_jobs IS NOT NULL)
@@ -151,13 +151,13 @@ logged AS (
     WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
 credited AS (
-    SELECT pg_notify('jobfair_done', string_agg(job_key::text, ','))
+    SELECT (SELECT 1 FROM pg_notify('jobfair_done', string_agg(job_key::text, ','))) AS sent
     FROM (SELECT job_key, (row_number() OVER () - 1) / 399 AS chunk
           FROM ended WHERE via_stream) s
     GROUP BY chunk
 ),
 freed AS (
-    SELECT pg_notify('jobfair', job_type) FROM (
+    SELECT (SELECT 1 FROM pg_notify('jobfair', job_type)) AS sent FROM (
         SELECT DISTINCT e.job_type FROM ended e
         WHERE EXISTS (SELECT 1 FROM job_types t WHERE t.job_type = e.job_type
                         AND t.max_active_jobs IS NOT NULL)
@@ -252,13 +252,13 @@ logged AS (
     WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
 credited AS (
-    SELECT pg_notify('jobfair_done', string_agg(job_key::text, ','))
+    SELECT (SELECT 1 FROM pg_notify('jobfair_done', string_agg(job_key::text, ','))) AS sent
     FROM (SELECT job_key, (row_number() OVER () - 1) / 399 AS chunk
           FROM ended WHERE via_stream) s
     GROUP BY chunk
 ),
 freed AS (
-    SELECT pg_notify('jobfair', job_type) FROM (
+    SELECT (SELECT 1 FROM pg_notify('jobfair', job_type)) AS sent FROM (
         SELECT DISTINCT e.job_type FROM ended e
         WHERE EXISTS (SELECT 1 FROM job_types t WHERE t.job_type = e.job_type
                         AND t.max_active_jobs IS NOT NULL)

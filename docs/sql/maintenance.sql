@@ -37,7 +37,7 @@ logged AS (
     WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
 credited AS (
-    SELECT pg_notify('jobfair_done', string_agg(job_key::text, ','))
+    SELECT (SELECT 1 FROM pg_notify('jobfair_done', string_agg(job_key::text, ','))) AS sent
     FROM (SELECT job_key, (row_number() OVER () - 1) / 399 AS chunk
           FROM ended WHERE via_stream) s
     GROUP BY chunk

@@ -40,8 +40,6 @@ NOT_YET = {
     "claims.claim_lead_of_tenants": "recursive CTEs are only supported when they contain a",
     "claims.claim_lead_by_worker_time": "recursive CTEs are only supported when they",
     "claims.claim_lead_of_tenants_by_worker_time": "recursive CTEs are only supported",
-    # pg_notify in a CTE of a multi-shard statement: an intermediate result of type void.
-    "finishing.complete_jobs": 'column "pg_notify" has pseudo-type void',
 }
 
 

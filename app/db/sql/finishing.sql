@@ -14,9 +14,11 @@
 -- ``ended``): NOTIFYs carrying the keys of stream-activated jobs, so their streams get
 -- their credit back, CREDIT_KEYS_PER_NOTIFY keys to a payload (a sweep or a batch ends
 -- thousands in one statement; app.db.bounds).  A stream that misses one finds its credit
--- by its own periodic check.  Long-poll jobs cost nothing here.
+-- by its own periodic check.  Long-poll jobs cost nothing here.  The NOTIFY's void is
+-- wrapped in a value (sent): Citus cannot carry a void column between the parts of a
+-- statement ("column pg_notify has pseudo-type void"), and then refused every finish.
 credited AS (
-    SELECT pg_notify('{{DONE_CHANNEL}}', string_agg(job_key::text, ','))
+    SELECT (SELECT 1 FROM pg_notify('{{DONE_CHANNEL}}', string_agg(job_key::text, ','))) AS sent
     FROM (SELECT job_key, (row_number() OVER () - 1) / {{CREDIT_KEYS_PER_NOTIFY}} AS chunk
           FROM ended WHERE via_stream) s
     GROUP BY chunk
@@ -24,10 +26,10 @@ credited AS (
 
 -- fragment: freed
 -- Appended to statements that end activations (``ended``: job_type, tenant_id): a NOTIFY
--- per job type ended whose type or tenant has a cap, for their capacity was freed.
--- Index: job_types pkey, tenants pkey.
+-- per job type ended whose type or tenant has a cap, for their capacity was freed (the
+-- NOTIFY's void wrapped in a value, as in credited).  Index: job_types pkey, tenants pkey.
 freed AS (
-    SELECT pg_notify('{{NOTIFY_CHANNEL}}', job_type) FROM (
+    SELECT (SELECT 1 FROM pg_notify('{{NOTIFY_CHANNEL}}', job_type)) AS sent FROM (
         SELECT DISTINCT e.job_type FROM ended e
         WHERE EXISTS (SELECT 1 FROM job_types t WHERE t.job_type = e.job_type
                         AND t.max_active_jobs IS NOT NULL)
