@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from app.db.rows import Ended, LaneRead
-from app.db.store import LaneAsk, Store
+from app.db.store import ChargeAsk, LaneAsk, ParkAsk, SettleAsk, Store
 from app.scheduler import Charges, LaneKey, Owed, OwedSettlements
 
 log = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ class LaneCharges:
                 drained: list[str] = []
                 keys: list[LaneKey] = []
                 try:
-                    drained, keys = await self.store.charge(job_type, taken)
+                    drained, keys = await self.store.charge(ChargeAsk(job_type, taken))
                 except Exception as exc:  # uncharged lanes got a few jobs free; that is all
                     log.warning("charging lanes failed: %r", exc)
                 finally:
@@ -121,7 +121,7 @@ class LaneCharges:
                     # own re-entry and every other lane's (the smallest active vtime)
                     # would start from there (ADR 014); so would a key in its lane.
                     self._spawn(
-                        self.store.park(job_type, drained, keys=keys, retries=PARK_RETRIES),
+                        self.store.park(ParkAsk(job_type, drained, keys, PARK_RETRIES)),
                         "parking lanes",
                     )
         finally:
@@ -185,7 +185,7 @@ class Settlements:
         try:
             while (owed := self._owed.take(job_type)) is not None:
                 try:
-                    await self.store.settle(job_type, *owed)
+                    await self.store.settle(SettleAsk(job_type, *owed))
                 except Exception as exc:  # the lanes keep their estimates; that is all
                     log.warning("settling lanes failed: %r", exc)
         finally:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from app.db.store import Store
+from app.db.store import KeysAsk, Store
 from app.scheduler import Key, LaneKey, split_among_keys
 
 # Lanes read beyond maxJobs, to cover lanes that turn out empty or capped.
@@ -46,9 +46,11 @@ class KeysRead:
         capped claim's transaction, or the database)."""
         slack = LANE_SLACK * self.widen
         read = await store.read_keys(
-            job_type,
-            {t: k + slack for t, k in lane_counts.items() if k > 0},
-            sorted(self.exclude),
+            KeysAsk(
+                job_type,
+                {t: k + slack for t, k in lane_counts.items() if k > 0},
+                sorted(self.exclude),
+            )
         )
         self.emptied(read.empty)
         ready = {t: [Key(k, v, w) for k, v, w in found] for t, found in read.ready.items()}

@@ -33,7 +33,17 @@ from app.config import Settings
 from app.db import Database
 from app.db.base import refused_input, retry_deadlock
 from app.db.rows import Claimed, JobRow, LaneRow, LeadClaim, TypeConfig
-from app.db.store import ClaimAsk, CountAsk, LeadAsk, Share, Store
+from app.db.store import (
+    ClaimAsk,
+    CountAsk,
+    HandOffAsk,
+    LeadAsk,
+    LeadClaimAsk,
+    ParkAsk,
+    Share,
+    Store,
+    TokensAsk,
+)
 from app.domain import utcnow
 from app.metrics.events import Metrics
 from app.scheduler import (
@@ -198,7 +208,9 @@ class Rounds:
         if it got nothing without finding the type dry."""
         self.counters.queries += 1
         await self.charges.written(req.job_type)
-        got = await self.store.claim_lead(req.job_type, self._lead_ask(req), self.clock())
+        got = await self.store.claim_lead(
+            LeadClaimAsk(req.job_type, self._lead_ask(req), self.clock())
+        )
         if got.job is not None:
             self._lead_claimed(req, got)
             return [got.job], False
@@ -214,7 +226,7 @@ class Rounds:
         (claims.insert_and_claim_lead, ADR 012).  The new job's key, and what ``req`` got."""
         self.counters.queries += 1
         await self.charges.written(req.job_type)
-        key, got = await self.store.insert_and_claim_lead(job, now, self._lead_ask(req))
+        key, got = await self.store.insert_and_claim_lead(HandOffAsk(job, now, self._lead_ask(req)))
         if got.job is not None:
             if got.job.job_key == key:
                 self.counters.hand_offs += 1
@@ -400,7 +412,7 @@ class Rounds:
             taken = Counter(c.job.tenant_id for c in got)
             plan = as_claimed(plan, room, tokens, taken)
             if buckets is not None:
-                await tx.take_tokens(job_type, buckets, taken, len(got))
+                await tx.take_tokens(TokensAsk(job_type, buckets, taken, len(got)))
                 self.rests.used_up(
                     job_type, buckets, plan.rate_out, taken, len(got), self.monotonic()
                 )
@@ -529,7 +541,7 @@ class Rounds:
             # Parked, later reads need not probe them; that need not delay this answer.
             self._spawn(
                 self.store.park(
-                    job_type, sorted(short), keys=sorted(keys_read.short), retries=PARK_RETRIES
+                    ParkAsk(job_type, sorted(short), sorted(keys_read.short), PARK_RETRIES)
                 ),
                 "parking lanes",
             )

@@ -28,6 +28,7 @@ from app.config import Settings
 from app.db import Database
 from app.db.base import refused_input
 from app.db.rows import Inserted, JobRow
+from app.db.store import InsertAsk
 from app.domain import tenant_of, utcnow
 from app.errors import BAD_KEY, ResourceExhausted, Unauthenticated
 from app.metrics.events import Metrics
@@ -204,7 +205,7 @@ class Activation:
         except Exception as exc:
             if not refused_input(exc):
                 raise
-            [inserted] = await self.rounds.store.insert([job], now)
+            [inserted] = await self.rounds.store.insert(InsertAsk([job], now))
             self.metrics.count_one(self.metrics.created, job["type"], tenant_of(job))
             self.waiters.fail(waiter, exc)
             return inserted

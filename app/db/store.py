@@ -1,6 +1,7 @@
 """What activation asks of the store, one method per statement and a params dataclass
-for each that takes more than a few values; ``begin()`` answers the same interface inside
-a transaction (the capped claim's: its locks, counts, claim and tokens commit together).
+for each that takes more than one value (one value is its own params); ``begin()``
+answers the same interface inside a transaction (the capped claim's: its locks, counts,
+claim and tokens commit together).
 ``app.activation`` reaches the database through this alone (``ports.Store``), and its
 tests can hold it to that."""
 
@@ -28,7 +29,23 @@ from app.db.rows import (
 )
 from app.scheduler import Buckets, Charges, LaneKey, Settled
 
-__all__ = ["ClaimAsk", "CountAsk", "Counted", "LaneAsk", "LeadAsk", "Share", "Store"]
+__all__ = [
+    "ChargeAsk",
+    "ClaimAsk",
+    "CountAsk",
+    "Counted",
+    "HandOffAsk",
+    "InsertAsk",
+    "KeysAsk",
+    "LaneAsk",
+    "LeadAsk",
+    "LeadClaimAsk",
+    "ParkAsk",
+    "SettleAsk",
+    "Share",
+    "Store",
+    "TokensAsk",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +89,80 @@ class CountAsk:
     limited: Sequence[str]
 
 
+@dataclass(frozen=True, slots=True)
+class KeysAsk:
+    """A key read (read_keys): the first ``wants[tenant]`` active keys of each lane, not
+    ``exclude``d."""
+
+    job_type: str
+    wants: Mapping[str, int]
+    exclude: Sequence[LaneKey]
+
+
+@dataclass(frozen=True, slots=True)
+class ChargeAsk:
+    """Lanes and keys charged their claimed jobs (charge_lanes)."""
+
+    job_type: str
+    charges: Charges
+
+
+@dataclass(frozen=True, slots=True)
+class ParkAsk:
+    """Lanes (and keys) found empty, to park (park_lanes), tried ``retries`` more times."""
+
+    job_type: str
+    tenant_ids: Sequence[str]
+    keys: Sequence[LaneKey] = ()
+    retries: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SettleAsk:
+    """Worker-time settlements of ended activations, per lane and per key (settle_lanes)."""
+
+    job_type: str
+    lanes: Mapping[str, Settled]
+    keys: Mapping[LaneKey, Settled]
+
+
+@dataclass(frozen=True, slots=True)
+class LeadClaimAsk:
+    """One stride pick read and claimed at once (claim_lead), at ``now``."""
+
+    job_type: str
+    lead: LeadAsk
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class HandOffAsk:
+    """A hand-off: ``job`` inserted and its type's lead pick claimed in one transaction."""
+
+    job: Mapping[str, Any]
+    now: datetime
+    lead: LeadAsk
+
+
+@dataclass(frozen=True, slots=True)
+class TokensAsk:
+    """What a rate-limited claim that took ``taken`` jobs per tenant (``total`` in all)
+    left in the buckets it ``read`` (take_tokens)."""
+
+    job_type: str
+    read: Buckets
+    taken: Mapping[str, int]
+    total: int
+
+
+@dataclass(frozen=True, slots=True)
+class InsertAsk:
+    """Jobs to insert (insert_jobs), as the API spells them, at ``now``."""
+
+    jobs: Sequence[Mapping[str, Any]]
+    now: datetime
+
+
 class Store:
     """The store as activation sees it, on the pool or (``begin``) in a transaction."""
 
@@ -94,27 +185,19 @@ class Store:
             self._queries, ask.job_type, ask.limit, ask.exclude, ask.tenant_ids, ask.charges
         )
 
-    async def read_keys(
-        self, job_type: str, wants: Mapping[str, int], exclude: Sequence[LaneKey]
-    ) -> KeyRead:
-        return await lanes.read_keys(self._queries, job_type, wants, exclude)
+    async def read_keys(self, ask: KeysAsk) -> KeyRead:
+        return await lanes.read_keys(self._queries, ask.job_type, ask.wants, ask.exclude)
 
-    async def charge(self, job_type: str, charges: Charges) -> tuple[list[str], list[LaneKey]]:
-        return await lanes.charge(self._queries, job_type, charges)
+    async def charge(self, ask: ChargeAsk) -> tuple[list[str], list[LaneKey]]:
+        return await lanes.charge(self._queries, ask.job_type, ask.charges)
 
-    async def park(
-        self,
-        job_type: str,
-        tenant_ids: Sequence[str],
-        keys: Sequence[LaneKey] = (),
-        retries: int = 0,
-    ) -> list[str]:
-        return await parking.park(self._sessions, job_type, tenant_ids, keys=keys, retries=retries)
+    async def park(self, ask: ParkAsk) -> list[str]:
+        return await parking.park(
+            self._sessions, ask.job_type, ask.tenant_ids, keys=ask.keys, retries=ask.retries
+        )
 
-    async def settle(
-        self, job_type: str, lanes: Mapping[str, Settled], keys: Mapping[LaneKey, Settled]
-    ) -> int:
-        return await settling.settle(self._queries, job_type, lanes, keys)
+    async def settle(self, ask: SettleAsk) -> int:
+        return await settling.settle(self._queries, ask.job_type, ask.lanes, ask.keys)
 
     # -- claims -------------------------------------------------------------------------
 
@@ -132,13 +215,11 @@ class Store:
             hold=ask.hold,
         )
 
-    async def claim_lead(self, job_type: str, ask: LeadAsk, now: datetime) -> LeadClaim:
-        return await claims.claim_lead(self._queries, job_type, ask, now)
+    async def claim_lead(self, ask: LeadClaimAsk) -> LeadClaim:
+        return await claims.claim_lead(self._queries, ask.job_type, ask.lead, ask.now)
 
-    async def insert_and_claim_lead(
-        self, job: Mapping[str, Any], now: datetime, ask: LeadAsk
-    ) -> tuple[int, LeadClaim]:
-        return await claims.insert_and_claim_lead(self._sessions, job, now, ask)
+    async def insert_and_claim_lead(self, ask: HandOffAsk) -> tuple[int, LeadClaim]:
+        return await claims.insert_and_claim_lead(self._sessions, ask.job, ask.now, ask.lead)
 
     async def lock_and_count(self, ask: CountAsk) -> Counted:
         return await claims.lock_and_count(
@@ -152,10 +233,8 @@ class Store:
             limited=ask.limited,
         )
 
-    async def take_tokens(
-        self, job_type: str, read: Buckets, taken: Mapping[str, int], total: int
-    ) -> None:
-        await claims.take_tokens(self._queries, job_type, read, taken, total)
+    async def take_tokens(self, ask: TokensAsk) -> None:
+        await claims.take_tokens(self._queries, ask.job_type, ask.read, ask.taken, ask.total)
 
     # -- jobs ---------------------------------------------------------------------------
 
@@ -165,8 +244,8 @@ class Store:
     async def fences(self, job_keys: Sequence[int]) -> dict[int, JobFence]:
         return await job_rows.fences(self._queries, job_keys)
 
-    async def insert(self, jobs: Sequence[Mapping[str, Any]], now: datetime) -> list[Inserted]:
-        return await job_rows.insert(self._sessions, jobs, now)
+    async def insert(self, ask: InsertAsk) -> list[Inserted]:
+        return await job_rows.insert(self._sessions, ask.jobs, ask.now)
 
     @property
     def _queries(self) -> Queries:

@@ -9,14 +9,15 @@ from datetime import timedelta
 
 import pytest
 
-from app.db.store import ClaimAsk, CountAsk, LaneAsk, Share, Store
+from app.db.store import ClaimAsk, CountAsk, InsertAsk, KeysAsk, LaneAsk, Share, Store
 from app.domain import JobState, utcnow
 
 TYPE = "port"
 
 
 async def _jobs(store: Store, tenant: str, n: int) -> list[int]:
-    made = await store.insert([{"type": TYPE, "tenantId": tenant} for _ in range(n)], utcnow())
+    jobs = [{"type": TYPE, "tenantId": tenant} for _ in range(n)]
+    made = await store.insert(InsertAsk(jobs, utcnow()))
     return [m.job_key for m in made]
 
 
@@ -31,7 +32,7 @@ async def test_a_round_through_the_port_alone_reads_claims_and_charges(store) ->
     keys = await _jobs(port, "a", 3) + await _jobs(port, "b", 2)
     read = await port.read_lanes(LaneAsk(TYPE, 8, [], None))
     assert sorted(lane.tenant_id for lane in read.ready) == ["a", "b"]
-    by_key = await port.read_keys(TYPE, {"a": 1, "b": 1}, [])
+    by_key = await port.read_keys(KeysAsk(TYPE, {"a": 1, "b": 1}, []))
     assert {t: [k for k, _, _ in ks] for t, ks in by_key.ready.items()} == {"a": [""], "b": [""]}
     got = await port.claim(_claim({("a", ""): 2, ("b", ""): 2}))
     assert sorted(c.job.tenant_id for c in got) == ["a", "a", "b", "b"]
