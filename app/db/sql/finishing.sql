@@ -48,6 +48,19 @@ unheld AS (
         ARRAY(SELECT DISTINCT e.tenant_id FROM ended e), '{{NOTIFY_CHANNEL}}') AS n
 )
 
+-- fragment: finished
+-- The end of a statement that ended activations (``ended``), once its history row is
+-- written: their streams credited, their capped types told, their tenants' held lanes
+-- released, and the jobs answered with what settles them (the count of side effects
+-- makes PostgreSQL run the three CTEs).
+{{credited}},
+{{freed}},
+{{unheld}}
+SELECT job_key, job_type, tenant_id, activated_at, fairness_key, charged, lane_charge, key_charge,
+       (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
+         AS _n
+FROM ended
+
 -- name: complete_jobs
 -- ACTIVATED -> COMPLETED for (key, activationCount) pairs (:job_keys,
 -- :activation_counts); fenced by the count.  Merges the result :variables.  Notifies when
@@ -79,13 +92,7 @@ logged AS (
     FROM ended s JOIN leases b ON b.job_key = s.job_key
     WHERE {{history.on}}
 ),
-{{credited}},
-{{freed}},
-{{unheld}}
-SELECT job_key, job_type, tenant_id, activated_at, fairness_key, charged, lane_charge, key_charge,
-       (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
-         AS _n
-FROM ended
+{{finished}}
 
 -- name: fail_job
 -- ACTIVATED -> CREATED/SCHEDULED (retries left) or FAILED (none left); fenced by
@@ -158,13 +165,7 @@ logged AS (
     FROM ended s JOIN leases b ON b.job_key = s.job_key
     WHERE {{history.on}}
 ),
-{{credited}},
-{{freed}},
-{{unheld}}
-SELECT job_key, job_type, tenant_id, activated_at, fairness_key, charged, lane_charge, key_charge,
-       (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
-         AS _n
-FROM ended
+{{finished}}
 
 -- name: release_jobs
 -- ACTIVATED -> CREATED at once, for activations whose caller never got them (:job_keys,
@@ -235,10 +236,4 @@ logged AS (
     FROM ended s JOIN leases b ON b.job_key = s.job_key
     WHERE {{history.on}}
 ),
-{{credited}},
-{{freed}},
-{{unheld}}
-SELECT job_key, job_type, tenant_id, activated_at, fairness_key, charged, lane_charge, key_charge,
-       (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
-         AS _n
-FROM ended
+{{finished}}
