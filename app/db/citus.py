@@ -8,11 +8,16 @@ the small tables every statement joins are reference tables, a copy on every nod
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from app.db import sql
 from app.db.base import Queries
 from app.db.connect import connect
+from app.shards import SHARDS, shard_of
+
+T = TypeVar("T")
 
 SQL = sql.load("citus")  # app/db/sql/citus.sql
 
@@ -119,3 +124,63 @@ async def problems_at(url: str) -> list[str]:
         return problems(await placements(conn))
     finally:
         await conn.close()
+
+
+@dataclass(frozen=True, slots=True)
+class ShardMap:
+    """Which Citus shard holds each of Jobfair's shard values (``shard_ids[shard]``), read
+    from the coordinator at start.  A statement that locks or writes rows runs on Citus
+    only when every row it touches is in one Citus shard (the router planner): the store
+    sends one statement per group of tenants that ``groups`` makes, each naming its
+    shards (app/db/sql/shards.sql).  Citus hashes a value to the same shard for as long
+    as its shards are not split; moving a shard to another node changes nothing here."""
+
+    shard_ids: tuple[int, ...]
+
+    def group_of(self, tenant_id: str) -> int:
+        return self.shard_ids[shard_of(tenant_id)]
+
+    def groups(
+        self, items: Iterable[T], tenant: callable[[T], str]
+    ) -> list[tuple[list[int], list[T]]]:  # type: ignore[valid-type]
+        """``items`` in groups of one Citus shard each, with the shard values of their
+        tenants (``tenant(item)``), in the order each group is first met, the items in
+        their order."""
+        found: dict[int, tuple[set[int], list[T]]] = {}
+        for item in items:
+            shard = shard_of(tenant(item))
+            shards, group = found.setdefault(self.shard_ids[shard], (set(), []))
+            shards.add(shard)
+            group.append(item)
+        return [(sorted(shards), group) for shards, group in found.values()]
+
+
+def split(
+    db: object, items: Iterable[T], tenant: Callable[[T], str]
+) -> list[tuple[list[int] | None, list[T]]]:
+    """``items`` in the groups a statement is sent for, each with the shards to name
+    (app.db.sql.Statements.on): on one PostgreSQL one group of all, shards None; on Citus
+    (``db``, the Database or one of its connections, carries a ShardMap) one per Citus
+    shard.  A group is never empty; no items, no group."""
+    items = list(items)
+    found: ShardMap | None = getattr(db, "shard_map", None)
+    if found is None:
+        return [(None, items)] if items else []
+    return [(shards, group) for shards, group in found.groups(items, tenant)]
+
+
+def on_citus(db: object) -> bool:
+    """Whether ``db`` (the Database or one of its connections) is a Citus coordinator's."""
+    return getattr(db, "shard_map", None) is not None
+
+
+async def shard_map(db: Queries) -> ShardMap | None:
+    """The database's ShardMap if it is a Citus coordinator with Jobfair's tables
+    distributed (None: one PostgreSQL, or tables not distributed yet)."""
+    if await version(db) is None or problems(await placements(db)):
+        return None
+    rows = await db.fetch(*SQL["shard_ids"].bind(shards=SHARDS))
+    ids = [0] * SHARDS
+    for r in rows:
+        ids[r["shard"]] = r["shard_id"]
+    return ShardMap(tuple(ids))

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from app.db import lanes, sql
+from app.db import citus, lanes, sql
 from app.db.base import Queries, Sessions
-from app.db.job_rows import insert_into, locks_for, notify_ready
+from app.db.job_rows import insert, insert_into, locks_for, notify_ready
 from app.db.locks import TENANT_CAP_LOCK_CLASS, TYPE_CAP_LOCK_CLASS, cap_key, int4
 from app.db.rows import Claimed, JobRow, LeadClaim, job_row
 from app.scheduler import Bucket, Buckets, FairnessBy, left_at_cap
@@ -50,11 +50,13 @@ class LeadAsk:
 
 
 def _share_arrays(
-    shares: Sequence[Share], now: datetime
+    shares: Sequence[Share], now: datetime, taken: int = 0
 ) -> tuple[list[str | None], list[datetime], list[int]]:
     """A claim's shares as its array arguments: each share's worker, lease deadline and
-    first row number (the i-th share takes rows from starts[i] to starts[i + 1] - 1)."""
-    starts, at = [], 1
+    first row number (the i-th share takes rows from starts[i] to starts[i + 1] - 1),
+    for a claim that follows one that ``taken`` rows already (on Citus, one claim per
+    Citus shard: its first row is the (taken + 1)-th of the shares)."""
+    starts, at = [], 1 - taken
     for share in shares:
         starts.append(at)
         at += share.n
@@ -86,18 +88,52 @@ async def claim(
     database) the claim is one autocommit statement; a capped claim runs it in the
     transaction that holds the cap locks, with ``hold``: each capped tenant's room as
     counted under its lock, whose lanes the claim holds where it leaves none
-    (claim_holding)."""
+    (claim_holding).  On Citus, a statement per Citus shard, the shares taken in turn."""
     if not counts:
         if hold:
             await lanes.hold(db, job_type, left_at_cap(hold, {}))
         return []
-    workers, deadlines, starts = _share_arrays(shares, now)
+    if not citus.on_citus(db):
+        return await _claim(db, job_type, counts, now, shares, via_stream, aging_step,
+                            aging_interval_ms, by_worker_time, hold, None, 0)  # fmt: skip
+    out: list[Claimed] = []
+    for shards, part in citus.split(db, sorted({*(t for t, _ in counts), *(hold or ())}), str):
+        mine = set(part)
+        some = {tk: n for tk, n in counts.items() if tk[0] in mine}
+        held = None if hold is None else {t: room for t, room in hold.items() if t in mine}
+        if not some:
+            if held:
+                await lanes.hold(db, job_type, left_at_cap(held, {}))
+            continue
+        out += await _claim(db, job_type, some, now, shares, via_stream, aging_step,
+                            aging_interval_ms, by_worker_time, held, shards, len(out))  # fmt: skip
+    return out
+
+
+async def _claim(
+    db: Queries,
+    job_type: str,
+    counts: Mapping[tuple[str, str], int],
+    now: datetime,
+    shares: Sequence[Share],
+    via_stream: bool,
+    aging_step: int,
+    aging_interval_ms: int,
+    by_worker_time: bool,
+    hold: Mapping[str, int] | None,
+    shards: Sequence[int] | None,
+    taken: int,
+) -> list[Claimed]:
+    """One claim statement (``claim``): on Citus, for the tenants of ``shards``, after
+    claims that took ``taken`` rows of ``shares``."""
+    workers, deadlines, starts = _share_arrays(shares, now, taken)
     holding = [] if hold is None else sorted(hold)
     name = "claim_holding" if hold else "claim"
     more = dict(hold_tenants=holding, hold_room=[hold[t] for t in holding]) if hold else {}
-    statement = SQL[f"{name}_by_worker_time" if by_worker_time else name]
     rows = await db.fetch(
-        *statement.bind(
+        *SQL.on(
+            shards,
+            f"{name}_by_worker_time" if by_worker_time else name,
             job_type=job_type,
             tenants=[t for t, _ in counts],
             keys=[k for _, k in counts],
@@ -142,19 +178,24 @@ async def lock_and_count(
     same round trip (lock_and_count): the type's ACTIVATED jobs if ``type_cap``, the room
     of the ``capped`` tenants, and the buckets of the type if ``type_limited`` and of the
     ``limited`` tenants (none read if neither)."""
-    rows = await tx.fetch(
-        *SQL["lock_and_count"].bind(
-            type_lock_class=int4(TYPE_CAP_LOCK_CLASS),
-            type_lock_key=cap_key(job_type) if lock_type else None,
-            tenant_lock_class=TENANT_CAP_LOCK_CLASS,
-            lock_tenants=sorted(lock_tenants),
-            job_type=job_type,
-            type_cap=type_cap,
-            capped=list(capped),
-            type_limited=type_limited,
-            limited=list(limited),
-        )
+    locks = dict(
+        type_lock_class=int4(TYPE_CAP_LOCK_CLASS),
+        type_lock_key=cap_key(job_type) if lock_type else None,
+        tenant_lock_class=TENANT_CAP_LOCK_CLASS,
+        lock_tenants=sorted(lock_tenants),
     )
+    reads = dict(
+        job_type=job_type,
+        type_cap=type_cap,
+        capped=list(capped),
+        type_limited=type_limited,
+        limited=list(limited),
+    )
+    if citus.on_citus(tx):  # the locks, then the counts across every node
+        await tx.fetch(*SQL.citus["lock_caps"].bind(**locks))
+        rows = await tx.fetch(*SQL.citus["count_caps"].bind(**reads))
+    else:
+        rows = await tx.fetch(*SQL["lock_and_count"].bind(**locks, **reads))
     now = rows[0]["at"]
     type_active = None
     room: dict[str, int] = {}
@@ -233,8 +274,17 @@ def _lead_claim(row: Any) -> LeadClaim:
     )
 
 
+# What a lead claim answers on Citus: nothing, the type not known dry.  Its read of the
+# lead lane spans every node and its claim writes on one, which Citus does not run as
+# one statement: the caller runs the full rounds instead (a read, then a claim on the
+# lead lane's node), as when a lead claim finds its heads held.
+NOTHING_LED = LeadClaim(None, None, None, None, None, False)
+
+
 async def claim_lead(db: Queries, job_type: str, ask: LeadAsk, now: datetime) -> LeadClaim:
-    """One stride pick read and claimed at once (claim_lead)."""
+    """One stride pick read and claimed at once (claim_lead); on Citus, NOTHING_LED."""
+    if citus.on_citus(db):
+        return NOTHING_LED
     return _lead_claim(await db.fetchrow(*_lead_call(job_type, ask, now)))
 
 
@@ -246,7 +296,11 @@ async def insert_and_claim_lead(
     same transaction, as claim_lead would after it.  The pick is usually the new job;
     then nothing is notified, for nobody else need wake.  Otherwise (another lane is
     ahead of it, a cap, a head held) the new job is announced as insert_jobs announces
-    it.  The new job's key, and what the claim got."""
+    it.  The new job's key, and what the claim got.  On Citus the job is inserted and
+    announced, and nothing claimed (NOTHING_LED): its waiter is woken as any other."""
+    if citus.on_citus(db):
+        [inserted] = await insert(db, [job], now)
+        return inserted.job_key, NOTHING_LED
     lead = _lead_call(job["type"], ask, now)
     async with db.transaction(first=locks_for([job], now)) as tx:
         [key], _ = await insert_into(tx, [job], now, quiet=True)

@@ -8,13 +8,14 @@ Its statements are app/db/sql/jobs.sql; those that answer job records list
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 import orjson
 
-from app.db import lanes, sql
+from app.db import citus, lanes, sql
 from app.db.base import Queries, Sessions, retry_deadlock, transaction_on
 from app.db.locks import buckets_of, share_buckets_sql
 from app.db.rows import (
@@ -61,10 +62,31 @@ async def insert_into(
 ) -> tuple[list[int], list[int]]:
     """In the caller's transaction, which holds ``locks_for(jobs)``: insert_jobs (or,
     ``quiet``, insert_job_quiet).  The keys in input order, and the 1-based positions not
-    inserted (their idempotency key was taken)."""
-    statement = SQL["insert_job_quiet" if quiet else "insert_jobs"]
-    row = await tx.fetchrow(*statement.bind(**_insert_args(jobs, now)))
-    return row["job_keys"], row["not_inserted"]
+    inserted (their idempotency key was taken).  On Citus a statement per Citus shard,
+    after the re-entry floors of the ready jobs' types are read across every node, and
+    the types notified from the coordinator (unless ``quiet``)."""
+    name = "insert_job_quiet" if quiet else "insert_jobs"
+    if not citus.on_citus(tx):
+        row = await tx.fetchrow(*SQL[name].bind(**_insert_args(jobs, now)))
+        return row["job_keys"], row["not_inserted"]
+    ready = [j["type"] for j in jobs if ready_at_once(j, now)]
+    reentry = await lanes.reentry_floors(tx, ready)
+    keys = [0] * len(jobs)
+    not_inserted: list[int] = []
+    for shards, part in citus.split(tx, range(len(jobs)), lambda i: tenant_of(jobs[i])):
+        args = _insert_args([jobs[i] for i in part], now)
+        row = await tx.fetchrow(*SQL.on(shards, name, **args, **reentry))
+        for i, key in zip(part, row["job_keys"], strict=True):
+            keys[i] = key
+        not_inserted += [part[o - 1] + 1 for o in row["not_inserted"]]
+    if not quiet:
+        skipped = set(not_inserted)
+        told = Counter(
+            j["type"] for i, j in enumerate(jobs, 1) if i not in skipped and ready_at_once(j, now)
+        )
+        for job_type, n in sorted(told.items()):
+            await notify_ready(tx, job_type, n)
+    return keys, sorted(not_inserted)
 
 
 @retry_deadlock
@@ -73,7 +95,10 @@ async def insert(db: Sessions, jobs: Sequence[Mapping[str, Any]], now: datetime)
     field left out takes its default here, in SQL)."""
     async with db.connection() as conn:
         locks = locks_for(jobs, now)
-        if locks is None:  # only jobs for later: one statement is its own transaction
+        if citus.on_citus(conn):  # a statement per Citus shard, and the NOTIFY: together
+            async with transaction_on(conn, locks):
+                keys, not_inserted = await insert_into(conn, jobs, now)
+        elif locks is None:  # only jobs for later: one statement is its own transaction
             keys, not_inserted = await insert_into(conn, jobs, now)
         else:
             async with transaction_on(conn, locks):
@@ -101,6 +126,8 @@ async def insert_one(db: Sessions, job: Mapping[str, Any], now: datetime) -> Sto
     and a commit when it is ready at once (BEGIN with the locks, the insert, COMMIT),
     one when it is for later."""
     assert job.get("idempotencyKey") is None
+    if citus.on_citus(db):
+        return await _insert_one_on_citus(db, job, now)
     insert = SQL["insert_job"].bind(**_insert_args([job], now))
     locks = locks_for([job], now)
     if locks is None:
@@ -108,6 +135,22 @@ async def insert_one(db: Sessions, job: Mapping[str, Any], now: datetime) -> Sto
     else:
         async with db.transaction(first=locks) as tx:
             row = await tx.fetchrow(*insert)
+    config = TypeConfig(None, row["type_aging_interval_ms"], row["type_aging_step"])
+    return StoredJob(job_row(row), config)
+
+
+async def _insert_one_on_citus(db: Sessions, job: Mapping[str, Any], now: datetime) -> StoredJob:
+    """insert_one on Citus: the floor read first, the insert on the tenant's node and the
+    NOTIFY from the coordinator in one transaction."""
+    ready = ready_at_once(job, now)
+    reentry = await lanes.reentry_floors(db, [job["type"]] if ready else [])
+    [(shards, _)] = citus.split(db, [tenant_of(job)], str)
+    async with db.transaction(first=locks_for([job], now)) as tx:
+        row = await tx.fetchrow(
+            *SQL.on(shards, "insert_job", **_insert_args([job], now), **reentry)
+        )
+        if ready:
+            await notify_ready(tx, job["type"], 1)
     config = TypeConfig(None, row["type_aging_interval_ms"], row["type_aging_step"])
     return StoredJob(job_row(row), config)
 

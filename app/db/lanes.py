@@ -47,7 +47,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from app.db import sql
+from app.db import citus, sql
 from app.db.base import Queries, retry_deadlock
 from app.db.bounds import SCANNED_LANES
 from app.db.locks import buckets_of, share_buckets_sql
@@ -62,6 +62,7 @@ log = logging.getLogger(__name__)
 
 
 SQL = sql.load("lanes")  # app/db/sql/lanes.sql
+_NOTIFY = sql.load("jobs")["notify_ready"]
 
 
 CHARGE_ARRAYS = (
@@ -70,13 +71,13 @@ CHARGE_ARRAYS = (
 )
 
 
-def _charge_arrays(charges: Charges | None) -> dict[str, list[Any]]:
+def _charge_arrays(charges: Charges | None, only: set[str] | None = None) -> dict[str, list[Any]]:
     """The fragment charge's ten arrays, by name: lanes in tenant order, keys in
-    (tenant, key) order."""
+    (tenant, key) order; of the tenants ``only`` (None: all)."""
     if charges is None:
         return {name: [] for name in CHARGE_ARRAYS}
-    tenants = sorted(charges.lanes)
-    keys = sorted(charges.keys)
+    tenants = sorted(t for t in charges.lanes if only is None or t in only)
+    keys = sorted(tk for tk in charges.keys if only is None or tk[0] in only)
     return dict(
         tenants=tenants,
         counts=[charges.lanes[t] for t in tenants],
@@ -102,7 +103,14 @@ async def read(
 ) -> LaneRead:
     """Charge ``charges`` (jobs claimed and stride per lane and per key) first, then read
     the type's configuration and its first ``limit`` lanes that have a ready job (see
-    LaneRead)."""
+    LaneRead).  On Citus the charge goes first, a statement per Citus shard, and the read
+    after it across every node (read_across)."""
+    if citus.on_citus(db):
+        drained, keys = ([], []) if charges is None else await charge(db, job_type, charges)
+        found = await read_across(db, job_type, limit, exclude, tenant_ids)
+        found.empty.extend(t for t in drained if t not in found.empty)
+        found.emptied_keys.extend(keys)
+        return found
     args = dict(job_type=job_type, limit=limit, exclude=list(exclude), **_charge_arrays(charges))
     if tenant_ids is None:
         rows = await db.fetch(*SQL["read_lanes"].bind(**args))
@@ -110,6 +118,25 @@ async def read(
         rows = await db.fetch(
             *SQL["read_lanes_of_tenants"].bind(**args, tenant_ids=list(tenant_ids))
         )
+    return _lane_read(rows, limit)
+
+
+async def read_across(
+    db: Queries, job_type: str, limit: int, exclude: Sequence[str], tenant_ids: Sequence[str] | None
+) -> LaneRead:
+    """``read`` on Citus, across every node and without charges (the store charges first,
+    on each lane's node: ``charge``)."""
+    args = dict(job_type=job_type, limit=limit, exclude=list(exclude))
+    if tenant_ids is None:
+        rows = await db.fetch(*SQL.citus["read_lanes"].bind(**args))
+    else:
+        rows = await db.fetch(
+            *SQL.citus["read_lanes_of_tenants"].bind(**args, tenant_ids=list(tenant_ids))
+        )
+    return _lane_read(rows, limit)
+
+
+def _lane_read(rows: Sequence[Any], limit: int) -> LaneRead:
     head, lanes = rows[0], rows[1:]
     cfg = TypeConfig(
         head["type_cap"],
@@ -149,19 +176,24 @@ async def read_keys(
     db: Queries, job_type: str, wants: Mapping[str, int], exclude: Sequence[LaneKey]
 ) -> KeyRead:
     """The first ``wants[tenant]`` active keys of each lane, not ``exclude``d, in
-    (vtime, key) order (read_keys; see KeyRead)."""
+    (vtime, key) order (read_keys; see KeyRead); on Citus a statement per Citus shard
+    (app.db.citus.split)."""
     if not wants:
         return KeyRead({}, [], set())
     tenants = sorted(wants)
-    rows = await db.fetch(
-        *SQL["read_keys"].bind(
-            job_type=job_type,
-            tenants=tenants,
-            wants=[wants[t] for t in tenants],
-            exclude_tenants=[t for t, _ in exclude],
-            exclude_keys=[k for _, k in exclude],
+    rows = []
+    for shards, part in citus.split(db, tenants, str):
+        rows += await db.fetch(
+            *SQL.on(
+                shards,
+                "read_keys",
+                job_type=job_type,
+                tenants=part,
+                wants=[wants[t] for t in part],
+                exclude_tenants=[t for t, _ in exclude],
+                exclude_keys=[k for _, k in exclude],
+            )
         )
-    )
     ready: dict[str, list[tuple[str, float, int]]] = {}
     empty: list[tuple[str, str]] = []
     seen: Counter[str] = Counter()
@@ -179,8 +211,15 @@ async def read_keys(
 async def charge(db: Queries, job_type: str, charges: Charges) -> tuple[list[str], list[LaneKey]]:
     """Charge each lane its claimed jobs x stride and each key its claimed jobs x key
     stride (charge_lanes), after the claim; the charged lanes and keys left without a
-    ready job, to be parked."""
-    rows = await db.fetch(*SQL["charge_lanes"].bind(job_type=job_type, **_charge_arrays(charges)))
+    ready job, to be parked.  On Citus a statement per Citus shard."""
+    rows = []
+    tenants = {*charges.lanes, *(t for t, _ in charges.keys)}
+    for shards, part in citus.split(db, sorted(tenants), str):
+        arrays = _charge_arrays(charges, None if shards is None else set(part))
+        if shards is not None:
+            # Citus carries no NULL in an array through its plan: no floor is -infinity.
+            arrays["floors"] = [float("-inf") if f is None else f for f in arrays["floors"]]
+        rows += await db.fetch(*SQL.on(shards, "charge_lanes", job_type=job_type, **arrays))
     drained = [r["tenant_id"] for r in rows if r["fairness_key"] is None]
     keys = [(r["tenant_id"], r["fairness_key"]) for r in rows if r["fairness_key"] is not None]
     return drained, keys
@@ -197,19 +236,46 @@ async def lock_to_wake(tx: Queries, lanes: Sequence[tuple[str, str]]) -> None:
 async def wake(tx: Queries, jobs: Sequence[Mapping[str, Any]]) -> None:
     """Mark lanes and their keys backlogged after ``jobs`` (rows with their job_type,
     tenant_id and fairness_key) became ready (wake_lanes), in the transaction that holds
-    their buckets (lock_to_wake)."""
-    if jobs:
+    their buckets (lock_to_wake).  On Citus a statement per Citus shard, given their
+    types' re-entry floors read first across every node (reentry_floors), and their
+    types notified from the coordinator."""
+    groups = citus.split(tx, jobs, lambda j: j["tenant_id"])
+    reentry = {}
+    if groups and groups[0][0] is not None:
+        reentry = await reentry_floors(tx, [j["job_type"] for j in jobs])
+    for shards, part in groups:
         await tx.fetchval(
-            *SQL["wake_lanes"].bind(
-                job_types=[j["job_type"] for j in jobs],
-                tenant_ids=[j["tenant_id"] for j in jobs],
-                fairness_keys=[j["fairness_key"] for j in jobs],
+            *SQL.on(
+                shards,
+                "wake_lanes",
+                job_types=[j["job_type"] for j in part],
+                tenant_ids=[j["tenant_id"] for j in part],
+                fairness_keys=[j["fairness_key"] for j in part],
+                **reentry,
             )
         )
+    if reentry:
+        for job_type, n in sorted(Counter(j["job_type"] for j in jobs).items()):
+            await notify(tx, job_type, n)
+
+
+async def notify(db: Queries, job_type: str, n: int) -> None:
+    """Announce that ``n`` jobs of ``job_type`` became activatable (notify_ready): on
+    Citus, from the coordinator, where every server listens."""
+    await db.execute(*_NOTIFY.bind(payload=f"{job_type} {n}"))
 
 
 async def hold(tx: Queries, job_type: str, tenant_ids: Sequence[str]) -> None:
     """Hold the lanes of ``tenant_ids`` (at their caps, counted under their cap locks in
-    this transaction) out of the reads until their capacity frees (hold_lanes)."""
-    if tenant_ids:
-        await tx.execute(*SQL["hold_lanes"].bind(job_type=job_type, tenant_ids=list(tenant_ids)))
+    this transaction) out of the reads until their capacity frees (hold_lanes); on Citus
+    a statement per Citus shard."""
+    for shards, part in citus.split(tx, tenant_ids, str):
+        await tx.execute(*SQL.on(shards, "hold_lanes", job_type=job_type, tenant_ids=part))
+
+
+async def reentry_floors(db: Queries, job_types: Sequence[str]) -> dict[str, Any]:
+    """On Citus: where a lane of each of ``job_types`` re-enters (reentry_floors, read
+    across every node), as the arguments a statement that wakes lanes takes."""
+    types = sorted(set(job_types))
+    vtimes = [await db.fetchval(*SQL.citus["reentry_floors"].bind(job_type=t)) for t in types]
+    return dict(reentry_types=types, reentry_vtimes=vtimes)

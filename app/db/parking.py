@@ -37,7 +37,7 @@ from typing import Any
 
 import asyncpg
 
-from app.db import sql
+from app.db import citus, sql
 from app.db.base import Sessions, retry_deadlock
 from app.db.locks import LANE_LOCK_CLASS, lane_bucket, lock_sql
 from app.scheduler import (
@@ -71,14 +71,28 @@ async def park(
     virtual time, and when jobs come back it takes every activation until it catches up
     (ADR 014) -- as an emptied key does inside its lane -- so background parks keep
     trying while two producers' batches overlap for seconds."""
-    parked, busy = await _park_once(db, job_type, _targets(tenant_ids, keys))
+    parked: list[str] = []
+    for shards, targets in citus.split(db, _targets(tenant_ids, keys), lambda x: x[0]):
+        parked += await _park(db, job_type, targets, retries, shards)
+    return parked
+
+
+async def _park(
+    db: Sessions,
+    job_type: str,
+    targets: Sequence[_Target],
+    retries: int,
+    shards: Sequence[int] | None,
+) -> list[str]:
+    """park for ``targets``: on Citus, of the Citus shard of ``shards``."""
+    parked, busy = await _park_once(db, job_type, targets, shards)
     pause = PARK_RETRY_S
     for _ in range(retries):
         if not busy:
             break
         await asyncio.sleep(pause)
         pause *= 2
-        more, busy = await _park_once(db, job_type, busy)
+        more, busy = await _park_once(db, job_type, busy, shards)
         parked += more
     if busy:
         log.info("parking %d lanes and keys of %r waited in vain", len(busy), job_type)
@@ -95,17 +109,23 @@ def _targets(tenant_ids: Sequence[str], keys: Sequence[LaneKey]) -> list[_Target
     return [(t, None) for t in tenant_ids] + [(t, k) for t, k in keys]
 
 
-async def _park_in(conn: Any, job_type: str, targets: Sequence[_Target]) -> list[str]:
-    """park_lanes and park_keys for ``targets``, whose buckets ``conn`` holds."""
+async def _park_in(
+    conn: Any, job_type: str, targets: Sequence[_Target], shards: Sequence[int] | None
+) -> list[str]:
+    """park_lanes and park_keys for ``targets``, whose buckets ``conn`` holds (on Citus,
+    ``shards``: theirs, in one Citus shard)."""
     tenants = [t for t, k in targets if k is None]
     keys = [(t, k) for t, k in targets if k is not None]
-    lanes = SQL["park_lanes"].bind(job_type=job_type, tenant_ids=tenants)
+    lanes = SQL.on(shards, "park_lanes", job_type=job_type, tenant_ids=tenants)
     rows = await conn.fetch(*lanes) if tenants else []
     if keys:
-        of_keys = SQL["park_keys"]
         await conn.fetch(
-            *of_keys.bind(
-                job_type=job_type, tenant_ids=[t for t, _ in keys], keys=[k for _, k in keys]
+            *SQL.on(
+                shards,
+                "park_keys",
+                job_type=job_type,
+                tenant_ids=[t for t, _ in keys],
+                keys=[k for _, k in keys],
             )
         )
     return [r["tenant_id"] for r in rows]
@@ -113,7 +133,7 @@ async def _park_in(conn: Any, job_type: str, targets: Sequence[_Target]) -> list
 
 @retry_deadlock
 async def _park_once(
-    db: Sessions, job_type: str, targets: Sequence[_Target]
+    db: Sessions, job_type: str, targets: Sequence[_Target], shards: Sequence[int] | None
 ) -> tuple[list[str], list[_Target]]:
     """One try of park: the lanes parked, and the targets whose bucket stayed busy."""
     by_bucket: dict[int, list[_Target]] = {}
@@ -127,7 +147,7 @@ async def _park_once(
                 lock_sql("pg_try_advisory_xact_lock", LANE_LOCK_CLASS, buckets)
             )
             locked = [x for b, ok in zip(buckets, got, strict=True) if ok for x in by_bucket[b]]
-            parked = await _park_in(conn, job_type, locked) if locked else []
+            parked = await _park_in(conn, job_type, locked, shards) if locked else []
         busy = [b for b, ok in zip(buckets, got, strict=True) if not ok]
         if busy:
             # A producer holds these buckets (for any lane of them).  Trying again
@@ -141,7 +161,7 @@ async def _park_once(
                 async with conn.transaction():
                     await conn.execute(f"SET LOCAL lock_timeout = '{PARK_WAIT_MS}ms'")
                     await conn.execute(lock_sql("pg_advisory_xact_lock", LANE_LOCK_CLASS, busy))
-                    parked = [*parked, *await _park_in(conn, job_type, waited)]
+                    parked = [*parked, *await _park_in(conn, job_type, waited, shards)]
             except asyncpg.LockNotAvailableError:
                 unlocked = waited
     return parked, unlocked

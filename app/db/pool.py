@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import asyncpg
 import orjson
 
-from app.db import claims, finishing, job_rows, lanes, operating
+from app.db import citus, claims, finishing, job_rows, lanes, operating
 from app.db.base import transaction_on
 from app.db.bounds import HISTORY_SETTING
 from app.db.connect import connect
@@ -160,12 +160,72 @@ async def revision_at(url: str) -> tuple[str | None, str | None]:
         await conn.close()
 
 
-async def _init_connection(conn: asyncpg.Connection) -> None:
+class _Citus:
+    """Whether a pool's database is a Citus coordinator with Jobfair's tables distributed,
+    found by the pool's first connection, and then its ShardMap, which every connection
+    of the pool carries as ``shard_map`` (None: one PostgreSQL) for the storage modules
+    (app.db.citus.split)."""
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+        self.known = False
+        self.map: citus.ShardMap | None = None
+
+    async def of(self, conn: asyncpg.Connection) -> citus.ShardMap | None:
+        async with self._lock:
+            if not self.known:
+                self.map = await citus.shard_map(conn)
+                self.known = True
+        return self.map
+
+
+async def _init_connection(conn: asyncpg.Connection, found: _Citus | None = None) -> None:
     await conn.set_type_codec(
         "jsonb", encoder=_encode_jsonb, decoder=orjson.loads, schema="pg_catalog"
     )
-    for call in _warm_up_calls():
+    conn.shard_map = None if found is None else await found.of(conn)
+    if conn.shard_map is not None:
+        # Citus cannot run the generic plan of a statement that passes a parameter to an
+        # SQL function (jobfair_key_shard($1): "parameters in SQL functions"), and prunes
+        # to the shards a custom plan names: each call is planned with its values.
+        await conn.execute("SET plan_cache_mode = force_custom_plan")
+    calls = _warm_up_calls() if conn.shard_map is None else _citus_warm_up_calls()
+    for call in calls:
         await conn.fetch(*call)
+
+
+def _citus_warm_up_calls() -> list[tuple[Any, ...]]:
+    """_warm_up_calls as Citus runs them (each naming no shard: it touches none)."""
+    now = utcnow()
+    insert = dict(
+        jobs="[]",
+        now=now,
+        default_tenant=DEFAULT_TENANT,
+        default_priority=DEFAULT_PRIORITY,
+        default_retries=DEFAULT_RETRIES,
+        shards=[0],
+        reentry_types=[],
+        reentry_vtimes=[],
+    )
+    charge: dict[str, list[Any]] = {name: [] for name in lanes.CHARGE_ARRAYS}
+    claim = dict(job_type="", tenants=[], keys=[], counts=[], now=now, workers=[], deadlines=[])
+    claim |= dict(aging_step=0, aging_interval_ms=1, via_stream=False, starts=[], shards=[0])
+    read = dict(job_type="", limit=1, exclude=[])
+    return [
+        job_rows.SQL.citus["insert_jobs"].bind(**insert),
+        job_rows.SQL.citus["get_job"].bind(job_key=-1),
+        lanes.SQL.citus["read_lanes"].bind(**read),
+        lanes.SQL.citus["read_lanes_of_tenants"].bind(**read, tenant_ids=[]),
+        lanes.SQL.citus["read_keys"].bind(
+            job_type="", tenants=[], wants=[], exclude_tenants=[], exclude_keys=[], shards=[0]
+        ),
+        claims.SQL.citus["claim"].bind(**claim),
+        claims.SQL.citus["claim_by_worker_time"].bind(**claim),
+        lanes.SQL.citus["charge_lanes"].bind(job_type="", **charge, shards=[0]),
+        finishing.SQL.citus["complete_jobs"].bind(
+            job_keys=[], activation_counts=[], variables=[], now=now
+        ),
+    ]
 
 
 def _warm_up_calls() -> list[tuple[Any, ...]]:
@@ -244,6 +304,9 @@ class _Connection(asyncpg.Connection):  # type: ignore[misc]
     again as it was.  (The mark is on the exception: a pool's proxy of a connection that
     died is detached from it at once.)"""
 
+    # On a Citus coordinator, its ShardMap (set when the pool opens the connection).
+    shard_map: citus.ShardMap | None = None
+
     def _may_commit(self, query: str) -> bool:
         if self.is_in_transaction():
             return query.lstrip()[:6].upper() == "COMMIT"
@@ -288,8 +351,9 @@ class Database:
     Statements run on it directly (each on a connection of its own, autocommit), or on
     the connection ``connection()`` or ``transaction()`` lends (see ``app.db.base``)."""
 
-    def __init__(self, pool: asyncpg.Pool, timeout_s: float) -> None:
+    def __init__(self, pool: asyncpg.Pool, timeout_s: float, found: _Citus | None = None) -> None:
         self._pool = pool
+        self._citus = found
         self.timeout_s = timeout_s
         self._unavailable_logged = -UNAVAILABLE_LOG_EVERY_S
         self.waiting = 0  # calls waiting for a connection (none was idle), for /metrics
@@ -312,12 +376,23 @@ class Database:
         a statement for at most ``statement_timeout_s``.
         ``history``: whether its statements write jobs' attempt history (app.db.history,
         read there from the connection's ``jobfair.history`` setting)."""
+        found = _Citus()
         pool = await until_reachable(
-            lambda: cls._create_pool(url, size, min_size, history, statement_timeout_s),
+            lambda: cls._create_pool(url, size, min_size, history, statement_timeout_s, found),
             wait_s,
             "pool",
         )
-        return cls(pool, acquire_timeout_s)
+        db = cls(pool, acquire_timeout_s, found)
+        if not found.known:  # no connection opened yet (min_size 0)
+            async with db.connection():
+                pass
+        return db
+
+    @property
+    def shard_map(self) -> citus.ShardMap | None:
+        """On a Citus coordinator, which Citus shard holds each shard value (None: one
+        PostgreSQL); every connection the pool lends carries it too."""
+        return None if self._citus is None else self._citus.map
 
     @staticmethod
     async def _create_pool(
@@ -326,6 +401,7 @@ class Database:
         min_size: int | None,
         history: bool = True,
         statement_timeout_s: float = 60.0,
+        found: _Citus | None = None,
     ) -> asyncpg.Pool:
         return await asyncpg.create_pool(
             url,
@@ -333,7 +409,7 @@ class Database:
             connect=connect,
             min_size=size if min_size is None else min(min_size, size),
             max_size=size,
-            init=_init_connection,
+            init=functools.partial(_init_connection, found=found),
             reset=_reset_connection,
             connection_class=_Connection,
             # The hot statements are written to be plan-robust (primary-key probes via

@@ -22,18 +22,28 @@ fragment has no arguments -- its parameters are named as a statement's are, and 
 in the statement that includes it -- and may include others; a name that resolves to
 nothing, or a fragment that includes itself, is refused at load.  So a part is written
 once and read as SQL, and docs/sql shows each statement whole.
+
+A block may have a second spelling for Citus (``-- name: claim @citus``, ``-- fragment: j
+@citus``): ``load(concept, citus=True)`` takes it wherever it exists, for a statement and
+for every fragment put in, and the plain spelling elsewhere.  So a statement that Citus
+plans as it is stays one text, and one that needs its shards named
+(``{{shards.j}}``: nothing on one PostgreSQL, ``AND j.shard = ANY(:shards)`` on Citus) is
+still written once (docs/scaling.md).  A fragment may be empty, and a statement may exist
+only for Citus.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 from app.db.bounds import constants
 
-_BLOCK = re.compile(r"^-- (name|fragment): (\w+)[ \t]*$", re.MULTILINE)
+_BLOCK = re.compile(r"^-- (name|fragment): (\w+)(?:[ \t]+(@citus))?[ \t]*$", re.MULTILINE)
+CITUS = "@citus"
 # A quoted string (a bound may be put in it), a quoted identifier or a comment (kept
 # whole), or a name to put in.
 _INCLUDE = re.compile(
@@ -95,8 +105,8 @@ def _blocks(concept: str, source: str) -> dict[str, _Block]:
         while lines and lines[0].startswith("--"):
             header.append(lines.pop(0)[2:].removeprefix(" "))
         body = "\n".join(lines).strip()
-        kind, name = m.group(1), m.group(2)
-        if not body:
+        kind, name = m.group(1), m.group(2) + (m.group(3) or "")
+        if not body and kind == "name":
             raise ValueError(f"{concept}.sql: {name} has no statement")
         if name in found:
             raise ValueError(f"{concept}.sql: {name} is named twice")
@@ -105,11 +115,16 @@ def _blocks(concept: str, source: str) -> dict[str, _Block]:
 
 
 def parse(
-    concept: str, source: str, others: dict[str, dict[str, _Block]] | None = None
+    concept: str,
+    source: str,
+    others: dict[str, dict[str, _Block]] | None = None,
+    *,
+    citus: bool = False,
 ) -> dict[str, Statement]:
     """The statements of ``source`` (a .sql file's text), by name, with their fragments
     and bounds put in.  ``others``: other files' blocks by concept (read from
-    app/db/sql when not given)."""
+    app/db/sql when not given).  ``citus``: each block's Citus spelling where it has one
+    (a statement only Citus has included)."""
     blocks = {concept: _blocks(concept, source), **(others or {})}
     bounds = constants()
 
@@ -132,7 +147,7 @@ def parse(
             owner = owner or within[-1].split(".")[0]
             if owner not in blocks:
                 blocks[owner] = _blocks(owner, _source(owner))
-            block = blocks[owner].get(name)
+            block = (citus and blocks[owner].get(name + CITUS)) or blocks[owner].get(name)
             if block is None or block.kind != "fragment":
                 raise ValueError(f"{where}: no fragment {{{{{ref}}}}} in {owner}.sql")
             full = f"{owner}.{name}"
@@ -143,13 +158,17 @@ def parse(
         return _INCLUDE.sub(put, body)
 
     found: dict[str, Statement] = {}
-    for block in blocks[concept].values():
-        if block.kind == "fragment":
+    own = blocks[concept]
+    names = [b.name for b in own.values() if b.kind == "name"]
+    for spelled in names:
+        name = spelled.removesuffix(CITUS)
+        if name in found or (spelled != name and not citus):
             continue
-        where = f"{concept}.{block.name}"
+        block = (citus and own.get(name + CITUS)) or own[spelled]
+        where = f"{concept}.{name}"
         body = expand(where, block.body, (where,))
-        text, params = _numbered(concept, block.name, body)
-        found[block.name] = Statement(concept, block.name, block.header, text, params)
+        text, params = _numbered(concept, name, body)
+        found[name] = Statement(concept, name, block.header, text, params)
     return found
 
 
@@ -175,9 +194,38 @@ def _source(concept: str) -> str:
     return resources.files("app.db").joinpath("sql", f"{concept}.sql").read_text()
 
 
-def load(concept: str) -> dict[str, Statement]:
-    """``app/db/sql/<concept>.sql``'s statements, by name."""
-    return parse(concept, _source(concept))
+class Statements(dict[str, Statement]):
+    """A concept's statements by name, and (``citus``) as Citus runs them."""
+
+    def __init__(self, concept: str, plain: dict[str, Statement]) -> None:
+        super().__init__(plain)
+        self.concept = concept
+        self._citus: dict[str, Statement] | None = None
+
+    @property
+    def citus(self) -> dict[str, Statement]:
+        if self._citus is None:
+            self._citus = parse(self.concept, _source(self.concept), citus=True)
+        return self._citus
+
+    def on(self, shards: Sequence[int] | None, name: str, **values: Any) -> tuple[Any, ...]:
+        """``name`` bound to ``values``: as it is where ``shards`` is None (one
+        PostgreSQL), else its Citus spelling, for the rows of ``shards`` (all in one Citus
+        shard: the statement runs on the node that holds it)."""
+        if shards is None:
+            return self[name].bind(**values)
+        return self.citus[name].bind(shards=list(shards), **values)
+
+
+def load(concept: str, *, citus: bool = False) -> Statements:
+    """``app/db/sql/<concept>.sql``'s statements, by name (``citus``: as Citus runs them;
+    ``.citus`` of the answer has them too)."""
+    if citus:
+        found = Statements(concept, {})
+        found._citus = parse(concept, _source(concept), citus=True)
+        found.update(found._citus)
+        return found
+    return Statements(concept, parse(concept, _source(concept)))
 
 
 def concepts() -> list[str]:

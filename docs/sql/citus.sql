@@ -30,3 +30,11 @@ SELECT create_reference_table($1::text::regclass);
 -- Parameters: $1 :table, $2 :colocate_with
 SELECT create_distributed_table($1::text::regclass, 'shard',
                                 colocate_with => COALESCE($2::text, 'default'));
+
+-- name: shard_ids
+-- Which Citus shard holds each of Jobfair's shard values (0 to :shards - 1), as Citus
+-- hashes ``jobs.shard``: the store sends one statement per Citus shard
+-- (app.db.citus.ShardMap).  Citus's catalog: planned only where Citus is installed.
+-- Parameters: $1 :shards
+SELECT s::int2 AS shard, get_shard_id_for_distribution_column('jobs', s::int2) AS shard_id
+FROM generate_series(0, $1::int - 1) AS s;

@@ -60,14 +60,14 @@ prios AS (
     SELECT a.tenant_id, a.fairness_key, a.k, true AS top,
            (SELECT max(j.priority) FROM jobs j
              WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = a.tenant_id
-               AND j.fairness_key = a.fairness_key)
+               AND j.fairness_key = a.fairness_key )
              AS priority
     FROM alloc a
   UNION ALL
     SELECT p.tenant_id, p.fairness_key, p.k, false,
            (SELECT max(j.priority) FROM jobs j
              WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = p.tenant_id
-               AND j.fairness_key = p.fairness_key AND j.priority < p.priority)
+               AND j.fairness_key = p.fairness_key AND j.priority < p.priority )
     FROM prios p WHERE p.priority IS NOT NULL
 ),
 heads AS (
@@ -135,7 +135,7 @@ activated AS (
         activated_at = $7::timestamptz, via_stream = $9,
         charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $6) = 'workerTime'
                   THEN COALESCE((SELECT l.unit_est FROM lanes l
-                                 WHERE l.job_type = $6 AND l.tenant_id = j.tenant_id),
+                                 WHERE l.job_type = $6 AND l.tenant_id = j.tenant_id ),
                                 1.0::float8) END
     FROM taken t
     JOIN unnest($10::text[], $11::timestamptz[]) WITH ORDINALITY
@@ -167,14 +167,14 @@ prios AS (
     SELECT a.tenant_id, a.fairness_key, a.k, true AS top,
            (SELECT max(j.priority) FROM jobs j
              WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = a.tenant_id
-               AND j.fairness_key = a.fairness_key)
+               AND j.fairness_key = a.fairness_key )
              AS priority
     FROM alloc a
   UNION ALL
     SELECT p.tenant_id, p.fairness_key, p.k, false,
            (SELECT max(j.priority) FROM jobs j
              WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = p.tenant_id
-               AND j.fairness_key = p.fairness_key AND j.priority < p.priority)
+               AND j.fairness_key = p.fairness_key AND j.priority < p.priority )
     FROM prios p WHERE p.priority IS NOT NULL
 ),
 heads AS (
@@ -242,22 +242,22 @@ activated AS (
         activated_at = $7::timestamptz, via_stream = $9,
         charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $6) = 'workerTime'
                   THEN COALESCE((SELECT l.unit_est FROM lanes l
-                                 WHERE l.job_type = $6 AND l.tenant_id = j.tenant_id),
+                                 WHERE l.job_type = $6 AND l.tenant_id = j.tenant_id ),
                                 1.0::float8) END,
         lane_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $6) = 'workerTime'
                       THEN COALESCE((SELECT l.unit_est FROM lanes l
-                                     WHERE l.job_type = $6 AND l.tenant_id = j.tenant_id),
+                                     WHERE l.job_type = $6 AND l.tenant_id = j.tenant_id ),
                                     1.0::float8)
                            / COALESCE((SELECT t.weight FROM tenants t
                                        WHERE t.tenant_id = j.tenant_id), 1) END,
         key_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $6) = 'workerTime'
                      THEN COALESCE((SELECT l.unit_est FROM lanes l
-                                    WHERE l.job_type = $6 AND l.tenant_id = j.tenant_id),
+                                    WHERE l.job_type = $6 AND l.tenant_id = j.tenant_id ),
                                    1.0::float8)
                           / COALESCE((SELECT w.weight FROM key_weights w
                                       WHERE w.tenant_id = j.tenant_id
                                         AND w.fairness_key = j.fairness_key
-                                        AND w.shard = jobfair_shard(j.tenant_id)), 1) END
+                                        AND w.shard = jobfair_shard(j.tenant_id) ), 1) END
     FROM taken t
     JOIN unnest($10::text[], $11::timestamptz[]) WITH ORDINALITY
          AS s(worker, deadline, share) ON s.share = t.share
@@ -288,14 +288,14 @@ prios AS (
     SELECT a.tenant_id, a.fairness_key, a.k, true AS top,
            (SELECT max(j.priority) FROM jobs j
              WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = a.tenant_id
-               AND j.fairness_key = a.fairness_key)
+               AND j.fairness_key = a.fairness_key )
              AS priority
     FROM alloc a
   UNION ALL
     SELECT p.tenant_id, p.fairness_key, p.k, false,
            (SELECT max(j.priority) FROM jobs j
              WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = p.tenant_id
-               AND j.fairness_key = p.fairness_key AND j.priority < p.priority)
+               AND j.fairness_key = p.fairness_key AND j.priority < p.priority )
     FROM prios p WHERE p.priority IS NOT NULL
 ),
 heads AS (
@@ -363,7 +363,7 @@ activated AS (
         activated_at = $7::timestamptz, via_stream = $9,
         charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $6) = 'workerTime'
                   THEN COALESCE((SELECT l.unit_est FROM lanes l
-                                 WHERE l.job_type = $6 AND l.tenant_id = j.tenant_id),
+                                 WHERE l.job_type = $6 AND l.tenant_id = j.tenant_id ),
                                 1.0::float8) END
     FROM taken t
     JOIN unnest($10::text[], $11::timestamptz[]) WITH ORDINALITY
@@ -382,7 +382,7 @@ trimmed AS (
 ),
 held AS (
     UPDATE lanes l SET held = true, held_count = l.held_count + 1
-    WHERE l.job_type = $6 AND NOT l.held AND l.tenant_id = ANY(ARRAY(
+    WHERE l.job_type = $6 AND NOT l.held  AND l.tenant_id = ANY(ARRAY(
         SELECT r.tenant_id FROM unnest($12::text[], $13::int[]) AS r(tenant_id, room)
         WHERE r.room <= (SELECT count(*) FROM activated a WHERE a.tenant_id = r.tenant_id)))
 )
@@ -400,14 +400,14 @@ prios AS (
     SELECT a.tenant_id, a.fairness_key, a.k, true AS top,
            (SELECT max(j.priority) FROM jobs j
              WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = a.tenant_id
-               AND j.fairness_key = a.fairness_key)
+               AND j.fairness_key = a.fairness_key )
              AS priority
     FROM alloc a
   UNION ALL
     SELECT p.tenant_id, p.fairness_key, p.k, false,
            (SELECT max(j.priority) FROM jobs j
              WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = p.tenant_id
-               AND j.fairness_key = p.fairness_key AND j.priority < p.priority)
+               AND j.fairness_key = p.fairness_key AND j.priority < p.priority )
     FROM prios p WHERE p.priority IS NOT NULL
 ),
 heads AS (
@@ -475,22 +475,22 @@ activated AS (
         activated_at = $7::timestamptz, via_stream = $9,
         charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $6) = 'workerTime'
                   THEN COALESCE((SELECT l.unit_est FROM lanes l
-                                 WHERE l.job_type = $6 AND l.tenant_id = j.tenant_id),
+                                 WHERE l.job_type = $6 AND l.tenant_id = j.tenant_id ),
                                 1.0::float8) END,
         lane_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $6) = 'workerTime'
                       THEN COALESCE((SELECT l.unit_est FROM lanes l
-                                     WHERE l.job_type = $6 AND l.tenant_id = j.tenant_id),
+                                     WHERE l.job_type = $6 AND l.tenant_id = j.tenant_id ),
                                     1.0::float8)
                            / COALESCE((SELECT t.weight FROM tenants t
                                        WHERE t.tenant_id = j.tenant_id), 1) END,
         key_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $6) = 'workerTime'
                      THEN COALESCE((SELECT l.unit_est FROM lanes l
-                                    WHERE l.job_type = $6 AND l.tenant_id = j.tenant_id),
+                                    WHERE l.job_type = $6 AND l.tenant_id = j.tenant_id ),
                                    1.0::float8)
                           / COALESCE((SELECT w.weight FROM key_weights w
                                       WHERE w.tenant_id = j.tenant_id
                                         AND w.fairness_key = j.fairness_key
-                                        AND w.shard = jobfair_shard(j.tenant_id)), 1) END
+                                        AND w.shard = jobfair_shard(j.tenant_id) ), 1) END
     FROM taken t
     JOIN unnest($10::text[], $11::timestamptz[]) WITH ORDINALITY
          AS s(worker, deadline, share) ON s.share = t.share
@@ -506,7 +506,7 @@ trimmed AS (
 ),
 held AS (
     UPDATE lanes l SET held = true, held_count = l.held_count + 1
-    WHERE l.job_type = $6 AND NOT l.held AND l.tenant_id = ANY(ARRAY(
+    WHERE l.job_type = $6 AND NOT l.held  AND l.tenant_id = ANY(ARRAY(
         SELECT r.tenant_id FROM unnest($12::text[], $13::int[]) AS r(tenant_id, room)
         WHERE r.room <= (SELECT count(*) FROM activated a WHERE a.tenant_id = r.tenant_id)))
 )
@@ -579,14 +579,14 @@ prios AS (
     SELECT a.tenant_id, a.fairness_key, a.k, true AS top,
            (SELECT max(j.priority) FROM jobs j
              WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = a.tenant_id
-               AND j.fairness_key = a.fairness_key)
+               AND j.fairness_key = a.fairness_key )
              AS priority
     FROM alloc a
   UNION ALL
     SELECT p.tenant_id, p.fairness_key, p.k, false,
            (SELECT max(j.priority) FROM jobs j
              WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = p.tenant_id
-               AND j.fairness_key = p.fairness_key AND j.priority < p.priority)
+               AND j.fairness_key = p.fairness_key AND j.priority < p.priority )
     FROM prios p WHERE p.priority IS NOT NULL
 ),
 heads AS (
@@ -654,7 +654,7 @@ activated AS (
         activated_at = $4::timestamptz, via_stream = $6,
         charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $3) = 'workerTime'
                   THEN COALESCE((SELECT l.unit_est FROM lanes l
-                                 WHERE l.job_type = $3 AND l.tenant_id = j.tenant_id),
+                                 WHERE l.job_type = $3 AND l.tenant_id = j.tenant_id ),
                                 1.0::float8) END
     FROM taken t
     JOIN unnest($7::text[], $8::timestamptz[]) WITH ORDINALITY
@@ -734,14 +734,14 @@ prios AS (
     SELECT a.tenant_id, a.fairness_key, a.k, true AS top,
            (SELECT max(j.priority) FROM jobs j
              WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = a.tenant_id
-               AND j.fairness_key = a.fairness_key)
+               AND j.fairness_key = a.fairness_key )
              AS priority
     FROM alloc a
   UNION ALL
     SELECT p.tenant_id, p.fairness_key, p.k, false,
            (SELECT max(j.priority) FROM jobs j
              WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = p.tenant_id
-               AND j.fairness_key = p.fairness_key AND j.priority < p.priority)
+               AND j.fairness_key = p.fairness_key AND j.priority < p.priority )
     FROM prios p WHERE p.priority IS NOT NULL
 ),
 heads AS (
@@ -809,22 +809,22 @@ activated AS (
         activated_at = $4::timestamptz, via_stream = $6,
         charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $3) = 'workerTime'
                   THEN COALESCE((SELECT l.unit_est FROM lanes l
-                                 WHERE l.job_type = $3 AND l.tenant_id = j.tenant_id),
+                                 WHERE l.job_type = $3 AND l.tenant_id = j.tenant_id ),
                                 1.0::float8) END,
         lane_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $3) = 'workerTime'
                       THEN COALESCE((SELECT l.unit_est FROM lanes l
-                                     WHERE l.job_type = $3 AND l.tenant_id = j.tenant_id),
+                                     WHERE l.job_type = $3 AND l.tenant_id = j.tenant_id ),
                                     1.0::float8)
                            / COALESCE((SELECT t.weight FROM tenants t
                                        WHERE t.tenant_id = j.tenant_id), 1) END,
         key_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $3) = 'workerTime'
                      THEN COALESCE((SELECT l.unit_est FROM lanes l
-                                    WHERE l.job_type = $3 AND l.tenant_id = j.tenant_id),
+                                    WHERE l.job_type = $3 AND l.tenant_id = j.tenant_id ),
                                    1.0::float8)
                           / COALESCE((SELECT w.weight FROM key_weights w
                                       WHERE w.tenant_id = j.tenant_id
                                         AND w.fairness_key = j.fairness_key
-                                        AND w.shard = jobfair_shard(j.tenant_id)), 1) END
+                                        AND w.shard = jobfair_shard(j.tenant_id) ), 1) END
     FROM taken t
     JOIN unnest($7::text[], $8::timestamptz[]) WITH ORDINALITY
          AS s(worker, deadline, share) ON s.share = t.share
@@ -902,14 +902,14 @@ prios AS (
     SELECT a.tenant_id, a.fairness_key, a.k, true AS top,
            (SELECT max(j.priority) FROM jobs j
              WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = a.tenant_id
-               AND j.fairness_key = a.fairness_key)
+               AND j.fairness_key = a.fairness_key )
              AS priority
     FROM alloc a
   UNION ALL
     SELECT p.tenant_id, p.fairness_key, p.k, false,
            (SELECT max(j.priority) FROM jobs j
              WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = p.tenant_id
-               AND j.fairness_key = p.fairness_key AND j.priority < p.priority)
+               AND j.fairness_key = p.fairness_key AND j.priority < p.priority )
     FROM prios p WHERE p.priority IS NOT NULL
 ),
 heads AS (
@@ -977,7 +977,7 @@ activated AS (
         activated_at = $5::timestamptz, via_stream = $7,
         charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $3) = 'workerTime'
                   THEN COALESCE((SELECT l.unit_est FROM lanes l
-                                 WHERE l.job_type = $3 AND l.tenant_id = j.tenant_id),
+                                 WHERE l.job_type = $3 AND l.tenant_id = j.tenant_id ),
                                 1.0::float8) END
     FROM taken t
     JOIN unnest($8::text[], $9::timestamptz[]) WITH ORDINALITY
@@ -1058,14 +1058,14 @@ prios AS (
     SELECT a.tenant_id, a.fairness_key, a.k, true AS top,
            (SELECT max(j.priority) FROM jobs j
              WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = a.tenant_id
-               AND j.fairness_key = a.fairness_key)
+               AND j.fairness_key = a.fairness_key )
              AS priority
     FROM alloc a
   UNION ALL
     SELECT p.tenant_id, p.fairness_key, p.k, false,
            (SELECT max(j.priority) FROM jobs j
              WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = p.tenant_id
-               AND j.fairness_key = p.fairness_key AND j.priority < p.priority)
+               AND j.fairness_key = p.fairness_key AND j.priority < p.priority )
     FROM prios p WHERE p.priority IS NOT NULL
 ),
 heads AS (
@@ -1133,22 +1133,22 @@ activated AS (
         activated_at = $5::timestamptz, via_stream = $7,
         charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $3) = 'workerTime'
                   THEN COALESCE((SELECT l.unit_est FROM lanes l
-                                 WHERE l.job_type = $3 AND l.tenant_id = j.tenant_id),
+                                 WHERE l.job_type = $3 AND l.tenant_id = j.tenant_id ),
                                 1.0::float8) END,
         lane_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $3) = 'workerTime'
                       THEN COALESCE((SELECT l.unit_est FROM lanes l
-                                     WHERE l.job_type = $3 AND l.tenant_id = j.tenant_id),
+                                     WHERE l.job_type = $3 AND l.tenant_id = j.tenant_id ),
                                     1.0::float8)
                            / COALESCE((SELECT t.weight FROM tenants t
                                        WHERE t.tenant_id = j.tenant_id), 1) END,
         key_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $3) = 'workerTime'
                      THEN COALESCE((SELECT l.unit_est FROM lanes l
-                                    WHERE l.job_type = $3 AND l.tenant_id = j.tenant_id),
+                                    WHERE l.job_type = $3 AND l.tenant_id = j.tenant_id ),
                                    1.0::float8)
                           / COALESCE((SELECT w.weight FROM key_weights w
                                       WHERE w.tenant_id = j.tenant_id
                                         AND w.fairness_key = j.fairness_key
-                                        AND w.shard = jobfair_shard(j.tenant_id)), 1) END
+                                        AND w.shard = jobfair_shard(j.tenant_id) ), 1) END
     FROM taken t
     JOIN unnest($8::text[], $9::timestamptz[]) WITH ORDINALITY
          AS s(worker, deadline, share) ON s.share = t.share

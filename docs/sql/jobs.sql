@@ -54,8 +54,6 @@ ins_keyed AS (
            priority, retries, run_at, GREATEST(run_at, $3), variables,
            custom_headers, $3, idempotency_key, fairness_key, cost
     FROM input WHERE idempotency_key IS NOT NULL
-      -- A job made before alembic 0008 is in the shard its key names, not its tenant's,
-      -- out of reach of the unique index's (tenant, key, shard): found here.
       AND NOT EXISTS (SELECT 1 FROM jobs o
                       WHERE o.tenant_id = input.tenant_id
                         AND o.idempotency_key = input.idempotency_key
@@ -94,7 +92,7 @@ woken AS (
     (SELECT min(x.vtime) FROM lanes x WHERE x.job_type = l.job_type AND x.active AND NOT x.held),
     (SELECT max(x.vtime) FROM lanes x WHERE x.job_type = l.job_type),
     0))
-    WHERE (l.job_type, l.tenant_id) IN (
+    WHERE  (l.job_type, l.tenant_id) IN (
         -- Parked lanes only (an active one is not written), locked in key order.
         SELECT x.job_type, x.tenant_id FROM lanes x JOIN lanes_ready r
           ON x.job_type = r.job_type AND x.tenant_id = r.tenant_id
@@ -108,9 +106,9 @@ new_keys AS (
     SELECT r.job_type, r.tenant_id, r.fairness_key, jobfair_shard(r.tenant_id),
            COALESCE(
     (SELECT min(x.vtime) FROM lane_keys x
-     WHERE x.job_type = r.job_type AND x.tenant_id = r.tenant_id AND x.active),
+     WHERE x.job_type = r.job_type AND x.tenant_id = r.tenant_id AND x.active ),
     (SELECT max(x.vtime) FROM lane_keys x
-     WHERE x.job_type = r.job_type AND x.tenant_id = r.tenant_id AND NOT x.active),
+     WHERE x.job_type = r.job_type AND x.tenant_id = r.tenant_id AND NOT x.active ),
     0), true
     FROM ready_lanes r
     ORDER BY r.job_type, r.tenant_id, r.fairness_key
@@ -121,11 +119,11 @@ woken_keys AS (
     SET active = true,
         vtime = GREATEST(k.vtime, COALESCE(
     (SELECT min(x.vtime) FROM lane_keys x
-     WHERE x.job_type = k.job_type AND x.tenant_id = k.tenant_id AND x.active),
+     WHERE x.job_type = k.job_type AND x.tenant_id = k.tenant_id AND x.active ),
     (SELECT max(x.vtime) FROM lane_keys x
-     WHERE x.job_type = k.job_type AND x.tenant_id = k.tenant_id AND NOT x.active),
+     WHERE x.job_type = k.job_type AND x.tenant_id = k.tenant_id AND NOT x.active ),
     0))
-    WHERE (k.job_type, k.tenant_id, k.fairness_key) IN (
+    WHERE  (k.job_type, k.tenant_id, k.fairness_key) IN (
         SELECT x.job_type, x.tenant_id, x.fairness_key FROM lane_keys x JOIN ready_lanes r
           ON x.job_type = r.job_type AND x.tenant_id = r.tenant_id
          AND x.fairness_key = r.fairness_key
@@ -190,8 +188,6 @@ ins_keyed AS (
            priority, retries, run_at, GREATEST(run_at, $3), variables,
            custom_headers, $3, idempotency_key, fairness_key, cost
     FROM input WHERE idempotency_key IS NOT NULL
-      -- A job made before alembic 0008 is in the shard its key names, not its tenant's,
-      -- out of reach of the unique index's (tenant, key, shard): found here.
       AND NOT EXISTS (SELECT 1 FROM jobs o
                       WHERE o.tenant_id = input.tenant_id
                         AND o.idempotency_key = input.idempotency_key
@@ -230,7 +226,7 @@ woken AS (
     (SELECT min(x.vtime) FROM lanes x WHERE x.job_type = l.job_type AND x.active AND NOT x.held),
     (SELECT max(x.vtime) FROM lanes x WHERE x.job_type = l.job_type),
     0))
-    WHERE (l.job_type, l.tenant_id) IN (
+    WHERE  (l.job_type, l.tenant_id) IN (
         -- Parked lanes only (an active one is not written), locked in key order.
         SELECT x.job_type, x.tenant_id FROM lanes x JOIN lanes_ready r
           ON x.job_type = r.job_type AND x.tenant_id = r.tenant_id
@@ -244,9 +240,9 @@ new_keys AS (
     SELECT r.job_type, r.tenant_id, r.fairness_key, jobfair_shard(r.tenant_id),
            COALESCE(
     (SELECT min(x.vtime) FROM lane_keys x
-     WHERE x.job_type = r.job_type AND x.tenant_id = r.tenant_id AND x.active),
+     WHERE x.job_type = r.job_type AND x.tenant_id = r.tenant_id AND x.active ),
     (SELECT max(x.vtime) FROM lane_keys x
-     WHERE x.job_type = r.job_type AND x.tenant_id = r.tenant_id AND NOT x.active),
+     WHERE x.job_type = r.job_type AND x.tenant_id = r.tenant_id AND NOT x.active ),
     0), true
     FROM ready_lanes r
     ORDER BY r.job_type, r.tenant_id, r.fairness_key
@@ -257,11 +253,11 @@ woken_keys AS (
     SET active = true,
         vtime = GREATEST(k.vtime, COALESCE(
     (SELECT min(x.vtime) FROM lane_keys x
-     WHERE x.job_type = k.job_type AND x.tenant_id = k.tenant_id AND x.active),
+     WHERE x.job_type = k.job_type AND x.tenant_id = k.tenant_id AND x.active ),
     (SELECT max(x.vtime) FROM lane_keys x
-     WHERE x.job_type = k.job_type AND x.tenant_id = k.tenant_id AND NOT x.active),
+     WHERE x.job_type = k.job_type AND x.tenant_id = k.tenant_id AND NOT x.active ),
     0))
-    WHERE (k.job_type, k.tenant_id, k.fairness_key) IN (
+    WHERE  (k.job_type, k.tenant_id, k.fairness_key) IN (
         SELECT x.job_type, x.tenant_id, x.fairness_key FROM lane_keys x JOIN ready_lanes r
           ON x.job_type = r.job_type AND x.tenant_id = r.tenant_id
          AND x.fairness_key = r.fairness_key
@@ -342,7 +338,7 @@ woken AS (
     (SELECT min(x.vtime) FROM lanes x WHERE x.job_type = l.job_type AND x.active AND NOT x.held),
     (SELECT max(x.vtime) FROM lanes x WHERE x.job_type = l.job_type),
     0))
-    WHERE (l.job_type, l.tenant_id) IN (
+    WHERE  (l.job_type, l.tenant_id) IN (
         -- Parked lanes only (an active one is not written), locked in key order.
         SELECT x.job_type, x.tenant_id FROM lanes x JOIN lanes_ready r
           ON x.job_type = r.job_type AND x.tenant_id = r.tenant_id
@@ -356,9 +352,9 @@ new_keys AS (
     SELECT r.job_type, r.tenant_id, r.fairness_key, jobfair_shard(r.tenant_id),
            COALESCE(
     (SELECT min(x.vtime) FROM lane_keys x
-     WHERE x.job_type = r.job_type AND x.tenant_id = r.tenant_id AND x.active),
+     WHERE x.job_type = r.job_type AND x.tenant_id = r.tenant_id AND x.active ),
     (SELECT max(x.vtime) FROM lane_keys x
-     WHERE x.job_type = r.job_type AND x.tenant_id = r.tenant_id AND NOT x.active),
+     WHERE x.job_type = r.job_type AND x.tenant_id = r.tenant_id AND NOT x.active ),
     0), true
     FROM ready_lanes r
     ORDER BY r.job_type, r.tenant_id, r.fairness_key
@@ -369,11 +365,11 @@ woken_keys AS (
     SET active = true,
         vtime = GREATEST(k.vtime, COALESCE(
     (SELECT min(x.vtime) FROM lane_keys x
-     WHERE x.job_type = k.job_type AND x.tenant_id = k.tenant_id AND x.active),
+     WHERE x.job_type = k.job_type AND x.tenant_id = k.tenant_id AND x.active ),
     (SELECT max(x.vtime) FROM lane_keys x
-     WHERE x.job_type = k.job_type AND x.tenant_id = k.tenant_id AND NOT x.active),
+     WHERE x.job_type = k.job_type AND x.tenant_id = k.tenant_id AND NOT x.active ),
     0))
-    WHERE (k.job_type, k.tenant_id, k.fairness_key) IN (
+    WHERE  (k.job_type, k.tenant_id, k.fairness_key) IN (
         SELECT x.job_type, x.tenant_id, x.fairness_key FROM lane_keys x JOIN ready_lanes r
           ON x.job_type = r.job_type AND x.tenant_id = r.tenant_id
          AND x.fairness_key = r.fairness_key

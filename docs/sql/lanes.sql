@@ -36,7 +36,7 @@ woken AS (
     (SELECT min(x.vtime) FROM lanes x WHERE x.job_type = l.job_type AND x.active AND NOT x.held),
     (SELECT max(x.vtime) FROM lanes x WHERE x.job_type = l.job_type),
     0))
-    WHERE (l.job_type, l.tenant_id) IN (
+    WHERE  (l.job_type, l.tenant_id) IN (
         -- Parked lanes only (an active one is not written), locked in key order.
         SELECT x.job_type, x.tenant_id FROM lanes x JOIN lanes_ready r
           ON x.job_type = r.job_type AND x.tenant_id = r.tenant_id
@@ -50,9 +50,9 @@ new_keys AS (
     SELECT r.job_type, r.tenant_id, r.fairness_key, jobfair_shard(r.tenant_id),
            COALESCE(
     (SELECT min(x.vtime) FROM lane_keys x
-     WHERE x.job_type = r.job_type AND x.tenant_id = r.tenant_id AND x.active),
+     WHERE x.job_type = r.job_type AND x.tenant_id = r.tenant_id AND x.active ),
     (SELECT max(x.vtime) FROM lane_keys x
-     WHERE x.job_type = r.job_type AND x.tenant_id = r.tenant_id AND NOT x.active),
+     WHERE x.job_type = r.job_type AND x.tenant_id = r.tenant_id AND NOT x.active ),
     0), true
     FROM ready_lanes r
     ORDER BY r.job_type, r.tenant_id, r.fairness_key
@@ -63,11 +63,11 @@ woken_keys AS (
     SET active = true,
         vtime = GREATEST(k.vtime, COALESCE(
     (SELECT min(x.vtime) FROM lane_keys x
-     WHERE x.job_type = k.job_type AND x.tenant_id = k.tenant_id AND x.active),
+     WHERE x.job_type = k.job_type AND x.tenant_id = k.tenant_id AND x.active ),
     (SELECT max(x.vtime) FROM lane_keys x
-     WHERE x.job_type = k.job_type AND x.tenant_id = k.tenant_id AND NOT x.active),
+     WHERE x.job_type = k.job_type AND x.tenant_id = k.tenant_id AND NOT x.active ),
     0))
-    WHERE (k.job_type, k.tenant_id, k.fairness_key) IN (
+    WHERE  (k.job_type, k.tenant_id, k.fairness_key) IN (
         SELECT x.job_type, x.tenant_id, x.fairness_key FROM lane_keys x JOIN ready_lanes r
           ON x.job_type = r.job_type AND x.tenant_id = r.tenant_id
          AND x.fairness_key = r.fairness_key
@@ -317,7 +317,7 @@ CROSS JOIN LATERAL (
     SELECT x.fairness_key, x.vtime,
            CASE WHEN a.want <= 16 THEN (SELECT min(j.priority) FROM jobs j
           WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = x.tenant_id
-            AND j.fairness_key = x.fairness_key)
+            AND j.fairness_key = x.fairness_key )
          IS NOT NULL ELSE true END AS ready
     FROM lane_keys x
     WHERE x.job_type = $3 AND x.tenant_id = a.tenant_id AND x.active
@@ -392,12 +392,12 @@ key_charged AS (
     RETURNING k.tenant_id, k.fairness_key
 )
 SELECT ch.tenant_id, NULL AS fairness_key FROM charged ch WHERE NOT (SELECT max(j.fairness_key) FROM jobs j
-          WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = ch.tenant_id)
+          WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = ch.tenant_id )
          IS NOT NULL
 UNION ALL
 SELECT kc.tenant_id, kc.fairness_key FROM key_charged kc WHERE NOT (SELECT min(j.priority) FROM jobs j
           WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = kc.tenant_id
-            AND j.fairness_key = kc.fairness_key)
+            AND j.fairness_key = kc.fairness_key )
          IS NOT NULL;
 
 -- name: hold_lanes
@@ -407,5 +407,5 @@ SELECT kc.tenant_id, kc.fairness_key FROM key_charged kc WHERE NOT (SELECT min(j
 -- releases them when the tenant's capacity frees (ADR 016).  Index: lanes pkey.
 -- Locks: the lane rows.
 -- Parameters: $1 :job_type, $2 :tenant_ids
-UPDATE lanes SET held = true, held_count = held_count + 1
-WHERE job_type = $1 AND tenant_id = ANY($2::text[]) AND NOT held;
+UPDATE lanes l SET held = true, held_count = l.held_count + 1
+WHERE l.job_type = $1 AND l.tenant_id = ANY($2::text[]) AND NOT l.held;

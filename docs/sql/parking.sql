@@ -9,14 +9,14 @@
 -- Parameters: $1 :job_type, $2 :tenant_ids
 WITH parked AS (
     UPDATE lanes l SET active = false
-    WHERE l.job_type = $1 AND l.tenant_id IN (
+    WHERE l.job_type = $1  AND l.tenant_id IN (
           -- A lane an activator holds is busy, not empty: skip it rather than wait.
           SELECT x.tenant_id FROM lanes x
           WHERE x.job_type = $1 AND x.tenant_id = ANY($2::text[]) AND x.active
           FOR NO KEY UPDATE SKIP LOCKED)
       AND NOT EXISTS (
           SELECT 1 FROM jobs j
-          WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = l.tenant_id)
+          WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = l.tenant_id )
     RETURNING l.tenant_id
 ),
 keys_parked AS (
@@ -43,5 +43,5 @@ WHERE k.job_type = $3 AND k.tenant_id = p.tenant_id AND k.fairness_key = p.fairn
   AND NOT EXISTS (
       SELECT 1 FROM jobs j
       WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = k.tenant_id
-        AND j.fairness_key = k.fairness_key)
+        AND j.fairness_key = k.fairness_key )
 RETURNING k.tenant_id, k.fairness_key;

@@ -57,7 +57,7 @@ key_settled AS (
     UPDATE lane_keys k
     SET vtime = k.vtime + s.units / COALESCE(
             (SELECT w.weight FROM key_weights w
-             WHERE w.tenant_id = k.tenant_id AND w.fairness_key = k.fairness_key), 1)
+             WHERE w.tenant_id = k.tenant_id AND w.fairness_key = k.fairness_key ), 1)
             - s.refund,
         units_total = k.units_total + s.held
     FROM key_settle s

@@ -24,3 +24,10 @@ SELECT create_reference_table(:table::text::regclass)
 -- rows lie in the same Citus shard, on one node.  Its rows, if any, are copied out.
 SELECT create_distributed_table(:table::text::regclass, 'shard',
                                 colocate_with => COALESCE(:colocate_with::text, 'default'))
+
+-- name: shard_ids
+-- Which Citus shard holds each of Jobfair's shard values (0 to :shards - 1), as Citus
+-- hashes ``jobs.shard``: the store sends one statement per Citus shard
+-- (app.db.citus.ShardMap).  Citus's catalog: planned only where Citus is installed.
+SELECT s::int2 AS shard, get_shard_id_for_distribution_column('jobs', s::int2) AS shard_id
+FROM generate_series(0, :shards::int - 1) AS s

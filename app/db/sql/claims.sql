@@ -13,6 +13,52 @@ SELECT * FROM jobfair_lock_and_count(:type_lock_class, :type_lock_key, :tenant_l
                                      :lock_tenants::text[], :job_type, :type_cap,
                                      :capped::text[], :type_limited, :limited::text[])
 
+-- name: lock_caps @citus
+-- lock_and_count's locks alone, on Citus (its counts are count_caps, the next statement):
+-- the type's cap lock (:type_lock_class, :type_lock_key; NULL takes none), then the
+-- tenants' (:tenant_lock_class, :lock_tenants) in key order.  Advisory locks are the
+-- coordinator's: every server talks to the coordinator, so they are as global as on one
+-- PostgreSQL (docs/scaling.md).
+SELECT (SELECT count(pg_advisory_xact_lock(:type_lock_class::int, :type_lock_key::int))
+        WHERE :type_lock_key::int IS NOT NULL) AS type_locked,
+       jobfair_lock_tenant_caps(:tenant_lock_class::int, :lock_tenants::text[]) AS tenants_locked
+
+-- name: count_caps @citus
+-- lock_and_count's reads, on Citus, in a statement after lock_caps (so a snapshot taken
+-- once the locks were this claim's, on the coordinator and on each node): the instant,
+-- the type's ACTIVATED jobs (its cap :type_cap at most), each capped tenant's
+-- (:capped), across every node, and the buckets, as lock_and_count answers them.
+-- Index: jobs_active_type_idx and jobs_active_tenant_idx on each shard.
+WITH type_active AS (
+    SELECT count(*) AS active FROM jobs j
+    WHERE j.state = 'ACTIVATED' AND j.job_type = :job_type AND :type_cap::int IS NOT NULL
+),
+tenant_active AS (
+    SELECT j.tenant_id, count(*) AS active FROM jobs j
+    WHERE j.state = 'ACTIVATED' AND j.tenant_id = ANY(:capped::text[])
+    GROUP BY j.tenant_id
+)
+SELECT 'now'::text AS kind, NULL::text AS name, NULL::int AS cap, NULL::bigint AS active,
+       NULL::float8 AS per_s, NULL::float8 AS burst, NULL::float8 AS tokens,
+       clock_timestamp() AS at
+UNION ALL
+SELECT 'type', :job_type, :type_cap::int,
+       LEAST((SELECT active FROM type_active), :type_cap::int), NULL, NULL, NULL, NULL
+WHERE :type_cap::int IS NOT NULL
+UNION ALL
+SELECT 'tenant', t.tenant_id, t.max_active_jobs,
+       LEAST(COALESCE((SELECT a.active FROM tenant_active a WHERE a.tenant_id = t.tenant_id), 0),
+             t.max_active_jobs), NULL, NULL, NULL, NULL
+FROM tenants t WHERE t.tenant_id = ANY(:capped::text[]) AND t.max_active_jobs IS NOT NULL
+UNION ALL
+SELECT 'type_bucket', y.job_type, NULL, NULL, y.rate_per_s, y.rate_burst, y.rate_tokens,
+       y.rate_at
+FROM job_types y WHERE :type_limited AND y.job_type = :job_type AND y.rate_per_s IS NOT NULL
+UNION ALL
+SELECT 'tenant_bucket', t.tenant_id, NULL, NULL, t.rate_per_s, t.rate_burst,
+       t.rate_tokens, t.rate_at
+FROM tenants t WHERE t.tenant_id = ANY(:limited::text[]) AND t.rate_per_s IS NOT NULL
+
 -- name: take_tokens
 -- What a rate-limited claim left in its buckets (scheduler.Bucket.take), written in its
 -- transaction before the cap locks go: the type's (its :type_tokens at :type_at; NULL
@@ -71,14 +117,14 @@ prios AS (
     SELECT a.tenant_id, a.fairness_key, a.k, true AS top,
            (SELECT max(j.priority) FROM jobs j
              WHERE j.state = 'CREATED' AND j.job_type = :job_type AND j.tenant_id = a.tenant_id
-               AND j.fairness_key = a.fairness_key)
+               AND j.fairness_key = a.fairness_key {{shards.j}})
              AS priority
     FROM alloc a
   UNION ALL
     SELECT p.tenant_id, p.fairness_key, p.k, false,
            (SELECT max(j.priority) FROM jobs j
              WHERE j.state = 'CREATED' AND j.job_type = :job_type AND j.tenant_id = p.tenant_id
-               AND j.fairness_key = p.fairness_key AND j.priority < p.priority)
+               AND j.fairness_key = p.fairness_key AND j.priority < p.priority {{shards.j}})
     FROM prios p WHERE p.priority IS NOT NULL
 ),
 heads AS (
@@ -90,7 +136,7 @@ heads AS (
           CROSS JOIN LATERAL (
               SELECT j.job_key, j.queued_at FROM jobs j
               WHERE j.state = 'CREATED' AND j.job_type = :job_type AND j.tenant_id = p.tenant_id
-                AND j.fairness_key = p.fairness_key AND j.priority = p.priority
+                AND j.fairness_key = p.fairness_key AND j.priority = p.priority {{shards.j}}
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
               FOR UPDATE SKIP LOCKED
@@ -103,7 +149,7 @@ heads AS (
           CROSS JOIN LATERAL (
               SELECT j.job_key, j.queued_at FROM jobs j
               WHERE j.state = 'CREATED' AND j.job_type = :job_type AND j.tenant_id = p.tenant_id
-                AND j.fairness_key = p.fairness_key AND j.priority = p.priority
+                AND j.fairness_key = p.fairness_key AND j.priority = p.priority {{shards.j}}
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
           ) h
@@ -125,7 +171,7 @@ promoted AS (
     CROSS JOIN LATERAL (
         SELECT j.job_key FROM jobs j
         WHERE j.state = 'CREATED' AND j.job_type = :job_type AND j.tenant_id = s.tenant_id
-          AND j.fairness_key = s.fairness_key AND j.priority = s.priority
+          AND j.fairness_key = s.fairness_key AND j.priority = s.priority {{shards.j}}
         ORDER BY j.queued_at, j.job_key
         LIMIT s.n
         FOR UPDATE SKIP LOCKED
@@ -157,14 +203,14 @@ activated AS (
         activated_at = :now::timestamptz, via_stream = :via_stream,
         charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = :job_type) = 'workerTime'
                   THEN COALESCE((SELECT l.unit_est FROM lanes l
-                                 WHERE l.job_type = :job_type AND l.tenant_id = j.tenant_id),
+                                 WHERE l.job_type = :job_type AND l.tenant_id = j.tenant_id {{shards.l}}),
                                 {{DEFAULT_LEASE_ESTIMATE_S}}::float8) END
     FROM taken t
     JOIN unnest(:workers::text[], :deadlines::timestamptz[]) WITH ORDINALITY
          AS s(worker, deadline, share) ON s.share = t.share
     -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join alone lets
     -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
-    WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
+    WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key {{shards.j}}
     RETURNING t.share, {{J_JOB_COLUMNS}}
 ),
 
@@ -187,26 +233,26 @@ activated AS (
         activated_at = :now::timestamptz, via_stream = :via_stream,
         charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = :job_type) = 'workerTime'
                   THEN COALESCE((SELECT l.unit_est FROM lanes l
-                                 WHERE l.job_type = :job_type AND l.tenant_id = j.tenant_id),
+                                 WHERE l.job_type = :job_type AND l.tenant_id = j.tenant_id {{shards.l}}),
                                 {{DEFAULT_LEASE_ESTIMATE_S}}::float8) END,
         lane_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = :job_type) = 'workerTime'
                       THEN COALESCE((SELECT l.unit_est FROM lanes l
-                                     WHERE l.job_type = :job_type AND l.tenant_id = j.tenant_id),
+                                     WHERE l.job_type = :job_type AND l.tenant_id = j.tenant_id {{shards.l}}),
                                     {{DEFAULT_LEASE_ESTIMATE_S}}::float8)
                            / COALESCE((SELECT t.weight FROM tenants t
                                        WHERE t.tenant_id = j.tenant_id), 1) END,
         key_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = :job_type) = 'workerTime'
                      THEN COALESCE((SELECT l.unit_est FROM lanes l
-                                    WHERE l.job_type = :job_type AND l.tenant_id = j.tenant_id),
+                                    WHERE l.job_type = :job_type AND l.tenant_id = j.tenant_id {{shards.l}}),
                                    {{DEFAULT_LEASE_ESTIMATE_S}}::float8)
                           / COALESCE((SELECT w.weight FROM key_weights w
                                       WHERE w.tenant_id = j.tenant_id
                                         AND w.fairness_key = j.fairness_key
-                                        AND w.shard = jobfair_shard(j.tenant_id)), 1) END
+                                        AND w.shard = jobfair_shard(j.tenant_id) {{shards.w}}), 1) END
     FROM taken t
     JOIN unnest(:workers::text[], :deadlines::timestamptz[]) WITH ORDINALITY
          AS s(worker, deadline, share) ON s.share = t.share
-    WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
+    WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key {{shards.j}}
     RETURNING t.share, {{J_JOB_COLUMNS}}
 ),
 
@@ -220,7 +266,7 @@ trimmed AS (
     DELETE FROM job_events e USING activated s
     WHERE s.activation_count > {{KEPT_ACTIVATIONS}}
       AND e.job_key = s.job_key AND e.shard = jobfair_key_shard(s.job_key)
-      AND e.activation_count = s.activation_count - {{LAST_ACTIVATIONS}}
+      AND e.activation_count = s.activation_count - {{LAST_ACTIVATIONS}} {{shards.e}}
       AND {{history.on}}
 )
 
@@ -240,7 +286,7 @@ aging AS (SELECT :aging_step::int AS step, :aging_interval_ms::int AS interval_m
 -- reads.  Index: lanes pkey.  Locks: the lane rows, after the jobs'.
 held AS (
     UPDATE lanes l SET held = true, held_count = l.held_count + 1
-    WHERE l.job_type = :job_type AND NOT l.held AND l.tenant_id = ANY(ARRAY(
+    WHERE l.job_type = :job_type AND NOT l.held {{shards.l}} AND l.tenant_id = ANY(ARRAY(
         SELECT r.tenant_id FROM unnest(:hold_tenants::text[], :hold_room::int[]) AS r(tenant_id, room)
         WHERE r.room <= (SELECT count(*) FROM activated a WHERE a.tenant_id = r.tenant_id)))
 )

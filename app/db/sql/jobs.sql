@@ -49,12 +49,7 @@ ins_plain AS (
 ),
 ins_keyed AS (
     {{insert_input}} WHERE idempotency_key IS NOT NULL
-      -- A job made before alembic 0008 is in the shard its key names, not its tenant's,
-      -- out of reach of the unique index's (tenant, key, shard): found here.
-      AND NOT EXISTS (SELECT 1 FROM jobs o
-                      WHERE o.tenant_id = input.tenant_id
-                        AND o.idempotency_key = input.idempotency_key
-                        AND o.shard <> input.shard)
+      {{before_0008}}
     ORDER BY ord
     ON CONFLICT (tenant_id, idempotency_key, shard) WHERE idempotency_key IS NOT NULL
     DO NOTHING
@@ -68,6 +63,18 @@ ready_lanes AS (
     GROUP BY job_type, tenant_id, fairness_key
 ),
 {{lanes.wake}}
+
+-- fragment: before_0008
+-- A job made before alembic 0008 is in the shard its key names, not its tenant's, out of
+-- reach of the unique index's (tenant, key, shard): found here.
+AND NOT EXISTS (SELECT 1 FROM jobs o
+                      WHERE o.tenant_id = input.tenant_id
+                        AND o.idempotency_key = input.idempotency_key
+                        AND o.shard <> input.shard)
+
+-- fragment: before_0008 @citus
+-- None on Citus: the tables are distributed only once every job is in its tenant's
+-- shard (docs/scaling.md).
 
 -- fragment: inserted_answer
 -- One row: every job's key in input order, and the (1-based) positions of jobs not

@@ -21,10 +21,7 @@ lanes_ready AS (
 new_lanes AS (
     INSERT INTO lanes (job_type, tenant_id, shard, vtime, active, held)
     SELECT r.job_type, r.tenant_id, jobfair_shard(r.tenant_id),
-           COALESCE(
-    (SELECT min(x.vtime) FROM lanes x WHERE x.job_type = r.job_type AND x.active AND NOT x.held),
-    (SELECT max(x.vtime) FROM lanes x WHERE x.job_type = r.job_type),
-    0), true,
+           {{floor_r}}, true,
            EXISTS (SELECT 1 FROM tenants p WHERE p.tenant_id = r.tenant_id AND p.paused)
     FROM lanes_ready r
     ORDER BY r.job_type, r.tenant_id
@@ -33,15 +30,12 @@ new_lanes AS (
 ),
 woken AS (
     UPDATE lanes l
-    SET active = true, vtime = GREATEST(l.vtime, COALESCE(
-    (SELECT min(x.vtime) FROM lanes x WHERE x.job_type = l.job_type AND x.active AND NOT x.held),
-    (SELECT max(x.vtime) FROM lanes x WHERE x.job_type = l.job_type),
-    0))
-    WHERE (l.job_type, l.tenant_id) IN (
+    SET active = true, vtime = GREATEST(l.vtime, {{floor_l}})
+    WHERE {{shards_of_l}} (l.job_type, l.tenant_id) IN (
         -- Parked lanes only (an active one is not written), locked in key order.
         SELECT x.job_type, x.tenant_id FROM lanes x JOIN lanes_ready r
           ON x.job_type = r.job_type AND x.tenant_id = r.tenant_id
-        WHERE NOT x.active
+        WHERE NOT x.active {{shards.x}}
         ORDER BY x.job_type, x.tenant_id
         FOR NO KEY UPDATE OF x)
     RETURNING 1
@@ -51,9 +45,9 @@ new_keys AS (
     SELECT r.job_type, r.tenant_id, r.fairness_key, jobfair_shard(r.tenant_id),
            COALESCE(
     (SELECT min(x.vtime) FROM lane_keys x
-     WHERE x.job_type = r.job_type AND x.tenant_id = r.tenant_id AND x.active),
+     WHERE x.job_type = r.job_type AND x.tenant_id = r.tenant_id AND x.active {{shards.x}}),
     (SELECT max(x.vtime) FROM lane_keys x
-     WHERE x.job_type = r.job_type AND x.tenant_id = r.tenant_id AND NOT x.active),
+     WHERE x.job_type = r.job_type AND x.tenant_id = r.tenant_id AND NOT x.active {{shards.x}}),
     0), true
     FROM ready_lanes r
     ORDER BY r.job_type, r.tenant_id, r.fairness_key
@@ -64,18 +58,66 @@ woken_keys AS (
     SET active = true,
         vtime = GREATEST(k.vtime, COALESCE(
     (SELECT min(x.vtime) FROM lane_keys x
-     WHERE x.job_type = k.job_type AND x.tenant_id = k.tenant_id AND x.active),
+     WHERE x.job_type = k.job_type AND x.tenant_id = k.tenant_id AND x.active {{shards.x}}),
     (SELECT max(x.vtime) FROM lane_keys x
-     WHERE x.job_type = k.job_type AND x.tenant_id = k.tenant_id AND NOT x.active),
+     WHERE x.job_type = k.job_type AND x.tenant_id = k.tenant_id AND NOT x.active {{shards.x}}),
     0))
-    WHERE (k.job_type, k.tenant_id, k.fairness_key) IN (
+    WHERE {{shards_of_k}} (k.job_type, k.tenant_id, k.fairness_key) IN (
         SELECT x.job_type, x.tenant_id, x.fairness_key FROM lane_keys x JOIN ready_lanes r
           ON x.job_type = r.job_type AND x.tenant_id = r.tenant_id
          AND x.fairness_key = r.fairness_key
-        WHERE NOT x.active
+        WHERE NOT x.active {{shards.x}}
         ORDER BY x.job_type, x.tenant_id, x.fairness_key
         FOR NO KEY UPDATE OF x)
 ),
+
+-- fragment: floor_r
+-- The virtual time a lane of the type ``r.job_type`` re-enters at (the fragment wake):
+-- the smallest of the type's backlogged lanes not held at a cap or, when there is none,
+-- the largest of all.
+COALESCE(
+    (SELECT min(x.vtime) FROM lanes x WHERE x.job_type = r.job_type AND x.active AND NOT x.held),
+    (SELECT max(x.vtime) FROM lanes x WHERE x.job_type = r.job_type),
+    0)
+
+-- fragment: floor_r @citus
+-- On Citus read before the statement, across every node, and passed in (:reentry_types,
+-- :reentry_vtimes; lanes' reentry_floors): the statement itself runs on one node.
+COALESCE((SELECT f.vtime FROM unnest(:reentry_types::text[], :reentry_vtimes::float8[])
+                                AS f(job_type, vtime) WHERE f.job_type = r.job_type), 0)
+
+-- fragment: floor_l
+-- As floor_r, of the lane ``l``'s type.
+COALESCE(
+    (SELECT min(x.vtime) FROM lanes x WHERE x.job_type = l.job_type AND x.active AND NOT x.held),
+    (SELECT max(x.vtime) FROM lanes x WHERE x.job_type = l.job_type),
+    0)
+
+-- fragment: floor_l @citus
+COALESCE((SELECT f.vtime FROM unnest(:reentry_types::text[], :reentry_vtimes::float8[])
+                                AS f(job_type, vtime) WHERE f.job_type = l.job_type), 0)
+
+-- fragment: shards_of_l
+-- The shards condition first in a WHERE of the lane ``l`` (shards.l without its AND).
+
+-- fragment: shards_of_l @citus
+l.shard = ANY(:shards::int2[]) AND
+
+-- fragment: shards_of_k
+-- As shards_of_l, of the key ``k``.
+
+-- fragment: shards_of_k @citus
+k.shard = ANY(:shards::int2[]) AND
+
+-- name: reentry_floors @citus
+-- Where a lane of :job_type re-enters (floor_r): read across every node before a write
+-- that may wake lanes, which on Citus runs on one node.  Index: lanes_type_vtime_idx on
+-- each shard.
+SELECT COALESCE(
+    (SELECT min(x.vtime) FROM lanes x WHERE x.job_type = :job_type AND x.active AND NOT x.held),
+    (SELECT max(x.vtime) FROM lanes x WHERE x.job_type = :job_type),
+    0) AS floor
+
 
 -- fragment: notified
 -- Once per job type of ``ready_lanes``, "type n": how many of its jobs became ready.
@@ -84,6 +126,12 @@ notified AS (
     SELECT pg_notify('{{NOTIFY_CHANNEL}}', job_type || ' ' || sum(n))
     FROM ready_lanes GROUP BY job_type
 )
+
+-- fragment: notified @citus
+-- On Citus a NOTIFY in a statement routed to a worker node is heard on that node only:
+-- the statement tells nobody, and the store notifies from the coordinator, where every
+-- server listens, in the same transaction (app.db.citus).
+notified AS (SELECT job_type FROM ready_lanes WHERE false)
 
 -- name: wake_lanes
 -- Marks lanes and their keys backlogged after jobs became ready (retry, lease expiry,
@@ -124,7 +172,7 @@ charge AS (
     FROM unnest(:tenants::text[], :counts::int[], :strides::float8[],
                 :floors::float8[], :served::float8[])
          AS c(tenant_id, n, stride, floor, served)
-    JOIN lanes x ON x.job_type = :job_type AND x.tenant_id = c.tenant_id
+    JOIN lanes x ON x.job_type = :job_type AND x.tenant_id = c.tenant_id {{shards.x}}
     ORDER BY x.tenant_id
     FOR NO KEY UPDATE OF x
 ),
@@ -140,8 +188,8 @@ charged AS (
     -- the claim.  (An IN (...) of the locked keys made the generic plan a semi join
     -- comparing every charged lane with every other, slower than by key.)
     WHERE l.job_type = :job_type AND l.tenant_id = ANY(ARRAY(SELECT tenant_id FROM charge))
-      AND l.tenant_id = c.tenant_id
-      AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
+      AND l.tenant_id = c.tenant_id {{shards.l}}
+      {{shards.commit_async}}
     RETURNING l.tenant_id, l.vtime
 ),
 key_charge AS (
@@ -152,7 +200,7 @@ key_charge AS (
                 :key_strides::float8[], :key_served::float8[])
          AS c(tenant_id, fairness_key, n, stride, served)
     JOIN lane_keys x ON x.job_type = :job_type AND x.tenant_id = c.tenant_id
-     AND x.fairness_key = c.fairness_key
+     AND x.fairness_key = c.fairness_key {{shards.x}}
     WHERE (SELECT count(*) FROM charge) >= 0
     ORDER BY x.tenant_id, x.fairness_key
     FOR NO KEY UPDATE OF x
@@ -167,7 +215,7 @@ key_charged AS (
     -- of the tenants and of the keys, as for lanes, put both arrays in every probe's
     -- condition: 177 ms instead of 2 for 400 keys.)
     WHERE k.job_type = :job_type AND k.tenant_id = c.tenant_id AND k.fairness_key = c.fairness_key
-      AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
+      {{shards.commit_async}} {{shards.k}}
     RETURNING k.tenant_id, k.fairness_key
 )
 
@@ -276,6 +324,56 @@ WHERE w.readies <= :limit + cardinality(:tenants::text[])
 UNION ALL
 {{read_emptied}}
 
+-- name: read_lanes @citus
+-- read_lanes on Citus: a read across every node, without the charge in front (the store
+-- charges first, on each charged lane's node: charge_lanes) -- Citus runs a statement
+-- that locks rows on one node only.  Each node answers its first SCANNED_LANES lanes in
+-- (vtime, tenant) order, the coordinator merges them and counts the ready ones; a lane's
+-- ready probe names its shard (j.shard = l.shard), as Citus joins only on it.  The limit
+-- is a constant: Citus refuses a subquery there.
+WITH charged AS (SELECT NULL::text AS tenant_id, NULL::float8 AS vtime WHERE false)
+{{read_head}}
+UNION ALL
+SELECT w.tenant_id, w.vtime, w.weight, w.max_active_jobs, NULL, NULL,
+       NULL, w.ready, true, NULL, NULL, w.rate_limited, NULL, w.unit_est
+FROM (SELECT s.*, count(*) FILTER (WHERE s.ready)
+                    OVER (ORDER BY s.vtime, s.tenant_id ROWS UNBOUNDED PRECEDING) AS readies
+      FROM (SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight, t.max_active_jobs,
+                   t.rate_per_s IS NOT NULL AS rate_limited, l.unit_est,
+                   CASE WHEN :limit <= {{PROBED_LANES}} THEN (SELECT max(j.fairness_key) FROM jobs j
+          WHERE j.state = 'CREATED' AND j.job_type = :job_type AND j.tenant_id = l.tenant_id
+            AND j.shard = l.shard)
+         IS NOT NULL ELSE true END AS ready
+            FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
+            WHERE l.job_type = :job_type AND l.active AND NOT l.held
+              AND t.paused IS NOT TRUE AND l.tenant_id <> ALL(:exclude::text[])
+            ORDER BY l.vtime, l.tenant_id
+            LIMIT {{SCANNED_LANES}}) s) w
+WHERE w.readies <= :limit
+
+-- name: read_lanes_of_tenants @citus
+-- As read_lanes on Citus, restricted to the caller's :tenant_ids.
+WITH charged AS (SELECT NULL::text AS tenant_id, NULL::float8 AS vtime WHERE false)
+{{read_head}}
+UNION ALL
+SELECT w.tenant_id, w.vtime, w.weight, w.max_active_jobs, NULL, NULL,
+       NULL, w.ready, true, NULL, NULL, w.rate_limited, NULL, w.unit_est
+FROM (SELECT s.*, count(*) FILTER (WHERE s.ready)
+                    OVER (ORDER BY s.vtime, s.tenant_id ROWS UNBOUNDED PRECEDING) AS readies
+      FROM (SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight, t.max_active_jobs,
+                   t.rate_per_s IS NOT NULL AS rate_limited, l.unit_est,
+                   CASE WHEN :limit <= {{PROBED_LANES}} THEN (SELECT max(j.fairness_key) FROM jobs j
+          WHERE j.state = 'CREATED' AND j.job_type = :job_type AND j.tenant_id = l.tenant_id
+            AND j.shard = l.shard)
+         IS NOT NULL ELSE true END AS ready
+            FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
+            WHERE l.job_type = :job_type AND l.active AND NOT l.held
+              AND t.paused IS NOT TRUE AND l.tenant_id <> ALL(:exclude::text[])
+              AND l.tenant_id = ANY(:tenant_ids::text[])
+            ORDER BY l.vtime, l.tenant_id
+            LIMIT {{SCANNED_LANES}}) s) w
+WHERE w.readies <= :limit
+
 -- name: read_keys
 -- The keys of the lanes a round allotted picks to (:tenants, with :wants: how many keys
 -- to read of each), in (vtime, key) order, their weights (a key without a row weighs 1),
@@ -294,17 +392,17 @@ CROSS JOIN LATERAL (
     SELECT x.fairness_key, x.vtime,
            CASE WHEN a.want <= {{PROBED_LANES}} THEN (SELECT min(j.priority) FROM jobs j
           WHERE j.state = 'CREATED' AND j.job_type = :job_type AND j.tenant_id = x.tenant_id
-            AND j.fairness_key = x.fairness_key)
+            AND j.fairness_key = x.fairness_key {{shards.j}})
          IS NOT NULL ELSE true END AS ready
     FROM lane_keys x
-    WHERE x.job_type = :job_type AND x.tenant_id = a.tenant_id AND x.active
+    WHERE x.job_type = :job_type AND x.tenant_id = a.tenant_id AND x.active {{shards.x}}
       AND NOT EXISTS (SELECT 1 FROM unnest(:exclude_tenants::text[], :exclude_keys::text[])
                              AS e(tenant_id, fairness_key)
                       WHERE e.tenant_id = x.tenant_id AND e.fairness_key = x.fairness_key)
     ORDER BY x.vtime, x.fairness_key
     LIMIT a.want
 ) k
-LEFT JOIN key_weights w ON w.tenant_id = a.tenant_id AND w.fairness_key = k.fairness_key
+LEFT JOIN key_weights w ON w.tenant_id = a.tenant_id AND w.fairness_key = k.fairness_key {{shards.w}}
 
 -- name: charge_lanes
 -- Charges each lane (jobs claimed) x stride of virtual time, and each key (jobs claimed)
@@ -317,12 +415,12 @@ LEFT JOIN key_weights w ON w.tenant_id = a.tenant_id AND w.fairness_key = k.fair
 -- lane and key.
 WITH {{charge}}
 SELECT ch.tenant_id, NULL AS fairness_key FROM charged ch WHERE NOT (SELECT max(j.fairness_key) FROM jobs j
-          WHERE j.state = 'CREATED' AND j.job_type = :job_type AND j.tenant_id = ch.tenant_id)
+          WHERE j.state = 'CREATED' AND j.job_type = :job_type AND j.tenant_id = ch.tenant_id {{shards.j}})
          IS NOT NULL
 UNION ALL
 SELECT kc.tenant_id, kc.fairness_key FROM key_charged kc WHERE NOT (SELECT min(j.priority) FROM jobs j
           WHERE j.state = 'CREATED' AND j.job_type = :job_type AND j.tenant_id = kc.tenant_id
-            AND j.fairness_key = kc.fairness_key)
+            AND j.fairness_key = kc.fairness_key {{shards.j}})
          IS NOT NULL
 
 -- name: hold_lanes
@@ -331,5 +429,5 @@ SELECT kc.tenant_id, kc.fairness_key FROM key_charged kc WHERE NOT (SELECT min(j
 -- read skips held lanes; jobfair_release_holds, which takes the same locks first,
 -- releases them when the tenant's capacity frees (ADR 016).  Index: lanes pkey.
 -- Locks: the lane rows.
-UPDATE lanes SET held = true, held_count = held_count + 1
-WHERE job_type = :job_type AND tenant_id = ANY(:tenant_ids::text[]) AND NOT held
+UPDATE lanes l SET held = true, held_count = l.held_count + 1
+WHERE l.job_type = :job_type AND l.tenant_id = ANY(:tenant_ids::text[]) AND NOT l.held {{shards.l}}

@@ -19,7 +19,7 @@ WITH settle AS (
     FROM unnest(:tenant_ids::text[], :units::float8[], :observed::int[], :held::float8[],
                 :lane_refunds::float8[])
          AS s(tenant_id, units, n, held, refund)
-    JOIN lanes x ON x.job_type = :job_type AND x.tenant_id = s.tenant_id
+    JOIN lanes x ON x.job_type = :job_type AND x.tenant_id = s.tenant_id {{shards.x}}
     ORDER BY x.tenant_id
     FOR NO KEY UPDATE OF x
 ),
@@ -34,8 +34,8 @@ settled AS (
                                           * (s.held / s.n - l.unit_est) END
     FROM settle s
     WHERE l.job_type = :job_type AND l.tenant_id = ANY(ARRAY(SELECT tenant_id FROM settle))
-      AND l.tenant_id = s.tenant_id
-      AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
+      AND l.tenant_id = s.tenant_id {{shards.l}}
+      {{shards.commit_async}}
     RETURNING 1
 ),
 key_settle AS (
@@ -44,7 +44,7 @@ key_settle AS (
                 :key_refunds::float8[])
          AS s(tenant_id, fairness_key, units, held, refund)
     JOIN lane_keys x ON x.job_type = :job_type AND x.tenant_id = s.tenant_id
-     AND x.fairness_key = s.fairness_key
+     AND x.fairness_key = s.fairness_key {{shards.x}}
     WHERE (SELECT count(*) FROM settle) >= 0
     ORDER BY x.tenant_id, x.fairness_key
     FOR NO KEY UPDATE OF x
@@ -53,12 +53,12 @@ key_settled AS (
     UPDATE lane_keys k
     SET vtime = k.vtime + s.units / COALESCE(
             (SELECT w.weight FROM key_weights w
-             WHERE w.tenant_id = k.tenant_id AND w.fairness_key = k.fairness_key), 1)
+             WHERE w.tenant_id = k.tenant_id AND w.fairness_key = k.fairness_key {{shards.w}}), 1)
             - s.refund,
         units_total = k.units_total + s.held
     FROM key_settle s
-    WHERE k.job_type = :job_type AND k.tenant_id = s.tenant_id AND k.fairness_key = s.fairness_key
-      AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
+    WHERE k.job_type = :job_type AND k.tenant_id = s.tenant_id AND k.fairness_key = s.fairness_key {{shards.k}}
+      {{shards.commit_async}}
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM settled) + (SELECT count(*) FROM key_settled)
