@@ -126,7 +126,7 @@ chaos: $(STAMP) $(PG15_INITDB) $(PG_AUTOCTL)  ## the chaos-marked tests
 
 # Jobfair on a Citus cluster (docs/scaling.md): Citus installed for PostgreSQL 15 (from its
 # packages, or built once from CITUS_SRC, a Citus source tree: tools/citus/install.sh),
-# then the citus-marked tests, each on a coordinator and two worker nodes of its own.
+# then the citus-marked tests, on a coordinator and two worker nodes started for the run.
 CITUS_SRC ?=
 citus: $(STAMP) $(PG15_INITDB)  ## the Citus tests (CITUS_SRC=/path/to/citus builds Citus first)
 	CITUS_SRC=$(CITUS_SRC) sh tools/citus/install.sh

@@ -141,8 +141,8 @@ class ShardMap:
         return self.shard_ids[shard_of(tenant_id)]
 
     def groups(
-        self, items: Iterable[T], tenant: callable[[T], str]
-    ) -> list[tuple[list[int], list[T]]]:  # type: ignore[valid-type]
+        self, items: Iterable[T], tenant: Callable[[T], str]
+    ) -> list[tuple[list[int], list[T]]]:
         """``items`` in groups of one Citus shard each, with the shard values of their
         tenants (``tenant(item)``), in the order each group is first met, the items in
         their order."""

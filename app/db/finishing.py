@@ -12,11 +12,12 @@ parts are its fragments (``credited``, ``freed``, ``unheld``, and history.sql's
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
 
-from app.db import lanes, parking, sql
+from app.db import citus, holds, lanes, parking, sql
 from app.db.base import Queries, Sessions, retry_deadlock
 from app.db.rows import Ended, JobRow
 from app.domain import JobState, utcnow
@@ -48,15 +49,38 @@ async def complete(
     completing over 30 tenants at cap 1); the statement is its own transaction, rolled
     back whole, so it is sent again.  A key named twice is judged once: callers
     that may name a job twice send the namings in separate statements."""
-    rows = await db.fetch(
-        *SQL["complete_jobs"].bind(
-            job_keys=[i[0] for i in items],
-            activation_counts=[i[1] for i in items],
-            variables=[i[2] for i in items],
-            now=now,
-        )
+    args = dict(
+        job_keys=[i[0] for i in items],
+        activation_counts=[i[1] for i in items],
+        variables=[i[2] for i in items],
+        now=now,
     )
+    rows = await _finish(db, "complete_jobs", args)
     return [_ended(r, JobState.COMPLETED) for r in rows]
+
+
+async def _finish(db: Queries, name: str, args: dict[str, Any]) -> list[Any]:
+    """A finishing statement that is its own transaction: on Citus, in a transaction with
+    what it owes after it (app.db.holds.after_finish)."""
+    if not citus.on_citus(db):
+        rows: list[Any] = await db.fetch(*SQL[name].bind(**args))
+        return rows
+    async with _transaction(db) as tx:
+        rows = await tx.fetch(*SQL.citus[name].bind(**args))
+        await holds.after_finish(tx, rows)
+    return rows
+
+
+@asynccontextmanager
+async def _transaction(db: Any) -> AsyncIterator[Queries]:
+    """A transaction on ``db``: the Database's (a connection of its own) or, on a
+    connection, one there (a savepoint if it is in one)."""
+    if hasattr(db, "connection"):
+        async with db.transaction() as tx:
+            yield tx
+    else:
+        async with db.transaction():
+            yield db
 
 
 @retry_deadlock
@@ -76,7 +100,7 @@ async def fail(
     lane in the same transaction.  None when the fence did not match."""
     async with db.transaction() as tx:
         row = await tx.fetchrow(
-            *SQL["fail_job"].bind(
+            *_spelled(tx)["fail_job"].bind(
                 job_key=job_key,
                 activation_count=activation_count,
                 retries=retries,
@@ -88,6 +112,8 @@ async def fail(
         )
         if row is None:
             return None
+        if citus.on_citus(tx):
+            await holds.after_finish(tx, [row])
         ended = _ended(row, JobState(row["state"]))
         if ended.state is JobState.CREATED:
             await lanes.lock_to_wake(tx, [(ended.job_type, ended.tenant_id)])
@@ -107,19 +133,18 @@ async def throw_error(
 ) -> Ended | None:
     """ACTIVATED -> ERROR_THROWN (throw_error); the job, or None if the fence did not
     match."""
-    row = await db.fetchrow(
-        *SQL["throw_error"].bind(
-            job_key=job_key,
-            activation_count=activation_count,
-            error_code=error_code,
-            error_message=error_message,
-            variables=variables,
-            now=now,
-        )
+    args = dict(
+        job_key=job_key,
+        activation_count=activation_count,
+        error_code=error_code,
+        error_message=error_message,
+        variables=variables,
+        now=now,
     )
-    if row is None:
+    rows = await _finish(db, "throw_error", args)
+    if not rows:
         return None
-    return _ended(row, JobState.ERROR_THROWN)
+    return _ended(rows[0], JobState.ERROR_THROWN)
 
 
 @retry_deadlock
@@ -131,14 +156,22 @@ async def release(db: Sessions, jobs: Sequence[JobRow]) -> list[Ended]:
     async with db.transaction() as tx:
         await lanes.lock_to_wake(tx, [(j.job_type, j.tenant_id) for j in jobs])
         rows = await tx.fetch(
-            *SQL["release_jobs"].bind(
+            *_spelled(tx)["release_jobs"].bind(
                 job_keys=[j.job_key for j in jobs],
                 activation_counts=[j.activation_count for j in jobs],
                 now=utcnow(),
             )
         )
+        if citus.on_citus(tx):
+            await holds.after_finish(tx, rows)
         await lanes.wake(tx, rows)
     return [_ended(r, JobState.CREATED) for r in rows]
+
+
+def _spelled(db: Any) -> dict[str, sql.Statement]:
+    """The finishing statements as ``db`` runs them (on Citus, without their NOTIFYs
+    and release: app.db.holds)."""
+    return SQL.citus if citus.on_citus(db) else SQL
 
 
 async def cancel(db: Sessions, job_key: int, now: datetime) -> Ended | None:
@@ -146,9 +179,10 @@ async def cancel(db: Sessions, job_key: int, now: datetime) -> Ended | None:
     that emptied it (an empty lane left active would keep its idle vtime, ADR 014).  The
     job (its ``charged`` None unless an activation by worker time ended), or None if it
     was in none of those states."""
-    row = await db.fetchrow(*SQL["cancel_job"].bind(job_key=job_key, now=now))
-    if row is None:
+    rows = await _finish(db, "cancel_job", dict(job_key=job_key, now=now))
+    if not rows:
         return None
+    row = rows[0]
     tenant = row["tenant_id"]
     await parking.park(db, row["job_type"], [tenant], keys=[(tenant, row["fairness_key"])])
     return _ended(row, JobState.CANCELED)

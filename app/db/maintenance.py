@@ -12,7 +12,7 @@ from typing import Any
 
 import asyncpg
 
-from app.db import lanes, sql
+from app.db import citus, holds, lanes, sql
 from app.db.base import Sessions, retry_deadlock
 from app.db.rows import ExpiredLease
 
@@ -21,11 +21,12 @@ SQL = sql.load("maintenance")  # app/db/sql/maintenance.sql
 
 @retry_deadlock
 async def _ready_by_keys(
-    db: Sessions, select: tuple[Any, ...], update: sql.Statement, **update_args: Any
+    db: Sessions, select: tuple[Any, ...], update: str, **update_args: Any
 ) -> list[asyncpg.Record]:
     """Select candidates (``select``: a bound statement), take their lanes' shared bucket
-    locks, then update them (``update``, given their keys as ``job_keys``) and wake their
-    lanes; the rows updated."""
+    locks, then update them (the statement ``update``, given their keys as ``job_keys``)
+    and wake their lanes; the rows updated.  On Citus the update's NOTIFYs and release of
+    held lanes follow it (app.db.holds)."""
     async with db.connection() as conn:
         candidates = await conn.fetch(*select)
         if not candidates:
@@ -33,7 +34,10 @@ async def _ready_by_keys(
         async with conn.transaction():
             await lanes.lock_to_wake(conn, [(r["job_type"], r["tenant_id"]) for r in candidates])
             keys = [r["job_key"] for r in candidates]
-            rows = await conn.fetch(*update.bind(job_keys=keys, **update_args))
+            spelled = SQL.citus if citus.on_citus(conn) else SQL
+            rows = await conn.fetch(*spelled[update].bind(job_keys=keys, **update_args))
+            if update == "release_expired" and citus.on_citus(conn):
+                await holds.after_finish(conn, rows)
             await lanes.wake(conn, rows)
         return list(rows)
 
@@ -41,7 +45,7 @@ async def _ready_by_keys(
 async def release_expired(db: Sessions, now: datetime, limit: int) -> list[ExpiredLease]:
     """Up to ``limit`` expired leases back to CREATED (release_expired): their jobs."""
     expired = SQL["expired_leases"].bind(now=now, limit=limit)
-    rows = await _ready_by_keys(db, expired, SQL["release_expired"], now=now)
+    rows = await _ready_by_keys(db, expired, "release_expired", now=now)
     fields = (
         "job_key",
         "job_type",
@@ -60,7 +64,7 @@ async def release_expired(db: Sessions, now: datetime, limit: int) -> list[Expir
 async def promote_scheduled(db: Sessions, now: datetime, limit: int) -> int:
     """Up to ``limit`` due delayed jobs to CREATED (promote_scheduled)."""
     due = SQL["due_scheduled"].bind(now=now, limit=limit)
-    return len(await _ready_by_keys(db, due, SQL["promote_scheduled"], now=now))
+    return len(await _ready_by_keys(db, due, "promote_scheduled", now=now))
 
 
 async def prune_terminal(db: Sessions, before: datetime, limit: int) -> int:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from app.db import sql
+from app.db import citus, sql
 from app.db.base import Queries, Sessions
 from app.db.rows import KeySampleRow, LaneSampleRow, LaneStats, TenantSet
 
@@ -22,7 +22,8 @@ async def lane_samples(db: Queries) -> list[LaneSampleRow]:
 
 async def capped_active(db: Queries) -> dict[tuple[str, str], int]:
     """Per ("tenant", id) and ("type", name) with a cap: its active jobs, up to the cap."""
-    rows = await db.fetch(*SQL["capped_active"].bind())
+    spelled = SQL.citus if citus.on_citus(db) else SQL
+    rows = await db.fetch(*spelled["capped_active"].bind())
     return {(r["kind"], r["name"]): r["active"] for r in rows}
 
 
@@ -31,8 +32,9 @@ async def key_samples(
 ) -> list[KeySampleRow]:
     """Every lane's keys as the key window samples them (key_samples): the ``top`` most
     active ever and the ``tracked`` ones (type, tenant, key as stored)."""
+    spelled = SQL.citus if citus.on_citus(db) else SQL
     rows = await db.fetch(
-        *SQL["key_samples"].bind(
+        *spelled["key_samples"].bind(
             top=top,
             job_types=[t for t, _, _ in tracked],
             tenant_ids=[n for _, n, _ in tracked],

@@ -7,10 +7,11 @@ statements are app/db/sql/operators.sql's.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import asyncpg
 
-from app.db import sql
+from app.db import citus, holds, sql
 from app.db.base import Queries, Sessions
 from app.db.rows import (
     JobTypeRow,
@@ -36,7 +37,7 @@ async def upsert_tenant(
     async with db.transaction() as tx:
         await tx.execute(*SQL["lock_tenant"].bind(tenant_id=tenant_id))
         row = await tx.fetchrow(
-            *SQL["upsert_tenant"].bind(
+            *_spelled(tx)["upsert_tenant"].bind(
                 tenant_id=tenant_id,
                 weight=weight,
                 cap=cap,
@@ -44,6 +45,8 @@ async def upsert_tenant(
                 rate_burst=None if rate is None else rate.burst,
             )
         )
+        if citus.on_citus(tx):
+            await holds.release(tx, [tenant_id])
     await _release_after_finishes(db, tenant_id)
     return TenantRow(*row)
 
@@ -51,7 +54,17 @@ async def upsert_tenant(
 async def _release_after_finishes(db: Sessions, tenant_id: str) -> None:
     """After a tenant's change committed (release_after_finishes)."""
     async with db.transaction() as tx:
-        await tx.execute(*SQL["release_after_finishes"].bind(tenant_id=tenant_id))
+        if citus.on_citus(tx):  # the gate by the statement, the release by app.db.holds
+            await tx.execute(*SQL.citus["release_after_finishes"].bind())
+            await holds.release(tx, [tenant_id])
+        else:
+            await tx.execute(*SQL["release_after_finishes"].bind(tenant_id=tenant_id))
+
+
+def _spelled(db: Any) -> dict[str, sql.Statement]:
+    """The operators' statements as ``db`` runs them (on Citus, held lanes released by
+    app.db.holds after them)."""
+    return SQL.citus if citus.on_citus(db) else SQL
 
 
 async def get_tenant(db: Queries, tenant_id: str) -> TenantRow | None:
@@ -135,7 +148,7 @@ async def upsert_job_type(
     fairness_by: FairnessBy = FairnessBy.ACTIVATIONS,
 ) -> JobTypeRow:
     row = await db.fetchrow(
-        *SQL["upsert_job_type"].bind(
+        *_spelled(db)["upsert_job_type"].bind(
             job_type=job_type,
             cap=cap,
             interval_ms=interval_ms,

@@ -47,7 +47,7 @@ FROM (
     SELECT k.job_type, k.tenant_id, k.fairness_key, k.activated_total, k.active, k.vtime,
            k.units_total, sum(k.units_total) OVER lane AS lane_units,
            COALESCE(w.weight, 1) AS weight,
-           row_number() OVER (PARTITION BY k.job_type, k.tenant_id
+           row_number() OVER (PARTITION BY  k.job_type, k.tenant_id
                               ORDER BY k.activated_total DESC, k.fairness_key) AS rank,
            (sum(k.activated_total) OVER lane)::bigint AS lane_total,
            COALESCE(sum(COALESCE(w.weight, 1)) FILTER (WHERE k.active) OVER lane, 0)
@@ -55,7 +55,8 @@ FROM (
            min(k.vtime) FILTER (WHERE k.active) OVER lane AS least_vtime
     FROM lane_keys k
     LEFT JOIN key_weights w ON w.tenant_id = k.tenant_id AND w.fairness_key = k.fairness_key
-    WINDOW lane AS (PARTITION BY k.job_type, k.tenant_id)
+
+    WINDOW lane AS (PARTITION BY  k.job_type, k.tenant_id)
 ) s
 LEFT JOIN unnest($1::text[], $2::text[], $3::text[]) AS t(job_type, tenant_id, fairness_key)
   ON t.job_type = s.job_type AND t.tenant_id = s.tenant_id

@@ -48,6 +48,28 @@ unheld AS (
         ARRAY(SELECT DISTINCT e.tenant_id FROM ended e), '{{NOTIFY_CHANNEL}}') AS n
 )
 
+-- fragment: credited @citus
+-- On Citus a statement's NOTIFY is heard only on the node that ran it: the store credits
+-- the streams from the coordinator after the statement (app.db.holds.after_finish).
+credited AS (SELECT 1 AS sent WHERE false)
+
+-- fragment: freed @citus
+-- As credited @citus: the capped types are told by app.db.holds.after_finish.
+freed AS (SELECT 1 AS sent WHERE false)
+
+-- fragment: unheld @citus
+-- On Citus jobfair_release_holds cannot run (its statements join lanes of many nodes to
+-- a reference table): app.db.holds.release does its steps after the statement, in its
+-- transaction.
+unheld AS (SELECT 0 AS n)
+
+-- fragment: ended_via_stream
+-- Nothing on one PostgreSQL; on Citus each ended job's via_stream, for the credits the
+-- store sends.
+
+-- fragment: ended_via_stream @citus
+, via_stream
+
 -- fragment: finished
 -- The end of a statement that ended activations (``ended``), once its history row is
 -- written: their streams credited, their capped types told, their tenants' held lanes
@@ -58,7 +80,7 @@ unheld AS (
 {{unheld}}
 SELECT job_key, job_type, tenant_id, activated_at, fairness_key, charged, lane_charge, key_charge,
        (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
-         AS _n
+         AS _n{{ended_via_stream}}
 FROM ended
 
 -- name: complete_jobs
@@ -137,7 +159,7 @@ logged AS (
 SELECT job_key, job_type, tenant_id, state, activated_at, fairness_key, charged, lane_charge,
        key_charge,
        (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
-         AS _n
+         AS _n{{ended_via_stream}}
 FROM ended
 
 -- name: throw_error

@@ -431,3 +431,50 @@ SELECT kc.tenant_id, kc.fairness_key FROM key_charged kc WHERE NOT (SELECT min(j
 -- Locks: the lane rows.
 UPDATE lanes l SET held = true, held_count = l.held_count + 1
 WHERE l.job_type = :job_type AND l.tenant_id = ANY(:tenant_ids::text[]) AND NOT l.held {{shards.l}}
+
+-- name: release_gate_shared @citus
+-- On Citus, jobfair_release_holds's first step (it cannot run there as one function: its
+-- statements join lanes of many nodes to the reference table tenants): the release gate,
+-- shared (app.db.holds; the protocol in app.db.lanes).
+SELECT pg_advisory_xact_lock_shared({{RELEASE_GATE_CLASS}}, 0)
+
+-- name: caps_of @citus
+-- jobfair_release_holds's choice of tenants, on Citus: whether each of :tenant_ids has a
+-- cap, and whether it is paused (the reference table: on the coordinator).
+SELECT t.tenant_id, t.max_active_jobs IS NOT NULL AS capped, t.paused
+FROM tenants t WHERE t.tenant_id = ANY(:tenant_ids::text[])
+
+-- name: held_of @citus
+-- The held lanes of :tenant_ids (in :shards, theirs), by tenant and type: on the nodes
+-- that hold those shards.  Index: a read of the tenants' lanes on each.
+SELECT DISTINCT l.tenant_id, l.job_type FROM lanes l
+WHERE l.held AND l.tenant_id = ANY(:tenant_ids::text[]) AND l.shard = ANY(:shards::int2[])
+
+-- name: lock_caps_of @citus
+-- The cap locks of :tenant_ids, in key order (jobfair_lock_tenant_caps), held until the
+-- transaction ends.
+SELECT jobfair_lock_tenant_caps({{TENANT_CAP_LOCK_CLASS}}, :tenant_ids::text[])
+
+-- name: unhold_lanes @citus
+-- jobfair_release_holds's release, on Citus, of one Citus shard's tenants (:tenant_ids,
+-- not paused, their cap locks held): their held lanes let go, each re-entering at its
+-- type's floor if it fell behind it (floor_l, read across every node before).  Answers
+-- the types released, which the store notifies from the coordinator.
+UPDATE lanes l SET held = false, vtime = GREATEST(l.vtime, {{floor_l}})
+WHERE l.held AND l.tenant_id = ANY(:tenant_ids::text[]) {{shards.l}}
+RETURNING l.job_type
+
+-- name: capped_types @citus
+-- Of the activations ended (:job_types, :tenant_ids, one pair each), the types whose type
+-- or tenant has a cap: their capacity was freed (finishing's freed, on Citus).
+SELECT DISTINCT x.job_type
+FROM unnest(:job_types::text[], :tenant_ids::text[]) AS x(job_type, tenant_id)
+WHERE EXISTS (SELECT 1 FROM job_types t WHERE t.job_type = x.job_type
+                AND t.max_active_jobs IS NOT NULL)
+   OR EXISTS (SELECT 1 FROM tenants t WHERE t.tenant_id = x.tenant_id
+                AND t.max_active_jobs IS NOT NULL)
+
+-- name: notify @citus
+-- A NOTIFY on :channel with :payload, sent from the coordinator (no table: Citus runs it
+-- there), where every server listens.
+SELECT pg_notify(:channel::text, :payload::text)

@@ -33,7 +33,7 @@ logged AS (
 {{finishing.unheld}}
 SELECT job_key, job_type, tenant_id, activation_count, worker, fairness_key, activated_at,
        charged, lane_charge, key_charge,
-       (SELECT count(*) FROM credited) + (SELECT n FROM unheld) AS _n
+       (SELECT count(*) FROM credited) + (SELECT n FROM unheld) AS _n{{finishing.ended_via_stream}}
 FROM ended
 
 -- name: due_scheduled

@@ -27,6 +27,32 @@ SELECT 'type', jt.job_type, (
         LIMIT GREATEST(jt.max_active_jobs, 10000)) c)
 FROM job_types jt WHERE jt.max_active_jobs IS NOT NULL
 
+-- name: capped_active @citus
+-- capped_active on Citus (which refuses a subquery correlated to a reference table): the
+-- ACTIVATED jobs of every capped tenant and type, counted on each node by tenant and by
+-- type, summed on the coordinator (not bounded by the cap: the active jobs of capped
+-- tenants and types, which their caps bound).  Index: jobs_active_tenant_idx and
+-- jobs_active_type_idx on each shard.
+WITH by_tenant AS (
+    SELECT j.tenant_id, count(*) AS active FROM jobs j
+    WHERE j.state = 'ACTIVATED'
+      AND j.tenant_id IN (SELECT tenant_id FROM tenants WHERE max_active_jobs IS NOT NULL)
+    GROUP BY j.tenant_id
+),
+by_type AS (
+    SELECT j.job_type, count(*) AS active FROM jobs j
+    WHERE j.state = 'ACTIVATED'
+      AND j.job_type IN (SELECT job_type FROM job_types WHERE max_active_jobs IS NOT NULL)
+    GROUP BY j.job_type
+)
+SELECT 'tenant' AS kind, t.tenant_id AS name, COALESCE(b.active, 0) AS active
+FROM tenants t LEFT JOIN by_tenant b ON b.tenant_id = t.tenant_id
+WHERE t.max_active_jobs IS NOT NULL
+UNION ALL
+SELECT 'type', jt.job_type, COALESCE(b.active, 0)
+FROM job_types jt LEFT JOIN by_type b ON b.job_type = jt.job_type
+WHERE jt.max_active_jobs IS NOT NULL
+
 -- name: key_samples
 -- The second level's sample (ADR 027): per lane, its :top keys with the most activations
 -- ever, and the keys named in :job_types, :tenant_ids, :keys (type, tenant, key: those the share window
@@ -43,7 +69,7 @@ FROM (
     SELECT k.job_type, k.tenant_id, k.fairness_key, k.activated_total, k.active, k.vtime,
            k.units_total, sum(k.units_total) OVER lane AS lane_units,
            COALESCE(w.weight, 1) AS weight,
-           row_number() OVER (PARTITION BY k.job_type, k.tenant_id
+           row_number() OVER (PARTITION BY {{shards.k_shard}} k.job_type, k.tenant_id
                               ORDER BY k.activated_total DESC, k.fairness_key) AS rank,
            (sum(k.activated_total) OVER lane)::bigint AS lane_total,
            COALESCE(sum(COALESCE(w.weight, 1)) FILTER (WHERE k.active) OVER lane, 0)
@@ -51,7 +77,8 @@ FROM (
            min(k.vtime) FILTER (WHERE k.active) OVER lane AS least_vtime
     FROM lane_keys k
     LEFT JOIN key_weights w ON w.tenant_id = k.tenant_id AND w.fairness_key = k.fairness_key
-    WINDOW lane AS (PARTITION BY k.job_type, k.tenant_id)
+      {{shards.w_of_k}}
+    WINDOW lane AS (PARTITION BY {{shards.k_shard}} k.job_type, k.tenant_id)
 ) s
 LEFT JOIN unnest(:job_types::text[], :tenant_ids::text[], :keys::text[]) AS t(job_type, tenant_id, fairness_key)
   ON t.job_type = s.job_type AND t.tenant_id = s.tenant_id

@@ -30,6 +30,21 @@ jobfair_release_holds(
     {{TENANT_CAP_LOCK_CLASS}}, {{RELEASE_GATE_CLASS}}, ARRAY[:tenant_id::text],
     '{{NOTIFY_CHANNEL}}')
 
+-- fragment: release_holds @citus
+-- On Citus jobfair_release_holds cannot run (its statements join lanes of many nodes to
+-- a reference table): the store runs its steps after the statement (app.db.holds).
+0
+
+-- fragment: tenant_stored
+-- tenant_columns as a write returns them on Citus, which refuses a function that is not
+-- immutable in RETURNING: the statement reads its instant outside.
+tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst, rate_tokens, rate_at
+
+-- fragment: job_type_stored
+-- As tenant_stored, of job_type_columns (read_at outside, fairness_by after it).
+job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s, rate_burst,
+    rate_tokens, rate_at, fairness_by
+
 -- fragment: lane_counts
 -- A lane's counts (jobs grouped by type and tenant): ready jobs, delayed ones, active
 -- ones, and the oldest ready job's queued_at and key.
@@ -164,6 +179,22 @@ unheld AS (
 )
 SELECT up.* FROM up WHERE (SELECT count(*) FROM unheld) = 1
 
+-- name: upsert_tenant @citus
+-- upsert_tenant on Citus: the tenant's instant read outside the write (tenant_stored),
+-- its held lanes released by the store after it (app.db.holds).
+WITH up AS (
+    INSERT INTO tenants AS t (tenant_id, weight, max_active_jobs, rate_per_s, rate_burst,
+                              rate_tokens, rate_at)
+    VALUES (:tenant_id, :weight, :cap, :rate_per_s::float8, :rate_burst::float8,
+            :rate_burst::float8,
+            CASE WHEN :rate_per_s::float8 IS NOT NULL THEN statement_timestamp() END)
+    ON CONFLICT (tenant_id) DO UPDATE SET weight = EXCLUDED.weight,
+        max_active_jobs = EXCLUDED.max_active_jobs,
+        {{rate_set}}
+    RETURNING {{tenant_stored}}
+)
+SELECT up.*, statement_timestamp() AS read_at FROM up
+
 -- name: lock_tenant
 -- A tenant's cap lock, taken before its row is written (upsert_tenant, delete_tenant), in
 -- the order a rate-limited claim takes them (the lock, then the row it takes tokens
@@ -235,6 +266,26 @@ ON CONFLICT (job_type) DO UPDATE SET max_active_jobs = EXCLUDED.max_active_jobs,
     fairness_by = EXCLUDED.fairness_by,
     {{rate_set}}
 RETURNING {{job_type_columns}}
+
+-- name: upsert_job_type @citus
+-- upsert_job_type on Citus: the instant read outside the write (job_type_stored).
+WITH up AS (
+    INSERT INTO job_types AS t (job_type, max_active_jobs, aging_interval_ms, aging_step,
+                                rate_per_s, rate_burst, rate_tokens, rate_at, fairness_by)
+    VALUES (:job_type, :cap, :interval_ms, :step, :rate_per_s::float8, :rate_burst::float8,
+            :rate_burst::float8,
+            CASE WHEN :rate_per_s::float8 IS NOT NULL THEN statement_timestamp() END,
+            :fairness_by)
+    ON CONFLICT (job_type) DO UPDATE SET max_active_jobs = EXCLUDED.max_active_jobs,
+        aging_interval_ms = EXCLUDED.aging_interval_ms, aging_step = EXCLUDED.aging_step,
+        fairness_by = EXCLUDED.fairness_by,
+        {{rate_set}}
+    RETURNING {{job_type_stored}}
+)
+SELECT up.job_type, up.max_active_jobs, up.aging_interval_ms, up.aging_step, up.paused,
+       up.rate_per_s, up.rate_burst, up.rate_tokens, up.rate_at,
+       statement_timestamp() AS read_at, up.fairness_by
+FROM up
 
 -- name: get_job_type
 -- A job type's configuration.  Index: job_types pkey.

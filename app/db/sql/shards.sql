@@ -50,3 +50,17 @@ AND e.shard = ANY(:shards::int2[])
 AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
 
 -- fragment: commit_async @citus
+
+-- fragment: w_of_k
+-- A key weight ``w`` joined to its key ``k``: on Citus on the shard too (Citus joins two
+-- distributed tables on their distribution column only).
+
+-- fragment: w_of_k @citus
+AND w.shard = k.shard
+
+-- fragment: k_shard
+-- A window over a lane's keys ``k``: on Citus partitioned by the shard too (the same
+-- partitions: a tenant has one shard), which Citus then runs on each node.
+
+-- fragment: k_shard @citus
+k.shard,
