@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from app.db import lanes, parking, sql
+from app.db import citus, lanes, parking, sql
 from app.db.base import Queries, Sessions, retry_deadlock
 from app.domain import FailedFilter
 
@@ -59,8 +59,11 @@ async def cancel_ready(
 ) -> tuple[int, list[str]]:
     """Cancel up to ``limit`` ready jobs of one lane (cancel_ready): how many, and the
     fairness keys they had."""
+    [(shards, _)] = citus.split(db, [tenant_id], str)
     row = await db.fetchrow(
-        *SQL["cancel_ready"].bind(job_type=job_type, tenant_id=tenant_id, limit=limit, now=now)
+        *SQL.on(
+            shards, "cancel_ready", job_type=job_type, tenant_id=tenant_id, limit=limit, now=now
+        )
     )
     return row["n"], list(row["keys"])
 
@@ -69,8 +72,11 @@ async def cancel_delayed(
     db: Queries, tenant_id: str, job_type: str | None, limit: int, now: datetime
 ) -> int:
     """Cancel up to ``limit`` delayed jobs of a tenant (cancel_delayed)."""
+    [(shards, _)] = citus.split(db, [tenant_id], str)
     n: int = await db.fetchval(
-        *SQL["cancel_delayed"].bind(tenant_id=tenant_id, job_type=job_type, limit=limit, now=now)
+        *SQL.on(
+            shards, "cancel_delayed", tenant_id=tenant_id, job_type=job_type, limit=limit, now=now
+        )
     )
     return n
 

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 from app.db import citus, lanes, sql
 from app.db.base import Queries, Sessions
-from app.db.job_rows import insert, insert_into, locks_for, notify_ready
+from app.db.job_rows import insert_into, locks_for, notify_ready
 from app.db.locks import TENANT_CAP_LOCK_CLASS, TYPE_CAP_LOCK_CLASS, cap_key, int4
 from app.db.rows import Claimed, JobRow, LeadClaim, job_row
 from app.scheduler import Bucket, Buckets, FairnessBy, left_at_cap
@@ -229,26 +229,38 @@ async def take_tokens(
     if not spent and typed is None:
         return  # nothing taken: the stored pair still says what the bucket holds
     tenants = sorted(spent)
-    await tx.execute(
-        *SQL["take_tokens"].bind(
-            job_type=job_type,
-            type_tokens=None if typed is None else typed.tokens,
-            type_at=None if typed is None else typed.at,
-            type_read_at=None if read.job_type is None else read.job_type.at,
-            tenants=tenants,
-            tokens=[spent[t].tokens for t in tenants],
-            at=[spent[t].at for t in tenants],
-            read_at=[read.tenants[t].at for t in tenants],
-        )
+    type_bucket = dict(
+        job_type=job_type,
+        type_tokens=None if typed is None else typed.tokens,
+        type_at=None if typed is None else typed.at,
+        type_read_at=None if read.job_type is None else read.job_type.at,
     )
+    tenant_buckets = dict(
+        tenants=tenants,
+        tokens=[spent[t].tokens for t in tenants],
+        at=[spent[t].at for t in tenants],
+        read_at=[read.tenants[t].at for t in tenants],
+    )
+    if not citus.on_citus(tx):
+        await tx.execute(*SQL["take_tokens"].bind(**type_bucket, **tenant_buckets))
+        return
+    if typed is not None:  # a statement per reference table on Citus
+        await tx.execute(*SQL.citus["take_type_tokens"].bind(**type_bucket))
+    if tenants:
+        await tx.execute(*SQL.citus["take_tokens"].bind(**tenant_buckets))
 
 
-def _lead_call(job_type: str, ask: LeadAsk, now: datetime) -> tuple[Any, ...]:
-    """claim_lead's statement (of its four) and arguments, as a driver call takes them."""
+def _lead_call(
+    job_type: str, ask: LeadAsk, now: datetime, shards: Sequence[int] | None = None
+) -> tuple[Any, ...]:
+    """claim_lead's statement (of its four) and arguments, as a driver call takes them
+    (on Citus, ``shards``: those of ``ask``'s one tenant)."""
     workers, deadlines, starts = _share_arrays([ask.share], now)
     name = "claim_lead" if ask.tenant_ids is None else "claim_lead_of_tenants"
     tenants = {} if ask.tenant_ids is None else {"tenant_ids": list(ask.tenant_ids)}
-    return SQL[f"{name}_by_worker_time" if ask.by_worker_time else name].bind(
+    return SQL.on(
+        shards,
+        f"{name}_by_worker_time" if ask.by_worker_time else name,
         job_type=job_type,
         now=now,
         workers=workers,
@@ -274,18 +286,39 @@ def _lead_claim(row: Any) -> LeadClaim:
     )
 
 
-# What a lead claim answers on Citus: nothing, the type not known dry.  Its read of the
-# lead lane spans every node and its claim writes on one, which Citus does not run as
-# one statement: the caller runs the full rounds instead (a read, then a claim on the
-# lead lane's node), as when a lead claim finds its heads held.
+# What a lead claim answers when it claims nothing and does not know the type dry (on
+# Citus, where a pause, a cap or a rate limit is involved): the caller runs the full
+# rounds, as when a lead claim finds its heads held.
 NOTHING_LED = LeadClaim(None, None, None, None, None, False)
 
 
 async def claim_lead(db: Queries, job_type: str, ask: LeadAsk, now: datetime) -> LeadClaim:
-    """One stride pick read and claimed at once (claim_lead); on Citus, NOTHING_LED."""
-    if citus.on_citus(db):
+    """One stride pick read and claimed at once (claim_lead).  On Citus, two statements:
+    the lead lane read across every node (lanes.read_across), then claim_lead of its
+    tenant alone, on its node -- or NOTHING_LED where a pause, a cap or a rate limit is
+    involved (the full rounds then read them), or when its heads were held."""
+    if not citus.on_citus(db):
+        return _lead_claim(await db.fetchrow(*_lead_call(job_type, ask, now)))
+    read = await lanes.read_across(db, job_type, 1, [], ask.tenant_ids)
+    if read.paused:
         return NOTHING_LED
-    return _lead_claim(await db.fetchrow(*_lead_call(job_type, ask, now)))
+    if not read.ready:
+        # No ready lane, and every active lane seen (fewer than SCANNED_LANES): dry.
+        return NOTHING_LED if read.more else LeadClaim(None, None, None, None, None, True)
+    lead = read.ready[0]
+    config = read.config
+    if (config.max_active_jobs, lead.max_active_jobs) != (None, None) or config.rate_limited:
+        return NOTHING_LED
+    if lead.rate_limited:
+        return NOTHING_LED
+    [(shards, _)] = citus.split(db, [lead.tenant_id], str)
+    alone = LeadAsk(
+        [lead.tenant_id], ask.share, ask.via_stream, ask.default_aging_step,
+        ask.default_aging_interval_ms, ask.by_worker_time,
+    )  # fmt: skip
+    text, *args = _lead_call(job_type, alone, now, shards)
+    got = _lead_claim(await db.fetchrow(text, *args))
+    return got if got.job is not None else NOTHING_LED
 
 
 async def insert_and_claim_lead(
@@ -296,15 +329,15 @@ async def insert_and_claim_lead(
     same transaction, as claim_lead would after it.  The pick is usually the new job;
     then nothing is notified, for nobody else need wake.  Otherwise (another lane is
     ahead of it, a cap, a head held) the new job is announced as insert_jobs announces
-    it.  The new job's key, and what the claim got.  On Citus the job is inserted and
-    announced, and nothing claimed (NOTHING_LED): its waiter is woken as any other."""
-    if citus.on_citus(db):
-        [inserted] = await insert(db, [job], now)
-        return inserted.job_key, NOTHING_LED
-    lead = _lead_call(job["type"], ask, now)
+    it.  The new job's key, and what the claim got.  On Citus the same, with the insert
+    and the lead claim each as Citus runs them."""
+    lead = None if citus.on_citus(db) else _lead_call(job["type"], ask, now)
     async with db.transaction(first=locks_for([job], now)) as tx:
         [key], _ = await insert_into(tx, [job], now, quiet=True)
-        got = _lead_claim(await tx.fetchrow(*lead))
+        if lead is None:
+            got = await claim_lead(tx, job["type"], ask, now)
+        else:
+            got = _lead_claim(await tx.fetchrow(*lead))
         if got.job is None or got.job.job_key != key:
             await notify_ready(tx, job["type"], 1)
     return key, got

@@ -13,6 +13,7 @@ import asyncpg
 
 from app.db import citus, holds, sql
 from app.db.base import Queries, Sessions
+from app.db.bounds import NOTIFY_CHANNEL
 from app.db.rows import (
     JobTypeRow,
     LaneStats,
@@ -111,30 +112,47 @@ async def delete_key_weight(db: Queries, tenant_id: str, fairness_key: str) -> b
 async def pause_tenant(db: Sessions, tenant_id: str) -> TenantRow:
     """Pause a tenant (pause_tenant), then hold its lanes behind the finishes in flight
     (wait_for_finishes, hold_paused_lanes)."""
-    row = TenantRow(*await db.fetchrow(*SQL["pause_tenant"].bind(tenant_id=tenant_id)))
+    spelled = _spelled(db)
+    row = TenantRow(*await db.fetchrow(*spelled["pause_tenant"].bind(tenant_id=tenant_id)))
     async with db.transaction() as tx:
         await tx.execute(*SQL["wait_for_finishes"].bind())
-        await tx.execute(*SQL["hold_paused_lanes"].bind(tenant_id=tenant_id))
+        for shards, _ in citus.split(tx, [tenant_id], str):
+            await tx.execute(*SQL.on(shards, "hold_paused_lanes", tenant_id=tenant_id))
     return row
 
 
 async def resume_tenant(db: Sessions, tenant_id: str) -> TenantRow | None:
     """Resume a tenant (resume_tenant), then release its lanes (release_resumed); None
     if it has no configuration (it was never paused)."""
-    row = await db.fetchrow(*SQL["resume_tenant"].bind(tenant_id=tenant_id))
+    row = await db.fetchrow(*_spelled(db)["resume_tenant"].bind(tenant_id=tenant_id))
     if row is None:
         return None
     async with db.transaction() as tx:
-        await tx.execute(*SQL["release_resumed"].bind(tenant_id=tenant_id))
+        if citus.on_citus(tx):  # the gate, the release, the types told: a step each
+            await tx.execute(*SQL.citus["release_resumed"].bind())
+            await holds.release(tx, [tenant_id])
+            [(shards, _)] = citus.split(tx, [tenant_id], str)
+            types = await tx.fetch(*SQL.on(shards, "active_types_of", tenant_id=tenant_id))
+            for r in types:
+                await holds.notify(tx, NOTIFY_CHANNEL, r["job_type"])
+        else:
+            await tx.execute(*SQL["release_resumed"].bind(tenant_id=tenant_id))
     return TenantRow(*row)
 
 
 async def pause_job_type(db: Queries, job_type: str) -> JobTypeRow:
-    return JobTypeRow(*await db.fetchrow(*SQL["pause_job_type"].bind(job_type=job_type)))
+    paused = _spelled(db)["pause_job_type"].bind(job_type=job_type)
+    return JobTypeRow(*await db.fetchrow(*paused))
 
 
-async def resume_job_type(db: Queries, job_type: str) -> JobTypeRow | None:
-    row = await db.fetchrow(*SQL["resume_job_type"].bind(job_type=job_type))
+async def resume_job_type(db: Sessions, job_type: str) -> JobTypeRow | None:
+    if not citus.on_citus(db):
+        row = await db.fetchrow(*SQL["resume_job_type"].bind(job_type=job_type))
+        return None if row is None else JobTypeRow(*row)
+    async with db.transaction() as tx:  # the type told from the coordinator
+        row = await tx.fetchrow(*SQL.citus["resume_job_type"].bind(job_type=job_type))
+        if row is not None:
+            await holds.notify(tx, NOTIFY_CHANNEL, job_type)
     return None if row is None else JobTypeRow(*row)
 
 
@@ -172,9 +190,9 @@ async def list_job_types(db: Queries) -> list[JobTypeRow]:
 
 async def stats(db: Queries, job_type: str | None = None) -> list[LaneStats]:
     rows = await (
-        db.fetch(*SQL["stats"].bind())
+        db.fetch(*_spelled(db)["stats"].bind())
         if job_type is None
-        else db.fetch(*SQL["stats_of_type"].bind(job_type=job_type))
+        else db.fetch(*_spelled(db)["stats_of_type"].bind(job_type=job_type))
     )
     return [LaneStats.of(r) for r in rows]
 
@@ -214,7 +232,8 @@ async def lane_keys_of(
     db: Queries, job_type: str, tenant_id: str
 ) -> list[tuple[str, float, bool, int]]:
     """A lane's keys (lane_keys_of): (key as stored, vtime, active, weight)."""
-    rows = await db.fetch(*SQL["lane_keys_of"].bind(job_type=job_type, tenant_id=tenant_id))
+    [(shards, _)] = citus.split(db, [tenant_id], str)
+    rows = await db.fetch(*SQL.on(shards, "lane_keys_of", job_type=job_type, tenant_id=tenant_id))
     return [(r["fairness_key"], r["vtime"], r["active"], r["weight"]) for r in rows]
 
 

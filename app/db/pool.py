@@ -211,6 +211,8 @@ def _citus_warm_up_calls() -> list[tuple[Any, ...]]:
     claim = dict(job_type="", tenants=[], keys=[], counts=[], now=now, workers=[], deadlines=[])
     claim |= dict(aging_step=0, aging_interval_ms=1, via_stream=False, starts=[], shards=[0])
     read = dict(job_type="", limit=1, exclude=[])
+    lead = dict(job_type="", now=now, workers=[], deadlines=[], via_stream=False, starts=[])
+    lead |= dict(default_aging_step=0, default_aging_interval_ms=1)
     return [
         job_rows.SQL.citus["insert_jobs"].bind(**insert),
         job_rows.SQL.citus["get_job"].bind(job_key=-1),
@@ -222,6 +224,10 @@ def _citus_warm_up_calls() -> list[tuple[Any, ...]]:
         claims.SQL.citus["claim"].bind(**claim),
         claims.SQL.citus["claim_by_worker_time"].bind(**claim),
         lanes.SQL.citus["charge_lanes"].bind(job_type="", **charge, shards=[0]),
+        claims.SQL.citus["claim_lead_of_tenants"].bind(**lead, tenant_ids=[], shards=[0]),
+        claims.SQL.citus["claim_lead_of_tenants_by_worker_time"].bind(
+            **lead, tenant_ids=[], shards=[0]
+        ),
         finishing.SQL.citus["complete_jobs"].bind(
             job_keys=[], activation_counts=[], variables=[], now=now
         ),

@@ -56,6 +56,7 @@ WITH up AS (
     WHERE j.job_key = ANY(ARRAY(
         SELECT x.job_key FROM jobs x
         WHERE x.state = 'CREATED' AND x.job_type = $2 AND x.tenant_id = $3
+
         ORDER BY x.fairness_key, x.priority DESC, x.queued_at, x.job_key
         LIMIT $4
         FOR UPDATE SKIP LOCKED))

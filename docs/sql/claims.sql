@@ -560,7 +560,7 @@ lead AS (
         SELECT r.fairness_key, COALESCE(w.weight, 1) AS key_weight FROM (
             SELECT x.fairness_key, x.vtime, (SELECT min(j.priority) FROM jobs j
           WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = x.tenant_id
-            AND j.fairness_key = x.fairness_key)
+            AND j.fairness_key = x.fairness_key )
          IS NOT NULL AS ready
             FROM lane_keys x
             WHERE x.job_type = $3 AND x.tenant_id = ll.tenant_id AND x.active
@@ -715,7 +715,7 @@ lead AS (
         SELECT r.fairness_key, COALESCE(w.weight, 1) AS key_weight FROM (
             SELECT x.fairness_key, x.vtime, (SELECT min(j.priority) FROM jobs j
           WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = x.tenant_id
-            AND j.fairness_key = x.fairness_key)
+            AND j.fairness_key = x.fairness_key )
          IS NOT NULL AS ready
             FROM lane_keys x
             WHERE x.job_type = $3 AND x.tenant_id = ll.tenant_id AND x.active
@@ -864,7 +864,7 @@ WITH RECURSIVE lead_lane AS (
         SELECT r.tenant_id, r.weight, r.cap, r.rate FROM (
             SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight,
                    t.max_active_jobs AS cap, t.rate_per_s AS rate, (SELECT max(j.fairness_key) FROM jobs j
-          WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = l.tenant_id)
+          WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = l.tenant_id )
          IS NOT NULL AS ready
             FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
             WHERE l.job_type = $3 AND l.active AND NOT l.held AND t.paused IS NOT TRUE
@@ -883,7 +883,7 @@ lead AS (
         SELECT r.fairness_key, COALESCE(w.weight, 1) AS key_weight FROM (
             SELECT x.fairness_key, x.vtime, (SELECT min(j.priority) FROM jobs j
           WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = x.tenant_id
-            AND j.fairness_key = x.fairness_key)
+            AND j.fairness_key = x.fairness_key )
          IS NOT NULL AS ready
             FROM lane_keys x
             WHERE x.job_type = $3 AND x.tenant_id = ll.tenant_id AND x.active
@@ -1020,7 +1020,7 @@ WITH RECURSIVE lead_lane AS (
         SELECT r.tenant_id, r.weight, r.cap, r.rate FROM (
             SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight,
                    t.max_active_jobs AS cap, t.rate_per_s AS rate, (SELECT max(j.fairness_key) FROM jobs j
-          WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = l.tenant_id)
+          WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = l.tenant_id )
          IS NOT NULL AS ready
             FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
             WHERE l.job_type = $3 AND l.active AND NOT l.held AND t.paused IS NOT TRUE
@@ -1039,7 +1039,7 @@ lead AS (
         SELECT r.fairness_key, COALESCE(w.weight, 1) AS key_weight FROM (
             SELECT x.fairness_key, x.vtime, (SELECT min(j.priority) FROM jobs j
           WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = x.tenant_id
-            AND j.fairness_key = x.fairness_key)
+            AND j.fairness_key = x.fairness_key )
          IS NOT NULL AS ready
             FROM lane_keys x
             WHERE x.job_type = $3 AND x.tenant_id = ll.tenant_id AND x.active

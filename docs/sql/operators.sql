@@ -116,6 +116,7 @@ SELECT k.fairness_key, k.vtime,
        COALESCE(w.weight, 1) AS weight
 FROM lane_keys k
 LEFT JOIN key_weights w ON w.tenant_id = k.tenant_id AND w.fairness_key = k.fairness_key
+
 WHERE k.job_type = $1 AND k.tenant_id = $2;
 
 -- name: last_asked
@@ -292,8 +293,8 @@ SELECT pg_advisory_xact_lock(1246101508, 0);
 -- alembic 0007), and new lanes of the tenant are made held (app.db.lanes, WAKE).  A
 -- sequential read of lanes: a pause is rare.  Locks: the lane rows.
 -- Parameters: $1 :tenant_id
-UPDATE lanes SET held = true
-WHERE tenant_id = $1 AND NOT held
+UPDATE lanes l SET held = true
+WHERE l.tenant_id = $1 AND NOT l.held
   AND EXISTS (SELECT 1 FROM tenants t WHERE t.tenant_id = $1 AND t.paused);
 
 -- name: resume_tenant

@@ -1,7 +1,9 @@
 """Two ``jobfair serve`` on a Citus coordinator drain jobs of dozens of tenants spread over
 two worker nodes (make citus): weighted shares between tenants on different nodes within
-a few points, a tenant's cap never exceeded, one server SIGKILLed mid-drain and started
-again, and every job completed exactly once."""
+a few points, a tenant's cap never exceeded, and every job completed exactly once --
+through one server SIGKILLed mid-drain and started again, and through a Citus worker
+node stopped (as a crash stops it) mid-drain and started again, while calls touching
+its shards are answered 503."""
 
 from __future__ import annotations
 
@@ -9,13 +11,15 @@ import asyncio
 import os
 import signal
 from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 import asyncpg
 import httpx
 import pytest
 
 from tests.citus.cluster import installed
-from tests.fixtures import wait_ready
+from tests.fixtures import ServerProcess, wait_ready
 
 pytestmark = [
     pytest.mark.citus,
@@ -47,9 +51,25 @@ async def _nodes_of(url: str, tenants: list[str]) -> set[int]:
         await conn.close()
 
 
-async def test_two_servers_drain_fairly_with_a_cap_through_a_kill(
-    citus, db_url: str, spawn_server
-) -> None:
+@dataclass
+class Drain:
+    """What the workers saw."""
+
+    created: list[int] = field(default_factory=list)
+    order: list[str] = field(default_factory=list)  # tenants in activation order
+    accepted: Counter[int] = field(default_factory=Counter)  # 204s per job
+    unknown: set[int] = field(default_factory=set)  # a 503, then 409: done by the 503's try
+    unavailable: int = 0  # 503 answers
+    capped_max: int = 0
+
+
+async def _drain(
+    db_url: str,
+    spawn_server: Callable[..., ServerProcess],
+    midway: Callable[[list[httpx.AsyncClient], list[ServerProcess]], Awaitable[None]],
+) -> Drain:
+    """Two servers, the tenants configured and their jobs created, six workers polling
+    both; ``midway(clients, servers)`` runs once a third of the jobs are completed."""
     servers = [spawn_server("--workers", "1"), spawn_server("--workers", "1")]
     clients = [httpx.AsyncClient(base_url=s.url, timeout=30) for s in servers]
     for c, s in zip(clients, servers, strict=True):
@@ -66,27 +86,51 @@ async def test_two_servers_drain_fairly_with_a_cap_through_a_kill(
     jobs = [{"type": "drain", "tenantId": t} for t in WEIGHTS for _ in range(HEAVY)]
     jobs += [{"type": "drain", "tenantId": t} for t in LIGHT for _ in range(PER_LIGHT)]
     jobs += [{"type": "drain", "tenantId": CAPPED} for _ in range(PER_CAPPED)]
-    created: list[int] = []
+    seen = Drain()
     for i in range(0, len(jobs), 250):
         r = await clients[i // 250 % 2].post("/v2/jobs/batch", json={"jobs": jobs[i : i + 250]})
         assert r.status_code == 201, r.text
-        created += [int(k) for k in r.json()["jobKeys"]]
-    assert len(set(created)) == len(jobs)
+        seen.created += [int(k) for k in r.json()["jobKeys"]]
+    assert len(set(seen.created)) == len(jobs)
 
-    order: list[str] = []  # tenants in activation order
-    completed: Counter[int] = Counter()
-    capped_held = 0
-    capped_max = 0
-    killed = asyncio.Event()
-    a_third = asyncio.Event()  # a third of the jobs completed: time to kill a server
     total = len(jobs)
+    capped_held = 0
+    a_third = asyncio.Event()  # a third of the jobs completed: time for ``midway``
+
+    def done() -> int:
+        return len(seen.accepted) + len(seen.unknown)
+
+    async def finish(job: dict[str, object]) -> None:
+        key = int(str(job["jobKey"]))
+        tried = False
+        while True:
+            try:
+                r = await clients[1].post(
+                    f"/v2/jobs/{key}/complete", json={"activationCount": job["activationCount"]}
+                )
+            except httpx.TransportError:
+                await asyncio.sleep(0.05)
+                continue
+            if r.status_code == 503:
+                seen.unavailable += 1
+                tried = True
+                await asyncio.sleep(0.05)
+                continue
+            break
+        if r.status_code == 204:
+            seen.accepted[key] += 1
+        elif tried and r.status_code == 409:
+            seen.unknown.add(key)  # checked in the database at the end
+        else:  # a lease swept back while it was held: fenced
+            assert r.status_code == 409, r.text
+        if done() >= total // 3:
+            a_third.set()
 
     async def worker(n: int) -> None:
-        nonlocal capped_held, capped_max
-        while len(completed) < total:
-            client = clients[n % 2] if not killed.is_set() or n % 2 else clients[1 - n % 2]
+        nonlocal capped_held
+        while done() < total:
             try:
-                r = await client.post(
+                r = await clients[n % 2].post(
                     "/v2/jobs/activate",
                     json={"type": "drain", "maxJobs": 5, "timeout": LEASE_MS,
                           "requestTimeout": 500, "worker": f"w{n}"},
@@ -96,63 +140,78 @@ async def test_two_servers_drain_fairly_with_a_cap_through_a_kill(
                 continue
             if r.status_code != 200:
                 assert r.status_code == 503, r.text
+                seen.unavailable += 1
+                await asyncio.sleep(0.05)
                 continue
             got = r.json()["jobs"]
             for job in got:
-                order.append(job["tenantId"])
+                seen.order.append(job["tenantId"])
                 if job["tenantId"] == CAPPED:
                     capped_held += 1
-                    capped_max = max(capped_max, capped_held)
+                    seen.capped_max = max(seen.capped_max, capped_held)
             await asyncio.sleep(0.005)
             for job in got:
-                for _ in range(20):
-                    try:
-                        done = await clients[1].post(
-                            f"/v2/jobs/{job['jobKey']}/complete",
-                            json={"activationCount": job["activationCount"]},
-                        )
-                    except httpx.TransportError:
-                        continue
-                    if done.status_code != 503:
-                        break
+                await finish(job)
                 if job["tenantId"] == CAPPED:  # held until its completion is answered
                     capped_held -= 1
-                if done.status_code == 204:
-                    completed[int(job["jobKey"])] += 1
-                    if len(completed) >= total // 3:
-                        a_third.set()
-                else:  # a lease swept back while it was held: fenced
-                    assert done.status_code == 409, done.text
 
-    async def kill_midway() -> None:
+    async def at_a_third() -> None:
         await a_third.wait()
-        os.kill(servers[0].proc.pid, signal.SIGKILL)
-        servers[0].proc.wait()
-        killed.set()
-        again = spawn_server("--workers", "1")
-        await clients[0].aclose()
-        clients[0] = httpx.AsyncClient(base_url=again.url, timeout=30)
-        await wait_ready(clients[0], again)
-        killed.clear()
+        await midway(clients, servers)
 
     await asyncio.wait_for(
-        asyncio.gather(*(worker(n) for n in range(6)), kill_midway()), timeout=600
+        asyncio.gather(*(worker(n) for n in range(6)), at_a_third()), timeout=600
     )
     for client in clients:
         await client.aclose()
+    return seen
 
-    assert set(completed) == set(created)
-    assert max(completed.values()) == 1, "a job completed twice"
-    assert capped_max <= CAP
+
+async def _assert_drained(db_url: str, seen: Drain) -> None:
+    """Every job completed exactly once, the cap kept, the heavy tenants' shares."""
+    assert max(seen.accepted.values()) == 1, "a completion accepted twice"
+    assert set(seen.accepted) | seen.unknown == set(seen.created)
     conn = await asyncpg.connect(db_url)
     try:
         states = await conn.fetch("SELECT state, count(*) FROM jobs GROUP BY state")
     finally:
         await conn.close()
-    assert {r["state"]: r["count"] for r in states} == {"COMPLETED": total}
+    assert {r["state"]: r["count"] for r in states} == {"COMPLETED": len(seen.created)}
+    assert seen.capped_max <= CAP
     # While all three heavy tenants were backlogged (the first HEAVY activations of
     # theirs: the weight-7 one is not drained before), their shares follow the weights.
-    heavy = [t for t in order if t in WEIGHTS][:HEAVY]
+    heavy = [t for t in seen.order if t in WEIGHTS][:HEAVY]
     shares = {t: heavy.count(t) / len(heavy) for t in WEIGHTS}
     for tenant, weight in WEIGHTS.items():
         assert abs(shares[tenant] - weight / 10) <= 0.05, shares
+
+
+async def test_two_servers_drain_fairly_with_a_cap_through_a_kill(
+    citus, db_url: str, spawn_server
+) -> None:
+    async def kill_one(clients: list[httpx.AsyncClient], servers: list[ServerProcess]) -> None:
+        first = servers[0]
+        os.kill(first.proc.pid, signal.SIGKILL)
+        first.proc.wait()
+        again = spawn_server("--workers", "1")
+        fresh = httpx.AsyncClient(base_url=again.url, timeout=30)
+        await wait_ready(fresh, again)
+        old, clients[0] = clients[0], fresh
+        await old.aclose()
+
+    await _assert_drained(db_url, await _drain(db_url, spawn_server, kill_one))
+
+
+async def test_a_worker_node_stopped_mid_drain_answers_503_and_loses_nothing(
+    citus, db_url: str, spawn_server
+) -> None:
+    node = citus.workers[0]
+
+    async def restart_node(clients: list[httpx.AsyncClient], servers: list[ServerProcess]) -> None:
+        await asyncio.to_thread(node.pg_ctl, "-w", "-m", "immediate", "stop")
+        await asyncio.sleep(2)  # calls touching its shards fail meanwhile
+        await asyncio.to_thread(node.pg_ctl, "-w", "start")
+
+    seen = await _drain(db_url, spawn_server, restart_node)
+    assert seen.unavailable > 0, "no call was answered 503 while the node was down"
+    await _assert_drained(db_url, seen)

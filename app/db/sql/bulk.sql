@@ -65,10 +65,11 @@ WITH up AS (
     WHERE j.job_key = ANY(ARRAY(
         SELECT x.job_key FROM jobs x
         WHERE x.state = 'CREATED' AND x.job_type = :job_type AND x.tenant_id = :tenant_id
+          {{shards.x}}
         ORDER BY x.fairness_key, x.priority DESC, x.queued_at, x.job_key
         LIMIT :limit
         FOR UPDATE SKIP LOCKED))
-      AND j.state = 'CREATED'
+      AND j.state = 'CREATED' {{shards.j}}
     RETURNING j.job_key, j.activation_count, j.worker, j.retries, j.fairness_key
 ),
 {{log_canceled}}
@@ -85,11 +86,11 @@ WITH up AS (
     WHERE j.job_key = ANY(ARRAY(
         SELECT x.job_key FROM jobs x
         WHERE x.state = 'SCHEDULED' AND x.tenant_id = :tenant_id
-          AND (:job_type::text IS NULL OR x.job_type = :job_type)
+          AND (:job_type::text IS NULL OR x.job_type = :job_type) {{shards.x}}
         ORDER BY x.run_at
         LIMIT :limit
         FOR UPDATE SKIP LOCKED))
-      AND j.state = 'SCHEDULED'
+      AND j.state = 'SCHEDULED' {{shards.j}}
     RETURNING j.job_key, j.activation_count, j.worker, j.retries
 ),
 {{log_canceled}}

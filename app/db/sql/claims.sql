@@ -77,6 +77,20 @@ FROM unnest(:tenants::text[], :tokens::float8[], :at::timestamptz[], :read_at::t
      AS u(tenant_id, tokens, at, read_at)
 WHERE t.tenant_id = u.tenant_id AND t.rate_at = u.read_at
 
+-- name: take_tokens @citus
+-- take_tokens on Citus, the tenants' buckets alone (Citus runs no statement that writes
+-- two reference tables): the type's is take_type_tokens.
+UPDATE tenants t SET rate_tokens = u.tokens, rate_at = u.at
+FROM unnest(:tenants::text[], :tokens::float8[], :at::timestamptz[], :read_at::timestamptz[])
+     AS u(tenant_id, tokens, at, read_at)
+WHERE t.tenant_id = u.tenant_id AND t.rate_at = u.read_at
+
+-- name: take_type_tokens @citus
+-- take_tokens' type bucket, on Citus a statement of its own (:type_tokens at :type_at,
+-- where its rate_at is still :type_read_at).
+UPDATE job_types SET rate_tokens = :type_tokens, rate_at = :type_at
+WHERE job_type = :job_type AND rate_at = :type_read_at
+
 -- fragment: effective_priority
 -- A job's effective priority: min(100, priority + step x whole intervals waited), of the
 -- row ``u`` (its priority and queued_at) at :now, with the ``aging`` CTE's step and
@@ -356,14 +370,14 @@ lead AS (
         SELECT r.fairness_key, COALESCE(w.weight, 1) AS key_weight FROM (
             SELECT x.fairness_key, x.vtime, (SELECT min(j.priority) FROM jobs j
           WHERE j.state = 'CREATED' AND j.job_type = :job_type AND j.tenant_id = x.tenant_id
-            AND j.fairness_key = x.fairness_key)
+            AND j.fairness_key = x.fairness_key {{shards.j}})
          IS NOT NULL AS ready
             FROM lane_keys x
-            WHERE x.job_type = :job_type AND x.tenant_id = ll.tenant_id AND x.active
+            WHERE x.job_type = :job_type AND x.tenant_id = ll.tenant_id AND x.active {{shards.x}}
             ORDER BY x.vtime, x.fairness_key
             LIMIT {{PROBED_LANES}}) r
         LEFT JOIN key_weights w ON w.tenant_id = ll.tenant_id
-         AND w.fairness_key = r.fairness_key
+         AND w.fairness_key = r.fairness_key {{shards.w}}
         WHERE r.ready
         ORDER BY r.vtime, r.fairness_key
         LIMIT 1) y
@@ -407,11 +421,11 @@ lead_lane AS (
         SELECT r.tenant_id, r.weight, r.cap, r.rate FROM (
             SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight,
                    t.max_active_jobs AS cap, t.rate_per_s AS rate, (SELECT max(j.fairness_key) FROM jobs j
-          WHERE j.state = 'CREATED' AND j.job_type = :job_type AND j.tenant_id = l.tenant_id)
+          WHERE j.state = 'CREATED' AND j.job_type = :job_type AND j.tenant_id = l.tenant_id {{shards.j}})
          IS NOT NULL AS ready
             FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
             WHERE l.job_type = :job_type AND l.active AND NOT l.held AND t.paused IS NOT TRUE
-              AND l.tenant_id = ANY(:tenant_ids::text[])
+              AND l.tenant_id = ANY(:tenant_ids::text[]) {{shards.l}}
             ORDER BY l.vtime, l.tenant_id
             LIMIT {{PROBED_LANES}}) r
         WHERE r.ready
@@ -441,7 +455,7 @@ SELECT a.*, lead.weight AS lane_weight, lead.key_weight AS lane_key_weight,
        AND (SELECT count(*) < {{PROBED_LANES}}
             FROM (SELECT 1 FROM lanes l
                   WHERE l.job_type = :job_type AND l.active AND NOT l.held
-                    AND l.tenant_id = ANY(:tenant_ids::text[])
+                    AND l.tenant_id = ANY(:tenant_ids::text[]) {{shards.l}}
                   LIMIT {{PROBED_LANES}}) p)) AS dry
 FROM (SELECT 1) one LEFT JOIN (activated a CROSS JOIN lead) ON true
 

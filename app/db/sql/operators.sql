@@ -72,6 +72,34 @@ LEFT JOIN tenants tn ON tn.tenant_id = l.tenant_id
 LEFT JOIN job_types jt ON jt.job_type = l.job_type
 ORDER BY l.job_type, l.tenant_id
 
+-- fragment: by_shard
+-- A grouping of jobs by lane: on Citus by shard too (the same groups: a tenant has one
+-- shard), so that each node counts its own lanes whole (Citus cannot merge min() of
+-- arrays from several nodes).
+
+-- fragment: by_shard @citus
+, shard
+
+-- fragment: lane_stats @citus
+-- lane_stats on Citus (which refuses a subquery correlated to a CTE): the capped
+-- tenants' active jobs counted on each node by tenant and summed, then joined (at most
+-- the cap, as the plain count stops there).
+, tenant_active AS (
+    SELECT j.tenant_id, count(*) AS active FROM jobs j
+    WHERE j.state = 'ACTIVATED'
+      AND j.tenant_id IN (SELECT tenant_id FROM tenants WHERE max_active_jobs IS NOT NULL)
+    GROUP BY j.tenant_id
+)
+SELECT l.*, tn.max_active_jobs AS tenant_cap, jt.max_active_jobs AS type_cap,
+       tn.paused IS TRUE AS tenant_paused, jt.paused IS TRUE AS type_paused,
+       CASE WHEN tn.max_active_jobs IS NOT NULL
+            THEN LEAST(COALESCE(a.active, 0), tn.max_active_jobs) END AS tenant_active
+FROM per_lane l
+LEFT JOIN tenants tn ON tn.tenant_id = l.tenant_id
+LEFT JOIN job_types jt ON jt.job_type = l.job_type
+LEFT JOIN tenant_active a ON a.tenant_id = l.tenant_id
+ORDER BY l.job_type, l.tenant_id
+
 -- name: type_config
 -- A job type's cap and aging settings (no row: the server's defaults).  Index: job_types
 -- pkey.
@@ -88,7 +116,7 @@ WITH per_lane AS (
     SELECT job_type, tenant_id,
            {{lane_counts}}
     FROM jobs WHERE state IN ('CREATED', 'SCHEDULED', 'ACTIVATED')
-    GROUP BY job_type, tenant_id
+    GROUP BY job_type, tenant_id {{by_shard}}
 )
 {{lane_stats}}
 
@@ -98,7 +126,7 @@ WITH per_lane AS (
     SELECT job_type, tenant_id,
            {{lane_counts}}
     FROM jobs WHERE state IN ('CREATED', 'SCHEDULED', 'ACTIVATED') AND job_type = :job_type
-    GROUP BY job_type, tenant_id
+    GROUP BY job_type, tenant_id {{by_shard}}
 )
 {{lane_stats}}
 
@@ -147,7 +175,8 @@ SELECT k.fairness_key, k.vtime,
        COALESCE(w.weight, 1) AS weight
 FROM lane_keys k
 LEFT JOIN key_weights w ON w.tenant_id = k.tenant_id AND w.fairness_key = k.fairness_key
-WHERE k.job_type = :job_type AND k.tenant_id = :tenant_id
+  {{shards.w_of_k}}
+WHERE k.job_type = :job_type AND k.tenant_id = :tenant_id {{shards.k}}
 
 -- name: last_asked
 -- When a named worker last asked for jobs of type :job_type (a long poll, a stream), as
@@ -317,8 +346,8 @@ SELECT pg_advisory_xact_lock({{RELEASE_GATE_CLASS}}, 0)
 -- Finishes after the pause see it and release none of them (jobfair_release_holds,
 -- alembic 0007), and new lanes of the tenant are made held (app.db.lanes, WAKE).  A
 -- sequential read of lanes: a pause is rare.  Locks: the lane rows.
-UPDATE lanes SET held = true
-WHERE tenant_id = :tenant_id AND NOT held
+UPDATE lanes l SET held = true
+WHERE l.tenant_id = :tenant_id AND NOT l.held {{shards.l}}
   AND EXISTS (SELECT 1 FROM tenants t WHERE t.tenant_id = :tenant_id AND t.paused)
 
 -- name: resume_tenant
@@ -362,6 +391,59 @@ WITH up AS (
 ),
 notified AS (SELECT pg_notify('{{NOTIFY_CHANNEL}}', :job_type))
 SELECT up.* FROM up WHERE (SELECT count(*) FROM notified) = 1
+
+-- name: pause_tenant @citus
+-- pause_tenant on Citus: the instant read outside the write (tenant_stored).
+WITH up AS (
+    INSERT INTO tenants (tenant_id, paused) VALUES (:tenant_id, true)
+    ON CONFLICT (tenant_id) DO UPDATE SET paused = true
+    RETURNING {{tenant_stored}}
+)
+SELECT up.*, statement_timestamp() AS read_at FROM up
+
+-- name: resume_tenant @citus
+-- resume_tenant on Citus: the instant read outside the write (tenant_stored).
+WITH up AS (
+    UPDATE tenants SET paused = false WHERE tenant_id = :tenant_id
+    RETURNING {{tenant_stored}}
+)
+SELECT up.*, statement_timestamp() AS read_at FROM up
+
+-- name: release_resumed @citus
+-- release_resumed's first step on Citus: the gate, exclusively (the store then releases
+-- the tenant's lanes, app.db.holds, and notifies the types of its active lanes,
+-- active_types_of).
+SELECT pg_advisory_xact_lock({{RELEASE_GATE_CLASS}}, 0)
+
+-- name: active_types_of @citus
+-- The job types of the active lanes of :tenant_id (in its :shards), to notify after a
+-- resume.  A read of the tenant's lanes on its node.
+SELECT DISTINCT l.job_type FROM lanes l
+WHERE l.tenant_id = :tenant_id AND l.active {{shards.l}}
+
+-- name: pause_job_type @citus
+-- pause_job_type on Citus: the instant read outside the write (job_type_stored).
+WITH up AS (
+    INSERT INTO job_types (job_type, paused) VALUES (:job_type, true)
+    ON CONFLICT (job_type) DO UPDATE SET paused = true
+    RETURNING {{job_type_stored}}
+)
+SELECT up.job_type, up.max_active_jobs, up.aging_interval_ms, up.aging_step, up.paused,
+       up.rate_per_s, up.rate_burst, up.rate_tokens, up.rate_at,
+       statement_timestamp() AS read_at, up.fairness_by
+FROM up
+
+-- name: resume_job_type @citus
+-- resume_job_type on Citus: the instant read outside the write; the store notifies the
+-- type from the coordinator.
+WITH up AS (
+    UPDATE job_types SET paused = false WHERE job_type = :job_type
+    RETURNING {{job_type_stored}}
+)
+SELECT up.job_type, up.max_active_jobs, up.aging_interval_ms, up.aging_step, up.paused,
+       up.rate_per_s, up.rate_burst, up.rate_tokens, up.rate_at,
+       statement_timestamp() AS read_at, up.fairness_by
+FROM up
 
 -- name: ping
 -- The database answers (a health check).
