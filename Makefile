@@ -128,9 +128,28 @@ chaos: $(STAMP) $(PG15_INITDB) $(PG_AUTOCTL)  ## the chaos-marked tests
 # packages, or built once from CITUS_SRC, a Citus source tree: tools/citus/install.sh),
 # then the citus-marked tests, on a coordinator and two worker nodes started for the run.
 CITUS_SRC ?=
+# The hot path's and the guarantees' suites, run against Citus as well (each test's
+# database the cluster's, emptied: tests/fixtures.py).
+CITUS_SUITES = tests/integration/test_store_port.py tests/integration/test_caps.py \
+	tests/integration/test_held_lanes.py tests/acceptance/test_fairness.py \
+	tests/acceptance/test_fair_keys.py tests/acceptance/test_priority.py \
+	tests/acceptance/test_pause.py tests/acceptance/test_rate_limits.py \
+	tests/acceptance/test_fencing_and_retries.py tests/acceptance/test_long_polling.py \
+	tests/acceptance/test_streams.py tests/acceptance/test_hand_off.py \
+	tests/acceptance/test_work_conserving.py tests/acceptance/test_fairness_by.py
+# Of those, what does not pass on Citus yet (docs/scaling.md): a rate-limited tenant's
+# tokens used at half the rate across two servers, a long poll not woken by its token's
+# timer, and worker-time shares and estimates off (the leases' seconds measured with
+# Citus's latency in them).
+CITUS_NOT_YET = \
+	--deselect tests/acceptance/test_rate_limits.py::test_two_server_processes_together_respect_one_limit \
+	--deselect tests/acceptance/test_rate_limits.py::test_a_long_poll_on_a_limited_tenant_is_answered_when_a_token_comes_back \
+	--deselect "tests/acceptance/test_fairness_by.py::test_by_worker_time_tenants_share_the_workers_time[workerTime]" \
+	--deselect "tests/acceptance/test_fairness_by.py::test_by_worker_time_tenants_share_the_workers_time[activations]"
 citus: $(STAMP) $(PG15_INITDB)  ## the Citus tests (CITUS_SRC=/path/to/citus builds Citus first)
 	CITUS_SRC=$(CITUS_SRC) sh tools/citus/install.sh
 	JOBFAIR_TEST_CITUS=1 $(BIN)/pytest -q -m citus tests/citus
+	JOBFAIR_TEST_CITUS=1 $(BIN)/pytest -q -n 2 $(CITUS_SUITES) $(CITUS_NOT_YET)
 
 # The 30-minute soak of docs/reliability.md (tests/chaos/test_soak.py is its 2-minute
 # version): JSON rows each minute, a table, and docs/img/soak.png drawn by matplotlib,

@@ -14,6 +14,7 @@ from datetime import datetime
 from app.db import citus, lanes, parking, sql
 from app.db.base import Queries, Sessions, retry_deadlock
 from app.domain import FailedFilter
+from app.shards import shard_of_key
 
 SQL = sql.load("bulk")  # app/db/sql/bulk.sql
 
@@ -47,9 +48,12 @@ async def revive(
         return 0
     async with db.transaction() as tx:
         await lanes.lock_to_wake(tx, [(t, n) for _, t, n in jobs])
-        rows = await tx.fetch(
-            *SQL["revive_failed"].bind(job_keys=[k for k, _, _ in jobs], retries=retries, now=now)
-        )
+        keys = [k for k, _, _ in jobs]
+        rows = []
+        for shards, part in citus.split_by_shard(tx, keys, shard_of_key):
+            rows += await tx.fetch(
+                *SQL.on(shards, "revive_failed", job_keys=part, retries=retries, now=now)
+            )
         await lanes.wake(tx, rows)
     return len(rows)
 

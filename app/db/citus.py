@@ -141,14 +141,14 @@ class ShardMap:
         return self.shard_ids[shard_of(tenant_id)]
 
     def groups(
-        self, items: Iterable[T], tenant: Callable[[T], str]
+        self, items: Iterable[T], shard_of_item: Callable[[T], int]
     ) -> list[tuple[list[int], list[T]]]:
-        """``items`` in groups of one Citus shard each, with the shard values of their
-        tenants (``tenant(item)``), in the order each group is first met, the items in
+        """``items`` in groups of one Citus shard each, with their shard values
+        (``shard_of_item(item)``), in the order each group is first met, the items in
         their order."""
         found: dict[int, tuple[set[int], list[T]]] = {}
         for item in items:
-            shard = shard_of(tenant(item))
+            shard = shard_of_item(item)
             shards, group = found.setdefault(self.shard_ids[shard], (set(), []))
             shards.add(shard)
             group.append(item)
@@ -162,11 +162,19 @@ def split(
     (app.db.sql.Statements.on): on one PostgreSQL one group of all, shards None; on Citus
     (``db``, the Database or one of its connections, carries a ShardMap) one per Citus
     shard.  A group is never empty; no items, no group."""
+    return split_by_shard(db, items, lambda item: shard_of(tenant(item)))
+
+
+def split_by_shard(
+    db: object, items: Iterable[T], shard: Callable[[T], int]
+) -> list[tuple[list[int] | None, list[T]]]:
+    """As split, for items that name their shard value (``shard(item)``: a job key's
+    low bits, app.shards.shard_of_key)."""
     items = list(items)
     found: ShardMap | None = getattr(db, "shard_map", None)
     if found is None:
         return [(None, items)] if items else []
-    return [(shards, group) for shards, group in found.groups(items, tenant)]
+    return [(shards, group) for shards, group in found.groups(items, shard)]
 
 
 def on_citus(db: object) -> bool:

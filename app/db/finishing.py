@@ -21,6 +21,7 @@ from app.db import citus, holds, lanes, parking, sql
 from app.db.base import Queries, Sessions, retry_deadlock
 from app.db.rows import Ended, JobRow
 from app.domain import JobState, utcnow
+from app.shards import shard_of_key
 
 SQL = sql.load("finishing")  # app/db/sql/finishing.sql
 
@@ -49,24 +50,30 @@ async def complete(
     completing over 30 tenants at cap 1); the statement is its own transaction, rolled
     back whole, so it is sent again.  A key named twice is judged once: callers
     that may name a job twice send the namings in separate statements."""
-    args = dict(
-        job_keys=[i[0] for i in items],
-        activation_counts=[i[1] for i in items],
-        variables=[i[2] for i in items],
-        now=now,
-    )
-    rows = await _finish(db, "complete_jobs", args)
+    rows = []
+    for shards, part in citus.split_by_shard(db, items, lambda i: shard_of_key(i[0])):
+        args = dict(
+            job_keys=[i[0] for i in part],
+            activation_counts=[i[1] for i in part],
+            variables=[i[2] for i in part],
+            now=now,
+        )
+        rows += await _finish(db, "complete_jobs", args, shards)
     return [_ended(r, JobState.COMPLETED) for r in rows]
 
 
-async def _finish(db: Queries, name: str, args: dict[str, Any]) -> list[Any]:
+async def _finish(
+    db: Queries, name: str, args: dict[str, Any], shards: Sequence[int] | None = None
+) -> list[Any]:
     """A finishing statement that is its own transaction: on Citus, in a transaction with
-    what it owes after it (app.db.holds.after_finish)."""
+    what it owes after it (app.db.holds.after_finish); ``shards``: its jobs' (in one
+    Citus shard) where the statement names them (complete_jobs)."""
     if not citus.on_citus(db):
         rows: list[Any] = await db.fetch(*SQL[name].bind(**args))
         return rows
+    statement = SQL.on(shards, name, **args) if shards else SQL.citus[name].bind(**args)
     async with _transaction(db) as tx:
-        rows = await tx.fetch(*SQL.citus[name].bind(**args))
+        rows = await tx.fetch(*statement)
         await holds.after_finish(tx, rows)
     return rows
 
@@ -155,13 +162,17 @@ async def release(db: Sessions, jobs: Sequence[JobRow]) -> list[Ended]:
         return []
     async with db.transaction() as tx:
         await lanes.lock_to_wake(tx, [(j.job_type, j.tenant_id) for j in jobs])
-        rows = await tx.fetch(
-            *_spelled(tx)["release_jobs"].bind(
-                job_keys=[j.job_key for j in jobs],
-                activation_counts=[j.activation_count for j in jobs],
-                now=utcnow(),
+        rows = []
+        for shards, part in citus.split_by_shard(tx, jobs, lambda j: shard_of_key(j.job_key)):
+            rows += await tx.fetch(
+                *SQL.on(
+                    shards,
+                    "release_jobs",
+                    job_keys=[j.job_key for j in part],
+                    activation_counts=[j.activation_count for j in part],
+                    now=utcnow(),
+                )
             )
-        )
         if citus.on_citus(tx):
             await holds.after_finish(tx, rows)
         await lanes.wake(tx, rows)

@@ -37,7 +37,18 @@ async def release(tx: Queries, tenant_ids: Sequence[str]) -> int:
         r["tenant_id"]: (r["capped"], r["paused"])
         for r in await tx.fetch(*SQL["caps_of"].bind(tenant_ids=tenants))
     }
-    held = await _held(tx, tenants)
+    return await _release_chosen(tx, tenants, caps, await _held(tx, tenants))
+
+
+async def _release_chosen(
+    tx: Queries,
+    tenants: Sequence[str],
+    caps: dict[str, tuple[bool, bool]],
+    held: dict[str, set[str]],
+) -> int:
+    """The release once the gate is held and the tenants' caps (capped, paused) and held
+    lanes are read: those capped and not paused, or holding lanes while capped no
+    longer, under their cap locks."""
     chosen = sorted(
         t
         for t in tenants
@@ -54,8 +65,7 @@ async def release(tx: Queries, tenant_ids: Sequence[str]) -> int:
     for shards, part in citus.split(tx, sorted(held), str):
         rows = await tx.fetch(*SQL["unhold_lanes"].bind(tenant_ids=part, shards=shards, **reentry))
         released += [r["job_type"] for r in rows]
-    for job_type in sorted(set(released)):
-        await notify(tx, NOTIFY_CHANNEL, job_type)
+    await notify_all(tx, [(NOTIFY_CHANNEL, t) for t in sorted(set(released))])
     return len(released)
 
 
@@ -74,22 +84,41 @@ async def _held(tx: Queries, tenants: Sequence[str]) -> dict[str, set[str]]:
 
 async def after_finish(tx: Queries, rows: Sequence[Any]) -> None:
     """What the finishing statement's ``rows`` (job_key, job_type, tenant_id, via_stream)
-    owe on Citus, in its transaction ``tx``: streams credited, capped types told,
-    held lanes released."""
+    owe on Citus, in its transaction ``tx``: streams credited, capped types told, held
+    lanes released.  The gate, then one read of the caps (finished_caps); the held lanes
+    are read only where a tenant is capped: a lane held while its tenant is capped no
+    longer is released by the change that removed the cap (it releases again behind the
+    gate taken exclusively, after every finish in flight: app.db.operating)."""
     if not rows:
         return
-    streamed = [str(r["job_key"]) for r in rows if r.get("via_stream")]
-    for i in range(0, len(streamed), CREDIT_KEYS_PER_NOTIFY):
-        await notify(tx, DONE_CHANNEL, ",".join(streamed[i : i + CREDIT_KEYS_PER_NOTIFY]))
-    capped = await tx.fetch(
-        *SQL["capped_types"].bind(
-            job_types=[r["job_type"] for r in rows], tenant_ids=[r["tenant_id"] for r in rows]
+    tenants = sorted({r["tenant_id"] for r in rows})
+    await tx.execute(*SQL["release_gate_shared"].bind())
+    read = await tx.fetch(
+        *SQL["finished_caps"].bind(
+            tenant_ids=tenants,
+            job_types=[r["job_type"] for r in rows],
+            ended_tenants=[r["tenant_id"] for r in rows],
         )
     )
-    for r in capped:
-        await notify(tx, NOTIFY_CHANNEL, r["job_type"])
-    await release(tx, [r["tenant_id"] for r in rows])
+    caps = {r["name"]: (r["capped"], r["paused"]) for r in read if r["kind"] == "tenant"}
+    streamed = [str(r["job_key"]) for r in rows if r.get("via_stream")]
+    told = [
+        (DONE_CHANNEL, ",".join(streamed[i : i + CREDIT_KEYS_PER_NOTIFY]))
+        for i in range(0, len(streamed), CREDIT_KEYS_PER_NOTIFY)
+    ]
+    told += [(NOTIFY_CHANNEL, r["name"]) for r in read if r["kind"] == "type"]
+    await notify_all(tx, told)
+    if any(capped and not paused for capped, paused in caps.values()):
+        await _release_chosen(tx, tenants, caps, await _held(tx, tenants))
 
 
 async def notify(tx: Queries, channel: str, payload: str) -> None:
     await tx.execute(*SQL["notify"].bind(channel=channel, payload=payload))
+
+
+async def notify_all(tx: Queries, told: Sequence[tuple[str, str]]) -> None:
+    """NOTIFYs (channel, payload) from the coordinator, in one round trip (none: none)."""
+    if told:
+        await tx.fetchval(
+            *SQL["notify_all"].bind(channels=[c for c, _ in told], payloads=[p for _, p in told])
+        )

@@ -15,6 +15,7 @@ import asyncpg
 from app.db import citus, holds, lanes, sql
 from app.db.base import Sessions, retry_deadlock
 from app.db.rows import ExpiredLease
+from app.shards import shard_of_key
 
 SQL = sql.load("maintenance")  # app/db/sql/maintenance.sql
 
@@ -34,8 +35,9 @@ async def _ready_by_keys(
         async with conn.transaction():
             await lanes.lock_to_wake(conn, [(r["job_type"], r["tenant_id"]) for r in candidates])
             keys = [r["job_key"] for r in candidates]
-            spelled = SQL.citus if citus.on_citus(conn) else SQL
-            rows = await conn.fetch(*spelled[update].bind(job_keys=keys, **update_args))
+            rows = []
+            for shards, part in citus.split_by_shard(conn, keys, shard_of_key):
+                rows += await conn.fetch(*SQL.on(shards, update, job_keys=part, **update_args))
             if update == "release_expired" and citus.on_citus(conn):
                 await holds.after_finish(conn, rows)
             await lanes.wake(conn, rows)

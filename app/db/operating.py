@@ -80,7 +80,10 @@ async def list_tenants(db: Queries) -> list[TenantRow]:
 async def delete_tenant(db: Sessions, tenant_id: str) -> bool:
     async with db.transaction() as tx:
         await tx.execute(*SQL["lock_tenant"].bind(tenant_id=tenant_id))
-        deleted = await tx.fetchval(*SQL["delete_tenant"].bind(tenant_id=tenant_id)) is not None
+        gone = _spelled(tx)["delete_tenant"].bind(tenant_id=tenant_id)
+        deleted = await tx.fetchval(*gone) is not None
+        if citus.on_citus(tx):
+            await holds.release(tx, [tenant_id])
     await _release_after_finishes(db, tenant_id)
     return deleted
 

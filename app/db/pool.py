@@ -229,7 +229,7 @@ def _citus_warm_up_calls() -> list[tuple[Any, ...]]:
             **lead, tenant_ids=[], shards=[0]
         ),
         finishing.SQL.citus["complete_jobs"].bind(
-            job_keys=[], activation_counts=[], variables=[], now=now
+            job_keys=[], activation_counts=[], variables=[], now=now, shards=[0]
         ),
     ]
 

@@ -18,10 +18,12 @@ ORDER BY deadline LIMIT $2;
 -- rows (the caller holds the shared lane-bucket locks); as finishing's unheld.
 -- Parameters: $1 :job_keys, $2 :now
 WITH ended AS (
-    UPDATE jobs SET state = 'CREATED', deadline = NULL
-    WHERE job_key = ANY($1::bigint[]) AND state = 'ACTIVATED' AND deadline < $2
-    RETURNING job_key, job_type, tenant_id, via_stream, activation_count, activated_at, worker,
-              retries, fairness_key, charged, lane_charge, key_charge
+    UPDATE jobs j SET state = 'CREATED', deadline = NULL
+    WHERE j.job_key = ANY($1::bigint[]) AND j.state = 'ACTIVATED' AND j.deadline < $2
+
+    RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activation_count,
+              j.activated_at, j.worker, j.retries, j.fairness_key, j.charged, j.lane_charge,
+              j.key_charge
 ),
 leases AS (
     SELECT job_key, deadline FROM jobs WHERE job_key = ANY($1::bigint[]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
@@ -63,9 +65,10 @@ ORDER BY run_at LIMIT $2;
 -- Due delayed jobs (:job_keys) -> CREATED, re-checked (another sweeper may have been
 -- first).  Index: jobs pkey.  Locks: the caller holds the shared lane-bucket locks.
 -- Parameters: $1 :job_keys, $2 :now
-UPDATE jobs SET state = 'CREATED'
-WHERE job_key = ANY($1::bigint[]) AND state = 'SCHEDULED' AND run_at <= $2
-RETURNING job_key, job_type, tenant_id, fairness_key;
+UPDATE jobs j SET state = 'CREATED'
+WHERE j.job_key = ANY($1::bigint[]) AND j.state = 'SCHEDULED' AND j.run_at <= $2
+
+RETURNING j.job_key, j.job_type, j.tenant_id, j.fairness_key;
 
 -- name: prune_terminal
 -- Deletes terminal jobs finished before :before, oldest first, at most :limit (a bounded

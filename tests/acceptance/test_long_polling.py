@@ -191,7 +191,7 @@ async def test_a_lost_listen_connection_costs_at_most_the_backup_poll(live):
     c = live.client
     notifier = live.services.notifier
     pid = notifier.conn.get_server_pid()
-    await live.services.db.execute("SELECT pg_terminate_backend($1)", pid)
+    await live.services.db.execute("SELECT pg_terminate_backend($1::int)", pid)
     poll = asyncio.create_task(c.post("/v2/jobs/activate", json={**POLL, "requestTimeout": 10_000}))
     await until_waiting(c, 1)
     t0 = time.monotonic()

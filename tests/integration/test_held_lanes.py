@@ -204,8 +204,14 @@ async def test_holds_and_releases_racing_strand_no_lane(db_url):
     is held while its tenant has room.  A release that missed a hold committed at the
     same instant would strand that tenant's jobs, and the drain would not finish."""
     from app.db import Database
+    from tests.fixtures import ACQUIRE_TIMEOUT_MS, CITUS
 
-    stores = [await Database.connect(db_url, size=3, min_size=1) for _ in range(8)]
+    stores = [
+        await Database.connect(
+            db_url, size=3, min_size=3 if CITUS else 1, acquire_timeout_s=ACQUIRE_TIMEOUT_MS / 1000
+        )
+        for _ in range(8)
+    ]
     try:
         store = stores[0]
         tenants = await _capped_tenants(store, "r", 30, 1)

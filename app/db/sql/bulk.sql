@@ -38,7 +38,7 @@ WITH up AS (
     UPDATE jobs j
     SET state = 'CREATED', retries = :retries, completed_at = NULL, queued_at = :now,
         run_at = :now
-    WHERE j.job_key = ANY(:job_keys::bigint[]) AND j.state = 'FAILED'
+    WHERE j.job_key = ANY(:job_keys::bigint[]) AND j.state = 'FAILED' {{shards.j}}
     RETURNING j.job_key, j.job_type, j.tenant_id, j.activation_count, j.retries,
               j.fairness_key
 ),

@@ -98,6 +98,7 @@ ended AS (
         variables = j.variables || COALESCE(i.variables, '{}'::jsonb)
     FROM input i
     WHERE j.job_key = i.job_key AND j.shard = jobfair_key_shard(i.job_key) AND {{leased}}
+      {{shards.j}}
       AND j.activation_count = i.activation_count
     RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activation_count,
               j.activated_at, j.worker, j.retries, j.fairness_key, j.charged, j.lane_charge,
@@ -197,6 +198,7 @@ WITH ended AS (
     UPDATE jobs j SET state = 'CREATED', deadline = NULL
     FROM unnest(:job_keys::bigint[], :activation_counts::int[]) AS r(job_key, activation_count)
     WHERE j.job_key = r.job_key AND j.shard = jobfair_key_shard(r.job_key) AND {{leased}}
+      {{shards.j}}
       AND j.activation_count = r.activation_count
     RETURNING j.job_key, j.job_type, j.tenant_id, j.activation_count, j.activated_at, j.worker,
               j.retries, j.fairness_key, j.charged, j.lane_charge, j.key_charge

@@ -444,6 +444,22 @@ SELECT pg_advisory_xact_lock_shared({{RELEASE_GATE_CLASS}}, 0)
 SELECT t.tenant_id, t.max_active_jobs IS NOT NULL AS capped, t.paused
 FROM tenants t WHERE t.tenant_id = ANY(:tenant_ids::text[])
 
+-- name: finished_caps @citus
+-- What a finish on Citus reads after the release gate (one round trip, the reference
+-- tables on the coordinator): caps_of's rows for :tenant_ids (kind 'tenant'), and the
+-- types of the ended activations (:job_types, :ended_tenants) whose type or tenant has
+-- a cap (kind 'type': capped_types).
+SELECT 'tenant' AS kind, t.tenant_id AS name, t.max_active_jobs IS NOT NULL AS capped,
+       t.paused
+FROM tenants t WHERE t.tenant_id = ANY(:tenant_ids::text[])
+UNION ALL
+SELECT DISTINCT 'type', x.job_type, true, false
+FROM unnest(:job_types::text[], :ended_tenants::text[]) AS x(job_type, tenant_id)
+WHERE EXISTS (SELECT 1 FROM job_types t WHERE t.job_type = x.job_type
+                AND t.max_active_jobs IS NOT NULL)
+   OR EXISTS (SELECT 1 FROM tenants t WHERE t.tenant_id = x.tenant_id
+                AND t.max_active_jobs IS NOT NULL)
+
 -- name: held_of @citus
 -- The held lanes of :tenant_ids (in :shards, theirs), by tenant and type: on the nodes
 -- that hold those shards.  Index: a read of the tenants' lanes on each.
@@ -464,17 +480,12 @@ UPDATE lanes l SET held = false, vtime = GREATEST(l.vtime, {{floor_l}})
 WHERE l.held AND l.tenant_id = ANY(:tenant_ids::text[]) {{shards.l}}
 RETURNING l.job_type
 
--- name: capped_types @citus
--- Of the activations ended (:job_types, :tenant_ids, one pair each), the types whose type
--- or tenant has a cap: their capacity was freed (finishing's freed, on Citus).
-SELECT DISTINCT x.job_type
-FROM unnest(:job_types::text[], :tenant_ids::text[]) AS x(job_type, tenant_id)
-WHERE EXISTS (SELECT 1 FROM job_types t WHERE t.job_type = x.job_type
-                AND t.max_active_jobs IS NOT NULL)
-   OR EXISTS (SELECT 1 FROM tenants t WHERE t.tenant_id = x.tenant_id
-                AND t.max_active_jobs IS NOT NULL)
-
 -- name: notify @citus
 -- A NOTIFY on :channel with :payload, sent from the coordinator (no table: Citus runs it
 -- there), where every server listens.
 SELECT pg_notify(:channel::text, :payload::text)
+
+-- name: notify_all @citus
+-- NOTIFYs on :channels with :payloads, one each, in one round trip, from the coordinator.
+SELECT count(pg_notify(n.channel, n.payload))
+FROM unnest(:channels::text[], :payloads::text[]) AS n(channel, payload)

@@ -13,10 +13,12 @@ ORDER BY deadline LIMIT :limit
 -- room again (finishing's parts).  Index: jobs pkey, job_events pkey.  Locks: the jobs'
 -- rows (the caller holds the shared lane-bucket locks); as finishing's unheld.
 WITH ended AS (
-    UPDATE jobs SET state = 'CREATED', deadline = NULL
-    WHERE job_key = ANY(:job_keys::bigint[]) AND state = 'ACTIVATED' AND deadline < :now
-    RETURNING job_key, job_type, tenant_id, via_stream, activation_count, activated_at, worker,
-              retries, fairness_key, charged, lane_charge, key_charge
+    UPDATE jobs j SET state = 'CREATED', deadline = NULL
+    WHERE j.job_key = ANY(:job_keys::bigint[]) AND j.state = 'ACTIVATED' AND j.deadline < :now
+      {{shards.j}}
+    RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activation_count,
+              j.activated_at, j.worker, j.retries, j.fairness_key, j.charged, j.lane_charge,
+              j.key_charge
 ),
 {{history.leases}},
 logged AS (
@@ -46,9 +48,10 @@ ORDER BY run_at LIMIT :limit
 -- name: promote_scheduled
 -- Due delayed jobs (:job_keys) -> CREATED, re-checked (another sweeper may have been
 -- first).  Index: jobs pkey.  Locks: the caller holds the shared lane-bucket locks.
-UPDATE jobs SET state = 'CREATED'
-WHERE job_key = ANY(:job_keys::bigint[]) AND state = 'SCHEDULED' AND run_at <= :now
-RETURNING job_key, job_type, tenant_id, fairness_key
+UPDATE jobs j SET state = 'CREATED'
+WHERE j.job_key = ANY(:job_keys::bigint[]) AND j.state = 'SCHEDULED' AND j.run_at <= :now
+  {{shards.j}}
+RETURNING j.job_key, j.job_type, j.tenant_id, j.fairness_key
 
 -- name: prune_terminal
 -- Deletes terminal jobs finished before :before, oldest first, at most :limit (a bounded
