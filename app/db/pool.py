@@ -79,7 +79,20 @@ def unavailable(exc: BaseException) -> StoreUnavailable | None:
         return exc
     if isinstance(exc, (*_UNAVAILABLE, asyncpg.InterfaceError, asyncpg.InternalClientError)):
         return _unavailable_now()
+    if node_unreachable(exc):
+        return _unavailable_now()
     return None
+
+
+def node_unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` is Citus saying a worker node could not be reached mid-statement
+    (an internal error, XX000, naming the connection: "failure on connection marked as
+    essential", "connection to the remote node ... failed"): the database unavailable
+    for this call, as a PostgreSQL that went away is, not a bug."""
+    if not isinstance(exc, asyncpg.InternalServerError):
+        return False
+    text = str(exc)
+    return "connection marked as essential" in text or "remote node" in text
 
 
 def _unavailable_now() -> StoreUnavailable:
@@ -463,6 +476,10 @@ class Database:
                     "the database went away while this call's changes were being "
                     "committed: they may or may not have been made",
                 ) from exc
+            raise self._unavailable(exc) from exc
+        except asyncpg.InternalServerError as exc:
+            if not node_unreachable(exc):
+                raise
             raise self._unavailable(exc) from exc
         except (asyncpg.InterfaceError, asyncpg.InternalClientError) as exc:
             if not _broken(conn, exc):
