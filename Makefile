@@ -128,7 +128,7 @@ chaos: $(STAMP) $(PG15_INITDB) $(PG_AUTOCTL)  ## the chaos-marked tests
 # packages, or built once from CITUS_SRC, a Citus source tree: tools/citus/install.sh),
 # then the citus-marked tests, on a coordinator and two worker nodes started for the run.
 CITUS_SRC ?=
-# The hot path's and the guarantees' suites, run against Citus as well (each test's
+# The hot path's, the guarantees' and the operators' suites, run against Citus as well (each test's
 # database the cluster's, emptied: tests/fixtures.py).
 CITUS_SUITES = tests/integration/test_store_port.py tests/integration/test_caps.py \
 	tests/integration/test_held_lanes.py tests/acceptance/test_fairness.py \
@@ -136,7 +136,11 @@ CITUS_SUITES = tests/integration/test_store_port.py tests/integration/test_caps.
 	tests/acceptance/test_pause.py tests/acceptance/test_rate_limits.py \
 	tests/acceptance/test_fencing_and_retries.py tests/acceptance/test_long_polling.py \
 	tests/acceptance/test_streams.py tests/acceptance/test_hand_off.py \
-	tests/acceptance/test_work_conserving.py tests/acceptance/test_fairness_by.py
+	tests/acceptance/test_work_conserving.py tests/acceptance/test_fairness_by.py \
+	tests/acceptance/test_operators.py tests/acceptance/test_explain.py \
+	tests/acceptance/test_explain_scoped.py tests/acceptance/test_job_browser.py \
+	tests/acceptance/test_metrics.py tests/acceptance/test_readable_stats.py \
+	tests/acceptance/test_dashboard.py tests/integration/test_history.py
 # Of those, what does not pass on Citus yet (docs/scaling.md): a rate-limited tenant's
 # tokens used at half the rate across two servers, a long poll not woken by its token's
 # timer, and worker-time shares and estimates off (the leases' seconds measured with

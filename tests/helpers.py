@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -62,3 +63,18 @@ def assert_problem(r: httpx.Response, status: int, title: str | None = None) -> 
     if title is not None:
         assert body["title"] == title
     return body
+
+
+async def backdate(db: Any, job_keys: list[int], by: timedelta, *columns: str) -> None:
+    """Move the jobs' ``columns`` (created_at if none) back by ``by``: each job read, then
+    written with the new values, its shard named.  On Citus an UPDATE may not compute a
+    column from a column with a STABLE function (timestamptz minus an interval is one),
+    and a row is found there by its distribution column (make citus)."""
+    names = columns or ("created_at",)
+    for key in job_keys:
+        where = "job_key = $1 AND shard = ($1::bigint & 2047)::int2"
+        row = await db.fetchrow(f"SELECT {', '.join(names)} FROM jobs WHERE {where}", key)
+        sets = ", ".join(f"{c} = ${i + 2}" for i, c in enumerate(names))
+        await db.execute(
+            f"UPDATE jobs SET {sets} WHERE {where}", key, *(row[c] - by for c in names)
+        )

@@ -29,6 +29,7 @@ JOBFAIR_JOB_HISTORY=false turns the writes off, through the connection setting
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -74,6 +75,29 @@ class History:
     truncated: bool
     tenant_id: str
     job_type: str
+
+
+async def log_ended(tx: Queries, rows: Sequence[Any]) -> None:
+    """On Citus, the history rows of the activations a finishing statement ended, from
+    its answer ``rows`` (log_ended; on one PostgreSQL the statement wrote them itself:
+    history.sql's ``logged``)."""
+    if not rows:
+        return
+    await tx.execute(
+        *SQL.citus["log_ended"].bind(
+            now=rows[0]["ended_at"],
+            job_keys=[r["job_key"] for r in rows],
+            activation_counts=[r["activation_count"] for r in rows],
+            steps=[r["step"] for r in rows],
+            events=[r["event"] for r in rows],
+            activated_at=[r["activated_at"] for r in rows],
+            leases=[r["lease"] for r in rows],
+            workers=[r["worker"] for r in rows],
+            retries=[r["retries"] for r in rows],
+            error_codes=[r["error_code"] for r in rows],
+            error_messages=[r["error_message"] for r in rows],
+        )
+    )
 
 
 async def read(db: Queries, job_key: int) -> History | None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from app.db import citus, lanes
+from app.db import citus, history, lanes
 from app.db.base import Queries
 from app.db.bounds import CREDIT_KEYS_PER_NOTIFY, DONE_CHANNEL, NOTIFY_CHANNEL
 from app.shards import shard_of
@@ -83,14 +83,16 @@ async def _held(tx: Queries, tenants: Sequence[str]) -> dict[str, set[str]]:
 
 
 async def after_finish(tx: Queries, rows: Sequence[Any]) -> None:
-    """What the finishing statement's ``rows`` (job_key, job_type, tenant_id, via_stream)
-    owe on Citus, in its transaction ``tx``: streams credited, capped types told, held
-    lanes released.  The gate, then one read of the caps (finished_caps); the held lanes
-    are read only where a tenant is capped: a lane held while its tenant is capped no
-    longer is released by the change that removed the cap (it releases again behind the
-    gate taken exclusively, after every finish in flight: app.db.operating)."""
+    """What the finishing statement's ``rows`` (job_key, job_type, tenant_id, via_stream,
+    and history.sql's ``ended``) owe on Citus, in its transaction ``tx``: their history
+    rows (history.log_ended), streams credited, capped types told, held lanes released.
+    The gate, then one read of the caps (finished_caps); the held lanes are read only
+    where a tenant is capped: a lane held while its tenant is capped no longer is
+    released by the change that removed the cap (it releases again behind the gate taken
+    exclusively, after every finish in flight: app.db.operating)."""
     if not rows:
         return
+    await history.log_ended(tx, rows)
     tenants = sorted({r["tenant_id"] for r in rows})
     await tx.execute(*SQL["release_gate_shared"].bind())
     read = await tx.fetch(

@@ -15,25 +15,24 @@ ended AS (
     UPDATE jobs j
     SET state = 'COMPLETED', completed_at = $4, deadline = NULL,
         variables = j.variables || COALESCE(i.variables, '{}'::jsonb)
-    FROM input i
+    FROM input i, jobs x
     WHERE j.job_key = i.job_key AND j.shard = jobfair_key_shard(i.job_key) AND (j.state = 'ACTIVATED') IS TRUE
 
       AND j.activation_count = i.activation_count
+      AND x.job_key = j.job_key AND x.shard = j.shard
     RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activation_count,
               j.activated_at, j.worker, j.retries, j.fairness_key, j.charged, j.lane_charge,
-              j.key_charge
-),
-leases AS (
-    SELECT job_key, deadline FROM jobs WHERE job_key = ANY($1::bigint[]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
+              j.key_charge, x.deadline AS lease, 1 AS step, 'completed' AS event,
+              NULL::text AS error_code, NULL::text AS error_message
 ),
 logged AS (
     INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at,
                             worker, deadline, retries, error_code, error_message)
-    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 1, 'completed',
-           $4, CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END,
-           CASE WHEN b.deadline IS NOT NULL THEN s.worker END, b.deadline, s.retries,
-           NULL::text, NULL::text
-    FROM ended s JOIN leases b ON b.job_key = s.job_key
+    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, s.step, s.event, $4,
+           CASE WHEN s.lease IS NOT NULL THEN s.activated_at END,
+           CASE WHEN s.lease IS NOT NULL THEN s.worker END, s.lease, s.retries,
+           s.error_code, s.error_message
+    FROM ended s
     WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
 credited AS (
@@ -83,20 +82,18 @@ WITH ended AS (
       AND j.activation_count = $7
     RETURNING j.job_key, j.job_type, j.tenant_id, j.state, j.via_stream, j.activation_count,
               j.activated_at, j.worker, j.retries, j.error_message, j.fairness_key, j.charged,
-              j.lane_charge, j.key_charge
-),
-leases AS (
-    SELECT job_key, deadline FROM jobs WHERE job_key = ANY(ARRAY[$6::bigint]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
+              j.lane_charge, j.key_charge, cur.deadline AS lease, 1 AS step,
+              CASE WHEN j.state = 'FAILED' THEN 'failed' ELSE 'retried' END AS event,
+              NULL::text AS error_code
 ),
 logged AS (
     INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at,
                             worker, deadline, retries, error_code, error_message)
-    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 1,
-           CASE WHEN s.state = 'FAILED' THEN 'failed' ELSE 'retried' END,
-           $2, CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END,
-           CASE WHEN b.deadline IS NOT NULL THEN s.worker END, b.deadline, s.retries,
-           NULL::text, s.error_message
-    FROM ended s JOIN leases b ON b.job_key = s.job_key
+    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, s.step, s.event, $2,
+           CASE WHEN s.lease IS NOT NULL THEN s.activated_at END,
+           CASE WHEN s.lease IS NOT NULL THEN s.worker END, s.lease, s.retries,
+           s.error_code, s.error_message
+    FROM ended s
     WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
 credited AS (
@@ -132,23 +129,23 @@ WITH ended AS (
     SET state = 'ERROR_THROWN', error_code = $1, error_message = $2,
         deadline = NULL, completed_at = $3,
         variables = j.variables || COALESCE($4::jsonb, '{}'::jsonb)
+    FROM jobs cur
     WHERE j.job_key = $5 AND j.shard = jobfair_key_shard($5) AND (j.state = 'ACTIVATED') IS TRUE
       AND j.activation_count = $6
+      AND cur.job_key = j.job_key AND cur.shard = j.shard
     RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activation_count,
               j.activated_at, j.worker, j.retries, j.error_code, j.error_message, j.fairness_key,
-              j.charged, j.lane_charge, j.key_charge
-),
-leases AS (
-    SELECT job_key, deadline FROM jobs WHERE job_key = ANY(ARRAY[$5::bigint]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
+              j.charged, j.lane_charge, j.key_charge, cur.deadline AS lease, 1 AS step,
+              'error-thrown' AS event
 ),
 logged AS (
     INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at,
                             worker, deadline, retries, error_code, error_message)
-    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 1,
-           'error-thrown', $3, CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END,
-           CASE WHEN b.deadline IS NOT NULL THEN s.worker END, b.deadline, s.retries,
+    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, s.step, s.event, $3,
+           CASE WHEN s.lease IS NOT NULL THEN s.activated_at END,
+           CASE WHEN s.lease IS NOT NULL THEN s.worker END, s.lease, s.retries,
            s.error_code, s.error_message
-    FROM ended s JOIN leases b ON b.job_key = s.job_key
+    FROM ended s
     WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
 credited AS (
@@ -181,24 +178,25 @@ FROM ended;
 -- Parameters: $1 :job_keys, $2 :activation_counts, $3 :now
 WITH ended AS (
     UPDATE jobs j SET state = 'CREATED', deadline = NULL
-    FROM unnest($1::bigint[], $2::int[]) AS r(job_key, activation_count)
+    FROM unnest($1::bigint[], $2::int[]) AS r(job_key, activation_count),
+         jobs x
     WHERE j.job_key = r.job_key AND j.shard = jobfair_key_shard(r.job_key) AND (j.state = 'ACTIVATED') IS TRUE
 
       AND j.activation_count = r.activation_count
+      AND x.job_key = j.job_key AND x.shard = j.shard
     RETURNING j.job_key, j.job_type, j.tenant_id, j.activation_count, j.activated_at, j.worker,
-              j.retries, j.fairness_key, j.charged, j.lane_charge, j.key_charge
-),
-leases AS (
-    SELECT job_key, deadline FROM jobs WHERE job_key = ANY($1::bigint[]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
+              j.retries, j.fairness_key, j.charged, j.lane_charge, j.key_charge,
+              x.deadline AS lease, 1 AS step, 'released' AS event,
+              NULL::text AS error_code, NULL::text AS error_message
 ),
 logged AS (
     INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at,
                             worker, deadline, retries, error_code, error_message)
-    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 1, 'released',
-           $3, CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END,
-           CASE WHEN b.deadline IS NOT NULL THEN s.worker END, b.deadline, s.retries,
-           NULL::text, NULL::text
-    FROM ended s JOIN leases b ON b.job_key = s.job_key
+    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, s.step, s.event, $3,
+           CASE WHEN s.lease IS NOT NULL THEN s.activated_at END,
+           CASE WHEN s.lease IS NOT NULL THEN s.worker END, s.lease, s.retries,
+           s.error_code, s.error_message
+    FROM ended s
     WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
 unheld AS (
@@ -221,7 +219,7 @@ FROM ended;
 -- Locks: the job's row; as unheld.
 -- Parameters: $1 :job_key, $2 :now
 WITH was AS (
-    SELECT j.state FROM jobs j
+    SELECT j.state, j.deadline FROM jobs j
     WHERE j.job_key = $1 AND j.shard = jobfair_key_shard($1)
     FOR NO KEY UPDATE
 ),
@@ -238,19 +236,18 @@ ended AS (
               CASE WHEN (SELECT state FROM was) = 'ACTIVATED' THEN j.lane_charge END
                 AS lane_charge,
               CASE WHEN (SELECT state FROM was) = 'ACTIVATED' THEN j.key_charge END
-                AS key_charge
-),
-leases AS (
-    SELECT job_key, deadline FROM jobs WHERE job_key = ANY(ARRAY[$1::bigint]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
+                AS key_charge,
+              (SELECT deadline FROM was) AS lease, 3 AS step, 'canceled' AS event,
+              NULL::text AS error_code, NULL::text AS error_message
 ),
 logged AS (
     INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at,
                             worker, deadline, retries, error_code, error_message)
-    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 3,
-           'canceled', $2, CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END,
-           CASE WHEN b.deadline IS NOT NULL THEN s.worker END, b.deadline, s.retries,
-           NULL::text, NULL::text
-    FROM ended s JOIN leases b ON b.job_key = s.job_key
+    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, s.step, s.event, $2,
+           CASE WHEN s.lease IS NOT NULL THEN s.activated_at END,
+           CASE WHEN s.lease IS NOT NULL THEN s.worker END, s.lease, s.retries,
+           s.error_code, s.error_message
+    FROM ended s
     WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
 credited AS (

@@ -19,23 +19,23 @@ ORDER BY deadline LIMIT $2;
 -- Parameters: $1 :job_keys, $2 :now
 WITH ended AS (
     UPDATE jobs j SET state = 'CREATED', deadline = NULL
+    FROM jobs x
     WHERE j.job_key = ANY($1::bigint[]) AND j.state = 'ACTIVATED' AND j.deadline < $2
 
+      AND x.job_key = j.job_key AND x.shard = j.shard
     RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activation_count,
               j.activated_at, j.worker, j.retries, j.fairness_key, j.charged, j.lane_charge,
-              j.key_charge
-),
-leases AS (
-    SELECT job_key, deadline FROM jobs WHERE job_key = ANY($1::bigint[]) AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
+              j.key_charge, x.deadline AS lease, 1 AS step, 'lease-expired' AS event,
+              NULL::text AS error_code, NULL::text AS error_message
 ),
 logged AS (
     INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at,
                             worker, deadline, retries, error_code, error_message)
-    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, 1,
-           'lease-expired', $2, CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END,
-           CASE WHEN b.deadline IS NOT NULL THEN s.worker END, b.deadline, s.retries,
-           NULL::text, NULL::text
-    FROM ended s JOIN leases b ON b.job_key = s.job_key
+    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, s.step, s.event, $2,
+           CASE WHEN s.lease IS NOT NULL THEN s.activated_at END,
+           CASE WHEN s.lease IS NOT NULL THEN s.worker END, s.lease, s.retries,
+           s.error_code, s.error_message
+    FROM ended s
     WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),
 credited AS (

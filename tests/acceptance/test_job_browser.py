@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.domain import utcnow
-from tests.helpers import activate, assert_problem, complete, enqueue
+from tests.helpers import activate, assert_problem, backdate, complete, enqueue
 
 LISTED = ("CREATED", "ACTIVATED", "COMPLETED", "FAILED", "ERROR_THROWN", "CANCELED")
 
@@ -62,12 +62,7 @@ async def make_world(live) -> list[str]:
         assert r.status_code == 204
         assert (await c.post(f"/v2/jobs/{made[6]}/cancel")).status_code == 204
         # got[3], got[4] stay ACTIVATED; made[5] stays CREATED.  Spread creation times.
-        await db.execute(
-            "UPDATE jobs SET created_at = created_at - $2 * interval '1 hour'"
-            " WHERE job_key = ANY($1::bigint[])",
-            [int(k) for k in made],
-            i * 5,
-        )
+        await backdate(db, [int(k) for k in made], timedelta(hours=i * 5))
     return keys
 
 

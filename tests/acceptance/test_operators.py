@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from app import migrations
 from app.domain import utcnow
-from tests.helpers import activate, assert_problem, complete, enqueue
+from tests.helpers import activate, assert_problem, backdate, complete, enqueue
 
 
 async def test_tenant_configuration_round_trip(live):
@@ -105,15 +105,8 @@ async def test_stats_count_delayed_jobs_apart_and_mark_lanes_held_back_by_a_cap(
     # An hour-old job with a runAt still ahead, beside a job ready for a minute.
     [delayed] = await enqueue(c, "st", "late", 1, delay=3_600_000)
     [waiting] = await enqueue(c, "st", "late", 1)
-    await pool.execute(
-        "UPDATE jobs SET created_at = created_at - interval '1 hour' WHERE job_key = $1",
-        int(delayed),
-    )
-    await pool.execute(
-        "UPDATE jobs SET queued_at = queued_at - interval '1 minute',"
-        " created_at = created_at - interval '1 minute' WHERE job_key = $1",
-        int(waiting),
-    )
+    await backdate(pool, [int(delayed)], timedelta(hours=1))
+    await backdate(pool, [int(waiting)], timedelta(minutes=1), "queued_at", "created_at")
     ready = await enqueue(c, "st", "capped", 4)
     await enqueue(c, "st", "sleepy", 1, delay=3_600_000)  # only delayed jobs
     assert len(await activate(c, "st", 10, tenantIds=["capped"])) == 2  # its cap

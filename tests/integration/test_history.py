@@ -186,7 +186,9 @@ async def test_bulk_cancel_passes_jobs_an_activator_holds(store, job_type):
         tx = other.transaction()
         await tx.start()
         held = await other.fetch(
-            "SELECT job_key FROM jobs WHERE state = 'CREATED' ORDER BY job_key LIMIT 2 FOR UPDATE"
+            # The tenant's shard named: Citus locks rows of one shard only (make citus).
+            "SELECT job_key FROM jobs WHERE state = 'CREATED' AND shard = jobfair_shard('t')"
+            " ORDER BY job_key LIMIT 2 FOR UPDATE"
         )
         assert await _service(store).cancel_created("t", job_type, 100) == (2, False)
         await tx.rollback()

@@ -80,7 +80,7 @@ unheld AS (SELECT 0 AS n)
 {{unheld}}
 SELECT job_key, job_type, tenant_id, activated_at, fairness_key, charged, lane_charge, key_charge,
        (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
-         AS _n{{ended_via_stream}}
+         AS _n{{ended_via_stream}}{{history.ended}}
 FROM ended
 
 -- name: complete_jobs
@@ -96,25 +96,17 @@ ended AS (
     UPDATE jobs j
     SET state = 'COMPLETED', completed_at = :now, deadline = NULL,
         variables = j.variables || COALESCE(i.variables, '{}'::jsonb)
-    FROM input i
+    FROM input i, jobs x
     WHERE j.job_key = i.job_key AND j.shard = jobfair_key_shard(i.job_key) AND {{leased}}
       {{shards.j}}
       AND j.activation_count = i.activation_count
+      AND x.job_key = j.job_key AND x.shard = j.shard {{shards.x}}
     RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activation_count,
               j.activated_at, j.worker, j.retries, j.fairness_key, j.charged, j.lane_charge,
-              j.key_charge
+              j.key_charge, x.deadline AS lease, {{END}} AS step, 'completed' AS event,
+              NULL::text AS error_code, NULL::text AS error_message
 ),
-{{history.leases}},
-logged AS (
-    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at,
-                            worker, deadline, retries, error_code, error_message)
-    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, {{END}}, 'completed',
-           :now, CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END,
-           CASE WHEN b.deadline IS NOT NULL THEN s.worker END, b.deadline, s.retries,
-           NULL::text, NULL::text
-    FROM ended s JOIN leases b ON b.job_key = s.job_key
-    WHERE {{history.on}}
-),
+{{history.logged}}
 {{finished}}
 
 -- name: fail_job
@@ -140,27 +132,18 @@ WITH ended AS (
       AND j.activation_count = :activation_count
     RETURNING j.job_key, j.job_type, j.tenant_id, j.state, j.via_stream, j.activation_count,
               j.activated_at, j.worker, j.retries, j.error_message, j.fairness_key, j.charged,
-              j.lane_charge, j.key_charge
+              j.lane_charge, j.key_charge, cur.deadline AS lease, {{END}} AS step,
+              CASE WHEN j.state = 'FAILED' THEN 'failed' ELSE 'retried' END AS event,
+              NULL::text AS error_code
 ),
-{{history.lease}},
-logged AS (
-    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at,
-                            worker, deadline, retries, error_code, error_message)
-    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, {{END}},
-           CASE WHEN s.state = 'FAILED' THEN 'failed' ELSE 'retried' END,
-           :now, CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END,
-           CASE WHEN b.deadline IS NOT NULL THEN s.worker END, b.deadline, s.retries,
-           NULL::text, s.error_message
-    FROM ended s JOIN leases b ON b.job_key = s.job_key
-    WHERE {{history.on}}
-),
+{{history.logged}}
 {{credited}},
 {{freed}},
 {{unheld}}
 SELECT job_key, job_type, tenant_id, state, activated_at, fairness_key, charged, lane_charge,
        key_charge,
        (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
-         AS _n{{ended_via_stream}}
+         AS _n{{ended_via_stream}}{{history.ended}}
 FROM ended
 
 -- name: throw_error
@@ -171,23 +154,16 @@ WITH ended AS (
     SET state = 'ERROR_THROWN', error_code = :error_code, error_message = :error_message,
         deadline = NULL, completed_at = :now,
         variables = j.variables || COALESCE(:variables::jsonb, '{}'::jsonb)
+    FROM jobs cur
     WHERE j.job_key = :job_key AND j.shard = jobfair_key_shard(:job_key) AND {{leased}}
       AND j.activation_count = :activation_count
+      AND cur.job_key = j.job_key AND cur.shard = j.shard
     RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activation_count,
               j.activated_at, j.worker, j.retries, j.error_code, j.error_message, j.fairness_key,
-              j.charged, j.lane_charge, j.key_charge
+              j.charged, j.lane_charge, j.key_charge, cur.deadline AS lease, {{END}} AS step,
+              'error-thrown' AS event
 ),
-{{history.lease}},
-logged AS (
-    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at,
-                            worker, deadline, retries, error_code, error_message)
-    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, {{END}},
-           'error-thrown', :now, CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END,
-           CASE WHEN b.deadline IS NOT NULL THEN s.worker END, b.deadline, s.retries,
-           s.error_code, s.error_message
-    FROM ended s JOIN leases b ON b.job_key = s.job_key
-    WHERE {{history.on}}
-),
+{{history.logged}}
 {{finished}}
 
 -- name: release_jobs
@@ -196,27 +172,21 @@ logged AS (
 -- pkey (a probe per pair), job_events pkey.  Locks: the jobs' rows; as unheld.
 WITH ended AS (
     UPDATE jobs j SET state = 'CREATED', deadline = NULL
-    FROM unnest(:job_keys::bigint[], :activation_counts::int[]) AS r(job_key, activation_count)
+    FROM unnest(:job_keys::bigint[], :activation_counts::int[]) AS r(job_key, activation_count),
+         jobs x
     WHERE j.job_key = r.job_key AND j.shard = jobfair_key_shard(r.job_key) AND {{leased}}
       {{shards.j}}
       AND j.activation_count = r.activation_count
+      AND x.job_key = j.job_key AND x.shard = j.shard {{shards.x}}
     RETURNING j.job_key, j.job_type, j.tenant_id, j.activation_count, j.activated_at, j.worker,
-              j.retries, j.fairness_key, j.charged, j.lane_charge, j.key_charge
+              j.retries, j.fairness_key, j.charged, j.lane_charge, j.key_charge,
+              x.deadline AS lease, {{END}} AS step, 'released' AS event,
+              NULL::text AS error_code, NULL::text AS error_message
 ),
-{{history.leases}},
-logged AS (
-    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at,
-                            worker, deadline, retries, error_code, error_message)
-    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, {{END}}, 'released',
-           :now, CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END,
-           CASE WHEN b.deadline IS NOT NULL THEN s.worker END, b.deadline, s.retries,
-           NULL::text, NULL::text
-    FROM ended s JOIN leases b ON b.job_key = s.job_key
-    WHERE {{history.on}}
-),
+{{history.logged}}
 {{unheld}}
 SELECT job_key, job_type, tenant_id, activated_at, fairness_key, charged, lane_charge, key_charge,
-       (SELECT n FROM unheld) AS _n
+       (SELECT n FROM unheld) AS _n{{history.ended}}
 FROM ended
 
 -- name: cancel_job
@@ -230,7 +200,7 @@ FROM ended
 -- worker or lease for a job that had none).  Index: jobs pkey, job_events pkey.
 -- Locks: the job's row; as unheld.
 WITH was AS (
-    SELECT j.state FROM jobs j
+    SELECT j.state, j.deadline FROM jobs j
     WHERE j.job_key = :job_key AND j.shard = jobfair_key_shard(:job_key)
     FOR NO KEY UPDATE
 ),
@@ -247,17 +217,9 @@ ended AS (
               CASE WHEN (SELECT state FROM was) = 'ACTIVATED' THEN j.lane_charge END
                 AS lane_charge,
               CASE WHEN (SELECT state FROM was) = 'ACTIVATED' THEN j.key_charge END
-                AS key_charge
+                AS key_charge,
+              (SELECT deadline FROM was) AS lease, {{CANCELED}} AS step, 'canceled' AS event,
+              NULL::text AS error_code, NULL::text AS error_message
 ),
-{{history.lease}},
-logged AS (
-    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at,
-                            worker, deadline, retries, error_code, error_message)
-    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, {{CANCELED}},
-           'canceled', :now, CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END,
-           CASE WHEN b.deadline IS NOT NULL THEN s.worker END, b.deadline, s.retries,
-           NULL::text, NULL::text
-    FROM ended s JOIN leases b ON b.job_key = s.job_key
-    WHERE {{history.on}}
-),
+{{history.logged}}
 {{finished}}

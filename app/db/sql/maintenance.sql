@@ -14,28 +14,21 @@ ORDER BY deadline LIMIT :limit
 -- rows (the caller holds the shared lane-bucket locks); as finishing's unheld.
 WITH ended AS (
     UPDATE jobs j SET state = 'CREATED', deadline = NULL
+    FROM jobs x
     WHERE j.job_key = ANY(:job_keys::bigint[]) AND j.state = 'ACTIVATED' AND j.deadline < :now
       {{shards.j}}
+      AND x.job_key = j.job_key AND x.shard = j.shard {{shards.x}}
     RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activation_count,
               j.activated_at, j.worker, j.retries, j.fairness_key, j.charged, j.lane_charge,
-              j.key_charge
+              j.key_charge, x.deadline AS lease, {{END}} AS step, 'lease-expired' AS event,
+              NULL::text AS error_code, NULL::text AS error_message
 ),
-{{history.leases}},
-logged AS (
-    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at,
-                            worker, deadline, retries, error_code, error_message)
-    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, {{END}},
-           'lease-expired', :now, CASE WHEN b.deadline IS NOT NULL THEN s.activated_at END,
-           CASE WHEN b.deadline IS NOT NULL THEN s.worker END, b.deadline, s.retries,
-           NULL::text, NULL::text
-    FROM ended s JOIN leases b ON b.job_key = s.job_key
-    WHERE {{history.on}}
-),
+{{history.logged}}
 {{finishing.credited}},
 {{finishing.unheld}}
 SELECT job_key, job_type, tenant_id, activation_count, worker, fairness_key, activated_at,
        charged, lane_charge, key_charge,
-       (SELECT count(*) FROM credited) + (SELECT n FROM unheld) AS _n{{finishing.ended_via_stream}}
+       (SELECT count(*) FROM credited) + (SELECT n FROM unheld) AS _n{{finishing.ended_via_stream}}{{history.ended}}
 FROM ended
 
 -- name: due_scheduled
