@@ -76,6 +76,9 @@ class Settings(BaseSettings):
     key_rate_burst: Positive = 100
     max_waiters_per_key: Positive = 1000
     db_pool_size: Positive = 20
+    # On a Citus coordinator, the Citus shards `jobfair migrate` distributes the job
+    # tables into (None: 2 per worker node; app.db.citus.SHARDS_PER_WORKER, ADR 035).
+    citus_shard_count: Annotated[int, Field(ge=1, le=2048)] | None = None
     # Connections opened at start and kept open (None: all of db_pool_size).
     db_pool_min_size: NonNegative | None = None
     # Waiting longer than this for a pooled connection answers 503 RESOURCE_EXHAUSTED.

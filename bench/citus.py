@@ -47,12 +47,15 @@ TENANTS = [f"t{i}" for i in range(20)]
 
 
 @contextmanager
-def _layouts() -> Iterator[dict[str, tuple[str, list[tuple[str, int]]]]]:
-    """Each layout's URL and its nodes (name, postmaster pid), migrated (and distributed)."""
+def layouts(
+    workers: tuple[int, ...] = (1, 2),
+) -> Iterator[dict[str, tuple[str, list[tuple[str, int]]]]]:
+    """Each layout's URL and its nodes (name, postmaster pid), migrated (and distributed):
+    one PostgreSQL, and a coordinator with each of ``workers`` worker nodes."""
     with ExitStack() as stack:
         plain = stack.enter_context(external_cluster("jobfair-bench-pg-"))
         found = {"1 PostgreSQL": (plain.url(), [("postgres", postmaster_pid(plain.pgdata))])}
-        for n in (1, 2):
+        for n in workers:
             cluster = stack.enter_context(citus_cluster(workers=n))
             nodes = [("coordinator", postmaster_pid(cluster.coordinator.pgdata))]
             nodes += [
@@ -85,10 +88,10 @@ def main() -> None:
     jobs = args.jobs - args.jobs % len(TENANTS)
     before = machine_speed()
     runs: dict[str, list[dict[str, Any]]] = {}
-    with _layouts() as layouts, ExitStack() as stack:
-        bases = {name: stack.enter_context(server(url)) for name, (url, _) in layouts.items()}
+    with layouts() as where, ExitStack() as stack:
+        bases = {name: stack.enter_context(server(url)) for name, (url, _) in where.items()}
         for r in range(args.rounds):
-            for name, (url, nodes) in layouts.items():
+            for name, (url, nodes) in where.items():
                 asyncio.run(_reload(url, jobs))
                 meters = {node: CpuMeter(server_pid(bases[name]), pid) for node, pid in nodes}
                 rate = asyncio.run(_drain([bases[name]], args.workers, 10, "batch", jobs))

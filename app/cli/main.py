@@ -265,7 +265,7 @@ def _migrate_when_reachable(url: str, settings: Settings) -> None:
             return
         migrations.upgrade(url)
     # On a Citus coordinator, the tables distributed as Jobfair needs them (idempotent).
-    for line in asyncio.run(citus.distribute_at(url)):
+    for line in asyncio.run(citus.distribute_at(url, settings.citus_shard_count)):
         log.info("citus: %s", line)
 
 

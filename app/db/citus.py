@@ -72,10 +72,22 @@ def problems(found: dict[str, Placement]) -> list[str]:
     return out
 
 
-async def distribute(db: Queries) -> list[str]:
+# Citus shards per worker node when ``jobfair migrate`` distributes the tables and no
+# count is given: a fan-out read costs every Citus shard a task, and on two workers a
+# drain cost PostgreSQL 6,470 µs per job in 32 Citus shards (Citus's default), 3,260 in
+# 8 and 2,320 in 4 (ADR 035).  Moving shards to new nodes keeps their ids; splitting
+# them (more nodes than shards) needs a rolling restart (docs/scaling.md).
+SHARDS_PER_WORKER = 2
+
+
+async def distribute(db: Queries, shard_count: int | None = None) -> list[str]:
     """Make the tables what ``problems`` asks, those not already so (idempotent: a second
-    run does nothing); what it did, one line each.  On the coordinator, after the
+    run does nothing), in ``shard_count`` Citus shards (None: SHARDS_PER_WORKER per
+    worker node); what it did, one line each.  On the coordinator, after the
     migrations."""
+    if shard_count is None:
+        workers = await db.fetchval(*SQL["worker_nodes"].bind())
+        shard_count = SHARDS_PER_WORKER * max(1, workers)
     found = await placements(db)
     done = []
     for table in REFERENCE:
@@ -85,22 +97,27 @@ async def distribute(db: Queries) -> list[str]:
     for i, table in enumerate(DISTRIBUTED):
         if found[table].method is None:
             colocate = None if i == 0 else DISTRIBUTED[0]
-            await db.fetchval(*SQL["distribute"].bind(table=table, colocate_with=colocate))
-            done.append(f"{table}: distributed by shard")
+            count = shard_count if i == 0 else None
+            await db.fetchval(
+                *SQL["distribute"].bind(table=table, colocate_with=colocate, shard_count=count)
+            )
+            done.append(
+                f"{table}: distributed by shard" + (f" in {count} Citus shards" if count else "")
+            )
     left = problems(await placements(db))
     if left:
         raise RuntimeError("Citus: " + "; ".join(left))
     return done
 
 
-async def distribute_at(url: str) -> list[str]:
+async def distribute_at(url: str, shard_count: int | None = None) -> list[str]:
     """One connection to ``url``: on a Citus coordinator, ``distribute``; elsewhere
     nothing.  What it did."""
     conn = await connect(url)
     try:
         if await version(conn) is None:
             return []
-        return await distribute(conn)
+        return await distribute(conn, shard_count)
     finally:
         await conn.close()
 

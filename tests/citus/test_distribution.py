@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import asyncpg
 import pytest
 
 from app import migrations
@@ -27,6 +28,19 @@ def _cli(*args: str, url: str, **env: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=120,
     )
+
+
+async def _shard_counts(url: str) -> dict[str, int]:
+    conn = await asyncpg.connect(url)
+    try:
+        rows = await conn.fetch(
+            "SELECT logicalrelid::text AS t, count(*)::int AS n FROM pg_dist_shard"
+            " WHERE logicalrelid::text = ANY($1::text[]) GROUP BY 1",
+            list(citus.DISTRIBUTED),
+        )
+    finally:
+        await conn.close()
+    return {r["t"]: r["n"] for r in rows}
 
 
 async def test_migrate_distributes_the_tables_once_and_serve_checks_them() -> None:
@@ -50,6 +64,21 @@ async def test_migrate_distributes_the_tables_once_and_serve_checks_them() -> No
             **dict.fromkeys(citus.REFERENCE, "n"),
         }
 
+        # Two Citus shards per worker node (ADR 035), the colocated tables with them.
+        counts = await _shard_counts(url)
+        assert counts == dict.fromkeys(citus.DISTRIBUTED, 2 * len(cluster.workers)), counts
+
         again = _cli("migrate", url=url)
         assert again.returncode == 0, again.stderr
         assert "citus:" not in again.stderr  # nothing left to do
+
+
+async def test_migrate_takes_the_shard_count_it_is_given() -> None:
+    """JOBFAIR_CITUS_SHARD_COUNT: the Citus shards of the job tables, whatever the nodes."""
+    with citus_cluster() as cluster:
+        url = cluster.url()
+        done = _cli("migrate", url=url, JOBFAIR_CITUS_SHARD_COUNT="6")
+        assert done.returncode == 0, done.stderr
+        assert "citus: jobs: distributed by shard in 6 Citus shards" in done.stderr
+        assert await _shard_counts(url) == dict.fromkeys(citus.DISTRIBUTED, 6)
+        assert await citus.problems_at(url) == []

@@ -20,10 +20,17 @@ SELECT create_reference_table(:table::text::regclass)
 
 -- name: distribute
 -- Distributes :table by its ``shard`` column, colocated with :colocate_with (NULL: the
--- first of the group, jobs): a tenant's jobs, lanes, lane keys, key weights and history
--- rows lie in the same Citus shard, on one node.  Its rows, if any, are copied out.
+-- first of the group, jobs, in :shard_count Citus shards; the others have its): a
+-- tenant's jobs, lanes, lane keys, key weights and history rows lie in the same Citus
+-- shard, on one node.  Its rows, if any, are copied out.
 SELECT create_distributed_table(:table::text::regclass, 'shard',
-                                colocate_with => COALESCE(:colocate_with::text, 'default'))
+                                colocate_with => COALESCE(:colocate_with::text, 'default'),
+                                shard_count => :shard_count::int)
+
+-- name: worker_nodes
+-- The worker nodes that may hold shards (the coordinator's group is 0).
+SELECT count(*)::int FROM pg_dist_node
+WHERE groupid <> 0 AND noderole = 'primary' AND isactive AND shouldhaveshards
 
 -- name: shard_ids
 -- Which Citus shard holds each of Jobfair's shard values (0 to :shards - 1), as Citus
