@@ -126,13 +126,22 @@ async def read_across(
 ) -> LaneRead:
     """``read`` on Citus, across every node and without charges (the store charges first,
     on each lane's node: ``charge``)."""
+    head = await db.fetchrow(*SQL.citus["read_type_head"].bind(job_type=job_type))
     args = dict(job_type=job_type, limit=limit, exclude=list(exclude))
     if tenant_ids is None:
-        rows = await db.fetch(*SQL.citus["read_lanes"].bind(**args))
+        found = await db.fetch(*SQL.citus["read_lanes"].bind(**args))
     else:
-        rows = await db.fetch(
+        found = await db.fetch(
             *SQL.citus["read_lanes_of_tenants"].bind(**args, tenant_ids=list(tenant_ids))
         )
+    # read_lanes' run condition, here: up to the lane after the limit-th ready one.
+    rows: list[Any] = [head]
+    readies = 0
+    for r in found:
+        readies += r["ready"]
+        if readies > limit:
+            break
+        rows.append({**r, "scanned": True, "fairness_key": None})
     return _lane_read(rows, limit)
 
 

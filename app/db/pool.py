@@ -87,11 +87,14 @@ def unavailable(exc: BaseException) -> StoreUnavailable | None:
 def node_unreachable(exc: BaseException) -> bool:
     """Whether ``exc`` is Citus saying a worker node could not be reached mid-statement
     (an internal error, XX000, naming the connection: "failure on connection marked as
-    essential", "connection to the remote node ... failed"): the database unavailable
-    for this call, as a PostgreSQL that went away is, not a bug."""
+    essential", "connection to the remote node ... failed"; or an I/O error, 58030,
+    sending a part's rows to a node: "failed to COPY to shard ... on host:port"): the
+    database unavailable for this call, as a PostgreSQL that went away is, not a bug."""
+    text = str(exc)
+    if isinstance(exc, asyncpg.PostgresIOError):
+        return text.startswith("failed to COPY to shard")
     if not isinstance(exc, asyncpg.InternalServerError):
         return False
-    text = str(exc)
     return "connection marked as essential" in text or "remote node" in text
 
 
@@ -235,6 +238,7 @@ def _citus_warm_up_calls() -> list[tuple[Any, ...]]:
     return [
         job_rows.SQL.citus["insert_jobs"].bind(**insert),
         job_rows.SQL.citus["get_job"].bind(job_key=-1),
+        lanes.SQL.citus["read_type_head"].bind(job_type=""),
         lanes.SQL.citus["read_lanes"].bind(**read),
         lanes.SQL.citus["read_lanes_of_tenants"].bind(**read, tenant_ids=[]),
         lanes.SQL.citus["read_keys"].bind(

@@ -25,11 +25,18 @@ SELECT create_reference_table($1::text::regclass);
 
 -- name: distribute
 -- Distributes :table by its ``shard`` column, colocated with :colocate_with (NULL: the
--- first of the group, jobs): a tenant's jobs, lanes, lane keys, key weights and history
--- rows lie in the same Citus shard, on one node.  Its rows, if any, are copied out.
--- Parameters: $1 :table, $2 :colocate_with
+-- first of the group, jobs, in :shard_count Citus shards; the others have its): a
+-- tenant's jobs, lanes, lane keys, key weights and history rows lie in the same Citus
+-- shard, on one node.  Its rows, if any, are copied out.
+-- Parameters: $1 :table, $2 :colocate_with, $3 :shard_count
 SELECT create_distributed_table($1::text::regclass, 'shard',
-                                colocate_with => COALESCE($2::text, 'default'));
+                                colocate_with => COALESCE($2::text, 'default'),
+                                shard_count => $3::int);
+
+-- name: worker_nodes
+-- The worker nodes that may hold shards (the coordinator's group is 0).
+SELECT count(*)::int FROM pg_dist_node
+WHERE groupid <> 0 AND noderole = 'primary' AND isactive AND shouldhaveshards;
 
 -- name: shard_ids
 -- Which Citus shard holds each of Jobfair's shard values (0 to :shards - 1), as Citus

@@ -111,8 +111,12 @@ async def test_an_unavailable_database_is_waited_out_in_every_guise(exc):
         asyncpg.InterfaceError("cannot perform operation: connection is closed"),
         ConnectionRefusedError(111, "Connection refused"),
         TimeoutError(),
+        # Citus, a worker node gone mid-statement (make citus's node-restart drain).
+        asyncpg.InternalServerError("failure on connection marked as essential: w1:5432"),
+        asyncpg.InternalServerError("connection to the remote node postgres@w1:5432 failed"),
+        asyncpg.PostgresIOError("failed to COPY to shard 0 on 127.0.0.1:37145"),
     ],
-    ids=lambda e: type(e).__name__,
+    ids=lambda e: f"{type(e).__name__}: {e}"[:60],
 )
 def test_every_guise_of_an_unavailable_database_is_one_storage_error(exc):
     """What start-up, the leader lock and the pool classify with ``unavailable``: the one
@@ -122,7 +126,13 @@ def test_every_guise_of_an_unavailable_database_is_one_storage_error(exc):
 
 @pytest.mark.parametrize(
     "exc",
-    [asyncpg.DataError("invalid input"), asyncpg.UniqueViolationError("dup"), KeyError("bug")],
+    [
+        asyncpg.DataError("invalid input"),
+        asyncpg.UniqueViolationError("dup"),
+        KeyError("bug"),
+        asyncpg.InternalServerError("could not create distributed plan"),  # a bug of ours
+        asyncpg.PostgresIOError("could not read file"),
+    ],
     ids=lambda e: type(e).__name__,
 )
 def test_a_refused_value_or_a_bug_is_not_a_storage_error(exc):

@@ -325,54 +325,47 @@ UNION ALL
 {{read_emptied}}
 
 -- name: read_lanes @citus
--- read_lanes on Citus: a read across every node, without the charge in front (the store
--- charges first, on each charged lane's node: charge_lanes) -- Citus runs a statement
--- that locks rows on one node only.  Each node answers its first SCANNED_LANES lanes in
--- (vtime, tenant) order, the coordinator merges them and counts the ready ones; a lane's
--- ready probe names its shard (j.shard = l.shard), as Citus joins only on it.  The limit
--- is a constant: Citus refuses a subquery there.
-WITH charged AS (SELECT NULL::text AS tenant_id, NULL::float8 AS vtime WHERE false)
-{{read_head}}
-UNION ALL
-SELECT w.tenant_id, w.vtime, w.weight, w.max_active_jobs, NULL, NULL,
-       NULL, w.ready, true, NULL, NULL, w.rate_limited, NULL, w.unit_est
-FROM (SELECT s.*, count(*) FILTER (WHERE s.ready)
-                    OVER (ORDER BY s.vtime, s.tenant_id ROWS UNBOUNDED PRECEDING) AS readies
-      FROM (SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight, t.max_active_jobs,
-                   t.rate_per_s IS NOT NULL AS rate_limited, l.unit_est,
-                   CASE WHEN :limit <= {{PROBED_LANES}} THEN (SELECT max(j.fairness_key) FROM jobs j
+-- read_lanes on Citus: the type's lanes read across every node, without the charge in
+-- front (the store charges first, on each charged lane's node: charge_lanes) and without
+-- the type's configuration (read_type_head) -- Citus runs a statement that locks rows on
+-- one node only, and one that joins a reference table's row to a read across nodes in
+-- three steps, the middle one's rows sent to every node.  This is one step: each node
+-- answers its first SCANNED_LANES lanes in (vtime, tenant) order, each probed for a ready
+-- job when :limit is at most PROBED_LANES (the probe names the shard, j.shard = l.shard:
+-- Citus joins on it only), and the coordinator merges them; the store stops at the lane
+-- after the :limit-th ready one, as read_lanes' run condition does (app.db.lanes).  The
+-- limit is a constant: Citus refuses a subquery there.
+SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight, t.max_active_jobs,
+       t.rate_per_s IS NOT NULL AS rate_limited, l.unit_est,
+       CASE WHEN :limit <= {{PROBED_LANES}} THEN (SELECT max(j.fairness_key) FROM jobs j
           WHERE j.state = 'CREATED' AND j.job_type = :job_type AND j.tenant_id = l.tenant_id
             AND j.shard = l.shard)
          IS NOT NULL ELSE true END AS ready
-            FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
-            WHERE l.job_type = :job_type AND l.active AND NOT l.held
-              AND t.paused IS NOT TRUE AND l.tenant_id <> ALL(:exclude::text[])
-            ORDER BY l.vtime, l.tenant_id
-            LIMIT {{SCANNED_LANES}}) s) w
-WHERE w.readies <= :limit
+FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
+WHERE l.job_type = :job_type AND l.active AND NOT l.held
+  AND t.paused IS NOT TRUE AND l.tenant_id <> ALL(:exclude::text[])
+ORDER BY l.vtime, l.tenant_id
+LIMIT {{SCANNED_LANES}}
 
 -- name: read_lanes_of_tenants @citus
 -- As read_lanes on Citus, restricted to the caller's :tenant_ids.
-WITH charged AS (SELECT NULL::text AS tenant_id, NULL::float8 AS vtime WHERE false)
-{{read_head}}
-UNION ALL
-SELECT w.tenant_id, w.vtime, w.weight, w.max_active_jobs, NULL, NULL,
-       NULL, w.ready, true, NULL, NULL, w.rate_limited, NULL, w.unit_est
-FROM (SELECT s.*, count(*) FILTER (WHERE s.ready)
-                    OVER (ORDER BY s.vtime, s.tenant_id ROWS UNBOUNDED PRECEDING) AS readies
-      FROM (SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight, t.max_active_jobs,
-                   t.rate_per_s IS NOT NULL AS rate_limited, l.unit_est,
-                   CASE WHEN :limit <= {{PROBED_LANES}} THEN (SELECT max(j.fairness_key) FROM jobs j
+SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight, t.max_active_jobs,
+       t.rate_per_s IS NOT NULL AS rate_limited, l.unit_est,
+       CASE WHEN :limit <= {{PROBED_LANES}} THEN (SELECT max(j.fairness_key) FROM jobs j
           WHERE j.state = 'CREATED' AND j.job_type = :job_type AND j.tenant_id = l.tenant_id
             AND j.shard = l.shard)
          IS NOT NULL ELSE true END AS ready
-            FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
-            WHERE l.job_type = :job_type AND l.active AND NOT l.held
-              AND t.paused IS NOT TRUE AND l.tenant_id <> ALL(:exclude::text[])
-              AND l.tenant_id = ANY(:tenant_ids::text[])
-            ORDER BY l.vtime, l.tenant_id
-            LIMIT {{SCANNED_LANES}}) s) w
-WHERE w.readies <= :limit
+FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
+WHERE l.job_type = :job_type AND l.active AND NOT l.held
+  AND t.paused IS NOT TRUE AND l.tenant_id <> ALL(:exclude::text[])
+  AND l.tenant_id = ANY(:tenant_ids::text[])
+ORDER BY l.vtime, l.tenant_id
+LIMIT {{SCANNED_LANES}}
+
+-- name: read_type_head @citus
+-- On Citus, the first row of a lane read (read_head) on its own: a reference table's
+-- row, read on the coordinator.
+{{read_head}}
 
 -- name: read_keys
 -- The keys of the lanes a round allotted picks to (:tenants, with :wants: how many keys
