@@ -128,7 +128,7 @@ chaos: $(STAMP) $(PG15_INITDB) $(PG_AUTOCTL)  ## the chaos-marked tests
 # packages, or built once from CITUS_SRC, a Citus source tree: tools/citus/install.sh),
 # then the citus-marked tests, on a coordinator and two worker nodes started for the run.
 CITUS_SRC ?=
-# The hot path's, the guarantees' and the operators' suites, run against Citus as well (each test's
+# The hot path's, the guarantees' and the operators' suites, run against Citus too (each test's
 # database the cluster's, emptied: tests/fixtures.py).
 CITUS_SUITES = tests/integration/test_store_port.py tests/integration/test_caps.py \
 	tests/integration/test_held_lanes.py tests/acceptance/test_fairness.py \
@@ -141,19 +141,13 @@ CITUS_SUITES = tests/integration/test_store_port.py tests/integration/test_caps.
 	tests/acceptance/test_explain_scoped.py tests/acceptance/test_job_browser.py \
 	tests/acceptance/test_metrics.py tests/acceptance/test_readable_stats.py \
 	tests/acceptance/test_dashboard.py tests/integration/test_history.py
-# Of those, what does not pass on Citus yet (docs/scaling.md): a rate-limited tenant's
-# tokens used at half the rate across two servers, a long poll not woken by its token's
-# timer, and worker-time shares and estimates off (the leases' seconds measured with
-# Citus's latency in them).
-CITUS_NOT_YET = \
-	--deselect tests/acceptance/test_rate_limits.py::test_two_server_processes_together_respect_one_limit \
-	--deselect tests/acceptance/test_rate_limits.py::test_a_long_poll_on_a_limited_tenant_is_answered_when_a_token_comes_back \
-	--deselect "tests/acceptance/test_fairness_by.py::test_by_worker_time_tenants_share_the_workers_time[workerTime]" \
-	--deselect "tests/acceptance/test_fairness_by.py::test_by_worker_time_tenants_share_the_workers_time[activations]"
+# One process, one cluster: with -n 2 two clusters (six PostgreSQL instances) and their
+# servers shared two cores, and the tests that time a rate limit's use or the leases'
+# held seconds failed there (docs/scaling.md).
 citus: $(STAMP) $(PG15_INITDB)  ## the Citus tests (CITUS_SRC=/path/to/citus builds Citus first)
 	CITUS_SRC=$(CITUS_SRC) sh tools/citus/install.sh
 	JOBFAIR_TEST_CITUS=1 $(BIN)/pytest -q -m citus tests/citus
-	JOBFAIR_TEST_CITUS=1 $(BIN)/pytest -q -n 2 $(CITUS_SUITES) $(CITUS_NOT_YET)
+	JOBFAIR_TEST_CITUS=1 $(BIN)/pytest -q $(CITUS_SUITES)
 
 # The 30-minute soak of docs/reliability.md (tests/chaos/test_soak.py is its 2-minute
 # version): JSON rows each minute, a table, and docs/img/soak.png drawn by matplotlib,

@@ -124,6 +124,7 @@ class JobService:
                 if handed is not None:
                     _created_one(job, handed)
                     return [handed]
+        await self.activation.charged(j["type"] for j in jobs)
         inserted = await job_rows.insert(self.db, jobs, now)
         self.metrics.count(
             self.metrics.created,
@@ -139,6 +140,7 @@ class JobService:
         (an idempotency key already taken answers the job holding it).  A job without
         one is inserted by a statement that answers its record too, or handed to a
         waiter by a claim that does."""
+        await self.activation.charged([job["type"]])
         if job.get("idempotencyKey") is not None:
             [inserted] = await job_rows.insert(self.db, [job], now)
             if inserted.created:

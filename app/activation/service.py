@@ -14,7 +14,7 @@ waiting worker (ADR 012).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
@@ -181,6 +181,17 @@ class Activation:
         )
 
     # -- the producer's door -------------------------------------------------------------
+
+    async def charged(self, job_types: Iterable[str]) -> None:
+        """Until this process's lane charges of ``job_types`` made so far are written, as
+        a hand-off waits for them: a lane that a new job wakes re-enters at the smallest
+        virtual time of its type's backlogged lanes, which a charge not yet written leaves
+        a round behind.  On Citus (a charge there is a statement per Citus shard, written
+        after the activation answered) a tenant back from idle that created its jobs right
+        after a round took 133 of 300 activations instead of its third (make citus,
+        test_tenant_back_from_idle_gets_no_burst).  Nothing owed: no wait."""
+        for job_type in set(job_types):
+            await self.rounds.charges.written(job_type)
 
     async def hand_off(self, job: Mapping[str, Any], now: datetime) -> Inserted | None:
         """Create ``job`` (one, ready at once) and claim for the long poll or stream at the
