@@ -87,7 +87,8 @@ def unavailable(exc: BaseException) -> StoreUnavailable | None:
 def node_unreachable(exc: BaseException) -> bool:
     """Whether ``exc`` is Citus saying a worker node could not be reached mid-statement
     (an internal error, XX000, naming the connection: "failure on connection marked as
-    essential", "connection to the remote node ... failed"; or an I/O error, 58030,
+    essential", "connection to the remote node ... failed", libpq's "server closed the
+    connection unexpectedly" relayed; or an I/O error, 58030,
     sending a part's rows to a node: "failed to COPY to shard ... on host:port"): the
     database unavailable for this call, as a PostgreSQL that went away is, not a bug."""
     text = str(exc)
@@ -95,7 +96,18 @@ def node_unreachable(exc: BaseException) -> bool:
         return text.startswith("failed to COPY to shard")
     if not isinstance(exc, asyncpg.InternalServerError):
         return False
-    return "connection marked as essential" in text or "remote node" in text
+    return any(lost in text for lost in _NODE_LOST)
+
+
+# What Citus's internal errors (XX000) say when a worker node went away: its own words,
+# and libpq's about the connection to the node, relayed (the coordinator's own loss is a
+# connection error of ours, not an answer).
+_NODE_LOST = (
+    "connection marked as essential",
+    "remote node",
+    "server closed the connection unexpectedly",
+    "Connection refused",
+)
 
 
 def _unavailable_now() -> StoreUnavailable:
