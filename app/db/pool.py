@@ -106,6 +106,12 @@ _NODE_LOST = (
     "connection marked as essential",
     "remote node",
     "server closed the connection unexpectedly",
+    "SSL SYSCALL error",
+    "SSL connection has been closed unexpectedly",
+    "could not receive data from server",
+    "could not send data to server",
+    "no connection to the server",
+    "connection not open",
     "Connection refused",
 )
 
@@ -357,17 +363,24 @@ class _Connection(asyncpg.Connection):  # type: ignore[misc]
         may_commit = self._may_commit(query)
         try:
             return await super().execute(query, *args, **kwargs)  # type: ignore[no-any-return]
-        except _UNAVAILABLE as exc:
-            exc.may_have_committed = may_commit  # type: ignore[attr-defined]
+        except Exception as exc:
+            _mark(exc, may_commit)
             raise
 
     async def _execute(self, query: str, *args: Any, **kwargs: Any) -> Any:
         may_commit = self._may_commit(query)
         try:
             return await super()._execute(query, *args, **kwargs)
-        except _UNAVAILABLE as exc:
-            exc.may_have_committed = may_commit  # type: ignore[attr-defined]
+        except Exception as exc:
+            _mark(exc, may_commit)
             raise
+
+
+def _mark(exc: Exception, may_commit: bool) -> None:
+    """A statement that could have committed failed because the database, or on Citus a
+    worker node (a COMMIT sent on to it), went away: its outcome is unknown."""
+    if isinstance(exc, _UNAVAILABLE) or node_unreachable(exc):
+        exc.may_have_committed = may_commit  # type: ignore[attr-defined]
 
 
 def _broken(conn: asyncpg.Connection, exc: Exception) -> bool:
@@ -492,17 +505,11 @@ class Database:
                 # to that same host): the pool opens a fresh one, through the URL.
                 with contextlib.suppress(asyncpg.InterfaceError):
                     conn.terminate()
-            if getattr(exc, "may_have_committed", False):
-                self._log_unavailable(exc)
-                raise OutcomeUnknown(
-                    "the database went away while this call's changes were being "
-                    "committed: they may or may not have been made",
-                ) from exc
-            raise self._unavailable(exc) from exc
-        except asyncpg.InternalServerError as exc:
-            if not node_unreachable(exc):
+            raise self._gone(exc) from exc
+        except asyncpg.PostgresError as exc:
+            if not node_unreachable(exc):  # on Citus, a worker node gone mid-statement
                 raise
-            raise self._unavailable(exc) from exc
+            raise self._gone(exc) from exc
         except (asyncpg.InterfaceError, asyncpg.InternalClientError) as exc:
             if not _broken(conn, exc):
                 raise  # a statement called wrongly: a bug
@@ -522,6 +529,17 @@ class Database:
         both); asyncpg's own transaction sends its BEGIN alone."""
         async with self.connection() as conn, transaction_on(conn, first):
             yield conn
+
+    def _gone(self, exc: Exception) -> StoreUnavailable:
+        """What a call whose database went away under it raises: OutcomeUnknown if the
+        statement that failed could have committed, else the database unavailable."""
+        if getattr(exc, "may_have_committed", False):
+            self._log_unavailable(exc)
+            return OutcomeUnknown(
+                "the database went away while this call's changes were being "
+                "committed: they may or may not have been made",
+            )
+        return self._unavailable(exc)
 
     def _unavailable(self, exc: Exception) -> StoreUnavailable:
         """The client's answer names no host or port; the log says what failed (at most

@@ -241,8 +241,11 @@ async def test_a_worker_node_stopped_mid_drain_answers_503_and_loses_nothing(
 
     try:
         seen = await _drain(db_url, spawn_server, restart_node)
-    finally:  # the cluster serves the tests after this one
-        if node.pg_ctl("status", check=False).returncode != 0:
-            node.pg_ctl("-w", "start")
+    except BaseException:
+        # The cluster serves the tests after this one: the node stopped and started
+        # again, whatever the drain left it doing (its restart may be mid-way).
+        node.pg_ctl("-w", "-m", "immediate", "stop", check=False)
+        node.pg_ctl("-w", "start", check=False)
+        raise
     assert seen.unavailable > 0, "no call was answered 503 while the node was down"
     await _assert_drained(db_url, seen)

@@ -116,6 +116,7 @@ async def test_an_unavailable_database_is_waited_out_in_every_guise(exc):
         asyncpg.InternalServerError("connection to the remote node postgres@w1:5432 failed"),
         asyncpg.PostgresIOError("failed to COPY to shard 0 on 127.0.0.1:37145"),
         asyncpg.InternalServerError("server closed the connection unexpectedly"),
+        asyncpg.InternalServerError("SSL SYSCALL error: EOF detected"),  # at a COMMIT
     ],
     ids=lambda e: f"{type(e).__name__}: {e}"[:60],
 )
