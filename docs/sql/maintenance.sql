@@ -30,11 +30,11 @@ WITH ended AS (
 ),
 logged AS (
     INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at,
-                            worker, deadline, retries, error_code, error_message)
-    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, s.step, s.event, $2,
-           CASE WHEN s.lease IS NOT NULL THEN s.activated_at END,
-           CASE WHEN s.lease IS NOT NULL THEN s.worker END, s.lease, s.retries,
-           s.error_code, s.error_message
+                        worker, deadline, retries, error_code, error_message)
+SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, s.step, s.event, $2,
+       CASE WHEN s.lease IS NOT NULL THEN s.activated_at END,
+       CASE WHEN s.lease IS NOT NULL THEN s.worker END, s.lease, s.retries,
+       s.error_code, s.error_message
     FROM ended s
     WHERE current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
 ),

@@ -30,10 +30,10 @@ pytestmark = [
 ]
 
 WEIGHTS = {"heavy-1": 1, "heavy-2": 2, "heavy-7": 7}
-HEAVY = 300  # jobs each
+HEAVY = 800  # jobs each
 LIGHT = [f"light-{i}" for i in range(24)]
-PER_LIGHT = 10
-CAPPED, CAP, PER_CAPPED = "capped", 2, 40
+PER_LIGHT = 20
+CAPPED, CAP, PER_CAPPED = "capped", 2, 60
 LEASE_MS = 4_000
 
 

@@ -28,15 +28,21 @@ current_setting('{{HISTORY_SETTING}}', true) IS DISTINCT FROM 'off'
 -- only the UPDATE's rows, runs on the coordinator, whose connection setting ``on`` tests.
 -- Index: job_events pkey.
 logged AS (
-    INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at,
-                            worker, deadline, retries, error_code, error_message)
-    SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, s.step, s.event, :now,
-           CASE WHEN s.lease IS NOT NULL THEN s.activated_at END,
-           CASE WHEN s.lease IS NOT NULL THEN s.worker END, s.lease, s.retries,
-           s.error_code, s.error_message
+    {{log_rows}}
     FROM ended s
     WHERE {{on}}
 ),
+
+-- fragment: log_rows
+-- The history rows of ended activations, from rows ``s`` (job_key, activation_count,
+-- step, event, activated_at, lease, worker, retries, error_code, error_message) at :now:
+-- a row names its activation's start and worker only if it had a lease.
+INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at,
+                        worker, deadline, retries, error_code, error_message)
+SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, s.step, s.event, :now,
+       CASE WHEN s.lease IS NOT NULL THEN s.activated_at END,
+       CASE WHEN s.lease IS NOT NULL THEN s.worker END, s.lease, s.retries,
+       s.error_code, s.error_message
 
 -- fragment: logged @citus
 -- Nothing on Citus: a statement with an INSERT is not one Citus runs whole on a node (it
@@ -56,12 +62,7 @@ logged AS (
 -- On Citus, the history rows of the activations a finishing statement ended (as
 -- ``logged``), from its answer: one INSERT, its rows sent to their shards by the
 -- coordinator, where ``on`` is tested.  Index: job_events pkey.
-INSERT INTO job_events (job_key, shard, activation_count, step, event, at, started_at,
-                        worker, deadline, retries, error_code, error_message)
-SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, s.step, s.event, :now,
-       CASE WHEN s.lease IS NOT NULL THEN s.activated_at END,
-       CASE WHEN s.lease IS NOT NULL THEN s.worker END, s.lease, s.retries,
-       s.error_code, s.error_message
+{{log_rows}}
 FROM unnest(:job_keys::bigint[], :activation_counts::int[], :steps::int2[], :events::text[],
             :activated_at::timestamptz[], :leases::timestamptz[], :workers::text[],
             :retries::int[], :error_codes::text[], :error_messages::text[])
