@@ -127,13 +127,14 @@ async def read_across(
     """``read`` on Citus, across every node and without charges (the store charges first,
     on each lane's node: ``charge``)."""
     head = await db.fetchrow(*SQL.citus["read_type_head"].bind(job_type=job_type))
-    args = dict(job_type=job_type, limit=limit, exclude=list(exclude))
-    if tenant_ids is None:
-        found = await db.fetch(*SQL.citus["read_lanes"].bind(**args))
-    else:
-        found = await db.fetch(
-            *SQL.citus["read_lanes_of_tenants"].bind(**args, tenant_ids=list(tenant_ids))
+    found = await db.fetch(
+        *SQL.citus["read_lanes_across"].bind(
+            job_type=job_type,
+            limit=limit,
+            exclude=list(exclude),
+            tenant_ids=None if tenant_ids is None else list(tenant_ids),
         )
+    )
     # read_lanes' run condition, here: up to the lane after the limit-th ready one.
     rows: list[Any] = [head]
     readies = 0

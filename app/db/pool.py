@@ -257,8 +257,8 @@ def _citus_warm_up_calls() -> list[tuple[Any, ...]]:
         job_rows.SQL.citus["insert_jobs"].bind(**insert),
         job_rows.SQL.citus["get_job"].bind(job_key=-1),
         lanes.SQL.citus["read_type_head"].bind(job_type=""),
-        lanes.SQL.citus["read_lanes"].bind(**read),
-        lanes.SQL.citus["read_lanes_of_tenants"].bind(**read, tenant_ids=[]),
+        lanes.SQL.citus["read_lanes_across"].bind(**read, tenant_ids=None),
+        lanes.SQL.citus["read_lanes_across"].bind(**read, tenant_ids=[]),
         lanes.SQL.citus["read_keys"].bind(
             job_type="", tenants=[], wants=[], exclude_tenants=[], exclude_keys=[], shards=[0]
         ),

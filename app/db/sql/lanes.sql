@@ -324,17 +324,19 @@ WHERE w.readies <= :limit + cardinality(:tenants::text[])
 UNION ALL
 {{read_emptied}}
 
--- name: read_lanes @citus
--- read_lanes on Citus: the type's lanes read across every node, without the charge in
--- front (the store charges first, on each charged lane's node: charge_lanes) and without
--- the type's configuration (read_type_head) -- Citus runs a statement that locks rows on
--- one node only, and one that joins a reference table's row to a read across nodes in
--- three steps, the middle one's rows sent to every node.  This is one step: each node
--- answers its first SCANNED_LANES lanes in (vtime, tenant) order, each probed for a ready
--- job when :limit is at most PROBED_LANES (the probe names the shard, j.shard = l.shard:
--- Citus joins on it only), and the coordinator merges them; the store stops at the lane
--- after the :limit-th ready one, as read_lanes' run condition does (app.db.lanes).  The
--- limit is a constant: Citus refuses a subquery there.
+-- name: read_lanes_across @citus
+-- read_lanes on Citus (and read_lanes_of_tenants, with :tenant_ids; NULL: every tenant,
+-- which the call's custom plan folds away): the type's lanes read across every node,
+-- without the charge in front (the store charges first, on each charged lane's node:
+-- charge_lanes) and without the type's configuration (read_type_head) -- Citus runs a
+-- statement that locks rows on one node only, and one that joins a reference table's row
+-- to a read across nodes in three steps, the middle one's rows sent to every node.  This
+-- is one step: each node answers its first SCANNED_LANES lanes in (vtime, tenant) order,
+-- each probed for a ready job when :limit is at most PROBED_LANES (the probe names the
+-- shard, j.shard = l.shard: Citus joins on it only), and the coordinator merges them;
+-- the store stops at the lane after the :limit-th ready one, as read_lanes' run
+-- condition does (app.db.lanes).  The limit is a constant: Citus refuses a subquery
+-- there.
 SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight, t.max_active_jobs,
        t.rate_per_s IS NOT NULL AS rate_limited, l.unit_est,
        CASE WHEN :limit <= {{PROBED_LANES}} THEN (SELECT max(j.fairness_key) FROM jobs j
@@ -344,21 +346,7 @@ SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight, t.max_active_jobs,
 FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
 WHERE l.job_type = :job_type AND l.active AND NOT l.held
   AND t.paused IS NOT TRUE AND l.tenant_id <> ALL(:exclude::text[])
-ORDER BY l.vtime, l.tenant_id
-LIMIT {{SCANNED_LANES}}
-
--- name: read_lanes_of_tenants @citus
--- As read_lanes on Citus, restricted to the caller's :tenant_ids.
-SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight, t.max_active_jobs,
-       t.rate_per_s IS NOT NULL AS rate_limited, l.unit_est,
-       CASE WHEN :limit <= {{PROBED_LANES}} THEN (SELECT max(j.fairness_key) FROM jobs j
-          WHERE j.state = 'CREATED' AND j.job_type = :job_type AND j.tenant_id = l.tenant_id
-            AND j.shard = l.shard)
-         IS NOT NULL ELSE true END AS ready
-FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
-WHERE l.job_type = :job_type AND l.active AND NOT l.held
-  AND t.paused IS NOT TRUE AND l.tenant_id <> ALL(:exclude::text[])
-  AND l.tenant_id = ANY(:tenant_ids::text[])
+  AND (:tenant_ids::text[] IS NULL OR l.tenant_id = ANY(:tenant_ids::text[]))
 ORDER BY l.vtime, l.tenant_id
 LIMIT {{SCANNED_LANES}}
 
