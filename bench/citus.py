@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -28,7 +27,6 @@ import asyncpg
 from app import migrations
 from app.db import citus as on_citus
 from bench.harness import (
-    ROOT,
     CpuMeter,
     machine_speed,
     median,
@@ -37,6 +35,7 @@ from bench.harness import (
     server_pid,
     speed_line,
     table,
+    write_results,
 )
 from bench.preload import preload
 from bench.run import _drain
@@ -134,10 +133,7 @@ def main() -> None:
     ]
     print(table(shown, list(shown[0])))
     out = {"machineSpeed": {"before": before, "after": after}, "cpus": os.cpu_count(), "rows": rows}
-    path = ROOT / "bench" / "results" / "citus.json"
-    path.parent.mkdir(exist_ok=True)
-    path.write_text(json.dumps(out, indent=2) + "\n")
-    print(json.dumps(out, indent=2))
+    write_results("citus", out)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import time
@@ -30,7 +29,7 @@ import httpx
 
 from bench.citus import layouts
 from bench.dashboard import browse
-from bench.harness import ROOT, CpuMeter, client, median, server, server_pid, table
+from bench.harness import CpuMeter, client, median, server, server_pid, table, write_results
 from bench.preload import preload
 from tests.citus.cluster import installed
 
@@ -146,10 +145,7 @@ def main() -> None:
         shown.append(line)
     print(table(shown, list(shown[0])))
     out = {"cpus": os.cpu_count(), "args": vars(args), "rows": rows}
-    path = ROOT / "bench" / "results" / "citus_operators.json"
-    path.parent.mkdir(exist_ok=True)
-    path.write_text(json.dumps(out, indent=2) + "\n")
-    print(json.dumps(out, indent=2))
+    write_results("citus_operators", out)
 
 
 if __name__ == "__main__":

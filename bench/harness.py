@@ -7,6 +7,7 @@ its cores, so compare figures measured in one run, not across machines.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import statistics
 import subprocess
@@ -241,6 +242,14 @@ def latency_row(runs: list[list[float]]) -> dict[str, Any]:
 
 async def run_for(n: int, coro_factory) -> None:  # type: ignore[no-untyped-def]
     await asyncio.gather(*(coro_factory(i) for i in range(n)))
+
+
+def write_results(name: str, out: dict[str, Any]) -> None:
+    """Print ``out`` as JSON and keep it as bench/results/<name>.json."""
+    path = ROOT / "bench" / "results" / f"{name}.json"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(out, indent=2) + "\n")
+    print(json.dumps(out, indent=2))
 
 
 def table(rows: list[dict], columns: list[str]) -> str:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import time
@@ -29,7 +28,16 @@ from typing import Any
 import asyncpg
 from jobfair_client import AsyncJobfair, AsyncWorker, Job, NewJob
 
-from bench.harness import ROOT, Postgres, machine_speed, percentile, server, speed_line, table
+from bench.harness import (
+    ROOT,
+    Postgres,
+    machine_speed,
+    percentile,
+    server,
+    speed_line,
+    table,
+    write_results,
+)
 
 TYPE = "xmin"
 TENANTS = 10
@@ -171,10 +179,7 @@ def main() -> None:
     print(table(summary, list(summary[-1])))
     out = {"args": vars(args), "cpus": os.cpu_count(), "speed": speed, "rows": rows}
     out["summary"] = summary
-    path = ROOT / "bench" / "results" / "xmin_horizon.json"
-    path.parent.mkdir(exist_ok=True)
-    path.write_text(json.dumps(out, indent=2) + "\n")
-    print(json.dumps(out, indent=2))
+    write_results("xmin_horizon", out)
 
 
 if __name__ == "__main__":
