@@ -147,8 +147,38 @@ class StatsSampler:
         return 0
 
 
+class DeadRowsWatch:
+    """Every process: the job table's dead row versions, counted into the pool's claim
+    hints (ADR 036), which claim past them while there are many."""
+
+    name = "dead-rows"
+    interval_ms = 2000
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def run_once(self, now: datetime) -> int:
+        hints = self.db.claim_hints
+        if hints is None or self.db.shard_map is not None:  # on Citus: the nodes' own
+            return 0
+        dead = await maintenance.dead_rows(self.db)
+        was = hints.degraded
+        hints.observe(dead)
+        if hints.degraded != was:
+            if hints.degraded:
+                log.warning(
+                    "the jobs table holds %d dead row versions (is a transaction holding "
+                    "the xmin horizon?): claims start past the jobs they took (ADR 036)",
+                    dead,
+                )
+            else:
+                log.info("the jobs table's dead row versions are down to %d", dead)
+        return dead
+
+
 Task = (
-    LeaseSweeper
+    DeadRowsWatch
+    | LeaseSweeper
     | Promoter
     | RetentionSweeper
     | StatsSampler
@@ -183,7 +213,7 @@ class Background:
         self.leader_tasks: list[Task] = [self.lease, self.promoter, self.retention]
         # Every process: its state into the shared metrics files (multiprocess mode) and
         # the labelled tenants read; the leader decides those (app.metrics).
-        self.process_tasks: list[Task] = [self.sampler]
+        self.process_tasks: list[Task] = [self.sampler, DeadRowsWatch(db)]
         if workers is not None:  # every process writes the worker names it saw
             self.process_tasks.append(workers)
         self.labels: LabelRefresher | None = None

@@ -12,6 +12,7 @@ lanes their virtual time is ``app.db.lanes.charge``, after the claim committed.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -25,6 +26,108 @@ from app.db.rows import Claimed, JobRow, LeadClaim, job_row
 from app.scheduler import Bucket, Buckets, FairnessBy, left_at_cap
 
 SQL = sql.load("claims")  # app/db/sql/claims.sql
+
+
+class ClaimHints:
+    """Where a claim's heads start while the job table is full of dead row versions
+    (ADR 036).
+
+    A claim finds a key's heads by descending jobs_ready_idx to the key's first entry.
+    The jobs claimed from it before are dead versions whose entries stay at the front of
+    the key until vacuum removes them; while a transaction holds the xmin horizon nothing
+    removes them, and every claim walked every job claimed from its key since the
+    horizon was held, visiting each one's heap tuple (issue 43's bench: a claim took
+    48 ms instead of 1 ms after two minutes, and the rate fell by half).
+
+    While ``degraded`` (DeadRowsWatch: the job table holds more than DEGRADED_AT dead
+    versions), a claim of a key this process claimed from before starts that key's
+    heads, at the priority it took there, at the queued_at of the last job it took less
+    SLACK_S: an index descent past the dead entries.  A job that becomes ready behind
+    that point (a lease expired or released, a retry without back-off, a delayed job
+    promoted late, a producer's insert that committed more than SLACK_S after its
+    instant) is not seen by hinted claims; every FULL_EVERY_S each key is claimed from
+    its first entry again, and so is a key whose hinted claim found fewer jobs than it
+    was allotted.  So in that state FIFO and priority inside a key are exact only
+    within FULL_EVERY_S; fairness between lanes and keys, caps, fencing and rate limits
+    are not touched.  Not degraded, every claim starts from the first entry, as before.
+    """
+
+    DEGRADED_AT = 20_000
+    RECOVERED_AT = 10_000
+    SLACK_S = 1.0
+    FULL_EVERY_S = 1.0
+    MOST_KEYS = 100_000
+
+    def __init__(self) -> None:
+        self.degraded = False
+        self.clock = time.monotonic
+        # (job type, tenant, key) -> [priority, since, last claimed from the first entry]
+        self._keys: dict[tuple[str, str, str], list[Any]] = {}
+
+    def observe(self, dead: int) -> None:
+        """The job table's dead row versions as last counted."""
+        if dead >= self.DEGRADED_AT:
+            self.degraded = True
+        elif dead < self.RECOVERED_AT and self.degraded:
+            self.degraded = False
+            self._keys.clear()
+
+    def starts(
+        self, job_type: str, keys: Sequence[tuple[str, str]], at: float
+    ) -> tuple[list[int | None], list[datetime | None]]:
+        """The claim's hint per allotted key, in order: (priority, since), both None for a
+        key claimed from its first entry (at ``at``, a monotonic instant)."""
+        n = len(keys)
+        if not self.degraded:
+            return [None] * n, [None] * n
+        priorities: list[int | None] = []
+        since: list[datetime | None] = []
+        for tenant, key in keys:
+            h = self._keys.get((job_type, tenant, key))
+            if h is None or at - h[2] >= self.FULL_EVERY_S:
+                priorities.append(None)
+                since.append(None)
+            else:
+                priorities.append(h[0])
+                since.append(h[1])
+        return priorities, since
+
+    def took(
+        self,
+        job_type: str,
+        counts: Mapping[tuple[str, str], int],
+        since: Sequence[datetime | None],
+        claimed: Sequence[Claimed],
+        at: float,
+    ) -> None:
+        """What a claim of ``counts`` with hints ``since`` took, at ``at``."""
+        if not self.degraded:
+            return
+        if len(self._keys) > self.MOST_KEYS:
+            self._keys.clear()
+        best: dict[tuple[str, str], tuple[int, datetime]] = {}
+        got: dict[tuple[str, str], int] = {}
+        for c in claimed:
+            r = c.job
+            lk = (r.tenant_id, r.fairness_key)
+            got[lk] = got.get(lk, 0) + 1
+            b = best.get(lk)
+            if b is None or (r.priority, r.queued_at) > b:
+                best[lk] = (r.priority, r.queued_at)
+        slack = timedelta(seconds=self.SLACK_S)
+        for (lk, n), hinted in zip(counts.items(), since, strict=True):
+            h = self._keys.get((job_type, *lk))
+            if h is None:
+                h = self._keys[(job_type, *lk)] = [None, None, at]
+            if hinted is None:
+                h[2] = at  # claimed from its first entry
+            elif got.get(lk, 0) < n:
+                h[2] = -self.FULL_EVERY_S  # short: from the first entry next time
+            b = best.get(lk)
+            if b is not None:
+                h[0], h[1] = b[0], b[1] - slack
+            if h[1] is None:
+                del self._keys[(job_type, *lk)]
 
 
 class Share(NamedTuple):
@@ -127,6 +230,13 @@ async def _claim(
     """One claim statement (``claim``): on Citus, for the tenants of ``shards``, after
     claims that took ``taken`` rows of ``shares``."""
     workers, deadlines, starts = _share_arrays(shares, now, taken)
+    hints: ClaimHints | None = getattr(db, "claim_hints", None)
+    at = 0.0 if hints is None else hints.clock()
+    hint_priorities, since = (
+        ([None] * len(counts), [None] * len(counts))
+        if hints is None
+        else hints.starts(job_type, list(counts), at)
+    )
     holding = [] if hold is None else sorted(hold)
     name = "claim_holding" if hold else "claim"
     more = dict(hold_tenants=holding, hold_room=[hold[t] for t in holding]) if hold else {}
@@ -145,10 +255,15 @@ async def _claim(
             aging_interval_ms=aging_interval_ms,
             via_stream=via_stream,
             starts=starts,
+            hint_priorities=hint_priorities,
+            since=since,
             **more,
         )
     )
-    return _claimed(rows)
+    claimed = _claimed(rows)
+    if hints is not None:
+        hints.took(job_type, counts, since, claimed, at)
+    return claimed
 
 
 @dataclass(frozen=True, slots=True)

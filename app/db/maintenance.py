@@ -13,7 +13,7 @@ from typing import Any
 import asyncpg
 
 from app.db import citus, holds, lanes, sql
-from app.db.base import Sessions, retry_deadlock
+from app.db.base import Queries, Sessions, retry_deadlock
 from app.db.rows import ExpiredLease
 from app.shards import shard_of_key
 
@@ -79,3 +79,8 @@ async def prune_workers(db: Sessions, before: datetime) -> int:
     """Forget worker names last seen before ``before`` (prune_workers)."""
     status = await db.execute(*SQL["prune_workers"].bind(before=before))
     return int(status.split()[-1])
+
+
+async def dead_rows(db: Queries) -> int:
+    """The job table's dead row versions as the statistics last counted them (dead_rows)."""
+    return int(await db.fetchval(*SQL["dead_rows"].bind()))

@@ -194,16 +194,19 @@ async def revision_at(url: str) -> tuple[str | None, str | None]:
         await conn.close()
 
 
-class _Citus:
-    """Whether a pool's database is a Citus coordinator with Jobfair's tables distributed,
-    found by the pool's first connection, and then its ShardMap, which every connection
-    of the pool carries as ``shard_map`` (None: one PostgreSQL) for the storage modules
-    (app.db.citus.split)."""
+class _Shared:
+    """What every connection of a pool shares: whether its database is a Citus
+    coordinator with Jobfair's tables distributed, found by the pool's first connection,
+    and then its ShardMap, which every connection carries as ``shard_map`` (None: one
+    PostgreSQL) for the storage modules (app.db.citus.split); and the pool's
+    ClaimHints, carried as ``claim_hints`` (ADR 036)."""
 
     def __init__(self) -> None:
         self._lock = asyncio.Lock()
         self.known = False
         self.map: citus.ShardMap | None = None
+        # The pool's claim hints (ADR 036), which every connection carries too.
+        self.claim_hints = claims.ClaimHints()
 
     async def of(self, conn: asyncpg.Connection) -> citus.ShardMap | None:
         async with self._lock:
@@ -213,11 +216,12 @@ class _Citus:
         return self.map
 
 
-async def _init_connection(conn: asyncpg.Connection, found: _Citus | None = None) -> None:
+async def _init_connection(conn: asyncpg.Connection, found: _Shared | None = None) -> None:
     await conn.set_type_codec(
         "jsonb", encoder=_encode_jsonb, decoder=orjson.loads, schema="pg_catalog"
     )
     conn.shard_map = None if found is None else await found.of(conn)
+    conn.claim_hints = None if found is None else found.claim_hints
     if conn.shard_map is not None:
         # Citus cannot run the generic plan of a statement that passes a parameter to an
         # SQL function (jobfair_key_shard($1): "parameters in SQL functions"), and prunes
@@ -250,6 +254,7 @@ def _citus_warm_up_calls() -> list[tuple[Any, ...]]:
     charge: dict[str, list[Any]] = {name: [] for name in lanes.CHARGE_ARRAYS}
     claim = dict(job_type="", tenants=[], keys=[], counts=[], now=now, workers=[], deadlines=[])
     claim |= dict(aging_step=0, aging_interval_ms=1, via_stream=False, starts=[], shards=[0])
+    claim |= dict(hint_priorities=[], since=[])
     read = dict(job_type="", limit=1, exclude=[])
     lead = dict(job_type="", now=now, workers=[], deadlines=[], via_stream=False, starts=[])
     lead |= dict(default_aging_step=0, default_aging_interval_ms=1)
@@ -294,6 +299,7 @@ def _warm_up_calls() -> list[tuple[Any, ...]]:
     read = dict(job_type="", limit=1, exclude=[], **charge)
     claim = dict(job_type="", tenants=[], keys=[], counts=[], now=now, workers=[], deadlines=[])
     claim |= dict(aging_step=0, aging_interval_ms=1, via_stream=False, starts=[])
+    claim |= dict(hint_priorities=[], since=[])
     lead = dict(job_type="", now=now, workers=[], deadlines=[], via_stream=False, starts=[])
     lead |= dict(default_aging_step=0, default_aging_interval_ms=1)
     return [
@@ -353,6 +359,8 @@ class _Connection(asyncpg.Connection):  # type: ignore[misc]
 
     # On a Citus coordinator, its ShardMap (set when the pool opens the connection).
     shard_map: citus.ShardMap | None = None
+    # The pool's ClaimHints (ADR 036).
+    claim_hints: claims.ClaimHints | None = None
 
     def _may_commit(self, query: str) -> bool:
         if self.is_in_transaction():
@@ -405,7 +413,7 @@ class Database:
     Statements run on it directly (each on a connection of its own, autocommit), or on
     the connection ``connection()`` or ``transaction()`` lends (see ``app.db.base``)."""
 
-    def __init__(self, pool: asyncpg.Pool, timeout_s: float, found: _Citus | None = None) -> None:
+    def __init__(self, pool: asyncpg.Pool, timeout_s: float, found: _Shared | None = None) -> None:
         self._pool = pool
         self._citus = found
         self.timeout_s = timeout_s
@@ -430,7 +438,7 @@ class Database:
         a statement for at most ``statement_timeout_s``.
         ``history``: whether its statements write jobs' attempt history (app.db.history,
         read there from the connection's ``jobfair.history`` setting)."""
-        found = _Citus()
+        found = _Shared()
         pool = await until_reachable(
             lambda: cls._create_pool(url, size, min_size, history, statement_timeout_s, found),
             wait_s,
@@ -441,6 +449,12 @@ class Database:
             async with db.connection():
                 pass
         return db
+
+    @property
+    def claim_hints(self) -> claims.ClaimHints | None:
+        """Where claims start their heads (ADR 036); every connection the pool lends
+        carries it too."""
+        return None if self._citus is None else self._citus.claim_hints
 
     @property
     def shard_map(self) -> citus.ShardMap | None:
@@ -455,7 +469,7 @@ class Database:
         min_size: int | None,
         history: bool = True,
         statement_timeout_s: float = 60.0,
-        found: _Citus | None = None,
+        found: _Shared | None = None,
     ) -> asyncpg.Pool:
         return await asyncpg.create_pool(
             url,

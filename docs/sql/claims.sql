@@ -50,38 +50,53 @@ FROM (SELECT $4::int AS priority, $5::timestamptz AS queued_at) u;
 -- Activates up to :counts jobs from each allotted key of each allotted lane of one job
 -- type (the fragments claim_heads and activated), best effective priority first within
 -- the key.  Index and locks: claim_heads'.  History: trimmed.
--- Parameters: $1 :tenants, $2 :keys, $3 :counts, $4 :aging_step, $5 :aging_interval_ms, $6 :job_type, $7 :now, $8 :starts, $9 :via_stream, $10 :workers, $11 :deadlines
+-- Parameters: $1 :tenants, $2 :keys, $3 :counts, $4 :hint_priorities, $5 :since, $6 :aging_step, $7 :aging_interval_ms, $8 :job_type, $9 :now, $10 :starts, $11 :via_stream, $12 :workers, $13 :deadlines
 WITH RECURSIVE alloc AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::int[])
-             AS a(tenant_id, fairness_key, k)
+    SELECT * FROM unnest($1::text[], $2::text[], $3::int[],
+                         $4::int[], $5::timestamptz[])
+             AS a(tenant_id, fairness_key, k, hint_priority, since)
 ),
-aging AS (SELECT $4::int AS step, $5::int AS interval_ms),
+aging AS (SELECT $6::int AS step, $7::int AS interval_ms),
 prios AS (
-    SELECT a.tenant_id, a.fairness_key, a.k, true AS top,
-           (SELECT max(j.priority) FROM jobs j
-             WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = a.tenant_id
-               AND j.fairness_key = a.fairness_key )
-             AS priority
+    SELECT a.tenant_id, a.fairness_key, a.k, true AS top, a.hint_priority, a.since,
+           CASE WHEN a.since IS NULL THEN
+               (SELECT max(j.priority) FROM jobs j
+                 WHERE j.state = 'CREATED' AND j.job_type = $8 AND j.tenant_id = a.tenant_id
+                   AND j.fairness_key = a.fairness_key )
+           ELSE COALESCE(
+               (SELECT max(j.priority) FROM jobs j
+                 WHERE j.state = 'CREATED' AND j.job_type = $8 AND j.tenant_id = a.tenant_id
+                   AND j.fairness_key = a.fairness_key AND j.priority > a.hint_priority ),
+               (SELECT j.priority FROM jobs j
+                 WHERE j.state = 'CREATED' AND j.job_type = $8 AND j.tenant_id = a.tenant_id
+                   AND j.fairness_key = a.fairness_key AND j.priority = a.hint_priority
+                   AND j.queued_at >= a.since
+                 ORDER BY j.queued_at LIMIT 1),
+               (SELECT max(j.priority) FROM jobs j
+                 WHERE j.state = 'CREATED' AND j.job_type = $8 AND j.tenant_id = a.tenant_id
+                   AND j.fairness_key = a.fairness_key AND j.priority < a.hint_priority ))
+           END AS priority
     FROM alloc a
   UNION ALL
-    SELECT p.tenant_id, p.fairness_key, p.k, false,
+    SELECT p.tenant_id, p.fairness_key, p.k, false, p.hint_priority, p.since,
            (SELECT max(j.priority) FROM jobs j
-             WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = p.tenant_id
+             WHERE j.state = 'CREATED' AND j.job_type = $8 AND j.tenant_id = p.tenant_id
                AND j.fairness_key = p.fairness_key AND j.priority < p.priority )
     FROM prios p WHERE p.priority IS NOT NULL
 ),
 heads AS (
     -- Each priority's heads: locked for the top priority, read for the others.
     SELECT u.*, LEAST(100, u.priority + (SELECT step FROM aging) * floor(
-               GREATEST(0, extract(epoch FROM ($7::timestamptz - u.queued_at)) * 1000)
+               GREATEST(0, extract(epoch FROM ($9::timestamptz - u.queued_at)) * 1000)
                / (SELECT interval_ms FROM aging))) AS eff
     FROM (SELECT h.job_key, p.tenant_id, p.fairness_key, p.priority, p.k, p.top,
                  h.queued_at
           FROM prios p
           CROSS JOIN LATERAL (
               SELECT j.job_key, j.queued_at FROM jobs j
-              WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = p.tenant_id
+              WHERE j.state = 'CREATED' AND j.job_type = $8 AND j.tenant_id = p.tenant_id
                 AND j.fairness_key = p.fairness_key AND j.priority = p.priority
+                AND j.queued_at >= CASE WHEN p.priority = p.hint_priority THEN p.since ELSE '-infinity'::timestamptz END
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
               FOR UPDATE SKIP LOCKED
@@ -93,8 +108,9 @@ heads AS (
           FROM prios p
           CROSS JOIN LATERAL (
               SELECT j.job_key, j.queued_at FROM jobs j
-              WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = p.tenant_id
+              WHERE j.state = 'CREATED' AND j.job_type = $8 AND j.tenant_id = p.tenant_id
                 AND j.fairness_key = p.fairness_key AND j.priority = p.priority
+                AND j.queued_at >= CASE WHEN p.priority = p.hint_priority THEN p.since ELSE '-infinity'::timestamptz END
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
           ) h
@@ -111,12 +127,16 @@ chosen AS (
 ),
 promoted AS (
     SELECT h.job_key
-    FROM (SELECT tenant_id, fairness_key, priority, count(*)::int AS n FROM chosen
-          WHERE NOT top GROUP BY tenant_id, fairness_key, priority) s
+    FROM (SELECT c.tenant_id, c.fairness_key, c.priority, count(*)::int AS n,
+                 min(a.hint_priority) AS hint_priority, min(a.since) AS since
+          FROM chosen c JOIN alloc a ON a.tenant_id = c.tenant_id AND a.fairness_key = c.fairness_key
+          WHERE NOT c.top GROUP BY c.tenant_id, c.fairness_key, c.priority) s
     CROSS JOIN LATERAL (
         SELECT j.job_key FROM jobs j
-        WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = s.tenant_id
+        WHERE j.state = 'CREATED' AND j.job_type = $8 AND j.tenant_id = s.tenant_id
           AND j.fairness_key = s.fairness_key AND j.priority = s.priority
+          AND j.queued_at >= CASE WHEN s.priority = s.hint_priority THEN s.since
+                                  ELSE '-infinity'::timestamptz END
         ORDER BY j.queued_at, j.job_key
         LIMIT s.n
         FOR UPDATE SKIP LOCKED
@@ -125,20 +145,20 @@ promoted AS (
 taken AS (
     -- The taken rows shared out among the requests: the i-th gets row numbers from
     -- :starts[i] up to the next one's start (with the i-th of :workers and :deadlines).
-    SELECT t.job_key, width_bucket(row_number() OVER (), $8::int[]) AS share
+    SELECT t.job_key, width_bucket(row_number() OVER (), $10::int[]) AS share
     FROM (SELECT job_key FROM chosen WHERE top UNION ALL SELECT job_key FROM promoted) t
 ),
 activated AS (
     UPDATE jobs j
     SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
         worker = s.worker, deadline = s.deadline,
-        activated_at = $7::timestamptz, via_stream = $9,
-        charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $6) = 'workerTime'
+        activated_at = $9::timestamptz, via_stream = $11,
+        charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $8) = 'workerTime'
                   THEN COALESCE((SELECT l.unit_est FROM lanes l
-                                 WHERE l.job_type = $6 AND l.tenant_id = j.tenant_id ),
+                                 WHERE l.job_type = $8 AND l.tenant_id = j.tenant_id ),
                                 1.0::float8) END
     FROM taken t
-    JOIN unnest($10::text[], $11::timestamptz[]) WITH ORDINALITY
+    JOIN unnest($12::text[], $13::timestamptz[]) WITH ORDINALITY
          AS s(worker, deadline, share) ON s.share = t.share
     -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join alone lets
     -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
@@ -157,38 +177,53 @@ SELECT * FROM activated;
 -- name: claim_by_worker_time
 -- As claim, for a type fair by worker time: each job also records the virtual time its
 -- estimate adds to its lane and its key (lane_charge, key_charge; ADR 029).
--- Parameters: $1 :tenants, $2 :keys, $3 :counts, $4 :aging_step, $5 :aging_interval_ms, $6 :job_type, $7 :now, $8 :starts, $9 :via_stream, $10 :workers, $11 :deadlines
+-- Parameters: $1 :tenants, $2 :keys, $3 :counts, $4 :hint_priorities, $5 :since, $6 :aging_step, $7 :aging_interval_ms, $8 :job_type, $9 :now, $10 :starts, $11 :via_stream, $12 :workers, $13 :deadlines
 WITH RECURSIVE alloc AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::int[])
-             AS a(tenant_id, fairness_key, k)
+    SELECT * FROM unnest($1::text[], $2::text[], $3::int[],
+                         $4::int[], $5::timestamptz[])
+             AS a(tenant_id, fairness_key, k, hint_priority, since)
 ),
-aging AS (SELECT $4::int AS step, $5::int AS interval_ms),
+aging AS (SELECT $6::int AS step, $7::int AS interval_ms),
 prios AS (
-    SELECT a.tenant_id, a.fairness_key, a.k, true AS top,
-           (SELECT max(j.priority) FROM jobs j
-             WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = a.tenant_id
-               AND j.fairness_key = a.fairness_key )
-             AS priority
+    SELECT a.tenant_id, a.fairness_key, a.k, true AS top, a.hint_priority, a.since,
+           CASE WHEN a.since IS NULL THEN
+               (SELECT max(j.priority) FROM jobs j
+                 WHERE j.state = 'CREATED' AND j.job_type = $8 AND j.tenant_id = a.tenant_id
+                   AND j.fairness_key = a.fairness_key )
+           ELSE COALESCE(
+               (SELECT max(j.priority) FROM jobs j
+                 WHERE j.state = 'CREATED' AND j.job_type = $8 AND j.tenant_id = a.tenant_id
+                   AND j.fairness_key = a.fairness_key AND j.priority > a.hint_priority ),
+               (SELECT j.priority FROM jobs j
+                 WHERE j.state = 'CREATED' AND j.job_type = $8 AND j.tenant_id = a.tenant_id
+                   AND j.fairness_key = a.fairness_key AND j.priority = a.hint_priority
+                   AND j.queued_at >= a.since
+                 ORDER BY j.queued_at LIMIT 1),
+               (SELECT max(j.priority) FROM jobs j
+                 WHERE j.state = 'CREATED' AND j.job_type = $8 AND j.tenant_id = a.tenant_id
+                   AND j.fairness_key = a.fairness_key AND j.priority < a.hint_priority ))
+           END AS priority
     FROM alloc a
   UNION ALL
-    SELECT p.tenant_id, p.fairness_key, p.k, false,
+    SELECT p.tenant_id, p.fairness_key, p.k, false, p.hint_priority, p.since,
            (SELECT max(j.priority) FROM jobs j
-             WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = p.tenant_id
+             WHERE j.state = 'CREATED' AND j.job_type = $8 AND j.tenant_id = p.tenant_id
                AND j.fairness_key = p.fairness_key AND j.priority < p.priority )
     FROM prios p WHERE p.priority IS NOT NULL
 ),
 heads AS (
     -- Each priority's heads: locked for the top priority, read for the others.
     SELECT u.*, LEAST(100, u.priority + (SELECT step FROM aging) * floor(
-               GREATEST(0, extract(epoch FROM ($7::timestamptz - u.queued_at)) * 1000)
+               GREATEST(0, extract(epoch FROM ($9::timestamptz - u.queued_at)) * 1000)
                / (SELECT interval_ms FROM aging))) AS eff
     FROM (SELECT h.job_key, p.tenant_id, p.fairness_key, p.priority, p.k, p.top,
                  h.queued_at
           FROM prios p
           CROSS JOIN LATERAL (
               SELECT j.job_key, j.queued_at FROM jobs j
-              WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = p.tenant_id
+              WHERE j.state = 'CREATED' AND j.job_type = $8 AND j.tenant_id = p.tenant_id
                 AND j.fairness_key = p.fairness_key AND j.priority = p.priority
+                AND j.queued_at >= CASE WHEN p.priority = p.hint_priority THEN p.since ELSE '-infinity'::timestamptz END
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
               FOR UPDATE SKIP LOCKED
@@ -200,8 +235,9 @@ heads AS (
           FROM prios p
           CROSS JOIN LATERAL (
               SELECT j.job_key, j.queued_at FROM jobs j
-              WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = p.tenant_id
+              WHERE j.state = 'CREATED' AND j.job_type = $8 AND j.tenant_id = p.tenant_id
                 AND j.fairness_key = p.fairness_key AND j.priority = p.priority
+                AND j.queued_at >= CASE WHEN p.priority = p.hint_priority THEN p.since ELSE '-infinity'::timestamptz END
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
           ) h
@@ -218,12 +254,16 @@ chosen AS (
 ),
 promoted AS (
     SELECT h.job_key
-    FROM (SELECT tenant_id, fairness_key, priority, count(*)::int AS n FROM chosen
-          WHERE NOT top GROUP BY tenant_id, fairness_key, priority) s
+    FROM (SELECT c.tenant_id, c.fairness_key, c.priority, count(*)::int AS n,
+                 min(a.hint_priority) AS hint_priority, min(a.since) AS since
+          FROM chosen c JOIN alloc a ON a.tenant_id = c.tenant_id AND a.fairness_key = c.fairness_key
+          WHERE NOT c.top GROUP BY c.tenant_id, c.fairness_key, c.priority) s
     CROSS JOIN LATERAL (
         SELECT j.job_key FROM jobs j
-        WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = s.tenant_id
+        WHERE j.state = 'CREATED' AND j.job_type = $8 AND j.tenant_id = s.tenant_id
           AND j.fairness_key = s.fairness_key AND j.priority = s.priority
+          AND j.queued_at >= CASE WHEN s.priority = s.hint_priority THEN s.since
+                                  ELSE '-infinity'::timestamptz END
         ORDER BY j.queued_at, j.job_key
         LIMIT s.n
         FOR UPDATE SKIP LOCKED
@@ -232,34 +272,34 @@ promoted AS (
 taken AS (
     -- The taken rows shared out among the requests: the i-th gets row numbers from
     -- :starts[i] up to the next one's start (with the i-th of :workers and :deadlines).
-    SELECT t.job_key, width_bucket(row_number() OVER (), $8::int[]) AS share
+    SELECT t.job_key, width_bucket(row_number() OVER (), $10::int[]) AS share
     FROM (SELECT job_key FROM chosen WHERE top UNION ALL SELECT job_key FROM promoted) t
 ),
 activated AS (
     UPDATE jobs j
     SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
         worker = s.worker, deadline = s.deadline,
-        activated_at = $7::timestamptz, via_stream = $9,
-        charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $6) = 'workerTime'
+        activated_at = $9::timestamptz, via_stream = $11,
+        charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $8) = 'workerTime'
                   THEN COALESCE((SELECT l.unit_est FROM lanes l
-                                 WHERE l.job_type = $6 AND l.tenant_id = j.tenant_id ),
+                                 WHERE l.job_type = $8 AND l.tenant_id = j.tenant_id ),
                                 1.0::float8) END,
-        lane_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $6) = 'workerTime'
+        lane_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $8) = 'workerTime'
                       THEN COALESCE((SELECT l.unit_est FROM lanes l
-                                     WHERE l.job_type = $6 AND l.tenant_id = j.tenant_id ),
+                                     WHERE l.job_type = $8 AND l.tenant_id = j.tenant_id ),
                                     1.0::float8)
                            / COALESCE((SELECT t.weight FROM tenants t
                                        WHERE t.tenant_id = j.tenant_id), 1) END,
-        key_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $6) = 'workerTime'
+        key_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $8) = 'workerTime'
                      THEN COALESCE((SELECT l.unit_est FROM lanes l
-                                    WHERE l.job_type = $6 AND l.tenant_id = j.tenant_id ),
+                                    WHERE l.job_type = $8 AND l.tenant_id = j.tenant_id ),
                                    1.0::float8)
                           / COALESCE((SELECT w.weight FROM key_weights w
                                       WHERE w.tenant_id = j.tenant_id
                                         AND w.fairness_key = j.fairness_key
                                         AND w.shard = jobfair_shard(j.tenant_id) ), 1) END
     FROM taken t
-    JOIN unnest($10::text[], $11::timestamptz[]) WITH ORDINALITY
+    JOIN unnest($12::text[], $13::timestamptz[]) WITH ORDINALITY
          AS s(worker, deadline, share) ON s.share = t.share
     WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
     RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key, j.cost, j.charged, j.lane_charge, j.key_charge
@@ -278,38 +318,53 @@ SELECT * FROM activated;
 -- (:hold_tenants) it leaves with no room (:hold_room: each one's room as counted under
 -- its lock), in the same statement (one round trip less with the locks held;
 -- hold_lanes, ADR 016).
--- Parameters: $1 :tenants, $2 :keys, $3 :counts, $4 :aging_step, $5 :aging_interval_ms, $6 :job_type, $7 :now, $8 :starts, $9 :via_stream, $10 :workers, $11 :deadlines, $12 :hold_tenants, $13 :hold_room
+-- Parameters: $1 :tenants, $2 :keys, $3 :counts, $4 :hint_priorities, $5 :since, $6 :aging_step, $7 :aging_interval_ms, $8 :job_type, $9 :now, $10 :starts, $11 :via_stream, $12 :workers, $13 :deadlines, $14 :hold_tenants, $15 :hold_room
 WITH RECURSIVE alloc AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::int[])
-             AS a(tenant_id, fairness_key, k)
+    SELECT * FROM unnest($1::text[], $2::text[], $3::int[],
+                         $4::int[], $5::timestamptz[])
+             AS a(tenant_id, fairness_key, k, hint_priority, since)
 ),
-aging AS (SELECT $4::int AS step, $5::int AS interval_ms),
+aging AS (SELECT $6::int AS step, $7::int AS interval_ms),
 prios AS (
-    SELECT a.tenant_id, a.fairness_key, a.k, true AS top,
-           (SELECT max(j.priority) FROM jobs j
-             WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = a.tenant_id
-               AND j.fairness_key = a.fairness_key )
-             AS priority
+    SELECT a.tenant_id, a.fairness_key, a.k, true AS top, a.hint_priority, a.since,
+           CASE WHEN a.since IS NULL THEN
+               (SELECT max(j.priority) FROM jobs j
+                 WHERE j.state = 'CREATED' AND j.job_type = $8 AND j.tenant_id = a.tenant_id
+                   AND j.fairness_key = a.fairness_key )
+           ELSE COALESCE(
+               (SELECT max(j.priority) FROM jobs j
+                 WHERE j.state = 'CREATED' AND j.job_type = $8 AND j.tenant_id = a.tenant_id
+                   AND j.fairness_key = a.fairness_key AND j.priority > a.hint_priority ),
+               (SELECT j.priority FROM jobs j
+                 WHERE j.state = 'CREATED' AND j.job_type = $8 AND j.tenant_id = a.tenant_id
+                   AND j.fairness_key = a.fairness_key AND j.priority = a.hint_priority
+                   AND j.queued_at >= a.since
+                 ORDER BY j.queued_at LIMIT 1),
+               (SELECT max(j.priority) FROM jobs j
+                 WHERE j.state = 'CREATED' AND j.job_type = $8 AND j.tenant_id = a.tenant_id
+                   AND j.fairness_key = a.fairness_key AND j.priority < a.hint_priority ))
+           END AS priority
     FROM alloc a
   UNION ALL
-    SELECT p.tenant_id, p.fairness_key, p.k, false,
+    SELECT p.tenant_id, p.fairness_key, p.k, false, p.hint_priority, p.since,
            (SELECT max(j.priority) FROM jobs j
-             WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = p.tenant_id
+             WHERE j.state = 'CREATED' AND j.job_type = $8 AND j.tenant_id = p.tenant_id
                AND j.fairness_key = p.fairness_key AND j.priority < p.priority )
     FROM prios p WHERE p.priority IS NOT NULL
 ),
 heads AS (
     -- Each priority's heads: locked for the top priority, read for the others.
     SELECT u.*, LEAST(100, u.priority + (SELECT step FROM aging) * floor(
-               GREATEST(0, extract(epoch FROM ($7::timestamptz - u.queued_at)) * 1000)
+               GREATEST(0, extract(epoch FROM ($9::timestamptz - u.queued_at)) * 1000)
                / (SELECT interval_ms FROM aging))) AS eff
     FROM (SELECT h.job_key, p.tenant_id, p.fairness_key, p.priority, p.k, p.top,
                  h.queued_at
           FROM prios p
           CROSS JOIN LATERAL (
               SELECT j.job_key, j.queued_at FROM jobs j
-              WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = p.tenant_id
+              WHERE j.state = 'CREATED' AND j.job_type = $8 AND j.tenant_id = p.tenant_id
                 AND j.fairness_key = p.fairness_key AND j.priority = p.priority
+                AND j.queued_at >= CASE WHEN p.priority = p.hint_priority THEN p.since ELSE '-infinity'::timestamptz END
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
               FOR UPDATE SKIP LOCKED
@@ -321,8 +376,9 @@ heads AS (
           FROM prios p
           CROSS JOIN LATERAL (
               SELECT j.job_key, j.queued_at FROM jobs j
-              WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = p.tenant_id
+              WHERE j.state = 'CREATED' AND j.job_type = $8 AND j.tenant_id = p.tenant_id
                 AND j.fairness_key = p.fairness_key AND j.priority = p.priority
+                AND j.queued_at >= CASE WHEN p.priority = p.hint_priority THEN p.since ELSE '-infinity'::timestamptz END
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
           ) h
@@ -339,12 +395,16 @@ chosen AS (
 ),
 promoted AS (
     SELECT h.job_key
-    FROM (SELECT tenant_id, fairness_key, priority, count(*)::int AS n FROM chosen
-          WHERE NOT top GROUP BY tenant_id, fairness_key, priority) s
+    FROM (SELECT c.tenant_id, c.fairness_key, c.priority, count(*)::int AS n,
+                 min(a.hint_priority) AS hint_priority, min(a.since) AS since
+          FROM chosen c JOIN alloc a ON a.tenant_id = c.tenant_id AND a.fairness_key = c.fairness_key
+          WHERE NOT c.top GROUP BY c.tenant_id, c.fairness_key, c.priority) s
     CROSS JOIN LATERAL (
         SELECT j.job_key FROM jobs j
-        WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = s.tenant_id
+        WHERE j.state = 'CREATED' AND j.job_type = $8 AND j.tenant_id = s.tenant_id
           AND j.fairness_key = s.fairness_key AND j.priority = s.priority
+          AND j.queued_at >= CASE WHEN s.priority = s.hint_priority THEN s.since
+                                  ELSE '-infinity'::timestamptz END
         ORDER BY j.queued_at, j.job_key
         LIMIT s.n
         FOR UPDATE SKIP LOCKED
@@ -353,20 +413,20 @@ promoted AS (
 taken AS (
     -- The taken rows shared out among the requests: the i-th gets row numbers from
     -- :starts[i] up to the next one's start (with the i-th of :workers and :deadlines).
-    SELECT t.job_key, width_bucket(row_number() OVER (), $8::int[]) AS share
+    SELECT t.job_key, width_bucket(row_number() OVER (), $10::int[]) AS share
     FROM (SELECT job_key FROM chosen WHERE top UNION ALL SELECT job_key FROM promoted) t
 ),
 activated AS (
     UPDATE jobs j
     SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
         worker = s.worker, deadline = s.deadline,
-        activated_at = $7::timestamptz, via_stream = $9,
-        charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $6) = 'workerTime'
+        activated_at = $9::timestamptz, via_stream = $11,
+        charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $8) = 'workerTime'
                   THEN COALESCE((SELECT l.unit_est FROM lanes l
-                                 WHERE l.job_type = $6 AND l.tenant_id = j.tenant_id ),
+                                 WHERE l.job_type = $8 AND l.tenant_id = j.tenant_id ),
                                 1.0::float8) END
     FROM taken t
-    JOIN unnest($10::text[], $11::timestamptz[]) WITH ORDINALITY
+    JOIN unnest($12::text[], $13::timestamptz[]) WITH ORDINALITY
          AS s(worker, deadline, share) ON s.share = t.share
     -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join alone lets
     -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
@@ -382,46 +442,61 @@ trimmed AS (
 ),
 held AS (
     UPDATE lanes l SET held = true, held_count = l.held_count + 1
-    WHERE l.job_type = $6 AND NOT l.held  AND l.tenant_id = ANY(ARRAY(
-        SELECT r.tenant_id FROM unnest($12::text[], $13::int[]) AS r(tenant_id, room)
+    WHERE l.job_type = $8 AND NOT l.held  AND l.tenant_id = ANY(ARRAY(
+        SELECT r.tenant_id FROM unnest($14::text[], $15::int[]) AS r(tenant_id, room)
         WHERE r.room <= (SELECT count(*) FROM activated a WHERE a.tenant_id = r.tenant_id)))
 )
 SELECT * FROM activated;
 
 -- name: claim_holding_by_worker_time
 -- As claim_holding, for a type fair by worker time (claim_by_worker_time).
--- Parameters: $1 :tenants, $2 :keys, $3 :counts, $4 :aging_step, $5 :aging_interval_ms, $6 :job_type, $7 :now, $8 :starts, $9 :via_stream, $10 :workers, $11 :deadlines, $12 :hold_tenants, $13 :hold_room
+-- Parameters: $1 :tenants, $2 :keys, $3 :counts, $4 :hint_priorities, $5 :since, $6 :aging_step, $7 :aging_interval_ms, $8 :job_type, $9 :now, $10 :starts, $11 :via_stream, $12 :workers, $13 :deadlines, $14 :hold_tenants, $15 :hold_room
 WITH RECURSIVE alloc AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::int[])
-             AS a(tenant_id, fairness_key, k)
+    SELECT * FROM unnest($1::text[], $2::text[], $3::int[],
+                         $4::int[], $5::timestamptz[])
+             AS a(tenant_id, fairness_key, k, hint_priority, since)
 ),
-aging AS (SELECT $4::int AS step, $5::int AS interval_ms),
+aging AS (SELECT $6::int AS step, $7::int AS interval_ms),
 prios AS (
-    SELECT a.tenant_id, a.fairness_key, a.k, true AS top,
-           (SELECT max(j.priority) FROM jobs j
-             WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = a.tenant_id
-               AND j.fairness_key = a.fairness_key )
-             AS priority
+    SELECT a.tenant_id, a.fairness_key, a.k, true AS top, a.hint_priority, a.since,
+           CASE WHEN a.since IS NULL THEN
+               (SELECT max(j.priority) FROM jobs j
+                 WHERE j.state = 'CREATED' AND j.job_type = $8 AND j.tenant_id = a.tenant_id
+                   AND j.fairness_key = a.fairness_key )
+           ELSE COALESCE(
+               (SELECT max(j.priority) FROM jobs j
+                 WHERE j.state = 'CREATED' AND j.job_type = $8 AND j.tenant_id = a.tenant_id
+                   AND j.fairness_key = a.fairness_key AND j.priority > a.hint_priority ),
+               (SELECT j.priority FROM jobs j
+                 WHERE j.state = 'CREATED' AND j.job_type = $8 AND j.tenant_id = a.tenant_id
+                   AND j.fairness_key = a.fairness_key AND j.priority = a.hint_priority
+                   AND j.queued_at >= a.since
+                 ORDER BY j.queued_at LIMIT 1),
+               (SELECT max(j.priority) FROM jobs j
+                 WHERE j.state = 'CREATED' AND j.job_type = $8 AND j.tenant_id = a.tenant_id
+                   AND j.fairness_key = a.fairness_key AND j.priority < a.hint_priority ))
+           END AS priority
     FROM alloc a
   UNION ALL
-    SELECT p.tenant_id, p.fairness_key, p.k, false,
+    SELECT p.tenant_id, p.fairness_key, p.k, false, p.hint_priority, p.since,
            (SELECT max(j.priority) FROM jobs j
-             WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = p.tenant_id
+             WHERE j.state = 'CREATED' AND j.job_type = $8 AND j.tenant_id = p.tenant_id
                AND j.fairness_key = p.fairness_key AND j.priority < p.priority )
     FROM prios p WHERE p.priority IS NOT NULL
 ),
 heads AS (
     -- Each priority's heads: locked for the top priority, read for the others.
     SELECT u.*, LEAST(100, u.priority + (SELECT step FROM aging) * floor(
-               GREATEST(0, extract(epoch FROM ($7::timestamptz - u.queued_at)) * 1000)
+               GREATEST(0, extract(epoch FROM ($9::timestamptz - u.queued_at)) * 1000)
                / (SELECT interval_ms FROM aging))) AS eff
     FROM (SELECT h.job_key, p.tenant_id, p.fairness_key, p.priority, p.k, p.top,
                  h.queued_at
           FROM prios p
           CROSS JOIN LATERAL (
               SELECT j.job_key, j.queued_at FROM jobs j
-              WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = p.tenant_id
+              WHERE j.state = 'CREATED' AND j.job_type = $8 AND j.tenant_id = p.tenant_id
                 AND j.fairness_key = p.fairness_key AND j.priority = p.priority
+                AND j.queued_at >= CASE WHEN p.priority = p.hint_priority THEN p.since ELSE '-infinity'::timestamptz END
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
               FOR UPDATE SKIP LOCKED
@@ -433,8 +508,9 @@ heads AS (
           FROM prios p
           CROSS JOIN LATERAL (
               SELECT j.job_key, j.queued_at FROM jobs j
-              WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = p.tenant_id
+              WHERE j.state = 'CREATED' AND j.job_type = $8 AND j.tenant_id = p.tenant_id
                 AND j.fairness_key = p.fairness_key AND j.priority = p.priority
+                AND j.queued_at >= CASE WHEN p.priority = p.hint_priority THEN p.since ELSE '-infinity'::timestamptz END
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
           ) h
@@ -451,12 +527,16 @@ chosen AS (
 ),
 promoted AS (
     SELECT h.job_key
-    FROM (SELECT tenant_id, fairness_key, priority, count(*)::int AS n FROM chosen
-          WHERE NOT top GROUP BY tenant_id, fairness_key, priority) s
+    FROM (SELECT c.tenant_id, c.fairness_key, c.priority, count(*)::int AS n,
+                 min(a.hint_priority) AS hint_priority, min(a.since) AS since
+          FROM chosen c JOIN alloc a ON a.tenant_id = c.tenant_id AND a.fairness_key = c.fairness_key
+          WHERE NOT c.top GROUP BY c.tenant_id, c.fairness_key, c.priority) s
     CROSS JOIN LATERAL (
         SELECT j.job_key FROM jobs j
-        WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = s.tenant_id
+        WHERE j.state = 'CREATED' AND j.job_type = $8 AND j.tenant_id = s.tenant_id
           AND j.fairness_key = s.fairness_key AND j.priority = s.priority
+          AND j.queued_at >= CASE WHEN s.priority = s.hint_priority THEN s.since
+                                  ELSE '-infinity'::timestamptz END
         ORDER BY j.queued_at, j.job_key
         LIMIT s.n
         FOR UPDATE SKIP LOCKED
@@ -465,34 +545,34 @@ promoted AS (
 taken AS (
     -- The taken rows shared out among the requests: the i-th gets row numbers from
     -- :starts[i] up to the next one's start (with the i-th of :workers and :deadlines).
-    SELECT t.job_key, width_bucket(row_number() OVER (), $8::int[]) AS share
+    SELECT t.job_key, width_bucket(row_number() OVER (), $10::int[]) AS share
     FROM (SELECT job_key FROM chosen WHERE top UNION ALL SELECT job_key FROM promoted) t
 ),
 activated AS (
     UPDATE jobs j
     SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
         worker = s.worker, deadline = s.deadline,
-        activated_at = $7::timestamptz, via_stream = $9,
-        charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $6) = 'workerTime'
+        activated_at = $9::timestamptz, via_stream = $11,
+        charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $8) = 'workerTime'
                   THEN COALESCE((SELECT l.unit_est FROM lanes l
-                                 WHERE l.job_type = $6 AND l.tenant_id = j.tenant_id ),
+                                 WHERE l.job_type = $8 AND l.tenant_id = j.tenant_id ),
                                 1.0::float8) END,
-        lane_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $6) = 'workerTime'
+        lane_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $8) = 'workerTime'
                       THEN COALESCE((SELECT l.unit_est FROM lanes l
-                                     WHERE l.job_type = $6 AND l.tenant_id = j.tenant_id ),
+                                     WHERE l.job_type = $8 AND l.tenant_id = j.tenant_id ),
                                     1.0::float8)
                            / COALESCE((SELECT t.weight FROM tenants t
                                        WHERE t.tenant_id = j.tenant_id), 1) END,
-        key_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $6) = 'workerTime'
+        key_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $8) = 'workerTime'
                      THEN COALESCE((SELECT l.unit_est FROM lanes l
-                                    WHERE l.job_type = $6 AND l.tenant_id = j.tenant_id ),
+                                    WHERE l.job_type = $8 AND l.tenant_id = j.tenant_id ),
                                    1.0::float8)
                           / COALESCE((SELECT w.weight FROM key_weights w
                                       WHERE w.tenant_id = j.tenant_id
                                         AND w.fairness_key = j.fairness_key
                                         AND w.shard = jobfair_shard(j.tenant_id) ), 1) END
     FROM taken t
-    JOIN unnest($10::text[], $11::timestamptz[]) WITH ORDINALITY
+    JOIN unnest($12::text[], $13::timestamptz[]) WITH ORDINALITY
          AS s(worker, deadline, share) ON s.share = t.share
     WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
     RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key, j.cost, j.charged, j.lane_charge, j.key_charge
@@ -506,8 +586,8 @@ trimmed AS (
 ),
 held AS (
     UPDATE lanes l SET held = true, held_count = l.held_count + 1
-    WHERE l.job_type = $6 AND NOT l.held  AND l.tenant_id = ANY(ARRAY(
-        SELECT r.tenant_id FROM unnest($12::text[], $13::int[]) AS r(tenant_id, room)
+    WHERE l.job_type = $8 AND NOT l.held  AND l.tenant_id = ANY(ARRAY(
+        SELECT r.tenant_id FROM unnest($14::text[], $15::int[]) AS r(tenant_id, room)
         WHERE r.room <= (SELECT count(*) FROM activated a WHERE a.tenant_id = r.tenant_id)))
 )
 SELECT * FROM activated;
@@ -573,17 +653,31 @@ lead AS (
         LIMIT 1) y
     WHERE ll.type_cap IS NULL AND ll.cap IS NULL AND ll.type_rate IS NULL AND ll.rate IS NULL
 ),
-alloc AS (SELECT tenant_id, fairness_key, 1 AS k FROM lead),
+alloc AS (SELECT tenant_id, fairness_key, 1 AS k, NULL::int AS hint_priority,
+                 NULL::timestamptz AS since FROM lead),
 aging AS (SELECT aging_step AS step, aging_interval_ms AS interval_ms FROM lead),
 prios AS (
-    SELECT a.tenant_id, a.fairness_key, a.k, true AS top,
-           (SELECT max(j.priority) FROM jobs j
-             WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = a.tenant_id
-               AND j.fairness_key = a.fairness_key )
-             AS priority
+    SELECT a.tenant_id, a.fairness_key, a.k, true AS top, a.hint_priority, a.since,
+           CASE WHEN a.since IS NULL THEN
+               (SELECT max(j.priority) FROM jobs j
+                 WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = a.tenant_id
+                   AND j.fairness_key = a.fairness_key )
+           ELSE COALESCE(
+               (SELECT max(j.priority) FROM jobs j
+                 WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = a.tenant_id
+                   AND j.fairness_key = a.fairness_key AND j.priority > a.hint_priority ),
+               (SELECT j.priority FROM jobs j
+                 WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = a.tenant_id
+                   AND j.fairness_key = a.fairness_key AND j.priority = a.hint_priority
+                   AND j.queued_at >= a.since
+                 ORDER BY j.queued_at LIMIT 1),
+               (SELECT max(j.priority) FROM jobs j
+                 WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = a.tenant_id
+                   AND j.fairness_key = a.fairness_key AND j.priority < a.hint_priority ))
+           END AS priority
     FROM alloc a
   UNION ALL
-    SELECT p.tenant_id, p.fairness_key, p.k, false,
+    SELECT p.tenant_id, p.fairness_key, p.k, false, p.hint_priority, p.since,
            (SELECT max(j.priority) FROM jobs j
              WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = p.tenant_id
                AND j.fairness_key = p.fairness_key AND j.priority < p.priority )
@@ -601,6 +695,7 @@ heads AS (
               SELECT j.job_key, j.queued_at FROM jobs j
               WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = p.tenant_id
                 AND j.fairness_key = p.fairness_key AND j.priority = p.priority
+                AND j.queued_at >= CASE WHEN p.priority = p.hint_priority THEN p.since ELSE '-infinity'::timestamptz END
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
               FOR UPDATE SKIP LOCKED
@@ -614,6 +709,7 @@ heads AS (
               SELECT j.job_key, j.queued_at FROM jobs j
               WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = p.tenant_id
                 AND j.fairness_key = p.fairness_key AND j.priority = p.priority
+                AND j.queued_at >= CASE WHEN p.priority = p.hint_priority THEN p.since ELSE '-infinity'::timestamptz END
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
           ) h
@@ -630,12 +726,16 @@ chosen AS (
 ),
 promoted AS (
     SELECT h.job_key
-    FROM (SELECT tenant_id, fairness_key, priority, count(*)::int AS n FROM chosen
-          WHERE NOT top GROUP BY tenant_id, fairness_key, priority) s
+    FROM (SELECT c.tenant_id, c.fairness_key, c.priority, count(*)::int AS n,
+                 min(a.hint_priority) AS hint_priority, min(a.since) AS since
+          FROM chosen c JOIN alloc a ON a.tenant_id = c.tenant_id AND a.fairness_key = c.fairness_key
+          WHERE NOT c.top GROUP BY c.tenant_id, c.fairness_key, c.priority) s
     CROSS JOIN LATERAL (
         SELECT j.job_key FROM jobs j
         WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = s.tenant_id
           AND j.fairness_key = s.fairness_key AND j.priority = s.priority
+          AND j.queued_at >= CASE WHEN s.priority = s.hint_priority THEN s.since
+                                  ELSE '-infinity'::timestamptz END
         ORDER BY j.queued_at, j.job_key
         LIMIT s.n
         FOR UPDATE SKIP LOCKED
@@ -728,17 +828,31 @@ lead AS (
         LIMIT 1) y
     WHERE ll.type_cap IS NULL AND ll.cap IS NULL AND ll.type_rate IS NULL AND ll.rate IS NULL
 ),
-alloc AS (SELECT tenant_id, fairness_key, 1 AS k FROM lead),
+alloc AS (SELECT tenant_id, fairness_key, 1 AS k, NULL::int AS hint_priority,
+                 NULL::timestamptz AS since FROM lead),
 aging AS (SELECT aging_step AS step, aging_interval_ms AS interval_ms FROM lead),
 prios AS (
-    SELECT a.tenant_id, a.fairness_key, a.k, true AS top,
-           (SELECT max(j.priority) FROM jobs j
-             WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = a.tenant_id
-               AND j.fairness_key = a.fairness_key )
-             AS priority
+    SELECT a.tenant_id, a.fairness_key, a.k, true AS top, a.hint_priority, a.since,
+           CASE WHEN a.since IS NULL THEN
+               (SELECT max(j.priority) FROM jobs j
+                 WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = a.tenant_id
+                   AND j.fairness_key = a.fairness_key )
+           ELSE COALESCE(
+               (SELECT max(j.priority) FROM jobs j
+                 WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = a.tenant_id
+                   AND j.fairness_key = a.fairness_key AND j.priority > a.hint_priority ),
+               (SELECT j.priority FROM jobs j
+                 WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = a.tenant_id
+                   AND j.fairness_key = a.fairness_key AND j.priority = a.hint_priority
+                   AND j.queued_at >= a.since
+                 ORDER BY j.queued_at LIMIT 1),
+               (SELECT max(j.priority) FROM jobs j
+                 WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = a.tenant_id
+                   AND j.fairness_key = a.fairness_key AND j.priority < a.hint_priority ))
+           END AS priority
     FROM alloc a
   UNION ALL
-    SELECT p.tenant_id, p.fairness_key, p.k, false,
+    SELECT p.tenant_id, p.fairness_key, p.k, false, p.hint_priority, p.since,
            (SELECT max(j.priority) FROM jobs j
              WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = p.tenant_id
                AND j.fairness_key = p.fairness_key AND j.priority < p.priority )
@@ -756,6 +870,7 @@ heads AS (
               SELECT j.job_key, j.queued_at FROM jobs j
               WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = p.tenant_id
                 AND j.fairness_key = p.fairness_key AND j.priority = p.priority
+                AND j.queued_at >= CASE WHEN p.priority = p.hint_priority THEN p.since ELSE '-infinity'::timestamptz END
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
               FOR UPDATE SKIP LOCKED
@@ -769,6 +884,7 @@ heads AS (
               SELECT j.job_key, j.queued_at FROM jobs j
               WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = p.tenant_id
                 AND j.fairness_key = p.fairness_key AND j.priority = p.priority
+                AND j.queued_at >= CASE WHEN p.priority = p.hint_priority THEN p.since ELSE '-infinity'::timestamptz END
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
           ) h
@@ -785,12 +901,16 @@ chosen AS (
 ),
 promoted AS (
     SELECT h.job_key
-    FROM (SELECT tenant_id, fairness_key, priority, count(*)::int AS n FROM chosen
-          WHERE NOT top GROUP BY tenant_id, fairness_key, priority) s
+    FROM (SELECT c.tenant_id, c.fairness_key, c.priority, count(*)::int AS n,
+                 min(a.hint_priority) AS hint_priority, min(a.since) AS since
+          FROM chosen c JOIN alloc a ON a.tenant_id = c.tenant_id AND a.fairness_key = c.fairness_key
+          WHERE NOT c.top GROUP BY c.tenant_id, c.fairness_key, c.priority) s
     CROSS JOIN LATERAL (
         SELECT j.job_key FROM jobs j
         WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = s.tenant_id
           AND j.fairness_key = s.fairness_key AND j.priority = s.priority
+          AND j.queued_at >= CASE WHEN s.priority = s.hint_priority THEN s.since
+                                  ELSE '-infinity'::timestamptz END
         ORDER BY j.queued_at, j.job_key
         LIMIT s.n
         FOR UPDATE SKIP LOCKED
@@ -896,17 +1016,31 @@ lead AS (
         LIMIT 1) y
     WHERE ll.type_cap IS NULL AND ll.cap IS NULL AND ll.type_rate IS NULL AND ll.rate IS NULL
 ),
-alloc AS (SELECT tenant_id, fairness_key, 1 AS k FROM lead),
+alloc AS (SELECT tenant_id, fairness_key, 1 AS k, NULL::int AS hint_priority,
+                 NULL::timestamptz AS since FROM lead),
 aging AS (SELECT aging_step AS step, aging_interval_ms AS interval_ms FROM lead),
 prios AS (
-    SELECT a.tenant_id, a.fairness_key, a.k, true AS top,
-           (SELECT max(j.priority) FROM jobs j
-             WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = a.tenant_id
-               AND j.fairness_key = a.fairness_key )
-             AS priority
+    SELECT a.tenant_id, a.fairness_key, a.k, true AS top, a.hint_priority, a.since,
+           CASE WHEN a.since IS NULL THEN
+               (SELECT max(j.priority) FROM jobs j
+                 WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = a.tenant_id
+                   AND j.fairness_key = a.fairness_key )
+           ELSE COALESCE(
+               (SELECT max(j.priority) FROM jobs j
+                 WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = a.tenant_id
+                   AND j.fairness_key = a.fairness_key AND j.priority > a.hint_priority ),
+               (SELECT j.priority FROM jobs j
+                 WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = a.tenant_id
+                   AND j.fairness_key = a.fairness_key AND j.priority = a.hint_priority
+                   AND j.queued_at >= a.since
+                 ORDER BY j.queued_at LIMIT 1),
+               (SELECT max(j.priority) FROM jobs j
+                 WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = a.tenant_id
+                   AND j.fairness_key = a.fairness_key AND j.priority < a.hint_priority ))
+           END AS priority
     FROM alloc a
   UNION ALL
-    SELECT p.tenant_id, p.fairness_key, p.k, false,
+    SELECT p.tenant_id, p.fairness_key, p.k, false, p.hint_priority, p.since,
            (SELECT max(j.priority) FROM jobs j
              WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = p.tenant_id
                AND j.fairness_key = p.fairness_key AND j.priority < p.priority )
@@ -924,6 +1058,7 @@ heads AS (
               SELECT j.job_key, j.queued_at FROM jobs j
               WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = p.tenant_id
                 AND j.fairness_key = p.fairness_key AND j.priority = p.priority
+                AND j.queued_at >= CASE WHEN p.priority = p.hint_priority THEN p.since ELSE '-infinity'::timestamptz END
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
               FOR UPDATE SKIP LOCKED
@@ -937,6 +1072,7 @@ heads AS (
               SELECT j.job_key, j.queued_at FROM jobs j
               WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = p.tenant_id
                 AND j.fairness_key = p.fairness_key AND j.priority = p.priority
+                AND j.queued_at >= CASE WHEN p.priority = p.hint_priority THEN p.since ELSE '-infinity'::timestamptz END
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
           ) h
@@ -953,12 +1089,16 @@ chosen AS (
 ),
 promoted AS (
     SELECT h.job_key
-    FROM (SELECT tenant_id, fairness_key, priority, count(*)::int AS n FROM chosen
-          WHERE NOT top GROUP BY tenant_id, fairness_key, priority) s
+    FROM (SELECT c.tenant_id, c.fairness_key, c.priority, count(*)::int AS n,
+                 min(a.hint_priority) AS hint_priority, min(a.since) AS since
+          FROM chosen c JOIN alloc a ON a.tenant_id = c.tenant_id AND a.fairness_key = c.fairness_key
+          WHERE NOT c.top GROUP BY c.tenant_id, c.fairness_key, c.priority) s
     CROSS JOIN LATERAL (
         SELECT j.job_key FROM jobs j
         WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = s.tenant_id
           AND j.fairness_key = s.fairness_key AND j.priority = s.priority
+          AND j.queued_at >= CASE WHEN s.priority = s.hint_priority THEN s.since
+                                  ELSE '-infinity'::timestamptz END
         ORDER BY j.queued_at, j.job_key
         LIMIT s.n
         FOR UPDATE SKIP LOCKED
@@ -1052,17 +1192,31 @@ lead AS (
         LIMIT 1) y
     WHERE ll.type_cap IS NULL AND ll.cap IS NULL AND ll.type_rate IS NULL AND ll.rate IS NULL
 ),
-alloc AS (SELECT tenant_id, fairness_key, 1 AS k FROM lead),
+alloc AS (SELECT tenant_id, fairness_key, 1 AS k, NULL::int AS hint_priority,
+                 NULL::timestamptz AS since FROM lead),
 aging AS (SELECT aging_step AS step, aging_interval_ms AS interval_ms FROM lead),
 prios AS (
-    SELECT a.tenant_id, a.fairness_key, a.k, true AS top,
-           (SELECT max(j.priority) FROM jobs j
-             WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = a.tenant_id
-               AND j.fairness_key = a.fairness_key )
-             AS priority
+    SELECT a.tenant_id, a.fairness_key, a.k, true AS top, a.hint_priority, a.since,
+           CASE WHEN a.since IS NULL THEN
+               (SELECT max(j.priority) FROM jobs j
+                 WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = a.tenant_id
+                   AND j.fairness_key = a.fairness_key )
+           ELSE COALESCE(
+               (SELECT max(j.priority) FROM jobs j
+                 WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = a.tenant_id
+                   AND j.fairness_key = a.fairness_key AND j.priority > a.hint_priority ),
+               (SELECT j.priority FROM jobs j
+                 WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = a.tenant_id
+                   AND j.fairness_key = a.fairness_key AND j.priority = a.hint_priority
+                   AND j.queued_at >= a.since
+                 ORDER BY j.queued_at LIMIT 1),
+               (SELECT max(j.priority) FROM jobs j
+                 WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = a.tenant_id
+                   AND j.fairness_key = a.fairness_key AND j.priority < a.hint_priority ))
+           END AS priority
     FROM alloc a
   UNION ALL
-    SELECT p.tenant_id, p.fairness_key, p.k, false,
+    SELECT p.tenant_id, p.fairness_key, p.k, false, p.hint_priority, p.since,
            (SELECT max(j.priority) FROM jobs j
              WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = p.tenant_id
                AND j.fairness_key = p.fairness_key AND j.priority < p.priority )
@@ -1080,6 +1234,7 @@ heads AS (
               SELECT j.job_key, j.queued_at FROM jobs j
               WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = p.tenant_id
                 AND j.fairness_key = p.fairness_key AND j.priority = p.priority
+                AND j.queued_at >= CASE WHEN p.priority = p.hint_priority THEN p.since ELSE '-infinity'::timestamptz END
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
               FOR UPDATE SKIP LOCKED
@@ -1093,6 +1248,7 @@ heads AS (
               SELECT j.job_key, j.queued_at FROM jobs j
               WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = p.tenant_id
                 AND j.fairness_key = p.fairness_key AND j.priority = p.priority
+                AND j.queued_at >= CASE WHEN p.priority = p.hint_priority THEN p.since ELSE '-infinity'::timestamptz END
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
           ) h
@@ -1109,12 +1265,16 @@ chosen AS (
 ),
 promoted AS (
     SELECT h.job_key
-    FROM (SELECT tenant_id, fairness_key, priority, count(*)::int AS n FROM chosen
-          WHERE NOT top GROUP BY tenant_id, fairness_key, priority) s
+    FROM (SELECT c.tenant_id, c.fairness_key, c.priority, count(*)::int AS n,
+                 min(a.hint_priority) AS hint_priority, min(a.since) AS since
+          FROM chosen c JOIN alloc a ON a.tenant_id = c.tenant_id AND a.fairness_key = c.fairness_key
+          WHERE NOT c.top GROUP BY c.tenant_id, c.fairness_key, c.priority) s
     CROSS JOIN LATERAL (
         SELECT j.job_key FROM jobs j
         WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = s.tenant_id
           AND j.fairness_key = s.fairness_key AND j.priority = s.priority
+          AND j.queued_at >= CASE WHEN s.priority = s.hint_priority THEN s.since
+                                  ELSE '-infinity'::timestamptz END
         ORDER BY j.queued_at, j.job_key
         LIMIT s.n
         FOR UPDATE SKIP LOCKED

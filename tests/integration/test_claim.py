@@ -24,6 +24,7 @@ def _claim(tenants: list[str], counts: list[int], now, **share) -> tuple:
     """claim's call: ``counts`` jobs of each tenant's default key, by default one share,
     worker "w", a minute's lease."""
     share = {"workers": ["w"], "deadlines": [now + timedelta(minutes=1)], "starts": [1]} | share
+    share = {"hint_priorities": [None] * len(tenants), "since": [None] * len(tenants)} | share
     return CLAIMS["claim"].bind(
         job_type="claim",
         tenants=tenants,

@@ -51,6 +51,8 @@ async def _full_rounds_first(store, tenant_ids=None) -> int | None:
                     aging_interval_ms=cfg.aging_interval_ms or DEFAULT_INTERVAL_MS,
                     via_stream=False,
                     starts=[1],
+                    hint_priorities=[None],
+                    since=[None],
                 )
             )
         finally:
@@ -178,6 +180,8 @@ async def test_a_lead_lane_held_by_another_activator_claims_nothing(store):
                 aging_interval_ms=60_000,
                 via_stream=False,
                 starts=[1],
+                hint_priorities=[None],
+                since=[None],
             )
         )
         assert len(held) == 2

@@ -109,6 +109,12 @@ WITH aging AS (SELECT :step::int AS step, :interval_ms::int AS interval_ms)
 SELECT {{effective_priority}} AS eff
 FROM (SELECT :priority::int AS priority, :queued_at::timestamptz AS queued_at) u
 
+-- fragment: since_p
+-- Where the heads of the priority ``p.priority`` of the allotted key ``p`` start: its
+-- hint's queued_at when the key has one at that priority (ClaimHints), else from the
+-- first.
+CASE WHEN p.priority = p.hint_priority THEN p.since ELSE '-infinity'::timestamptz END
+
 -- fragment: claim_heads
 -- Up to k jobs from each allotted key of each allotted lane (the CTE ``alloc``: tenant_id,
 -- fairness_key, k) of :job_type (scheduler.split_among_keys), best effective priority
@@ -128,14 +134,27 @@ FROM (SELECT :priority::int AS priority, :queued_at::timestamptz AS queued_at) u
 --   out younger jobs while older ones sat locked by a claim that would not take them
 --   (ADR 003; tests/integration/test_claim.py).
 prios AS (
-    SELECT a.tenant_id, a.fairness_key, a.k, true AS top,
-           (SELECT max(j.priority) FROM jobs j
-             WHERE j.state = 'CREATED' AND j.job_type = :job_type AND j.tenant_id = a.tenant_id
-               AND j.fairness_key = a.fairness_key {{shards.j}})
-             AS priority
+    SELECT a.tenant_id, a.fairness_key, a.k, true AS top, a.hint_priority, a.since,
+           CASE WHEN a.since IS NULL THEN
+               (SELECT max(j.priority) FROM jobs j
+                 WHERE j.state = 'CREATED' AND j.job_type = :job_type AND j.tenant_id = a.tenant_id
+                   AND j.fairness_key = a.fairness_key {{shards.j}})
+           ELSE COALESCE(
+               (SELECT max(j.priority) FROM jobs j
+                 WHERE j.state = 'CREATED' AND j.job_type = :job_type AND j.tenant_id = a.tenant_id
+                   AND j.fairness_key = a.fairness_key AND j.priority > a.hint_priority {{shards.j}}),
+               (SELECT j.priority FROM jobs j
+                 WHERE j.state = 'CREATED' AND j.job_type = :job_type AND j.tenant_id = a.tenant_id
+                   AND j.fairness_key = a.fairness_key AND j.priority = a.hint_priority
+                   AND j.queued_at >= a.since {{shards.j}}
+                 ORDER BY j.queued_at LIMIT 1),
+               (SELECT max(j.priority) FROM jobs j
+                 WHERE j.state = 'CREATED' AND j.job_type = :job_type AND j.tenant_id = a.tenant_id
+                   AND j.fairness_key = a.fairness_key AND j.priority < a.hint_priority {{shards.j}}))
+           END AS priority
     FROM alloc a
   UNION ALL
-    SELECT p.tenant_id, p.fairness_key, p.k, false,
+    SELECT p.tenant_id, p.fairness_key, p.k, false, p.hint_priority, p.since,
            (SELECT max(j.priority) FROM jobs j
              WHERE j.state = 'CREATED' AND j.job_type = :job_type AND j.tenant_id = p.tenant_id
                AND j.fairness_key = p.fairness_key AND j.priority < p.priority {{shards.j}})
@@ -151,6 +170,7 @@ heads AS (
               SELECT j.job_key, j.queued_at FROM jobs j
               WHERE j.state = 'CREATED' AND j.job_type = :job_type AND j.tenant_id = p.tenant_id
                 AND j.fairness_key = p.fairness_key AND j.priority = p.priority {{shards.j}}
+                AND j.queued_at >= {{since_p}}
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
               FOR UPDATE SKIP LOCKED
@@ -164,6 +184,7 @@ heads AS (
               SELECT j.job_key, j.queued_at FROM jobs j
               WHERE j.state = 'CREATED' AND j.job_type = :job_type AND j.tenant_id = p.tenant_id
                 AND j.fairness_key = p.fairness_key AND j.priority = p.priority {{shards.j}}
+                AND j.queued_at >= {{since_p}}
               ORDER BY j.queued_at, j.job_key
               LIMIT p.k
           ) h
@@ -180,12 +201,16 @@ chosen AS (
 ),
 promoted AS (
     SELECT h.job_key
-    FROM (SELECT tenant_id, fairness_key, priority, count(*)::int AS n FROM chosen
-          WHERE NOT top GROUP BY tenant_id, fairness_key, priority) s
+    FROM (SELECT c.tenant_id, c.fairness_key, c.priority, count(*)::int AS n,
+                 min(a.hint_priority) AS hint_priority, min(a.since) AS since
+          FROM chosen c JOIN alloc a ON a.tenant_id = c.tenant_id AND a.fairness_key = c.fairness_key
+          WHERE NOT c.top GROUP BY c.tenant_id, c.fairness_key, c.priority) s
     CROSS JOIN LATERAL (
         SELECT j.job_key FROM jobs j
         WHERE j.state = 'CREATED' AND j.job_type = :job_type AND j.tenant_id = s.tenant_id
           AND j.fairness_key = s.fairness_key AND j.priority = s.priority {{shards.j}}
+          AND j.queued_at >= CASE WHEN s.priority = s.hint_priority THEN s.since
+                                  ELSE '-infinity'::timestamptz END
         ORDER BY j.queued_at, j.job_key
         LIMIT s.n
         FOR UPDATE SKIP LOCKED
@@ -288,8 +313,9 @@ trimmed AS (
 -- A claim's allotment, as the scheduler decided it: :counts jobs of each (:tenants,
 -- :keys), and the type's aging (:aging_step, :aging_interval_ms) as the rounds read it.
 alloc AS (
-    SELECT * FROM unnest(:tenants::text[], :keys::text[], :counts::int[])
-             AS a(tenant_id, fairness_key, k)
+    SELECT * FROM unnest(:tenants::text[], :keys::text[], :counts::int[],
+                         :hint_priorities::int[], :since::timestamptz[])
+             AS a(tenant_id, fairness_key, k, hint_priority, since)
 ),
 aging AS (SELECT :aging_step::int AS step, :aging_interval_ms::int AS interval_ms),
 
@@ -383,7 +409,8 @@ lead AS (
         LIMIT 1) y
     WHERE ll.type_cap IS NULL AND ll.cap IS NULL AND ll.type_rate IS NULL AND ll.rate IS NULL
 ),
-alloc AS (SELECT tenant_id, fairness_key, 1 AS k FROM lead),
+alloc AS (SELECT tenant_id, fairness_key, 1 AS k, NULL::int AS hint_priority,
+                 NULL::timestamptz AS since FROM lead),
 aging AS (SELECT aging_step AS step, aging_interval_ms AS interval_ms FROM lead),
 
 -- fragment: lead_lane

@@ -24,6 +24,11 @@ new_lanes AS (
            {{floor_r}}, true,
            EXISTS (SELECT 1 FROM tenants p WHERE p.tenant_id = r.tenant_id AND p.paused)
     FROM lanes_ready r
+    -- Only a lane not there yet computes its floor: the floor reads the type's lanes
+    -- by vtime, and under a held xmin horizon every dead version of them (issue 43).
+    WHERE NOT EXISTS (SELECT 1 FROM lanes x
+                      WHERE x.job_type = r.job_type AND x.tenant_id = r.tenant_id
+                        AND x.shard = jobfair_shard(r.tenant_id))
     ORDER BY r.job_type, r.tenant_id
     ON CONFLICT (job_type, tenant_id, shard) DO NOTHING
     RETURNING 1
@@ -50,6 +55,11 @@ new_keys AS (
      WHERE x.job_type = r.job_type AND x.tenant_id = r.tenant_id AND NOT x.active {{shards.x}}),
     0), true
     FROM ready_lanes r
+    -- As new_lanes: the floor only for a key not there yet.
+    WHERE NOT EXISTS (SELECT 1 FROM lane_keys x
+                      WHERE x.job_type = r.job_type AND x.tenant_id = r.tenant_id
+                        AND x.fairness_key = r.fairness_key
+                        AND x.shard = jobfair_shard(r.tenant_id))
     ORDER BY r.job_type, r.tenant_id, r.fairness_key
     ON CONFLICT (job_type, tenant_id, fairness_key, shard) DO NOTHING
 ),

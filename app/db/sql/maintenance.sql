@@ -68,3 +68,10 @@ SELECT count(*) FROM gone
 -- Forgets worker names not seen since :before.  A sequential read of workers (one row
 -- per job type and worker name).
 DELETE FROM workers WHERE last_seen_at < :before
+
+-- name: dead_rows
+-- The job table's dead row versions as the statistics last counted them (ClaimHints,
+-- ADR 036): vacuum cannot remove them while a transaction holds the xmin horizon.
+-- A read of the statistics' shared memory, no table read.
+SELECT COALESCE((SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'jobs'::regclass), 0)
+  AS dead
