@@ -17,6 +17,16 @@ WITH ready_lanes AS (
 lanes_ready AS (
     SELECT job_type, tenant_id, sum(n) AS n FROM ready_lanes GROUP BY job_type, tenant_id
 ),
+lanes_seen AS (
+    -- Each lane's row as the statement's snapshot has it (active NULL: none yet), one
+    -- lanes_pkey probe per lane.  Under a held xmin horizon a probe visits every version
+    -- of the lane row, so each lane is probed once here, not once by each CTE below
+    -- (issue 43).  The snapshot is enough: a lane is parked only under its bucket's
+    -- exclusive lock, and the caller holds it shared, so no park commits after it.
+    SELECT r.job_type, r.tenant_id, x.active FROM lanes_ready r
+    LEFT JOIN lanes x ON x.job_type = r.job_type AND x.tenant_id = r.tenant_id
+     AND x.shard = jobfair_shard(r.tenant_id)
+),
 new_lanes AS (
     INSERT INTO lanes (job_type, tenant_id, shard, vtime, active, held)
     SELECT r.job_type, r.tenant_id, jobfair_shard(r.tenant_id),
@@ -25,12 +35,9 @@ new_lanes AS (
     (SELECT max(x.vtime) FROM lanes x WHERE x.job_type = r.job_type),
     0), true,
            EXISTS (SELECT 1 FROM tenants p WHERE p.tenant_id = r.tenant_id AND p.paused)
-    FROM lanes_ready r
-    -- Only a lane not there yet computes its floor: the floor reads the type's lanes
-    -- by vtime, and under a held xmin horizon every dead version of them (issue 43).
-    WHERE NOT EXISTS (SELECT 1 FROM lanes x
-                      WHERE x.job_type = r.job_type AND x.tenant_id = r.tenant_id
-                        AND x.shard = jobfair_shard(r.tenant_id))
+    -- Only a lane not there yet computes its floor: the floor reads the type's lanes by
+    -- vtime, and under a held xmin horizon every dead version of them.
+    FROM lanes_seen r WHERE r.active IS NULL
     ORDER BY r.job_type, r.tenant_id
     ON CONFLICT (job_type, tenant_id, shard) DO NOTHING
     RETURNING 1
@@ -43,12 +50,18 @@ woken AS (
     0))
     WHERE  (l.job_type, l.tenant_id) IN (
         -- Parked lanes only (an active one is not written), locked in key order.
-        SELECT x.job_type, x.tenant_id FROM lanes x JOIN lanes_ready r
+        SELECT x.job_type, x.tenant_id FROM lanes x JOIN lanes_seen r
           ON x.job_type = r.job_type AND x.tenant_id = r.tenant_id
-        WHERE NOT x.active
+        WHERE r.active IS FALSE AND NOT x.active
         ORDER BY x.job_type, x.tenant_id
         FOR NO KEY UPDATE OF x)
     RETURNING 1
+),
+keys_seen AS (
+    -- As lanes_seen, for the keys: one lane_keys_pkey probe per key.
+    SELECT r.job_type, r.tenant_id, r.fairness_key, x.active FROM ready_lanes r
+    LEFT JOIN lane_keys x ON x.job_type = r.job_type AND x.tenant_id = r.tenant_id
+     AND x.fairness_key = r.fairness_key AND x.shard = jobfair_shard(r.tenant_id)
 ),
 new_keys AS (
     INSERT INTO lane_keys (job_type, tenant_id, fairness_key, shard, vtime, active)
@@ -59,12 +72,7 @@ new_keys AS (
     (SELECT max(x.vtime) FROM lane_keys x
      WHERE x.job_type = r.job_type AND x.tenant_id = r.tenant_id AND NOT x.active ),
     0), true
-    FROM ready_lanes r
-    -- As new_lanes: the floor only for a key not there yet.
-    WHERE NOT EXISTS (SELECT 1 FROM lane_keys x
-                      WHERE x.job_type = r.job_type AND x.tenant_id = r.tenant_id
-                        AND x.fairness_key = r.fairness_key
-                        AND x.shard = jobfair_shard(r.tenant_id))
+    FROM keys_seen r WHERE r.active IS NULL
     ORDER BY r.job_type, r.tenant_id, r.fairness_key
     ON CONFLICT (job_type, tenant_id, fairness_key, shard) DO NOTHING
 ),
@@ -78,10 +86,10 @@ woken_keys AS (
      WHERE x.job_type = k.job_type AND x.tenant_id = k.tenant_id AND NOT x.active ),
     0))
     WHERE  (k.job_type, k.tenant_id, k.fairness_key) IN (
-        SELECT x.job_type, x.tenant_id, x.fairness_key FROM lane_keys x JOIN ready_lanes r
+        SELECT x.job_type, x.tenant_id, x.fairness_key FROM lane_keys x JOIN keys_seen r
           ON x.job_type = r.job_type AND x.tenant_id = r.tenant_id
          AND x.fairness_key = r.fairness_key
-        WHERE NOT x.active
+        WHERE r.active IS FALSE AND NOT x.active
         ORDER BY x.job_type, x.tenant_id, x.fairness_key
         FOR NO KEY UPDATE OF x)
 ),
