@@ -18,7 +18,10 @@ free, and nothing is lost.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import math
+import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import datetime
@@ -35,6 +38,12 @@ log = logging.getLogger(__name__)
 # a round's worth of charges made the read scan as many lanes more (ADR 014).  Their keys
 # ride along, however many: a key charge moves no lane (ADR 027).
 CARRIED_LANES = 16
+# While the job table is degraded (ClaimHints, ADR 036: a held xmin horizon keeps every
+# dead row version), a type's charges are written at most this often: each write is a
+# new version of every lane and key it charges, which every later probe of the row then
+# visits.  The reads in between count the charges not written (read_lanes_counted) and
+# the key reads add them (KeysAsk.owed).
+CHARGE_EVERY_S = 0.5
 # A park off the response path whose producer held the lanes' buckets for longer than
 # the park waits tries again this many times (0.5 s, 1 s, ... apart; parking.park).
 PARK_RETRIES = 5
@@ -49,6 +58,8 @@ class _Pending:
     def __init__(self) -> None:
         self.owed = Owed()
         self.writer: asyncio.Task[Any] | None = None
+        self.written_at = -math.inf  # when a write of them last ended (monotonic)
+        self.flush = asyncio.Event()  # set: write what is owed now, degraded or not
         self._next: asyncio.Future[None] | None = None  # done when `owed` is written
         # Done when each write in flight is: the writer's and a lane read's may overlap.
         self._writing: set[asyncio.Future[None]] = set()
@@ -93,6 +104,7 @@ class LaneCharges:
         self.store = store
         self._spawn = spawn
         self._pending: defaultdict[str, _Pending] = defaultdict(_Pending)
+        self.clock = time.monotonic
 
     def add(self, job_type: str, charges: Charges) -> None:
         """Charge lanes of ``job_type`` the jobs claimed x each tenant's stride, and their
@@ -106,6 +118,12 @@ class LaneCharges:
     async def _write(self, job_type: str, pending: _Pending) -> None:
         try:
             while pending.lanes:
+                wait = pending.written_at + CHARGE_EVERY_S - self.clock()
+                if wait > 0 and self.store.degraded and not pending.flush.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(pending.flush.wait(), wait)
+                    continue  # a read may have written them meanwhile
+                pending.flush.clear()
                 taken, done = pending.take()
                 drained: list[str] = []
                 keys: list[LaneKey] = []
@@ -114,6 +132,7 @@ class LaneCharges:
                 except Exception as exc:  # uncharged lanes got a few jobs free; that is all
                     log.warning("charging lanes failed: %r", exc)
                 finally:
+                    pending.written_at = self.clock()
                     done.set_result(None)
                 if drained or keys:
                     # Lanes and keys their claims emptied, parked now: an empty lane left
@@ -131,7 +150,24 @@ class LaneCharges:
         """Until every charge of ``job_type`` made so far has been written."""
         pending = self._pending.get(job_type)
         if pending is not None:
+            if pending.lanes:
+                pending.flush.set()  # written now, not CHARGE_EVERY_S after the last write
             await pending.written()
+
+    def flush(self) -> None:
+        """Have every type's charges held back (degraded, ADR 036) written now."""
+        for pending in self._pending.values():
+            if pending.lanes:
+                pending.flush.set()
+
+    def owed_keys(self, job_type: str) -> dict[LaneKey, tuple[int, float]] | None:
+        """The key charges of ``job_type`` counted and not yet written (jobs, stride per
+        job), while the job table is degraded; None otherwise (ADR 036)."""
+        pending = self._pending.get(job_type)
+        if pending is None or not pending.owed.keys or not self.store.degraded:
+            return None
+        owed = pending.owed
+        return {k: (n, owed.key_owed[k] / n) for k, n in owed.keys.items() if n > 0}
 
     async def read(
         self, job_type: str, limit: int, exclude: Sequence[str], tenant_ids: Sequence[str] | None
@@ -142,6 +178,14 @@ class LaneCharges:
         pending = self._pending.get(job_type)
         if pending is not None:
             await pending.none_in_flight()
+        if (
+            pending is not None
+            and 0 < pending.lanes <= CARRIED_LANES
+            and self.store.degraded
+            and self.clock() - pending.written_at < CHARGE_EVERY_S
+        ):  # written lately: counted, not written (ADR 036)
+            ask = LaneAsk(job_type, limit, exclude, tenant_ids, pending.owed.as_charges(), True)
+            return await self.store.read_lanes(ask)
         if pending is None or not 0 < pending.lanes <= CARRIED_LANES:
             await self.written(job_type)
             return await self.store.read_lanes(LaneAsk(job_type, limit, exclude, tenant_ids))
@@ -153,6 +197,7 @@ class LaneCharges:
             self.add(job_type, taken)
             raise
         finally:
+            pending.written_at = self.clock()
             done.set_result(None)
 
 

@@ -40,16 +40,22 @@ class KeysRead:
         self.exclude.update(keys)
 
     async def split(
-        self, store: Store, job_type: str, lane_counts: Mapping[str, int]
+        self,
+        store: Store,
+        job_type: str,
+        lane_counts: Mapping[str, int],
+        owed: Mapping[LaneKey, tuple[int, float]] | None = None,
     ) -> dict[LaneKey, int]:
         """Each lane's picks divided among its first keys (read now, in ``store``: the
-        capped claim's transaction, or the database)."""
+        capped claim's transaction, or the database), with ``owed`` key charges not yet
+        written added (ADR 036)."""
         slack = LANE_SLACK * self.widen
         read = await store.read_keys(
             KeysAsk(
                 job_type,
                 {t: k + slack for t, k in lane_counts.items() if k > 0},
                 sorted(self.exclude),
+                owed,
             )
         )
         self.emptied(read.empty)

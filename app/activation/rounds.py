@@ -134,8 +134,10 @@ class Rounds:
             log.warning("%s failed: %r", what, task.exception())
 
     async def settle(self) -> None:
-        """Wait for follow-up work (lane charges and parking) of finished activations."""
+        """Wait for follow-up work (lane charges and parking) of finished activations;
+        charges held back while the job table is degraded are written now (ADR 036)."""
         while self._pending:
+            self.charges.flush()
             await asyncio.gather(*list(self._pending), return_exceptions=True)
 
     async def aging_for(self, job_type: str) -> Aging:
@@ -205,7 +207,11 @@ class Rounds:
         """As ``activate_owed``, when its first round would be one stride pick (a waiter
         asking for one job, or woken by one new job of an idle type): tries the one-pick
         claim first, which reads and claims in one round trip, and runs the rounds only
-        if it got nothing without finding the type dry."""
+        if it got nothing without finding the type dry.  While the job table is
+        degraded (ADR 036) the rounds alone: the one-pick claim reads the lanes as written,
+        and this process's charges are written only every CHARGE_EVERY_S then."""
+        if self.store.degraded:
+            return await self.activate_owed(req)
         self.counters.queries += 1
         await self.charges.written(req.job_type)
         got = await self.store.claim_lead(
@@ -329,7 +335,9 @@ class Rounds:
                 else RoundPlan(allocate(picks, n))
             )
             lane_counts = {t: k for t, k in plan.allocation.counts.items() if k > 0}
-            counts = await keys_read.split(self.store, job_type, lane_counts)
+            counts = await keys_read.split(
+                self.store, job_type, lane_counts, self.charges.owed_keys(job_type)
+            )
             got = await self.store.claim(
                 ClaimAsk(
                     job_type,
@@ -397,7 +405,9 @@ class Rounds:
                 tokens=tokens,
             )
             lane_counts = {t: k for t, k in plan.allocation.counts.items() if k > 0}
-            counts = await keys_read.split(tx, job_type, lane_counts)
+            counts = await keys_read.split(
+                tx, job_type, lane_counts, self.charges.owed_keys(job_type)
+            )
             # The claim holds the lanes it leaves at their caps in its own statement.
             got = await tx.claim(
                 ClaimAsk(

@@ -56,6 +56,7 @@ from app.scheduler import (
     Charges,
     FairnessBy,
     LaneKey,
+    advance,
 )
 
 log = logging.getLogger(__name__)
@@ -100,11 +101,14 @@ async def read(
     exclude: Sequence[str],
     tenant_ids: Sequence[str] | None,
     charges: Charges | None = None,
+    *,
+    counted: bool = False,
 ) -> LaneRead:
     """Charge ``charges`` (jobs claimed and stride per lane and per key) first, then read
     the type's configuration and its first ``limit`` lanes that have a ready job (see
-    LaneRead).  On Citus the charge goes first, a statement per Citus shard, and the read
-    after it across every node (read_across)."""
+    LaneRead); ``counted``: the charges only counted in the read, not written
+    (read_lanes_counted, ADR 036).  On Citus the charge goes first, a statement per Citus
+    shard, and the read after it across every node (read_across)."""
     if citus.on_citus(db):
         drained, keys = ([], []) if charges is None else await charge(db, job_type, charges)
         found = await read_across(db, job_type, limit, exclude, tenant_ids)
@@ -112,11 +116,12 @@ async def read(
         found.emptied_keys.extend(keys)
         return found
     args = dict(job_type=job_type, limit=limit, exclude=list(exclude), **_charge_arrays(charges))
+    suffix = "_counted" if counted else ""
     if tenant_ids is None:
-        rows = await db.fetch(*SQL["read_lanes"].bind(**args))
+        rows = await db.fetch(*SQL["read_lanes" + suffix].bind(**args))
     else:
         rows = await db.fetch(
-            *SQL["read_lanes_of_tenants"].bind(**args, tenant_ids=list(tenant_ids))
+            *SQL["read_lanes_of_tenants" + suffix].bind(**args, tenant_ids=list(tenant_ids))
         )
     return _lane_read(rows, limit)
 
@@ -183,11 +188,16 @@ def _lane_read(rows: Sequence[Any], limit: int) -> LaneRead:
 
 
 async def read_keys(
-    db: Queries, job_type: str, wants: Mapping[str, int], exclude: Sequence[LaneKey]
+    db: Queries,
+    job_type: str,
+    wants: Mapping[str, int],
+    exclude: Sequence[LaneKey],
+    owed: Mapping[LaneKey, tuple[int, float]] | None = None,
 ) -> KeyRead:
     """The first ``wants[tenant]`` active keys of each lane, not ``exclude``d, in
     (vtime, key) order (read_keys; see KeyRead); on Citus a statement per Citus shard
-    (app.db.citus.split)."""
+    (app.db.citus.split).  ``owed``: charges of keys not yet written (jobs, stride per
+    job; ADR 036), added to their vtimes as the charge would."""
     if not wants:
         return KeyRead({}, [], set())
     tenants = sorted(wants)
@@ -210,7 +220,10 @@ async def read_keys(
     for r in rows:
         seen[r["tenant_id"]] += 1
         if r["ready"]:
-            found = (r["fairness_key"], r["vtime"], r["weight"])
+            vtime = r["vtime"]
+            if owed and (o := owed.get((r["tenant_id"], r["fairness_key"]))) is not None:
+                vtime = advance(vtime, o[1], o[0])
+            found = (r["fairness_key"], vtime, r["weight"])
             ready.setdefault(r["tenant_id"], []).append(found)
         else:
             empty.append((r["tenant_id"], r["fairness_key"]))

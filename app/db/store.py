@@ -58,6 +58,8 @@ class LaneAsk:
     exclude: Sequence[str]
     tenant_ids: Sequence[str] | None
     charges: Charges | None = None
+    # The charges only counted in the read, not written (ADR 036).
+    counted: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +99,9 @@ class KeysAsk:
     job_type: str
     wants: Mapping[str, int]
     exclude: Sequence[LaneKey]
+    # Key charges counted and not yet written (ADR 036): jobs and stride per job, added
+    # to the keys' vtimes as read.
+    owed: Mapping[LaneKey, tuple[int, float]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,11 +187,17 @@ class Store:
 
     async def read_lanes(self, ask: LaneAsk) -> LaneRead:
         return await lanes.read(
-            self._queries, ask.job_type, ask.limit, ask.exclude, ask.tenant_ids, ask.charges
+            self._queries,
+            ask.job_type,
+            ask.limit,
+            ask.exclude,
+            ask.tenant_ids,
+            ask.charges,
+            counted=ask.counted,
         )
 
     async def read_keys(self, ask: KeysAsk) -> KeyRead:
-        return await lanes.read_keys(self._queries, ask.job_type, ask.wants, ask.exclude)
+        return await lanes.read_keys(self._queries, ask.job_type, ask.wants, ask.exclude, ask.owed)
 
     async def charge(self, ask: ChargeAsk) -> tuple[list[str], list[LaneKey]]:
         return await lanes.charge(self._queries, ask.job_type, ask.charges)
@@ -198,6 +209,13 @@ class Store:
 
     async def settle(self, ask: SettleAsk) -> int:
         return await settling.settle(self._queries, ask.job_type, ask.lanes, ask.keys)
+
+    @property
+    def degraded(self) -> bool:
+        """Whether the job table holds many dead row versions (ClaimHints, ADR 036): lane
+        charges are then written at most every LaneCharges.CHARGE_EVERY_S."""
+        hints = getattr(self._db, "claim_hints", None)
+        return hints is not None and hints.degraded
 
     # -- claims -------------------------------------------------------------------------
 

@@ -222,6 +222,64 @@ FROM key_charged kc WHERE NOT (SELECT min(j.priority) FROM jobs j
             AND j.fairness_key = kc.fairness_key)
          IS NOT NULL;
 
+-- name: read_lanes_counted
+-- As read_lanes, with the charges counted and not written (charge_counted): while the
+-- job table is degraded (ClaimHints, ADR 036) a process writes its charges at most
+-- every LaneCharges.CHARGE_EVERY_S, and its reads in between count them.
+-- Parameters: $1 :tenants, $2 :counts, $3 :strides, $4 :floors, $5 :served, $6 :job_type, $7 :key_tenants, $8 :keys, $9 :key_counts, $10 :key_strides, $11 :key_served, $12 :limit, $13 :exclude
+WITH charged AS (
+    SELECT l.tenant_id,
+           GREATEST(l.vtime, c.floor)
+             + c.n * GREATEST(c.stride, abs(GREATEST(l.vtime, c.floor)) * 8.881784197001252e-16::float8, 1e-10::float8)
+             AS vtime
+    FROM unnest($1::text[], $2::int[], $3::float8[],
+                $4::float8[], $5::float8[])
+         AS c(tenant_id, n, stride, floor, served)
+    JOIN lanes l ON l.job_type = $6 AND l.tenant_id = c.tenant_id
+),
+key_charged AS (
+    SELECT c.tenant_id, c.fairness_key
+    FROM unnest($7::text[], $8::text[], $9::int[],
+                $10::float8[], $11::float8[])
+         AS c(tenant_id, fairness_key, n, stride, served)
+)
+SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
+       NULL::int AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
+       t.aging_step, NULL::bool AS ready, NULL::bool AS scanned, t.paused IS TRUE AS paused,
+       NULL::text AS fairness_key, t.rate_per_s IS NOT NULL AS rate_limited,
+       t.fairness_by, NULL::float8 AS unit_est
+FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $6
+UNION ALL
+SELECT w.tenant_id, COALESCE(ch.vtime, w.vtime), w.weight, w.max_active_jobs, NULL, NULL,
+       NULL, w.ready, true, NULL, NULL, w.rate_limited, NULL, w.unit_est
+FROM (SELECT s.*, count(*) FILTER (WHERE s.ready)
+                    OVER (ORDER BY s.vtime, s.tenant_id ROWS UNBOUNDED PRECEDING) AS readies
+      FROM (SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight, t.max_active_jobs,
+                   t.rate_per_s IS NOT NULL AS rate_limited, l.unit_est,
+                   CASE WHEN $12 <= 16 THEN (SELECT max(j.fairness_key) FROM jobs j
+          WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = l.tenant_id)
+         IS NOT NULL ELSE true END AS ready
+            FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
+            WHERE l.job_type = $6 AND l.active AND NOT l.held
+              AND t.paused IS NOT TRUE AND l.tenant_id <> ALL($13::text[])
+            ORDER BY l.vtime, l.tenant_id
+            LIMIT (SELECT 1024)) s) w
+LEFT JOIN charged ch ON ch.tenant_id = w.tenant_id
+WHERE w.readies <= $12 + cardinality($1::text[])
+UNION ALL
+SELECT ch.tenant_id, ch.vtime, NULL, NULL, NULL, NULL, NULL, false, false, NULL, NULL, NULL,
+       NULL, NULL
+FROM charged ch WHERE NOT (SELECT max(j.fairness_key) FROM jobs j
+          WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = ch.tenant_id)
+         IS NOT NULL
+UNION ALL
+SELECT kc.tenant_id, NULL, NULL, NULL, NULL, NULL, NULL, false, false, NULL, kc.fairness_key,
+       NULL, NULL, NULL
+FROM key_charged kc WHERE NOT (SELECT min(j.priority) FROM jobs j
+          WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = kc.tenant_id
+            AND j.fairness_key = kc.fairness_key)
+         IS NOT NULL;
+
 -- name: read_lanes_of_tenants
 -- As read_lanes, restricted to the caller's :tenant_ids.  A statement of its own (not an
 -- ":tenant_ids IS NULL OR" branch) so that its generic plan can use lanes pkey.
@@ -277,6 +335,63 @@ key_charged AS (
     WHERE k.job_type = $6 AND k.tenant_id = c.tenant_id AND k.fairness_key = c.fairness_key
       AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
     RETURNING k.tenant_id, k.fairness_key
+)
+SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
+       NULL::int AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
+       t.aging_step, NULL::bool AS ready, NULL::bool AS scanned, t.paused IS TRUE AS paused,
+       NULL::text AS fairness_key, t.rate_per_s IS NOT NULL AS rate_limited,
+       t.fairness_by, NULL::float8 AS unit_est
+FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $6
+UNION ALL
+SELECT w.tenant_id, COALESCE(ch.vtime, w.vtime), w.weight, w.max_active_jobs, NULL, NULL,
+       NULL, w.ready, true, NULL, NULL, w.rate_limited, NULL, w.unit_est
+FROM (SELECT s.*, count(*) FILTER (WHERE s.ready)
+                    OVER (ORDER BY s.vtime, s.tenant_id ROWS UNBOUNDED PRECEDING) AS readies
+      FROM (SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight, t.max_active_jobs,
+                   t.rate_per_s IS NOT NULL AS rate_limited, l.unit_est,
+                   CASE WHEN $12 <= 16 THEN (SELECT max(j.fairness_key) FROM jobs j
+          WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = l.tenant_id)
+         IS NOT NULL ELSE true END AS ready
+            FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
+            WHERE l.job_type = $6 AND l.active AND NOT l.held
+              AND t.paused IS NOT TRUE AND l.tenant_id <> ALL($13::text[])
+              AND l.tenant_id = ANY($14::text[])
+            ORDER BY l.vtime, l.tenant_id
+            LIMIT 1024) s) w
+LEFT JOIN charged ch ON ch.tenant_id = w.tenant_id
+WHERE w.readies <= $12 + cardinality($1::text[])
+UNION ALL
+SELECT ch.tenant_id, ch.vtime, NULL, NULL, NULL, NULL, NULL, false, false, NULL, NULL, NULL,
+       NULL, NULL
+FROM charged ch WHERE NOT (SELECT max(j.fairness_key) FROM jobs j
+          WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = ch.tenant_id)
+         IS NOT NULL
+UNION ALL
+SELECT kc.tenant_id, NULL, NULL, NULL, NULL, NULL, NULL, false, false, NULL, kc.fairness_key,
+       NULL, NULL, NULL
+FROM key_charged kc WHERE NOT (SELECT min(j.priority) FROM jobs j
+          WHERE j.state = 'CREATED' AND j.job_type = $6 AND j.tenant_id = kc.tenant_id
+            AND j.fairness_key = kc.fairness_key)
+         IS NOT NULL;
+
+-- name: read_lanes_of_tenants_counted
+-- As read_lanes_of_tenants, with the charges counted and not written (read_lanes_counted).
+-- Parameters: $1 :tenants, $2 :counts, $3 :strides, $4 :floors, $5 :served, $6 :job_type, $7 :key_tenants, $8 :keys, $9 :key_counts, $10 :key_strides, $11 :key_served, $12 :limit, $13 :exclude, $14 :tenant_ids
+WITH charged AS (
+    SELECT l.tenant_id,
+           GREATEST(l.vtime, c.floor)
+             + c.n * GREATEST(c.stride, abs(GREATEST(l.vtime, c.floor)) * 8.881784197001252e-16::float8, 1e-10::float8)
+             AS vtime
+    FROM unnest($1::text[], $2::int[], $3::float8[],
+                $4::float8[], $5::float8[])
+         AS c(tenant_id, n, stride, floor, served)
+    JOIN lanes l ON l.job_type = $6 AND l.tenant_id = c.tenant_id
+),
+key_charged AS (
+    SELECT c.tenant_id, c.fairness_key
+    FROM unnest($7::text[], $8::text[], $9::int[],
+                $10::float8[], $11::float8[])
+         AS c(tenant_id, fairness_key, n, stride, served)
 )
 SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
        NULL::int AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,

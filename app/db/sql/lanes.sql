@@ -237,6 +237,28 @@ key_charged AS (
     RETURNING k.tenant_id, k.fairness_key
 )
 
+-- fragment: charge_counted
+-- The fragment charge's ``charged`` and ``key_charged``, counted and not written: each
+-- charged lane's vtime as the charge would leave it (the same arithmetic, from the
+-- lane's vtime now), and the charged keys.  Locks nothing; one lanes_pkey probe per
+-- charged lane.
+charged AS (
+    SELECT l.tenant_id,
+           GREATEST(l.vtime, c.floor)
+             + c.n * GREATEST(c.stride, abs(GREATEST(l.vtime, c.floor)) * {{VTIME_RESOLUTION}}::float8, {{MIN_STRIDE}}::float8)
+             AS vtime
+    FROM unnest(:tenants::text[], :counts::int[], :strides::float8[],
+                :floors::float8[], :served::float8[])
+         AS c(tenant_id, n, stride, floor, served)
+    JOIN lanes l ON l.job_type = :job_type AND l.tenant_id = c.tenant_id {{shards.l}}
+),
+key_charged AS (
+    SELECT c.tenant_id, c.fairness_key
+    FROM unnest(:key_tenants::text[], :keys::text[], :key_counts::int[],
+                :key_strides::float8[], :key_served::float8[])
+         AS c(tenant_id, fairness_key, n, stride, served)
+)
+
 -- fragment: read_head
 -- The first row of a lane read: the job type's configuration, and whether it is paused.
 SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
@@ -295,6 +317,17 @@ FROM key_charged kc WHERE NOT (SELECT min(j.priority) FROM jobs j
 -- jobs_ready_idx per lane scanned (small reads) and per lane and key charged.
 -- Locks: the charged lanes and keys.
 WITH {{charge}}
+{{lanes_read}}
+
+-- name: read_lanes_counted
+-- As read_lanes, with the charges counted and not written (charge_counted): while the
+-- job table is degraded (ClaimHints, ADR 036) a process writes its charges at most
+-- every LaneCharges.CHARGE_EVERY_S, and its reads in between count them.
+WITH {{charge_counted}}
+{{lanes_read}}
+
+-- fragment: lanes_read
+-- read_lanes after its charge: the type's head, its lanes, the charged ones emptied.
 {{read_head}}
 UNION ALL
 SELECT w.tenant_id, COALESCE(ch.vtime, w.vtime), w.weight, w.max_active_jobs, NULL, NULL,
@@ -320,6 +353,15 @@ UNION ALL
 -- As read_lanes, restricted to the caller's :tenant_ids.  A statement of its own (not an
 -- ":tenant_ids IS NULL OR" branch) so that its generic plan can use lanes pkey.
 WITH {{charge}}
+{{lanes_read_of_tenants}}
+
+-- name: read_lanes_of_tenants_counted
+-- As read_lanes_of_tenants, with the charges counted and not written (read_lanes_counted).
+WITH {{charge_counted}}
+{{lanes_read_of_tenants}}
+
+-- fragment: lanes_read_of_tenants
+-- read_lanes_of_tenants after its charge.
 {{read_head}}
 UNION ALL
 SELECT w.tenant_id, COALESCE(ch.vtime, w.vtime), w.weight, w.max_active_jobs, NULL, NULL,
