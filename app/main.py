@@ -82,6 +82,7 @@ def _process_state(db: Database, activation: Activation, notifier: Notifier) -> 
         pool_idle=db.get_idle_size(),
         pool_max=db.get_max_size(),
         pool_waiting=db.waiting,
+        degraded=int(db.claim_hints is not None and db.claim_hints.degraded),
     )
 
 

@@ -44,6 +44,11 @@ CARRIED_LANES = 16
 # visits.  The reads in between count the charges not written (read_lanes_counted) and
 # the key reads add them (KeysAsk.owed).
 CHARGE_EVERY_S = 0.5
+# While degraded, lanes and keys found empty are parked at most this often per type, in
+# one statement: parking proves a lane empty with a probe of jobs_ready_idx that crosses
+# every dead entry of it, under its bucket's exclusive lock, which producers of the
+# lane then wait for; a lane refilled meanwhile is not parked (and not woken) at all.
+PARK_EVERY_S = 1.0
 # A park off the response path whose producer held the lanes' buckets for longer than
 # the park waits tries again this many times (0.5 s, 1 s, ... apart; parking.park).
 PARK_RETRIES = 5
@@ -105,6 +110,9 @@ class LaneCharges:
         self._spawn = spawn
         self._pending: defaultdict[str, _Pending] = defaultdict(_Pending)
         self.clock = time.monotonic
+        # While degraded: lanes and keys to park per type, and the task that will.
+        self._to_park: dict[str, tuple[set[str], set[LaneKey]]] = {}
+        self._parker: dict[str, asyncio.Event] = {}
 
     def add(self, job_type: str, charges: Charges) -> None:
         """Charge lanes of ``job_type`` the jobs claimed x each tenant's stride, and their
@@ -139,10 +147,7 @@ class LaneCharges:
                     # active would keep the vtime it had when it went idle, and both its
                     # own re-entry and every other lane's (the smallest active vtime)
                     # would start from there (ADR 014); so would a key in its lane.
-                    self._spawn(
-                        self.store.park(ParkAsk(job_type, drained, keys, PARK_RETRIES)),
-                        "parking lanes",
-                    )
+                    self.park(job_type, drained, keys)
         finally:
             pending.writer = None
 
@@ -155,10 +160,38 @@ class LaneCharges:
             await pending.written()
 
     def flush(self) -> None:
-        """Have every type's charges held back (degraded, ADR 036) written now."""
+        """Have every type's charges and parks held back (degraded, ADR 036) written now."""
         for pending in self._pending.values():
             if pending.lanes:
                 pending.flush.set()
+        for now in self._parker.values():
+            now.set()
+
+    def park(self, job_type: str, tenant_ids: Sequence[str], keys: Sequence[LaneKey]) -> None:
+        """Park these lanes and keys of ``job_type`` (found empty) off the response path:
+        now, or while degraded together with the type's others at most every
+        PARK_EVERY_S (the park proves each empty again when it runs)."""
+        if not self.store.degraded:
+            self._spawn(
+                self.store.park(ParkAsk(job_type, tenant_ids, keys, PARK_RETRIES)),
+                "parking lanes",
+            )
+            return
+        lanes, lane_keys = self._to_park.setdefault(job_type, (set(), set()))
+        lanes.update(tenant_ids)
+        lane_keys.update(keys)
+        if job_type not in self._parker:
+            self._parker[job_type] = asyncio.Event()
+            self._spawn(self._park_later(job_type), "parking lanes")
+
+    async def _park_later(self, job_type: str) -> None:
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._parker[job_type].wait(), PARK_EVERY_S)
+        finally:
+            del self._parker[job_type]
+            lanes, keys = self._to_park.pop(job_type)
+        await self.store.park(ParkAsk(job_type, sorted(lanes), sorted(keys), PARK_RETRIES))
 
     def owed_keys(self, job_type: str) -> dict[LaneKey, tuple[int, float]] | None:
         """The key charges of ``job_type`` counted and not yet written (jobs, stride per

@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from app import logs
-from app.activation.charging import PARK_RETRIES, LaneCharges, Settlements
+from app.activation.charging import LaneCharges, Settlements
 from app.activation.fairness_keys import LANE_SLACK, WIDEST_READ, KeysRead
 from app.activation.ports import ActivateRequest, TenantFilter
 from app.coalescing import Coalescer
@@ -39,7 +39,6 @@ from app.db.store import (
     HandOffAsk,
     LeadAsk,
     LeadClaimAsk,
-    ParkAsk,
     Share,
     Store,
     TokensAsk,
@@ -549,12 +548,7 @@ class Rounds:
             raise
         if short or keys_read.short:
             # Parked, later reads need not probe them; that need not delay this answer.
-            self._spawn(
-                self.store.park(
-                    ParkAsk(job_type, sorted(short), sorted(keys_read.short), PARK_RETRIES)
-                ),
-                "parking lanes",
-            )
+            self.charges.park(job_type, sorted(short), sorted(keys_read.short))
         if aging is None:  # defensive: maxJobs >= 1 always runs a round
             aging = await self.aging_for(job_type)
         self.aging_seen[job_type] = aging

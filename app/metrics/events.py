@@ -182,6 +182,7 @@ class ProcessState:
     pool_idle: int = 0
     pool_max: int = 0
     pool_waiting: int = 0
+    degraded: int = 0  # 1 while the jobs table holds many dead versions (ADR 036)
 
 
 def observe_all(child: Any, values: Iterable[float]) -> None:
@@ -338,6 +339,11 @@ class Metrics:
             "pool_max": gauge("jobfair_db_pool_max", "Database connections the pools may open."),
             "pool_waiting": gauge(
                 "jobfair_db_pool_waiting", "Calls waiting for a pooled connection."
+            ),
+            "degraded": gauge(
+                "jobfair_jobs_table_degraded",
+                "Server processes working around a jobs table full of dead row versions "
+                "(a transaction holding the xmin horizon?).",
             ),
         }
         self._in_use = gauge("jobfair_db_pool_in_use", "Database connections lent out.")

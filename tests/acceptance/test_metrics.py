@@ -282,6 +282,7 @@ async def test_process_state_is_exported(live: Live):
     assert value(samples, "jobfair_db_pool_in_use") + value(samples, "jobfair_db_pool_idle") == pool
     assert value(samples, "jobfair_db_pool_waiting") == 0
     assert value(samples, "jobfair_server_processes") == 1
+    assert value(samples, "jobfair_jobs_table_degraded") == 0
     for name in ("jobfair_waiters", "jobfair_streams", "jobfair_activation_queries_total"):
         assert (name, frozenset()) in samples, name
 

@@ -87,3 +87,45 @@ async def test_not_degraded_a_read_writes_the_charges_it_carries(store):
     assert (await _vtimes(store))["a"] == 2.0
     assert charges.owed_keys(TYPE) is None
     await asyncio.gather(*spawned)
+
+
+async def _active(store, tenant: str) -> bool:
+    return await store.fetchval(
+        "SELECT active FROM lanes WHERE job_type = $1 AND tenant_id = $2", TYPE, tenant
+    )
+
+
+async def test_degraded_lanes_found_empty_are_parked_together_later(store, monkeypatch):
+    """Degraded, a lane found empty is parked with the type's others once PARK_EVERY_S is
+    over (or at once when settled), not at once: each park crosses every dead entry of the
+    lane under its bucket's exclusive lock."""
+    monkeypatch.setattr("app.activation.charging.PARK_EVERY_S", 0.2)
+    charges, spawned = await _charger(store)
+    await store.execute("DELETE FROM jobs WHERE job_type = $1", TYPE)  # both lanes empty
+    hints = store.claim_hints
+    hints.observe(hints.DEGRADED_AT)
+    charges.park(TYPE, ["a"], [])
+    charges.park(TYPE, ["b"], [("b", "")])
+    assert len(spawned) == 1  # one park for both, later
+    assert await _active(store, "a") and await _active(store, "b")
+    await asyncio.gather(*spawned)
+    assert not await _active(store, "a") and not await _active(store, "b")
+
+
+async def test_degraded_a_flush_parks_at_once(store):
+    charges, spawned = await _charger(store)
+    await store.execute("DELETE FROM jobs WHERE job_type = $1", TYPE)
+    hints = store.claim_hints
+    hints.observe(hints.DEGRADED_AT)
+    charges.park(TYPE, ["a"], [])
+    charges.flush()
+    await asyncio.wait_for(asyncio.gather(*spawned), 0.5)  # PARK_EVERY_S is 1 s
+    assert not await _active(store, "a")
+
+
+async def test_not_degraded_a_lane_found_empty_is_parked_at_once(store):
+    charges, spawned = await _charger(store)
+    await store.execute("DELETE FROM jobs WHERE job_type = $1 AND tenant_id = 'a'", TYPE)
+    charges.park(TYPE, ["a", "b"], [])
+    await asyncio.gather(*spawned)
+    assert not await _active(store, "a") and await _active(store, "b")  # b has jobs
