@@ -148,20 +148,28 @@ class StatsSampler:
 
 
 class DeadRowsWatch:
-    """Every process: the job table's dead row versions, counted into the pool's claim
-    hints (ADR 036), which claim past them while there are many."""
+    """Every process: the job table's dead row versions that each vacuum of it leaves
+    behind, counted into the pool's claim hints (ADR 036), which work around them while
+    there are many.  Between two vacuums dead versions pile up whatever holds the
+    horizon (autovacuum_naptime is a minute by default), so only what a vacuum could not
+    remove is counted."""
 
     name = "dead-rows"
     interval_ms = 2000
 
     def __init__(self, db: Database) -> None:
         self.db = db
+        self._vacuums: int | None = None
 
     async def run_once(self, now: datetime) -> int:
         hints = self.db.claim_hints
         if hints is None or self.db.shard_map is not None:  # on Citus: the nodes' own
             return 0
-        dead = await maintenance.dead_rows(self.db)
+        dead, vacuums = await maintenance.dead_rows(self.db)
+        vacuumed = self._vacuums is not None and vacuums != self._vacuums
+        self._vacuums = vacuums
+        if not vacuumed:
+            return dead
         was = hints.degraded
         hints.observe(dead)
         if hints.degraded != was:

@@ -39,10 +39,11 @@ class ClaimHints:
     horizon was held, visiting each one's heap tuple (issue 43's bench: a claim took
     48 ms instead of 1 ms after two minutes, and the rate fell by half).
 
-    While ``degraded`` (DeadRowsWatch: the job table holds more than DEGRADED_AT dead
-    versions), a claim of a key this process claimed from before starts that key's
-    heads, at the priority it took there, at the queued_at of the last job it took less
-    SLACK_S: an index descent past the dead entries.  A job that becomes ready behind
+    While ``degraded`` (DeadRowsWatch: the last vacuum of the job table left more than
+    DEGRADED_AT dead versions behind, until one leaves fewer than RECOVERED_AT), a claim
+    of a key this process claimed from before starts that key's heads, at the priority it
+    took there, at the queued_at of the last job it took less SLACK_S: an index descent
+    past the dead entries.  A job that becomes ready behind
     that point (a lease expired or released, a retry without back-off, a delayed job
     promoted late, a producer's insert that committed more than SLACK_S after its
     instant) is not seen by hinted claims; every FULL_EVERY_S each key is claimed from
@@ -65,7 +66,7 @@ class ClaimHints:
         self._keys: dict[tuple[str, str, str], list[Any]] = {}
 
     def observe(self, dead: int) -> None:
-        """The job table's dead row versions as last counted."""
+        """The job table's dead row versions a vacuum of it just left behind."""
         if dead >= self.DEGRADED_AT:
             self.degraded = True
         elif dead < self.RECOVERED_AT and self.degraded:

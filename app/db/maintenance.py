@@ -81,6 +81,8 @@ async def prune_workers(db: Sessions, before: datetime) -> int:
     return int(status.split()[-1])
 
 
-async def dead_rows(db: Queries) -> int:
-    """The job table's dead row versions as the statistics last counted them (dead_rows)."""
-    return int(await db.fetchval(*SQL["dead_rows"].bind()))
+async def dead_rows(db: Queries) -> tuple[int, int]:
+    """The job table's dead row versions as the statistics last counted them, and the
+    vacuums of it that have finished (dead_rows)."""
+    row = await db.fetchrow(*SQL["dead_rows"].bind())
+    return int(row["dead"]), int(row["vacuums"])

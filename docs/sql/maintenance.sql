@@ -96,8 +96,11 @@ SELECT count(*) FROM gone;
 DELETE FROM workers WHERE last_seen_at < $1;
 
 -- name: dead_rows
--- The job table's dead row versions as the statistics last counted them (ClaimHints,
--- ADR 036): vacuum cannot remove them while a transaction holds the xmin horizon.
--- A read of the statistics' shared memory, no table read.
-SELECT COALESCE((SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'jobs'::regclass), 0)
-  AS dead;
+-- The job table's dead row versions as the statistics last counted them, and how many
+-- vacuums of it (auto or not) have finished: a vacuum leaves the count at the versions it
+-- could not remove, which a transaction holding the xmin horizon keeps (ClaimHints,
+-- ADR 036).  A read of the statistics' shared memory, no table read.
+SELECT COALESCE(s.n_dead_tup, 0) AS dead,
+       COALESCE(s.vacuum_count + s.autovacuum_count, 0) AS vacuums
+FROM (SELECT 1) one
+LEFT JOIN pg_stat_user_tables s ON s.relid = 'jobs'::regclass;
