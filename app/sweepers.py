@@ -147,6 +147,11 @@ class StatsSampler:
         return 0
 
 
+# autovacuum_naptime beyond which the jobs table carries many dead versions between two
+# autovacuum runs (at 1,000 jobs/s about 2,000 a second): said once, at start.
+NAPTIME_WARN_S = 15
+
+
 class DeadRowsWatch:
     """Every process: the job table's dead row versions that each vacuum of it leaves
     behind, counted into the pool's claim hints (ADR 036), which work around them while
@@ -161,10 +166,24 @@ class DeadRowsWatch:
         self.db = db
         self._vacuums: int | None = None
 
+    async def _check_settings(self) -> None:
+        naptime_s, autovacuum = await maintenance.vacuum_settings(self.db)
+        if not autovacuum:
+            log.warning("autovacuum is off: the jobs table's dead row versions pile up")
+        elif naptime_s > NAPTIME_WARN_S:
+            log.warning(
+                "autovacuum_naptime is %g s: between two autovacuum runs the jobs table "
+                "carries every job version that died meanwhile; 5 s keeps it small "
+                "(docs/reliability.md)",
+                naptime_s,
+            )
+
     async def run_once(self, now: datetime) -> int:
         hints = self.db.claim_hints
         if hints is None or self.db.shard_map is not None:  # on Citus: the nodes' own
             return 0
+        if self._vacuums is None:
+            await self._check_settings()
         dead, vacuums = await maintenance.dead_rows(self.db)
         vacuumed = self._vacuums is not None and vacuums != self._vacuums
         self._vacuums = vacuums

@@ -86,3 +86,9 @@ async def dead_rows(db: Queries) -> tuple[int, int]:
     vacuums of it that have finished (dead_rows)."""
     row = await db.fetchrow(*SQL["dead_rows"].bind())
     return int(row["dead"]), int(row["vacuums"])
+
+
+async def vacuum_settings(db: Queries) -> tuple[float, bool]:
+    """autovacuum_naptime in seconds, and whether autovacuum is on (vacuum_settings)."""
+    row = await db.fetchrow(*SQL["vacuum_settings"].bind())
+    return float(row["naptime_s"]), bool(row["autovacuum"])

@@ -104,3 +104,8 @@ SELECT COALESCE(s.n_dead_tup, 0) AS dead,
        COALESCE(s.vacuum_count + s.autovacuum_count, 0) AS vacuums
 FROM (SELECT 1) one
 LEFT JOIN pg_stat_user_tables s ON s.relid = 'jobs'::regclass;
+
+-- name: vacuum_settings
+-- How often autovacuum looks at the tables (seconds), and whether it runs at all.
+SELECT extract(epoch FROM current_setting('autovacuum_naptime')::interval)::float8 AS naptime_s,
+       current_setting('autovacuum') = 'on' AS autovacuum;

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 
-from app.db import claims, finishing, job_rows
+from app.db import claims, finishing, job_rows, maintenance
 from app.db.claims import SQL as CLAIMS
 from app.db.claims import ClaimHints, Share
 from app.db.rows import JOB_COLUMNS, JobRow, job_row
@@ -178,3 +179,24 @@ async def test_the_watch_counts_what_a_vacuum_leaves_into_the_hints_and_out_agai
     await store.execute("VACUUM jobs")
     assert await watch.run_once(utcnow()) < 100
     assert not hints.degraded
+
+
+async def test_the_watch_says_once_when_autovacuum_looks_too_seldom(store, monkeypatch, caplog):
+    """The test server looks every 5 s (app.embedded): nothing said.  A minute, as
+    PostgreSQL's default: a warning, at the watch's first run only."""
+    assert await maintenance.vacuum_settings(store) == (5.0, True)
+    watch = DeadRowsWatch(store)
+    with caplog.at_level(logging.WARNING, logger="app.sweepers"):
+        await watch.run_once(utcnow())
+    assert not [r for r in caplog.records if "autovacuum" in r.getMessage()]
+
+    async def a_minute(db):
+        return 60.0, True
+
+    monkeypatch.setattr(maintenance, "vacuum_settings", a_minute)
+    watch = DeadRowsWatch(store)
+    with caplog.at_level(logging.WARNING, logger="app.sweepers"):
+        await watch.run_once(utcnow())
+        await watch.run_once(utcnow())
+    said = [r.getMessage() for r in caplog.records if "autovacuum_naptime" in r.getMessage()]
+    assert len(said) == 1 and "60 s" in said[0]
