@@ -230,7 +230,7 @@ FROM key_charged kc WHERE NOT (SELECT min(j.priority) FROM jobs j
 WITH charged AS (
     SELECT l.tenant_id,
            GREATEST(l.vtime, c.floor)
-             + c.n * GREATEST(c.stride, abs(GREATEST(l.vtime, c.floor)) * 8.881784197001252e-16::float8, 1e-10::float8)
+            + c.n * GREATEST(c.stride, abs(GREATEST(l.vtime, c.floor)) * 8.881784197001252e-16::float8, 1e-10::float8)
              AS vtime
     FROM unnest($1::text[], $2::int[], $3::float8[],
                 $4::float8[], $5::float8[])
@@ -380,7 +380,7 @@ FROM key_charged kc WHERE NOT (SELECT min(j.priority) FROM jobs j
 WITH charged AS (
     SELECT l.tenant_id,
            GREATEST(l.vtime, c.floor)
-             + c.n * GREATEST(c.stride, abs(GREATEST(l.vtime, c.floor)) * 8.881784197001252e-16::float8, 1e-10::float8)
+            + c.n * GREATEST(c.stride, abs(GREATEST(l.vtime, c.floor)) * 8.881784197001252e-16::float8, 1e-10::float8)
              AS vtime
     FROM unnest($1::text[], $2::int[], $3::float8[],
                 $4::float8[], $5::float8[])

@@ -187,9 +187,7 @@ SELECT (SELECT count(*) FROM notified) + (SELECT count(*) FROM new_lanes)
 charge AS (
     -- Each charged lane found by key and locked, in tenant order.
     SELECT x.tenant_id, c.n, c.stride, c.floor, c.served
-    FROM unnest(:tenants::text[], :counts::int[], :strides::float8[],
-                :floors::float8[], :served::float8[])
-         AS c(tenant_id, n, stride, floor, served)
+    FROM {{charged_lanes}}
     JOIN lanes x ON x.job_type = :job_type AND x.tenant_id = c.tenant_id {{shards.x}}
     ORDER BY x.tenant_id
     FOR NO KEY UPDATE OF x
@@ -197,8 +195,7 @@ charge AS (
 charged AS (
     UPDATE lanes l
     -- GREATEST ignores a NULL floor: only rate-limited lanes are lifted (ADR 028).
-    SET vtime = GREATEST(l.vtime, c.floor)
-            + c.n * GREATEST(c.stride, abs(GREATEST(l.vtime, c.floor)) * {{VTIME_RESOLUTION}}::float8, {{MIN_STRIDE}}::float8),
+    SET vtime = {{charged_vtime}},
         activated_total = l.activated_total + c.n,
         units_total = l.units_total + COALESCE(c.served, 0)
     FROM charge c
@@ -214,9 +211,7 @@ key_charge AS (
     -- Each charged key found by key and locked, in (tenant, key) order, once every
     -- charged lane is locked (the count reads charge whole).
     SELECT x.tenant_id, x.fairness_key, c.n, c.stride, c.served
-    FROM unnest(:key_tenants::text[], :keys::text[], :key_counts::int[],
-                :key_strides::float8[], :key_served::float8[])
-         AS c(tenant_id, fairness_key, n, stride, served)
+    FROM {{charged_keys}}
     JOIN lane_keys x ON x.job_type = :job_type AND x.tenant_id = c.tenant_id
      AND x.fairness_key = c.fairness_key {{shards.x}}
     WHERE (SELECT count(*) FROM charge) >= 0
@@ -237,6 +232,25 @@ key_charged AS (
     RETURNING k.tenant_id, k.fairness_key
 )
 
+-- fragment: charged_lanes
+-- The lanes a charge charges, as rows ``c``: tenant_id, jobs n, stride, floor (NULL:
+-- none), units served (:tenants, :counts, :strides, :floors, :served).
+unnest(:tenants::text[], :counts::int[], :strides::float8[],
+                :floors::float8[], :served::float8[])
+         AS c(tenant_id, n, stride, floor, served)
+
+-- fragment: charged_keys
+-- The keys a charge charges, as rows ``c``: tenant_id, fairness_key, jobs n, stride,
+-- units served (:key_tenants, :keys, :key_counts, :key_strides, :key_served).
+unnest(:key_tenants::text[], :keys::text[], :key_counts::int[],
+                :key_strides::float8[], :key_served::float8[])
+         AS c(tenant_id, fairness_key, n, stride, served)
+
+-- fragment: charged_vtime
+-- The vtime of lane ``l`` once charged ``c`` (scheduler.advance from its floor).
+GREATEST(l.vtime, c.floor)
+            + c.n * GREATEST(c.stride, abs(GREATEST(l.vtime, c.floor)) * {{VTIME_RESOLUTION}}::float8, {{MIN_STRIDE}}::float8)
+
 -- fragment: charge_counted
 -- The fragment charge's ``charged`` and ``key_charged``, counted and not written: each
 -- charged lane's vtime as the charge would leave it (the same arithmetic, from the
@@ -244,19 +258,14 @@ key_charged AS (
 -- charged lane.
 charged AS (
     SELECT l.tenant_id,
-           GREATEST(l.vtime, c.floor)
-             + c.n * GREATEST(c.stride, abs(GREATEST(l.vtime, c.floor)) * {{VTIME_RESOLUTION}}::float8, {{MIN_STRIDE}}::float8)
+           {{charged_vtime}}
              AS vtime
-    FROM unnest(:tenants::text[], :counts::int[], :strides::float8[],
-                :floors::float8[], :served::float8[])
-         AS c(tenant_id, n, stride, floor, served)
+    FROM {{charged_lanes}}
     JOIN lanes l ON l.job_type = :job_type AND l.tenant_id = c.tenant_id {{shards.l}}
 ),
 key_charged AS (
     SELECT c.tenant_id, c.fairness_key
-    FROM unnest(:key_tenants::text[], :keys::text[], :key_counts::int[],
-                :key_strides::float8[], :key_served::float8[])
-         AS c(tenant_id, fairness_key, n, stride, served)
+    FROM {{charged_keys}}
 )
 
 -- fragment: read_head
