@@ -13,6 +13,11 @@ activator calling in sequence always sees its own charges; activators in other
 processes may read a lane a moment before its charge, as they may read it while a claim
 is in flight.  A charge that fails is logged and dropped: its lanes got a few jobs for
 free, and nothing is lost.
+
+While the job table is degraded (a held xmin horizon, ADR 036) every write of a lane row
+is a version that later probes of it visit, so a type's charges are written at most
+every CHARGE_EVERY_S, the reads in between counting them without writing them; and the
+lanes and keys found empty are parked together at most every PARK_EVERY_S.
 """
 
 from __future__ import annotations
