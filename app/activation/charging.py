@@ -28,7 +28,7 @@ import logging
 import math
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -73,6 +73,11 @@ class _Pending:
         self._next: asyncio.Future[None] | None = None  # done when `owed` is written
         # Done when each write in flight is: the writer's and a lane read's may overlap.
         self._writing: set[asyncio.Future[None]] = set()
+        # Done when each read counting ``owed`` without writing it is (degraded, ADR
+        # 036): no write of them may commit while one is in flight (it would see them
+        # twice), nor may one start while a write is in flight (it would miss them).
+        self._counting: set[asyncio.Future[None]] = set()
+        self._to_write = 0  # writes waiting for the counting reads: none may start
 
     @property
     def lanes(self) -> int:
@@ -97,6 +102,33 @@ class _Pending:
         """Until no write is in flight (one may start while another is awaited)."""
         while waits := [f for f in self._writing if not f.done()]:
             await asyncio.wait(waits)
+
+    def may_count(self) -> bool:
+        """Whether a read may count ``owed`` now (no write waits to take it)."""
+        return self._to_write == 0
+
+    def counting_in_flight(self) -> bool:
+        return any(not f.done() for f in self._counting)
+
+    async def none_counting(self) -> None:
+        """Until no read counting ``owed`` is in flight; none starts meanwhile."""
+        self._to_write += 1
+        try:
+            while waits := [f for f in self._counting if not f.done()]:
+                await asyncio.wait(waits)
+        finally:
+            self._to_write -= 1
+
+    @contextlib.contextmanager
+    def counting(self) -> Iterator[None]:
+        """A read counting ``owed`` in flight while in the block (entered with no write in
+        flight: after none_in_flight, with no await between)."""
+        done = asyncio.get_running_loop().create_future()
+        self._counting = {f for f in self._counting if not f.done()} | {done}
+        try:
+            yield
+        finally:
+            done.set_result(None)
 
     async def written(self) -> None:
         """Until every charge added so far has been written (or has failed)."""
@@ -136,6 +168,9 @@ class LaneCharges:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(pending.flush.wait(), wait)
                     continue  # a read may have written them meanwhile
+                if pending.counting_in_flight():
+                    await pending.none_counting()
+                    continue
                 pending.flush.clear()
                 taken, done = pending.take()
                 drained: list[str] = []
@@ -198,14 +233,26 @@ class LaneCharges:
             lanes, keys = self._to_park.pop(job_type)
         await self.store.park(ParkAsk(job_type, sorted(lanes), sorted(keys), PARK_RETRIES))
 
-    def owed_keys(self, job_type: str) -> dict[LaneKey, tuple[int, float]] | None:
-        """The key charges of ``job_type`` counted and not yet written (jobs, stride per
-        job), while the job table is degraded; None otherwise (ADR 036)."""
+    @contextlib.asynccontextmanager
+    async def owed_keys(
+        self, job_type: str
+    ) -> AsyncIterator[dict[LaneKey, tuple[int, float]] | None]:
+        """For a key read in the block: the key charges of ``job_type`` not yet written
+        (jobs, stride per job), while the job table is degraded; None otherwise (ADR 036).
+        The read sees every write of them that began before it, and none commits while it
+        runs (it would count them twice)."""
         pending = self._pending.get(job_type)
-        if pending is None or not pending.owed.keys or not self.store.degraded:
-            return None
+        if pending is None or not self.store.degraded:
+            yield None
+            return
+        while True:
+            await pending.none_in_flight()
+            if pending.may_count():
+                break
+            await pending.none_counting()  # a write waits to start: after it
         owed = pending.owed
-        return {k: (n, owed.key_owed[k] / n) for k, n in owed.keys.items() if n > 0}
+        with pending.counting():
+            yield {k: (n, owed.key_owed[k] / n) for k, n in owed.keys.items() if n > 0} or None
 
     async def read(
         self, job_type: str, limit: int, exclude: Sequence[str], tenant_ids: Sequence[str] | None
@@ -214,16 +261,21 @@ class LaneCharges:
         written ride in the read's statement (at most CARRIED_LANES lanes of them), after
         any write already in flight."""
         pending = self._pending.get(job_type)
-        if pending is not None:
+        while pending is not None:
             await pending.none_in_flight()
-        if (
-            pending is not None
-            and 0 < pending.lanes <= CARRIED_LANES
-            and self.store.degraded
-            and self.clock() - pending.written_at < CHARGE_EVERY_S
-        ):  # written lately: counted, not written (ADR 036)
-            ask = LaneAsk(job_type, limit, exclude, tenant_ids, pending.owed.as_charges(), True)
-            return await self.store.read_lanes(ask)
+            if (
+                0 < pending.lanes <= CARRIED_LANES
+                and self.store.degraded
+                and self.clock() - pending.written_at < CHARGE_EVERY_S
+                and pending.may_count()
+            ):  # written lately: counted, not written (ADR 036)
+                charges = pending.owed.as_charges()
+                with pending.counting():
+                    ask = LaneAsk(job_type, limit, exclude, tenant_ids, charges, True)
+                    return await self.store.read_lanes(ask)
+            if not pending.counting_in_flight():
+                break  # no write, no counting read in flight, and no await until take()
+            await pending.none_counting()
         if pending is None or not 0 < pending.lanes <= CARRIED_LANES:
             await self.written(job_type)
             return await self.store.read_lanes(LaneAsk(job_type, limit, exclude, tenant_ids))

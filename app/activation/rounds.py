@@ -334,9 +334,8 @@ class Rounds:
                 else RoundPlan(allocate(picks, n))
             )
             lane_counts = {t: k for t, k in plan.allocation.counts.items() if k > 0}
-            counts = await keys_read.split(
-                self.store, job_type, lane_counts, self.charges.owed_keys(job_type)
-            )
+            async with self.charges.owed_keys(job_type) as owed:
+                counts = await keys_read.split(self.store, job_type, lane_counts, owed)
             got = await self.store.claim(
                 ClaimAsk(
                     job_type,
@@ -404,9 +403,8 @@ class Rounds:
                 tokens=tokens,
             )
             lane_counts = {t: k for t, k in plan.allocation.counts.items() if k > 0}
-            counts = await keys_read.split(
-                tx, job_type, lane_counts, self.charges.owed_keys(job_type)
-            )
+            async with self.charges.owed_keys(job_type) as owed:
+                counts = await keys_read.split(tx, job_type, lane_counts, owed)
             # The claim holds the lanes it leaves at their caps in its own statement.
             got = await tx.claim(
                 ClaimAsk(

@@ -32,11 +32,12 @@ async def _key_vtime(store, tenant: str) -> float:
     )
 
 
-async def _charger(store) -> tuple[LaneCharges, list[asyncio.Future]]:
+async def _charger(store, port: Store | None = None) -> tuple[LaneCharges, list[asyncio.Future]]:
     jobs = [{"type": TYPE, "tenantId": t} for t in ("a", "b") for _ in range(5)]
     await job_rows.insert(store, jobs, utcnow())
     spawned: list[asyncio.Future] = []
-    charges = LaneCharges(Store(store), lambda aw, _name: spawned.append(asyncio.ensure_future(aw)))
+    port = port or Store(store)
+    charges = LaneCharges(port, lambda aw, _name: spawned.append(asyncio.ensure_future(aw)))
     return charges, spawned
 
 
@@ -53,9 +54,9 @@ async def test_degraded_a_read_counts_the_charges_it_does_not_write(store):
     seen = {lane.tenant_id: lane.vtime for lane in read.ready}
     assert seen == {"a": advance(written["a"], 0.5, 2), "b": 0.0}
     assert await _vtimes(store) == written  # counted, not written
-    owed = charges.owed_keys(TYPE)
-    assert owed == {("a", ""): (2, 0.5)}
-    keys = await Store(store).read_keys(KeysAsk(TYPE, {"a": 1}, [], owed))
+    async with charges.owed_keys(TYPE) as owed:
+        assert owed == {("a", ""): (2, 0.5)}
+        keys = await Store(store).read_keys(KeysAsk(TYPE, {"a": 1}, [], owed))
     [(key, key_vtime, _weight)] = keys.ready["a"]
     assert key == "" and key_vtime == advance(await _key_vtime(store, "a"), 0.5, 2)
     await charges.written(TYPE)  # a caller that needs them written has them at once
@@ -85,7 +86,8 @@ async def test_not_degraded_a_read_writes_the_charges_it_carries(store):
     read = await charges.read(TYPE, 5, [], None)
     assert {lane.tenant_id: lane.vtime for lane in read.ready}["a"] == 2.0
     assert (await _vtimes(store))["a"] == 2.0
-    assert charges.owed_keys(TYPE) is None
+    async with charges.owed_keys(TYPE) as owed:
+        assert owed is None
     await asyncio.gather(*spawned)
 
 
@@ -129,3 +131,60 @@ async def test_not_degraded_a_lane_found_empty_is_parked_at_once(store):
     charges.park(TYPE, ["a", "b"], [])
     await asyncio.gather(*spawned)
     assert not await _active(store, "a") and await _active(store, "b")  # b has jobs
+
+
+async def test_degraded_a_write_waits_for_a_read_counting_its_charges(store, monkeypatch):
+    """A read counting owed charges and a write of the same charges: the write waits for
+    the read, or the read would see them twice (the write committed before its snapshot,
+    as when the read waits for a pooled connection).  Found by review: the read saw 3.5
+    where the lane was at 2.5."""
+    port = Store(store)
+    charges, spawned = await _charger(store, port)
+    store.claim_hints.observe(store.claim_hints.DEGRADED_AT)
+    charges.add(TYPE, _charges("a", 3, 0.5))
+    await charges.written(TYPE)
+    written = (await _vtimes(store))["a"]
+    charges.add(TYPE, _charges("a", 2, 0.5))  # owed, within CHARGE_EVERY_S of a write
+    read_lanes = port.read_lanes
+
+    async def slow_read(ask):
+        await asyncio.sleep(0.1)  # waiting for a pooled connection
+        return await read_lanes(ask)
+
+    monkeypatch.setattr(port, "read_lanes", slow_read)
+    reading = asyncio.ensure_future(charges.read(TYPE, 5, [], None))
+    await asyncio.sleep(0)  # the read counts its charges
+    await charges.written(TYPE)  # a flush: the writer writes them
+    seen = {lane.tenant_id: lane.vtime for lane in (await reading).ready}
+    await asyncio.gather(*spawned)
+    assert (await _vtimes(store))["a"] == seen["a"] == advance(written, 0.5, 2)
+
+
+async def test_degraded_a_key_read_sees_a_write_in_flight_of_the_charges_it_no_longer_owes(
+    store, monkeypatch
+):
+    """The lane read counted the owed charges; the writer then took them and is writing
+    when the round reads its keys: the key read waits for the write, and sees it.  Found
+    by review: it read the key without them (1.5 for 2.5)."""
+    port = Store(store)
+    charges, spawned = await _charger(store, port)
+    store.claim_hints.observe(store.claim_hints.DEGRADED_AT)
+    charges.add(TYPE, _charges("a", 3, 0.5))
+    await charges.written(TYPE)
+    before = await _key_vtime(store, "a")
+    charges.add(TYPE, _charges("a", 2, 0.5))
+    await charges.read(TYPE, 5, [], None)  # counted
+    charge = port.charge
+
+    async def slow_charge(ask):
+        await asyncio.sleep(0.2)
+        return await charge(ask)
+
+    monkeypatch.setattr(port, "charge", slow_charge)
+    charges.flush()  # the writer takes them
+    await asyncio.sleep(0.05)
+    async with charges.owed_keys(TYPE) as owed:
+        keys = await port.read_keys(KeysAsk(TYPE, {"a": 1}, [], owed))
+    [(_key, vtime, _weight)] = keys.ready["a"]
+    await asyncio.gather(*spawned)
+    assert vtime == advance(before, 0.5, 2), (owed, vtime, before)
