@@ -78,6 +78,8 @@ class _Pending:
         # twice), nor may one start while a write is in flight (it would miss them).
         self._counting: set[asyncio.Future[None]] = set()
         self._to_write = 0  # writes waiting for the counting reads: none may start
+        self._countable = asyncio.Event()  # set while no write waits (_to_write == 0)
+        self._countable.set()
 
     @property
     def lanes(self) -> int:
@@ -110,14 +112,21 @@ class _Pending:
     def counting_in_flight(self) -> bool:
         return any(not f.done() for f in self._counting)
 
+    async def countable(self) -> None:
+        """Until no write waits for the counting reads (may_count)."""
+        await self._countable.wait()
+
     async def none_counting(self) -> None:
         """Until no read counting ``owed`` is in flight; none starts meanwhile."""
         self._to_write += 1
+        self._countable.clear()
         try:
             while waits := [f for f in self._counting if not f.done()]:
                 await asyncio.wait(waits)
         finally:
             self._to_write -= 1
+            if self._to_write == 0:
+                self._countable.set()
 
     @contextlib.contextmanager
     def counting(self) -> Iterator[None]:
@@ -249,7 +258,7 @@ class LaneCharges:
             await pending.none_in_flight()
             if pending.may_count():
                 break
-            await pending.none_counting()  # a write waits to start: after it
+            await pending.countable()  # a write waits to start: after it took them
         owed = pending.owed
         with pending.counting():
             yield {k: (n, owed.key_owed[k] / n) for k, n in owed.keys.items() if n > 0} or None
@@ -273,6 +282,9 @@ class LaneCharges:
                 with pending.counting():
                     ask = LaneAsk(job_type, limit, exclude, tenant_ids, charges, True)
                     return await self.store.read_lanes(ask)
+            if not pending.may_count():
+                await pending.countable()  # a write waits to start: after it took them
+                continue
             if not pending.counting_in_flight():
                 break  # no write, no counting read in flight, and no await until take()
             await pending.none_counting()

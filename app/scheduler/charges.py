@@ -165,15 +165,16 @@ class Owed:
             self.key_served[key] += units
 
     def as_charges(self) -> Charges:
-        """Everything owed, as one charge."""
+        """Everything owed, as one charge: a copy, which later adds do not change (a read
+        counting what is owed holds it while more is added, ADR 036)."""
         return Charges(
-            self.claimed,
+            Counter(self.claimed),
             _per_job(self.owed, self.claimed),
-            self.keys,
+            Counter(self.keys),
             _per_job(self.key_owed, self.keys),
-            self.floors,
-            self.served,
-            self.key_served,
+            dict(self.floors),
+            dict(self.served),
+            dict(self.key_served),
         )
 
 
