@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
+import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
@@ -50,21 +52,47 @@ async def _in_batches(step: Callable[[], Awaitable[int]]) -> int:
 
 
 class LeaseSweeper:
-    """Expired ACTIVATED -> CREATED, retries unchanged; each counted as a lease expiry."""
+    """Expired ACTIVATED -> CREATED, retries unchanged; each counted as a lease expiry.
+
+    While the jobs table is degraded (ADR 036) the index of leases keeps an entry for every
+    lease that ended since the horizon was held, and a sweep from its start walked them
+    all, each second.  Then a sweep starts SINCE_SLACK before the instant of the last
+    sweep that found every expired lease, and every FULL_EVERY_S one starts from the
+    first: a lease whose claim committed more than SINCE_SLACK after its own deadline
+    expires by that one."""
 
     name = "lease-sweeper"
+    SINCE_SLACK = timedelta(seconds=5)
+    FULL_EVERY_S = 30.0
 
     def __init__(self, db: Database, interval_ms: int, metrics: Metrics | None = None) -> None:
         self.db = db
         self.interval_ms = interval_ms
         self.metrics = metrics
+        self.clock = time.monotonic
+        self._swept_to: datetime | None = None  # the instant of the last whole sweep
+        self._full_at = -math.inf
         # An expired lease held its worker until now, by worker time (ADR 029): settled
         # before the sweep ends (its writer tasks are awaited, not spawned apart).
         self.settlements = Settlements(Store(db), lambda task, what: None)
 
+    def _since(self) -> datetime | None:
+        """Where this sweep starts (None: from the first lease)."""
+        hints = self.db.claim_hints
+        degraded = hints is not None and hints.degraded
+        if (
+            not degraded
+            or self._swept_to is None
+            or self.clock() - self._full_at >= self.FULL_EVERY_S
+        ):
+            return None
+        return self._swept_to - self.SINCE_SLACK
+
     async def run_once(self, now: datetime) -> int:
+        since = self._since()
+
         async def batch() -> int:
-            expired = await maintenance.release_expired(self.db, now, BATCH)
+            expired = await maintenance.release_expired(self.db, now, BATCH, since)
             self.settlements.add(
                 (
                     Ended(
@@ -100,6 +128,9 @@ class LeaseSweeper:
             return len(expired)
 
         expired = await _in_batches(batch)
+        self._swept_to = now  # every lease that ended before now and since is expired
+        if since is None:
+            self._full_at = self.clock()
         await self.settlements.written()
         return expired
 

@@ -7,7 +7,7 @@ more than a batch.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -44,9 +44,14 @@ async def _ready_by_keys(
         return list(rows)
 
 
-async def release_expired(db: Sessions, now: datetime, limit: int) -> list[ExpiredLease]:
-    """Up to ``limit`` expired leases back to CREATED (release_expired): their jobs."""
-    expired = SQL["expired_leases"].bind(now=now, limit=limit)
+async def release_expired(
+    db: Sessions, now: datetime, limit: int, since: datetime | None = None
+) -> list[ExpiredLease]:
+    """Up to ``limit`` expired leases back to CREATED (release_expired), of those that
+    ended at ``since`` or later (None: any): their jobs."""
+    expired = SQL["expired_leases"].bind(
+        now=now, limit=limit, since=datetime.min.replace(tzinfo=UTC) if since is None else since
+    )
     rows = await _ready_by_keys(db, expired, "release_expired", now=now)
     fields = (
         "job_key",

@@ -2,12 +2,14 @@
 -- Parameters are $1, $2, ... as asyncpg sends them.
 
 -- name: expired_leases
--- ACTIVATED jobs whose lease ended before :now, at most :limit, earliest first.
--- Index: jobs_lease_idx.  No locks (the release re-checks state and deadline).
--- Parameters: $1 :now, $2 :limit
+-- ACTIVATED jobs whose lease ended before :now and not before :since ('-infinity': any),
+-- at most :limit, earliest first.  Index: jobs_lease_idx, from :since on: while a held
+-- xmin horizon keeps every ended lease's entry, a sweep starts past those it swept
+-- (LeaseSweeper, ADR 036).  No locks (the release re-checks state and deadline).
+-- Parameters: $1 :now, $2 :since, $3 :limit
 SELECT job_key, job_type, tenant_id FROM jobs
-WHERE state = 'ACTIVATED' AND deadline < $1
-ORDER BY deadline LIMIT $2;
+WHERE state = 'ACTIVATED' AND deadline < $1 AND deadline >= $2
+ORDER BY deadline LIMIT $3;
 
 -- name: release_expired
 -- Expired ACTIVATED -> CREATED (:job_keys, re-checked: still ACTIVATED, the lease still

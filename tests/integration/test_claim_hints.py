@@ -13,7 +13,7 @@ from app.db.claims import SQL as CLAIMS
 from app.db.claims import ClaimHints, Share
 from app.db.rows import JOB_COLUMNS, JobRow, job_row
 from app.domain import DEFAULT_PRIORITY, utcnow
-from app.sweepers import DeadRowsWatch
+from app.sweepers import DeadRowsWatch, LeaseSweeper
 
 TYPE = "hints"
 KEY = ("t", "")
@@ -200,3 +200,40 @@ async def test_the_watch_says_once_when_autovacuum_looks_too_seldom(store, monke
         await watch.run_once(utcnow())
     said = [r.getMessage() for r in caplog.records if "autovacuum_naptime" in r.getMessage()]
     assert len(said) == 1 and "60 s" in said[0]
+
+
+async def _leased_long_ago(store, n: int) -> list[int]:
+    """``n`` ACTIVATED jobs whose leases ended an hour ago (as if their claim had
+    committed long after their deadline)."""
+    await _insert(store, n)
+    keys = await _claim(store, n)
+    assert len(keys) == n
+    await store.execute(
+        "UPDATE jobs SET deadline = now() - interval '1 hour' WHERE job_key = ANY($1)", keys
+    )
+    return keys
+
+
+async def test_degraded_the_lease_sweep_starts_past_what_it_swept_and_sweeps_all_every_30_s(
+    store,
+):
+    """Degraded, a sweep starts 5 s before the last whole sweep's instant: a lease that
+    ended an hour ago and showed up after that sweep waits for the sweep from the first
+    lease, at most FULL_EVERY_S later.  Not degraded, every sweep is from the first."""
+    hints: ClaimHints = store.claim_hints
+    hints.observe(hints.DEGRADED_AT)
+    sweeper = LeaseSweeper(store, 1000)
+    clock = [0.0]
+    sweeper.clock = lambda: clock[0]
+    assert await sweeper.run_once(utcnow()) == 0  # the first sweep: from the first lease
+    late = await _leased_long_ago(store, 2)
+    clock[0] = 1.0
+    assert await sweeper.run_once(utcnow()) == 0  # from 5 s before the last sweep
+    clock[0] = sweeper.FULL_EVERY_S
+    assert await sweeper.run_once(utcnow()) == 2  # from the first lease
+    states = await store.fetch("SELECT state FROM jobs WHERE job_key = ANY($1)", late)
+    assert {r["state"] for r in states} == {"CREATED"}
+    hints.observe(0)
+    more = await _leased_long_ago(store, 1)
+    clock[0] += 1.0
+    assert await sweeper.run_once(utcnow()) == 1 and more

@@ -1,8 +1,10 @@
 -- name: expired_leases
--- ACTIVATED jobs whose lease ended before :now, at most :limit, earliest first.
--- Index: jobs_lease_idx.  No locks (the release re-checks state and deadline).
+-- ACTIVATED jobs whose lease ended before :now and not before :since ('-infinity': any),
+-- at most :limit, earliest first.  Index: jobs_lease_idx, from :since on: while a held
+-- xmin horizon keeps every ended lease's entry, a sweep starts past those it swept
+-- (LeaseSweeper, ADR 036).  No locks (the release re-checks state and deadline).
 SELECT job_key, job_type, tenant_id FROM jobs
-WHERE state = 'ACTIVATED' AND deadline < :now
+WHERE state = 'ACTIVATED' AND deadline < :now AND deadline >= :since
 ORDER BY deadline LIMIT :limit
 
 -- name: release_expired
