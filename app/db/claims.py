@@ -12,6 +12,7 @@ lanes their virtual time is ``app.db.lanes.charge``, after the claim committed.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -46,11 +47,12 @@ class ClaimHints:
     past the dead entries.  A job that becomes ready behind
     that point (a lease expired or released, a retry without back-off, a delayed job
     promoted late, a producer's insert that committed more than SLACK_S after its
-    instant) is not seen by hinted claims; every FULL_EVERY_S each key is claimed from
-    its first entry again, and so is a key whose hinted claim found fewer jobs than it
-    was allotted.  So in that state FIFO and priority inside a key are exact only
-    within FULL_EVERY_S; fairness between lanes and keys, caps, fencing and rate limits
-    are not touched.  Not degraded, every claim starts from the first entry, as before.
+    instant) is not seen by hinted claims; every FULL_EVERY_S, or a tenth of the time
+    the table has been degraded if longer, each key is claimed from its first entry
+    again, and so is a key whose hinted claim found fewer jobs than it was allotted.  So
+    in that state FIFO and priority inside a key are exact only within that time;
+    fairness between lanes and keys, caps, fencing and rate limits are not touched.  Not
+    degraded, every claim starts from the first entry, as before.
     """
 
     DEGRADED_AT = 20_000
@@ -62,12 +64,15 @@ class ClaimHints:
     def __init__(self) -> None:
         self.degraded = False
         self.clock = time.monotonic
+        self._since = 0.0  # when it became degraded (monotonic)
         # (job type, tenant, key) -> [priority, since, last claimed from the first entry]
         self._keys: dict[tuple[str, str, str], list[Any]] = {}
 
     def observe(self, dead: int) -> None:
         """The job table's dead row versions a vacuum of it just left behind."""
         if dead >= self.DEGRADED_AT:
+            if not self.degraded:
+                self._since = self.clock()
             self.degraded = True
         elif dead < self.RECOVERED_AT and self.degraded:
             self.degraded = False
@@ -83,9 +88,13 @@ class ClaimHints:
             return [None] * n, [None] * n
         priorities: list[int | None] = []
         since: list[datetime | None] = []
+        # A claim from the first entry crosses every dead entry of its key, as many as the
+        # key's claims since the horizon was held: once a tenth of that time, it costs a
+        # key at most ten times its own rate of claims a second, however long it lasts.
+        every = max(self.FULL_EVERY_S, (at - self._since) / 10)
         for tenant, key in keys:
             h = self._keys.get((job_type, tenant, key))
-            if h is None or at - h[2] >= self.FULL_EVERY_S:
+            if h is None or at - h[2] >= every:
                 priorities.append(None)
                 since.append(None)
             else:
@@ -123,7 +132,7 @@ class ClaimHints:
             if hinted is None:
                 h[2] = at  # claimed from its first entry
             elif got.get(lk, 0) < n:
-                h[2] = -self.FULL_EVERY_S  # short: from the first entry next time
+                h[2] = -math.inf  # short: from the first entry next time
             b = best.get(lk)
             if b is not None:
                 h[0], h[1] = b[0], b[1] - slack

@@ -7,11 +7,12 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from types import SimpleNamespace
 
 from app.db import claims, finishing, job_rows, maintenance
 from app.db.claims import SQL as CLAIMS
 from app.db.claims import ClaimHints, Share
-from app.db.rows import JOB_COLUMNS, JobRow, job_row
+from app.db.rows import JOB_COLUMNS, Claimed, JobRow, job_row
 from app.domain import DEFAULT_PRIORITY, utcnow
 from app.sweepers import DeadRowsWatch, LeaseSweeper
 
@@ -237,3 +238,24 @@ async def test_degraded_the_lease_sweep_starts_past_what_it_swept_and_sweeps_all
     more = await _leased_long_ago(store, 1)
     clock[0] += 1.0
     assert await sweeper.run_once(utcnow()) == 1 and more
+
+
+def test_the_longer_degraded_the_less_often_a_key_is_claimed_from_its_first_entry():
+    """A claim from the first entry crosses every dead entry of its key, as many as the
+    key's claims since the horizon was held: it comes every second, or every tenth of
+    the time degraded if that is longer, so its cost a second stays bounded."""
+    hints = ClaimHints()
+    clock = [0.0]
+    hints.clock = lambda: clock[0]
+    hints.observe(hints.DEGRADED_AT)
+    now = utcnow()
+    taken = SimpleNamespace(tenant_id="t", fairness_key="", priority=50, queued_at=now)
+    hints.took(TYPE, {KEY: 1}, [None], [Claimed(1, taken)], 100.0)  # from the first entry
+    assert hints.starts(TYPE, [KEY], 105.0) == ([50], [now - timedelta(seconds=1)])
+    assert hints.starts(TYPE, [KEY], 111.0)[0] == [50]  # 11 s < 111 / 10
+    assert hints.starts(TYPE, [KEY], 112.0) == ([None], [None])  # 12 s >= 11.2
+    early = ClaimHints()
+    early.clock = lambda: 0.0
+    early.observe(early.DEGRADED_AT)
+    early.took(TYPE, {KEY: 1}, [None], [Claimed(1, taken)], 5.0)
+    assert early.starts(TYPE, [KEY], 6.0) == ([None], [None])  # a second, early on
