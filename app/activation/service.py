@@ -141,10 +141,11 @@ class Activation:
         req: ActivateRequest,
         caller: Caller,
         fetch_variables: Sequence[str] | None = None,
-    ) -> AsyncIterator[dict[str, Any]]:
-        """An SSE stream's events (``event: job`` per job, at most ``maxJobs`` unfinished
-        at once).  Refused now, before any event, when the server is shutting down or
-        every waiter place is taken (503), or the key has no place left (429)."""
+    ) -> AsyncIterator[list[dict[str, Any]]]:
+        """An SSE stream's writes, each the events of one claim's jobs (``event: job`` per
+        job, at most ``maxJobs`` unfinished at once).  Refused now, before any event, when
+        the server is shutting down or every waiter place is taken (503), or the key has no
+        place left (429)."""
         if self.streams.shutdown.is_set():
             raise ResourceExhausted("the server is shutting down", retry_after_s=1)
         self.waiters.admit()  # every waiter place taken: 503 now, not an error after the 200
@@ -260,8 +261,8 @@ async def _watch(caller: Caller, gone: asyncio.Event) -> None:
 
 
 async def _holding(
-    events: AsyncIterator[dict[str, Any]], held: AbstractContextManager[None]
-) -> AsyncIterator[dict[str, Any]]:
+    events: AsyncIterator[list[dict[str, Any]]], held: AbstractContextManager[None]
+) -> AsyncIterator[list[dict[str, Any]]]:
     """``events``, with the key's waiter place ``held`` given back when they end."""
     try:
         async for event in events:

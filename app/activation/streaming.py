@@ -6,10 +6,11 @@ FIFO queue, so streams and long polls take turns through the same scheduler), an
 credit back when one of its jobs is completed, failed, errored or times out: from NOTIFY
 ``jobfair_done`` (any replica), or from its own jittered check of its outstanding jobs.
 
-Delivered means written: a job counts as the client's once its event was handed to the
-connection while the connection was up.  A job whose write failed or was cut (the stream
-closed while its event was being sent, or the connection already gone, so the server
-dropped the write) returns to CREATED at once, as do jobs activated but not yet written.
+Delivered means written: the jobs of one claim go out in one write (an ``event: job``
+each), and count as the client's once that write was handed to the connection while the
+connection was up.  The jobs of a write that failed or was cut (the stream closed while
+it was being sent, or the connection already gone, so the server dropped the write)
+return to CREATED at once, as do jobs activated but not yet written.
 What the server cannot know is whether the client read what was written: events in the
 socket buffers when the connection breaks keep their lease until it ends.
 """
@@ -90,7 +91,10 @@ class Stream:
         if self.outstanding.pop(key, None) is not None:
             self.credit_back.set()
 
-    async def events(self) -> AsyncIterator[dict[str, Any]]:
+    async def events(self) -> AsyncIterator[list[dict[str, Any]]]:
+        """The stream's writes: each the events (``event: job``) of the jobs one claim
+        got, written together (one write, not one per job: the worker reads them at once
+        and finishes them together, and the server checks its connection once)."""
         self.registry.streams.add(self)
         try:
             while not self.registry.shutdown.is_set():
@@ -113,20 +117,23 @@ class Stream:
                 self.caller.seen(self.req.job_type, self.req.worker, True)
                 self.caller.received(rows)
                 aging = await self.rounds.recent_aging(self.req.job_type)
-                while self.undelivered:
+                now = utcnow()
+                write: list[dict[str, Any]] = []
+                for row in rows:
                     # Counted ours before the write, so that a credit for it (the client
                     # may finish it as soon as it is written) finds this stream.
-                    row = self.undelivered[0]
                     key = row.job_key
                     self.outstanding[key] = row.activation_count
                     self.registry.by_key[key] = self
-                    record = job_record(row, utcnow(), aging, self.fetch_variables)
-                    # Closed at this yield: the write failed or was cut, and the row is
-                    # still undelivered (released by _close).
-                    yield {"event": "job", "id": str(key), "data": orjson.dumps(record).decode()}
-                    if await self._gone():
-                        return  # the server dropped the write: the row is released too
-                    self.undelivered.pop(0)  # written: it keeps its lease if we close
+                    record = job_record(row, now, aging, self.fetch_variables)
+                    data = orjson.dumps(record).decode()
+                    write.append({"event": "job", "id": str(key), "data": data})
+                # Closed at this yield: the write failed or was cut, and its rows are still
+                # undelivered (released by _close).
+                yield write
+                if await self._gone():
+                    return  # the server dropped the write: its rows are released too
+                self.undelivered = []  # written: they keep their leases if we close
         finally:
             await self._close()
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from typing import Any
+
 from fastapi import Request
 from pydantic import TypeAdapter
-from sse_starlette import EventSourceResponse
+from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.responses import Response
 
 from app.activation import ActivateRequest, keep_alive_factory
@@ -134,12 +137,19 @@ async def stream(request: Request) -> Response:
     caller = HttpCaller(request)
     tenants = security.activation_tenants(caller.principal, spec.type, spec.tenantIds)
     req = ActivateRequest(spec.type, spec.maxJobs, spec.timeout, spec.worker, tenants)
-    events = caller.services.activation.stream(req, caller, spec.fetchVariables)
+    writes = caller.services.activation.stream(req, caller, spec.fetchVariables)
     return EventSourceResponse(
-        events,
+        _encoded(writes),
         ping=request.app.state.settings.keep_alive_s,
         ping_message_factory=keep_alive_factory(),
     )
+
+
+async def _encoded(writes: AsyncIterator[list[dict[str, Any]]]) -> AsyncIterator[bytes]:
+    """Each write's events as one chunk (sse-starlette sends bytes as they are), in the
+    form it gives an event of its own."""
+    async for events in writes:
+        yield b"".join(ServerSentEvent(**e).encode() for e in events)
 
 
 def _int_param(value: str | None, name: str) -> int | None:

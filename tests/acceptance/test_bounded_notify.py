@@ -28,7 +28,7 @@ PER_STREAM = 1000  # the most maxJobs allows
 class Held:
     """A stream that has written ``n`` jobs and is paused at its next event."""
 
-    def __init__(self, stream: Stream, events: AsyncIterator[dict[str, Any]]) -> None:
+    def __init__(self, stream: Stream, events: AsyncIterator[list[dict[str, Any]]]) -> None:
         self.stream = stream
         self.events = events
         self.jobs: list[dict[str, Any]] = []
@@ -39,8 +39,8 @@ async def _hold(live: Any, job_type: str, n: int) -> Held:
     stream = s.activation.open_stream(ActivateRequest(job_type, n, 60_000), check_ms=3_600_000)
     held = Held(stream, stream.events())
     while len(held.jobs) < n:
-        event = await held.events.__anext__()
-        held.jobs.append(orjson.loads(event["data"]))
+        written = await held.events.__anext__()
+        held.jobs += [orjson.loads(event["data"]) for event in written]
     return held
 
 

@@ -6,6 +6,7 @@ import asyncio
 import json
 
 import httpx
+import orjson
 import pytest
 
 from app.activation import ActivateRequest
@@ -96,19 +97,33 @@ async def test_lease_expiry_returns_a_credit(live):
 
 async def test_undelivered_activations_are_released_on_close(live):
     services = live.services
-    await enqueue(live.client, "u", "acme", 3)
+    await enqueue(live.client, "u", "acme", 1)
     stream = services.activation.open_stream(ActivateRequest("u", 3, 60_000), check_ms=1000)
     events = stream.events()
-    first = await events.__anext__()
-    # Asked for the next event: the first was written.  Closed at the second's yield:
-    # its write was cut, and the third was never written.
-    await events.__anext__()
+    [first] = await events.__anext__()
+    await enqueue(live.client, "u", "acme", 2)
+    # Asked for the next write: the first was written.  Closed at the second's yield:
+    # its write was cut, both of its jobs with it.
+    assert len(await events.__anext__()) == 2
     await events.aclose()
     jobs = [(await live.client.get(f"/v2/jobs/{k}")).json() for k in await _keys(live, "u")]
     states = sorted((j["jobKey"] == first["id"], j["state"]) for j in jobs)
     assert states == [(False, "CREATED"), (False, "CREATED"), (True, "ACTIVATED")]
     # Activatable again at once.
     assert len(await activate(live.client, "u", 5)) == 2
+
+
+async def test_the_jobs_of_one_claim_go_out_in_one_write(live):
+    """A claim's jobs are one chunk on the wire, each still an ``event: job`` of its own:
+    the worker reads them at once (and finishes them together)."""
+    c = live.client
+    await enqueue(c, "w1", "acme", 3)
+    async with c.stream("GET", "/v2/jobs/stream?type=w1&maxJobs=3&timeout=60000") as r:
+        chunk = await anext(r.aiter_raw())
+    events = [e for e in chunk.split(b"\r\n\r\n") if e]
+    assert len(events) == 3, chunk
+    assert all(e.startswith(b"id: ") and b"\r\nevent: job\r\ndata: {" in e for e in events)
+    assert len({orjson.loads(e.split(b"data: ", 1)[1])["jobKey"] for e in events}) == 3
 
 
 async def _keys(live, job_type):
