@@ -128,10 +128,19 @@ public final class Jobfair {
             double retryAfter = -1;
             RuntimeException failure;
             try {
-                CompletableFuture<HttpResponse<String>> call =
-                        http.sendAsync(build(method, path, body, timeout), HttpResponse.BodyHandlers.ofString());
-                if (onStart != null) onStart.accept(call);
-                HttpResponse<String> response = call.get();
+                HttpRequest request = build(method, path, body, timeout);
+                HttpResponse<String> response;
+                if (onStart == null) {
+                    // send, not sendAsync: on a machine of one or two cores (a small
+                    // container) every sendAsync answer is handed to a thread of its own,
+                    // started for it (CompletableFuture's default executor there).
+                    response = sendNow(request);
+                } else {
+                    CompletableFuture<HttpResponse<String>> call =
+                            http.sendAsync(request, HttpResponse.BodyHandlers.ofString());
+                    onStart.accept(call);
+                    response = call.get();
+                }
                 return answer(response.statusCode(), response.body(),
                         response.headers().firstValue("Retry-After").orElse(null));
             } catch (ProblemException e) {
@@ -158,6 +167,15 @@ public final class Jobfair {
                 Thread.currentThread().interrupt();
                 throw new JobfairException("interrupted", e);
             }
+        }
+    }
+
+    /** {@code http.send}, its IOException as sendAsync's ExecutionException (one handling). */
+    private HttpResponse<String> sendNow(HttpRequest request) throws InterruptedException, ExecutionException {
+        try {
+            return http.send(request, HttpResponse.BodyHandlers.ofString());
+        } catch (IOException e) {
+            throw new ExecutionException(e);
         }
     }
 

@@ -84,6 +84,8 @@ public final class Worker {
 
     private static final Logger LOG = Logger.getLogger("dev.jobfair.client");
     private static final long STOP_ABORT_DELAY_MS = 250;
+    // How long an activation waits for the handlers still running to end too (see poll).
+    private static final long GATHER_NS = 1_000_000;
     // A batch of completions: at most this many jobs (the server's limit) and about this many
     // bytes (a handler's variables can be large; the server's body limit is 16 MiB).
     private static final int BATCH_MAX_JOBS = 1_000;
@@ -178,6 +180,22 @@ public final class Worker {
                     }
                     continue;
                 }
+                // A batch's handlers often end together: the slots they free are asked for
+                // in one activation, not one activation for the first and another for the
+                // rest (each activation costs the server a claim whatever its size).  The
+                // wait ends when no handler runs, or after GATHER_MS.
+                long until = System.nanoTime() + GATHER_NS;
+                long left;
+                while (handling > 0 && handling < o.concurrency && (left = until - System.nanoTime()) > 0) {
+                    try {
+                        room.wait(left / 1_000_000, (int) (left % 1_000_000));
+                    } catch (InterruptedException e) {
+                        Thread.currentThread().interrupt();
+                        return;
+                    }
+                }
+                free = Math.min(o.concurrency - handling, 2 * o.concurrency - held);
+                if (free <= 0) continue;
             }
             List<Job> jobs;
             try {
