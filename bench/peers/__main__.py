@@ -172,7 +172,8 @@ COLUMNS = {
 }
 TITLES = {
     "W1": "W1 enqueue: {enqueue:,} jobs in batches of 500, one producer (jobs/s)",
-    "W2": "W2 drain: {drain:,} ready jobs, a handler that does nothing (jobs/s)",
+    "W2": "W2 drain: {drain:,} ready jobs after {drain_warmup:,} of warm-up, a handler that "
+    "does nothing (jobs/s)",
     "W3": "W3 pickup: {pickup:,} jobs one at a time at {pickup_rate}/s to an idle worker "
     "(ms from the create call's start to the handler's; and the create call's own)",
     "W4": "W4 fairness: {fair_a:,} jobs of A, then {fair_b} of B, 10 in flight "

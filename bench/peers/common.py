@@ -21,7 +21,8 @@ DEADLINE_S = 600.0  # a run that has not finished by then is broken
 @dataclass(frozen=True)
 class Sizes:
     enqueue: int  # W1 jobs
-    drain: int  # W2 jobs
+    drain: int  # W2 jobs measured
+    drain_warmup: int  # W2 jobs drained first by the same worker, not measured
     pickup: int  # W3 jobs counted
     pickup_warmup: int  # W3 jobs sent first at the same rate, not counted
     pickup_rate: int  # W3 jobs/s
@@ -35,7 +36,7 @@ class Sizes:
 
         # B's 20 jobs and the warm-up are not scaled: the figure is where B's last job
         # lands, and fewer than 20 would say little.
-        return cls(n(20_000), n(20_000), n(2_000), 100, 200, n(5_000), 20)
+        return cls(n(20_000), n(20_000), n(5_000), n(2_000), 100, 200, n(5_000), 20)
 
 
 class Meter:
@@ -93,6 +94,33 @@ async def until(done: Callable[[], bool], what: str, interval_s: float = 0.002) 
         if time.monotonic() > deadline:
             raise TimeoutError(what)
         await asyncio.sleep(interval_s)
+
+
+class Window:
+    """A drain's measured part: from the moment ``warm`` jobs were acknowledged (the
+    worker ran at its pace by then: connections open, statements prepared, a JIT's code
+    compiled) to the last.  ``started(acked)`` is called as the acknowledgements grow."""
+
+    def __init__(self, warm: int, server: int | None, postgres: int) -> None:
+        self.warm = warm
+        self.roots = (server, postgres)
+        self.meter: Meter | None = None
+        self.t0 = 0.0
+        self.acked_at_start = 0
+
+    def started(self, acked: int) -> bool:
+        if self.meter is None and acked >= self.warm:
+            self.meter = Meter(*self.roots)
+            self.t0 = time.perf_counter()
+            self.acked_at_start = acked
+        return self.meter is not None
+
+    def row(self, acked: int, last_at: float) -> dict[str, float]:
+        """jobs/s over the window, ending when the last acknowledgement came, and the CPU
+        per job of each part."""
+        assert self.meter is not None
+        jobs = acked - self.acked_at_start
+        return {"jobsPerSec": jobs / (last_at - self.t0), **self.meter.split(jobs)}
 
 
 class Pickup:

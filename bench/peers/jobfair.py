@@ -24,6 +24,7 @@ from bench.peers.common import (
     Meter,
     Pickup,
     Sizes,
+    Window,
     b_position,
     until,
 )
@@ -90,20 +91,19 @@ async def _noop(job: Job) -> None:
 
 
 async def _drain(
-    base: str, pg_pid: int, n: int, concurrency: int, mode: Mode = "poll"
+    base: str, pg_pid: int, n: int, warm: int, concurrency: int, mode: Mode = "poll"
 ) -> dict[str, Any]:
     async with AsyncJobfair(base) as jf:
         await _warm(jf)
-        meter = Meter(server_pid(base), pg_pid)
-        t0 = time.perf_counter()
+        window = Window(warm, server_pid(base), pg_pid)
         w = AsyncWorker(jf, TYPE, _noop, concurrency=concurrency, mode=mode)
         running = asyncio.create_task(w.run())
-        await until(lambda: w.stats.completed >= n or running.done(), "W2: drain unfinished")
-        elapsed = time.perf_counter() - t0
-        row = {"jobsPerSec": n / elapsed, **meter.split(n)}
+        await until(lambda: window.started(w.stats.completed) or running.done(), "W2: warm-up")
+        await until(lambda: w.stats.completed >= warm + n or running.done(), "W2: unfinished")
+        row = window.row(w.stats.completed, time.perf_counter())
         w.stop()
         await running
-        assert w.stats.completed == n, (w.stats, n)
+        assert w.stats.completed == warm + n, (w.stats, warm + n)
     return row
 
 
@@ -116,34 +116,42 @@ def _preloaded(pg: Postgres, n: int) -> str:
 
 def drain(pg: Postgres, sizes: Sizes, concurrency: int, mode: Mode = "poll") -> dict[str, Any]:
     """``mode``: the worker long-polls ("poll") or takes an SSE stream ("stream")."""
-    url = _preloaded(pg, sizes.drain)
+    url = _preloaded(pg, sizes.drain_warmup + sizes.drain)
     with server(url) as base:
-        row = asyncio.run(_drain(base, pg.postmaster_pid, sizes.drain, concurrency, mode))
+        row = asyncio.run(
+            _drain(base, pg.postmaster_pid, sizes.drain, sizes.drain_warmup, concurrency, mode)
+        )
     assert asyncio.run(_count(url, "AND state IN ('CREATED', 'ACTIVATED')")) == 0
     return row
 
 
 def _external_drain(pg: Postgres, sizes: Sizes, command: list[str]) -> dict[str, Any]:
-    """W2 through another client's worker: ``command`` + [base, jobs] prints one JSON
-    line: jobs completed, seconds from its worker's start until the last one was
-    acknowledged, and its own CPU seconds over that time."""
-    url = _preloaded(pg, sizes.drain)
+    """W2 through another client's worker: ``command`` + [base, jobs, warm-up jobs] drains
+    them, prints a line "warm" once the warm-up jobs are acknowledged, then one JSON line:
+    jobs completed in all, those after the warm-up, seconds from the warm-up's end until
+    the last one was acknowledged, and its own CPU seconds over that time."""
+    url = _preloaded(pg, sizes.drain_warmup + sizes.drain)
     with server(url) as base:
         asyncio.run(_warm_only(base))
-        meter = Meter(server_pid(base), pg.postmaster_pid)
-        out = subprocess.run(
-            [*command, base, str(sizes.drain)],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert out.returncode == 0, out.stderr[-3000:]
-        report = json.loads(out.stdout.strip().splitlines()[-1])
-        assert report["completed"] == sizes.drain, report
+        command = [*command, base, str(sizes.drain), str(sizes.drain_warmup)]
+        with subprocess.Popen(
+            command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        ) as worker:
+            assert worker.stdout is not None and worker.stderr is not None
+            for line in worker.stdout:  # a runtime may print notices of its own first
+                if line.strip() == "warm":
+                    break
+            else:
+                raise AssertionError(worker.stderr.read()[-3000:])
+            meter = Meter(server_pid(base), pg.postmaster_pid)
+            out, err = worker.communicate(timeout=600)
+        assert worker.returncode == 0, err[-3000:]
+        report = json.loads(out.strip().splitlines()[-1])
+        assert report["completed"] == sizes.drain_warmup + sizes.drain, report
+        measured = report["measured"]
         row = {
-            "jobsPerSec": sizes.drain / report["seconds"],
-            **meter.split(sizes.drain, loadgen_s=report["cpuSeconds"]),
+            "jobsPerSec": measured / report["seconds"],
+            **meter.split(measured, loadgen_s=report["cpuSeconds"]),
         }
     assert asyncio.run(_count(url, "AND state IN ('CREATED', 'ACTIVATED')")) == 0
     return row
@@ -162,7 +170,9 @@ def drain_ts(pg: Postgres, sizes: Sizes, concurrency: int) -> dict[str, Any]:
 
 def java_classes() -> Path:
     """DrainWorker compiled against the Java client's jar (clients/java/build.sh)."""
-    if not JAVA_JAR.exists():
+    sources = (ROOT / "clients" / "java" / "src" / "main").rglob("*.java")
+    built = JAVA_JAR.stat().st_mtime if JAVA_JAR.exists() else 0.0
+    if any(s.stat().st_mtime > built for s in sources):
         subprocess.run([str(ROOT / "clients" / "java" / "build.sh")], check=True)
     source = HERE / "DrainWorker.java"
     target = JAVA_OUT / "DrainWorker.class"

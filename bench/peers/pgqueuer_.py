@@ -29,6 +29,7 @@ from bench.peers.common import (
     Meter,
     Pickup,
     Sizes,
+    Window,
     b_position,
     until,
 )
@@ -96,6 +97,7 @@ async def _run_manager(
     handler: Callable[[Job], Awaitable[None]],
     expected: int,
     meter_pg: int | None = None,
+    warm: int = 0,
     while_running: Callable[[], Awaitable[None]] | None = None,
 ) -> dict[str, Any]:
     """A QueueManager running ``handler`` until ``expected`` jobs are acknowledged.
@@ -104,8 +106,7 @@ async def _run_manager(
     acked = _Acked(q)
     qm = QueueManager(q)
     qm.entrypoint(TYPE)(handler)
-    meter = Meter(None, meter_pg) if meter_pg is not None else None
-    t0 = time.perf_counter()
+    window = Window(warm, None, meter_pg) if meter_pg is not None else None
     running = asyncio.create_task(
         qm.run(batch_size=max(1, concurrency // 2), max_concurrent_tasks=concurrency)
     )
@@ -114,9 +115,11 @@ async def _run_manager(
         if while_running is not None:
             await asyncio.sleep(0.5)  # the worker is waiting
             await while_running()
+        if window is not None:
+            await until(lambda: window.started(acked.count) or running.done(), f"{NAME}: warm")
         await until(lambda: acked.count >= expected or running.done(), f"{NAME}: unfinished")
-        if meter is not None:
-            row = {"jobsPerSec": expected / (acked.last_at - t0), **meter.split(expected)}
+        if window is not None:
+            row = window.row(acked.count, acked.last_at)
     finally:
         qm.shutdown.set()
         await running
@@ -159,8 +162,11 @@ async def _noop(job: Job) -> None:
 
 def drain(pg: Postgres, sizes: Sizes, concurrency: int) -> dict[str, Any]:
     url = _fresh(pg)
-    asyncio.run(_preload(url, [orjson.dumps({"n": i}) for i in range(sizes.drain)]))
-    return asyncio.run(_run_manager(url, concurrency, _noop, sizes.drain, pg.postmaster_pid))
+    total = sizes.drain_warmup + sizes.drain
+    asyncio.run(_preload(url, [orjson.dumps({"n": i}) for i in range(total)]))
+    return asyncio.run(
+        _run_manager(url, concurrency, _noop, total, pg.postmaster_pid, sizes.drain_warmup)
+    )
 
 
 # -- W3 ---------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from bench.peers.common import (
     Meter,
     Pickup,
     Sizes,
+    Window,
     b_position,
     until,
 )
@@ -102,6 +103,7 @@ async def _run_worker(
     handler: Callable[..., Awaitable[None]],
     expected: int,
     meter_pg: int | None = None,
+    warm: int = 0,
     while_running: Callable[[App], Awaitable[None]] | None = None,
 ) -> dict[str, Any]:
     """A worker running ``handler`` until ``expected`` jobs are acknowledged.  With
@@ -110,8 +112,7 @@ async def _run_worker(
     row: dict[str, Any] = {}
     async with app.open_async():
         acked = _Acked(app)
-        meter = Meter(None, meter_pg) if meter_pg is not None else None
-        t0 = time.perf_counter()
+        window = Window(warm, None, meter_pg) if meter_pg is not None else None
         running = asyncio.create_task(
             app.run_worker_async(
                 concurrency=concurrency,
@@ -125,9 +126,11 @@ async def _run_worker(
             if while_running is not None:
                 await asyncio.sleep(0.5)  # the worker is waiting
                 await while_running(app)
+            if window is not None:
+                await until(lambda: window.started(acked.count) or running.done(), f"{NAME}: warm")
             await until(lambda: acked.count >= expected or running.done(), f"{NAME}: unfinished")
-            if meter is not None:
-                row = {"jobsPerSec": expected / (acked.last_at - t0), **meter.split(expected)}
+            if window is not None:
+                row = window.row(acked.count, acked.last_at)
         finally:
             if not running.done():
                 running.cancel()  # its graceful stop
@@ -164,8 +167,11 @@ def enqueue(pg: Postgres, sizes: Sizes) -> dict[str, Any]:
 
 def drain(pg: Postgres, sizes: Sizes, concurrency: int) -> dict[str, Any]:
     url = _fresh(pg)
-    asyncio.run(_preload(url, [{"n": i} for i in range(sizes.drain)]))
-    return asyncio.run(_run_worker(url, concurrency, _noop, sizes.drain, pg.postmaster_pid))
+    total = sizes.drain_warmup + sizes.drain
+    asyncio.run(_preload(url, [{"n": i} for i in range(total)]))
+    return asyncio.run(
+        _run_worker(url, concurrency, _noop, total, pg.postmaster_pid, sizes.drain_warmup)
+    )
 
 
 # -- W3 ---------------------------------------------------------------------------------
