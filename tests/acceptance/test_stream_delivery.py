@@ -1,7 +1,8 @@
-"""Issue 20 §4: a stream counts a job delivered only once its event was written.
+"""Issue 20 §4: a stream counts a job delivered only once the write carrying its event
+was handed to the connection (a claim's jobs go out in one write, ADR 037).
 
-A job whose event the server was still writing when the connection broke (the client
-reset it while the buffers were full) returns to CREATED at once, with the jobs not yet
+The jobs of a write the server was still making when the connection broke (the client
+reset it while the buffers were full) return to CREATED at once, with the jobs not yet
 written.  What was written before the break keeps its lease: the server cannot know
 whether the client read it (the window README's "Streams" paragraph describes).
 """
@@ -54,18 +55,26 @@ async def _until(condition, timeout_s: float = 20) -> None:
 
 
 async def test_a_job_whose_write_was_cut_by_a_reset_returns_at_once(live):
-    await enqueue(live.client, "cut", "acme", 3, variables={"blob": "x" * BLOB_BYTES})
+    blob = {"blob": "x" * BLOB_BYTES}
+    await enqueue(live.client, "cut", "acme", 1, variables=blob)
     sock = await _stalled_stream(live.url, "type=cut&maxJobs=3&timeout=600000")
-    registry = live.services.activation.streams
-    await _until(lambda: any(len(s.outstanding) >= 2 for s in registry.streams))
-    [stream] = registry.streams
-    # The first event is written (it fills the buffers), the second's write waits.
-    assert len(stream.outstanding) == 2
-    _reset(sock)
+    try:
+        registry = live.services.activation.streams
+        # The first job's write is handed over (it fills the buffers) and the stream waits
+        # for more with its two credits left.
+        await _until(lambda: any(s.waiter is not None for s in registry.streams))
+        [stream] = registry.streams
+        assert len(stream.outstanding) == 1
+        # The next two go out together, a write that waits for the client to read.
+        await enqueue(live.client, "cut", "acme", 2, variables=blob)
+        await _until(lambda: len(stream.outstanding) == 3 and stream.waiter is None)
+        assert len(stream.undelivered) == 2
+    finally:
+        _reset(sock)
     await _until(lambda: not registry.streams)
     rows = await live.services.db.fetch(
         "SELECT state, count(*) FROM jobs WHERE job_type = 'cut' GROUP BY state"
     )
-    # The second (cut) and the third (never written) are back; the first, written into
-    # buffers the client may or may not have read, keeps its lease.
+    # The cut write's two are back; the first, written into buffers the client may or
+    # may not have read, keeps its lease.
     assert dict(rows) == {"ACTIVATED": 1, "CREATED": 2}
