@@ -14,7 +14,7 @@ waiting worker (ADR 012).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
@@ -141,7 +141,7 @@ class Activation:
         req: ActivateRequest,
         caller: Caller,
         fetch_variables: Sequence[str] | None = None,
-    ) -> AsyncIterator[list[dict[str, Any]]]:
+    ) -> AsyncGenerator[list[dict[str, Any]]]:
         """An SSE stream's writes, each the events of one claim's jobs (``event: job`` per
         job, at most ``maxJobs`` unfinished at once).  Refused now, before any event, when
         the server is shutting down or every waiter place is taken (503), or the key has no
@@ -261,11 +261,15 @@ async def _watch(caller: Caller, gone: asyncio.Event) -> None:
 
 
 async def _holding(
-    events: AsyncIterator[list[dict[str, Any]]], held: AbstractContextManager[None]
-) -> AsyncIterator[list[dict[str, Any]]]:
-    """``events``, with the key's waiter place ``held`` given back when they end."""
+    events: AsyncGenerator[list[dict[str, Any]]], held: AbstractContextManager[None]
+) -> AsyncGenerator[list[dict[str, Any]]]:
+    """``events``, with the key's waiter place ``held`` given back when they end (and
+    ``events`` closed then, not when the collector finds them)."""
     try:
         async for event in events:
             yield event
     finally:
-        held.__exit__(None, None, None)
+        try:
+            await events.aclose()
+        finally:
+            held.__exit__(None, None, None)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from fastapi import Request
@@ -145,11 +145,15 @@ async def stream(request: Request) -> Response:
     )
 
 
-async def _encoded(writes: AsyncIterator[list[dict[str, Any]]]) -> AsyncIterator[bytes]:
+async def _encoded(writes: AsyncGenerator[list[dict[str, Any]]]) -> AsyncIterator[bytes]:
     """Each write's events as one chunk (sse-starlette sends bytes as they are), in the
-    form it gives an event of its own."""
-    async for events in writes:
-        yield b"".join(ServerSentEvent(**e).encode() for e in events)
+    form it gives an event of its own.  Closing it closes the stream's generator at
+    once, which gives back what was not written (not when the collector finds it)."""
+    try:
+        async for events in writes:
+            yield b"".join(ServerSentEvent(**e).encode() for e in events)
+    finally:
+        await writes.aclose()
 
 
 def _int_param(value: str | None, name: str) -> int | None:

@@ -78,3 +78,33 @@ async def test_a_job_whose_write_was_cut_by_a_reset_returns_at_once(live):
     # The cut write's two are back; the first, written into buffers the client may or
     # may not have read, keeps its lease.
     assert dict(rows) == {"ACTIVATED": 1, "CREATED": 2}
+
+
+async def test_a_client_that_reads_only_the_head_gets_back_what_never_left(live):
+    """A claim's jobs go out in writes of WRITE_BYTES, not all in one: a client that
+    resets after the response head holds only what the buffers took (a review of
+    7cc294a: with one write per claim, all forty of these stayed ACTIVATED until their
+    leases ended, though 5 of their 8 MB never left the server)."""
+    n, size = 40, 200 * 1024
+    for _ in range(0, n, 10):
+        await enqueue(live.client, "head", "acme", 10, variables={"blob": "x" * size})
+    sock = await _stalled_stream(live.url, f"type=head&maxJobs={n}&timeout=600000")
+    try:
+        head = await asyncio.wait_for(asyncio.get_running_loop().sock_recv(sock, 1024), 10)
+        assert head.startswith(b"HTTP/1.1 200")
+        registry = live.services.activation.streams
+        # Claimed, and writing until the buffers are full: the stream waits in a write.
+        await _until(lambda: any(len(s.outstanding) == n for s in registry.streams))
+        [stream] = registry.streams
+        await _until(lambda: stream.undelivered and stream.waiter is None)
+    finally:
+        _reset(sock)
+    await _until(lambda: not registry.streams)
+    rows = await live.services.db.fetch(
+        "SELECT state, count(*) FROM jobs WHERE job_type = 'head' GROUP BY state"
+    )
+    states = dict(rows)
+    # What loopback's buffers hold at most (the server's send buffer, 4 MB here): the
+    # rest never left, and is back.
+    assert states.get("ACTIVATED", 0) * size < 5 * 1024 * 1024, states
+    assert states["CREATED"] == n - states.get("ACTIVATED", 0)

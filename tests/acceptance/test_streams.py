@@ -126,6 +126,24 @@ async def test_the_jobs_of_one_claim_go_out_in_one_write(live):
     assert len({orjson.loads(e.split(b"data: ", 1)[1])["jobKey"] for e in events}) == 3
 
 
+async def test_a_claim_of_large_jobs_goes_out_in_writes_of_bounded_size(live):
+    """At most WRITE_BYTES of data a write, one job at least: a claim of large jobs is
+    not one write (which the server's buffer would take whole, counting all of it
+    delivered)."""
+    from app.activation.streaming import WRITE_BYTES
+
+    size = WRITE_BYTES // 3 - 200
+    await enqueue(live.client, "big", "acme", 10, variables={"blob": "x" * size})
+    stream = live.services.activation.open_stream(ActivateRequest("big", 10, 60_000))
+    events = stream.events()
+    try:
+        writes = [await events.__anext__() for _ in range(4)]
+    finally:
+        await events.aclose()
+    assert [len(w) for w in writes] == [2, 2, 2, 2]  # the third would pass WRITE_BYTES
+    assert all(sum(len(e["data"]) for e in w) <= WRITE_BYTES for w in writes)
+
+
 async def _keys(live, job_type):
     rows = await live.services.db.fetch("SELECT job_key FROM jobs WHERE job_type = $1", job_type)
     return [str(r[0]) for r in rows]
