@@ -408,6 +408,7 @@ public final class Worker {
 
         private void send() {
             while (true) {
+                gather();
                 List<Queued> batch = new ArrayList<>();
                 synchronized (this) {
                     if (queue.isEmpty()) {
@@ -434,6 +435,27 @@ public final class Worker {
                     continue;
                 }
                 for (int i = 0; i < batch.size(); i++) batch.get(i).verdict.complete(verdicts.get(i));
+            }
+        }
+
+        /**
+         * Waits, as the poll loop does, up to GATHER_NS for the handlers still running to
+         * end too: a batch's handlers end together on their threads, and a completion
+         * sent at the first one's end went alone, its verdict freeing one slot, the next
+         * activation asking for one job.
+         */
+        private void gather() {
+            synchronized (room) {
+                long until = System.nanoTime() + GATHER_NS;
+                long left;
+                while (handling > 0 && (left = until - System.nanoTime()) > 0) {
+                    try {
+                        room.wait(left / 1_000_000, (int) (left % 1_000_000));
+                    } catch (InterruptedException e) {
+                        Thread.currentThread().interrupt();
+                        return;
+                    }
+                }
             }
         }
 
