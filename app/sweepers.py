@@ -74,14 +74,13 @@ class LeaseSweeper:
         self._full_at = -math.inf
         # An expired lease held its worker until now, by worker time (ADR 029): settled
         # before the sweep ends (its writer tasks are awaited, not spawned apart).
-        self.settlements = Settlements(Store(db), lambda task, what: None)
+        self.store = Store(db)
+        self.settlements = Settlements(self.store, lambda task, what: None)
 
     def _since(self) -> datetime | None:
         """Where this sweep starts (None: from the first lease)."""
-        hints = self.db.claim_hints
-        degraded = hints is not None and hints.degraded
         if (
-            not degraded
+            not self.store.degraded
             or self._swept_to is None
             or self.clock() - self._full_at >= self.FULL_EVERY_S
         ):

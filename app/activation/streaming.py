@@ -6,11 +6,12 @@ FIFO queue, so streams and long polls take turns through the same scheduler), an
 credit back when one of its jobs is completed, failed, errored or times out: from NOTIFY
 ``jobfair_done`` (any replica), or from its own jittered check of its outstanding jobs.
 
-Delivered means written: the jobs of one claim go out in one write (an ``event: job``
-each), and count as the client's once that write was handed to the connection while the
-connection was up.  The jobs of a write that failed or was cut (the stream closed while
-it was being sent, or the connection already gone, so the server dropped the write)
-return to CREATED at once, as do jobs activated but not yet written.
+Delivered means written: the jobs of one claim go out together, in writes of at most
+WRITE_BYTES (an ``event: job`` each), and count as the client's once their write was
+handed to the connection while the connection was up.  The jobs of a write that failed
+or was cut (the stream closed while it was being sent, or the connection already gone,
+so the server dropped the write) return to CREATED at once, as do jobs activated but not
+yet written.
 What the server cannot know is whether the client read what was written: events in the
 socket buffers when the connection breaks keep their lease until it ends.
 """
@@ -103,9 +104,10 @@ class Stream:
             self.credit_back.set()
 
     async def events(self) -> AsyncGenerator[list[dict[str, Any]]]:
-        """The stream's writes: each the events (``event: job``) of the jobs one claim
-        got, written together (one write, not one per job: the worker reads them at once
-        and finishes them together, and the server checks its connection once)."""
+        """The stream's writes: the events (``event: job``) of the jobs one claim got,
+        together in writes of at most WRITE_BYTES (not one per job: the worker reads
+        them at once and finishes them together, and the server checks its connection
+        once a write)."""
         self.registry.streams.add(self)
         try:
             while not self.registry.shutdown.is_set():

@@ -2,7 +2,7 @@
 -- Parameters are $1, $2, ... as asyncpg sends them.
 
 -- name: expired_leases
--- ACTIVATED jobs whose lease ended before :now and not before :since ('-infinity': any),
+-- ACTIVATED jobs whose lease ended before :now and not before :since (the earliest instant: any),
 -- at most :limit, earliest first.  Index: jobs_lease_idx, from :since on: while a held
 -- xmin horizon keeps every ended lease's entry, a sweep starts past those it swept
 -- (LeaseSweeper, ADR 036).  No locks (the release re-checks state and deadline).
