@@ -84,7 +84,8 @@ public final class Worker {
 
     private static final Logger LOG = Logger.getLogger("dev.jobfair.client");
     private static final long STOP_ABORT_DELAY_MS = 250;
-    // How long an activation waits for the handlers still running to end too (see poll).
+    // How long an activation or a completion waits for the handlers still running to end
+    // too (handlersGathered).
     private static final long GATHER_NS = 1_000_000;
     // A batch of completions: at most this many jobs (the server's limit) and about this many
     // bytes (a handler's variables can be large; the server's body limit is 16 MiB).
@@ -182,18 +183,8 @@ public final class Worker {
                 }
                 // A batch's handlers often end together: the slots they free are asked for
                 // in one activation, not one activation for the first and another for the
-                // rest (each activation costs the server a claim whatever its size).  The
-                // wait ends when no handler runs, or after GATHER_MS.
-                long until = System.nanoTime() + GATHER_NS;
-                long left;
-                while (handling > 0 && handling < o.concurrency && (left = until - System.nanoTime()) > 0) {
-                    try {
-                        room.wait(left / 1_000_000, (int) (left % 1_000_000));
-                    } catch (InterruptedException e) {
-                        Thread.currentThread().interrupt();
-                        return;
-                    }
-                }
+                // rest (each activation costs the server a claim whatever its size).
+                if (!handlersGathered()) return;
                 free = Math.min(o.concurrency - handling, 2 * o.concurrency - held);
                 if (free <= 0) continue;
             }
@@ -252,6 +243,28 @@ public final class Worker {
         }, null);
         inflight.put(job, task); // before it runs: it removes itself when done
         handlers.execute(task);
+    }
+
+    /**
+     * Waits up to GATHER_NS, or until no handler runs, for the handlers still running to
+     * end (the poll loop and the completion sender, so that a batch's handlers, ending
+     * together on their threads, are asked for and completed together); false if
+     * interrupted.
+     */
+    private boolean handlersGathered() {
+        synchronized (room) {
+            long until = System.nanoTime() + GATHER_NS;
+            long left;
+            while (handling > 0 && (left = until - System.nanoTime()) > 0) {
+                try {
+                    room.wait(left / 1_000_000, (int) (left % 1_000_000));
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    return false;
+                }
+            }
+            return true;
+        }
     }
 
     private void verdictGiven() {
@@ -408,7 +421,9 @@ public final class Worker {
 
         private void send() {
             while (true) {
-                gather();
+                // A burst's first completion sent alone freed one slot, and the next
+                // activation asked for one job: the burst goes together.
+                handlersGathered();
                 List<Queued> batch = new ArrayList<>();
                 synchronized (this) {
                     if (queue.isEmpty()) {
@@ -435,27 +450,6 @@ public final class Worker {
                     continue;
                 }
                 for (int i = 0; i < batch.size(); i++) batch.get(i).verdict.complete(verdicts.get(i));
-            }
-        }
-
-        /**
-         * Waits, as the poll loop does, up to GATHER_NS for the handlers still running to
-         * end too: a batch's handlers end together on their threads, and a completion
-         * sent at the first one's end went alone, its verdict freeing one slot, the next
-         * activation asking for one job.
-         */
-        private void gather() {
-            synchronized (room) {
-                long until = System.nanoTime() + GATHER_NS;
-                long left;
-                while (handling > 0 && (left = until - System.nanoTime()) > 0) {
-                    try {
-                        room.wait(left / 1_000_000, (int) (left % 1_000_000));
-                    } catch (InterruptedException e) {
-                        Thread.currentThread().interrupt();
-                        return;
-                    }
-                }
             }
         }
 
