@@ -42,18 +42,68 @@ def alembic_config(url: str) -> Config:
 
 
 def upgrade(url: str) -> None:
-    """Migrate to head.  Safe to call from inside a running event loop."""
-    from alembic import command
-
-    cfg = alembic_config(url)
+    """Migrate to head, then build the CONCURRENT indexes.  Safe to call from inside a
+    running event loop."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        command.upgrade(cfg, "head")
+        _upgrade(url)
         return
     # env.py calls asyncio.run(); give it a thread of its own.
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        pool.submit(command.upgrade, cfg, "head").result()
+        pool.submit(_upgrade, url).result()
+
+
+def _upgrade(url: str) -> None:
+    from alembic import command
+
+    command.upgrade(alembic_config(url), "head")
+    asyncio.run(build_concurrent(url))
+
+
+# Indexes on tables that grow with jobs, built after the migrations with CREATE INDEX
+# CONCURRENTLY (which cannot run in a migration's transaction): the servers go on writing
+# while they are built.  A statement using one works without it, only slower, so a server
+# may start before it exists.  An index left INVALID by an interrupted build is dropped
+# and built again.  The migration lock's key 1, held for the session, makes concurrent
+# ``jobfair migrate`` runs build them one after the other.
+CONCURRENT = {
+    # alembic 0016: the key caps' counts (jobfair_lock_and_count_keys).
+    "jobs_active_key_idx": (
+        "CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_active_key_idx"
+        " ON jobs (tenant_id, fairness_key, job_type) WHERE state = 'ACTIVATED'"
+    ),
+    # alembic 0016: the held keys, released by a type's change and the leader's sweep.
+    "lane_keys_held_idx": (
+        "CREATE INDEX CONCURRENTLY IF NOT EXISTS lane_keys_held_idx"
+        " ON lane_keys (job_type) WHERE held"
+    ),
+}
+
+
+async def build_concurrent(url: str) -> None:
+    from app.db.connect import connect
+    from app.db.locks import MIGRATION_LOCK_CLASS
+
+    conn = await connect(url)
+    try:
+        # Tried, not waited for: a build CONCURRENTLY waits for every transaction open
+        # when it starts, and a session waiting for the lock would be one (a deadlock).
+        try_lock = f"SELECT pg_try_advisory_lock({MIGRATION_LOCK_CLASS}, 1)"
+        while not await conn.fetchval(try_lock):  # noqa: ASYNC110 (another session's lock: no event)
+            await asyncio.sleep(0.2)
+        for name, create in CONCURRENT.items():
+            valid = await conn.fetchval(
+                "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+                " WHERE c.relname = $1 AND pg_table_is_visible(c.oid)",
+                name,
+            )
+            if valid is False:
+                await conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+            if valid is not True:
+                await conn.execute(create)
+    finally:
+        await conn.close()  # the session lock goes with it
 
 
 # The lines alembic's template writes in every revision file (alembic/script.py.mako),

@@ -50,11 +50,14 @@ class ConfigService:
         if not await operating.delete_tenant(self.db, tenant_id):
             raise NotFound(f"tenant {tenant_id} has no configuration")
 
-    async def put_key(self, tenant_id: str, fairness_key: str, weight: int) -> dict[str, Any]:
-        """A fairness key's weight inside its tenant: the next activation on every
-        server divides the tenant's share by it, for the jobs already waiting too."""
+    async def put_key(
+        self, tenant_id: str, fairness_key: str, weight: int, cap: int | None = None
+    ) -> dict[str, Any]:
+        """A fairness key's weight inside its tenant (the next activation on every server
+        divides the tenant's share by it, for the jobs already waiting too) and its cap
+        on ACTIVATED jobs of every type (exact, ADR 040)."""
         got = await operating.upsert_key_weight(
-            self.db, tenant_id, stored_key(fairness_key), weight
+            self.db, tenant_id, stored_key(fairness_key), weight, cap
         )
         return _key(tenant_id, fairness_key, got)
 
@@ -74,10 +77,11 @@ class ConfigService:
         step: int | None,
         rate: RateLimit | None = None,
         fairness_by: FairnessBy = FairnessBy.ACTIVATIONS,
+        per_key: int | None = None,
     ) -> dict[str, Any]:
         return self._job_type(
             await operating.upsert_job_type(
-                self.db, job_type, cap, interval_ms, step, rate, fairness_by
+                self.db, job_type, cap, interval_ms, step, rate, fairness_by, per_key
             )
         )
 
@@ -102,6 +106,7 @@ class ConfigService:
             "agingStep": aging.step,
             "rateLimit": None,
             "fairnessBy": FairnessBy.ACTIVATIONS.value,
+            "maxActivePerKey": None,
             "paused": False,
             "configured": False,
         }
@@ -118,6 +123,7 @@ class ConfigService:
             "agingStep": aging.step,
             "rateLimit": _rate(row),
             "fairnessBy": row.fairness_by or FairnessBy.ACTIVATIONS.value,
+            "maxActivePerKey": row.max_active_per_key,
             "paused": row.paused,
             "configured": True,
         }
@@ -151,12 +157,13 @@ def _number(x: float) -> float:
     return int(x) if x.is_integer() else x
 
 
-def _key(tenant_id: str, fairness_key: str, weight: int | None) -> dict[str, Any]:
+def _key(tenant_id: str, fairness_key: str, got: tuple[int, int | None] | None) -> dict[str, Any]:
     return {
         "tenantId": tenant_id,
         "fairnessKey": shown_key(stored_key(fairness_key)),
-        "weight": 1 if weight is None else weight,
-        "configured": weight is not None,
+        "weight": 1 if got is None else got[0],
+        "maxActiveJobs": None if got is None else got[1],
+        "configured": got is not None,
     }
 
 

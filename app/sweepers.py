@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from app import logs
 from app.activation.charging import Settlements
 from app.config import Settings
-from app.db import Database, StoreUnavailable, maintenance
+from app.db import Database, StoreUnavailable, maintenance, operating
 from app.db.leader import LeaderLock
 from app.db.rows import Ended
 from app.db.store import Store
@@ -165,6 +165,23 @@ class RetentionSweeper:
         return pruned
 
 
+class KeyHoldSweeper:
+    """Releases every held fairness key now and then (ADR 040): a backstop, for a hold is
+    only a shortcut (the next claim of a key counts again, under its cap lock, and holds
+    it again if it is still at its cap).  During a rolling upgrade from a server older
+    than alembic 0016, whose finishes do not release key holds, it bounds how long a key
+    stays held with room: one interval."""
+
+    name = "key holds"
+    interval_ms = 5000
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def run_once(self, now: datetime) -> int:
+        return await operating.release_key_holds(self.db, behind_finishes=False)
+
+
 class StatsSampler:
     name = "stats-sampler"
 
@@ -236,6 +253,7 @@ class DeadRowsWatch:
 Task = (
     DeadRowsWatch
     | LeaseSweeper
+    | KeyHoldSweeper
     | Promoter
     | RetentionSweeper
     | StatsSampler
@@ -267,7 +285,12 @@ class Background:
             db, settings.retention_sweep_interval_ms, settings.retention_s
         )
         self.sampler = StatsSampler(stats)
-        self.leader_tasks: list[Task] = [self.lease, self.promoter, self.retention]
+        self.leader_tasks: list[Task] = [
+            self.lease,
+            self.promoter,
+            self.retention,
+            KeyHoldSweeper(db),
+        ]
         # Every process: its state into the shared metrics files (multiprocess mode) and
         # the labelled tenants read; the leader decides those (app.metrics).
         self.process_tasks: list[Task] = [self.sampler, DeadRowsWatch(db)]

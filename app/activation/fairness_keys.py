@@ -5,8 +5,9 @@ short, kept out of the call's later rounds and parked after it."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
-from app.db.store import KeysAsk, Store
+from app.db.store import KeyCountAsk, KeysAsk, Store
 from app.scheduler import Key, LaneKey, split_among_keys
 
 # Lanes read beyond maxJobs, to cover lanes that turn out empty or capped.
@@ -30,6 +31,8 @@ class KeysRead:
         self.widen = 1
         self.counts: dict[LaneKey, int] = {}
         self.weights: dict[LaneKey, int] = {}
+        self.caps: dict[LaneKey, int] = {}  # the own caps of the keys last read (ADR 040)
+        self.room: dict[LaneKey, int] = {}  # the room of the keys last counted
         # The lanes of the latest read whose every active key not excluded was seen, and
         # none of which had a ready job.
         self.exhausted: set[str] = set()
@@ -39,16 +42,16 @@ class KeysRead:
         self.short.update(keys)
         self.exclude.update(keys)
 
-    async def split(
+    async def read(
         self,
         store: Store,
         job_type: str,
         lane_counts: Mapping[str, int],
         owed: Mapping[LaneKey, tuple[int, float]] | None = None,
-    ) -> dict[LaneKey, int]:
-        """Each lane's picks divided among its first keys (read now, in ``store``: the
-        capped claim's transaction, or the database), with ``owed`` key charges not yet
-        written added (ADR 036)."""
+    ) -> dict[str, list[Key]]:
+        """The first keys of each lane given picks (read now, in ``store``: the capped
+        claim's transaction, or the database), with ``owed`` key charges not yet written
+        added (ADR 036), and each key's own cap in ``caps``."""
         slack = LANE_SLACK * self.widen
         read = await store.read_keys(
             KeysAsk(
@@ -59,11 +62,67 @@ class KeysRead:
             )
         )
         self.emptied(read.empty)
-        ready = {t: [Key(k, v, w) for k, v, w in found] for t, found in read.ready.items()}
+        ready = {t: [Key(k, v, w) for k, v, w, _ in found] for t, found in read.ready.items()}
+        self.caps = {
+            (t, k): cap
+            for t, found in read.ready.items()
+            for k, _, _, cap in found
+            if cap is not None
+        }
         self.weights = {(t, k.key): k.weight for t, found in ready.items() for k in found}
         self.exhausted = {t for t in lane_counts if t not in ready and t not in read.more}
+        return ready
+
+    def capped(self, ready: Mapping[str, Sequence[Key]], per_key: int | None) -> list[LaneKey]:
+        """The keys read that have a cap (their own, or the type's ``per_key``): a claim
+        from them counts under their cap locks (ADR 040)."""
+        if per_key is not None:
+            return [(t, k.key) for t, found in ready.items() for k in found]
+        return sorted(self.caps)
+
+    def split(
+        self,
+        lane_counts: Mapping[str, int],
+        ready: Mapping[str, Sequence[Key]],
+        room: Mapping[LaneKey, int] | None = None,
+    ) -> dict[LaneKey, int]:
+        """Each lane's picks divided among the keys read for it, each key at most its
+        ``room`` (counted under its cap lock; absent: no cap)."""
+        if room:
+            ready = {
+                t: [replace(k, headroom=room.get((t, k.key))) for k in found]
+                for t, found in ready.items()
+            }
         self.counts = split_among_keys(lane_counts, ready)
         return self.counts
+
+    async def split_counted(
+        self,
+        tx: Store,
+        job_type: str,
+        lane_counts: Mapping[str, int],
+        owed: Mapping[LaneKey, tuple[int, float]] | None,
+        per_key: int | None,
+    ) -> dict[LaneKey, int]:
+        """In a capped claim's transaction: the keys read, those with a cap (their own,
+        or the type's ``per_key``) locked and counted (lock_and_count_keys, after the
+        type's and the tenants' locks), and each lane's picks divided among its keys
+        within their room (ADR 040)."""
+        ready = await self.read(tx, job_type, lane_counts, owed)
+        capped = self.capped(ready, per_key)
+        self.room = (
+            await tx.lock_and_count_keys(KeyCountAsk(job_type, capped, per_key)) if capped else {}
+        )
+        return self.split(lane_counts, ready, self.room)
+
+    async def hold_full(self, tx: Store, job_type: str, claimed: Mapping[LaneKey, int]) -> None:
+        """After the claim, before its locks go: the counted keys it left at their caps
+        held out of later key reads, and out of the call's later rounds (not parked:
+        they have ready jobs)."""
+        full = [k for k, room in self.room.items() if room <= claimed.get(k, 0)]
+        if full:
+            await tx.hold_keys(job_type, full)
+            self.exclude.update(full)
 
     def claimed(self, per_key: Mapping[LaneKey, int]) -> None:
         """After the claim: the keys that came up short are out of the call (and parked if

@@ -327,7 +327,8 @@ class Rounds:
         )
         capped = [r.tenant_id for r in rows if r.max_active_jobs is not None]
         limited = [r.tenant_id for r in rows if r.rate_limited and r.tenant_id not in resting]
-        if cfg.max_active_jobs is None and not cfg.rate_limited and not capped and not limited:
+        uncapped = cfg.max_active_jobs is None and not cfg.rate_limited
+        if uncapped and cfg.max_active_per_key is None and not capped and not limited:
             plan = (
                 trim_to_caps(picks, n, None, None, {}, tokens=dict.fromkeys(resting, 0))
                 if resting
@@ -335,7 +336,14 @@ class Rounds:
             )
             lane_counts = {t: k for t, k in plan.allocation.counts.items() if k > 0}
             async with self.charges.owed_keys(job_type) as owed:
-                counts = await keys_read.split(self.store, job_type, lane_counts, owed)
+                ready = await keys_read.read(self.store, job_type, lane_counts, owed)
+            if keys_read.capped(ready, None):
+                # A key read has a cap of its own: counted and claimed under its cap lock,
+                # in a transaction (the keys read again there, ADR 040).
+                return await self._claim_capped(
+                    job_type, picks, n, cfg, (capped, limited, resting), claim_args, keys_read
+                )
+            counts = keys_read.split(lane_counts, ready)
             got = await self.store.claim(
                 ClaimAsk(
                     job_type,
@@ -376,20 +384,24 @@ class Rounds:
         capped, limited, resting = tenants
         locked = sorted({*capped, *limited})
         async with self.store.begin() as tx:
-            # One round trip: every statement made with the type's cap lock held is one
-            # that every other claim of the type waits out (alembic 0014).
-            counted = await tx.lock_and_count(
-                CountAsk(
-                    job_type,
-                    lock_type=type_cap is not None or cfg.rate_limited,
-                    lock_tenants=locked,
-                    type_cap=type_cap,
-                    capped=capped,
-                    type_limited=cfg.rate_limited,
-                    limited=limited,
+            if type_cap is None and not cfg.rate_limited and not locked:
+                # Only keys have caps: their locks and counts come after the key read.
+                type_active, room, buckets = None, {}, None
+            else:
+                # One round trip: every statement made with the type's cap lock held is
+                # one that every other claim of the type waits out (alembic 0014).
+                counted = await tx.lock_and_count(
+                    CountAsk(
+                        job_type,
+                        lock_type=type_cap is not None or cfg.rate_limited,
+                        lock_tenants=locked,
+                        type_cap=type_cap,
+                        capped=capped,
+                        type_limited=cfg.rate_limited,
+                        limited=limited,
+                    )
                 )
-            )
-            type_active, room, buckets = counted.type_active, counted.room, counted.buckets
+                type_active, room, buckets = counted.type_active, counted.room, counted.buckets
             tokens = dict.fromkeys(resting, 0)
             if buckets is not None:
                 tokens.update(buckets.tenant_tokens())
@@ -404,7 +416,9 @@ class Rounds:
             )
             lane_counts = {t: k for t, k in plan.allocation.counts.items() if k > 0}
             async with self.charges.owed_keys(job_type) as owed:
-                counts = await keys_read.split(tx, job_type, lane_counts, owed)
+                counts = await keys_read.split_counted(
+                    tx, job_type, lane_counts, owed, cfg.max_active_per_key
+                )
             # The claim holds the lanes it leaves at their caps in its own statement.
             got = await tx.claim(
                 ClaimAsk(
@@ -417,6 +431,9 @@ class Rounds:
                 )
             )
             taken = Counter(c.job.tenant_id for c in got)
+            await keys_read.hold_full(
+                tx, job_type, Counter((c.job.tenant_id, c.job.fairness_key) for c in got)
+            )
             plan = as_claimed(plan, room, tokens, taken)
             if buckets is not None:
                 await tx.take_tokens(TokensAsk(job_type, buckets, taken, len(got)))

@@ -185,6 +185,9 @@ class FairnessKey(BaseModel):
     tenantId: str
     fairnessKey: str
     weight: int = Field(description="its share of its tenant's, against its tenant's other keys")
+    maxActiveJobs: int | None = Field(
+        None, description="its ACTIVATED jobs of every type at most; null: no cap"
+    )
     configured: bool = Field(description="false: no weight of its own (it weighs 1)")
 
 
@@ -201,6 +204,9 @@ class JobTypeConfig(BaseModel):
     fairnessBy: Literal["activations", "workerTime", "cost"] = Field(
         description="what its lanes are charged by: one per activation, the jobs' cost, or "
         "the seconds their leases were held"
+    )
+    maxActivePerKey: int | None = Field(
+        None, description="every fairness key's ACTIVATED jobs of the type at most; null: no cap"
     )
     paused: bool
     configured: bool = Field(description="false: never configured (the defaults answered)")

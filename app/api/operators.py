@@ -88,9 +88,14 @@ def _fairness_key(raw: str) -> str:
 async def put_key(request: Request, tenant_id: str, fairness_key: str) -> Response:
     tid, key = _tenant_id(tenant_id), _fairness_key(fairness_key)
     spec = await body(request, schemas.PutKey)
-    out = await context.services(request).config.put_key(tid, key, spec.weight)
+    out = await context.services(request).config.put_key(tid, key, spec.weight, spec.maxActiveJobs)
     audit.info(
-        "fairness key configured: %s/%s weight=%s by=%s", tid, key, spec.weight, _by(request)
+        "fairness key configured: %s/%s weight=%s maxActiveJobs=%s by=%s",
+        tid,
+        key,
+        spec.weight,
+        spec.maxActiveJobs,
+        _by(request),
     )
     return JSON(out)
 
@@ -113,17 +118,24 @@ async def put_job_type(request: Request, job_type: str) -> Response:
     rate = _rate_limit(spec.rateLimit)
     fairness_by = FairnessBy(spec.fairnessBy or FairnessBy.ACTIVATIONS)
     out = await context.services(request).config.put_job_type(
-        jt, spec.maxActiveJobs, spec.agingIntervalMs, spec.agingStep, rate, fairness_by
+        jt,
+        spec.maxActiveJobs,
+        spec.agingIntervalMs,
+        spec.agingStep,
+        rate,
+        fairness_by,
+        spec.maxActivePerKey,
     )
     audit.info(
         "job type configured: %s maxActiveJobs=%s agingIntervalMs=%s agingStep=%s"
-        " rateLimit=%s fairnessBy=%s by=%s",
+        " rateLimit=%s fairnessBy=%s maxActivePerKey=%s by=%s",
         jt,
         spec.maxActiveJobs,
         spec.agingIntervalMs,
         spec.agingStep,
         _shown_rate(rate),
         fairness_by.value,
+        spec.maxActivePerKey,
         _by(request),
     )
     return JSON(out)

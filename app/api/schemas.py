@@ -328,6 +328,8 @@ class PutTenant(Strict):
 
 class PutKey(Strict):
     weight: Annotated[int, Field(ge=1, le=10_000), JsonInteger] = 1
+    # The key's ACTIVATED jobs of every type at most (ADR 040); None or absent: no cap.
+    maxActiveJobs: MaxActiveJobs | None = None
 
 
 class PutJobType(Strict):
@@ -337,6 +339,8 @@ class PutJobType(Strict):
     rateLimit: RateLimit | None = None
     # What its lanes are charged by (ADR 029); None or absent: by activations.
     fairnessBy: Literal["activations", "workerTime", "cost"] | None = None
+    # Every fairness key's ACTIVATED jobs of the type at most (ADR 040); None: no cap.
+    maxActivePerKey: Annotated[int, Field(ge=1, le=INT32_MAX), JsonInteger] | None = None
 
 
 # -- operators' bulk operations ------------------------------------------------------------

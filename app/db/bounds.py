@@ -42,6 +42,8 @@ CREDIT_KEYS_PER_NOTIFY = NOTIFY_PAYLOAD_MAX_BYTES // 20
 # configuration changes (jobfair_release_holds, alembic 0004).
 TENANT_CAP_LOCK_CLASS = 0x4A460003
 RELEASE_GATE_CLASS = 0x4A460004
+# The fairness keys' cap locks (alembic 0016: jobfair_lock_key_caps).
+KEY_CAP_LOCK_CLASS = 0x4A460006
 
 # A job's history (app.db.history) keeps the rows of its first FIRST_ACTIVATIONS
 # activations and of its latest LAST_ACTIVATIONS; each row has its step in its
@@ -65,6 +67,7 @@ def constants() -> dict[str, object]:
         "CREDIT_KEYS_PER_NOTIFY": CREDIT_KEYS_PER_NOTIFY,
         "TENANT_CAP_LOCK_CLASS": TENANT_CAP_LOCK_CLASS,
         "RELEASE_GATE_CLASS": RELEASE_GATE_CLASS,
+        "KEY_CAP_LOCK_CLASS": KEY_CAP_LOCK_CLASS,
         "FIRST_ACTIVATIONS": FIRST_ACTIVATIONS,
         "LAST_ACTIVATIONS": LAST_ACTIVATIONS,
         "KEPT_ACTIVATIONS": FIRST_ACTIVATIONS + LAST_ACTIVATIONS,

@@ -24,7 +24,7 @@ from app.db.base import Queries, Sessions
 from app.db.job_rows import insert_into, locks_for, notify_ready
 from app.db.locks import TENANT_CAP_LOCK_CLASS, TYPE_CAP_LOCK_CLASS, cap_key, int4
 from app.db.rows import Claimed, JobRow, LeadClaim, job_row
-from app.scheduler import Bucket, Buckets, FairnessBy, left_at_cap
+from app.scheduler import Bucket, Buckets, FairnessBy, LaneKey, left_at_cap
 
 SQL = sql.load("claims")  # app/db/sql/claims.sql
 
@@ -466,3 +466,38 @@ async def insert_and_claim_lead(
         if got.job is None or got.job.job_key != key:
             await notify_ready(tx, job["type"], 1)
     return key, got
+
+
+async def lock_and_count_keys(
+    tx: Queries, job_type: str, keys: Sequence[LaneKey], per_key: int | None
+) -> dict[LaneKey, int]:
+    """In a claim's transaction, after its other cap locks: the cap locks of ``keys``,
+    then each one's room (its own cap and the type's ``per_key`` cap, less its ACTIVATED
+    jobs; absent: neither), lock_and_count_keys (ADR 040)."""
+    rows = await tx.fetch(
+        *SQL["lock_and_count_keys"].bind(
+            tenants=[t for t, _ in keys],
+            keys=[k for _, k in keys],
+            job_type=job_type,
+            per_key=per_key,
+        )
+    )
+    return {
+        (r["tenant_id"], r["fairness_key"]): max(0, r["room"])
+        for r in rows
+        if r["room"] is not None
+    }
+
+
+async def hold_keys(tx: Queries, job_type: str, keys: Sequence[LaneKey]) -> None:
+    """The keys a claim left at their caps, held until a finish frees room (hold_keys)."""
+    for shards, part in citus.split(tx, sorted(keys), lambda tk: tk[0]):
+        await tx.execute(
+            *SQL.on(
+                shards,
+                "hold_keys",
+                job_type=job_type,
+                tenants=[t for t, _ in part],
+                keys=[k for _, k in part],
+            )
+        )

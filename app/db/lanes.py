@@ -159,6 +159,7 @@ def _lane_read(rows: Sequence[Any], limit: int) -> LaneRead:
         head["aging_step"],
         head["rate_limited"],
         FairnessBy(head["fairness_by"] or FairnessBy.ACTIVATIONS),
+        head["max_active_jobs"],  # the head row carries the type's per-key cap there
     )
     if head["paused"]:
         return LaneRead(cfg, [], [], False, paused=True)
@@ -214,7 +215,7 @@ async def read_keys(
                 exclude_keys=[k for _, k in exclude],
             )
         )
-    ready: dict[str, list[tuple[str, float, int]]] = {}
+    ready: dict[str, list[tuple[str, float, int, int | None]]] = {}
     empty: list[tuple[str, str]] = []
     seen: Counter[str] = Counter()
     for r in rows:
@@ -223,7 +224,7 @@ async def read_keys(
             vtime = r["vtime"]
             if owed and (o := owed.get((r["tenant_id"], r["fairness_key"]))) is not None:
                 vtime = advance(vtime, o[1], o[0])
-            found = (r["fairness_key"], vtime, r["weight"])
+            found = (r["fairness_key"], vtime, r["weight"], r["cap"])
             ready.setdefault(r["tenant_id"], []).append(found)
         else:
             empty.append((r["tenant_id"], r["fairness_key"]))

@@ -4,9 +4,9 @@ Three kinds of lock order the writers of lanes (see ``app.db.lanes`` for the pro
 
 * lane buckets (``LANE_LOCK_CLASS``): shared by whoever makes jobs ready, exclusive (tried,
   or waited for a bounded time) by a park;
-* cap locks (``TYPE_CAP_LOCK_CLASS``, ``TENANT_CAP_LOCK_CLASS``): a capped claim counts and
-  claims under them, and whatever frees a capped tenant's capacity releases its held lanes
-  under them;
+* cap locks (``TYPE_CAP_LOCK_CLASS``, ``TENANT_CAP_LOCK_CLASS``, ``KEY_CAP_LOCK_CLASS``,
+  taken in that order): a capped claim counts and claims under them, and whatever frees a
+  capped tenant's or key's capacity releases its held lanes or keys under them;
 * the release gate (``RELEASE_GATE_CLASS``, key 0): finishes take it shared, a tenant's
   configuration change exclusively after it committed;
 * the migration lock (``MIGRATION_LOCK_CLASS``, key 0): ``MIGRATION_LOCK``.
@@ -20,6 +20,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterable, Sequence
 
+from app.db.bounds import KEY_CAP_LOCK_CLASS as KEY_CAP_LOCK_CLASS
 from app.db.bounds import RELEASE_GATE_CLASS as RELEASE_GATE_CLASS
 from app.db.bounds import TENANT_CAP_LOCK_CLASS as TENANT_CAP_LOCK_CLASS
 

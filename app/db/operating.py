@@ -6,6 +6,7 @@ statements are app/db/sql/operators.sql's.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -88,28 +89,69 @@ async def delete_tenant(db: Sessions, tenant_id: str) -> bool:
     return deleted
 
 
-async def upsert_key_weight(db: Queries, tenant_id: str, fairness_key: str, weight: int) -> int:
-    """Set a key's weight (``fairness_key`` as stored: '' for the default key)."""
-    got: int = await db.fetchval(
+async def upsert_key_weight(
+    db: Sessions, tenant_id: str, fairness_key: str, weight: int, cap: int | None = None
+) -> tuple[int, int | None]:
+    """Set a key's weight and cap (``fairness_key`` as stored: '' for the default key);
+    then its held keys are released (release_key_holds): a cap raised or removed lets
+    them out, one lowered holds them again at their next claim."""
+    row = await db.fetchrow(
         *SQL["upsert_key_weight"].bind(
-            tenant_id=tenant_id, fairness_key=fairness_key, weight=weight
+            tenant_id=tenant_id, fairness_key=fairness_key, weight=weight, cap=cap
         )
     )
-    return got
+    await release_key_holds(db, [(tenant_id, fairness_key, None)])
+    return row["weight"], row["max_active_jobs"]
 
 
-async def get_key_weight(db: Queries, tenant_id: str, fairness_key: str) -> int | None:
-    """A key's weight, None when it has none of its own (it weighs 1)."""
-    got: int | None = await db.fetchval(
+async def get_key_weight(
+    db: Queries, tenant_id: str, fairness_key: str
+) -> tuple[int, int | None] | None:
+    """A key's weight and cap, None when it has no row (it weighs 1, no cap)."""
+    row = await db.fetchrow(
         *SQL["get_key_weight"].bind(tenant_id=tenant_id, fairness_key=fairness_key)
     )
-    return got
+    return None if row is None else (row["weight"], row["max_active_jobs"])
 
 
-async def delete_key_weight(db: Queries, tenant_id: str, fairness_key: str) -> bool:
-    """Back to weight 1; whether it had a weight of its own."""
+async def release_key_holds(
+    db: Sessions,
+    keys: Sequence[tuple[str, str, str | None]] | None = None,
+    *,
+    job_type: str | None = None,
+    behind_finishes: bool = True,
+) -> int:
+    """Release held keys (release_key_holds, ADR 040): the (tenant, key, type) ``keys``,
+    else the held keys of ``job_type``, else every held key (the leader's sweep, which
+    need not wait for the finishes in flight: a release is always safe, the next claim
+    counts again).  After a cap changed, ``behind_finishes``: the gate first.  Not on
+    Citus, where key caps are not supported yet (docs/scheduling.md)."""
+    if citus.on_citus(db):
+        return 0
+    async with db.transaction() as tx:
+        if behind_finishes:
+            await tx.execute(*SQL["wait_for_finishes"].bind())
+        if keys is None:
+            rows = await tx.fetch(*SQL["held_keys"].bind(job_type=job_type))
+            keys = [(r["tenant_id"], r["fairness_key"], r["job_type"]) for r in rows]
+        if not keys:
+            return 0
+        released: int = await tx.fetchval(
+            *SQL["release_key_holds"].bind(
+                tenants=[t for t, _, _ in keys],
+                keys=[k for _, k, _ in keys],
+                types=[y for _, _, y in keys],
+            )
+        )
+        return released
+
+
+async def delete_key_weight(db: Sessions, tenant_id: str, fairness_key: str) -> bool:
+    """Back to weight 1 and no cap (its held keys released); whether it had a row."""
     deleted = SQL["delete_key_weight"].bind(tenant_id=tenant_id, fairness_key=fairness_key)
-    return await db.fetchval(*deleted) is not None
+    had = await db.fetchval(*deleted) is not None
+    await release_key_holds(db, [(tenant_id, fairness_key, None)])
+    return had
 
 
 async def pause_tenant(db: Sessions, tenant_id: str) -> TenantRow:
@@ -160,13 +202,14 @@ async def resume_job_type(db: Sessions, job_type: str) -> JobTypeRow | None:
 
 
 async def upsert_job_type(
-    db: Queries,
+    db: Sessions,
     job_type: str,
     cap: int | None,
     interval_ms: int | None,
     step: int | None,
     rate: RateLimit | None = None,
     fairness_by: FairnessBy = FairnessBy.ACTIVATIONS,
+    per_key: int | None = None,
 ) -> JobTypeRow:
     row = await db.fetchrow(
         *_spelled(db)["upsert_job_type"].bind(
@@ -177,8 +220,10 @@ async def upsert_job_type(
             rate_per_s=None if rate is None else rate.per_s,
             rate_burst=None if rate is None else rate.burst,
             fairness_by=None if fairness_by is FairnessBy.ACTIVATIONS else fairness_by.value,
+            per_key=per_key,
         )
     )
+    await release_key_holds(db, job_type=job_type)  # a per-key cap changed lets them out
     return JobTypeRow(*row)
 
 

@@ -135,6 +135,8 @@ class TypeConfig:
     aging_step: int | None
     rate_limited: bool = False  # the type has a token bucket (ADR 028)
     fairness_by: FairnessBy = FairnessBy.ACTIVATIONS  # what its lanes are charged by (ADR 029)
+    # Every fairness key's ACTIVATED jobs of the type at most (ADR 040); None: no cap.
+    max_active_per_key: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,9 +164,10 @@ class KeyRead:
     the number of keys asked for that have a ready job, in (vtime, key) order, each as
     (key, vtime, weight); the active keys met without one (to be parked), as (tenant,
     key); and the tenants whose read stopped at its limit (``more``: there may be ready
-    keys beyond) -- for the others, every active key not excluded was seen."""
+    keys beyond) -- for the others, every active key not excluded was seen.  A ready key
+    comes as (key, vtime, weight, its own cap or None)."""
 
-    ready: dict[str, list[tuple[str, float, int]]]
+    ready: dict[str, list[tuple[str, float, int, int | None]]]  # and the key's cap
     empty: list[tuple[str, str]]
     more: set[str]
 
@@ -226,6 +229,7 @@ class JobTypeRow(NamedTuple):
     rate_at: datetime | None
     read_at: datetime  # the database's clock when the row was read
     fairness_by: str | None = None  # None: by activations (ADR 029)
+    max_active_per_key: int | None = None  # None: no per-key cap (ADR 040)
 
 
 class LaneSampleRow(NamedTuple):

@@ -137,6 +137,16 @@ Index("jobs_lease_idx", jobs.c.deadline, postgresql_where=text("state = 'ACTIVAT
 # Active counts bounded by a cap: "count at most maxActiveJobs rows" reads only these.
 Index("jobs_active_tenant_idx", jobs.c.tenant_id, postgresql_where=text("state = 'ACTIVATED'"))
 Index("jobs_active_type_idx", jobs.c.job_type, postgresql_where=text("state = 'ACTIVATED'"))
+# A fairness key's ACTIVATED jobs, of every type and of one (the key caps' counts,
+# jobfair_lock_and_count_keys; alembic 0016).  Built CONCURRENTLY after the migrations
+# (app.migrations.CONCURRENT).
+Index(
+    "jobs_active_key_idx",
+    jobs.c.tenant_id,
+    jobs.c.fairness_key,
+    jobs.c.job_type,
+    postgresql_where=text("state = 'ACTIVATED'"),
+)
 # Terminal jobs by age, for retention.
 Index(
     "jobs_terminal_idx",
@@ -214,7 +224,7 @@ Index("lanes_held_idx", lanes.c.tenant_id, postgresql_where=text("held"))
 
 # The second level (ADR 027): each lane's fairness keys, with the key's virtual time
 # inside its lane.  ``active`` is kept as the lane's is (app/db/lanes.py: the protocol,
-# on the lane's bucket lock); a lane has no held keys (caps are per tenant and type).
+# on the lane's bucket lock); ``held`` as the lane's, for keys at their caps.
 lane_keys = Table(
     "lane_keys",
     metadata,
@@ -230,6 +240,9 @@ lane_keys = Table(
     Column("activated_total", BigInteger, nullable=False, server_default=text("0")),
     # As lanes.units_total, for the key.
     Column("units_total", Double, nullable=False, server_default=text("0")),
+    # True while the key is at its cap (alembic 0016): held out of the key reads until a
+    # finish frees room (jobfair_release_key_holds), as a lane at its tenant's cap is.
+    Column("held", Boolean, nullable=False, server_default=text("false")),
     PrimaryKeyConstraint("job_type", "tenant_id", "fairness_key", "shard", name="lane_keys_pkey"),
     CheckConstraint("shard = jobfair_shard(tenant_id)", name="lane_keys_shard_check"),
     postgresql_with={
@@ -248,6 +261,9 @@ Index(
     lane_keys.c.fairness_key,
 )
 
+# The held keys (alembic 0016), built CONCURRENTLY after the migrations.
+Index("lane_keys_held_idx", lane_keys.c.job_type, postgresql_where=text("held"))
+
 # Weights of fairness keys inside their tenant (PUT /v2/tenants/{t}/keys/{k}); a key
 # without a row weighs 1.  Beside the tenant's lanes and keys (its shard).
 key_weights = Table(
@@ -257,8 +273,11 @@ key_weights = Table(
     Column("fairness_key", Text, nullable=False),
     Column("shard", SmallInteger, nullable=False),
     Column("weight", Integer, nullable=False),
+    # The key's ACTIVATED jobs of every type at most (alembic 0016); NULL: no cap.
+    Column("max_active_jobs", Integer),
     PrimaryKeyConstraint("tenant_id", "fairness_key", "shard", name="key_weights_pkey"),
     CheckConstraint("weight BETWEEN 1 AND 10000", name="key_weights_weight_check"),
+    CheckConstraint("max_active_jobs >= 0", name="key_weights_max_active_jobs_check"),
     CheckConstraint("shard = jobfair_shard(tenant_id)", name="key_weights_shard_check"),
 )
 
@@ -307,7 +326,10 @@ job_types = Table(
     # What its lanes are charged by (alembic 0012, ADR 029): NULL by activations,
     # 'cost' by the jobs' declared cost, 'workerTime' by the seconds their leases held.
     Column("fairness_by", Text),
+    # Every fairness key's ACTIVATED jobs of the type at most (alembic 0016); NULL: none.
+    Column("max_active_per_key", Integer),
     CheckConstraint("max_active_jobs >= 0", name="job_types_max_active_jobs_check"),
+    CheckConstraint("max_active_per_key >= 1", name="job_types_max_active_per_key_check"),
     CheckConstraint("fairness_by IN ('cost', 'workerTime')", name="job_types_fairness_by_check"),
     CheckConstraint("aging_interval_ms > 0", name="job_types_aging_interval_check"),
     CheckConstraint("aging_step BETWEEN 0 AND 100", name="job_types_aging_step_check"),

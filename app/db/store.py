@@ -92,6 +92,16 @@ class CountAsk:
 
 
 @dataclass(frozen=True, slots=True)
+class KeyCountAsk:
+    """A claim's key caps (lock_and_count_keys, ADR 040): the keys read that have a cap,
+    and the type's per-key cap."""
+
+    job_type: str
+    keys: Sequence[LaneKey]
+    per_key: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class KeysAsk:
     """A key read (read_keys): the first ``wants[tenant]`` active keys of each lane, not
     ``exclude``d."""
@@ -250,6 +260,12 @@ class Store:
             type_limited=ask.type_limited,
             limited=ask.limited,
         )
+
+    async def lock_and_count_keys(self, ask: KeyCountAsk) -> dict[LaneKey, int]:
+        return await claims.lock_and_count_keys(self._queries, ask.job_type, ask.keys, ask.per_key)
+
+    async def hold_keys(self, job_type: str, keys: Sequence[LaneKey]) -> None:
+        await claims.hold_keys(self._queries, job_type, keys)
 
     async def take_tokens(self, ask: TokensAsk) -> None:
         await claims.take_tokens(self._queries, ask.job_type, ask.read, ask.taken, ask.total)

@@ -137,6 +137,9 @@ class Key:
     key: str
     vtime: float
     weight: int
+    # How many more jobs the key may be given now (its caps minus its active jobs, ADR
+    # 040), None = no cap.
+    headroom: int | None = None
 
     @property
     def stride(self) -> float:
@@ -145,10 +148,13 @@ class Key:
 
 def allocate_keys(keys: Iterable[Key], n: int) -> dict[str, int]:
     """Divide a lane's ``n`` picks among its ``keys``: stride picks over the keys'
-    virtual times, as :func:`allocate` over lanes (ties by key).  The counts per key, in
-    first-pick order.  Its first pick has a twin in SQL: ``app.db.claims.CLAIM_LEAD``
-    takes the same key of its lead lane."""
-    counts, _ = _stride([(k.vtime, k.key, k.stride, None) for k in keys], n)
+    virtual times, as :func:`allocate` over lanes (ties by key), each key at most its
+    headroom.  The counts per key, in first-pick order.  Its first pick has a twin in
+    SQL: ``app.db.claims.CLAIM_LEAD`` takes the same key of its lead lane."""
+    entries = [
+        (k.vtime, k.key, k.stride, k.headroom) for k in keys if k.headroom is None or k.headroom > 0
+    ]
+    counts, _ = _stride(entries, n)
     return counts
 
 

@@ -612,8 +612,9 @@ SELECT * FROM activated;
 -- Parameters: $1 :default_aging_step, $2 :default_aging_interval_ms, $3 :job_type, $4 :now, $5 :starts, $6 :via_stream, $7 :workers, $8 :deadlines
 WITH RECURSIVE lead_lane AS (
     SELECT x.tenant_id, x.weight, x.cap, x.rate, c.type_cap, c.type_rate, c.aging_step,
-           c.aging_interval_ms, c.fairness_by
+           c.aging_interval_ms, c.fairness_by, c.per_key
     FROM (SELECT t.max_active_jobs AS type_cap, t.rate_per_s AS type_rate, t.fairness_by,
+                 t.max_active_per_key AS per_key,
                  COALESCE(t.aging_step, $1::int) AS aging_step,
                  COALESCE(t.aging_interval_ms, $2::int) AS aging_interval_ms
           FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $3
@@ -637,13 +638,15 @@ lead AS (
            ll.aging_interval_ms, ll.fairness_by
     FROM lead_lane ll
     CROSS JOIN LATERAL (
-        SELECT r.fairness_key, COALESCE(w.weight, 1) AS key_weight FROM (
+        SELECT r.fairness_key, COALESCE(w.weight, 1) AS key_weight,
+               w.max_active_jobs AS key_cap FROM (
             SELECT x.fairness_key, x.vtime, (SELECT min(j.priority) FROM jobs j
           WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = x.tenant_id
             AND j.fairness_key = x.fairness_key )
          IS NOT NULL AS ready
             FROM lane_keys x
             WHERE x.job_type = $3 AND x.tenant_id = ll.tenant_id AND x.active
+              AND NOT x.held
             ORDER BY x.vtime, x.fairness_key
             LIMIT 16) r
         LEFT JOIN key_weights w ON w.tenant_id = ll.tenant_id
@@ -652,6 +655,7 @@ lead AS (
         ORDER BY r.vtime, r.fairness_key
         LIMIT 1) y
     WHERE ll.type_cap IS NULL AND ll.cap IS NULL AND ll.type_rate IS NULL AND ll.rate IS NULL
+      AND ll.per_key IS NULL AND y.key_cap IS NULL
 ),
 alloc AS (SELECT tenant_id, fairness_key, 1 AS k, NULL::int AS hint_priority,
                  NULL::timestamptz AS since FROM lead),
@@ -787,8 +791,9 @@ FROM (SELECT 1) one LEFT JOIN (activated a CROSS JOIN lead) ON true;
 -- Parameters: $1 :default_aging_step, $2 :default_aging_interval_ms, $3 :job_type, $4 :now, $5 :starts, $6 :via_stream, $7 :workers, $8 :deadlines
 WITH RECURSIVE lead_lane AS (
     SELECT x.tenant_id, x.weight, x.cap, x.rate, c.type_cap, c.type_rate, c.aging_step,
-           c.aging_interval_ms, c.fairness_by
+           c.aging_interval_ms, c.fairness_by, c.per_key
     FROM (SELECT t.max_active_jobs AS type_cap, t.rate_per_s AS type_rate, t.fairness_by,
+                 t.max_active_per_key AS per_key,
                  COALESCE(t.aging_step, $1::int) AS aging_step,
                  COALESCE(t.aging_interval_ms, $2::int) AS aging_interval_ms
           FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $3
@@ -812,13 +817,15 @@ lead AS (
            ll.aging_interval_ms, ll.fairness_by
     FROM lead_lane ll
     CROSS JOIN LATERAL (
-        SELECT r.fairness_key, COALESCE(w.weight, 1) AS key_weight FROM (
+        SELECT r.fairness_key, COALESCE(w.weight, 1) AS key_weight,
+               w.max_active_jobs AS key_cap FROM (
             SELECT x.fairness_key, x.vtime, (SELECT min(j.priority) FROM jobs j
           WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = x.tenant_id
             AND j.fairness_key = x.fairness_key )
          IS NOT NULL AS ready
             FROM lane_keys x
             WHERE x.job_type = $3 AND x.tenant_id = ll.tenant_id AND x.active
+              AND NOT x.held
             ORDER BY x.vtime, x.fairness_key
             LIMIT 16) r
         LEFT JOIN key_weights w ON w.tenant_id = ll.tenant_id
@@ -827,6 +834,7 @@ lead AS (
         ORDER BY r.vtime, r.fairness_key
         LIMIT 1) y
     WHERE ll.type_cap IS NULL AND ll.cap IS NULL AND ll.type_rate IS NULL AND ll.rate IS NULL
+      AND ll.per_key IS NULL AND y.key_cap IS NULL
 ),
 alloc AS (SELECT tenant_id, fairness_key, 1 AS k, NULL::int AS hint_priority,
                  NULL::timestamptz AS since FROM lead),
@@ -974,8 +982,9 @@ FROM (SELECT 1) one LEFT JOIN (activated a CROSS JOIN lead) ON true;
 -- Parameters: $1 :default_aging_step, $2 :default_aging_interval_ms, $3 :job_type, $4 :tenant_ids, $5 :now, $6 :starts, $7 :via_stream, $8 :workers, $9 :deadlines
 WITH RECURSIVE lead_lane AS (
     SELECT x.tenant_id, x.weight, x.cap, x.rate, c.type_cap, c.type_rate, c.aging_step,
-           c.aging_interval_ms, c.fairness_by
+           c.aging_interval_ms, c.fairness_by, c.per_key
     FROM (SELECT t.max_active_jobs AS type_cap, t.rate_per_s AS type_rate, t.fairness_by,
+                 t.max_active_per_key AS per_key,
                  COALESCE(t.aging_step, $1::int) AS aging_step,
                  COALESCE(t.aging_interval_ms, $2::int) AS aging_interval_ms
           FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $3
@@ -1000,13 +1009,15 @@ lead AS (
            ll.aging_interval_ms, ll.fairness_by
     FROM lead_lane ll
     CROSS JOIN LATERAL (
-        SELECT r.fairness_key, COALESCE(w.weight, 1) AS key_weight FROM (
+        SELECT r.fairness_key, COALESCE(w.weight, 1) AS key_weight,
+               w.max_active_jobs AS key_cap FROM (
             SELECT x.fairness_key, x.vtime, (SELECT min(j.priority) FROM jobs j
           WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = x.tenant_id
             AND j.fairness_key = x.fairness_key )
          IS NOT NULL AS ready
             FROM lane_keys x
             WHERE x.job_type = $3 AND x.tenant_id = ll.tenant_id AND x.active
+              AND NOT x.held
             ORDER BY x.vtime, x.fairness_key
             LIMIT 16) r
         LEFT JOIN key_weights w ON w.tenant_id = ll.tenant_id
@@ -1015,6 +1026,7 @@ lead AS (
         ORDER BY r.vtime, r.fairness_key
         LIMIT 1) y
     WHERE ll.type_cap IS NULL AND ll.cap IS NULL AND ll.type_rate IS NULL AND ll.rate IS NULL
+      AND ll.per_key IS NULL AND y.key_cap IS NULL
 ),
 alloc AS (SELECT tenant_id, fairness_key, 1 AS k, NULL::int AS hint_priority,
                  NULL::timestamptz AS since FROM lead),
@@ -1150,8 +1162,9 @@ FROM (SELECT 1) one LEFT JOIN (activated a CROSS JOIN lead) ON true;
 -- Parameters: $1 :default_aging_step, $2 :default_aging_interval_ms, $3 :job_type, $4 :tenant_ids, $5 :now, $6 :starts, $7 :via_stream, $8 :workers, $9 :deadlines
 WITH RECURSIVE lead_lane AS (
     SELECT x.tenant_id, x.weight, x.cap, x.rate, c.type_cap, c.type_rate, c.aging_step,
-           c.aging_interval_ms, c.fairness_by
+           c.aging_interval_ms, c.fairness_by, c.per_key
     FROM (SELECT t.max_active_jobs AS type_cap, t.rate_per_s AS type_rate, t.fairness_by,
+                 t.max_active_per_key AS per_key,
                  COALESCE(t.aging_step, $1::int) AS aging_step,
                  COALESCE(t.aging_interval_ms, $2::int) AS aging_interval_ms
           FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $3
@@ -1176,13 +1189,15 @@ lead AS (
            ll.aging_interval_ms, ll.fairness_by
     FROM lead_lane ll
     CROSS JOIN LATERAL (
-        SELECT r.fairness_key, COALESCE(w.weight, 1) AS key_weight FROM (
+        SELECT r.fairness_key, COALESCE(w.weight, 1) AS key_weight,
+               w.max_active_jobs AS key_cap FROM (
             SELECT x.fairness_key, x.vtime, (SELECT min(j.priority) FROM jobs j
           WHERE j.state = 'CREATED' AND j.job_type = $3 AND j.tenant_id = x.tenant_id
             AND j.fairness_key = x.fairness_key )
          IS NOT NULL AS ready
             FROM lane_keys x
             WHERE x.job_type = $3 AND x.tenant_id = ll.tenant_id AND x.active
+              AND NOT x.held
             ORDER BY x.vtime, x.fairness_key
             LIMIT 16) r
         LEFT JOIN key_weights w ON w.tenant_id = ll.tenant_id
@@ -1191,6 +1206,7 @@ lead AS (
         ORDER BY r.vtime, r.fairness_key
         LIMIT 1) y
     WHERE ll.type_cap IS NULL AND ll.cap IS NULL AND ll.type_rate IS NULL AND ll.rate IS NULL
+      AND ll.per_key IS NULL AND y.key_cap IS NULL
 ),
 alloc AS (SELECT tenant_id, fairness_key, 1 AS k, NULL::int AS hint_priority,
                  NULL::timestamptz AS since FROM lead),
@@ -1332,3 +1348,25 @@ SELECT a.*, lead.weight AS lane_weight, lead.key_weight AS lane_key_weight,
                     AND l.tenant_id = ANY($4::text[])
                   LIMIT 16) p)) AS dry
 FROM (SELECT 1) one LEFT JOIN (activated a CROSS JOIN lead) ON true;
+
+-- name: lock_and_count_keys
+-- A claim's key step (ADR 040), in its transaction after the type's and the tenants' cap
+-- locks: the cap locks of the keys (:tenants, :keys: pairs) in one global order, then --
+-- each statement of a volatile function takes its own snapshot -- each key's room: the
+-- least of its own cap minus its ACTIVATED jobs of every type and :job_type's per-key cap
+-- (:per_key) minus its ACTIVATED jobs of the type (NULL: neither).  Each count stops at
+-- its cap.  Index: jobs_active_key_idx, key_weights pkey.
+-- Parameters: $1 :tenants, $2 :keys, $3 :job_type, $4 :per_key
+SELECT * FROM jobfair_lock_and_count_keys(1246101510, $1::text[],
+                                          $2::text[], $3, $4::int);
+
+-- name: hold_keys
+-- The keys of :job_type a claim left at their caps (:tenants, :keys: pairs), counted under
+-- their cap locks, which it holds until this commits: held out of the key reads until a
+-- finish frees room (jobfair_release_key_holds, which takes the same locks first).
+-- Index: lane_keys pkey.  Locks: the key rows.
+-- Parameters: $1 :tenants, $2 :keys, $3 :job_type
+UPDATE lane_keys k SET held = true
+FROM unnest($1::text[], $2::text[]) AS p(tenant_id, fairness_key)
+WHERE k.job_type = $3 AND k.tenant_id = p.tenant_id
+  AND k.fairness_key = p.fairness_key AND NOT k.held;

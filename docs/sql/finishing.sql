@@ -51,7 +51,10 @@ freed AS (
 ),
 unheld AS (
     SELECT jobfair_release_holds(1246101507, 1246101508,
-        ARRAY(SELECT DISTINCT e.tenant_id FROM ended e), 'jobfair') AS n
+        ARRAY(SELECT DISTINCT e.tenant_id FROM ended e), 'jobfair')
+      + jobfair_release_key_holds(1246101510, 1246101508,
+        ARRAY(SELECT e.tenant_id FROM ended e), ARRAY(SELECT e.fairness_key FROM ended e),
+        ARRAY(SELECT e.job_type FROM ended e), 'jobfair') AS n
 )
 SELECT job_key, job_type, tenant_id, activated_at, fairness_key, charged, lane_charge, key_charge,
        (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
@@ -112,7 +115,10 @@ freed AS (
 ),
 unheld AS (
     SELECT jobfair_release_holds(1246101507, 1246101508,
-        ARRAY(SELECT DISTINCT e.tenant_id FROM ended e), 'jobfair') AS n
+        ARRAY(SELECT DISTINCT e.tenant_id FROM ended e), 'jobfair')
+      + jobfair_release_key_holds(1246101510, 1246101508,
+        ARRAY(SELECT e.tenant_id FROM ended e), ARRAY(SELECT e.fairness_key FROM ended e),
+        ARRAY(SELECT e.job_type FROM ended e), 'jobfair') AS n
 )
 SELECT job_key, job_type, tenant_id, state, activated_at, fairness_key, charged, lane_charge,
        key_charge,
@@ -164,7 +170,10 @@ freed AS (
 ),
 unheld AS (
     SELECT jobfair_release_holds(1246101507, 1246101508,
-        ARRAY(SELECT DISTINCT e.tenant_id FROM ended e), 'jobfair') AS n
+        ARRAY(SELECT DISTINCT e.tenant_id FROM ended e), 'jobfair')
+      + jobfair_release_key_holds(1246101510, 1246101508,
+        ARRAY(SELECT e.tenant_id FROM ended e), ARRAY(SELECT e.fairness_key FROM ended e),
+        ARRAY(SELECT e.job_type FROM ended e), 'jobfair') AS n
 )
 SELECT job_key, job_type, tenant_id, activated_at, fairness_key, charged, lane_charge, key_charge,
        (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)
@@ -201,7 +210,10 @@ SELECT s.job_key, jobfair_key_shard(s.job_key), s.activation_count, s.step, s.ev
 ),
 unheld AS (
     SELECT jobfair_release_holds(1246101507, 1246101508,
-        ARRAY(SELECT DISTINCT e.tenant_id FROM ended e), 'jobfair') AS n
+        ARRAY(SELECT DISTINCT e.tenant_id FROM ended e), 'jobfair')
+      + jobfair_release_key_holds(1246101510, 1246101508,
+        ARRAY(SELECT e.tenant_id FROM ended e), ARRAY(SELECT e.fairness_key FROM ended e),
+        ARRAY(SELECT e.job_type FROM ended e), 'jobfair') AS n
 )
 SELECT job_key, job_type, tenant_id, activated_at, fairness_key, charged, lane_charge, key_charge,
        (SELECT n FROM unheld) AS _n
@@ -266,7 +278,10 @@ freed AS (
 ),
 unheld AS (
     SELECT jobfair_release_holds(1246101507, 1246101508,
-        ARRAY(SELECT DISTINCT e.tenant_id FROM ended e), 'jobfair') AS n
+        ARRAY(SELECT DISTINCT e.tenant_id FROM ended e), 'jobfair')
+      + jobfair_release_key_holds(1246101510, 1246101508,
+        ARRAY(SELECT e.tenant_id FROM ended e), ARRAY(SELECT e.fairness_key FROM ended e),
+        ARRAY(SELECT e.job_type FROM ended e), 'jobfair') AS n
 )
 SELECT job_key, job_type, tenant_id, activated_at, fairness_key, charged, lane_charge, key_charge,
        (SELECT count(*) FROM credited) + (SELECT count(*) FROM freed) + (SELECT n FROM unheld)

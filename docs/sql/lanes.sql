@@ -186,7 +186,7 @@ key_charged AS (
     RETURNING k.tenant_id, k.fairness_key
 )
 SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
-       NULL::int AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
+       t.max_active_per_key AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
        t.aging_step, NULL::bool AS ready, NULL::bool AS scanned, t.paused IS TRUE AS paused,
        NULL::text AS fairness_key, t.rate_per_s IS NOT NULL AS rate_limited,
        t.fairness_by, NULL::float8 AS unit_est
@@ -244,7 +244,7 @@ key_charged AS (
          AS c(tenant_id, fairness_key, n, stride, served)
 )
 SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
-       NULL::int AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
+       t.max_active_per_key AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
        t.aging_step, NULL::bool AS ready, NULL::bool AS scanned, t.paused IS TRUE AS paused,
        NULL::text AS fairness_key, t.rate_per_s IS NOT NULL AS rate_limited,
        t.fairness_by, NULL::float8 AS unit_est
@@ -337,7 +337,7 @@ key_charged AS (
     RETURNING k.tenant_id, k.fairness_key
 )
 SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
-       NULL::int AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
+       t.max_active_per_key AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
        t.aging_step, NULL::bool AS ready, NULL::bool AS scanned, t.paused IS TRUE AS paused,
        NULL::text AS fairness_key, t.rate_per_s IS NOT NULL AS rate_limited,
        t.fairness_by, NULL::float8 AS unit_est
@@ -394,7 +394,7 @@ key_charged AS (
          AS c(tenant_id, fairness_key, n, stride, served)
 )
 SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
-       NULL::int AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
+       t.max_active_per_key AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
        t.aging_step, NULL::bool AS ready, NULL::bool AS scanned, t.paused IS TRUE AS paused,
        NULL::text AS fairness_key, t.rate_per_s IS NOT NULL AS rate_limited,
        t.fairness_by, NULL::float8 AS unit_est
@@ -433,7 +433,8 @@ FROM key_charged kc WHERE NOT (SELECT min(j.priority) FROM jobs j
 
 -- name: read_keys
 -- The keys of the lanes a round allotted picks to (:tenants, with :wants: how many keys
--- to read of each), in (vtime, key) order, their weights (a key without a row weighs 1),
+-- to read of each), in (vtime, key) order, their weights (a key without a row weighs 1)
+-- and caps (NULL: none; alembic 0016),
 -- and each probed for a ready job when its lane asks for at most PROBED_LANES keys: for
 -- scheduler.split_among_keys to divide each lane's picks among.  Active keys only; the
 -- ones a call already excluded (:exclude_tenants, :exclude_keys: tenant and key pairs)
@@ -444,7 +445,8 @@ FROM key_charged kc WHERE NOT (SELECT min(j.priority) FROM jobs j
 -- scan per lane up to its limit; key_weights pkey; one probe of jobs_ready_idx per key of
 -- a small read.  No locks: the claim locks the jobs it takes.
 -- Parameters: $1 :tenants, $2 :wants, $3 :job_type, $4 :exclude_tenants, $5 :exclude_keys
-SELECT a.tenant_id, k.fairness_key, k.vtime, COALESCE(w.weight, 1) AS weight, k.ready
+SELECT a.tenant_id, k.fairness_key, k.vtime, COALESCE(w.weight, 1) AS weight, k.ready,
+       w.max_active_jobs AS cap
 FROM unnest($1::text[], $2::int[]) AS a(tenant_id, want)
 CROSS JOIN LATERAL (
     SELECT x.fairness_key, x.vtime,
@@ -453,7 +455,8 @@ CROSS JOIN LATERAL (
             AND j.fairness_key = x.fairness_key )
          IS NOT NULL ELSE true END AS ready
     FROM lane_keys x
-    WHERE x.job_type = $3 AND x.tenant_id = a.tenant_id AND x.active
+    WHERE x.job_type = $3 AND x.tenant_id = a.tenant_id AND x.active AND NOT x.held
+
       AND NOT EXISTS (SELECT 1 FROM unnest($4::text[], $5::text[])
                              AS e(tenant_id, fairness_key)
                       WHERE e.tenant_id = x.tenant_id AND e.fairness_key = x.fairness_key)

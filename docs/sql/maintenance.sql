@@ -48,7 +48,10 @@ credited AS (
 ),
 unheld AS (
     SELECT jobfair_release_holds(1246101507, 1246101508,
-        ARRAY(SELECT DISTINCT e.tenant_id FROM ended e), 'jobfair') AS n
+        ARRAY(SELECT DISTINCT e.tenant_id FROM ended e), 'jobfair')
+      + jobfair_release_key_holds(1246101510, 1246101508,
+        ARRAY(SELECT e.tenant_id FROM ended e), ARRAY(SELECT e.fairness_key FROM ended e),
+        ARRAY(SELECT e.job_type FROM ended e), 'jobfair') AS n
 )
 SELECT job_key, job_type, tenant_id, activation_count, worker, fairness_key, activated_at,
        charged, lane_charge, key_charge,

@@ -206,24 +206,28 @@ unheld AS (
 SELECT gone.tenant_id FROM gone WHERE (SELECT count(*) FROM unheld) = 1;
 
 -- name: upsert_key_weight
--- A fairness key's weight inside its tenant (alembic 0010).  Nothing else need change:
+-- A fairness key's weight inside its tenant (alembic 0010) and its cap (:cap, NULL: none;
+-- alembic 0016: the caller then releases its held keys, release_key_holds).  For the
+-- weight nothing else need change:
 -- every key read and lead claim reads the weights as they are, so the next activation of
 -- any process uses it, for the backlog already there (ADR 027).  Index: key_weights pkey.
--- Parameters: $1 :tenant_id, $2 :fairness_key, $3 :weight
-INSERT INTO key_weights (tenant_id, fairness_key, shard, weight)
-VALUES ($1, $2, jobfair_shard($1), $3)
-ON CONFLICT (tenant_id, fairness_key, shard) DO UPDATE SET weight = EXCLUDED.weight
-RETURNING weight;
+-- Parameters: $1 :tenant_id, $2 :fairness_key, $3 :weight, $4 :cap
+INSERT INTO key_weights (tenant_id, fairness_key, shard, weight, max_active_jobs)
+VALUES ($1, $2, jobfair_shard($1), $3, $4::int)
+ON CONFLICT (tenant_id, fairness_key, shard) DO UPDATE SET weight = EXCLUDED.weight,
+    max_active_jobs = EXCLUDED.max_active_jobs
+RETURNING weight, max_active_jobs;
 
 -- name: get_key_weight
--- A fairness key's weight (no row: 1).  Index: key_weights pkey.
+-- A fairness key's weight (no row: 1) and cap.  Index: key_weights pkey.
 -- Parameters: $1 :tenant_id, $2 :fairness_key
-SELECT weight FROM key_weights
+SELECT weight, max_active_jobs FROM key_weights
 WHERE tenant_id = $1 AND fairness_key = $2
   AND shard = jobfair_shard($1);
 
 -- name: delete_key_weight
--- A fairness key back to weight 1; whether it had a weight.  Index: key_weights pkey.
+-- A fairness key back to weight 1 and no cap; whether it had a row.  Index: key_weights
+-- pkey.
 -- Parameters: $1 :tenant_id, $2 :fairness_key
 DELETE FROM key_weights
 WHERE tenant_id = $1 AND fairness_key = $2
@@ -236,13 +240,16 @@ RETURNING weight;
 -- bucket as upsert_tenant's.  Index: job_types pkey.  Locks: the row, which a
 -- rate-limited claim writes under the type's cap lock; a claim that read the bucket
 -- before this committed finds it changed and leaves it.
--- Parameters: $1 :job_type, $2 :cap, $3 :interval_ms, $4 :step, $5 :rate_per_s, $6 :rate_burst, $7 :fairness_by
+-- Parameters: $1 :job_type, $2 :cap, $3 :interval_ms, $4 :step, $5 :rate_per_s, $6 :rate_burst, $7 :fairness_by, $8 :per_key
 INSERT INTO job_types AS t (job_type, max_active_jobs, aging_interval_ms, aging_step,
-                            rate_per_s, rate_burst, rate_tokens, rate_at, fairness_by)
+                            rate_per_s, rate_burst, rate_tokens, rate_at, fairness_by,
+                            max_active_per_key)
 VALUES ($1, $2, $3, $4, $5::float8, $6::float8,
         $6::float8,
-        CASE WHEN $5::float8 IS NOT NULL THEN statement_timestamp() END, $7)
+        CASE WHEN $5::float8 IS NOT NULL THEN statement_timestamp() END, $7,
+        $8::int)
 ON CONFLICT (job_type) DO UPDATE SET max_active_jobs = EXCLUDED.max_active_jobs,
+    max_active_per_key = EXCLUDED.max_active_per_key,
     aging_interval_ms = EXCLUDED.aging_interval_ms, aging_step = EXCLUDED.aging_step,
     fairness_by = EXCLUDED.fairness_by,
     rate_tokens = CASE
@@ -255,19 +262,19 @@ rate_at = CASE
     THEN t.rate_at ELSE EXCLUDED.rate_at END,
 rate_per_s = EXCLUDED.rate_per_s, rate_burst = EXCLUDED.rate_burst
 RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s, rate_burst,
-    rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by;
+    rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by, max_active_per_key;
 
 -- name: get_job_type
 -- A job type's configuration.  Index: job_types pkey.
 -- Parameters: $1 :job_type
 SELECT job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s, rate_burst,
-    rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by
+    rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by, max_active_per_key
 FROM job_types WHERE job_type = $1;
 
 -- name: list_job_types
 -- Every configured job type, by name.
 SELECT job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s, rate_burst,
-    rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by
+    rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by, max_active_per_key
 FROM job_types ORDER BY job_type;
 
 -- name: pause_tenant
@@ -334,7 +341,7 @@ SELECT (SELECT n FROM released), (SELECT count(*) FROM notified);
 INSERT INTO job_types (job_type, paused) VALUES ($1, true)
 ON CONFLICT (job_type) DO UPDATE SET paused = true
 RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s, rate_burst,
-    rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by;
+    rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by, max_active_per_key;
 
 -- name: resume_job_type
 -- Marks a job type no longer paused and notifies it (at commit), so that its waiters
@@ -343,7 +350,7 @@ RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate
 WITH up AS (
     UPDATE job_types SET paused = false WHERE job_type = $1
     RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s, rate_burst,
-    rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by
+    rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by, max_active_per_key
 ),
 notified AS (SELECT pg_notify('jobfair', $1))
 SELECT up.* FROM up WHERE (SELECT count(*) FROM notified) = 1;
@@ -359,3 +366,19 @@ SELECT version_num FROM alembic_version;
 -- name: oldest_server
 -- The oldest revision whose servers the database still serves (alembic 0009's table).
 SELECT oldest_server FROM schema_compat;
+
+-- name: release_key_holds
+-- After a key's or a job type's cap changed and committed, behind wait_for_finishes (a
+-- finish in flight may have judged by the cap before): the held keys of the pairs
+-- (:tenants, :keys, with the job types :types whose per-key caps apply) released
+-- (jobfair_release_key_holds, alembic 0016); how many.
+-- Parameters: $1 :tenants, $2 :keys, $3 :types
+SELECT jobfair_release_key_holds(1246101510, 1246101508,
+    $1::text[], $2::text[], $3::text[], 'jobfair');
+
+-- name: held_keys
+-- The held keys (of :job_type; NULL: of every type), as (tenant, key, type).  Index:
+-- lane_keys_held_idx.
+-- Parameters: $1 :job_type
+SELECT tenant_id, fairness_key, job_type FROM lane_keys
+WHERE held AND ($1::text IS NULL OR job_type = $1::text);

@@ -59,7 +59,7 @@ async def test_degraded_a_read_counts_the_charges_it_does_not_write(store):
     async with charges.owed_keys(TYPE) as owed:
         assert owed == {("a", ""): (2, 0.5)}
         keys = await Store(store).read_keys(KeysAsk(TYPE, {"a": 1}, [], owed))
-    [(key, key_vtime, _weight)] = keys.ready["a"]
+    [(key, key_vtime, _weight, _cap)] = keys.ready["a"]
     assert key == "" and key_vtime == advance(await _key_vtime(store, "a"), 0.5, 2)
     await charges.written(TYPE)  # a caller that needs them written has them at once
     assert (await _vtimes(store))["a"] == seen["a"]
@@ -187,7 +187,7 @@ async def test_degraded_a_key_read_sees_a_write_in_flight_of_the_charges_it_no_l
     await asyncio.sleep(0.05)
     async with charges.owed_keys(TYPE) as owed:
         keys = await port.read_keys(KeysAsk(TYPE, {"a": 1}, [], owed))
-    [(_key, vtime, _weight)] = keys.ready["a"]
+    [(_key, vtime, _weight, _cap)] = keys.ready["a"]
     await asyncio.gather(*spawned)
     assert vtime == advance(before, 0.5, 2), (owed, vtime, before)
 

@@ -33,7 +33,7 @@ async def test_a_round_through_the_port_alone_reads_claims_and_charges(store) ->
     read = await port.read_lanes(LaneAsk(TYPE, 8, [], None))
     assert sorted(lane.tenant_id for lane in read.ready) == ["a", "b"]
     by_key = await port.read_keys(KeysAsk(TYPE, {"a": 1, "b": 1}, []))
-    assert {t: [k for k, _, _ in ks] for t, ks in by_key.ready.items()} == {"a": [""], "b": [""]}
+    assert {t: [k for k, _, _, _ in ks] for t, ks in by_key.ready.items()} == {"a": [""], "b": [""]}
     got = await port.claim(_claim({("a", ""): 2, ("b", ""): 2}))
     assert sorted(c.job.tenant_id for c in got) == ["a", "a", "b", "b"]
     assert {c.job.worker for c in got} == {"w"} and {c.share for c in got} == {1}

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.scheduler import Key, Lane, allocate, allocate_keys, split_among_keys
+from app.scheduler.stride import advance
 
 # A tenant: (weight, its keys' weights).
 Tenants = dict[str, tuple[int, list[int]]]
@@ -138,3 +139,42 @@ def test_a_lane_without_keys_read_gets_nothing_and_others_are_unchanged():
 def test_a_key_behind_in_its_lanes_virtual_time_goes_first():
     assert allocate_keys([Key("x", 3.5, 1), Key("y", 1.0, 1)], 3) == {"y": 3}
     assert allocate_keys([Key("x", 0.0, 1), Key("y", 0.0, 4)], 5) == {"x": 1, "y": 4}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    keys=st.lists(
+        st.tuples(
+            st.floats(0, 10, allow_nan=False),
+            st.integers(1, 5),
+            st.none() | st.integers(0, 4),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    n=st.integers(0, 40),
+)
+def test_keys_with_room_take_at_most_their_room_and_the_rest_goes_to_the_others(keys, n):
+    """Issue 44: a key's picks never exceed its room (its caps less its running jobs,
+    ADR 040), and no pick is lost while another key has room: the lane gets
+    min(n, total room) picks, as many as a reference that skips full keys pick by pick."""
+    ks = [Key(f"k{i}", v, w, headroom=h) for i, (v, w, h) in enumerate(keys)]
+    got = allocate_keys(ks, n)
+    for k in ks:
+        assert got.get(k.key, 0) <= (n if k.headroom is None else k.headroom)
+    room = sum(n if k.headroom is None else k.headroom for k in ks)
+    assert sum(got.values()) == min(n, room)
+    # The reference: pick by pick, the key with room and the least (vtime, key).
+    vt = {k.key: k.vtime for k in ks}
+    left = {k.key: k.headroom for k in ks}
+    want: Counter[str] = Counter()
+    for _ in range(n):
+        open_ = [k for k in ks if left[k.key] is None or left[k.key] > 0]
+        if not open_:
+            break
+        k = min(open_, key=lambda x: (vt[x.key], x.key))
+        want[k.key] += 1
+        vt[k.key] = advance(vt[k.key], k.stride)
+        if left[k.key] is not None:
+            left[k.key] -= 1
+    assert Counter(got) == want

@@ -376,6 +376,7 @@ SELECT * FROM activated
 -- and aging (the server's defaults :default_aging_step, :default_aging_interval_ms where
 -- it has none).
 SELECT t.max_active_jobs AS type_cap, t.rate_per_s AS type_rate, t.fairness_by,
+                 t.max_active_per_key AS per_key,
                  COALESCE(t.aging_step, :default_aging_step::int) AS aging_step,
                  COALESCE(t.aging_interval_ms, :default_aging_interval_ms::int) AS aging_interval_ms
           FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = :job_type
@@ -385,21 +386,23 @@ SELECT t.max_active_jobs AS type_cap, t.rate_per_s AS type_rate, t.fairness_by,
 -- The lead lane's first backlogged key in (vtime, key) order that has a ready job (one
 -- descent of jobs_ready_idx to the key's youngest entry each, as read_keys' probe) --
 -- the key scheduler.allocate_keys picks first -- unless a cap or a rate limit is
--- involved (the type's, or the lead lane's tenant's: those need their locks and counts,
--- ADR 016 and 028); the allotment of one job from it; and the type's aging.
+-- involved (the type's, the lead lane's tenant's, or the lead key's: those need their
+-- locks and counts, ADR 016, 028 and 040); the allotment of one job from it; and the type's aging.
 -- Index: lane_keys_vtime_idx, key_weights pkey, jobs_ready_idx.
 lead AS (
     SELECT ll.tenant_id, y.fairness_key, ll.weight, y.key_weight, ll.aging_step,
            ll.aging_interval_ms, ll.fairness_by
     FROM lead_lane ll
     CROSS JOIN LATERAL (
-        SELECT r.fairness_key, COALESCE(w.weight, 1) AS key_weight FROM (
+        SELECT r.fairness_key, COALESCE(w.weight, 1) AS key_weight,
+               w.max_active_jobs AS key_cap FROM (
             SELECT x.fairness_key, x.vtime, (SELECT min(j.priority) FROM jobs j
           WHERE j.state = 'CREATED' AND j.job_type = :job_type AND j.tenant_id = x.tenant_id
             AND j.fairness_key = x.fairness_key {{shards.j}})
          IS NOT NULL AS ready
             FROM lane_keys x
-            WHERE x.job_type = :job_type AND x.tenant_id = ll.tenant_id AND x.active {{shards.x}}
+            WHERE x.job_type = :job_type AND x.tenant_id = ll.tenant_id AND x.active
+              AND NOT x.held {{shards.x}}
             ORDER BY x.vtime, x.fairness_key
             LIMIT {{PROBED_LANES}}) r
         LEFT JOIN key_weights w ON w.tenant_id = ll.tenant_id
@@ -408,6 +411,7 @@ lead AS (
         ORDER BY r.vtime, r.fairness_key
         LIMIT 1) y
     WHERE ll.type_cap IS NULL AND ll.cap IS NULL AND ll.type_rate IS NULL AND ll.rate IS NULL
+      AND ll.per_key IS NULL AND y.key_cap IS NULL
 ),
 alloc AS (SELECT tenant_id, fairness_key, 1 AS k, NULL::int AS hint_priority,
                  NULL::timestamptz AS since FROM lead),
@@ -421,7 +425,7 @@ aging AS (SELECT aging_step AS step, aging_interval_ms AS interval_ms FROM lead)
 -- lead_type).  Index: lanes_type_vtime_idx, tenants pkey, jobs_ready_idx.
 lead_lane AS (
     SELECT x.tenant_id, x.weight, x.cap, x.rate, c.type_cap, c.type_rate, c.aging_step,
-           c.aging_interval_ms, c.fairness_by
+           c.aging_interval_ms, c.fairness_by, c.per_key
     FROM ({{lead_type}}) c
     CROSS JOIN LATERAL (
         SELECT r.tenant_id, r.weight, r.cap, r.rate FROM (
@@ -442,7 +446,7 @@ lead_lane AS (
 -- As lead_lane, among the caller's :tenant_ids only.
 lead_lane AS (
     SELECT x.tenant_id, x.weight, x.cap, x.rate, c.type_cap, c.type_rate, c.aging_step,
-           c.aging_interval_ms, c.fairness_by
+           c.aging_interval_ms, c.fairness_by, c.per_key
     FROM ({{lead_type}}) c
     CROSS JOIN LATERAL (
         SELECT r.tenant_id, r.weight, r.cap, r.rate FROM (
@@ -538,3 +542,23 @@ WITH RECURSIVE {{lead_lane_of_tenants}},
 {{activated_by_worker_time}}
 {{trimmed}}
 {{lead_answer_of_tenants}}
+
+-- name: lock_and_count_keys
+-- A claim's key step (ADR 040), in its transaction after the type's and the tenants' cap
+-- locks: the cap locks of the keys (:tenants, :keys: pairs) in one global order, then --
+-- each statement of a volatile function takes its own snapshot -- each key's room: the
+-- least of its own cap minus its ACTIVATED jobs of every type and :job_type's per-key cap
+-- (:per_key) minus its ACTIVATED jobs of the type (NULL: neither).  Each count stops at
+-- its cap.  Index: jobs_active_key_idx, key_weights pkey.
+SELECT * FROM jobfair_lock_and_count_keys({{KEY_CAP_LOCK_CLASS}}, :tenants::text[],
+                                          :keys::text[], :job_type, :per_key::int)
+
+-- name: hold_keys
+-- The keys of :job_type a claim left at their caps (:tenants, :keys: pairs), counted under
+-- their cap locks, which it holds until this commits: held out of the key reads until a
+-- finish frees room (jobfair_release_key_holds, which takes the same locks first).
+-- Index: lane_keys pkey.  Locks: the key rows.
+UPDATE lane_keys k SET held = true
+FROM unnest(:tenants::text[], :keys::text[]) AS p(tenant_id, fairness_key)
+WHERE k.job_type = :job_type AND k.tenant_id = p.tenant_id
+  AND k.fairness_key = p.fairness_key AND NOT k.held {{shards.k}}

@@ -39,13 +39,18 @@ freed AS (
 
 -- fragment: unheld
 -- Releases the held lanes of the capped tenants whose jobs ``ended`` had, for they have
--- room again (jobfair_release_holds, alembic 0004; ADR 016): takes the release gate
+-- room again (jobfair_release_holds, alembic 0004; ADR 016), then the held keys of the
+-- capped keys they had, under the keys' cap locks (jobfair_release_key_holds, alembic
+-- 0016; ADR 040): takes the release gate
 -- shared, picks the capped tenants with a snapshot of its own, waits for their cap locks,
 -- and holds the locks until the statement commits.  Appended to the statements that end
 -- activations, referenced by their answer.
 unheld AS (
     SELECT jobfair_release_holds({{TENANT_CAP_LOCK_CLASS}}, {{RELEASE_GATE_CLASS}},
-        ARRAY(SELECT DISTINCT e.tenant_id FROM ended e), '{{NOTIFY_CHANNEL}}') AS n
+        ARRAY(SELECT DISTINCT e.tenant_id FROM ended e), '{{NOTIFY_CHANNEL}}')
+      + jobfair_release_key_holds({{KEY_CAP_LOCK_CLASS}}, {{RELEASE_GATE_CLASS}},
+        ARRAY(SELECT e.tenant_id FROM ended e), ARRAY(SELECT e.fairness_key FROM ended e),
+        ARRAY(SELECT e.job_type FROM ended e), '{{NOTIFY_CHANNEL}}') AS n
 )
 
 -- fragment: credited @citus

@@ -270,8 +270,9 @@ key_charged AS (
 
 -- fragment: read_head
 -- The first row of a lane read: the job type's configuration, and whether it is paused.
+-- Its max_active_jobs, a tenant's cap in the lanes' rows, is the type's per-key cap.
 SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
-       NULL::int AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
+       t.max_active_per_key AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
        t.aging_step, NULL::bool AS ready, NULL::bool AS scanned, t.paused IS TRUE AS paused,
        NULL::text AS fairness_key, t.rate_per_s IS NOT NULL AS rate_limited,
        t.fairness_by, NULL::float8 AS unit_est
@@ -426,7 +427,8 @@ LIMIT {{SCANNED_LANES}}
 
 -- name: read_keys
 -- The keys of the lanes a round allotted picks to (:tenants, with :wants: how many keys
--- to read of each), in (vtime, key) order, their weights (a key without a row weighs 1),
+-- to read of each), in (vtime, key) order, their weights (a key without a row weighs 1)
+-- and caps (NULL: none; alembic 0016),
 -- and each probed for a ready job when its lane asks for at most PROBED_LANES keys: for
 -- scheduler.split_among_keys to divide each lane's picks among.  Active keys only; the
 -- ones a call already excluded (:exclude_tenants, :exclude_keys: tenant and key pairs)
@@ -436,7 +438,8 @@ LIMIT {{SCANNED_LANES}}
 -- Index: lane_keys_vtime_idx (job_type, tenant_id, active, vtime, fairness_key), a range
 -- scan per lane up to its limit; key_weights pkey; one probe of jobs_ready_idx per key of
 -- a small read.  No locks: the claim locks the jobs it takes.
-SELECT a.tenant_id, k.fairness_key, k.vtime, COALESCE(w.weight, 1) AS weight, k.ready
+SELECT a.tenant_id, k.fairness_key, k.vtime, COALESCE(w.weight, 1) AS weight, k.ready,
+       w.max_active_jobs AS cap
 FROM unnest(:tenants::text[], :wants::int[]) AS a(tenant_id, want)
 CROSS JOIN LATERAL (
     SELECT x.fairness_key, x.vtime,
@@ -445,7 +448,8 @@ CROSS JOIN LATERAL (
             AND j.fairness_key = x.fairness_key {{shards.j}})
          IS NOT NULL ELSE true END AS ready
     FROM lane_keys x
-    WHERE x.job_type = :job_type AND x.tenant_id = a.tenant_id AND x.active {{shards.x}}
+    WHERE x.job_type = :job_type AND x.tenant_id = a.tenant_id AND x.active AND NOT x.held
+      {{shards.x}}
       AND NOT EXISTS (SELECT 1 FROM unnest(:exclude_tenants::text[], :exclude_keys::text[])
                              AS e(tenant_id, fairness_key)
                       WHERE e.tenant_id = x.tenant_id AND e.fairness_key = x.fairness_key)

@@ -7,7 +7,7 @@ tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst, rate_tokens,
 -- fragment: job_type_columns
 -- A job type's configuration as app.db.rows.JobTypeRow takes it (read_at as tenants').
 job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s, rate_burst,
-    rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by
+    rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by, max_active_per_key
 
 -- fragment: rate_set
 -- An upsert's rate limit columns of the row t (EXCLUDED: the new ones): a changed limit
@@ -43,7 +43,7 @@ tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst, rate_tokens,
 -- fragment: job_type_stored
 -- As tenant_stored, of job_type_columns (read_at outside, fairness_by after it).
 job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s, rate_burst,
-    rate_tokens, rate_at, fairness_by
+    rate_tokens, rate_at, fairness_by, max_active_per_key
 
 -- fragment: lane_counts
 -- A lane's counts (jobs grouped by type and tenant): ready jobs, delayed ones, active
@@ -258,22 +258,26 @@ unheld AS (
 SELECT gone.tenant_id FROM gone WHERE (SELECT count(*) FROM unheld) = 1
 
 -- name: upsert_key_weight
--- A fairness key's weight inside its tenant (alembic 0010).  Nothing else need change:
+-- A fairness key's weight inside its tenant (alembic 0010) and its cap (:cap, NULL: none;
+-- alembic 0016: the caller then releases its held keys, release_key_holds).  For the
+-- weight nothing else need change:
 -- every key read and lead claim reads the weights as they are, so the next activation of
 -- any process uses it, for the backlog already there (ADR 027).  Index: key_weights pkey.
-INSERT INTO key_weights (tenant_id, fairness_key, shard, weight)
-VALUES (:tenant_id, :fairness_key, jobfair_shard(:tenant_id), :weight)
-ON CONFLICT (tenant_id, fairness_key, shard) DO UPDATE SET weight = EXCLUDED.weight
-RETURNING weight
+INSERT INTO key_weights (tenant_id, fairness_key, shard, weight, max_active_jobs)
+VALUES (:tenant_id, :fairness_key, jobfair_shard(:tenant_id), :weight, :cap::int)
+ON CONFLICT (tenant_id, fairness_key, shard) DO UPDATE SET weight = EXCLUDED.weight,
+    max_active_jobs = EXCLUDED.max_active_jobs
+RETURNING weight, max_active_jobs
 
 -- name: get_key_weight
--- A fairness key's weight (no row: 1).  Index: key_weights pkey.
-SELECT weight FROM key_weights
+-- A fairness key's weight (no row: 1) and cap.  Index: key_weights pkey.
+SELECT weight, max_active_jobs FROM key_weights
 WHERE tenant_id = :tenant_id AND fairness_key = :fairness_key
   AND shard = jobfair_shard(:tenant_id)
 
 -- name: delete_key_weight
--- A fairness key back to weight 1; whether it had a weight.  Index: key_weights pkey.
+-- A fairness key back to weight 1 and no cap; whether it had a row.  Index: key_weights
+-- pkey.
 DELETE FROM key_weights
 WHERE tenant_id = :tenant_id AND fairness_key = :fairness_key
   AND shard = jobfair_shard(:tenant_id)
@@ -286,11 +290,14 @@ RETURNING weight
 -- rate-limited claim writes under the type's cap lock; a claim that read the bucket
 -- before this committed finds it changed and leaves it.
 INSERT INTO job_types AS t (job_type, max_active_jobs, aging_interval_ms, aging_step,
-                            rate_per_s, rate_burst, rate_tokens, rate_at, fairness_by)
+                            rate_per_s, rate_burst, rate_tokens, rate_at, fairness_by,
+                            max_active_per_key)
 VALUES (:job_type, :cap, :interval_ms, :step, :rate_per_s::float8, :rate_burst::float8,
         :rate_burst::float8,
-        CASE WHEN :rate_per_s::float8 IS NOT NULL THEN statement_timestamp() END, :fairness_by)
+        CASE WHEN :rate_per_s::float8 IS NOT NULL THEN statement_timestamp() END, :fairness_by,
+        :per_key::int)
 ON CONFLICT (job_type) DO UPDATE SET max_active_jobs = EXCLUDED.max_active_jobs,
+    max_active_per_key = EXCLUDED.max_active_per_key,
     aging_interval_ms = EXCLUDED.aging_interval_ms, aging_step = EXCLUDED.aging_step,
     fairness_by = EXCLUDED.fairness_by,
     {{rate_set}}
@@ -300,12 +307,14 @@ RETURNING {{job_type_columns}}
 -- upsert_job_type on Citus: the instant read outside the write (job_type_stored).
 WITH up AS (
     INSERT INTO job_types AS t (job_type, max_active_jobs, aging_interval_ms, aging_step,
-                                rate_per_s, rate_burst, rate_tokens, rate_at, fairness_by)
+                                rate_per_s, rate_burst, rate_tokens, rate_at, fairness_by,
+                                max_active_per_key)
     VALUES (:job_type, :cap, :interval_ms, :step, :rate_per_s::float8, :rate_burst::float8,
             :rate_burst::float8,
             CASE WHEN :rate_per_s::float8 IS NOT NULL THEN statement_timestamp() END,
-            :fairness_by)
+            :fairness_by, :per_key::int)
     ON CONFLICT (job_type) DO UPDATE SET max_active_jobs = EXCLUDED.max_active_jobs,
+        max_active_per_key = EXCLUDED.max_active_per_key,
         aging_interval_ms = EXCLUDED.aging_interval_ms, aging_step = EXCLUDED.aging_step,
         fairness_by = EXCLUDED.fairness_by,
         {{rate_set}}
@@ -313,7 +322,7 @@ WITH up AS (
 )
 SELECT up.job_type, up.max_active_jobs, up.aging_interval_ms, up.aging_step, up.paused,
        up.rate_per_s, up.rate_burst, up.rate_tokens, up.rate_at,
-       statement_timestamp() AS read_at, up.fairness_by
+       statement_timestamp() AS read_at, up.fairness_by, up.max_active_per_key
 FROM up
 
 -- name: get_job_type
@@ -430,7 +439,7 @@ WITH up AS (
 )
 SELECT up.job_type, up.max_active_jobs, up.aging_interval_ms, up.aging_step, up.paused,
        up.rate_per_s, up.rate_burst, up.rate_tokens, up.rate_at,
-       statement_timestamp() AS read_at, up.fairness_by
+       statement_timestamp() AS read_at, up.fairness_by, up.max_active_per_key
 FROM up
 
 -- name: resume_job_type @citus
@@ -442,7 +451,7 @@ WITH up AS (
 )
 SELECT up.job_type, up.max_active_jobs, up.aging_interval_ms, up.aging_step, up.paused,
        up.rate_per_s, up.rate_burst, up.rate_tokens, up.rate_at,
-       statement_timestamp() AS read_at, up.fairness_by
+       statement_timestamp() AS read_at, up.fairness_by, up.max_active_per_key
 FROM up
 
 -- name: ping
@@ -456,3 +465,17 @@ SELECT version_num FROM alembic_version
 -- name: oldest_server
 -- The oldest revision whose servers the database still serves (alembic 0009's table).
 SELECT oldest_server FROM schema_compat
+
+-- name: release_key_holds
+-- After a key's or a job type's cap changed and committed, behind wait_for_finishes (a
+-- finish in flight may have judged by the cap before): the held keys of the pairs
+-- (:tenants, :keys, with the job types :types whose per-key caps apply) released
+-- (jobfair_release_key_holds, alembic 0016); how many.
+SELECT jobfair_release_key_holds({{KEY_CAP_LOCK_CLASS}}, {{RELEASE_GATE_CLASS}},
+    :tenants::text[], :keys::text[], :types::text[], '{{NOTIFY_CHANNEL}}')
+
+-- name: held_keys
+-- The held keys (of :job_type; NULL: of every type), as (tenant, key, type).  Index:
+-- lane_keys_held_idx.
+SELECT tenant_id, fairness_key, job_type FROM lane_keys
+WHERE held AND (:job_type::text IS NULL OR job_type = :job_type::text)
