@@ -107,6 +107,9 @@ class ExplainService:
             )
         # What the claim checks of its lane, at the database's clock (the claims').
         holds = limits.holds(job.job_type, job.tenant_id)
+        holds += scheduler.key_holds(
+            *await operating.key_caps_of(self.db, job.job_type, job.tenant_id, job.fairness_key)
+        )
         at = limits.at
         for h in holds:
             shown: dict[str, Any] = {"reason": h.reason.value}

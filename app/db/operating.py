@@ -285,6 +285,17 @@ async def lane_keys_of(
     return [(r["fairness_key"], r["vtime"], r["active"], r["weight"]) for r in rows]
 
 
+async def key_caps_of(
+    db: Queries, job_type: str, tenant_id: str, fairness_key: str
+) -> tuple[int | None, int, int | None, int]:
+    """A key's own cap and its ACTIVATED jobs, its type's per-key cap and its ACTIVATED
+    jobs of the type (key_caps_of)."""
+    row = await db.fetchrow(
+        *SQL["key_caps_of"].bind(job_type=job_type, tenant_id=tenant_id, fairness_key=fairness_key)
+    )
+    return row["cap"], row["active"], row["per_key"], row["type_active"]
+
+
 async def last_asked(db: Queries, job_type: str) -> datetime | None:
     """When a named worker last asked for jobs of ``job_type`` (None: none in a day)."""
     at: datetime | None = await db.fetchval(*SQL["last_asked"].bind(job_type=job_type))

@@ -66,6 +66,7 @@ from app.scheduler.holds import (
     HoldReason,
     LaneLimits,
     holds,
+    key_holds,
 )
 from app.scheduler.rates import (
     RESTING_AT_MOST_S,
@@ -148,6 +149,7 @@ __all__ = [
     "configured_shares",
     "effective_priority",
     "holds",
+    "key_holds",
     "job_units",
     "lane_unit",
     "left_at_cap",

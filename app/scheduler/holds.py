@@ -18,6 +18,10 @@ class HoldReason(StrEnum):
     TYPE_CAP = "typeCap"
     TENANT_RATE = "tenantRate"
     TYPE_RATE = "typeRate"
+    # The job's fairness key at its own cap, or at its type's per-key cap (ADR 040): a
+    # hold of the key, not of the lane.
+    KEY_CAP = "keyCap"
+    PER_KEY_CAP = "perKeyCap"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,4 +69,15 @@ def holds(limits: LaneLimits, now: datetime) -> list[Hold]:
     ):
         if bucket is not None and bucket.room(now) < 1:
             out.append(Hold(reason, next_token_s=bucket.next_token_s(now)))
+    return out
+
+
+def key_holds(cap: int | None, active: int, per_key: int | None, type_active: int) -> list[Hold]:
+    """What holds a fairness key back (ADR 040): its own cap, with its ACTIVATED jobs of
+    every type, and its type's per-key cap, with its ACTIVATED jobs of the type."""
+    out = []
+    if cap is not None and active >= cap:
+        out.append(Hold(HoldReason.KEY_CAP, active, cap))
+    if per_key is not None and type_active >= per_key:
+        out.append(Hold(HoldReason.PER_KEY_CAP, type_active, per_key))
     return out

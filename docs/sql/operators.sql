@@ -382,3 +382,17 @@ SELECT jobfair_release_key_holds(1246101510, 1246101508,
 -- Parameters: $1 :job_type
 SELECT tenant_id, fairness_key, job_type FROM lane_keys
 WHERE held AND ($1::text IS NULL OR job_type = $1::text);
+
+-- name: key_caps_of
+-- A fairness key's caps and what they count (explain, ADR 040): its own cap (NULL: none)
+-- and its ACTIVATED jobs of every type, its :job_type's per-key cap and its ACTIVATED jobs
+-- of that type.  Index: key_weights pkey, job_types pkey, jobs_active_key_idx.
+-- Parameters: $1 :tenant_id, $2 :fairness_key, $3 :job_type
+SELECT w.max_active_jobs AS cap,
+       (SELECT count(*) FROM jobs j WHERE j.state = 'ACTIVATED' AND j.tenant_id = $1
+          AND j.fairness_key = $2) AS active,
+       (SELECT y.max_active_per_key FROM job_types y WHERE y.job_type = $3) AS per_key,
+       (SELECT count(*) FROM jobs j WHERE j.state = 'ACTIVATED' AND j.tenant_id = $1
+          AND j.fairness_key = $2 AND j.job_type = $3) AS type_active
+FROM (SELECT 1) one
+LEFT JOIN key_weights w ON w.tenant_id = $1 AND w.fairness_key = $2;

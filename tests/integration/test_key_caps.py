@@ -66,6 +66,13 @@ async def test_a_key_at_its_cap_gives_its_picks_to_the_tenants_other_keys(live, 
     # Held, it stays out until its job ends; then its next job goes out, once.
     more = await activate(c, "mail", 10)
     assert [j["fairnessKey"] for j in more] == ["small"] * 10
+    # Explained: the waiting job of big names its key's cap.
+    waiting = await store.fetchval(
+        "SELECT job_key FROM jobs WHERE state = 'CREATED' AND fairness_key = 'big' LIMIT 1"
+    )
+    explained = (await c.get(f"/v2/jobs/{waiting}/explain")).json()
+    assert {"reason": "keyCap", "active": 1, "limit": 1} in explained["reasons"]
+    assert explained["activatableNow"] is False
     [big] = [j for j in jobs if j["fairnessKey"] == "big"]
     assert (await complete(c, big)).status_code == 204
     again = await activate(c, "mail", 5)
@@ -95,6 +102,11 @@ async def test_the_per_key_cap_of_a_type_counts_that_type_only_and_a_keys_own_ca
     await enqueue(c, "b", "t", 5, fairnessKey="k")
     assert len(await activate(c, "a", 5)) == 1
     assert len(await activate(c, "b", 5)) == 5  # b has no per-key cap
+    waiting = await store.fetchval(
+        "SELECT job_key FROM jobs WHERE state = 'CREATED' AND job_type = 'a' LIMIT 1"
+    )
+    explained = (await c.get(f"/v2/jobs/{waiting}/explain")).json()
+    assert {"reason": "perKeyCap", "active": 1, "limit": 1} in explained["reasons"]
     await c.put("/v2/tenants/t/keys/j", json={"maxActiveJobs": 2})
     await enqueue(c, "a", "t", 5, fairnessKey="j")
     await enqueue(c, "b", "t", 5, fairnessKey="j")

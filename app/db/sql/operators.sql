@@ -479,3 +479,16 @@ SELECT jobfair_release_key_holds({{KEY_CAP_LOCK_CLASS}}, {{RELEASE_GATE_CLASS}},
 -- lane_keys_held_idx.
 SELECT tenant_id, fairness_key, job_type FROM lane_keys
 WHERE held AND (:job_type::text IS NULL OR job_type = :job_type::text)
+
+-- name: key_caps_of
+-- A fairness key's caps and what they count (explain, ADR 040): its own cap (NULL: none)
+-- and its ACTIVATED jobs of every type, its :job_type's per-key cap and its ACTIVATED jobs
+-- of that type.  Index: key_weights pkey, job_types pkey, jobs_active_key_idx.
+SELECT w.max_active_jobs AS cap,
+       (SELECT count(*) FROM jobs j WHERE j.state = 'ACTIVATED' AND j.tenant_id = :tenant_id
+          AND j.fairness_key = :fairness_key) AS active,
+       (SELECT y.max_active_per_key FROM job_types y WHERE y.job_type = :job_type) AS per_key,
+       (SELECT count(*) FROM jobs j WHERE j.state = 'ACTIVATED' AND j.tenant_id = :tenant_id
+          AND j.fairness_key = :fairness_key AND j.job_type = :job_type) AS type_active
+FROM (SELECT 1) one
+LEFT JOIN key_weights w ON w.tenant_id = :tenant_id AND w.fairness_key = :fairness_key
