@@ -17,7 +17,16 @@ from app.db import Database, metric_reads, operating
 from app.db.rows import JobTypeRow, LaneSampleRow, LaneStats, TenantRow
 from app.domain import shown_key, stored_key, utcnow
 from app.scheduler import Bucket
-from app.shares import KeySample, KeyShare, KeyWindow, LaneKeys, LaneSample, ShareWindow, Throughput
+from app.shares import (
+    OTHER_KEYS,
+    KeySample,
+    KeyShare,
+    KeyWindow,
+    LaneKeys,
+    LaneSample,
+    ShareWindow,
+    Throughput,
+)
 
 STATS_WINDOW_S = 60.0
 
@@ -374,6 +383,7 @@ class StatsService:
                     "keys": [_key_share(k) for k in v.keys],
                 }
             )
+        await self._key_caps(types)
         # The series sums every tenant's activations: a key that sees only some is not
         # given it (its dashboard draws the series from what it samples itself).
         series = {} if visible is not None else self.throughput.per_minute(time.monotonic())
@@ -383,6 +393,32 @@ class StatsService:
             t["noActivationForMs"] = None if idle is None else int(idle[0] * 1000)
             t["noActivationSinceStart"] = idle is not None and idle[1]
         return {"jobTypes": list(types.values()), "windowMs": int(self.window.span_s * 1000)}
+
+    async def _key_caps(self, types: dict[str, dict[str, Any]]) -> None:
+        """Each listed key's caps and what they count, read at once (ADR 040)."""
+        listed = [
+            (t["type"], lane["tenantId"], stored_key(k["fairnessKey"]))
+            for t in types.values()
+            for lane in t["tenants"]
+            for k in lane["keys"]
+            if k["fairnessKey"] != OTHER_KEYS
+        ]
+        caps = await operating.key_caps_listed(self.db, listed)
+        for t in types.values():
+            for lane in t["tenants"]:
+                for k in lane["keys"]:
+                    found = caps.get((t["type"], lane["tenantId"], stored_key(k["fairnessKey"])))
+                    k.update(found or NO_KEY_CAPS)
+
+
+# A listed key's caps where none was read (on Citus).
+NO_KEY_CAPS = {
+    "maxActiveJobs": None,
+    "maxActivePerKey": None,
+    "active": None,
+    "activeAllTypes": None,
+    "held": False,
+}
 
 
 def _hold(h: scheduler.Hold) -> dict[str, Any]:

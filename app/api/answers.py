@@ -229,6 +229,13 @@ class KeyStats(BaseModel):
         description="its virtual time minus the least of its tenant's backlogged keys "
         "(0: served next inside its lane); null when not backlogged"
     )
+    maxActiveJobs: int | None = Field(description="its own cap, over every type; null: none")
+    maxActivePerKey: int | None = Field(description="its type's cap per key; null: none")
+    held: bool = Field(description="at one of its caps now: out of the claims until a job ends")
+    active: int | None = Field(description="its ACTIVATED jobs of the type, where a cap applies")
+    activeAllTypes: int | None = Field(
+        description="its ACTIVATED jobs of every type, where it has a cap of its own"
+    )
 
 
 class TenantStats(BaseModel):

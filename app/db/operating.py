@@ -296,6 +296,33 @@ async def key_caps_of(
     return row["cap"], row["active"], row["per_key"], row["type_active"]
 
 
+async def key_caps_listed(
+    db: Queries, keys: Sequence[tuple[str, str, str]]
+) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """Per (type, tenant, key as stored): its caps, whether it is held, and its ACTIVATED
+    jobs where a cap applies (key_caps_listed; none on Citus, where key caps are not
+    supported yet)."""
+    if not keys or citus.on_citus(db):
+        return {}
+    rows = await db.fetch(
+        *SQL["key_caps_listed"].bind(
+            job_types=[y for y, _, _ in keys],
+            tenant_ids=[t for _, t, _ in keys],
+            keys=[k for _, _, k in keys],
+        )
+    )
+    return {
+        (r["job_type"], r["tenant_id"], r["fairness_key"]): {
+            "maxActiveJobs": r["cap"],
+            "maxActivePerKey": r["per_key"],
+            "active": r["active"],
+            "activeAllTypes": r["active_all_types"],
+            "held": r["held"],
+        }
+        for r in rows
+    }
+
+
 async def last_asked(db: Queries, job_type: str) -> datetime | None:
     """When a named worker last asked for jobs of ``job_type`` (None: none in a day)."""
     at: datetime | None = await db.fetchval(*SQL["last_asked"].bind(job_type=job_type))

@@ -396,3 +396,25 @@ SELECT w.max_active_jobs AS cap,
           AND j.fairness_key = $2 AND j.job_type = $3) AS type_active
 FROM (SELECT 1) one
 LEFT JOIN key_weights w ON w.tenant_id = $1 AND w.fairness_key = $2;
+
+-- name: key_caps_listed
+-- The caps of the keys a stats answer lists (:job_types, :tenant_ids, :keys: triples, ADR
+-- 040): each key's own cap and its type's per-key cap, whether it is held at one now, and
+-- -- only where a cap applies -- its ACTIVATED jobs of the type and of every type.
+-- Index: key_weights pkey, job_types pkey, lane_keys pkey, jobs_active_key_idx.  An
+-- operator read; no locks.
+-- Parameters: $1 :job_types, $2 :tenant_ids, $3 :keys
+SELECT u.job_type, u.tenant_id, u.fairness_key, w.max_active_jobs AS cap,
+       y.max_active_per_key AS per_key, COALESCE(k.held, false) AS held,
+       CASE WHEN w.max_active_jobs IS NOT NULL OR y.max_active_per_key IS NOT NULL THEN
+         (SELECT count(*) FROM jobs j WHERE j.state = 'ACTIVATED' AND j.tenant_id = u.tenant_id
+            AND j.fairness_key = u.fairness_key AND j.job_type = u.job_type) END AS active,
+       CASE WHEN w.max_active_jobs IS NOT NULL THEN
+         (SELECT count(*) FROM jobs j WHERE j.state = 'ACTIVATED' AND j.tenant_id = u.tenant_id
+            AND j.fairness_key = u.fairness_key) END AS active_all_types
+FROM unnest($1::text[], $2::text[], $3::text[])
+     AS u(job_type, tenant_id, fairness_key)
+LEFT JOIN key_weights w ON w.tenant_id = u.tenant_id AND w.fairness_key = u.fairness_key
+LEFT JOIN job_types y ON y.job_type = u.job_type
+LEFT JOIN lane_keys k ON k.job_type = u.job_type AND k.tenant_id = u.tenant_id
+ AND k.fairness_key = u.fairness_key;

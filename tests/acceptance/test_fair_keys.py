@@ -181,9 +181,21 @@ async def test_the_header_a_key_comes_from_is_a_setting(db_url: str) -> None:
 async def test_a_keys_weight_is_put_read_and_reset(live: Live) -> None:
     c = live.client
     r = await c.get("/v2/tenants/t/keys/user:1")
-    assert r.json() == {"tenantId": "t", "fairnessKey": "user:1", "weight": 1, "configured": False}
+    assert r.json() == {
+        "tenantId": "t",
+        "fairnessKey": "user:1",
+        "weight": 1,
+        "maxActiveJobs": None,
+        "configured": False,
+    }
     r = await c.put("/v2/tenants/t/keys/user:1", json={"weight": 5})
-    assert r.json() == {"tenantId": "t", "fairnessKey": "user:1", "weight": 5, "configured": True}
+    assert r.json() == {
+        "tenantId": "t",
+        "fairnessKey": "user:1",
+        "weight": 5,
+        "maxActiveJobs": None,
+        "configured": True,
+    }
     assert (await c.get("/v2/tenants/t/keys/user:1")).json()["weight"] == 5
     r = await c.put("/v2/tenants/t/keys/<default>", json={"weight": 3})
     assert r.json()["fairnessKey"] == "<default>"

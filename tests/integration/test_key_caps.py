@@ -73,6 +73,13 @@ async def test_a_key_at_its_cap_gives_its_picks_to_the_tenants_other_keys(live, 
     explained = (await c.get(f"/v2/jobs/{waiting}/explain")).json()
     assert {"reason": "keyCap", "active": 1, "limit": 1} in explained["reasons"]
     assert explained["activatableNow"] is False
+    # And the stats show the key's cap, its running job and its hold.
+    stats = (await c.get("/v2/stats", params={"type": "mail"})).json()
+    [lane] = stats["jobTypes"][0]["tenants"]
+    shown = {k["fairnessKey"]: k for k in lane["keys"]}
+    assert shown["big"]["maxActiveJobs"] == 1 and shown["big"]["held"] is True
+    assert shown["big"]["active"] == 1 and shown["big"]["activeAllTypes"] == 1
+    assert shown["small"]["maxActiveJobs"] is None and shown["small"]["active"] is None
     [big] = [j for j in jobs if j["fairnessKey"] == "big"]
     assert (await complete(c, big)).status_code == 204
     again = await activate(c, "mail", 5)
