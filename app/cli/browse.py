@@ -132,7 +132,7 @@ def reason_text(r: dict[str, Any]) -> str:
     if what == "delayed":
         cause = "its retry back-off" if r["by"] == "retryBackOff" else "its runAt"
         return f"delayed by {cause} until {instant(r['until'])}"
-    if what in ("tenantCap", "typeCap"):
+    if what in ("tenantCap", "typeCap", "keyCap", "perKeyCap"):
         return f"held by its {HELD_BY[what]}: {r['active']} of {r['limit']} active"
     if what in ("tenantRate", "typeRate"):
         return f"held by its {HELD_BY[what]}: next token at {instant(r['nextTokenAt'])}"

@@ -35,6 +35,8 @@ HELD_BY = {
     "typeCap": "type's cap",
     "tenantRate": "tenant's rate limit",
     "typeRate": "type's rate limit",
+    "keyCap": "fairness key's cap",
+    "perKeyCap": "type's cap per fairness key",
 }
 
 
@@ -49,6 +51,11 @@ def hold_notes(lane: dict[str, Any]) -> list[str]:
             notes.append(f"held now: {what} (next token in {duration(h['nextTokenInMs'])})")
         else:
             notes.append(f"held now: {what}")
+    for k in lane.get("keys") or []:
+        if k.get("held"):  # a fairness key at its cap (ADR 040)
+            caps = [c for c in (k.get("maxActiveJobs"), k.get("maxActivePerKey")) if c is not None]
+            figures = f" ({k['active']}/{min(caps)} active)" if caps else ""
+            notes.append(f"key {k['fairnessKey']} at its cap{figures}")
     held = lane.get("heldInWindow") or {}
     if held:
         ranked = sorted(held.items(), key=lambda x: -x[1])

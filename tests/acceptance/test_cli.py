@@ -131,6 +131,21 @@ async def test_the_stats_table_shows_the_numbers_of_v2_stats(live: Live):
     assert " ".join(big[9:]).startswith("held now: tenant's cap (5/5 active)")
 
 
+async def test_the_stats_table_names_a_fairness_key_at_its_cap(live: Live):
+    """Issue 44: a key held at its cap is named on its tenant's row, with its running
+    jobs against its cap (the least of its own and its type's per-key cap)."""
+    c = live.client
+    await c.put("/v2/job-types/s", json={"maxActivePerKey": 2})
+    await enqueue(c, "s", "acme", 10, fairnessKey="cust-7")
+    await live.services.stats.sample()
+    assert len(await activate(c, "s", 10)) == 2
+    await live.services.stats.sample()
+    ran = await jobfair(live.url, "stats")
+    assert ran.returncode == 0, ran.stderr
+    acme = rows(titled(ran.stdout, ["s"])["s"])["acme"]
+    assert "key cust-7 at its cap (2/2 active)" in " ".join(acme[9:])
+
+
 async def test_stats_json_is_the_servers_and_type_narrows_it(live: Live):
     await enqueue(live.client, "a", "t1", 3)
     await enqueue(live.client, "b", "t1", 1)

@@ -79,6 +79,25 @@ async def test_flood_trickle_weights_cap_and_pause_read_true(live: Live, browser
         )
 
 
+async def test_a_fairness_key_at_its_cap_is_named_on_its_tenants_row(live: Live, browser: Browser):
+    """Issue 44: a key held at its own cap shows on its lane's row, with its running jobs
+    against its cap; a key with room does not."""
+    c = live.client
+    await c.put("/v2/tenants/acme/keys/cust-7", json={"maxActiveJobs": 1})
+    await enqueue(c, "mail", "acme", 5, fairnessKey="cust-7")
+    await enqueue(c, "mail", "acme", 5, fairnessKey="cust-8")
+    await live.services.stats.sample()
+    await activate(c, "mail", 4)
+    await live.services.stats.sample()
+    async with visit(browser, live.url) as seen:
+        await seen.page.goto("/ui")
+        acme = row(seen.page, "mail", "acme")
+        await expect(acme.locator('[data-held-key="cust-7"]')).to_have_text(
+            "key cust-7 at its cap 1/1"
+        )
+        await expect(acme.locator('[data-held-key="cust-8"]')).to_have_count(0)
+
+
 async def test_one_tenant_reads_one_tenant(live: Live, browser: Browser):
     await enqueue(live.client, "solo", "acme", 2)
     async with visit(browser, live.url) as seen:

@@ -109,6 +109,7 @@ const HELD_BY = {
   tenantPaused: "tenant paused", typePaused: "type paused",
   tenantCap: "tenant's cap", typeCap: "type's cap",
   tenantRate: "tenant's rate limit", typeRate: "type's rate limit",
+  keyCap: "fairness key's cap", perKeyCap: "type's cap per fairness key",
 };
 
 // What holds a lane back now (with its figures), and what held it in the window.
@@ -121,7 +122,22 @@ function holdTags(lane) {
   const window = Object.entries(lane.heldInWindow || {}).sort((a, b) => b[1] - a[1]);
   const past = window.length ? el("div", { class: "muted small", "data-field": "held-window" },
     "held in the window: " + window.map(([r, f]) => `${HELD_BY[r] || r} ${pct(f)}`).join(", ")) : null;
-  return [...now, past];
+  return [...now, ...keyCapTags(lane), past];
+}
+
+// Its fairness keys at their caps now (ADR 040), each with its running jobs and its cap.
+function keyCapTags(lane) {
+  return (lane.keys || []).filter((k) => k.held).map((k) => {
+    const cap = keyCapOf(k);
+    return el("span", { class: "tag capped", "data-held-key": k.fairnessKey, title: "a fairness key at its cap: its next job waits for one of its running jobs to end" },
+      `key ${k.fairnessKey} at its cap${cap === null ? "" : ` ${num(k.active)}/${num(cap)}`}`);
+  });
+}
+
+// The cap that binds a key of the type: the least of its own and its type's per-key cap.
+function keyCapOf(k) {
+  const caps = [k.maxActiveJobs, k.maxActivePerKey].filter((c) => c !== null && c !== undefined);
+  return caps.length ? Math.min(...caps) : null;
 }
 
 // "No activation of this type for N" when its lanes wait while nothing is served.
@@ -567,7 +583,7 @@ async function jobView(key) {
 function reasonText(r) {
   switch (r.reason) {
     case "delayed": return `delayed by ${r.by === "retryBackOff" ? "its retry back-off" : "its runAt"} until ${r.until}`;
-    case "tenantCap": case "typeCap": return `held by its ${HELD_BY[r.reason]}: ${num(r.active)} of ${num(r.limit)} active`;
+    case "tenantCap": case "typeCap": case "keyCap": case "perKeyCap": return `held by its ${HELD_BY[r.reason]}: ${num(r.active)} of ${num(r.limit)} active`;
     case "tenantRate": case "typeRate": return `held by its ${HELD_BY[r.reason]}: next token at ${r.nextTokenAt}`;
     case "tenantPaused": case "typePaused": return `held: ${HELD_BY[r.reason]}`;
     case "behindInKey": return `${plural(r.ahead, "job")} ahead of it in its fairness key`;
