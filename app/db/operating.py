@@ -323,6 +323,12 @@ async def key_caps_listed(
     }
 
 
+async def held_key_counts(db: Queries) -> dict[str, int]:
+    """Per job type, its fairness keys held at their caps now (held_key_counts)."""
+    rows = await db.fetch(*SQL["held_key_counts"].bind())
+    return {r["job_type"]: r["n"] for r in rows}
+
+
 async def last_asked(db: Queries, job_type: str) -> datetime | None:
     """When a named worker last asked for jobs of ``job_type`` (None: none in a day)."""
     at: datetime | None = await db.fetchval(*SQL["last_asked"].bind(job_type=job_type))

@@ -15,7 +15,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from app.db import Database, StoreUnavailable, operating
 from app.keys import Principal
 from app.metrics.events import LANE, OTHER, Metrics, TenantLabels, multiprocess_dir
-from app.scheduler import Aging, HoldReason, max_wait_to_top_ms
+from app.scheduler import LANE_REASONS, Aging, max_wait_to_top_ms
 from app.shares import OTHER_KEYS, KeyShare
 from app.stats import LaneView, StatsService
 
@@ -213,12 +213,22 @@ async def database_gauges(
     for (job_type, tenant), f in sorted(folded.items()):
         if tenant != OTHER and f.weight is not None:
             weight.add_metric([job_type, tenant], f.weight)
-        for reason in HoldReason:
+        for reason in LANE_REASONS:
             held.add_metric([job_type, tenant, reason.value], 1.0 if reason in f.held else 0.0)
         for why, fraction in sorted(f.held_window.items()):
             held_window.add_metric([job_type, tenant, why], fraction)
     families += [weight, held, held_window]
     families.extend(_key_gauges(views, labels))
+    keys_held = GaugeMetricFamily(
+        "jobfair_keys_held",
+        "Fairness keys of the type held at their caps now (a key's own maxActiveJobs or its "
+        "type's maxActivePerKey; ADR 040): each waits for one of its running jobs to end.",
+        labels=["type"],
+    )
+    held_keys = await operating.held_key_counts(db)
+    for job_type in sorted(types | set(held_keys)):
+        keys_held.add_metric([job_type], held_keys.get(job_type, 0))
+    families.append(keys_held)
     bound = GaugeMetricFamily(
         "jobfair_aging_bound_seconds",
         "How long a priority-0 job of the type waits at most before aging makes it top "

@@ -62,6 +62,7 @@ from app.scheduler.charges import (
     round_charges,
 )
 from app.scheduler.holds import (
+    LANE_REASONS,
     Hold,
     HoldReason,
     LaneLimits,
@@ -125,6 +126,7 @@ __all__ = [
     "EndedLease",
     "FairnessBy",
     "Hold",
+    "LANE_REASONS",
     "HoldReason",
     "Key",
     "Lane",

@@ -24,6 +24,10 @@ class HoldReason(StrEnum):
     PER_KEY_CAP = "perKeyCap"
 
 
+# The reasons that hold a lane back (a key's caps hold one key of it, not the lane).
+LANE_REASONS = tuple(r for r in HoldReason if r not in (HoldReason.KEY_CAP, HoldReason.PER_KEY_CAP))
+
+
 @dataclass(frozen=True, slots=True)
 class Hold:
     """One thing that holds a lane back: a pause, a cap (its active jobs counted up to

@@ -10,6 +10,7 @@ import httpx
 
 from app.domain import utcnow
 from app.sweepers import KeyHoldSweeper
+from tests.acceptance.test_metrics import scrape
 from tests.fixtures import wait_ready
 from tests.helpers import activate, assert_problem, complete, enqueue
 
@@ -252,3 +253,13 @@ async def test_the_leaders_sweep_releases_a_key_an_older_servers_finish_left_hel
     assert await activate(c, "mail", 5) == []
     assert await KeyHoldSweeper(store).run_once(utcnow()) == 1
     assert len(await activate(c, "mail", 5)) == 1
+
+
+async def test_metrics_count_the_keys_held_at_their_caps(live):
+    c = live.client
+    await c.put("/v2/job-types/mail", json={"maxActivePerKey": 1})
+    for key in ("a", "b", "c"):
+        await enqueue(c, "mail", "t", 2, fairnessKey=key)
+    await activate(c, "mail", 2)  # two keys at their caps, held
+    samples = await scrape(c)
+    assert samples[("jobfair_keys_held", frozenset({("type", "mail")}))] == 2
