@@ -73,6 +73,11 @@ CONCURRENT = {
         "CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_active_key_idx"
         " ON jobs (tenant_id, fairness_key, job_type) WHERE state = 'ACTIVATED'"
     ),
+    # alembic 0016: whether any key has a cap of its own (every finish asks).
+    "key_weights_capped_idx": (
+        "CREATE INDEX CONCURRENTLY IF NOT EXISTS key_weights_capped_idx"
+        " ON key_weights (tenant_id) WHERE max_active_jobs IS NOT NULL"
+    ),
     # alembic 0016: the held keys, released by a type's change and the leader's sweep.
     "lane_keys_held_idx": (
         "CREATE INDEX CONCURRENTLY IF NOT EXISTS lane_keys_held_idx"

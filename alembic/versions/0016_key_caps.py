@@ -95,13 +95,14 @@ $$
 """
 
 # Releases the held keys of the pairs (``tenants``, ``keys``) whose capacity an ended
-# activation of ``types`` freed, or whose caps changed: the release gate shared (first: a
-# configuration change that committed before it is seen by the pick); the pairs
-# that have a cap (their own, or the type's per-key cap) or a held key, picked with a
-# snapshot of its own; their cap locks; then, a statement with a later snapshot that sees
-# every hold committed under those locks, their keys held no longer, re-entering at their
-# lane's key virtual time as a woken key does, and each type notified.  Answers how many
-# it released.
+# activation of ``types`` freed, or (a NULL type) whose caps changed, or that the sweep
+# names: the release gate shared (first: a configuration change that committed before it
+# is seen by the pick); nothing more when no key has a cap and no type is NULL (what
+# every finish pays then: two probes); else the pairs that have a cap (their own, or the
+# type's per-key cap) or a held key, picked with a snapshot of its own; their cap locks;
+# then, a statement with a later snapshot that sees every hold committed under those
+# locks, their keys held no longer, re-entering at their lane's key virtual time as a
+# woken key does, and each type notified.  Answers how many it released.
 RELEASE_KEY_HOLDS = """
 CREATE OR REPLACE FUNCTION jobfair_release_key_holds(
     lock_class int, gate_class int, tenants text[], keys text[], types text[], channel text
@@ -116,14 +117,22 @@ BEGIN
         RETURN 0;
     END IF;
     PERFORM pg_advisory_xact_lock_shared(gate_class, 0);
+    IF array_position(types, NULL) IS NULL
+       AND NOT EXISTS (SELECT 1 FROM job_types y WHERE y.max_active_per_key IS NOT NULL)
+       AND NOT EXISTS (SELECT 1 FROM key_weights w WHERE w.max_active_jobs IS NOT NULL) THEN
+        -- No key has a cap: nothing these jobs ended can be held (a cap set since is
+        -- released by its change, behind the gate).  Two probes a statement.
+        RETURN 0;
+    END IF;
     SELECT array_agg(c.t), array_agg(c.f) INTO ct, ck FROM (
         SELECT DISTINCT u.t, u.f FROM unnest(tenants, keys, types) AS u(t, f, y)
-        WHERE EXISTS (SELECT 1 FROM key_weights w WHERE w.tenant_id = u.t
+        WHERE u.y IS NULL  -- a cap changed, or the sweep: every held key named
+           OR EXISTS (SELECT 1 FROM key_weights w WHERE w.tenant_id = u.t
                         AND w.fairness_key = u.f AND w.max_active_jobs IS NOT NULL)
            OR EXISTS (SELECT 1 FROM job_types y WHERE y.job_type = u.y
                         AND y.max_active_per_key IS NOT NULL)
-           OR EXISTS (SELECT 1 FROM lane_keys h WHERE h.held AND h.tenant_id = u.t
-                        AND h.fairness_key = u.f)
+           OR EXISTS (SELECT 1 FROM lane_keys h WHERE h.job_type = u.y AND h.tenant_id = u.t
+                        AND h.fairness_key = u.f AND h.held)
     ) c;
     IF ct IS NULL THEN
         RETURN 0;

@@ -281,6 +281,14 @@ key_weights = Table(
     CheckConstraint("shard = jobfair_shard(tenant_id)", name="key_weights_shard_check"),
 )
 
+# Whether any key has a cap of its own (alembic 0016; every finish asks), built
+# CONCURRENTLY after the migrations.
+Index(
+    "key_weights_capped_idx",
+    key_weights.c.tenant_id,
+    postgresql_where=text("max_active_jobs IS NOT NULL"),
+)
+
 tenants = Table(
     "tenants",
     metadata,

@@ -418,3 +418,8 @@ LEFT JOIN key_weights w ON w.tenant_id = u.tenant_id AND w.fairness_key = u.fair
 LEFT JOIN job_types y ON y.job_type = u.job_type
 LEFT JOIN lane_keys k ON k.job_type = u.job_type AND k.tenant_id = u.tenant_id
  AND k.fairness_key = u.fairness_key;
+
+-- name: held_key_counts
+-- Per job type, its fairness keys held at their caps now (the metrics).  Index:
+-- lane_keys_held_idx.
+SELECT job_type, count(*) AS n FROM lane_keys WHERE held GROUP BY job_type;
