@@ -71,7 +71,7 @@ def _tenant_table(rows: list[dict[str, Any]]) -> Table:
 def _job_type_table(rows: list[dict[str, Any]]) -> Table:
     table = Table(box=box.SIMPLE)
     names = ("type", "max active", "aging interval", "aging step", "paused", "rate limit")
-    for name in (*names, "fair by"):
+    for name in (*names, "fair by", "per key"):
         table.add_column(name, justify="left" if name in ("type", "fair by") else "right")
     for r in rows:
         add_row(
@@ -83,6 +83,7 @@ def _job_type_table(rows: list[dict[str, Any]]) -> Table:
             _paused(r),
             _shown_rate(r),
             r.get("fairnessBy", "-"),  # a server older than fairnessBy leaves it out
+            shown(r.get("maxActivePerKey")),
         )
     return table
 
@@ -254,12 +255,23 @@ def job_types_set(
             show_default="unchanged",
         ),
     ] = None,
+    max_active_per_key: Annotated[
+        int | None,
+        typer.Option(
+            "--max-active-per-key",
+            help="cap on each fairness key's ACTIVATED jobs of the type",
+            show_default="unchanged",
+        ),
+    ] = None,
+    no_per_key_cap: Annotated[
+        bool, typer.Option("--no-per-key-cap", help="remove the cap per fairness key")
+    ] = False,
     url: Url = DEFAULT_URL,
     key: Key = None,
     as_json: Json = False,
 ) -> None:
-    """Set a job type's cap, aging, rate limit or what it is fair by; what is not given
-    stays as it is.
+    """Set a job type's cap, aging, rate limit, what it is fair by or its cap per
+    fairness key; what is not given stays as it is.
 
     Aging is kept as the server shows it now: a type left at the server's default
     keeps today's value.
@@ -270,10 +282,13 @@ def job_types_set(
         and not no_cap
         and not rate_given
         and fairness_by is None
+        and max_active_per_key is None
+        and not no_per_key_cap
     ):
         raise fail(
             "nothing to set: give --max-active-jobs, --no-cap, --aging-interval-ms,"
-            " --aging-step, --rate-per-second, --burst, --no-rate-limit or --fairness-by",
+            " --aging-step, --rate-per-second, --burst, --no-rate-limit, --fairness-by,"
+            " --max-active-per-key or --no-per-key-cap",
             2,
         )
     path = f"/v2/job-types/{segment(job_type)}"
@@ -292,6 +307,11 @@ def job_types_set(
         by = current.get("fairnessBy") if fairness_by is None else fairness_by.value
         if by is not None:  # left out for a server without it
             body["fairnessBy"] = by
+        if no_per_key_cap and max_active_per_key is not None:
+            raise fail("give --max-active-per-key or --no-per-key-cap, not both", 2)
+        per_key = _cap(max_active_per_key, no_per_key_cap, current.get("maxActivePerKey"))
+        if per_key is not None or no_per_key_cap:  # left out for a server without it
+            body["maxActivePerKey"] = per_key
         answer = server.call("PUT", path, json=body)
     if as_json:
         print_json(answer)

@@ -290,15 +290,25 @@ async def test_tenants_set_keeps_a_rate_limit_it_was_not_told_to_change(live: Li
         assert ran.returncode == 2, bad
     ran = await jobfair(live.url, "job-types", "set", "mail", "--rate-per-second", "0.5",
                         "--burst", "1")  # fmt: skip
-    assert rows(ran.stdout)["mail"] == ["-", "1m00s", "10", "no", "0.5/s,burst=1", "activations"]
+    assert rows(ran.stdout)["mail"] == [
+        "-", "1m00s", "10", "no", "0.5/s,burst=1", "activations", "-"
+    ]  # fmt: skip
     ran = await jobfair(live.url, "job-types", "set", "mail", "--fairness-by", "workerTime")
-    assert rows(ran.stdout)["mail"][-1] == "workerTime"
+    assert rows(ran.stdout)["mail"][-2] == "workerTime"
+    ran = await jobfair(live.url, "job-types", "set", "mail", "--max-active-per-key", "2")
+    assert rows(ran.stdout)["mail"][-1] == "2"
     await jobfair(live.url, "job-types", "set", "mail", "--max-active-jobs", "4")
     got = (await live.client.get("/v2/job-types/mail")).json()
     assert got["rateLimit"] == {"perSecond": 0.5, "burst": 1, "tokens": 1}
     assert got["fairnessBy"] == "workerTime"  # what is not given stays as it is
-    ran = await jobfair(live.url, "job-types", "set", "mail", "--fairness-by", "time")
-    assert ran.returncode == 2, ran.stdout
+    assert got["maxActivePerKey"] == 2
+    ran = await jobfair(live.url, "job-types", "set", "mail", "--no-per-key-cap")
+    assert rows(ran.stdout)["mail"][-1] == "-"
+    for bad in (["--fairness-by", "time"], ["--max-active-per-key", "0"],
+                ["--max-active-per-key", "2", "--no-per-key-cap"]):  # fmt: skip
+        ran = await jobfair(live.url, "job-types", "set", "mail", *bad)
+        assert ran.returncode != 0, (bad, ran.stdout)
+    assert (await live.client.get("/v2/job-types/mail")).json()["maxActivePerKey"] is None
 
 
 async def test_job_types_set_then_list(live: Live):

@@ -121,6 +121,37 @@ async def test_an_admin_edits_a_tenants_weight_and_a_bad_value_shows_the_apis_me
         assert (got["weight"], got["maxActiveJobs"]) == (5, 7)
 
 
+async def test_an_admin_edits_a_job_types_aging_and_keeps_what_the_form_does_not_change(
+    live: Live, browser: Browser
+):
+    """A PUT replaces a type's whole configuration: the form sends its per-key cap and
+    what it is fair by as they are (they were reset to none and activations before)."""
+    c = live.client
+    await c.put(
+        "/v2/job-types/mail",
+        json={"maxActivePerKey": 3, "fairnessBy": "workerTime", "agingStep": 10},
+    )
+    async with visit(browser, live.url) as seen:
+        page = seen.page
+        await page.goto("/ui#/types/mail")
+        per_key = page.get_by_label("max active jobs per fairness key (empty: none)")
+        await expect(per_key).to_have_value("3")
+        await page.get_by_label("aging step").fill("5")
+        await page.get_by_role("button", name="Save").click()
+        await expect(page.get_by_text("saved")).to_be_visible()
+        got = (await c.get("/v2/job-types/mail")).json()
+        assert (got["agingStep"], got["maxActivePerKey"], got["fairnessBy"]) == (
+            5,
+            3,
+            "workerTime",
+        )
+        await per_key.fill("")
+        async with page.expect_response(lambda r: r.request.method == "PUT") as put:
+            await page.get_by_role("button", name="Save").click()
+        assert (await put.value).status == 200
+        assert (await c.get("/v2/job-types/mail")).json()["maxActivePerKey"] is None
+
+
 async def test_the_overview_pages_and_searches_many_tenants_without_drawing_them_all(
     live: Live, browser: Browser
 ):

@@ -497,12 +497,15 @@ async function typeView(type) {
           field("maxActiveJobs", "max active jobs (empty: none)", config.maxActiveJobs, { inputmode: "numeric" }),
           field("agingIntervalMs", "aging interval, ms", config.agingIntervalMs, { inputmode: "numeric" }),
           field("agingStep", "aging step", config.agingStep, { inputmode: "numeric" }),
+          field("maxActivePerKey", "max active jobs per fairness key (empty: none)", config.maxActivePerKey ?? null, { inputmode: "numeric" }),
           ...rateFields(config),
         ], async (f) => {
+          // A PUT sets the whole configuration: what the form does not show is sent as it is.
           await api(path, { method: "PUT", body: {
             maxActiveJobs: intOrNull(f.maxActiveJobs.value),
             agingIntervalMs: intOrNull(f.agingIntervalMs.value), agingStep: intOrNull(f.agingStep.value),
-            rateLimit: rateLimit(f),
+            rateLimit: rateLimit(f), fairnessBy: config.fairnessBy,
+            maxActivePerKey: intOrNull(f.maxActivePerKey.value),
           } });
         }),
         "paused" in config ? pauseButton(path, config.paused, draw) : null),
