@@ -23,6 +23,11 @@ from DESIGN §1 alone:
   its lane's key virtual time);
 * inside a key, no job left ready has a higher priority than one activated;
 * a lane or a key with a ready job is never parked;
+* key caps (issue 44, ADR 040): a key's own cap and the type's per-key cap are never
+  exceeded, an activation's keys are those stride picks give among the keys with room
+  (a key at its cap skipped, its lane's turn going to its other keys, a lane without
+  such a key skipped), and a key is held only while it is at a cap; a released key
+  re-enters at its lane's key virtual time if it fell behind it;
 * a lane is held out of the reads (ADR 016) only while its tenant is at its cap; being
   held banks no credit: a lane released re-enters at the system's virtual time if it
   fell behind it, as an idle lane does;
@@ -68,7 +73,9 @@ WEIGHTS = (1, 2, 4)
 CAPS = (None, 0, 1, 2, 5)
 TYPE_CAPS = (None, 0, 1, 3, 8)
 KEYS = ("", "x", "y")  # '': the tenant's default key
-STEPS = {"n": 0, "held": 0, "waited": 0}
+KEY_CAPS = (None, 0, 1, 2)  # a key's own maxActiveJobs (ADR 040)
+PER_KEY = (None, 1, 2)  # the type's maxActivePerKey
+STEPS = {"n": 0, "held": 0, "waited": 0, "key held": 0}
 # The long poll's backup poll, and how long a job eligible for it may wait: a backup poll
 # (jittered up to 1.25 times) and a round, generously (the machine is shared).
 BACKUP_POLL_MS = 50
@@ -119,6 +126,11 @@ class Model:
         # keys' weights.
         self.kvtime: dict[tuple[str, str], float] = {}
         self.kweight: dict[tuple[str, str], int] = {}
+        # Key caps: each key's own, the type's per key, and the keys held at one (taken
+        # from the database after each activation, as the held lanes are).
+        self.kcap: dict[tuple[str, str], int | None] = {}
+        self.per_key: int | None = None
+        self.kheld: set[tuple[str, str]] = set()
 
     @property
     def tenants(self) -> tuple[str, ...]:
@@ -152,6 +164,41 @@ class Model:
             self.held.discard(tenant)
             self.vtime[tenant] = max(self.vtime[tenant], self.system_vtime(but=tenant))
 
+    def key_release(self, *keys: tuple[str, str]) -> None:
+        """A job of each key ended, or their caps changed: the held ones released in one
+        statement, each re-entering at its lane's key virtual time (the least of its
+        lane's backlogged keys not held before the release, else the greatest of them
+        all) if it is behind it."""
+        held = [tk for tk in keys if tk in self.kheld]
+        moved = {}
+        for tenant, key in held:
+            mine = [k for (u, k) in self.kvtime if u == tenant]
+            busy = [
+                self.kvtime[(tenant, k)]
+                for k in mine
+                if (tenant, k) not in self.kheld and self.ready_key(tenant, k)
+            ]
+            now = min(busy) if busy else max(self.kvtime[(tenant, k)] for k in mine)
+            moved[(tenant, key)] = max(self.kvtime[(tenant, key)], now)
+        self.kvtime.update(moved)
+        self.kheld -= set(held)
+
+    def key_active(self, tenant: str, key: str) -> int:
+        return sum(
+            1
+            for j in self.jobs.values()
+            if j.state == "ACTIVATED" and j.tenant == tenant and j.key == key
+        )
+
+    def key_cap(self, tenant: str, key: str) -> int | None:
+        caps = [c for c in (self.kcap.get((tenant, key)), self.per_key) if c is not None]
+        return min(caps) if caps else None
+
+    def key_room(self, tenant: str, key: str) -> float:
+        """Jobs of the key an activation may take now, by its caps alone."""
+        cap = self.key_cap(tenant, key)
+        return float("inf") if cap is None else max(0, cap - self.key_active(tenant, key))
+
     def reenter(self, before: tuple[set[str], float, dict[str, tuple[set[str], float]]]) -> None:
         """After jobs became ready: the idle lanes that got one re-enter, and the idle
         keys inside their lanes."""
@@ -182,9 +229,12 @@ class Model:
         )
 
     def room(self, tenant: str) -> int:
-        """Jobs of ``tenant`` an activation may take now, by its backlog and its cap."""
+        """Jobs of ``tenant`` an activation may take now, by its backlog, its keys' caps
+        and its cap."""
         cap = self.cap.get(tenant)
-        ready = len(self.ready(tenant))
+        ready = int(
+            sum(min(len(self.ready_key(tenant, k)), self.key_room(tenant, k)) for k in KEYS)
+        )
         return ready if cap is None else max(0, min(ready, cap - self.active(tenant)))
 
     def type_room(self) -> float:
@@ -198,13 +248,17 @@ class Model:
     ) -> Counter[tuple[str, str]]:
         """n stride picks over the lanes with room, from their virtual times, each then
         given to the lane's key with the least virtual time among those with ready jobs
-        left (one pick at a time: the rounds, their short claims and the keys they
-        exclude add up to this)."""
+        left and room under their caps (one pick at a time: the rounds, their short
+        claims and the keys they exclude add up to this)."""
         n = int(min(n, self.type_room()))
         heap = [(vtimes[t], t, self.room(t)) for t in tenants if self.room(t) > 0]
         heapq.heapify(heap)
         kv = dict(self.kvtime)
-        left = {(t, k): len(self.ready_key(t, k)) for t in tenants for k in KEYS}
+        left = {
+            (t, k): min(len(self.ready_key(t, k)), self.key_room(t, k))
+            for t in tenants
+            for k in KEYS
+        }
         got: Counter[tuple[str, str]] = Counter()
         while heap and sum(got.values()) < n:
             v, t, room = heapq.heappop(heap)
@@ -296,13 +350,31 @@ class ActivationMachine(RuleBasedStateMachine):
         tenant=st.sampled_from(TENANTS), key=st.sampled_from(KEYS), weight=st.sampled_from(WEIGHTS)
     )
     def configure_key(self, tenant, key, weight):
-        self.run(self.config.put_key(tenant, key or "<default>", weight))
+        cap = self.model.kcap.get((tenant, key))
+        self.run(self.config.put_key(tenant, key or "<default>", weight, cap))
         self.model.kweight[(tenant, key)] = weight
+        self.model.key_release((tenant, key))
+
+    @rule(tenant=st.sampled_from(TENANTS), key=st.sampled_from(KEYS), cap=st.sampled_from(KEY_CAPS))
+    def configure_key_cap(self, tenant, key, cap):
+        weight = self.model.kweight.get((tenant, key), 1)
+        self.run(self.config.put_key(tenant, key or "<default>", weight, cap))
+        self.model.kweight[(tenant, key)] = weight
+        self.model.kcap[(tenant, key)] = cap
+        self.model.key_release((tenant, key))
 
     @rule(cap=st.sampled_from(TYPE_CAPS))
     def configure_type(self, cap):
-        self.run(self.config.put_job_type(TYPE, cap, 3_600_000, 10))
+        self.run(self.config.put_job_type(TYPE, cap, 3_600_000, 10, per_key=self.model.per_key))
         self.model.type_cap = cap
+        self.model.key_release(*sorted(self.model.kheld))
+
+    @rule(per_key=st.sampled_from(PER_KEY))
+    def configure_per_key(self, per_key):
+        cap = self.model.type_cap
+        self.run(self.config.put_job_type(TYPE, cap, 3_600_000, 10, per_key=per_key))
+        self.model.per_key = per_key
+        self.model.key_release(*sorted(self.model.kheld))
 
     # -- activating -----------------------------------------------------------------------
 
@@ -361,6 +433,9 @@ class ActivationMachine(RuleBasedStateMachine):
             held = self._held()
             assert self.model.held <= held, (self.model.held, held)
             self.model.held = held
+            kheld = self._held_keys()
+            assert self.model.kheld <= kheld, (self.model.kheld, kheld)
+            self.model.kheld = kheld
             return
         self.waiting = None
         rows = task.result()
@@ -391,6 +466,14 @@ class ActivationMachine(RuleBasedStateMachine):
         held = self._held()
         assert self.model.held <= held, (self.model.held, held)  # activations only hold
         self.model.held = held
+        kheld = self._held_keys()
+        assert self.model.kheld <= kheld, (self.model.kheld, kheld)
+        self.model.kheld = kheld
+        # Key caps: an activation never takes a key over its caps.
+        for (t, k), n in got.items():
+            cap = self.model.key_cap(t, k)
+            before = self.model.key_active(t, k) - n
+            assert cap is None or self.model.key_active(t, k) <= max(cap, before), (t, k)
         # Caps: an activation never takes a tenant or the type over its cap (a cap lowered
         # below what is active already holds back new activations only).
         for t in self.model.tenants:
@@ -426,6 +509,7 @@ class ActivationMachine(RuleBasedStateMachine):
         done = self.run(finishing.complete(self.store, [(key, job.count, None)], utcnow()))
         assert [e.job_key for e in done] == [key]
         self.model.release(job.tenant)
+        self.model.key_release((job.tenant, job.key))
         job.state = "COMPLETED"
 
     @precondition(lambda self: self.model.jobs)
@@ -459,6 +543,7 @@ class ActivationMachine(RuleBasedStateMachine):
         )
         assert row is not None
         self.model.release(job.tenant)
+        self.model.key_release((job.tenant, job.key))
         before = self.model.idle_lanes()
         job.retries = max(0, job.retries - 1)
         job.state = "FAILED" if job.retries == 0 else "CREATED"
@@ -475,7 +560,9 @@ class ActivationMachine(RuleBasedStateMachine):
             )
         )
         assert self.run(LeaseSweeper(self.store, 1000).run_once(now)) == 1
-        self.model.release(self.model.jobs[key].tenant)
+        job = self.model.jobs[key]
+        self.model.release(job.tenant)
+        self.model.key_release((job.tenant, job.key))
         before = self.model.idle_lanes()
         self.model.jobs[key].state = "CREATED"
         self.model.reenter(before)
@@ -489,6 +576,7 @@ class ActivationMachine(RuleBasedStateMachine):
         # A cancel releases its tenant's held lanes whatever the job's state was: the
         # statement cannot tell a job activated a moment before it from one that was not.
         self.model.release(self.model.jobs[key].tenant)
+        self.model.key_release((self.model.jobs[key].tenant, self.model.jobs[key].key))
         self.model.jobs[key].state = "CANCELED"
 
     @precondition(lambda self: self._active())
@@ -498,6 +586,7 @@ class ActivationMachine(RuleBasedStateMachine):
         key = pick(self._active(), i)
         assert self.run(finishing.cancel(self.store, key, utcnow()))
         self.model.release(self.model.jobs[key].tenant)
+        self.model.key_release((self.model.jobs[key].tenant, self.model.jobs[key].key))
         self.model.jobs[key].state = "CANCELED"
 
     # -- after every step -----------------------------------------------------------------
@@ -507,6 +596,30 @@ class ActivationMachine(RuleBasedStateMachine):
             self.store.fetch("SELECT tenant_id FROM lanes WHERE job_type = $1 AND held", TYPE)
         )
         return {r["tenant_id"] for r in rows}
+
+    def _held_keys(self) -> set[tuple[str, str]]:
+        rows = self.run(
+            self.store.fetch(
+                "SELECT tenant_id, fairness_key FROM lane_keys WHERE job_type = $1 AND held",
+                TYPE,
+            )
+        )
+        return {(r["tenant_id"], r["fairness_key"]) for r in rows}
+
+    @invariant()
+    def held_keys_are_at_their_caps(self):
+        """No key is held while it has room under its caps: whatever freed it, or changed
+        its caps, released it."""
+        self._serve_waiter()
+        held = self._held_keys()
+        if self.waiting is not None:
+            assert self.model.kheld <= held, (held, self.model.kheld)
+            self.model.kheld = held
+        assert held == self.model.kheld, (held, self.model.kheld)
+        STEPS["key held"] += bool(held)
+        for t, k in held:
+            cap = self.model.key_cap(t, k)
+            assert cap is not None and self.model.key_active(t, k) >= cap, (t, k, cap)
 
     @invariant()
     def held_lanes_are_at_their_caps(self):
@@ -607,7 +720,7 @@ def test_activation_matches_the_model(db_url, monkeypatch, degraded):
         hints.observe(hints.DEGRADED_AT)
         hints.SLACK_S = 1e9
     ActivationMachine.loop, ActivationMachine.store = loop, store
-    STEPS["n"] = STEPS["held"] = STEPS["waited"] = 0
+    STEPS["n"] = STEPS["held"] = STEPS["waited"] = STEPS["key held"] = 0
     try:
         run_state_machine_as_test(
             ActivationMachine,
@@ -623,7 +736,7 @@ def test_activation_matches_the_model(db_url, monkeypatch, degraded):
         loop.close()
     print(
         f"model steps checked: {STEPS['n']}, with a lane held: {STEPS['held']}, "
-        f"long polls served: {STEPS['waited']}"
+        f"long polls served: {STEPS['waited']}, with a key held: {STEPS['key held']}"
     )
     assert STEPS["n"] >= (600 if degraded else 2_000)
     # The runs reached caps and held lanes were checked (how often depends on the seed:
@@ -635,3 +748,5 @@ def test_activation_matches_the_model(db_url, monkeypatch, degraded):
     assert sum(counted.values()) > 0 or not degraded, counted
     # Long polls waited and were served (by their backup poll, or at once).
     assert STEPS["waited"] > 0
+    # Keys reached their caps and were held (ADR 040).
+    assert STEPS["key held"] > 0 or degraded
