@@ -66,17 +66,25 @@ END
 $$
 """
 
-# A capped claim's key step: the keys' cap locks, then -- a later statement, so it sees
-# every claim that committed before the locks were this one's -- each key's room: its
-# own cap (key_weights) minus its ACTIVATED jobs of every type, and the type's per-key cap
-# minus its ACTIVATED jobs of ``job_type``; the least of them (NULL: no cap).
+# A capped claim's key step: the type's per-key configuration lock shared (a change of
+# the type's maxActivePerKey takes it exclusively, so it is ordered before or after each
+# claim), the keys' cap locks, then -- a later statement, so it sees every claim that
+# committed before the locks were this one's, and the type's per-key cap as it is now --
+# each key's room: its own cap (key_weights) minus its ACTIVATED jobs of every type, and
+# the type's per-key cap minus its ACTIVATED jobs of ``job_type``; the least of them
+# (NULL: no cap).
 LOCK_AND_COUNT_KEYS = """
 CREATE OR REPLACE FUNCTION jobfair_lock_and_count_keys(
-    lock_class int, tenants text[], keys text[], job_type text, per_key int
+    lock_class int, type_lock_class int, tenants text[], keys text[], job_type text
 ) RETURNS TABLE (tenant_id text, fairness_key text, room int)
 LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    per_key int;
 BEGIN
+    PERFORM pg_advisory_xact_lock_shared(type_lock_class, hashtext(job_type));
     PERFORM jobfair_lock_key_caps(lock_class, tenants, keys);
+    SELECT y.max_active_per_key INTO per_key FROM job_types y
+    WHERE y.job_type = jobfair_lock_and_count_keys.job_type;
     RETURN QUERY
     SELECT u.t, u.f, LEAST(
         (SELECT w.max_active_jobs - (SELECT count(*) FROM (

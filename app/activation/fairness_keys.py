@@ -10,6 +10,10 @@ from dataclasses import replace
 from app.db.store import KeyCountAsk, KeysAsk, Store
 from app.scheduler import Key, LaneKey, split_among_keys
 
+# The capped keys one round locks and counts at most: each is an advisory lock, and
+# PostgreSQL's lock table is shared by every session (max_locks_per_transaction x
+# max_connections: 6,400 by default).  A call needing more takes them in further rounds.
+KEY_LOCKS_PER_ROUND = 256
 # Lanes read beyond maxJobs, to cover lanes that turn out empty or capped.
 LANE_SLACK = 8
 # A round that found lanes short or at their caps reads twice as many lanes in the next,
@@ -76,9 +80,12 @@ class KeysRead:
     def capped(self, ready: Mapping[str, Sequence[Key]], per_key: int | None) -> list[LaneKey]:
         """The keys read that have a cap (their own, or the type's ``per_key``): a claim
         from them counts under their cap locks (ADR 040)."""
-        if per_key is not None:
-            return [(t, k.key) for t, found in ready.items() for k in found]
-        return sorted(self.caps)
+        return [
+            (t, k.key)
+            for t, found in ready.items()
+            for k in found
+            if per_key is not None or (t, k.key) in self.caps
+        ]
 
     def split(
         self,
@@ -110,10 +117,14 @@ class KeysRead:
         within their room (ADR 040)."""
         ready = await self.read(tx, job_type, lane_counts, owed)
         capped = self.capped(ready, per_key)
+        counted = _first_of_each(capped, KEY_LOCKS_PER_ROUND)
         self.room = (
-            await tx.lock_and_count_keys(KeyCountAsk(job_type, capped, per_key)) if capped else {}
+            await tx.lock_and_count_keys(KeyCountAsk(job_type, counted, per_key)) if counted else {}
         )
-        return self.split(lane_counts, ready, self.room)
+        # Capped keys past the round's bound get nothing this round (not held, not
+        # excluded: a later round of the call counts them).
+        room = {**dict.fromkeys(capped, 0), **self.room}
+        return self.split(lane_counts, ready, room)
 
     async def hold_full(self, tx: Store, job_type: str, claimed: Mapping[LaneKey, int]) -> None:
         """After the claim, before its locks go: the counted keys it left at their caps
@@ -132,3 +143,22 @@ class KeysRead:
         self.exclude |= came_short
         if came_short:
             self.widen = min(self.widen * 2, WIDEST_READ // LANE_SLACK)
+
+
+def _first_of_each(keys: Sequence[LaneKey], n: int) -> list[LaneKey]:
+    """At most ``n`` of ``keys`` (in each lane's read order), taken a lane at a time in
+    turn: every lane read keeps its first keys."""
+    if len(keys) <= n:
+        return list(keys)
+    by_lane: dict[str, list[LaneKey]] = {}
+    for tk in keys:
+        by_lane.setdefault(tk[0], []).append(tk)
+    out: list[LaneKey] = []
+    depth = 0
+    while len(out) < n:
+        row = [lane[depth] for lane in by_lane.values() if depth < len(lane)]
+        if not row:
+            break
+        out += row[: n - len(out)]
+        depth += 1
+    return out

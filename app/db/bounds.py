@@ -44,6 +44,9 @@ TENANT_CAP_LOCK_CLASS = 0x4A460003
 RELEASE_GATE_CLASS = 0x4A460004
 # The fairness keys' cap locks (alembic 0016: jobfair_lock_key_caps).
 KEY_CAP_LOCK_CLASS = 0x4A460006
+# A job type's per-key configuration (key hashtext(type)): shared by the claims that count
+# keys, exclusive by a change of the type's maxActivePerKey (alembic 0016).
+TYPE_KEYS_LOCK_CLASS = 0x4A460007
 
 # A job's history (app.db.history) keeps the rows of its first FIRST_ACTIVATIONS
 # activations and of its latest LAST_ACTIVATIONS; each row has its step in its
@@ -68,6 +71,7 @@ def constants() -> dict[str, object]:
         "TENANT_CAP_LOCK_CLASS": TENANT_CAP_LOCK_CLASS,
         "RELEASE_GATE_CLASS": RELEASE_GATE_CLASS,
         "KEY_CAP_LOCK_CLASS": KEY_CAP_LOCK_CLASS,
+        "TYPE_KEYS_LOCK_CLASS": TYPE_KEYS_LOCK_CLASS,
         "FIRST_ACTIVATIONS": FIRST_ACTIVATIONS,
         "LAST_ACTIVATIONS": LAST_ACTIVATIONS,
         "KEPT_ACTIVATIONS": FIRST_ACTIVATIONS + LAST_ACTIVATIONS,

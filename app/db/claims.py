@@ -472,14 +472,14 @@ async def lock_and_count_keys(
     tx: Queries, job_type: str, keys: Sequence[LaneKey], per_key: int | None
 ) -> dict[LaneKey, int]:
     """In a claim's transaction, after its other cap locks: the cap locks of ``keys``,
-    then each one's room (its own cap and the type's ``per_key`` cap, less its ACTIVATED
-    jobs; absent: neither), lock_and_count_keys (ADR 040)."""
+    then each one's room (its own cap and the type's per-key cap as it is now -- not
+    ``per_key``, what the round read -- less its ACTIVATED jobs; absent: neither),
+    lock_and_count_keys (ADR 040)."""
     rows = await tx.fetch(
         *SQL["lock_and_count_keys"].bind(
             tenants=[t for t, _ in keys],
             keys=[k for _, k in keys],
             job_type=job_type,
-            per_key=per_key,
         )
     )
     return {

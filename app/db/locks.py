@@ -9,6 +9,8 @@ Three kinds of lock order the writers of lanes (see ``app.db.lanes`` for the pro
   capped tenant's or key's capacity releases its held lanes or keys under them;
 * the release gate (``RELEASE_GATE_CLASS``, key 0): finishes take it shared, a tenant's
   configuration change exclusively after it committed;
+* a job type's per-key configuration (``TYPE_KEYS_LOCK_CLASS``): the claims counting its
+  keys take it shared (before the keys' cap locks), a change of the type exclusively;
 * the migration lock (``MIGRATION_LOCK_CLASS``, key 0): ``MIGRATION_LOCK``.
 
 Keys live in PostgreSQL's two-int4 space, which never overlaps the one-bigint space of
@@ -23,6 +25,7 @@ from collections.abc import Iterable, Sequence
 from app.db.bounds import KEY_CAP_LOCK_CLASS as KEY_CAP_LOCK_CLASS
 from app.db.bounds import RELEASE_GATE_CLASS as RELEASE_GATE_CLASS
 from app.db.bounds import TENANT_CAP_LOCK_CLASS as TENANT_CAP_LOCK_CLASS
+from app.db.bounds import TYPE_KEYS_LOCK_CLASS as TYPE_KEYS_LOCK_CLASS
 
 LANE_LOCK_CLASS = 0x4A460001
 TYPE_CAP_LOCK_CLASS = 0x4A460002

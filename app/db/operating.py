@@ -114,37 +114,68 @@ async def get_key_weight(
     return None if row is None else (row["weight"], row["max_active_jobs"])
 
 
+# Held keys released a transaction at a time: each takes one advisory lock a key, and
+# PostgreSQL's lock table holds max_locks_per_transaction x max_connections of them
+# for every session together (64 x 100 by default; 25,000 keys at once ran out of it).
+KEY_RELEASE_CHUNK = 500
+
+
 async def release_key_holds(
     db: Sessions,
     keys: Sequence[tuple[str, str, str | None]] | None = None,
     *,
     job_type: str | None = None,
     behind_finishes: bool = True,
+    with_room: bool = False,
 ) -> int:
     """Release held keys (release_key_holds, ADR 040): the (tenant, key, type) ``keys``,
-    else the held keys of ``job_type``, else every held key (the leader's sweep, which
-    need not wait for the finishes in flight: a release is always safe, the next claim
-    counts again).  After a cap changed, ``behind_finishes``: the gate first.  Not on
-    Citus, where key caps are not supported yet (docs/scheduling.md)."""
+    else the held keys of ``job_type`` (a cap changed), else -- ``with_room``, the
+    leader's sweep -- the held keys that have room under their caps now (a release is
+    always safe: the next claim counts again).  After a cap changed,
+    ``behind_finishes``: the gate first.  At most KEY_RELEASE_CHUNK keys a transaction.
+    How many were released.  Not on Citus, where key caps are not supported yet
+    (docs/scheduling.md)."""
     if citus.on_citus(db):
         return 0
-    async with db.transaction() as tx:
-        if behind_finishes:
-            await tx.execute(*SQL["wait_for_finishes"].bind())
-        if keys is None:
-            # Named with no type: every hold of them goes, whatever the caps now.
-            rows = await tx.fetch(*SQL["held_keys"].bind(job_type=job_type))
-            keys = [(r["tenant_id"], r["fairness_key"], None) for r in rows]
-        if not keys:
-            return 0
-        released: int = await tx.fetchval(
-            *SQL["release_key_holds"].bind(
-                tenants=[t for t, _, _ in keys],
-                keys=[k for _, k, _ in keys],
-                types=[y for _, _, y in keys],
+    released = 0
+    after: tuple[str, str, str] = ("", "", "")
+    while True:
+        async with db.transaction() as tx:
+            if behind_finishes:
+                await tx.execute(*SQL["wait_for_finishes"].bind())
+            chunk = list(keys[:KEY_RELEASE_CHUNK]) if keys is not None else []
+            if keys is None:
+                # Named with no type: every hold of them goes, whatever the caps now.
+                cursor = dict(
+                    after_type=after[0],
+                    after_tenant=after[1],
+                    after_key=after[2],
+                    chunk=KEY_RELEASE_CHUNK,
+                )
+                rows = await tx.fetch(
+                    *(
+                        SQL["held_keys_with_room"].bind(**cursor)
+                        if with_room
+                        else SQL["held_keys"].bind(job_type=job_type, **cursor)
+                    )
+                )
+                chunk = [(r["tenant_id"], r["fairness_key"], None) for r in rows]
+                if rows:
+                    last = rows[-1]
+                    after = (last["job_type"], last["tenant_id"], last["fairness_key"])
+            if not chunk:
+                return released
+            released += await tx.fetchval(
+                *SQL["release_key_holds"].bind(
+                    tenants=[t for t, _, _ in chunk],
+                    keys=[k for _, k, _ in chunk],
+                    types=[y for _, _, y in chunk],
+                )
             )
-        )
-        return released
+        if keys is not None:
+            keys = keys[KEY_RELEASE_CHUNK:]
+        if len(chunk) < KEY_RELEASE_CHUNK:
+            return released
 
 
 async def delete_key_weight(db: Sessions, tenant_id: str, fairness_key: str) -> bool:
@@ -212,18 +243,22 @@ async def upsert_job_type(
     fairness_by: FairnessBy = FairnessBy.ACTIVATIONS,
     per_key: int | None = None,
 ) -> JobTypeRow:
-    row = await db.fetchrow(
-        *_spelled(db)["upsert_job_type"].bind(
-            job_type=job_type,
-            cap=cap,
-            interval_ms=interval_ms,
-            step=step,
-            rate_per_s=None if rate is None else rate.per_s,
-            rate_burst=None if rate is None else rate.burst,
-            fairness_by=None if fairness_by is FairnessBy.ACTIVATIONS else fairness_by.value,
-            per_key=per_key,
-        )
+    upsert = _spelled(db)["upsert_job_type"].bind(
+        job_type=job_type,
+        cap=cap,
+        interval_ms=interval_ms,
+        step=step,
+        rate_per_s=None if rate is None else rate.per_s,
+        rate_burst=None if rate is None else rate.burst,
+        fairness_by=None if fairness_by is FairnessBy.ACTIVATIONS else fairness_by.value,
+        per_key=per_key,
     )
+    if citus.on_citus(db):
+        row = await db.fetchrow(*upsert)
+    else:
+        async with db.transaction() as tx:
+            await tx.execute(*SQL["lock_type_keys"].bind(job_type=job_type))
+            row = await tx.fetchrow(*upsert)
     await release_key_holds(db, job_type=job_type)  # a per-key cap changed lets them out
     return JobTypeRow(*row)
 

@@ -1351,14 +1351,15 @@ FROM (SELECT 1) one LEFT JOIN (activated a CROSS JOIN lead) ON true;
 
 -- name: lock_and_count_keys
 -- A claim's key step (ADR 040), in its transaction after the type's and the tenants' cap
--- locks: the cap locks of the keys (:tenants, :keys: pairs) in one global order, then --
--- each statement of a volatile function takes its own snapshot -- each key's room: the
--- least of its own cap minus its ACTIVATED jobs of every type and :job_type's per-key cap
--- (:per_key) minus its ACTIVATED jobs of the type (NULL: neither).  Each count stops at
--- its cap.  Index: jobs_active_key_idx, key_weights pkey.
--- Parameters: $1 :tenants, $2 :keys, $3 :job_type, $4 :per_key
-SELECT * FROM jobfair_lock_and_count_keys(1246101510, $1::text[],
-                                          $2::text[], $3, $4::int);
+-- locks: :job_type's per-key configuration lock shared, the cap locks of the keys
+-- (:tenants, :keys: pairs) in one global order, then -- each statement of a volatile
+-- function takes its own snapshot -- each key's room: the least of its own cap minus its
+-- ACTIVATED jobs of every type and the type's per-key cap, read now, minus its ACTIVATED
+-- jobs of the type (NULL: neither).  Each count stops at its cap.  Index:
+-- jobs_active_key_idx, key_weights pkey, job_types pkey.
+-- Parameters: $1 :tenants, $2 :keys, $3 :job_type
+SELECT * FROM jobfair_lock_and_count_keys(1246101510, 1246101511,
+                                          $1::text[], $2::text[], $3);
 
 -- name: hold_keys
 -- The keys of :job_type a claim left at their caps (:tenants, :keys: pairs), counted under

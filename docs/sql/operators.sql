@@ -377,11 +377,37 @@ SELECT jobfair_release_key_holds(1246101510, 1246101508,
     $1::text[], $2::text[], $3::text[], 'jobfair');
 
 -- name: held_keys
--- The held keys (of :job_type; NULL: of every type), as (tenant, key, type).  Index:
--- lane_keys_held_idx.
--- Parameters: $1 :job_type
-SELECT tenant_id, fairness_key, job_type FROM lane_keys
-WHERE held AND ($1::text IS NULL OR job_type = $1::text);
+-- The held keys of :job_type after (:after_type, :after_tenant, :after_key), the next
+-- :chunk of them in that order, as (type, tenant, key).  Index: lane_keys_held_idx.
+-- Parameters: $1 :job_type, $2 :after_type, $3 :after_tenant, $4 :after_key, $5 :chunk
+SELECT job_type, tenant_id, fairness_key FROM lane_keys
+WHERE held AND job_type = $1::text
+  AND (job_type, tenant_id, fairness_key) > ($2::text, $3::text, $4::text)
+ORDER BY job_type, tenant_id, fairness_key
+LIMIT $5;
+
+-- name: held_keys_with_room
+-- The held keys of every type that have room under their caps now --
+-- a finish by a server older than alembic 0016 left them held, or a bug did: the
+-- leader's sweep releases them -- after (:after_type, :after_tenant, :after_key), the next
+-- :chunk in that order.  Each count stops at its cap.  Index: lane_keys_held_idx,
+-- key_weights pkey, job_types pkey, jobs_active_key_idx.
+-- Parameters: $1 :after_type, $2 :after_tenant, $3 :after_key, $4 :chunk
+SELECT k.job_type, k.tenant_id, k.fairness_key FROM lane_keys k
+LEFT JOIN key_weights w ON w.tenant_id = k.tenant_id AND w.fairness_key = k.fairness_key
+LEFT JOIN job_types y ON y.job_type = k.job_type
+WHERE k.held
+  AND (k.job_type, k.tenant_id, k.fairness_key)
+      > ($1::text, $2::text, $3::text)
+  AND (w.max_active_jobs IS NULL OR (SELECT count(*) FROM (
+         SELECT 1 FROM jobs j WHERE j.state = 'ACTIVATED' AND j.tenant_id = k.tenant_id
+           AND j.fairness_key = k.fairness_key LIMIT w.max_active_jobs) a) < w.max_active_jobs)
+  AND (y.max_active_per_key IS NULL OR (SELECT count(*) FROM (
+         SELECT 1 FROM jobs j WHERE j.state = 'ACTIVATED' AND j.tenant_id = k.tenant_id
+           AND j.fairness_key = k.fairness_key AND j.job_type = k.job_type
+         LIMIT y.max_active_per_key) a) < y.max_active_per_key)
+ORDER BY k.job_type, k.tenant_id, k.fairness_key
+LIMIT $4;
 
 -- name: key_caps_of
 -- A fairness key's caps and what they count (explain, ADR 040): its own cap (NULL: none)
@@ -423,3 +449,11 @@ LEFT JOIN lane_keys k ON k.job_type = u.job_type AND k.tenant_id = u.tenant_id
 -- Per job type, its fairness keys held at their caps now (the metrics).  Index:
 -- lane_keys_held_idx.
 SELECT job_type, count(*) AS n FROM lane_keys WHERE held GROUP BY job_type;
+
+-- name: lock_type_keys
+-- A change of :job_type's configuration, first in its transaction: the type's per-key
+-- configuration lock, exclusively, so that the claims counting its keys under the old
+-- maxActivePerKey (which hold it shared) have committed and those after read the new one
+-- (ADR 040).
+-- Parameters: $1 :job_type
+SELECT pg_advisory_xact_lock(1246101511, hashtext($1::text));

@@ -263,3 +263,26 @@ async def test_metrics_count_the_keys_held_at_their_caps(live):
     await activate(c, "mail", 2)  # two keys at their caps, held
     samples = await scrape(c)
     assert samples[("jobfair_keys_held", frozenset({("type", "mail")}))] == 2
+
+
+async def test_the_sweep_releases_only_keys_with_room_a_chunk_at_a_time(live, store):
+    """Thousands of held keys: those with room go (in transactions of KEY_RELEASE_CHUNK
+    keys, each of which is a lock: the sweep took them all at once and ran PostgreSQL out
+    of shared memory), those at their caps stay held."""
+    c = live.client
+    await c.put("/v2/job-types/mail", json={"maxActivePerKey": 1})
+    keys = [f"k{i}" for i in range(1_200)]
+    await _enqueue_keys(c, "mail", "t", keys, 2 * len(keys))
+    got = await activate(c, "mail", 1_000) + await activate(c, "mail", 1_000)
+    assert len(got) == 1_200
+    assert await store.fetchval("SELECT count(*) FROM lane_keys WHERE held") == 1_200
+    # An older server's completions of 700 of them: ended, their keys still held.
+    ended = [int(j["jobKey"]) for j in got[:700]]
+    await store.execute(
+        "UPDATE jobs SET state = 'COMPLETED', completed_at = now(), deadline = NULL"
+        " WHERE job_key = ANY($1::bigint[])",
+        ended,
+    )
+    assert await KeyHoldSweeper(store).run_once(utcnow()) == 700
+    assert await store.fetchval("SELECT count(*) FROM lane_keys WHERE held") == 500
+    assert len(await activate(c, "mail", 1_000)) == 700

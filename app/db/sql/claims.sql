@@ -545,13 +545,14 @@ WITH RECURSIVE {{lead_lane_of_tenants}},
 
 -- name: lock_and_count_keys
 -- A claim's key step (ADR 040), in its transaction after the type's and the tenants' cap
--- locks: the cap locks of the keys (:tenants, :keys: pairs) in one global order, then --
--- each statement of a volatile function takes its own snapshot -- each key's room: the
--- least of its own cap minus its ACTIVATED jobs of every type and :job_type's per-key cap
--- (:per_key) minus its ACTIVATED jobs of the type (NULL: neither).  Each count stops at
--- its cap.  Index: jobs_active_key_idx, key_weights pkey.
-SELECT * FROM jobfair_lock_and_count_keys({{KEY_CAP_LOCK_CLASS}}, :tenants::text[],
-                                          :keys::text[], :job_type, :per_key::int)
+-- locks: :job_type's per-key configuration lock shared, the cap locks of the keys
+-- (:tenants, :keys: pairs) in one global order, then -- each statement of a volatile
+-- function takes its own snapshot -- each key's room: the least of its own cap minus its
+-- ACTIVATED jobs of every type and the type's per-key cap, read now, minus its ACTIVATED
+-- jobs of the type (NULL: neither).  Each count stops at its cap.  Index:
+-- jobs_active_key_idx, key_weights pkey, job_types pkey.
+SELECT * FROM jobfair_lock_and_count_keys({{KEY_CAP_LOCK_CLASS}}, {{TYPE_KEYS_LOCK_CLASS}},
+                                          :tenants::text[], :keys::text[], :job_type)
 
 -- name: hold_keys
 -- The keys of :job_type a claim left at their caps (:tenants, :keys: pairs), counted under
