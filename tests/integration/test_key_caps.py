@@ -8,6 +8,7 @@ import random
 
 import httpx
 
+from app.db.locks import KEY_CAP_LOCK_CLASS, TYPE_KEYS_LOCK_CLASS
 from app.domain import utcnow
 from app.sweepers import KeyHoldSweeper
 from tests.acceptance.test_metrics import scrape
@@ -286,3 +287,34 @@ async def test_the_sweep_releases_only_keys_with_room_a_chunk_at_a_time(live, st
     assert await KeyHoldSweeper(store).run_once(utcnow()) == 700
     assert await store.fetchval("SELECT count(*) FROM lane_keys WHERE held") == 500
     assert len(await activate(c, "mail", 1_000)) == 700
+
+
+async def test_a_lowered_per_key_cap_waits_for_the_claims_counting_under_the_old_one(live, store):
+    """A claim counting a key under maxActivePerKey 3 while the type is changed to 1: the
+    change waits for it (it answered 200 before such a claim committed, which then took
+    the key past the new cap), and every claim after it counts under 1."""
+    c = live.client
+    await c.put("/v2/job-types/mail", json={"maxActivePerKey": 3})
+    await enqueue(c, "mail", "t", 10, fairnessKey="k")
+    key_lock = "hashtext('t' || chr(31) || 'k')"
+    async with store.connection() as blocker:
+        await blocker.execute(f"SELECT pg_advisory_lock({KEY_CAP_LOCK_CLASS}, {key_lock})")
+        claim = asyncio.create_task(activate(c, "mail", 10))
+        await _until_waiting(store, KEY_CAP_LOCK_CLASS)  # the claim waits for the key
+        change = asyncio.create_task(c.put("/v2/job-types/mail", json={"maxActivePerKey": 1}))
+        await _until_waiting(store, TYPE_KEYS_LOCK_CLASS)  # the change waits for the claim
+        assert not change.done()
+        await blocker.execute(f"SELECT pg_advisory_unlock({KEY_CAP_LOCK_CLASS}, {key_lock})")
+    assert len(await claim) == 3  # counted under the cap it read, before the change
+    assert (await change).status_code == 200
+    assert await activate(c, "mail", 10) == []  # 3 running, the cap 1 now
+
+
+async def _until_waiting(store, lock_class: int) -> None:
+    """Until a session waits for an advisory lock of ``lock_class`` (pg_locks)."""
+    while not await store.fetchval(  # noqa: ASYNC110 (another session's lock: no event here)
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+        " AND classid = ($1::bigint & 4294967295)::oid",
+        lock_class,
+    ):
+        await asyncio.sleep(0.01)
