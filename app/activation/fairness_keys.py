@@ -52,19 +52,18 @@ class KeysRead:
         job_type: str,
         lane_counts: Mapping[str, int],
         owed: Mapping[LaneKey, tuple[int, float]] | None = None,
+        probe: Sequence[str] = (),
     ) -> dict[str, list[Key]]:
         """The first keys of each lane given picks (read now, in ``store``: the capped
         claim's transaction, or the database), with ``owed`` key charges not yet written
-        added (ADR 036), and each key's own cap in ``caps``."""
+        added (ADR 036), and each key's own cap in ``caps``; and whether the ``probe``
+        lanes (the others read) have a ready key not held at its cap: a lane whose keys
+        are all held is found in the same read as the others (``exhausted``), so a call
+        gets past a thousand of them in a few rounds, not one a round (ADR 040)."""
         slack = LANE_SLACK * self.widen
-        read = await store.read_keys(
-            KeysAsk(
-                job_type,
-                {t: k + slack for t, k in lane_counts.items() if k > 0},
-                sorted(self.exclude),
-                owed,
-            )
-        )
+        wants = {t: 1 for t in probe}
+        wants.update({t: k + slack for t, k in lane_counts.items() if k > 0})
+        read = await store.read_keys(KeysAsk(job_type, wants, sorted(self.exclude), owed))
         self.emptied(read.empty)
         ready = {t: [Key(k, v, w) for k, v, w, _ in found] for t, found in read.ready.items()}
         self.caps = {
@@ -74,7 +73,7 @@ class KeysRead:
             if cap is not None
         }
         self.weights = {(t, k.key): k.weight for t, found in ready.items() for k in found}
-        self.exhausted = {t for t in lane_counts if t not in ready and t not in read.more}
+        self.exhausted = {t for t in wants if t not in ready and t not in read.more}
         return ready
 
     def capped(self, ready: Mapping[str, Sequence[Key]], per_key: int | None) -> list[LaneKey]:
@@ -110,12 +109,16 @@ class KeysRead:
         lane_counts: Mapping[str, int],
         owed: Mapping[LaneKey, tuple[int, float]] | None,
         per_key: int | None,
+        lanes_read: Sequence[str] = (),
     ) -> dict[LaneKey, int]:
         """In a capped claim's transaction: the keys read, those with a cap (their own,
         or the type's ``per_key``) locked and counted (lock_and_count_keys, after the
         type's and the tenants' locks), and each lane's picks divided among its keys
-        within their room (ADR 040)."""
-        ready = await self.read(tx, job_type, lane_counts, owed)
+        within their room (ADR 040).  Where keys have caps, every lane read is probed
+        for a key not held (``read``'s ``probe``)."""
+        keyed = per_key is not None or bool(self.caps) or bool(self.room)
+        probe = [t for t in lanes_read if t not in lane_counts] if keyed else []
+        ready = await self.read(tx, job_type, lane_counts, owed, probe)
         capped = self.capped(ready, per_key)
         counted = _first_of_each(capped, KEY_LOCKS_PER_ROUND)
         self.room = (

@@ -383,6 +383,7 @@ class Rounds:
         type_cap = cfg.max_active_jobs
         capped, limited, resting = tenants
         locked = sorted({*capped, *limited})
+        read_lanes = [p.tenant_id for p in picks]
         async with self.store.begin() as tx:
             if type_cap is None and not cfg.rate_limited and not locked:
                 # Only keys have caps: their locks and counts come after the key read.
@@ -417,7 +418,7 @@ class Rounds:
             lane_counts = {t: k for t, k in plan.allocation.counts.items() if k > 0}
             async with self.charges.owed_keys(job_type) as owed:
                 counts = await keys_read.split_counted(
-                    tx, job_type, lane_counts, owed, cfg.max_active_per_key
+                    tx, job_type, lane_counts, owed, cfg.max_active_per_key, read_lanes
                 )
             # The claim holds the lanes it leaves at their caps in its own statement.
             got = await tx.claim(
@@ -541,10 +542,14 @@ class Rounds:
                 keys_read.claimed(per_key)
                 out_of_keys = keys_read.exhausted & round_short
                 short |= out_of_keys
-                exclude |= out_of_keys | plan.capped_out | plan.rate_out
+                # Lanes probed and found with no key free (all held at their caps) are
+                # out of the call too, not parked: they have ready jobs (ADR 040).
+                exclude |= keys_read.exhausted | plan.capped_out | plan.rate_out
                 # Short because drained, or because another activator held the heads; at
                 # cap; out of tokens.
-                held_back = held_back or bool(round_short or plan.capped_out or plan.rate_out)
+                held_back = held_back or bool(
+                    round_short or plan.capped_out or plan.rate_out or keys_read.exhausted
+                )
                 # At the type's cap once this round's claims used its headroom: a round whose
                 # allocation the cap trimmed but whose claims came up short leaves room.
                 type_full = plan.type_headroom is not None and len(got) >= plan.type_headroom

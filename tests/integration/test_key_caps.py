@@ -318,3 +318,26 @@ async def _until_waiting(store, lock_class: int) -> None:
         lock_class,
     ):
         await asyncio.sleep(0.01)
+
+
+async def test_a_job_waits_for_no_round_limit_behind_hundreds_of_tenants_whose_keys_are_held(
+    live,
+):
+    """300 tenants whose every key is at its cap stay backlogged ahead (in virtual time)
+    of a tenant whose one new job may run: a call for one job finds it (it got [] after
+    256 rounds, one such lane excluded a round)."""
+    c = live.client
+    await c.put("/v2/job-types/mail", json={"maxActivePerKey": 1})
+    jobs = [
+        {"type": "mail", "tenantId": f"t{i}", "fairnessKey": "k"}
+        for i in range(300)
+        for _ in (1, 2)
+    ]
+    assert (await c.post("/v2/jobs/batch", json={"jobs": jobs})).status_code == 201
+    assert len(await activate(c, "mail", 1_000)) == 300  # one a key: every key held now
+    # A tenant served 30 jobs since: its virtual time is past theirs.
+    await _enqueue_keys(c, "mail", "late", [f"f{i}" for i in range(30)], 30)
+    assert len(await activate(c, "mail", 30)) == 30
+    await enqueue(c, "mail", "late", 1, fairnessKey="fresh")
+    [job] = await activate(c, "mail", 1)
+    assert job["tenantId"] == "late"
