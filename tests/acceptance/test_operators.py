@@ -48,6 +48,7 @@ async def test_job_type_configuration_round_trip(live):
         "agingStep": 10,
         "rateLimit": None,
         "fairnessBy": "activations",
+        "maxActivePerKey": None,
         "paused": False,
         "configured": False,
     }
@@ -59,6 +60,7 @@ async def test_job_type_configuration_round_trip(live):
         "agingStep": 0,
         "rateLimit": None,
         "fairnessBy": "activations",
+        "maxActivePerKey": None,
         "paused": False,
         "configured": True,
     }

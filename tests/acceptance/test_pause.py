@@ -96,6 +96,7 @@ async def test_a_paused_job_type_answers_nothing_and_a_put_keeps_the_pause(live)
         "agingStep": 10,
         "rateLimit": None,
         "fairnessBy": "activations",
+        "maxActivePerKey": None,
         "paused": True,
         "configured": True,
     }

@@ -47,6 +47,7 @@ async def test_aging_lets_an_old_low_priority_job_overtake(live):
         "agingStep": 50,
         "rateLimit": None,
         "fairnessBy": "activations",
+        "maxActivePerKey": None,
         "paused": False,
         "configured": True,
     }
