@@ -176,7 +176,7 @@ async def test_key_caps_hold_with_racing_workers_on_two_server_processes(spawn_s
         await b.put("/v2/tenants/t2", json={"weight": 2, "maxActiveJobs": 5})
         keys = [f"k{i}" for i in range(30)]
         for tenant in ("t1", "t2"):
-            await _enqueue_keys(a, "x", tenant, keys, 300)
+            await _enqueue_keys(a, "x", tenant, keys, 150)
 
         async def sampler() -> None:
             nonlocal most
