@@ -281,3 +281,107 @@ async def test_0015_adds_a_column_beside_0014_servers(postgres):
             await server.close()
     finally:
         postgres.psql('DROP DATABASE IF EXISTS "expand_0015" WITH (FORCE);')
+
+
+# What a server of 0015 writes where 0016 adds columns (its statements' shapes): a key's
+# weight, a type's configuration, a lane's key -- never naming the new columns.
+_OLD_KEY_WEIGHT = """
+INSERT INTO key_weights (tenant_id, fairness_key, shard, weight)
+VALUES ('acme', 'k', jobfair_shard('acme'), 3)
+ON CONFLICT (tenant_id, fairness_key, shard) DO UPDATE SET weight = EXCLUDED.weight
+"""
+_OLD_JOB_TYPE = """
+INSERT INTO job_types AS t (job_type, max_active_jobs, aging_interval_ms, aging_step,
+                            rate_per_s, rate_burst, rate_tokens, rate_at, fairness_by)
+VALUES ('t', 5, NULL, NULL, NULL, NULL, NULL, NULL, NULL)
+ON CONFLICT (job_type) DO UPDATE SET max_active_jobs = EXCLUDED.max_active_jobs
+"""
+_OLD_LANE_KEY = """
+INSERT INTO lane_keys (job_type, tenant_id, fairness_key, shard, vtime, active)
+VALUES ('t', 'acme', 'k', jobfair_shard('acme'), 0, true)
+"""
+_NEW_JOB = """
+INSERT INTO jobs (job_key, shard, job_type, tenant_id, state, priority, retries, run_at,
+                  queued_at, created_at)
+VALUES (jobfair_job_key(jobfair_shard('acme'), nextval('job_key_seq')),
+        jobfair_shard('acme'), 't', 'acme', 'CREATED', 50, 3, now(), now(), now())
+"""
+
+
+async def test_0016_adds_columns_beside_0015_servers_and_builds_its_index_concurrently(
+    postgres,
+):
+    """0016 (key caps) migrated while a server of 0015 holds a transaction on the tables
+    it alters: it waits its turn without failing and rewrites none of them; 0015's writes
+    still work on the new schema; and the count's index is built CONCURRENTLY after it
+    (app.migrations.CONCURRENT): while a server's transaction is open the build waits for
+    it, and jobs are still inserted meanwhile."""
+    postgres.psql('DROP DATABASE IF EXISTS "expand_0016" WITH (FORCE);')
+    postgres.psql('CREATE DATABASE "expand_0016";')
+    url = postgres.url("expand_0016")
+    try:
+        await asyncio.to_thread(command.upgrade, migrations.alembic_config(url), "0015")
+        conn = await asyncpg.connect(url)
+        server = await asyncpg.connect(url)
+        try:
+            files = "SELECT string_agg(relname || relfilenode, ',' ORDER BY relname) FROM pg_class"
+            files += " WHERE relname IN ('jobs', 'lane_keys', 'key_weights', 'job_types')"
+            before = await conn.fetchval(files)
+            await server.execute(_OLD_KEY_WEIGHT)
+            tx = server.transaction()
+            await tx.start()
+            await server.execute(_OLD_LANE_KEY)  # uncommitted: it holds lane_keys
+            upgrade = asyncio.create_task(
+                asyncio.to_thread(command.upgrade, migrations.alembic_config(url), "0016")
+            )
+            await _until_a_statement_waits(conn, "ALTER TABLE lane_keys%")
+            assert not upgrade.done()
+            await tx.commit()
+            await asyncio.wait_for(upgrade, 60)
+            assert await conn.fetchval(files) == before  # no table rewritten
+            assert await conn.fetchval("SELECT oldest_server FROM schema_compat") == "0012"
+            # 0015's writes on the new schema.
+            await server.execute(_OLD_KEY_WEIGHT)
+            await server.execute(_OLD_JOB_TYPE)
+            await server.execute(_OLD_LANE_KEY.replace("'k'", "'j'"))
+            row = await conn.fetchrow(
+                "SELECT w.max_active_jobs, y.max_active_per_key, k.held FROM key_weights w,"
+                " job_types y, lane_keys k WHERE k.fairness_key = 'j'"
+            )
+            assert tuple(row) == (None, None, False)
+            # The index, CONCURRENTLY: it waits for an open transaction, which goes on
+            # writing jobs, as do others.
+            tx = server.transaction()
+            await tx.start()
+            await server.execute(_NEW_JOB)
+            build = asyncio.create_task(migrations.build_concurrent(url))
+            await _until_a_statement_waits(conn, "CREATE INDEX CONCURRENTLY%")
+            await asyncio.wait_for(conn.execute(_NEW_JOB), 5)  # not blocked by the build
+            await server.execute(_NEW_JOB)
+            await tx.commit()
+            await asyncio.wait_for(build, 60)
+            valid = await conn.fetch(
+                "SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c"
+                " ON c.oid = i.indexrelid WHERE c.relname = ANY($1::text[])",
+                list(migrations.CONCURRENT),
+            )
+            assert {r["relname"]: r["indisvalid"] for r in valid} == dict.fromkeys(
+                migrations.CONCURRENT, True
+            )
+        finally:
+            await conn.close()
+            await server.close()
+    finally:
+        postgres.psql('DROP DATABASE IF EXISTS "expand_0016" WITH (FORCE);')
+
+
+async def _until_a_statement_waits(conn: asyncpg.Connection, like: str) -> None:
+    """Until a session running a statement ``like`` waits for a lock (another session's
+    wait has no event to await), with a deadline."""
+    deadline = time.monotonic() + 60
+    while not await conn.fetchval(  # noqa: ASYNC110
+        "SELECT count(*) FROM pg_stat_activity WHERE query LIKE $1 AND wait_event_type = 'Lock'",
+        like,
+    ):
+        assert time.monotonic() < deadline, f"no {like} waited for a lock"
+        await asyncio.sleep(0.05)
