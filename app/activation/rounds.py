@@ -328,7 +328,10 @@ class Rounds:
         capped = [r.tenant_id for r in rows if r.max_active_jobs is not None]
         limited = [r.tenant_id for r in rows if r.rate_limited and r.tenant_id not in resting]
         uncapped = cfg.max_active_jobs is None and not cfg.rate_limited
-        if uncapped and cfg.max_active_per_key is None and not capped and not limited:
+        # A call whose key reads met a capped key counts keys in every later round, rather
+        # than read the keys once here and again in the transaction.
+        keyed = cfg.max_active_per_key is not None or bool(keys_read.caps)
+        if uncapped and not keyed and not capped and not limited:
             plan = (
                 trim_to_caps(picks, n, None, None, {}, tokens=dict.fromkeys(resting, 0))
                 if resting
