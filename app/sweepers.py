@@ -183,7 +183,7 @@ class KeyHoldSweeper:
 
     async def run_once(self, now: datetime) -> int:
         try:
-            return await operating.release_key_holds(self.db, behind_finishes=False, with_room=True)
+            return await operating.release_held_keys(self.db)
         except asyncpg.PostgresError as exc:  # a backstop: its failure stops nothing else
             log.warning("releasing held keys with room failed: %r", exc)
             return 0

@@ -100,7 +100,7 @@ async def upsert_key_weight(
             tenant_id=tenant_id, fairness_key=fairness_key, weight=weight, cap=cap
         )
     )
-    await release_key_holds(db, [(tenant_id, fairness_key, None)])
+    await release_key_holds(db, [(tenant_id, fairness_key)])
     return row["weight"], row["max_active_jobs"]
 
 
@@ -120,69 +120,59 @@ async def get_key_weight(
 KEY_RELEASE_CHUNK = 500
 
 
-async def release_key_holds(
-    db: Sessions,
-    keys: Sequence[tuple[str, str, str | None]] | None = None,
-    *,
-    job_type: str | None = None,
-    behind_finishes: bool = True,
-    with_room: bool = False,
-) -> int:
-    """Release held keys (release_key_holds, ADR 040): the (tenant, key, type) ``keys``,
-    else the held keys of ``job_type`` (a cap changed), else -- ``with_room``, the
-    leader's sweep -- the held keys that have room under their caps now (a release is
-    always safe: the next claim counts again).  After a cap changed,
-    ``behind_finishes``: the gate first.  At most KEY_RELEASE_CHUNK keys a transaction.
-    How many were released.  Not on Citus, where key caps are not supported yet
-    (docs/scheduling.md)."""
+async def release_key_holds(db: Sessions, keys: Sequence[tuple[str, str]]) -> int:
+    """After the caps of fairness keys (tenant, key) changed: behind the finishes in
+    flight (the gate), every hold of them released, whatever the caps now
+    (release_key_holds, ADR 040); how many.  Not on Citus, where key caps are not
+    supported yet (docs/scheduling.md)."""
+    if citus.on_citus(db):
+        return 0
+    async with db.transaction() as tx:
+        await tx.execute(*SQL["wait_for_finishes"].bind())
+        return await _release(tx, keys)
+
+
+async def release_held_keys(db: Sessions, job_type: str | None = None) -> int:
+    """The held keys of ``job_type`` released after its per-key cap changed (behind the
+    finishes in flight), or -- no type: the leader's sweep -- the held keys of every type
+    that have room under their caps now (a release is always safe: the next claim counts
+    again).  At most KEY_RELEASE_CHUNK keys a transaction, by their order; how many."""
     if citus.on_citus(db):
         return 0
     released = 0
-    after: tuple[str, str, str] = ("", "", "")
+    after = ("", "", "")
     while True:
         async with db.transaction() as tx:
-            if behind_finishes:
+            cursor: dict[str, Any] = {"chunk": KEY_RELEASE_CHUNK}
+            cursor.update(zip(("after_type", "after_tenant", "after_key"), after, strict=True))
+            if job_type is None:
+                rows = await tx.fetch(*SQL["held_keys_with_room"].bind(**cursor))
+            else:
                 await tx.execute(*SQL["wait_for_finishes"].bind())
-            chunk = list(keys[:KEY_RELEASE_CHUNK]) if keys is not None else []
-            if keys is None:
-                # Named with no type: every hold of them goes, whatever the caps now.
-                cursor = dict(
-                    after_type=after[0],
-                    after_tenant=after[1],
-                    after_key=after[2],
-                    chunk=KEY_RELEASE_CHUNK,
-                )
-                rows = await tx.fetch(
-                    *(
-                        SQL["held_keys_with_room"].bind(**cursor)
-                        if with_room
-                        else SQL["held_keys"].bind(job_type=job_type, **cursor)
-                    )
-                )
-                chunk = [(r["tenant_id"], r["fairness_key"], None) for r in rows]
-                if rows:
-                    last = rows[-1]
-                    after = (last["job_type"], last["tenant_id"], last["fairness_key"])
-            if not chunk:
+                rows = await tx.fetch(*SQL["held_keys"].bind(job_type=job_type, **cursor))
+            if not rows:
                 return released
-            released += await tx.fetchval(
-                *SQL["release_key_holds"].bind(
-                    tenants=[t for t, _, _ in chunk],
-                    keys=[k for _, k, _ in chunk],
-                    types=[y for _, _, y in chunk],
-                )
-            )
-        if keys is not None:
-            keys = keys[KEY_RELEASE_CHUNK:]
-        if len(chunk) < KEY_RELEASE_CHUNK:
+            released += await _release(tx, [(r["tenant_id"], r["fairness_key"]) for r in rows])
+        if len(rows) < KEY_RELEASE_CHUNK:
             return released
+        after = (rows[-1]["job_type"], rows[-1]["tenant_id"], rows[-1]["fairness_key"])
+
+
+async def _release(tx: Queries, keys: Sequence[tuple[str, str]]) -> int:
+    """release_key_holds of ``keys``, named with no type: every hold of them goes."""
+    released: int = await tx.fetchval(
+        *SQL["release_key_holds"].bind(
+            tenants=[t for t, _ in keys], keys=[k for _, k in keys], types=[None] * len(keys)
+        )
+    )
+    return released
 
 
 async def delete_key_weight(db: Sessions, tenant_id: str, fairness_key: str) -> bool:
     """Back to weight 1 and no cap (its held keys released); whether it had a row."""
     deleted = SQL["delete_key_weight"].bind(tenant_id=tenant_id, fairness_key=fairness_key)
     had = await db.fetchval(*deleted) is not None
-    await release_key_holds(db, [(tenant_id, fairness_key, None)])
+    await release_key_holds(db, [(tenant_id, fairness_key)])
     return had
 
 
@@ -259,7 +249,7 @@ async def upsert_job_type(
         async with db.transaction() as tx:
             await tx.execute(*SQL["lock_type_keys"].bind(job_type=job_type))
             row = await tx.fetchrow(*upsert)
-    await release_key_holds(db, job_type=job_type)  # a per-key cap changed lets them out
+    await release_held_keys(db, job_type)  # a per-key cap changed lets them out
     return JobTypeRow(*row)
 
 
