@@ -110,6 +110,19 @@ class ExplainService:
         holds += scheduler.key_holds(
             *await operating.key_caps_of(self.db, job.job_type, job.tenant_id, job.fairness_key)
         )
+        behind_head = False
+        if job_type is not None and job_type.key_ordering == "fifo":
+            # A FIFO key gives its head alone (ADR 041): the job it waits behind.
+            head = await operating.key_head(self.db, job.job_type, job.tenant_id, job.fairness_key)
+            behind_head = head is not None and head[0] != job.job_key
+            if head is not None and behind_head:
+                reasons.append(
+                    {
+                        "reason": "keyHead",
+                        "head": str(head[0]),
+                        "headState": public_state(JobState(head[1])).value,
+                    }
+                )
         at = limits.at
         for h in holds:
             shown: dict[str, Any] = {"reason": h.reason.value}
@@ -178,10 +191,15 @@ class ExplainService:
                 {"reason": "nobodyAsking", "lastAskedAt": rfc3339(asked), "forS": NOBODY_ASKING_S}
             )
         due = job.state is JobState.CREATED
-        out["activatableNow"] = due and not holds
+        out["activatableNow"] = due and not holds and not behind_head
         out["nextInLane"] = out["activatableNow"] and ahead == 0 and next_key == job.fairness_key
-        out["estimatedStartAt"] = self._estimate(
-            job, lane, holds, ahead, mine, key_weight, now, next_in_lane=out["nextInLane"]
+        # Behind a FIFO head, it starts when that ends: nothing here can tell when.
+        out["estimatedStartAt"] = (
+            None
+            if behind_head
+            else self._estimate(
+                job, lane, holds, ahead, mine, key_weight, now, next_in_lane=out["nextInLane"]
+            )
         )
 
     def _estimate(

@@ -179,13 +179,14 @@ class JobService:
         return job_record(found.job, now, aging)
 
     async def cancel(self, job_key: int, now: datetime) -> None:
-        """CREATED (delayed too) or ACTIVATED -> CANCELED; an ACTIVATED job's worker
-        then gets 409 for its finish."""
+        """CREATED (delayed too), ACTIVATED or FAILED -> CANCELED; an ACTIVATED job's
+        worker then gets 409 for its finish."""
         ended = await finishing.cancel(self.db, job_key, now)
         if ended is None:
             row = await self._existing(job_key)
             raise InvalidState(
-                f"job {job_key} is {row.state}; only a CREATED or ACTIVATED job can be canceled"
+                f"job {job_key} is {row.state};"
+                " only a CREATED, ACTIVATED or FAILED job can be canceled"
             )
         # A lease it ended held its worker until now (by worker time, ADR 029).
         self.activation.rounds.settlements.add([ended], now)

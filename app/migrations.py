@@ -83,6 +83,16 @@ CONCURRENT = {
         "CREATE INDEX CONCURRENTLY IF NOT EXISTS lane_keys_held_idx"
         " ON lane_keys (job_type) WHERE held"
     ),
+    # alembic 0017: each fairness key's jobs waiting (CREATED, SCHEDULED, FAILED) in key
+    # order, whose first is the key's head in a FIFO type (its claims and counts, ADR
+    # 041).  Its predicate is spelled IS TRUE, and so are the statements that read it: no
+    # other statement's "state = 'CREATED'" implies it, so none is planned on it (the
+    # lanes' ready probes were, before it was).
+    "jobs_waiting_key_idx": (
+        "CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_waiting_key_idx"
+        " ON jobs (job_type, tenant_id, fairness_key, job_key)"
+        " WHERE (state IN ('CREATED', 'SCHEDULED', 'FAILED')) IS TRUE"
+    ),
 }
 
 

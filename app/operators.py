@@ -78,10 +78,11 @@ class ConfigService:
         rate: RateLimit | None = None,
         fairness_by: FairnessBy = FairnessBy.ACTIVATIONS,
         per_key: int | None = None,
+        key_ordering: str | None = None,
     ) -> dict[str, Any]:
         return self._job_type(
             await operating.upsert_job_type(
-                self.db, job_type, cap, interval_ms, step, rate, fairness_by, per_key
+                self.db, job_type, cap, interval_ms, step, rate, fairness_by, per_key, key_ordering
             )
         )
 
@@ -107,6 +108,7 @@ class ConfigService:
             "rateLimit": None,
             "fairnessBy": FairnessBy.ACTIVATIONS.value,
             "maxActivePerKey": None,
+            "keyOrdering": None,
             "paused": False,
             "configured": False,
         }
@@ -124,6 +126,7 @@ class ConfigService:
             "rateLimit": _rate(row),
             "fairnessBy": row.fairness_by or FairnessBy.ACTIVATIONS.value,
             "maxActivePerKey": row.max_active_per_key,
+            "keyOrdering": row.key_ordering,
             "paused": row.paused,
             "configured": True,
         }

@@ -418,6 +418,8 @@ NO_KEY_CAPS = {
     "active": None,
     "activeAllTypes": None,
     "held": False,
+    "head": None,
+    "headState": None,
 }
 
 

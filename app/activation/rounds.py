@@ -432,6 +432,7 @@ class Rounds:
                     now=self.clock(),  # leases run from the claim: see _claim's docstring
                     by_worker_time=cfg.fairness_by is FairnessBy.WORKER_TIME,
                     hold=room,
+                    fifo=cfg.key_fifo,
                 )
             )
             taken = Counter(c.job.tenant_id for c in got)

@@ -208,6 +208,11 @@ class JobTypeConfig(BaseModel):
     maxActivePerKey: int | None = Field(
         None, description="every fairness key's ACTIVATED jobs of the type at most; null: no cap"
     )
+    keyOrdering: Literal["fifo"] | None = Field(
+        None,
+        description="fifo: each fairness key's jobs activated one at a time, in creation "
+        "order; null: by priority",
+    )
     paused: bool
     configured: bool = Field(description="false: never configured (the defaults answered)")
 
@@ -233,6 +238,14 @@ class KeyStats(BaseModel):
     maxActivePerKey: int | None = Field(description="its type's cap per key; null: none")
     held: bool = Field(description="at one of its caps now: out of the claims until a job ends")
     active: int | None = Field(description="its ACTIVATED jobs of the type, where a cap applies")
+    head: str | None = Field(
+        None,
+        description="in a FIFO type (keyOrdering fifo): the key's head, the one job it "
+        "may have out; null: none, or not FIFO",
+    )
+    headState: str | None = Field(
+        None, description="the head's state: CREATED (ready, or backing off), ACTIVATED or FAILED"
+    )
     activeAllTypes: int | None = Field(
         description="its ACTIVATED jobs of every type, where it has a cap of its own"
     )

@@ -125,10 +125,11 @@ async def put_job_type(request: Request, job_type: str) -> Response:
         rate,
         fairness_by,
         spec.maxActivePerKey,
+        spec.keyOrdering,
     )
     audit.info(
         "job type configured: %s maxActiveJobs=%s agingIntervalMs=%s agingStep=%s"
-        " rateLimit=%s fairnessBy=%s maxActivePerKey=%s by=%s",
+        " rateLimit=%s fairnessBy=%s maxActivePerKey=%s keyOrdering=%s by=%s",
         jt,
         spec.maxActiveJobs,
         spec.agingIntervalMs,
@@ -136,6 +137,7 @@ async def put_job_type(request: Request, job_type: str) -> Response:
         _shown_rate(rate),
         fairness_by.value,
         spec.maxActivePerKey,
+        spec.keyOrdering,
         _by(request),
     )
     return JSON(out)

@@ -341,6 +341,9 @@ class PutJobType(Strict):
     fairnessBy: Literal["activations", "workerTime", "cost"] | None = None
     # Every fairness key's ACTIVATED jobs of the type at most (ADR 040); None: no cap.
     maxActivePerKey: Annotated[int, Field(ge=1, le=INT32_MAX), JsonInteger] | None = None
+    # "fifo": each fairness key's jobs one at a time in creation order (ADR 041); None or
+    # absent: by priority, as many at a time as the caps allow.
+    keyOrdering: Literal["fifo"] | None = None
 
 
 # -- operators' bulk operations ------------------------------------------------------------

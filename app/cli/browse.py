@@ -138,6 +138,9 @@ def reason_text(r: dict[str, Any]) -> str:
         return f"held by its {HELD_BY[what]}: next token at {instant(r['nextTokenAt'])}"
     if what in ("tenantPaused", "typePaused"):
         return f"held: {HELD_BY[what]}"
+    if what == "keyHead":
+        state = r["headState"]
+        return f"its FIFO fairness key waits for its head, job {r['head']} ({state}), to end"
     if what == "behindInKey":
         return f"{r['ahead']:,} job{'s' * (r['ahead'] != 1)} ahead of it in its fairness key"
     if what == "otherKeysFirst":

@@ -52,7 +52,11 @@ def hold_notes(lane: dict[str, Any]) -> list[str]:
         else:
             notes.append(f"held now: {what}")
     for k in lane.get("keys") or []:
-        if k.get("held"):  # a fairness key at its cap (ADR 040)
+        if k.get("head") is not None and k.get("headState") != "CREATED":
+            # A FIFO key waits for its head to end (ADR 041).
+            head = f"job {k['head']} ({k['headState']})"
+            notes.append(f"key {k['fairnessKey']} waits for its head, {head}")
+        elif k.get("held"):  # a fairness key at its cap (ADR 040)
             caps = [c for c in (k.get("maxActiveJobs"), k.get("maxActivePerKey")) if c is not None]
             figures = f" ({k['active']}/{min(caps)} active)" if caps else ""
             notes.append(f"key {k['fairnessKey']} at its cap{figures}")

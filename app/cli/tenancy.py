@@ -71,8 +71,9 @@ def _tenant_table(rows: list[dict[str, Any]]) -> Table:
 def _job_type_table(rows: list[dict[str, Any]]) -> Table:
     table = Table(box=box.SIMPLE)
     names = ("type", "max active", "aging interval", "aging step", "paused", "rate limit")
-    for name in (*names, "fair by", "per key"):
-        table.add_column(name, justify="left" if name in ("type", "fair by") else "right")
+    for name in (*names, "fair by", "per key", "key order"):
+        left = name in ("type", "fair by", "key order")
+        table.add_column(name, justify="left" if left else "right")
     for r in rows:
         add_row(
             table,
@@ -84,6 +85,7 @@ def _job_type_table(rows: list[dict[str, Any]]) -> Table:
             _shown_rate(r),
             r.get("fairnessBy", "-"),  # a server older than fairnessBy leaves it out
             shown(r.get("maxActivePerKey")),
+            r.get("keyOrdering") or "priority",
         )
     return table
 
@@ -266,12 +268,21 @@ def job_types_set(
     no_per_key_cap: Annotated[
         bool, typer.Option("--no-per-key-cap", help="remove the cap per fairness key")
     ] = False,
+    fifo_keys: Annotated[
+        bool | None,
+        typer.Option(
+            "--fifo-keys/--no-fifo-keys",
+            help="each fairness key's jobs one at a time, in creation order (keyOrdering"
+            " fifo), or by priority again",
+            show_default="unchanged",
+        ),
+    ] = None,
     url: Url = DEFAULT_URL,
     key: Key = None,
     as_json: Json = False,
 ) -> None:
-    """Set a job type's cap, aging, rate limit, what it is fair by or its cap per
-    fairness key; what is not given stays as it is.
+    """Set a job type's cap, aging, rate limit, what it is fair by, its cap per
+    fairness key or its keys' order; what is not given stays as it is.
 
     Aging is kept as the server shows it now: a type left at the server's default
     keeps today's value.
@@ -284,11 +295,12 @@ def job_types_set(
         and fairness_by is None
         and max_active_per_key is None
         and not no_per_key_cap
+        and fifo_keys is None
     ):
         raise fail(
             "nothing to set: give --max-active-jobs, --no-cap, --aging-interval-ms,"
             " --aging-step, --rate-per-second, --burst, --no-rate-limit, --fairness-by,"
-            " --max-active-per-key or --no-per-key-cap",
+            " --max-active-per-key, --no-per-key-cap, --fifo-keys or --no-fifo-keys",
             2,
         )
     path = f"/v2/job-types/{segment(job_type)}"
@@ -312,6 +324,11 @@ def job_types_set(
         per_key = _cap(max_active_per_key, no_per_key_cap, current.get("maxActivePerKey"))
         if per_key is not None or no_per_key_cap:  # left out for a server without it
             body["maxActivePerKey"] = per_key
+        ordering = current.get("keyOrdering")
+        if fifo_keys is not None:
+            ordering = "fifo" if fifo_keys else None
+        if ordering is not None or fifo_keys is not None:  # left out for a server without it
+            body["keyOrdering"] = ordering
         answer = server.call("PUT", path, json=body)
     if as_json:
         print_json(answer)

@@ -55,6 +55,7 @@ async def revive(
                 *SQL.on(shards, "revive_failed", job_keys=part, retries=retries, now=now)
             )
         await lanes.wake(tx, rows)
+        await lanes.release_key_holds_of(tx, rows)
     return len(rows)
 
 

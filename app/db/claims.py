@@ -193,6 +193,7 @@ async def claim(
     aging_interval_ms: int,
     by_worker_time: bool = False,
     hold: Mapping[str, int] | None = None,
+    fifo: bool = False,
 ) -> list[Claimed]:
     """Claim ``counts`` jobs per (tenant, fairness key) (claim; claim_by_worker_time if
     the type was read fair by worker time).  The jobs claimed are shared out
@@ -201,14 +202,15 @@ async def claim(
     database) the claim is one autocommit statement; a capped claim runs it in the
     transaction that holds the cap locks, with ``hold``: each capped tenant's room as
     counted under its lock, whose lanes the claim holds where it leaves none
-    (claim_holding).  On Citus, a statement per Citus shard, the shares taken in turn."""
+    (claim_holding); ``fifo``: each key's head alone, whatever the priorities
+    (claim_fifo, ADR 041).  On Citus, a statement per Citus shard, the shares taken in turn."""
     if not counts:
         if hold:
             await lanes.hold(db, job_type, left_at_cap(hold, {}))
         return []
     if not citus.on_citus(db):
         return await _claim(db, job_type, counts, now, shares, via_stream, aging_step,
-                            aging_interval_ms, by_worker_time, hold, None, 0)  # fmt: skip
+                            aging_interval_ms, by_worker_time, hold, None, 0, fifo)  # fmt: skip
     out: list[Claimed] = []
     for shards, part in citus.split(db, sorted({*(t for t, _ in counts), *(hold or ())}), str):
         mine = set(part)
@@ -219,7 +221,8 @@ async def claim(
                 await lanes.hold(db, job_type, left_at_cap(held, {}))
             continue
         out += await _claim(db, job_type, some, now, shares, via_stream, aging_step,
-                            aging_interval_ms, by_worker_time, held, shards, len(out))  # fmt: skip
+                            aging_interval_ms, by_worker_time, held, shards, len(out),
+                            fifo)  # fmt: skip
     return out
 
 
@@ -236,11 +239,14 @@ async def _claim(
     hold: Mapping[str, int] | None,
     shards: Sequence[int] | None,
     taken: int,
+    fifo: bool,
 ) -> list[Claimed]:
     """One claim statement (``claim``): on Citus, for the tenants of ``shards``, after
     claims that took ``taken`` rows of ``shares``."""
     workers, deadlines, starts = _share_arrays(shares, now, taken)
-    hints: ClaimHints | None = getattr(db, "claim_hints", None)
+    # A FIFO claim takes heads by key order: no priority's hint applies to it, and it
+    # leaves none (the heads it takes say nothing of where a priority's jobs start).
+    hints: ClaimHints | None = None if fifo else getattr(db, "claim_hints", None)
     at = 0.0 if hints is None else hints.clock()
     hint_priorities, since = (
         ([None] * len(counts), [None] * len(counts))
@@ -248,7 +254,7 @@ async def _claim(
         else hints.starts(job_type, list(counts), at)
     )
     holding = [] if hold is None else sorted(hold)
-    name = "claim_holding" if hold else "claim"
+    name = ("claim_fifo" if fifo else "claim") + ("_holding" if hold else "")
     more = dict(hold_tenants=holding, hold_room=[hold[t] for t in holding]) if hold else {}
     rows = await db.fetch(
         *SQL.on(

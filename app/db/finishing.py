@@ -186,7 +186,7 @@ def _spelled(db: Any) -> dict[str, sql.Statement]:
 
 
 async def cancel(db: Sessions, job_key: int, now: datetime) -> Ended | None:
-    """Cancel a CREATED, SCHEDULED or ACTIVATED job (cancel_job); then park its lane if
+    """Cancel a CREATED, SCHEDULED, ACTIVATED or FAILED job (cancel_job); then park its lane if
     that emptied it (an empty lane left active would keep its idle vtime, ADR 014).  The
     job (its ``charged`` None unless an activation by worker time ended), or None if it
     was in none of those states."""

@@ -231,3 +231,4 @@ async def update(
     )
     if revived:
         await lanes.wake(tx, [job._asdict()])
+        await lanes.release_key_holds_of(tx, [job._asdict()])

@@ -160,6 +160,7 @@ def _lane_read(rows: Sequence[Any], limit: int) -> LaneRead:
         head["rate_limited"],
         FairnessBy(head["fairness_by"] or FairnessBy.ACTIVATIONS),
         head["max_active_jobs"],  # the head row carries the type's per-key cap there
+        head["fairness_key"] == "fifo",  # and its keyOrdering there
     )
     if head["paused"]:
         return LaneRead(cfg, [], [], False, paused=True)
@@ -281,6 +282,22 @@ async def wake(tx: Queries, jobs: Sequence[Mapping[str, Any]]) -> None:
     if reentry:
         for job_type, n in sorted(Counter(j["job_type"] for j in jobs).items()):
             await notify(tx, job_type, n)
+
+
+async def release_key_holds_of(tx: Queries, jobs: Sequence[Mapping[str, Any]]) -> None:
+    """After ``jobs`` (rows with their job_type, tenant_id and fairness_key) became ready
+    again without a finish, in their transaction: their keys' holds let go where a cap or
+    a FIFO head may have held them (release_key_holds_of).  Not on Citus, where key caps
+    and FIFO keys are not supported."""
+    if not jobs or citus.on_citus(tx):
+        return
+    await tx.fetchval(
+        *SQL["release_key_holds_of"].bind(
+            job_types=[j["job_type"] for j in jobs],
+            tenants=[j["tenant_id"] for j in jobs],
+            keys=[j["fairness_key"] for j in jobs],
+        )
+    )
 
 
 async def notify(db: Queries, job_type: str, n: int) -> None:

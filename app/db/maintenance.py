@@ -41,6 +41,8 @@ async def _ready_by_keys(
             if update == "release_expired" and citus.on_citus(conn):
                 await holds.after_finish(conn, rows)
             await lanes.wake(conn, rows)
+            if update == "promote_scheduled":
+                await lanes.release_key_holds_of(conn, rows)
         return list(rows)
 
 

@@ -21,6 +21,8 @@ from app.db.rows import (
     TenantRow,
     TypeConfig,
 )
+from app.domain import JobState, public_state
+from app.errors import InvalidArgument
 from app.scheduler import FairnessBy, RateLimit
 
 SQL = sql.load("operators")  # app/db/sql/operators.sql
@@ -232,7 +234,12 @@ async def upsert_job_type(
     rate: RateLimit | None = None,
     fairness_by: FairnessBy = FairnessBy.ACTIVATIONS,
     per_key: int | None = None,
+    key_ordering: str | None = None,
 ) -> JobTypeRow:
+    if key_ordering is not None and citus.on_citus(db):
+        # Its counts and releases read the keys' jobs under locks Citus does not give
+        # them (docs/scaling.md): refused rather than ordered only mostly.
+        raise InvalidArgument("keyOrdering: FIFO keys are not supported on Citus")
     upsert = _spelled(db)["upsert_job_type"].bind(
         job_type=job_type,
         cap=cap,
@@ -242,6 +249,7 @@ async def upsert_job_type(
         rate_burst=None if rate is None else rate.burst,
         fairness_by=None if fairness_by is FairnessBy.ACTIVATIONS else fairness_by.value,
         per_key=per_key,
+        key_ordering=key_ordering,
     )
     if citus.on_citus(db):
         row = await db.fetchrow(*upsert)
@@ -322,6 +330,16 @@ async def key_caps_of(
     return row["cap"], row["active"], row["per_key"], row["type_active"]
 
 
+async def key_head(
+    db: Queries, job_type: str, tenant_id: str, fairness_key: str
+) -> tuple[int, str] | None:
+    """A key's head in a FIFO type, and its state (key_head); None: no job not done."""
+    row = await db.fetchrow(
+        *SQL["key_head"].bind(job_type=job_type, tenant_id=tenant_id, fairness_key=fairness_key)
+    )
+    return None if row is None else (row["job_key"], row["state"])
+
+
 async def key_caps_listed(
     db: Queries, keys: Sequence[tuple[str, str, str]]
 ) -> dict[tuple[str, str, str], dict[str, Any]]:
@@ -344,6 +362,10 @@ async def key_caps_listed(
             "active": r["active"],
             "activeAllTypes": r["active_all_types"],
             "held": r["held"],
+            "head": None if r["head"] is None else str(r["head"]),
+            "headState": None
+            if r["head_state"] is None
+            else public_state(JobState(r["head_state"])).value,
         }
         for r in rows
     }

@@ -137,6 +137,8 @@ class TypeConfig:
     fairness_by: FairnessBy = FairnessBy.ACTIVATIONS  # what its lanes are charged by (ADR 029)
     # Every fairness key's ACTIVATED jobs of the type at most (ADR 040); None: no cap.
     max_active_per_key: int | None = None
+    # Each key's jobs one at a time, in key order (keyOrdering "fifo", ADR 041).
+    key_fifo: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +232,7 @@ class JobTypeRow(NamedTuple):
     read_at: datetime  # the database's clock when the row was read
     fairness_by: str | None = None  # None: by activations (ADR 029)
     max_active_per_key: int | None = None  # None: no per-key cap (ADR 040)
+    key_ordering: str | None = None  # 'fifo': one at a time per key, in order (ADR 041)
 
 
 class LaneSampleRow(NamedTuple):

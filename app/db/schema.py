@@ -147,6 +147,20 @@ Index(
     jobs.c.job_type,
     postgresql_where=text("state = 'ACTIVATED'"),
 )
+# Each fairness key's jobs waiting (FAILED ones included: an incident blocks its key), in
+# key order: the first is the key's head when its type is FIFO and none of its jobs is
+# ACTIVATED (alembic 0017, ADR 041).  ACTIVATED jobs are left out: the per-key count
+# finds them (jobs_active_key_idx), and an activation then adds no entry here.  Built
+# CONCURRENTLY after the migrations (app.migrations.CONCURRENT).
+Index(
+    "jobs_waiting_key_idx",
+    jobs.c.job_type,
+    jobs.c.tenant_id,
+    jobs.c.fairness_key,
+    jobs.c.job_key,
+    # Spelled IS TRUE so that only the statements that spell it so are planned on it.
+    postgresql_where=text("(state IN ('CREATED', 'SCHEDULED', 'FAILED')) IS TRUE"),
+)
 # Terminal jobs by age, for retention.
 Index(
     "jobs_terminal_idx",
@@ -336,9 +350,13 @@ job_types = Table(
     Column("fairness_by", Text),
     # Every fairness key's ACTIVATED jobs of the type at most (alembic 0016); NULL: none.
     Column("max_active_per_key", Integer),
+    # 'fifo': each fairness key's jobs activated one at a time in key order (alembic
+    # 0017, ADR 041); NULL: by priority, as many at a time as the caps allow.
+    Column("key_ordering", Text),
     CheckConstraint("max_active_jobs >= 0", name="job_types_max_active_jobs_check"),
     CheckConstraint("max_active_per_key >= 1", name="job_types_max_active_per_key_check"),
     CheckConstraint("fairness_by IN ('cost', 'workerTime')", name="job_types_fairness_by_check"),
+    CheckConstraint("key_ordering IN ('fifo')", name="job_types_key_ordering_check"),
     CheckConstraint("aging_interval_ms > 0", name="job_types_aging_interval_check"),
     CheckConstraint("aging_step BETWEEN 0 AND 100", name="job_types_aging_step_check"),
     CheckConstraint(

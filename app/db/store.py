@@ -76,6 +76,7 @@ class ClaimAsk:
     aging_interval_ms: int
     by_worker_time: bool = False
     hold: Mapping[str, int] | None = None
+    fifo: bool = False  # each key's head alone (the type's keys are FIFO, ADR 041)
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +242,7 @@ class Store:
             aging_interval_ms=ask.aging_interval_ms,
             by_worker_time=ask.by_worker_time,
             hold=ask.hold,
+            fifo=ask.fifo,
         )
 
     async def claim_lead(self, ask: LeadClaimAsk) -> LeadClaim:

@@ -592,6 +592,270 @@ held AS (
 )
 SELECT * FROM activated;
 
+-- name: claim_fifo
+-- As claim, for a type whose keys are FIFO: each allotted key's head (fifo_heads).
+-- Parameters: $1 :tenants, $2 :keys, $3 :counts, $4 :hint_priorities, $5 :since, $6 :aging_step, $7 :aging_interval_ms, $8 :job_type, $9 :starts, $10 :now, $11 :via_stream, $12 :workers, $13 :deadlines
+WITH RECURSIVE alloc AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::int[],
+                         $4::int[], $5::timestamptz[])
+             AS a(tenant_id, fairness_key, k, hint_priority, since)
+),
+aging AS (SELECT $6::int AS step, $7::int AS interval_ms),
+fifo_open AS (
+    SELECT h.job_key
+    FROM alloc a
+    CROSS JOIN LATERAL (
+        SELECT j.job_key, j.state FROM jobs j
+        WHERE (j.state IN ('CREATED', 'SCHEDULED', 'FAILED')) IS TRUE
+          AND j.job_type = $8 AND j.tenant_id = a.tenant_id
+          AND j.fairness_key = a.fairness_key
+        ORDER BY j.job_key
+        LIMIT 1
+    ) h
+    WHERE a.k > 0 AND h.state = 'CREATED'
+),
+fifo_locked AS (
+    SELECT j.job_key FROM jobs j
+    WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM fifo_open)) AND j.state = 'CREATED'
+    FOR UPDATE SKIP LOCKED
+),
+taken AS (
+    SELECT f.job_key, width_bucket(row_number() OVER (), $9::int[]) AS share
+    FROM fifo_locked f
+),
+activated AS (
+    UPDATE jobs j
+    SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
+        worker = s.worker, deadline = s.deadline,
+        activated_at = $10::timestamptz, via_stream = $11,
+        charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $8) = 'workerTime'
+                  THEN COALESCE((SELECT l.unit_est FROM lanes l
+                                 WHERE l.job_type = $8 AND l.tenant_id = j.tenant_id ),
+                                1.0::float8) END
+    FROM taken t
+    JOIN unnest($12::text[], $13::timestamptz[]) WITH ORDINALITY
+         AS s(worker, deadline, share) ON s.share = t.share
+    -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join alone lets
+    -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
+    WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
+    RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key, j.cost, j.charged, j.lane_charge, j.key_charge
+),
+trimmed AS (
+    DELETE FROM job_events e USING activated s
+    WHERE s.activation_count > 30
+      AND e.job_key = s.job_key AND e.shard = jobfair_key_shard(s.job_key)
+      AND e.activation_count = s.activation_count - 20
+      AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
+)
+SELECT * FROM activated;
+
+-- name: claim_fifo_by_worker_time
+-- As claim_fifo, fair by worker time (claim_by_worker_time).
+-- Parameters: $1 :tenants, $2 :keys, $3 :counts, $4 :hint_priorities, $5 :since, $6 :aging_step, $7 :aging_interval_ms, $8 :job_type, $9 :starts, $10 :now, $11 :via_stream, $12 :workers, $13 :deadlines
+WITH RECURSIVE alloc AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::int[],
+                         $4::int[], $5::timestamptz[])
+             AS a(tenant_id, fairness_key, k, hint_priority, since)
+),
+aging AS (SELECT $6::int AS step, $7::int AS interval_ms),
+fifo_open AS (
+    SELECT h.job_key
+    FROM alloc a
+    CROSS JOIN LATERAL (
+        SELECT j.job_key, j.state FROM jobs j
+        WHERE (j.state IN ('CREATED', 'SCHEDULED', 'FAILED')) IS TRUE
+          AND j.job_type = $8 AND j.tenant_id = a.tenant_id
+          AND j.fairness_key = a.fairness_key
+        ORDER BY j.job_key
+        LIMIT 1
+    ) h
+    WHERE a.k > 0 AND h.state = 'CREATED'
+),
+fifo_locked AS (
+    SELECT j.job_key FROM jobs j
+    WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM fifo_open)) AND j.state = 'CREATED'
+    FOR UPDATE SKIP LOCKED
+),
+taken AS (
+    SELECT f.job_key, width_bucket(row_number() OVER (), $9::int[]) AS share
+    FROM fifo_locked f
+),
+activated AS (
+    UPDATE jobs j
+    SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
+        worker = s.worker, deadline = s.deadline,
+        activated_at = $10::timestamptz, via_stream = $11,
+        charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $8) = 'workerTime'
+                  THEN COALESCE((SELECT l.unit_est FROM lanes l
+                                 WHERE l.job_type = $8 AND l.tenant_id = j.tenant_id ),
+                                1.0::float8) END,
+        lane_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $8) = 'workerTime'
+                      THEN COALESCE((SELECT l.unit_est FROM lanes l
+                                     WHERE l.job_type = $8 AND l.tenant_id = j.tenant_id ),
+                                    1.0::float8)
+                           / COALESCE((SELECT t.weight FROM tenants t
+                                       WHERE t.tenant_id = j.tenant_id), 1) END,
+        key_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $8) = 'workerTime'
+                     THEN COALESCE((SELECT l.unit_est FROM lanes l
+                                    WHERE l.job_type = $8 AND l.tenant_id = j.tenant_id ),
+                                   1.0::float8)
+                          / COALESCE((SELECT w.weight FROM key_weights w
+                                      WHERE w.tenant_id = j.tenant_id
+                                        AND w.fairness_key = j.fairness_key
+                                        AND w.shard = jobfair_shard(j.tenant_id) ), 1) END
+    FROM taken t
+    JOIN unnest($12::text[], $13::timestamptz[]) WITH ORDINALITY
+         AS s(worker, deadline, share) ON s.share = t.share
+    WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
+    RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key, j.cost, j.charged, j.lane_charge, j.key_charge
+),
+trimmed AS (
+    DELETE FROM job_events e USING activated s
+    WHERE s.activation_count > 30
+      AND e.job_key = s.job_key AND e.shard = jobfair_key_shard(s.job_key)
+      AND e.activation_count = s.activation_count - 20
+      AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
+)
+SELECT * FROM activated;
+
+-- name: claim_fifo_holding
+-- As claim_holding, for a type whose keys are FIFO (fifo_heads).
+-- Parameters: $1 :tenants, $2 :keys, $3 :counts, $4 :hint_priorities, $5 :since, $6 :aging_step, $7 :aging_interval_ms, $8 :job_type, $9 :starts, $10 :now, $11 :via_stream, $12 :workers, $13 :deadlines, $14 :hold_tenants, $15 :hold_room
+WITH RECURSIVE alloc AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::int[],
+                         $4::int[], $5::timestamptz[])
+             AS a(tenant_id, fairness_key, k, hint_priority, since)
+),
+aging AS (SELECT $6::int AS step, $7::int AS interval_ms),
+fifo_open AS (
+    SELECT h.job_key
+    FROM alloc a
+    CROSS JOIN LATERAL (
+        SELECT j.job_key, j.state FROM jobs j
+        WHERE (j.state IN ('CREATED', 'SCHEDULED', 'FAILED')) IS TRUE
+          AND j.job_type = $8 AND j.tenant_id = a.tenant_id
+          AND j.fairness_key = a.fairness_key
+        ORDER BY j.job_key
+        LIMIT 1
+    ) h
+    WHERE a.k > 0 AND h.state = 'CREATED'
+),
+fifo_locked AS (
+    SELECT j.job_key FROM jobs j
+    WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM fifo_open)) AND j.state = 'CREATED'
+    FOR UPDATE SKIP LOCKED
+),
+taken AS (
+    SELECT f.job_key, width_bucket(row_number() OVER (), $9::int[]) AS share
+    FROM fifo_locked f
+),
+activated AS (
+    UPDATE jobs j
+    SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
+        worker = s.worker, deadline = s.deadline,
+        activated_at = $10::timestamptz, via_stream = $11,
+        charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $8) = 'workerTime'
+                  THEN COALESCE((SELECT l.unit_est FROM lanes l
+                                 WHERE l.job_type = $8 AND l.tenant_id = j.tenant_id ),
+                                1.0::float8) END
+    FROM taken t
+    JOIN unnest($12::text[], $13::timestamptz[]) WITH ORDINALITY
+         AS s(worker, deadline, share) ON s.share = t.share
+    -- ANY(ARRAY(...)) makes this a primary-key probe per chosen row; a join alone lets
+    -- the planner (misled by LIMIT k estimates) pick a sequential scan of jobs.
+    WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
+    RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key, j.cost, j.charged, j.lane_charge, j.key_charge
+),
+trimmed AS (
+    DELETE FROM job_events e USING activated s
+    WHERE s.activation_count > 30
+      AND e.job_key = s.job_key AND e.shard = jobfair_key_shard(s.job_key)
+      AND e.activation_count = s.activation_count - 20
+      AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
+),
+held AS (
+    UPDATE lanes l SET held = true, held_count = l.held_count + 1
+    WHERE l.job_type = $8 AND NOT l.held  AND l.tenant_id = ANY(ARRAY(
+        SELECT r.tenant_id FROM unnest($14::text[], $15::int[]) AS r(tenant_id, room)
+        WHERE r.room <= (SELECT count(*) FROM activated a WHERE a.tenant_id = r.tenant_id)))
+)
+SELECT * FROM activated;
+
+-- name: claim_fifo_holding_by_worker_time
+-- As claim_fifo_holding, fair by worker time.
+-- Parameters: $1 :tenants, $2 :keys, $3 :counts, $4 :hint_priorities, $5 :since, $6 :aging_step, $7 :aging_interval_ms, $8 :job_type, $9 :starts, $10 :now, $11 :via_stream, $12 :workers, $13 :deadlines, $14 :hold_tenants, $15 :hold_room
+WITH RECURSIVE alloc AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::int[],
+                         $4::int[], $5::timestamptz[])
+             AS a(tenant_id, fairness_key, k, hint_priority, since)
+),
+aging AS (SELECT $6::int AS step, $7::int AS interval_ms),
+fifo_open AS (
+    SELECT h.job_key
+    FROM alloc a
+    CROSS JOIN LATERAL (
+        SELECT j.job_key, j.state FROM jobs j
+        WHERE (j.state IN ('CREATED', 'SCHEDULED', 'FAILED')) IS TRUE
+          AND j.job_type = $8 AND j.tenant_id = a.tenant_id
+          AND j.fairness_key = a.fairness_key
+        ORDER BY j.job_key
+        LIMIT 1
+    ) h
+    WHERE a.k > 0 AND h.state = 'CREATED'
+),
+fifo_locked AS (
+    SELECT j.job_key FROM jobs j
+    WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM fifo_open)) AND j.state = 'CREATED'
+    FOR UPDATE SKIP LOCKED
+),
+taken AS (
+    SELECT f.job_key, width_bucket(row_number() OVER (), $9::int[]) AS share
+    FROM fifo_locked f
+),
+activated AS (
+    UPDATE jobs j
+    SET state = 'ACTIVATED', activation_count = j.activation_count + 1,
+        worker = s.worker, deadline = s.deadline,
+        activated_at = $10::timestamptz, via_stream = $11,
+        charged = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $8) = 'workerTime'
+                  THEN COALESCE((SELECT l.unit_est FROM lanes l
+                                 WHERE l.job_type = $8 AND l.tenant_id = j.tenant_id ),
+                                1.0::float8) END,
+        lane_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $8) = 'workerTime'
+                      THEN COALESCE((SELECT l.unit_est FROM lanes l
+                                     WHERE l.job_type = $8 AND l.tenant_id = j.tenant_id ),
+                                    1.0::float8)
+                           / COALESCE((SELECT t.weight FROM tenants t
+                                       WHERE t.tenant_id = j.tenant_id), 1) END,
+        key_charge = CASE WHEN (SELECT t.fairness_by FROM job_types t WHERE t.job_type = $8) = 'workerTime'
+                     THEN COALESCE((SELECT l.unit_est FROM lanes l
+                                    WHERE l.job_type = $8 AND l.tenant_id = j.tenant_id ),
+                                   1.0::float8)
+                          / COALESCE((SELECT w.weight FROM key_weights w
+                                      WHERE w.tenant_id = j.tenant_id
+                                        AND w.fairness_key = j.fairness_key
+                                        AND w.shard = jobfair_shard(j.tenant_id) ), 1) END
+    FROM taken t
+    JOIN unnest($12::text[], $13::timestamptz[]) WITH ORDINALITY
+         AS s(worker, deadline, share) ON s.share = t.share
+    WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM taken)) AND t.job_key = j.job_key
+    RETURNING t.share, j.job_key, j.job_type, j.tenant_id, j.state, j.priority, j.retries, j.activation_count, j.worker, j.deadline, j.run_at, j.queued_at, j.variables, j.custom_headers, j.error_code, j.error_message, j.created_at, j.activated_at, j.completed_at, j.idempotency_key, j.fairness_key, j.cost, j.charged, j.lane_charge, j.key_charge
+),
+trimmed AS (
+    DELETE FROM job_events e USING activated s
+    WHERE s.activation_count > 30
+      AND e.job_key = s.job_key AND e.shard = jobfair_key_shard(s.job_key)
+      AND e.activation_count = s.activation_count - 20
+      AND current_setting('jobfair.history', true) IS DISTINCT FROM 'off'
+),
+held AS (
+    UPDATE lanes l SET held = true, held_count = l.held_count + 1
+    WHERE l.job_type = $8 AND NOT l.held  AND l.tenant_id = ANY(ARRAY(
+        SELECT r.tenant_id FROM unnest($14::text[], $15::int[]) AS r(tenant_id, room)
+        WHERE r.room <= (SELECT count(*) FROM activated a WHERE a.tenant_id = r.tenant_id)))
+)
+SELECT * FROM activated;
+
 -- name: claim_lead
 -- One stride pick, read and claimed in one round trip: the job type's first backlogged
 -- lane in (vtime, tenant) order that has a ready job -- the lane scheduler.allocate
@@ -614,7 +878,8 @@ WITH RECURSIVE lead_lane AS (
     SELECT x.tenant_id, x.weight, x.cap, x.rate, c.type_cap, c.type_rate, c.aging_step,
            c.aging_interval_ms, c.fairness_by, c.per_key
     FROM (SELECT t.max_active_jobs AS type_cap, t.rate_per_s AS type_rate, t.fairness_by,
-                 t.max_active_per_key AS per_key,
+                 CASE WHEN t.key_ordering = 'fifo' THEN LEAST(t.max_active_per_key, 1)
+     ELSE t.max_active_per_key END AS per_key,
                  COALESCE(t.aging_step, $1::int) AS aging_step,
                  COALESCE(t.aging_interval_ms, $2::int) AS aging_interval_ms
           FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $3
@@ -793,7 +1058,8 @@ WITH RECURSIVE lead_lane AS (
     SELECT x.tenant_id, x.weight, x.cap, x.rate, c.type_cap, c.type_rate, c.aging_step,
            c.aging_interval_ms, c.fairness_by, c.per_key
     FROM (SELECT t.max_active_jobs AS type_cap, t.rate_per_s AS type_rate, t.fairness_by,
-                 t.max_active_per_key AS per_key,
+                 CASE WHEN t.key_ordering = 'fifo' THEN LEAST(t.max_active_per_key, 1)
+     ELSE t.max_active_per_key END AS per_key,
                  COALESCE(t.aging_step, $1::int) AS aging_step,
                  COALESCE(t.aging_interval_ms, $2::int) AS aging_interval_ms
           FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $3
@@ -984,7 +1250,8 @@ WITH RECURSIVE lead_lane AS (
     SELECT x.tenant_id, x.weight, x.cap, x.rate, c.type_cap, c.type_rate, c.aging_step,
            c.aging_interval_ms, c.fairness_by, c.per_key
     FROM (SELECT t.max_active_jobs AS type_cap, t.rate_per_s AS type_rate, t.fairness_by,
-                 t.max_active_per_key AS per_key,
+                 CASE WHEN t.key_ordering = 'fifo' THEN LEAST(t.max_active_per_key, 1)
+     ELSE t.max_active_per_key END AS per_key,
                  COALESCE(t.aging_step, $1::int) AS aging_step,
                  COALESCE(t.aging_interval_ms, $2::int) AS aging_interval_ms
           FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $3
@@ -1164,7 +1431,8 @@ WITH RECURSIVE lead_lane AS (
     SELECT x.tenant_id, x.weight, x.cap, x.rate, c.type_cap, c.type_rate, c.aging_step,
            c.aging_interval_ms, c.fairness_by, c.per_key
     FROM (SELECT t.max_active_jobs AS type_cap, t.rate_per_s AS type_rate, t.fairness_by,
-                 t.max_active_per_key AS per_key,
+                 CASE WHEN t.key_ordering = 'fifo' THEN LEAST(t.max_active_per_key, 1)
+     ELSE t.max_active_per_key END AS per_key,
                  COALESCE(t.aging_step, $1::int) AS aging_step,
                  COALESCE(t.aging_interval_ms, $2::int) AS aging_interval_ms
           FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $3

@@ -220,7 +220,8 @@ SELECT job_key, job_type, tenant_id, activated_at, fairness_key, charged, lane_c
 FROM ended;
 
 -- name: cancel_job
--- CREATED, SCHEDULED or ACTIVATED -> CANCELED.  An ACTIVATED job's activation ends as a
+-- CREATED, SCHEDULED, ACTIVATED or FAILED -> CANCELED (a FAILED job: an incident an
+-- operator resolves by giving up on it, which lets its FIFO key go on, ADR 041).  An ACTIVATED job's activation ends as a
 -- finish ends it: its stream gets its credit back, a capped type or tenant its capacity
 -- (its worker's later finish is fenced out: the job is not ACTIVATED), and by worker time
 -- its lane is settled for the time it held (``charged``, NULL unless it was ACTIVATED:
@@ -240,8 +241,8 @@ ended AS (
     -- An InitPlan, run as the row is first looked at, before the update: the lock and
     -- the state read come first.
     WHERE j.job_key = $1 AND j.shard = jobfair_key_shard($1)
-      AND (SELECT state FROM was) IN ('CREATED', 'SCHEDULED', 'ACTIVATED')
-      AND j.state IN ('CREATED', 'SCHEDULED', 'ACTIVATED')
+      AND (SELECT state FROM was) IN ('CREATED', 'SCHEDULED', 'ACTIVATED', 'FAILED')
+      AND j.state IN ('CREATED', 'SCHEDULED', 'ACTIVATED', 'FAILED')
     RETURNING j.job_key, j.job_type, j.tenant_id, j.via_stream, j.activation_count,
               j.activated_at, j.worker, j.retries, j.fairness_key,
               CASE WHEN (SELECT state FROM was) = 'ACTIVATED' THEN j.charged END AS charged,

@@ -186,9 +186,10 @@ key_charged AS (
     RETURNING k.tenant_id, k.fairness_key
 )
 SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
-       t.max_active_per_key AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
+       CASE WHEN t.key_ordering = 'fifo' THEN LEAST(t.max_active_per_key, 1)
+     ELSE t.max_active_per_key END AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
        t.aging_step, NULL::bool AS ready, NULL::bool AS scanned, t.paused IS TRUE AS paused,
-       NULL::text AS fairness_key, t.rate_per_s IS NOT NULL AS rate_limited,
+       t.key_ordering AS fairness_key, t.rate_per_s IS NOT NULL AS rate_limited,
        t.fairness_by, NULL::float8 AS unit_est
 FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $6
 UNION ALL
@@ -244,9 +245,10 @@ key_charged AS (
          AS c(tenant_id, fairness_key, n, stride, served)
 )
 SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
-       t.max_active_per_key AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
+       CASE WHEN t.key_ordering = 'fifo' THEN LEAST(t.max_active_per_key, 1)
+     ELSE t.max_active_per_key END AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
        t.aging_step, NULL::bool AS ready, NULL::bool AS scanned, t.paused IS TRUE AS paused,
-       NULL::text AS fairness_key, t.rate_per_s IS NOT NULL AS rate_limited,
+       t.key_ordering AS fairness_key, t.rate_per_s IS NOT NULL AS rate_limited,
        t.fairness_by, NULL::float8 AS unit_est
 FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $6
 UNION ALL
@@ -337,9 +339,10 @@ key_charged AS (
     RETURNING k.tenant_id, k.fairness_key
 )
 SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
-       t.max_active_per_key AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
+       CASE WHEN t.key_ordering = 'fifo' THEN LEAST(t.max_active_per_key, 1)
+     ELSE t.max_active_per_key END AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
        t.aging_step, NULL::bool AS ready, NULL::bool AS scanned, t.paused IS TRUE AS paused,
-       NULL::text AS fairness_key, t.rate_per_s IS NOT NULL AS rate_limited,
+       t.key_ordering AS fairness_key, t.rate_per_s IS NOT NULL AS rate_limited,
        t.fairness_by, NULL::float8 AS unit_est
 FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $6
 UNION ALL
@@ -394,9 +397,10 @@ key_charged AS (
          AS c(tenant_id, fairness_key, n, stride, served)
 )
 SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
-       t.max_active_per_key AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
+       CASE WHEN t.key_ordering = 'fifo' THEN LEAST(t.max_active_per_key, 1)
+     ELSE t.max_active_per_key END AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
        t.aging_step, NULL::bool AS ready, NULL::bool AS scanned, t.paused IS TRUE AS paused,
-       NULL::text AS fairness_key, t.rate_per_s IS NOT NULL AS rate_limited,
+       t.key_ordering AS fairness_key, t.rate_per_s IS NOT NULL AS rate_limited,
        t.fairness_by, NULL::float8 AS unit_est
 FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $6
 UNION ALL
@@ -545,3 +549,13 @@ SELECT kc.tenant_id, kc.fairness_key FROM key_charged kc WHERE NOT (SELECT min(j
 -- Parameters: $1 :job_type, $2 :tenant_ids
 UPDATE lanes l SET held = true, held_count = l.held_count + 1
 WHERE l.job_type = $1 AND l.tenant_id = ANY($2::text[]) AND NOT l.held;
+
+-- name: release_key_holds_of
+-- After jobs (:job_types, :tenants, :keys: triples) became ready again without a finish
+-- (promoted from SCHEDULED, or revived from FAILED), in that transaction: the held keys
+-- of theirs that have a cap or a FIFO type let go (jobfair_release_key_holds, alembic
+-- 0017): a FIFO key held while its head backed off or failed has a CREATED head again
+-- (ADR 041).  Two probes when no key has a cap and no type is FIFO.
+-- Parameters: $1 :tenants, $2 :keys, $3 :job_types
+SELECT jobfair_release_key_holds(1246101510, 1246101508,
+    $1::text[], $2::text[], $3::text[], 'jobfair');

@@ -240,16 +240,16 @@ RETURNING weight;
 -- bucket as upsert_tenant's.  Index: job_types pkey.  Locks: the row, which a
 -- rate-limited claim writes under the type's cap lock; a claim that read the bucket
 -- before this committed finds it changed and leaves it.
--- Parameters: $1 :job_type, $2 :cap, $3 :interval_ms, $4 :step, $5 :rate_per_s, $6 :rate_burst, $7 :fairness_by, $8 :per_key
+-- Parameters: $1 :job_type, $2 :cap, $3 :interval_ms, $4 :step, $5 :rate_per_s, $6 :rate_burst, $7 :fairness_by, $8 :per_key, $9 :key_ordering
 INSERT INTO job_types AS t (job_type, max_active_jobs, aging_interval_ms, aging_step,
                             rate_per_s, rate_burst, rate_tokens, rate_at, fairness_by,
-                            max_active_per_key)
+                            max_active_per_key, key_ordering)
 VALUES ($1, $2, $3, $4, $5::float8, $6::float8,
         $6::float8,
         CASE WHEN $5::float8 IS NOT NULL THEN statement_timestamp() END, $7,
-        $8::int)
+        $8::int, $9::text)
 ON CONFLICT (job_type) DO UPDATE SET max_active_jobs = EXCLUDED.max_active_jobs,
-    max_active_per_key = EXCLUDED.max_active_per_key,
+    max_active_per_key = EXCLUDED.max_active_per_key, key_ordering = EXCLUDED.key_ordering,
     aging_interval_ms = EXCLUDED.aging_interval_ms, aging_step = EXCLUDED.aging_step,
     fairness_by = EXCLUDED.fairness_by,
     rate_tokens = CASE
@@ -262,19 +262,22 @@ rate_at = CASE
     THEN t.rate_at ELSE EXCLUDED.rate_at END,
 rate_per_s = EXCLUDED.rate_per_s, rate_burst = EXCLUDED.rate_burst
 RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s, rate_burst,
-    rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by, max_active_per_key;
+    rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by, max_active_per_key,
+    key_ordering;
 
 -- name: get_job_type
 -- A job type's configuration.  Index: job_types pkey.
 -- Parameters: $1 :job_type
 SELECT job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s, rate_burst,
-    rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by, max_active_per_key
+    rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by, max_active_per_key,
+    key_ordering
 FROM job_types WHERE job_type = $1;
 
 -- name: list_job_types
 -- Every configured job type, by name.
 SELECT job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s, rate_burst,
-    rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by, max_active_per_key
+    rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by, max_active_per_key,
+    key_ordering
 FROM job_types ORDER BY job_type;
 
 -- name: pause_tenant
@@ -341,7 +344,8 @@ SELECT (SELECT n FROM released), (SELECT count(*) FROM notified);
 INSERT INTO job_types (job_type, paused) VALUES ($1, true)
 ON CONFLICT (job_type) DO UPDATE SET paused = true
 RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s, rate_burst,
-    rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by, max_active_per_key;
+    rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by, max_active_per_key,
+    key_ordering;
 
 -- name: resume_job_type
 -- Marks a job type no longer paused and notifies it (at commit), so that its waiters
@@ -350,7 +354,8 @@ RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate
 WITH up AS (
     UPDATE job_types SET paused = false WHERE job_type = $1
     RETURNING job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s, rate_burst,
-    rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by, max_active_per_key
+    rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by, max_active_per_key,
+    key_ordering
 ),
 notified AS (SELECT pg_notify('jobfair', $1))
 SELECT up.* FROM up WHERE (SELECT count(*) FROM notified) = 1;
@@ -390,12 +395,16 @@ LIMIT $5;
 -- The held keys of every type that have room under their caps now --
 -- a finish by a server older than alembic 0016 left them held, or a bug did: the
 -- leader's sweep releases them -- after (:after_type, :after_tenant, :after_key), the next
--- :chunk in that order.  Each count stops at its cap.  Index: lane_keys_held_idx,
--- key_weights pkey, job_types pkey, jobs_active_key_idx.
+-- :chunk in that order.  Each count stops at its cap; a key of a FIFO type has room only
+-- while it has no job ACTIVATED (its per-key cap is 1) and its first job waiting is
+-- CREATED (ADR 041).  Index: lane_keys_held_idx, key_weights pkey,
+-- job_types pkey, jobs_active_key_idx, jobs_waiting_key_idx.
 -- Parameters: $1 :after_type, $2 :after_tenant, $3 :after_key, $4 :chunk
 SELECT k.job_type, k.tenant_id, k.fairness_key FROM lane_keys k
 LEFT JOIN key_weights w ON w.tenant_id = k.tenant_id AND w.fairness_key = k.fairness_key
-LEFT JOIN job_types y ON y.job_type = k.job_type
+LEFT JOIN job_types t ON t.job_type = k.job_type
+CROSS JOIN LATERAL (SELECT CASE WHEN t.key_ordering = 'fifo' THEN LEAST(t.max_active_per_key, 1)
+     ELSE t.max_active_per_key END AS max_active_per_key, t.key_ordering) y
 WHERE k.held
   AND (k.job_type, k.tenant_id, k.fairness_key)
       > ($1::text, $2::text, $3::text)
@@ -406,6 +415,12 @@ WHERE k.held
          SELECT 1 FROM jobs j WHERE j.state = 'ACTIVATED' AND j.tenant_id = k.tenant_id
            AND j.fairness_key = k.fairness_key AND j.job_type = k.job_type
          LIMIT y.max_active_per_key) a) < y.max_active_per_key)
+  AND (y.key_ordering IS NULL OR COALESCE((
+         SELECT j.state FROM jobs j
+         WHERE (j.state IN ('CREATED', 'SCHEDULED', 'FAILED')) IS TRUE
+           AND j.job_type = k.job_type AND j.tenant_id = k.tenant_id
+           AND j.fairness_key = k.fairness_key
+         ORDER BY j.job_key LIMIT 1), 'CREATED') = 'CREATED')
 ORDER BY k.job_type, k.tenant_id, k.fairness_key
 LIMIT $4;
 
@@ -423,12 +438,32 @@ SELECT w.max_active_jobs AS cap,
 FROM (SELECT 1) one
 LEFT JOIN key_weights w ON w.tenant_id = $1 AND w.fairness_key = $2;
 
+-- name: key_head
+-- A fairness key's head in :job_type (ADR 041): its first job in key order that is not
+-- done (CREATED, SCHEDULED, ACTIVATED or FAILED), with its state; none if it has no such
+-- job.  Index: jobs_waiting_key_idx (the waiting ones), jobs_active_key_idx (the ACTIVATED
+-- one, if any: a FIFO key has at most one).
+-- Parameters: $1 :job_type, $2 :tenant_id, $3 :fairness_key
+SELECT job_key, state FROM (
+    (SELECT j.job_key, j.state FROM jobs j
+     WHERE (j.state IN ('CREATED', 'SCHEDULED', 'FAILED')) IS TRUE AND j.job_type = $1
+       AND j.tenant_id = $2 AND j.fairness_key = $3
+     ORDER BY j.job_key LIMIT 1)
+    UNION ALL
+    (SELECT j.job_key, j.state FROM jobs j
+     WHERE j.state = 'ACTIVATED' AND j.tenant_id = $2
+       AND j.fairness_key = $3 AND j.job_type = $1
+     ORDER BY j.job_key LIMIT 1)) h
+ORDER BY job_key
+LIMIT 1;
+
 -- name: key_caps_listed
 -- The caps of the keys a stats answer lists (:job_types, :tenant_ids, :keys: triples, ADR
 -- 040): each key's own cap and its type's per-key cap, whether it is held at one now, and
--- -- only where a cap applies -- its ACTIVATED jobs of the type and of every type.
--- Index: key_weights pkey, job_types pkey, lane_keys pkey, jobs_active_key_idx.  An
--- operator read; no locks.
+-- -- only where a cap applies -- its ACTIVATED jobs of the type and of every type; in a FIFO
+-- type, its head and the head's state (ADR 041).
+-- Index: key_weights pkey, job_types pkey, lane_keys pkey, jobs_active_key_idx,
+-- jobs_waiting_key_idx.  An operator read; no locks.
 -- Parameters: $1 :job_types, $2 :tenant_ids, $3 :keys
 SELECT u.job_type, u.tenant_id, u.fairness_key, w.max_active_jobs AS cap,
        y.max_active_per_key AS per_key, COALESCE(k.held, false) AS held,
@@ -437,11 +472,26 @@ SELECT u.job_type, u.tenant_id, u.fairness_key, w.max_active_jobs AS cap,
             AND j.fairness_key = u.fairness_key AND j.job_type = u.job_type) END AS active,
        CASE WHEN w.max_active_jobs IS NOT NULL THEN
          (SELECT count(*) FROM jobs j WHERE j.state = 'ACTIVATED' AND j.tenant_id = u.tenant_id
-            AND j.fairness_key = u.fairness_key) END AS active_all_types
+            AND j.fairness_key = u.fairness_key) END AS active_all_types,
+       h.job_key AS head, h.state AS head_state
 FROM unnest($1::text[], $2::text[], $3::text[])
      AS u(job_type, tenant_id, fairness_key)
 LEFT JOIN key_weights w ON w.tenant_id = u.tenant_id AND w.fairness_key = u.fairness_key
 LEFT JOIN job_types y ON y.job_type = u.job_type
+LEFT JOIN LATERAL (
+    SELECT x.job_key, x.state FROM (
+        (SELECT j.job_key, j.state FROM jobs j
+         WHERE (j.state IN ('CREATED', 'SCHEDULED', 'FAILED')) IS TRUE
+           AND j.job_type = u.job_type AND j.tenant_id = u.tenant_id
+           AND j.fairness_key = u.fairness_key
+         ORDER BY j.job_key LIMIT 1)
+        UNION ALL
+        (SELECT j.job_key, j.state FROM jobs j
+         WHERE j.state = 'ACTIVATED' AND j.tenant_id = u.tenant_id
+           AND j.fairness_key = u.fairness_key AND j.job_type = u.job_type
+         ORDER BY j.job_key LIMIT 1)) x
+    WHERE y.key_ordering = 'fifo'
+    ORDER BY x.job_key LIMIT 1) h ON true
 LEFT JOIN lane_keys k ON k.job_type = u.job_type AND k.tenant_id = u.tenant_id
  AND k.fairness_key = u.fairness_key;
 

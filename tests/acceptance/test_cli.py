@@ -146,6 +146,26 @@ async def test_the_stats_table_names_a_fairness_key_at_its_cap(live: Live):
     assert "key cust-7 at its cap (2/2 active)" in " ".join(acme[9:])
 
 
+async def test_the_stats_table_names_a_fifo_keys_failed_head(live: Live):
+    """Issue 44 §2: a FIFO key whose head FAILED is named on its tenant's row with it."""
+    c = live.client
+    await c.put("/v2/job-types/s", json={"keyOrdering": "fifo"})
+    await enqueue(c, "s", "acme", 3, fairnessKey="cust-7")
+    await live.services.stats.sample()
+    [head] = await activate(c, "s", 10)
+    r = await c.post(
+        f"/v2/jobs/{head['jobKey']}/fail",
+        json={"retries": 0, "activationCount": head["activationCount"]},
+    )
+    assert r.status_code == 204
+    await live.services.stats.sample()
+    ran = await jobfair(live.url, "stats")
+    assert ran.returncode == 0, ran.stderr
+    acme = rows(titled(ran.stdout, ["s"])["s"])["acme"]
+    notes = " ".join(acme[9:])
+    assert f"key cust-7 waits for its head, job {head['jobKey']} (FAILED)" in notes, notes
+
+
 async def test_stats_json_is_the_servers_and_type_narrows_it(live: Live):
     await enqueue(live.client, "a", "t1", 3)
     await enqueue(live.client, "b", "t1", 1)
@@ -291,19 +311,21 @@ async def test_tenants_set_keeps_a_rate_limit_it_was_not_told_to_change(live: Li
     ran = await jobfair(live.url, "job-types", "set", "mail", "--rate-per-second", "0.5",
                         "--burst", "1")  # fmt: skip
     assert rows(ran.stdout)["mail"] == [
-        "-", "1m00s", "10", "no", "0.5/s,burst=1", "activations", "-"
+        "-", "1m00s", "10", "no", "0.5/s,burst=1", "activations", "-", "priority"
     ]  # fmt: skip
     ran = await jobfair(live.url, "job-types", "set", "mail", "--fairness-by", "workerTime")
-    assert rows(ran.stdout)["mail"][-2] == "workerTime"
+    assert rows(ran.stdout)["mail"][-3] == "workerTime"
     ran = await jobfair(live.url, "job-types", "set", "mail", "--max-active-per-key", "2")
-    assert rows(ran.stdout)["mail"][-1] == "2"
+    assert rows(ran.stdout)["mail"][-2] == "2"
+    ran = await jobfair(live.url, "job-types", "set", "mail", "--fifo-keys")
+    assert rows(ran.stdout)["mail"][-1] == "fifo"
     await jobfair(live.url, "job-types", "set", "mail", "--max-active-jobs", "4")
     got = (await live.client.get("/v2/job-types/mail")).json()
     assert got["rateLimit"] == {"perSecond": 0.5, "burst": 1, "tokens": 1}
     assert got["fairnessBy"] == "workerTime"  # what is not given stays as it is
-    assert got["maxActivePerKey"] == 2
-    ran = await jobfair(live.url, "job-types", "set", "mail", "--no-per-key-cap")
-    assert rows(ran.stdout)["mail"][-1] == "-"
+    assert got["maxActivePerKey"] == 2 and got["keyOrdering"] == "fifo"
+    ran = await jobfair(live.url, "job-types", "set", "mail", "--no-per-key-cap", "--no-fifo-keys")
+    assert rows(ran.stdout)["mail"][-2:] == ["-", "priority"]
     for bad in (["--fairness-by", "time"], ["--max-active-per-key", "0"],
                 ["--max-active-per-key", "2", "--no-per-key-cap"]):  # fmt: skip
         ran = await jobfair(live.url, "job-types", "set", "mail", *bad)

@@ -129,7 +129,12 @@ async def test_an_admin_edits_a_job_types_aging_and_keeps_what_the_form_does_not
     c = live.client
     await c.put(
         "/v2/job-types/mail",
-        json={"maxActivePerKey": 3, "fairnessBy": "workerTime", "agingStep": 10},
+        json={
+            "maxActivePerKey": 3,
+            "fairnessBy": "workerTime",
+            "agingStep": 10,
+            "keyOrdering": "fifo",
+        },
     )
     async with visit(browser, live.url) as seen:
         page = seen.page
@@ -145,11 +150,16 @@ async def test_an_admin_edits_a_job_types_aging_and_keeps_what_the_form_does_not
             3,
             "workerTime",
         )
+        assert got["keyOrdering"] == "fifo"
+        ordering = page.get_by_label("order inside each fairness key")
+        await expect(ordering).to_have_value("fifo")
+        await ordering.select_option("")
         await per_key.fill("")
         async with page.expect_response(lambda r: r.request.method == "PUT") as put:
             await page.get_by_role("button", name="Save").click()
         assert (await put.value).status == 200
-        assert (await c.get("/v2/job-types/mail")).json()["maxActivePerKey"] is None
+        got = (await c.get("/v2/job-types/mail")).json()
+        assert got["maxActivePerKey"] is None and got["keyOrdering"] is None
 
 
 async def test_the_overview_pages_and_searches_many_tenants_without_drawing_them_all(

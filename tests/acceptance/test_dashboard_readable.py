@@ -98,6 +98,33 @@ async def test_a_fairness_key_at_its_cap_is_named_on_its_tenants_row(live: Live,
         await expect(acme.locator('[data-held-key="cust-8"]')).to_have_count(0)
 
 
+async def test_a_fifo_keys_head_is_named_on_its_tenants_row(live: Live, browser: Browser):
+    """Issue 44 §2: a FIFO key whose head is out shows with its head; a FAILED one too."""
+    c = live.client
+    await c.put("/v2/job-types/mail", json={"keyOrdering": "fifo"})
+    await enqueue(c, "mail", "acme", 3, fairnessKey="cust-7")
+    await enqueue(c, "mail", "acme", 3, fairnessKey="cust-8")
+    await live.services.stats.sample()
+    jobs = {j["fairnessKey"]: j for j in await activate(c, "mail", 4)}
+    failed = jobs["cust-8"]
+    r = await c.post(
+        f"/v2/jobs/{failed['jobKey']}/fail",
+        json={"retries": 0, "activationCount": failed["activationCount"]},
+    )
+    assert r.status_code == 204
+    await live.services.stats.sample()
+    async with visit(browser, live.url) as seen:
+        await seen.page.goto("/ui")
+        acme = row(seen.page, "mail", "acme")
+        await expect(acme.locator('[data-key-head="cust-7"]')).to_have_text(
+            f"key cust-7 waits for job {jobs['cust-7']['jobKey']} (ACTIVATED)"
+        )
+        await expect(acme.locator('[data-key-head="cust-8"]')).to_have_text(
+            f"key cust-8 waits for job {failed['jobKey']} (FAILED)"
+        )
+        await expect(acme.locator("[data-held-key]")).to_have_count(0)
+
+
 async def test_one_tenant_reads_one_tenant(live: Live, browser: Browser):
     await enqueue(live.client, "solo", "acme", 2)
     async with visit(browser, live.url) as seen:

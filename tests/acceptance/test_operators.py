@@ -49,6 +49,7 @@ async def test_job_type_configuration_round_trip(live):
         "rateLimit": None,
         "fairnessBy": "activations",
         "maxActivePerKey": None,
+        "keyOrdering": None,
         "paused": False,
         "configured": False,
     }
@@ -61,6 +62,7 @@ async def test_job_type_configuration_round_trip(live):
         "rateLimit": None,
         "fairnessBy": "activations",
         "maxActivePerKey": None,
+        "keyOrdering": None,
         "paused": False,
         "configured": True,
     }

@@ -97,6 +97,7 @@ async def test_a_paused_job_type_answers_nothing_and_a_put_keeps_the_pause(live)
         "rateLimit": None,
         "fairnessBy": "activations",
         "maxActivePerKey": None,
+        "keyOrdering": None,
         "paused": True,
         "configured": True,
     }

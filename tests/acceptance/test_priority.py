@@ -48,6 +48,7 @@ async def test_aging_lets_an_old_low_priority_job_overtake(live):
         "rateLimit": None,
         "fairnessBy": "activations",
         "maxActivePerKey": None,
+        "keyOrdering": None,
         "paused": False,
         "configured": True,
     }

@@ -223,6 +223,38 @@ taken AS (
     FROM (SELECT job_key FROM chosen WHERE top UNION ALL SELECT job_key FROM promoted) t
 ),
 
+-- fragment: fifo_heads
+-- claim_heads for a type whose keys are FIFO (ADR 041): from each allotted key (``alloc``;
+-- k is at most 1, the room jobfair_lock_and_count_keys counted under the key's lock: it
+-- has no job ACTIVATED), its head -- its first job in key order waiting: CREATED,
+-- SCHEDULED or FAILED -- if that is CREATED, and nothing else of the key, whatever the
+-- priorities.  The head is
+-- read without a lock and then locked, SKIP LOCKED and re-checked CREATED: a claim never
+-- passes a head that another transaction holds to take the job behind it.
+-- Index: jobs_waiting_key_idx (one descent per key), jobs pkey.
+fifo_open AS (
+    SELECT h.job_key
+    FROM alloc a
+    CROSS JOIN LATERAL (
+        SELECT j.job_key, j.state FROM jobs j
+        WHERE (j.state IN ('CREATED', 'SCHEDULED', 'FAILED')) IS TRUE
+          AND j.job_type = :job_type AND j.tenant_id = a.tenant_id
+          AND j.fairness_key = a.fairness_key {{shards.j}}
+        ORDER BY j.job_key
+        LIMIT 1
+    ) h
+    WHERE a.k > 0 AND h.state = 'CREATED'
+),
+fifo_locked AS (
+    SELECT j.job_key FROM jobs j
+    WHERE j.job_key = ANY(ARRAY(SELECT job_key FROM fifo_open)) AND j.state = 'CREATED' {{shards.j}}
+    FOR UPDATE SKIP LOCKED
+),
+taken AS (
+    SELECT f.job_key, width_bucket(row_number() OVER (), :starts::int[]) AS share
+    FROM fifo_locked f
+),
+
 -- fragment: activated
 -- The ``taken`` jobs activated at :now, each with its share's worker and lease, and what
 -- its activation is charged (ADR 029): by worker time, its lane's estimate of the
@@ -371,12 +403,46 @@ WITH RECURSIVE {{alloc}}
 {{held}}
 SELECT * FROM activated
 
+-- name: claim_fifo
+-- As claim, for a type whose keys are FIFO: each allotted key's head (fifo_heads).
+WITH RECURSIVE {{alloc}}
+{{fifo_heads}}
+{{activated}}
+{{trimmed}}
+SELECT * FROM activated
+
+-- name: claim_fifo_by_worker_time
+-- As claim_fifo, fair by worker time (claim_by_worker_time).
+WITH RECURSIVE {{alloc}}
+{{fifo_heads}}
+{{activated_by_worker_time}}
+{{trimmed}}
+SELECT * FROM activated
+
+-- name: claim_fifo_holding
+-- As claim_holding, for a type whose keys are FIFO (fifo_heads).
+WITH RECURSIVE {{alloc}}
+{{fifo_heads}}
+{{activated}}
+{{trimmed}},
+{{held}}
+SELECT * FROM activated
+
+-- name: claim_fifo_holding_by_worker_time
+-- As claim_fifo_holding, fair by worker time.
+WITH RECURSIVE {{alloc}}
+{{fifo_heads}}
+{{activated_by_worker_time}}
+{{trimmed}},
+{{held}}
+SELECT * FROM activated
+
 -- fragment: lead_type
 -- The type's configuration for a lead claim: nothing if it is paused; its caps, rate
 -- and aging (the server's defaults :default_aging_step, :default_aging_interval_ms where
 -- it has none).
 SELECT t.max_active_jobs AS type_cap, t.rate_per_s AS type_rate, t.fairness_by,
-                 t.max_active_per_key AS per_key,
+                 {{lanes.per_key}} AS per_key,
                  COALESCE(t.aging_step, :default_aging_step::int) AS aging_step,
                  COALESCE(t.aging_interval_ms, :default_aging_interval_ms::int) AS aging_interval_ms
           FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = :job_type

@@ -268,13 +268,21 @@ key_charged AS (
     FROM {{charged_keys}}
 )
 
+-- fragment: per_key
+-- The per-key cap of the job type ``t``: its maxActivePerKey, and 1 at most where its keys
+-- are FIFO (one job of a key at a time, ADR 041).
+CASE WHEN t.key_ordering = 'fifo' THEN LEAST(t.max_active_per_key, 1)
+     ELSE t.max_active_per_key END
+
 -- fragment: read_head
 -- The first row of a lane read: the job type's configuration, and whether it is paused.
--- Its max_active_jobs, a tenant's cap in the lanes' rows, is the type's per-key cap.
+-- Its max_active_jobs, a tenant's cap in the lanes' rows, is the type's per-key cap (1 at
+-- most where its keys are FIFO, ADR 041); its fairness_key, a key in the keys' rows, is
+-- the type's keyOrdering.
 SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
-       t.max_active_per_key AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
+       {{per_key}} AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
        t.aging_step, NULL::bool AS ready, NULL::bool AS scanned, t.paused IS TRUE AS paused,
-       NULL::text AS fairness_key, t.rate_per_s IS NOT NULL AS rate_limited,
+       t.key_ordering AS fairness_key, t.rate_per_s IS NOT NULL AS rate_limited,
        t.fairness_by, NULL::float8 AS unit_est
 FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = :job_type
 
@@ -543,3 +551,12 @@ SELECT pg_notify(:channel::text, :payload::text)
 -- NOTIFYs on :channels with :payloads, one each, in one round trip, from the coordinator.
 SELECT count(pg_notify(n.channel, n.payload))
 FROM unnest(:channels::text[], :payloads::text[]) AS n(channel, payload)
+
+-- name: release_key_holds_of
+-- After jobs (:job_types, :tenants, :keys: triples) became ready again without a finish
+-- (promoted from SCHEDULED, or revived from FAILED), in that transaction: the held keys
+-- of theirs that have a cap or a FIFO type let go (jobfair_release_key_holds, alembic
+-- 0017): a FIFO key held while its head backed off or failed has a CREATED head again
+-- (ADR 041).  Two probes when no key has a cap and no type is FIFO.
+SELECT jobfair_release_key_holds({{KEY_CAP_LOCK_CLASS}}, {{RELEASE_GATE_CLASS}},
+    :tenants::text[], :keys::text[], :job_types::text[], '{{NOTIFY_CHANNEL}}')

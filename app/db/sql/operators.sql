@@ -7,7 +7,8 @@ tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst, rate_tokens,
 -- fragment: job_type_columns
 -- A job type's configuration as app.db.rows.JobTypeRow takes it (read_at as tenants').
 job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s, rate_burst,
-    rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by, max_active_per_key
+    rate_tokens, rate_at, statement_timestamp() AS read_at, fairness_by, max_active_per_key,
+    key_ordering
 
 -- fragment: rate_set
 -- An upsert's rate limit columns of the row t (EXCLUDED: the new ones): a changed limit
@@ -43,7 +44,7 @@ tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst, rate_tokens,
 -- fragment: job_type_stored
 -- As tenant_stored, of job_type_columns (read_at outside, fairness_by after it).
 job_type, max_active_jobs, aging_interval_ms, aging_step, paused, rate_per_s, rate_burst,
-    rate_tokens, rate_at, fairness_by, max_active_per_key
+    rate_tokens, rate_at, fairness_by, max_active_per_key, key_ordering
 
 -- fragment: lane_counts
 -- A lane's counts (jobs grouped by type and tenant): ready jobs, delayed ones, active
@@ -291,13 +292,13 @@ RETURNING weight
 -- before this committed finds it changed and leaves it.
 INSERT INTO job_types AS t (job_type, max_active_jobs, aging_interval_ms, aging_step,
                             rate_per_s, rate_burst, rate_tokens, rate_at, fairness_by,
-                            max_active_per_key)
+                            max_active_per_key, key_ordering)
 VALUES (:job_type, :cap, :interval_ms, :step, :rate_per_s::float8, :rate_burst::float8,
         :rate_burst::float8,
         CASE WHEN :rate_per_s::float8 IS NOT NULL THEN statement_timestamp() END, :fairness_by,
-        :per_key::int)
+        :per_key::int, :key_ordering::text)
 ON CONFLICT (job_type) DO UPDATE SET max_active_jobs = EXCLUDED.max_active_jobs,
-    max_active_per_key = EXCLUDED.max_active_per_key,
+    max_active_per_key = EXCLUDED.max_active_per_key, key_ordering = EXCLUDED.key_ordering,
     aging_interval_ms = EXCLUDED.aging_interval_ms, aging_step = EXCLUDED.aging_step,
     fairness_by = EXCLUDED.fairness_by,
     {{rate_set}}
@@ -308,13 +309,13 @@ RETURNING {{job_type_columns}}
 WITH up AS (
     INSERT INTO job_types AS t (job_type, max_active_jobs, aging_interval_ms, aging_step,
                                 rate_per_s, rate_burst, rate_tokens, rate_at, fairness_by,
-                                max_active_per_key)
+                                max_active_per_key, key_ordering)
     VALUES (:job_type, :cap, :interval_ms, :step, :rate_per_s::float8, :rate_burst::float8,
             :rate_burst::float8,
             CASE WHEN :rate_per_s::float8 IS NOT NULL THEN statement_timestamp() END,
-            :fairness_by, :per_key::int)
+            :fairness_by, :per_key::int, :key_ordering::text)
     ON CONFLICT (job_type) DO UPDATE SET max_active_jobs = EXCLUDED.max_active_jobs,
-        max_active_per_key = EXCLUDED.max_active_per_key,
+        max_active_per_key = EXCLUDED.max_active_per_key, key_ordering = EXCLUDED.key_ordering,
         aging_interval_ms = EXCLUDED.aging_interval_ms, aging_step = EXCLUDED.aging_step,
         fairness_by = EXCLUDED.fairness_by,
         {{rate_set}}
@@ -322,7 +323,8 @@ WITH up AS (
 )
 SELECT up.job_type, up.max_active_jobs, up.aging_interval_ms, up.aging_step, up.paused,
        up.rate_per_s, up.rate_burst, up.rate_tokens, up.rate_at,
-       statement_timestamp() AS read_at, up.fairness_by, up.max_active_per_key
+       statement_timestamp() AS read_at, up.fairness_by, up.max_active_per_key,
+       up.key_ordering
 FROM up
 
 -- name: get_job_type
@@ -439,7 +441,8 @@ WITH up AS (
 )
 SELECT up.job_type, up.max_active_jobs, up.aging_interval_ms, up.aging_step, up.paused,
        up.rate_per_s, up.rate_burst, up.rate_tokens, up.rate_at,
-       statement_timestamp() AS read_at, up.fairness_by, up.max_active_per_key
+       statement_timestamp() AS read_at, up.fairness_by, up.max_active_per_key,
+       up.key_ordering
 FROM up
 
 -- name: resume_job_type @citus
@@ -451,7 +454,8 @@ WITH up AS (
 )
 SELECT up.job_type, up.max_active_jobs, up.aging_interval_ms, up.aging_step, up.paused,
        up.rate_per_s, up.rate_burst, up.rate_tokens, up.rate_at,
-       statement_timestamp() AS read_at, up.fairness_by, up.max_active_per_key
+       statement_timestamp() AS read_at, up.fairness_by, up.max_active_per_key,
+       up.key_ordering
 FROM up
 
 -- name: ping
@@ -487,11 +491,14 @@ LIMIT :chunk
 -- The held keys of every type that have room under their caps now --
 -- a finish by a server older than alembic 0016 left them held, or a bug did: the
 -- leader's sweep releases them -- after (:after_type, :after_tenant, :after_key), the next
--- :chunk in that order.  Each count stops at its cap.  Index: lane_keys_held_idx,
--- key_weights pkey, job_types pkey, jobs_active_key_idx.
+-- :chunk in that order.  Each count stops at its cap; a key of a FIFO type has room only
+-- while it has no job ACTIVATED (its per-key cap is 1) and its first job waiting is
+-- CREATED (ADR 041).  Index: lane_keys_held_idx, key_weights pkey,
+-- job_types pkey, jobs_active_key_idx, jobs_waiting_key_idx.
 SELECT k.job_type, k.tenant_id, k.fairness_key FROM lane_keys k
 LEFT JOIN key_weights w ON w.tenant_id = k.tenant_id AND w.fairness_key = k.fairness_key
-LEFT JOIN job_types y ON y.job_type = k.job_type
+LEFT JOIN job_types t ON t.job_type = k.job_type
+CROSS JOIN LATERAL (SELECT {{lanes.per_key}} AS max_active_per_key, t.key_ordering) y
 WHERE k.held
   AND (k.job_type, k.tenant_id, k.fairness_key)
       > (:after_type::text, :after_tenant::text, :after_key::text)
@@ -502,6 +509,12 @@ WHERE k.held
          SELECT 1 FROM jobs j WHERE j.state = 'ACTIVATED' AND j.tenant_id = k.tenant_id
            AND j.fairness_key = k.fairness_key AND j.job_type = k.job_type
          LIMIT y.max_active_per_key) a) < y.max_active_per_key)
+  AND (y.key_ordering IS NULL OR COALESCE((
+         SELECT j.state FROM jobs j
+         WHERE (j.state IN ('CREATED', 'SCHEDULED', 'FAILED')) IS TRUE
+           AND j.job_type = k.job_type AND j.tenant_id = k.tenant_id
+           AND j.fairness_key = k.fairness_key
+         ORDER BY j.job_key LIMIT 1), 'CREATED') = 'CREATED')
 ORDER BY k.job_type, k.tenant_id, k.fairness_key
 LIMIT :chunk
 
@@ -518,12 +531,31 @@ SELECT w.max_active_jobs AS cap,
 FROM (SELECT 1) one
 LEFT JOIN key_weights w ON w.tenant_id = :tenant_id AND w.fairness_key = :fairness_key
 
+-- name: key_head
+-- A fairness key's head in :job_type (ADR 041): its first job in key order that is not
+-- done (CREATED, SCHEDULED, ACTIVATED or FAILED), with its state; none if it has no such
+-- job.  Index: jobs_waiting_key_idx (the waiting ones), jobs_active_key_idx (the ACTIVATED
+-- one, if any: a FIFO key has at most one).
+SELECT job_key, state FROM (
+    (SELECT j.job_key, j.state FROM jobs j
+     WHERE (j.state IN ('CREATED', 'SCHEDULED', 'FAILED')) IS TRUE AND j.job_type = :job_type
+       AND j.tenant_id = :tenant_id AND j.fairness_key = :fairness_key
+     ORDER BY j.job_key LIMIT 1)
+    UNION ALL
+    (SELECT j.job_key, j.state FROM jobs j
+     WHERE j.state = 'ACTIVATED' AND j.tenant_id = :tenant_id
+       AND j.fairness_key = :fairness_key AND j.job_type = :job_type
+     ORDER BY j.job_key LIMIT 1)) h
+ORDER BY job_key
+LIMIT 1
+
 -- name: key_caps_listed
 -- The caps of the keys a stats answer lists (:job_types, :tenant_ids, :keys: triples, ADR
 -- 040): each key's own cap and its type's per-key cap, whether it is held at one now, and
--- -- only where a cap applies -- its ACTIVATED jobs of the type and of every type.
--- Index: key_weights pkey, job_types pkey, lane_keys pkey, jobs_active_key_idx.  An
--- operator read; no locks.
+-- -- only where a cap applies -- its ACTIVATED jobs of the type and of every type; in a FIFO
+-- type, its head and the head's state (ADR 041).
+-- Index: key_weights pkey, job_types pkey, lane_keys pkey, jobs_active_key_idx,
+-- jobs_waiting_key_idx.  An operator read; no locks.
 SELECT u.job_type, u.tenant_id, u.fairness_key, w.max_active_jobs AS cap,
        y.max_active_per_key AS per_key, COALESCE(k.held, false) AS held,
        CASE WHEN w.max_active_jobs IS NOT NULL OR y.max_active_per_key IS NOT NULL THEN
@@ -531,11 +563,26 @@ SELECT u.job_type, u.tenant_id, u.fairness_key, w.max_active_jobs AS cap,
             AND j.fairness_key = u.fairness_key AND j.job_type = u.job_type) END AS active,
        CASE WHEN w.max_active_jobs IS NOT NULL THEN
          (SELECT count(*) FROM jobs j WHERE j.state = 'ACTIVATED' AND j.tenant_id = u.tenant_id
-            AND j.fairness_key = u.fairness_key) END AS active_all_types
+            AND j.fairness_key = u.fairness_key) END AS active_all_types,
+       h.job_key AS head, h.state AS head_state
 FROM unnest(:job_types::text[], :tenant_ids::text[], :keys::text[])
      AS u(job_type, tenant_id, fairness_key)
 LEFT JOIN key_weights w ON w.tenant_id = u.tenant_id AND w.fairness_key = u.fairness_key
 LEFT JOIN job_types y ON y.job_type = u.job_type
+LEFT JOIN LATERAL (
+    SELECT x.job_key, x.state FROM (
+        (SELECT j.job_key, j.state FROM jobs j
+         WHERE (j.state IN ('CREATED', 'SCHEDULED', 'FAILED')) IS TRUE
+           AND j.job_type = u.job_type AND j.tenant_id = u.tenant_id
+           AND j.fairness_key = u.fairness_key
+         ORDER BY j.job_key LIMIT 1)
+        UNION ALL
+        (SELECT j.job_key, j.state FROM jobs j
+         WHERE j.state = 'ACTIVATED' AND j.tenant_id = u.tenant_id
+           AND j.fairness_key = u.fairness_key AND j.job_type = u.job_type
+         ORDER BY j.job_key LIMIT 1)) x
+    WHERE y.key_ordering = 'fifo'
+    ORDER BY x.job_key LIMIT 1) h ON true
 LEFT JOIN lane_keys k ON k.job_type = u.job_type AND k.tenant_id = u.tenant_id
  AND k.fairness_key = u.fairness_key
 

@@ -125,13 +125,19 @@ function holdTags(lane) {
   return [...now, ...keyCapTags(lane), past];
 }
 
-// Its fairness keys at their caps now (ADR 040), each with its running jobs and its cap.
+// Its fairness keys at their caps now (ADR 040), each with its running jobs and its cap;
+// a FIFO key whose head is out or FAILED (ADR 041), with its head.
 function keyCapTags(lane) {
-  return (lane.keys || []).filter((k) => k.held).map((k) => {
+  const keys = lane.keys || [];
+  const waiting = keys.filter((k) => k.head && k.headState !== "CREATED").map((k) =>
+    el("span", { class: `tag ${k.headState === "FAILED" ? "late" : "capped"}`, "data-key-head": k.fairnessKey,
+      title: "a FIFO key: its next job waits for its head to end (a FAILED head until an operator revives or cancels it)" },
+      `key ${k.fairnessKey} waits for job ${k.head} (${k.headState})`));
+  return [...waiting, ...keys.filter((k) => k.held && !k.head).map((k) => {
     const cap = keyCapOf(k);
     return el("span", { class: "tag capped", "data-held-key": k.fairnessKey, title: "a fairness key at its cap: its next job waits for one of its running jobs to end" },
       `key ${k.fairnessKey} at its cap${cap === null ? "" : ` ${num(k.active)}/${num(cap)}`}`);
-  });
+  })];
 }
 
 // The cap that binds a key of the type: the least of its own and its type's per-key cap.
@@ -498,6 +504,10 @@ async function typeView(type) {
           field("agingIntervalMs", "aging interval, ms", config.agingIntervalMs, { inputmode: "numeric" }),
           field("agingStep", "aging step", config.agingStep, { inputmode: "numeric" }),
           field("maxActivePerKey", "max active jobs per fairness key (empty: none)", config.maxActivePerKey ?? null, { inputmode: "numeric" }),
+          el("label", {}, "order inside each fairness key",
+            el("select", { name: "keyOrdering" },
+              el("option", { value: "", selected: !config.keyOrdering }, "by priority"),
+              el("option", { value: "fifo", selected: config.keyOrdering === "fifo" }, "fifo: one at a time, in creation order"))),
           ...rateFields(config),
         ], async (f) => {
           // A PUT sets the whole configuration: what the form does not show is sent as it is.
@@ -506,6 +516,7 @@ async function typeView(type) {
             agingIntervalMs: intOrNull(f.agingIntervalMs.value), agingStep: intOrNull(f.agingStep.value),
             rateLimit: rateLimit(f), fairnessBy: config.fairnessBy,
             maxActivePerKey: intOrNull(f.maxActivePerKey.value),
+            keyOrdering: f.keyOrdering.value || null,
           } });
         }),
         "paused" in config ? pauseButton(path, config.paused, draw) : null),
