@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from app.db import Database, bulk, history, listing
+from app.db import Database, bulk, history, listing, operating
 from app.domain import FailedFilter, JobFilter, job_record, rfc3339, utcnow
 from app.errors import InvalidArgument, NotFound
 from app.scheduler import Aging
@@ -162,6 +162,10 @@ class BrowserService:
             total += n
             if n < ask:
                 break
+        if total:
+            # A FIFO key held behind a head canceled here goes on (ADR 041): the held keys
+            # with room are let go, as the leader's sweep would within its interval.
+            await operating.release_held_keys(self.db)
         more = total >= limit and await bulk.any_created(self.db, tenant_id, job_type)
         return total, more
 

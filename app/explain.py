@@ -131,6 +131,14 @@ class ExplainService:
             if h.next_token_s is not None:
                 shown["nextTokenAt"] = rfc3339(at + timedelta(seconds=h.next_token_s))
             reasons.append(shown)
+        # Below its tenant's minimum (ADR 042): its lane is served before the weighted
+        # share, whatever its virtual time (caps, rate limits and pauses still first).
+        tenant = limits.tenants.get(job.tenant_id)
+        minimum = None if tenant is None else tenant.min_active_jobs
+        tenant_active = limits.active.get(("tenant", job.tenant_id), 0)
+        below = bool(minimum) and tenant_active < (minimum or 0)
+        if below:
+            reasons.append({"reason": "belowMinimum", "active": tenant_active, "minimum": minimum})
         eff = scheduler.effective_priority(job.priority, job.queued_at, now, aging)
         priority: dict[str, Any] = {"priority": job.priority, "effective": eff}
         if eff < scheduler.MAX_PRIORITY and aging.step > 0:
@@ -167,7 +175,7 @@ class ExplainService:
             reasons.append({"reason": "behindInKey", "ahead": ahead})
         if job.state is JobState.CREATED and next_key is not None and next_key != job.fairness_key:
             reasons.append({"reason": "otherKeysFirst", "nextKey": shown_key(next_key)})
-        if lag is not None and lag > 0 and not holds:
+        if lag is not None and lag > 0 and not holds and not below:
             reasons.append({"reason": "otherLanesFirst", "vtimeLag": round(lag, 6)})
         if lane is not None:
             out["lane"] = {

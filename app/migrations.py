@@ -93,6 +93,21 @@ CONCURRENT = {
         " ON jobs (job_type, tenant_id, fairness_key, job_key)"
         " WHERE (state IN ('CREATED', 'SCHEDULED', 'FAILED')) IS TRUE"
     ),
+    # alembic 0018: the tenants with a minimum (the lane reads of a type read their lanes
+    # on top of the others, ADR 042; every lead claim asks whether there is one).
+    "tenants_min_idx": (
+        "CREATE INDEX CONCURRENTLY IF NOT EXISTS tenants_min_idx"
+        " ON tenants (tenant_id) WHERE min_active_jobs > 0"
+    ),
+}
+# The migration that adds what each index covers: a database at an older one (a build
+# run beside a rolling upgrade that has not reached it) builds only the indexes it can.
+CONCURRENT_SINCE = {
+    "jobs_active_key_idx": "0016",
+    "key_weights_capped_idx": "0016",
+    "lane_keys_held_idx": "0016",
+    "jobs_waiting_key_idx": "0017",
+    "tenants_min_idx": "0018",
 }
 
 
@@ -107,7 +122,10 @@ async def build_concurrent(url: str) -> None:
         try_lock = f"SELECT pg_try_advisory_lock({MIGRATION_LOCK_CLASS}, 1)"
         while not await conn.fetchval(try_lock):  # noqa: ASYNC110 (another session's lock: no event)
             await asyncio.sleep(0.2)
+        at = await conn.fetchval("SELECT version_num FROM alembic_version")
         for name, create in CONCURRENT.items():
+            if at is None or CONCURRENT_SINCE[name] > at:
+                continue
             valid = await conn.fetchval(
                 "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
                 " WHERE c.relname = $1 AND pg_table_is_visible(c.oid)",

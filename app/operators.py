@@ -9,7 +9,7 @@ from typing import Any
 from app.db import Database, listing, operating
 from app.db.rows import JobRow, JobTypeRow, TenantRow
 from app.domain import shown_key, stored_key
-from app.errors import NotFound
+from app.errors import InvalidArgument, NotFound
 from app.scheduler import Aging, Bucket, FairnessBy, RateLimit
 
 
@@ -20,11 +20,23 @@ class ConfigService:
         self.resolve_aging = resolve_aging
 
     async def put_tenant(
-        self, tenant_id: str, weight: int, cap: int | None, rate: RateLimit | None = None
+        self,
+        tenant_id: str,
+        weight: int,
+        cap: int | None,
+        rate: RateLimit | None = None,
+        minimum: int | None = None,
     ) -> dict[str, Any]:
-        """A tenant's weight, cap and rate limit.  A changed rate limit starts with a
-        full bucket; the same one set again keeps its bucket (ADR 028)."""
-        return _tenant(await operating.upsert_tenant(self.db, tenant_id, weight, cap, rate))
+        """A tenant's weight, cap, rate limit and minimum.  A changed rate limit starts
+        with a full bucket; the same one set again keeps its bucket (ADR 028)."""
+        if minimum is not None and cap is not None and minimum > cap:
+            raise InvalidArgument(
+                f"minActiveJobs: {minimum} is more than maxActiveJobs ({cap}); a minimum"
+                " is at most the cap"
+            )
+        return _tenant(
+            await operating.upsert_tenant(self.db, tenant_id, weight, cap, rate, minimum)
+        )
 
     async def get_tenant(self, tenant_id: str) -> dict[str, Any]:
         row = await operating.get_tenant(self.db, tenant_id)
@@ -137,6 +149,7 @@ def _tenant(row: TenantRow) -> dict[str, Any]:
         "tenantId": row.tenant_id,
         "weight": row.weight,
         "maxActiveJobs": row.max_active_jobs,
+        "minActiveJobs": row.min_active_jobs,
         "rateLimit": _rate(row),
         "paused": row.paused,
         "configured": True,
@@ -175,6 +188,7 @@ def _unconfigured_tenant(tenant_id: str) -> dict[str, Any]:
         "tenantId": tenant_id,
         "weight": 1,
         "maxActiveJobs": None,
+        "minActiveJobs": None,
         "rateLimit": None,
         "paused": False,
         "configured": False,

@@ -378,6 +378,7 @@ class StatsService:
                     "vtimeLag": None if v.vtime_lag is None else round(v.vtime_lag, 6),
                     "paused": v.tenant_paused,
                     "weight": v.weight,
+                    **self._minimum(v.tenant_id),
                     "heldBy": [_hold(h) for h in v.holds],
                     "heldInWindow": {r: round(f, 4) for r, f in sorted(v.held_in_window.items())},
                     "keys": [_key_share(k) for k in v.keys],
@@ -393,6 +394,15 @@ class StatsService:
             t["noActivationForMs"] = None if idle is None else int(idle[0] * 1000)
             t["noActivationSinceStart"] = idle is not None and idle[1]
         return {"jobTypes": list(types.values()), "windowMs": int(self.window.span_s * 1000)}
+
+    def _minimum(self, tenant_id: str) -> dict[str, Any]:
+        """A lane's tenant's minimum (ADR 042) and its ACTIVATED jobs of every type,
+        where a cap or a minimum has them counted (as the sample read them)."""
+        row = self.limits.tenants.get(tenant_id)
+        return {
+            "minActiveJobs": None if row is None else row.min_active_jobs,
+            "tenantActive": self.limits.active.get(("tenant", tenant_id)),
+        }
 
     async def _key_caps(self, types: dict[str, dict[str, Any]]) -> None:
         """Each listed key's caps and what they count, read at once (ADR 040)."""

@@ -10,6 +10,9 @@ PostgreSQL, through one ``jobfair serve`` process:
   ``--max-jobs``, complete each) with the index, and with it dropped: creates a second,
   drained jobs a second, and PostgreSQL's CPU per job (its process tree) over the creates
   and over both.
+- ``sequence``: what drawing job keys one at a time costs (alembic 0019, ``CACHE 1``)
+  against blocks of a thousand a session: ``--jobs`` jobs created by four producers at
+  once over HTTP in batches of 500; creates a second and PostgreSQL's CPU per create.
 - ``fifo``: what a FIFO type costs against the nearest type by priority, every key capped
   at 1 (``maxActivePerKey`` 1: one job a key at a time, in priority order): ``--keys``
   keys over ten tenants with ``--per-key`` jobs each, drained as above; activation
@@ -110,6 +113,30 @@ async def index_run(pg: Postgres, label: str, args: argparse.Namespace) -> dict[
     }
 
 
+async def sequence_run(pg: Postgres, label: str, args: argparse.Namespace) -> dict[str, Any]:
+    url = pg.fresh_db(f"fifo_{label}")
+    if label.startswith("cache-1000"):
+        conn = await asyncpg.connect(url)
+        await conn.execute("ALTER SEQUENCE job_key_seq CACHE 1000")
+        await conn.close()
+    with server(url, pool=10) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=60) as c:
+            postgres = process_tree(pg.postmaster_pid)
+            cpu0 = cpu_seconds(postgres)
+            # Four producers at once: sessions draw keys side by side.
+            made = max(
+                await asyncio.gather(
+                    *(create(c, "plain", 250, args.jobs // 1000) for _ in range(4))
+                )
+            )
+            cpu = cpu_seconds(process_tree(pg.postmaster_pid)) - cpu0
+    return {
+        "workload": label.split("_")[0],
+        "creates/s": round(args.jobs / made),
+        "PostgreSQL µs/create": round(cpu / args.jobs * 1e6, 1),
+    }
+
+
 async def fifo_run(pg: Postgres, label: str, args: argparse.Namespace) -> dict[str, Any]:
     url = pg.fresh_db(f"fifo_{label}")
     config = {"keyOrdering": "fifo"} if label.startswith("fifo") else {"maxActivePerKey": 1}
@@ -140,6 +167,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     for name, run, workloads in (
         ("index", index_run, ("with-index", "without-index")),
         ("fifo", fifo_run, ("fifo", "per-key-1")),
+        ("sequence", sequence_run, ("cache-1", "cache-1000")),
     ):
         if args.only and name != args.only:
             continue
@@ -164,5 +192,5 @@ if __name__ == "__main__":
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--max-jobs", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=4)
-    parser.add_argument("--only", choices=["index", "fifo"], default=None)
+    parser.add_argument("--only", choices=["index", "fifo", "sequence"], default=None)
     write_results("fifo_keys", asyncio.run(main(parser.parse_args())))

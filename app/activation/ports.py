@@ -18,6 +18,9 @@ from app.db.rows import JobRow
 
 # The tenants asked for, as a key: None for all, else sorted and hashable.
 TenantFilter = tuple[str, ...] | None
+# Callers activated together ask for at most this many jobs in all (one caller alone may
+# ask for up to 1,000, the most maxJobs allows).
+MAX_TOGETHER = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +36,18 @@ class ActivateRequest:
     def tenant_filter(self) -> TenantFilter:
         """The tenants asked for, as a key: None for all, else sorted and hashable."""
         return None if self.tenant_ids is None else tuple(sorted(self.tenant_ids))
+
+
+def take_together(reqs: Sequence[ActivateRequest]) -> list[bool]:
+    """Of the callers waiting to be activated together (app.activation.rounds), in arrival
+    order, those taken while their asks total at most MAX_TOGETHER jobs (the first
+    always)."""
+    chosen: list[bool] = []
+    asked = 0
+    for req in reqs:
+        asked += req.max_jobs
+        chosen.append(not chosen or (chosen[-1] and asked <= MAX_TOGETHER))
+    return chosen
 
 
 class Caller(Protocol):

@@ -27,7 +27,7 @@ from typing import Any
 from app import logs
 from app.activation.charging import LaneCharges, Settlements
 from app.activation.fairness_keys import LANE_SLACK, WIDEST_READ, KeysRead
-from app.activation.ports import ActivateRequest, TenantFilter
+from app.activation.ports import ActivateRequest, TenantFilter, take_together
 from app.coalescing import Coalescer
 from app.config import Settings
 from app.db import Database
@@ -67,9 +67,6 @@ log = logging.getLogger(__name__)
 # every active lane.  Each round excludes at least one lane more, so the rounds end; this
 # bound only guards against a bug looping on the database (ADR 014).
 MAX_ROUNDS = 256
-# Callers activated together ask for at most this many jobs in all (one caller alone may
-# ask for up to 1,000, the most maxJobs allows).
-MAX_TOGETHER = 1000
 
 
 @dataclass
@@ -172,7 +169,7 @@ class Rounds:
         if together is None:
             together = self._together[key] = Coalescer(
                 self._activate_together,
-                _take_together,
+                take_together,
                 unwanted=self._release,
                 spawn=lambda runner: self._spawn(logs.unattributed(runner), "activating"),
                 # A caller's worker name or lease the claim refuses fails that caller
@@ -327,11 +324,14 @@ class Rounds:
         )
         capped = [r.tenant_id for r in rows if r.max_active_jobs is not None]
         limited = [r.tenant_id for r in rows if r.rate_limited and r.tenant_id not in resting]
+        # Found below their minimum: counted under their cap locks, served first (ADR 042).
+        below = [r.tenant_id for r in rows if r.min_active_jobs is not None]
+        limits = (capped, limited, resting, below)
         uncapped = cfg.max_active_jobs is None and not cfg.rate_limited
         # A call whose key reads met a capped key counts keys in every later round, rather
         # than read the keys once here and again in the transaction.
         keyed = cfg.max_active_per_key is not None or bool(keys_read.caps)
-        if uncapped and not keyed and not capped and not limited:
+        if uncapped and not keyed and not capped and not limited and not below:
             plan = (
                 trim_to_caps(picks, n, None, None, {}, tokens=dict.fromkeys(resting, 0))
                 if resting
@@ -344,7 +344,7 @@ class Rounds:
                 # A key read has a cap of its own: counted and claimed under its cap lock,
                 # in a transaction (the keys read again there, ADR 040).
                 return await self._claim_capped(
-                    job_type, picks, n, cfg, (capped, limited, resting), claim_args, keys_read
+                    job_type, picks, n, cfg, limits, claim_args, keys_read
                 )
             counts = keys_read.split(lane_counts, ready)
             got = await self.store.claim(
@@ -357,9 +357,7 @@ class Rounds:
                 )
             )
             return plan, got
-        return await self._claim_capped(
-            job_type, picks, n, cfg, (capped, limited, resting), claim_args, keys_read
-        )
+        return await self._claim_capped(job_type, picks, n, cfg, limits, claim_args, keys_read)
 
     @retry_deadlock
     async def _claim_capped(
@@ -368,29 +366,30 @@ class Rounds:
         picks: Sequence[Lane],
         n: int,
         cfg: TypeConfig,
-        tenants: tuple[Sequence[str], Sequence[str], set[str]],
+        tenants: tuple[Sequence[str], Sequence[str], set[str], Sequence[str]],
         claim_args: dict[str, Any],
         keys_read: KeysRead,
     ) -> tuple[RoundPlan, list[Claimed]]:
-        """A round that may meet a cap or a rate limit (``tenants``: the capped tenants,
-        the rate-limited ones, and the rate-limited ones known to be out of tokens, of
-        the lanes read): in one transaction, the cap locks
-        (type, then tenants by key: one global order, so no deadlock); the active jobs
-        counted and the token buckets read *in later statements*, so that they see every
-        activation that committed before the locks were ours; the allocation trimmed to
-        that headroom and those tokens (every lane read may be touched, since trimming
-        one lane's share moves picks to the next) and divided among the lanes' keys; the
+        """A round that may meet a cap, a rate limit or a minimum (``tenants``: the capped
+        tenants, the rate-limited ones, the rate-limited ones known to be out of tokens,
+        and the ones found below their minimum, of the lanes read): in one transaction,
+        the cap locks (type, then tenants by key: one global order, so no deadlock); the
+        active jobs counted and the token buckets read *in later statements*, so that
+        they see every activation that committed before the locks were ours; the
+        allocation trimmed to that headroom and those tokens, the tenants below their
+        minimum served first (ADR 042; every lane read may be touched, since trimming one
+        lane's share moves picks to the next) and divided among the lanes' keys; the
         claim; the tokens it took written back (ADR 028); and the lanes it leaves at
         their caps held out of later reads (ADR 016) -- all committed before the locks
         go."""
         type_cap = cfg.max_active_jobs
-        capped, limited, resting = tenants
-        locked = sorted({*capped, *limited})
+        capped, limited, resting, below = tenants
+        locked = sorted({*capped, *limited, *below})
         read_lanes = [p.tenant_id for p in picks]
         async with self.store.begin() as tx:
             if type_cap is None and not cfg.rate_limited and not locked:
                 # Only keys have caps: their locks and counts come after the key read.
-                type_active, room, buckets = None, {}, None
+                type_active, room, buckets, minimums = None, {}, None, {}
             else:
                 # One round trip: every statement made with the type's cap lock held is
                 # one that every other claim of the type waits out (alembic 0014).
@@ -406,6 +405,7 @@ class Rounds:
                     )
                 )
                 type_active, room, buckets = counted.type_active, counted.room, counted.buckets
+                minimums = await tx.count_minimums(below) if below else {}
             tokens = dict.fromkeys(resting, 0)
             if buckets is not None:
                 tokens.update(buckets.tenant_tokens())
@@ -417,6 +417,7 @@ class Rounds:
                 room,
                 type_tokens=None if buckets is None else buckets.type_tokens(),
                 tokens=tokens,
+                minimums=minimums,
             )
             lane_counts = {t: k for t, k in plan.allocation.counts.items() if k > 0}
             async with self.charges.owed_keys(job_type) as owed:
@@ -537,6 +538,7 @@ class Rounds:
                             {r.tenant_id: r.weight for r in rows},
                             keys_read.weights,
                             plan.lifted,
+                            plan.exempt,  # as many as were claimed: round_charges' min
                         ),
                     )
                 round_short = {t for t, k in plan.allocation.counts.items() if per_lane[t] < k}
@@ -584,14 +586,3 @@ class Rounds:
 _GroupKey = tuple[str, TenantFilter, bool]
 # What one caller gets: its jobs, and whether the type was found dry.
 _Answer = tuple[list[JobRow], bool]
-
-
-def _take_together(reqs: Sequence[ActivateRequest]) -> list[bool]:
-    """The callers waiting, in arrival order, while their asks total at most
-    MAX_TOGETHER jobs (the first always)."""
-    chosen: list[bool] = []
-    asked = 0
-    for req in reqs:
-        asked += req.max_jobs
-        chosen.append(not chosen or (chosen[-1] and asked <= MAX_TOGETHER))
-    return chosen

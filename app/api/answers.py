@@ -176,6 +176,11 @@ class Tenant(BaseModel):
     tenantId: str
     weight: int
     maxActiveJobs: int | None
+    minActiveJobs: int | None = Field(
+        None,
+        description="its guaranteed minimum: while it has fewer ACTIVATED jobs, its ready "
+        "jobs are served before the weighted share; null: none",
+    )
     rateLimit: RateLimitShown | None = Field(description="null: no rate limit")
     paused: bool
     configured: bool = Field(description="false: never configured (the defaults answered)")
@@ -280,6 +285,14 @@ class TenantStats(BaseModel):
         "it took (docs/metrics.md)"
     )
     weight: int = Field(description="its tenant's weight")
+    minActiveJobs: int | None = Field(
+        None, description="its tenant's guaranteed minimum; null: none"
+    )
+    tenantActive: int | None = Field(
+        None,
+        description="its tenant's ACTIVATED jobs of every type, where a cap or a minimum "
+        "counts them (below minActiveJobs: served before the weighted share)",
+    )
     heldBy: list[dict[str, Any]] = Field(
         description="what holds its ready jobs back now, each {reason, active and limit "
         "(a cap) or nextTokenInMs (a rate limit)}; reasons tenantPaused, typePaused, "

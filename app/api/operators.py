@@ -51,13 +51,14 @@ async def put_tenant(request: Request, tenant_id: str) -> Response:
     spec = await body(request, schemas.PutTenant)
     rate = _rate_limit(spec.rateLimit)
     out = await context.services(request).config.put_tenant(
-        tid, spec.weight, spec.maxActiveJobs, rate
+        tid, spec.weight, spec.maxActiveJobs, rate, spec.minActiveJobs
     )
     audit.info(
-        "tenant configured: %s weight=%s maxActiveJobs=%s rateLimit=%s by=%s",
+        "tenant configured: %s weight=%s maxActiveJobs=%s minActiveJobs=%s rateLimit=%s by=%s",
         tid,
         spec.weight,
         spec.maxActiveJobs,
+        spec.minActiveJobs,
         _shown_rate(rate),
         _by(request),
     )

@@ -322,6 +322,8 @@ class RateLimit(Strict):
 class PutTenant(Strict):
     weight: Annotated[int, Field(ge=1, le=10_000), JsonInteger] = 1
     maxActiveJobs: MaxActiveJobs | None = None
+    # Its guaranteed minimum (ADR 042), at most maxActiveJobs; None or absent: none.
+    minActiveJobs: MaxActiveJobs | None = None
     # None or absent: no limit (a PUT sets the whole configuration, as maxActiveJobs).
     rateLimit: RateLimit | None = None
 

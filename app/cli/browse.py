@@ -138,6 +138,11 @@ def reason_text(r: dict[str, Any]) -> str:
         return f"held by its {HELD_BY[what]}: next token at {instant(r['nextTokenAt'])}"
     if what in ("tenantPaused", "typePaused"):
         return f"held: {HELD_BY[what]}"
+    if what == "belowMinimum":
+        return (
+            f"its tenant is below its minimum ({r['active']} of {r['minimum']} active):"
+            " served before the weighted share"
+        )
     if what == "keyHead":
         state = r["headState"]
         return f"its FIFO fairness key waits for its head, job {r['head']} ({state}), to end"

@@ -51,6 +51,11 @@ def hold_notes(lane: dict[str, Any]) -> list[str]:
             notes.append(f"held now: {what} (next token in {duration(h['nextTokenInMs'])})")
         else:
             notes.append(f"held now: {what}")
+    minimum = lane.get("minActiveJobs")
+    if minimum:  # a guaranteed minimum (ADR 042)
+        active = lane.get("tenantActive") or 0
+        served = ": served first" if active < minimum else ""
+        notes.append(f"minimum {active}/{minimum} active{served}")
     for k in lane.get("keys") or []:
         if k.get("head") is not None and k.get("headState") != "CREATED":
             # A FIFO key waits for its head to end (ADR 041).

@@ -54,7 +54,7 @@ NoRateLimit = Annotated[bool, typer.Option("--no-rate-limit", help="remove the r
 
 def _tenant_table(rows: list[dict[str, Any]]) -> Table:
     table = Table(box=box.SIMPLE)
-    for name in ("tenant", "weight", "max active", "paused", "rate limit"):
+    for name in ("tenant", "weight", "max active", "paused", "rate limit", "min active"):
         table.add_column(name, justify="left" if name == "tenant" else "right")
     for r in rows:
         add_row(
@@ -64,6 +64,7 @@ def _tenant_table(rows: list[dict[str, Any]]) -> Table:
             shown(r["maxActiveJobs"]),
             _paused(r),
             _shown_rate(r),
+            shown(r.get("minActiveJobs")),  # a server older than minimums leaves it out
         )
     return table
 
@@ -160,18 +161,34 @@ def tenants_set(
     rate_per_second: RatePerSecond = None,
     burst: Burst = None,
     no_rate_limit: NoRateLimit = False,
+    min_active_jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--min-active-jobs",
+            help="guaranteed minimum: below it, its ready jobs are served before the"
+            " weighted share (at most its cap)",
+            show_default="unchanged",
+        ),
+    ] = None,
+    no_minimum: Annotated[bool, typer.Option("--no-minimum", help="remove the minimum")] = False,
     url: Url = DEFAULT_URL,
     key: Key = None,
     as_json: Json = False,
 ) -> None:
-    """Set a tenant's weight, cap or rate limit; what is not given stays as it is."""
+    """Set a tenant's weight, cap, minimum or rate limit; what is not given stays as it
+    is."""
     rate_given = rate_per_second is not None or burst is not None or no_rate_limit
+    minimum_given = min_active_jobs is not None or no_minimum
     if weight is None and max_active_jobs is None and not no_cap and not rate_given:
-        raise fail(
-            "nothing to set: give --weight, --max-active-jobs, --no-cap, --rate-per-second,"
-            " --burst or --no-rate-limit",
-            2,
-        )
+        if not minimum_given:
+            raise fail(
+                "nothing to set: give --weight, --max-active-jobs, --no-cap,"
+                " --min-active-jobs, --no-minimum, --rate-per-second, --burst or"
+                " --no-rate-limit",
+                2,
+            )
+    if no_minimum and min_active_jobs is not None:
+        raise fail("give --min-active-jobs or --no-minimum, not both", 2)
     path = f"/v2/tenants/{segment(tenant)}"
     with connected(url, key) as server:
         current = _current(server, path)
@@ -182,6 +199,9 @@ def tenants_set(
         limit = _rate_limit(rate_per_second, burst, no_rate_limit, current.get("rateLimit"))
         if limit is not None or rate_given:
             body["rateLimit"] = limit  # left out for a server without rate limits
+        minimum = _cap(min_active_jobs, no_minimum, current.get("minActiveJobs"))
+        if minimum is not None or minimum_given:  # left out for a server without it
+            body["minActiveJobs"] = minimum
         answer = server.call("PUT", path, json=body)
     if as_json:
         print_json(answer)

@@ -474,6 +474,14 @@ async def insert_and_claim_lead(
     return key, got
 
 
+async def count_minimums(tx: Queries, tenants: Sequence[str]) -> dict[str, tuple[int, int]]:
+    """In a capped claim's transaction, after the cap locks of ``tenants``: each one's
+    minimum and its ACTIVATED jobs (up to it), where it has a minimum (count_minimums,
+    ADR 042)."""
+    rows = await tx.fetch(*SQL["count_minimums"].bind(tenants=list(tenants)))
+    return {r["tenant_id"]: (r["minimum"], r["active"]) for r in rows}
+
+
 async def lock_and_count_keys(
     tx: Queries, job_type: str, keys: Sequence[LaneKey], per_key: int | None
 ) -> dict[LaneKey, int]:

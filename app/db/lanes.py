@@ -45,6 +45,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from app.db import citus, sql
@@ -123,7 +124,50 @@ async def read(
         rows = await db.fetch(
             *SQL["read_lanes_of_tenants" + suffix].bind(**args, tenant_ids=list(tenant_ids))
         )
-    return _lane_read(rows, limit)
+    found = _lane_read(rows, limit)
+    if found.config.minimums and not found.paused:
+        try:
+            found = await _with_minimums(db, found, job_type, limit, exclude, tenant_ids)
+        except Exception as exc:  # noqa: BLE001 (the read's charges are written already)
+            # The caller takes a failed read as one that charged nothing and owes the
+            # charges again; the read above committed them.  So this round goes on
+            # without the lanes below their minimum (the next one reads them).
+            log.warning("reading the lanes below their minimum of %r failed: %r", job_type, exc)
+    return found
+
+
+async def _with_minimums(
+    db: Queries,
+    found: LaneRead,
+    job_type: str,
+    limit: int,
+    exclude: Sequence[str],
+    tenant_ids: Sequence[str] | None,
+) -> LaneRead:
+    """``found`` with the lanes of the tenants below their minimum added, whatever their
+    virtual time (read_min_lanes, ADR 042), in (vtime, tenant) order."""
+    below = {
+        r["tenant_id"]: LaneRow(*r)
+        for r in await db.fetch(
+            *SQL["read_min_lanes"].bind(
+                job_type=job_type,
+                limit=limit,
+                exclude=list(exclude),
+                tenant_ids=None if tenant_ids is None else list(tenant_ids),
+            )
+        )
+    }
+    if not below:
+        return found
+    # A lane read already keeps the virtual time it read (counted charges included).
+    ready = [
+        replace(r, min_active_jobs=below.pop(r.tenant_id).min_active_jobs)
+        if r.tenant_id in below
+        else r
+        for r in found.ready
+    ] + list(below.values())
+    ready.sort(key=lambda r: (r.vtime, r.tenant_id))
+    return replace(found, ready=ready)
 
 
 async def read_across(
@@ -161,6 +205,7 @@ def _lane_read(rows: Sequence[Any], limit: int) -> LaneRead:
         FairnessBy(head["fairness_by"] or FairnessBy.ACTIVATIONS),
         head["max_active_jobs"],  # the head row carries the type's per-key cap there
         head["fairness_key"] == "fifo",  # and its keyOrdering there
+        bool(head["ready"]),  # and whether any tenant has a minimum there
     )
     if head["paused"]:
         return LaneRead(cfg, [], [], False, paused=True)

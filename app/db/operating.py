@@ -35,9 +35,23 @@ async def type_config(db: Queries, job_type: str) -> TypeConfig:
     return TypeConfig(row["max_active_jobs"], row["aging_interval_ms"], row["aging_step"])
 
 
+def tenant_row(row: Any) -> TenantRow:
+    """A tenant's row by its columns' names (tenant_columns; on Citus, tenant_stored and
+    read_at after them)."""
+    return TenantRow(**{name: row[name] for name in TenantRow._fields})
+
+
 async def upsert_tenant(
-    db: Sessions, tenant_id: str, weight: int, cap: int | None, rate: RateLimit | None = None
+    db: Sessions,
+    tenant_id: str,
+    weight: int,
+    cap: int | None,
+    rate: RateLimit | None = None,
+    minimum: int | None = None,
 ) -> TenantRow:
+    if minimum is not None and citus.on_citus(db):
+        # Its lane reads join tenants to lanes of every node (docs/scaling.md).
+        raise InvalidArgument("minActiveJobs: minimums are not supported on Citus")
     async with db.transaction() as tx:
         await tx.execute(*SQL["lock_tenant"].bind(tenant_id=tenant_id))
         row = await tx.fetchrow(
@@ -47,12 +61,13 @@ async def upsert_tenant(
                 cap=cap,
                 rate_per_s=None if rate is None else rate.per_s,
                 rate_burst=None if rate is None else rate.burst,
+                minimum=minimum,
             )
         )
         if citus.on_citus(tx):
             await holds.release(tx, [tenant_id])
     await _release_after_finishes(db, tenant_id)
-    return TenantRow(*row)
+    return tenant_row(row)
 
 
 async def _release_after_finishes(db: Sessions, tenant_id: str) -> None:
@@ -73,11 +88,11 @@ def _spelled(db: Any) -> dict[str, sql.Statement]:
 
 async def get_tenant(db: Queries, tenant_id: str) -> TenantRow | None:
     row = await db.fetchrow(*SQL["get_tenant"].bind(tenant_id=tenant_id))
-    return None if row is None else TenantRow(*row)
+    return None if row is None else tenant_row(row)
 
 
 async def list_tenants(db: Queries) -> list[TenantRow]:
-    return [TenantRow(*r) for r in await db.fetch(*SQL["list_tenants"].bind())]
+    return [tenant_row(r) for r in await db.fetch(*SQL["list_tenants"].bind())]
 
 
 async def delete_tenant(db: Sessions, tenant_id: str) -> bool:
@@ -182,7 +197,7 @@ async def pause_tenant(db: Sessions, tenant_id: str) -> TenantRow:
     """Pause a tenant (pause_tenant), then hold its lanes behind the finishes in flight
     (wait_for_finishes, hold_paused_lanes)."""
     spelled = _spelled(db)
-    row = TenantRow(*await db.fetchrow(*spelled["pause_tenant"].bind(tenant_id=tenant_id)))
+    row = tenant_row(await db.fetchrow(*spelled["pause_tenant"].bind(tenant_id=tenant_id)))
     async with db.transaction() as tx:
         await tx.execute(*SQL["wait_for_finishes"].bind())
         for shards, _ in citus.split(tx, [tenant_id], str):
@@ -206,7 +221,7 @@ async def resume_tenant(db: Sessions, tenant_id: str) -> TenantRow | None:
                 await holds.notify(tx, NOTIFY_CHANNEL, r["job_type"])
         else:
             await tx.execute(*SQL["release_resumed"].bind(tenant_id=tenant_id))
-    return TenantRow(*row)
+    return tenant_row(row)
 
 
 async def pause_job_type(db: Queries, job_type: str) -> JobTypeRow:

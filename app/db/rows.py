@@ -139,6 +139,8 @@ class TypeConfig:
     max_active_per_key: int | None = None
     # Each key's jobs one at a time, in key order (keyOrdering "fifo", ADR 041).
     key_fifo: bool = False
+    # Some tenant has a minimum: lane reads read the lanes below theirs too (ADR 042).
+    minimums: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +160,8 @@ class LaneRow:
     rate_limited: bool = False  # its tenant has a token bucket (ADR 028)
     # Its estimate of a job's lease seconds (ADR 029; None: none of its jobs finished yet).
     unit_est: float | None = None
+    # Its tenant's minimum, where the tenant was found below it (ADR 042); else None.
+    min_active_jobs: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +221,7 @@ class TenantRow(NamedTuple):
     rate_tokens: float | None  # the bucket: its tokens at rate_at (ADR 028)
     rate_at: datetime | None
     read_at: datetime  # the database's clock when the row was read
+    min_active_jobs: int | None = None  # its guaranteed minimum (ADR 042); None: none
 
 
 class JobTypeRow(NamedTuple):

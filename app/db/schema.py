@@ -40,7 +40,9 @@ job_key_seq = Sequence(
     "job_key_seq",
     start=2251799813685249,
     maxvalue=(1 << 52) - 1,
-    cache=1000,
+    # One key at a time (alembic 0019): keys in the order creates draw them, whichever
+    # session draws them (FIFO keys are in job-key order, ADR 041).
+    cache=1,
     metadata=metadata,
 )
 
@@ -318,8 +320,14 @@ tenants = Table(
     Column("rate_burst", Double),
     Column("rate_tokens", Double),
     Column("rate_at", DateTime(timezone=True)),
+    # Its guaranteed minimum (alembic 0018, ADR 042): while it has fewer ACTIVATED jobs,
+    # its lanes with ready jobs are served before the weighted share, up to it.  NULL:
+    # none.
+    Column("min_active_jobs", Integer),
     CheckConstraint("weight BETWEEN 1 AND 10000", name="tenants_weight_check"),
     CheckConstraint("max_active_jobs >= 0", name="tenants_max_active_jobs_check"),
+    CheckConstraint("min_active_jobs >= 0", name="tenants_min_active_jobs_check"),
+    CheckConstraint("min_active_jobs <= max_active_jobs", name="tenants_min_within_max_check"),
     CheckConstraint(
         "(rate_per_s IS NULL AND rate_burst IS NULL AND rate_tokens IS NULL"
         "  AND rate_at IS NULL)"
@@ -327,6 +335,13 @@ tenants = Table(
         "     AND rate_at IS NOT NULL)",
         name="tenants_rate_check",
     ),
+)
+
+# The tenants with a minimum (ADR 042).  Built CONCURRENTLY after the migrations.
+Index(
+    "tenants_min_idx",
+    tenants.c.tenant_id,
+    postgresql_where=text("min_active_jobs > 0"),
 )
 
 job_types = Table(

@@ -251,6 +251,9 @@ class Store:
     async def insert_and_claim_lead(self, ask: HandOffAsk) -> tuple[int, LeadClaim]:
         return await claims.insert_and_claim_lead(self._sessions, ask.job, ask.now, ask.lead)
 
+    async def count_minimums(self, tenants: Sequence[str]) -> dict[str, tuple[int, int]]:
+        return await claims.count_minimums(self._queries, tenants)
+
     async def lock_and_count(self, ask: CountAsk) -> Counted:
         return await claims.lock_and_count(
             self._queries,

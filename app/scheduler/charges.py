@@ -90,12 +90,16 @@ def round_charges(
     weights: Mapping[str, int],
     key_weights: Mapping[LaneKey, int],
     lifted: Mapping[str, float],
+    exempt: Mapping[str, int] | None = None,
 ) -> Charges:
     """What a claim of ``jobs`` charges their lanes and keys: each job's units
     (:func:`job_units`: 1, its cost, or the estimate its activation was charged) per
     weight, as a stride per job claimed; the lanes ``lifted`` to a floor, charged it
     even if they got no job; and by cost, the costs served (by worker time the units
-    served are the seconds held, counted as the leases end)."""
+    served are the seconds held, counted as the leases end).  A lane's ``exempt`` jobs
+    (given below its tenant's minimum, ADR 042) are counted as served and not charged: its
+    charge is that share of the jobs' units less (keys are charged in full: a minimum is
+    a tenant's, and its keys share what it gets by their weights as ever)."""
     lanes_n: Counter[str] = Counter(dict.fromkeys(lifted, 0))
     keys_n: Counter[LaneKey] = Counter()
     units: defaultdict[str, float] = defaultdict(float)
@@ -117,9 +121,13 @@ def round_charges(
         )
         key_owed[key] += job.key_charge if job.key_charge is not None else u / key_weights[key]
     by_cost = mode is FairnessBy.COST
+    free = exempt or {}
     return Charges(
         lanes_n,
-        {t: owed[t] / n if n else 0.0 for t, n in lanes_n.items()},
+        {
+            t: owed[t] * (n - min(n, free.get(t, 0))) / n / n if n else 0.0
+            for t, n in lanes_n.items()
+        },
         keys_n,
         {k: key_owed[k] / n for k, n in keys_n.items()},
         lifted,

@@ -256,6 +256,9 @@ class RoundPlan:
     capped_out: frozenset[str] = field(default_factory=frozenset)
     rate_out: frozenset[str] = field(default_factory=frozenset)
     lifted: Mapping[str, float] = field(default_factory=dict)
+    # Of the allocation, the picks each lane was given below its tenant's minimum: served
+    # before the weighted share and not charged to its virtual time (ADR 042).
+    exempt: Mapping[str, int] = field(default_factory=dict)
 
 
 def _least(a: int | None, b: int | None) -> int | None:
@@ -271,13 +274,22 @@ def trim_to_caps(
     *,
     type_tokens: int | None = None,
     tokens: Mapping[str, int] | None = None,
+    minimums: Mapping[str, tuple[int, int]] | None = None,
 ) -> RoundPlan:
     """The allocation of ``n`` picks over ``lanes`` within the type's cap (``type_cap``
     minus its ``type_active`` jobs), each capped tenant's ``room`` (cap minus active),
     the type's whole ``type_tokens`` and each rate-limited tenant's ``tokens``, all
     counted under their cap locks.  A lane is capped out (rate out) if it had no room (no
     token), or if this allocation uses all it had; its picks went to the other lanes.
-    Rate-limited lanes are first lifted to :func:`rate_floor`."""
+    Rate-limited lanes are first lifted to :func:`rate_floor`.
+
+    Lanes whose tenants are below their minimum (``minimums``: each one's minimum and its
+    ACTIVATED jobs, counted under its lock) are given picks first, each up to what it
+    lacks and within every limit above; when they lack more together than the round
+    gives, by weight among themselves, in concurrency: the fewest ACTIVATED jobs per
+    weight first (their virtual times do not move for these picks, so they cannot order
+    them).  Those picks are ``exempt``: not charged, so the rest go by stride among every
+    lane from the virtual times as they were (ADR 042)."""
     tokens = tokens or {}
     type_headroom = None
     if type_cap is not None and type_active is not None:
@@ -292,7 +304,20 @@ def trim_to_caps(
         )
         for lane in lanes
     ]
-    allocation = allocate(capped, n, type_headroom)
+    first = allocate(_below_minimum(capped, minimums or {}), n, type_headroom)
+    if first.total:
+        capped = [
+            replace(lane, headroom=lane.headroom - first.counts.get(lane.tenant_id, 0))
+            if lane.headroom is not None
+            else lane
+            for lane in capped
+        ]
+    rest = allocate(
+        capped,
+        n - first.total,
+        None if type_headroom is None else type_headroom - first.total,
+    )
+    allocation = _joined(first, rest)
 
     def used_up(limits: Mapping[str, int]) -> frozenset[str]:
         return frozenset(
@@ -302,7 +327,35 @@ def trim_to_caps(
             and allocation.counts.get(lane.tenant_id, 0) >= limits[lane.tenant_id]
         )
 
-    return RoundPlan(allocation, type_headroom, used_up(room), used_up(tokens), lifted)
+    return RoundPlan(
+        allocation, type_headroom, used_up(room), used_up(tokens), lifted, first.counts
+    )
+
+
+def _below_minimum(lanes: Sequence[Lane], minimums: Mapping[str, tuple[int, int]]) -> list[Lane]:
+    """The lanes of tenants below their minimum, each allowed at most what it lacks, at
+    the virtual time of its ACTIVATED jobs per weight (a pick adds one job)."""
+    below = []
+    for lane in lanes:
+        minimum, active = minimums.get(lane.tenant_id, (0, 0))
+        if active < minimum:
+            below.append(
+                replace(
+                    lane,
+                    vtime=active / lane.weight,
+                    unit=1.0,
+                    headroom=_least(lane.headroom, minimum - active),
+                )
+            )
+    return below
+
+
+def _joined(first: Allocation, then: Allocation) -> Allocation:
+    """``first``'s picks, then ``then``'s."""
+    counts = dict(first.counts)
+    for tenant, k in then.counts.items():
+        counts[tenant] = counts.get(tenant, 0) + k
+    return Allocation(counts, first.picks + then.picks)
 
 
 def left_at_cap(room: Mapping[str, int], taken: Mapping[str, int]) -> list[str]:

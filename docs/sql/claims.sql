@@ -876,10 +876,11 @@ SELECT * FROM activated;
 -- Parameters: $1 :default_aging_step, $2 :default_aging_interval_ms, $3 :job_type, $4 :now, $5 :starts, $6 :via_stream, $7 :workers, $8 :deadlines
 WITH RECURSIVE lead_lane AS (
     SELECT x.tenant_id, x.weight, x.cap, x.rate, c.type_cap, c.type_rate, c.aging_step,
-           c.aging_interval_ms, c.fairness_by, c.per_key
+           c.aging_interval_ms, c.fairness_by, c.per_key, c.minimums
     FROM (SELECT t.max_active_jobs AS type_cap, t.rate_per_s AS type_rate, t.fairness_by,
                  CASE WHEN t.key_ordering = 'fifo' THEN LEAST(t.max_active_per_key, 1)
      ELSE t.max_active_per_key END AS per_key,
+                 EXISTS (SELECT 1 FROM tenants m WHERE m.min_active_jobs > 0) AS minimums,
                  COALESCE(t.aging_step, $1::int) AS aging_step,
                  COALESCE(t.aging_interval_ms, $2::int) AS aging_interval_ms
           FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $3
@@ -920,7 +921,7 @@ lead AS (
         ORDER BY r.vtime, r.fairness_key
         LIMIT 1) y
     WHERE ll.type_cap IS NULL AND ll.cap IS NULL AND ll.type_rate IS NULL AND ll.rate IS NULL
-      AND ll.per_key IS NULL AND y.key_cap IS NULL
+      AND ll.per_key IS NULL AND y.key_cap IS NULL AND NOT ll.minimums
 ),
 alloc AS (SELECT tenant_id, fairness_key, 1 AS k, NULL::int AS hint_priority,
                  NULL::timestamptz AS since FROM lead),
@@ -1056,10 +1057,11 @@ FROM (SELECT 1) one LEFT JOIN (activated a CROSS JOIN lead) ON true;
 -- Parameters: $1 :default_aging_step, $2 :default_aging_interval_ms, $3 :job_type, $4 :now, $5 :starts, $6 :via_stream, $7 :workers, $8 :deadlines
 WITH RECURSIVE lead_lane AS (
     SELECT x.tenant_id, x.weight, x.cap, x.rate, c.type_cap, c.type_rate, c.aging_step,
-           c.aging_interval_ms, c.fairness_by, c.per_key
+           c.aging_interval_ms, c.fairness_by, c.per_key, c.minimums
     FROM (SELECT t.max_active_jobs AS type_cap, t.rate_per_s AS type_rate, t.fairness_by,
                  CASE WHEN t.key_ordering = 'fifo' THEN LEAST(t.max_active_per_key, 1)
      ELSE t.max_active_per_key END AS per_key,
+                 EXISTS (SELECT 1 FROM tenants m WHERE m.min_active_jobs > 0) AS minimums,
                  COALESCE(t.aging_step, $1::int) AS aging_step,
                  COALESCE(t.aging_interval_ms, $2::int) AS aging_interval_ms
           FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $3
@@ -1100,7 +1102,7 @@ lead AS (
         ORDER BY r.vtime, r.fairness_key
         LIMIT 1) y
     WHERE ll.type_cap IS NULL AND ll.cap IS NULL AND ll.type_rate IS NULL AND ll.rate IS NULL
-      AND ll.per_key IS NULL AND y.key_cap IS NULL
+      AND ll.per_key IS NULL AND y.key_cap IS NULL AND NOT ll.minimums
 ),
 alloc AS (SELECT tenant_id, fairness_key, 1 AS k, NULL::int AS hint_priority,
                  NULL::timestamptz AS since FROM lead),
@@ -1248,10 +1250,11 @@ FROM (SELECT 1) one LEFT JOIN (activated a CROSS JOIN lead) ON true;
 -- Parameters: $1 :default_aging_step, $2 :default_aging_interval_ms, $3 :job_type, $4 :tenant_ids, $5 :now, $6 :starts, $7 :via_stream, $8 :workers, $9 :deadlines
 WITH RECURSIVE lead_lane AS (
     SELECT x.tenant_id, x.weight, x.cap, x.rate, c.type_cap, c.type_rate, c.aging_step,
-           c.aging_interval_ms, c.fairness_by, c.per_key
+           c.aging_interval_ms, c.fairness_by, c.per_key, c.minimums
     FROM (SELECT t.max_active_jobs AS type_cap, t.rate_per_s AS type_rate, t.fairness_by,
                  CASE WHEN t.key_ordering = 'fifo' THEN LEAST(t.max_active_per_key, 1)
      ELSE t.max_active_per_key END AS per_key,
+                 EXISTS (SELECT 1 FROM tenants m WHERE m.min_active_jobs > 0) AS minimums,
                  COALESCE(t.aging_step, $1::int) AS aging_step,
                  COALESCE(t.aging_interval_ms, $2::int) AS aging_interval_ms
           FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $3
@@ -1293,7 +1296,7 @@ lead AS (
         ORDER BY r.vtime, r.fairness_key
         LIMIT 1) y
     WHERE ll.type_cap IS NULL AND ll.cap IS NULL AND ll.type_rate IS NULL AND ll.rate IS NULL
-      AND ll.per_key IS NULL AND y.key_cap IS NULL
+      AND ll.per_key IS NULL AND y.key_cap IS NULL AND NOT ll.minimums
 ),
 alloc AS (SELECT tenant_id, fairness_key, 1 AS k, NULL::int AS hint_priority,
                  NULL::timestamptz AS since FROM lead),
@@ -1429,10 +1432,11 @@ FROM (SELECT 1) one LEFT JOIN (activated a CROSS JOIN lead) ON true;
 -- Parameters: $1 :default_aging_step, $2 :default_aging_interval_ms, $3 :job_type, $4 :tenant_ids, $5 :now, $6 :starts, $7 :via_stream, $8 :workers, $9 :deadlines
 WITH RECURSIVE lead_lane AS (
     SELECT x.tenant_id, x.weight, x.cap, x.rate, c.type_cap, c.type_rate, c.aging_step,
-           c.aging_interval_ms, c.fairness_by, c.per_key
+           c.aging_interval_ms, c.fairness_by, c.per_key, c.minimums
     FROM (SELECT t.max_active_jobs AS type_cap, t.rate_per_s AS type_rate, t.fairness_by,
                  CASE WHEN t.key_ordering = 'fifo' THEN LEAST(t.max_active_per_key, 1)
      ELSE t.max_active_per_key END AS per_key,
+                 EXISTS (SELECT 1 FROM tenants m WHERE m.min_active_jobs > 0) AS minimums,
                  COALESCE(t.aging_step, $1::int) AS aging_step,
                  COALESCE(t.aging_interval_ms, $2::int) AS aging_interval_ms
           FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $3
@@ -1474,7 +1478,7 @@ lead AS (
         ORDER BY r.vtime, r.fairness_key
         LIMIT 1) y
     WHERE ll.type_cap IS NULL AND ll.cap IS NULL AND ll.type_rate IS NULL AND ll.rate IS NULL
-      AND ll.per_key IS NULL AND y.key_cap IS NULL
+      AND ll.per_key IS NULL AND y.key_cap IS NULL AND NOT ll.minimums
 ),
 alloc AS (SELECT tenant_id, fairness_key, 1 AS k, NULL::int AS hint_priority,
                  NULL::timestamptz AS since FROM lead),
@@ -1616,6 +1620,18 @@ SELECT a.*, lead.weight AS lane_weight, lead.key_weight AS lane_key_weight,
                     AND l.tenant_id = ANY($4::text[])
                   LIMIT 16) p)) AS dry
 FROM (SELECT 1) one LEFT JOIN (activated a CROSS JOIN lead) ON true;
+
+-- name: count_minimums
+-- A capped claim's minimums (ADR 042), in its transaction after lock_and_count took the
+-- tenants' cap locks (:tenants among them): each one's minimum as it is now and its
+-- ACTIVATED jobs (the count stops at the minimum), for the tenants that have one.
+-- Index: tenants pkey, jobs_active_tenant_idx.
+-- Parameters: $1 :tenants
+SELECT t.tenant_id, t.min_active_jobs AS minimum, (SELECT count(*) FROM (
+           SELECT 1 FROM jobs j WHERE j.state = 'ACTIVATED' AND j.tenant_id = t.tenant_id
+           LIMIT t.min_active_jobs) a) AS active
+FROM tenants t
+WHERE t.tenant_id = ANY($1::text[]) AND t.min_active_jobs > 0;
 
 -- name: lock_and_count_keys
 -- A claim's key step (ADR 040), in its transaction after the type's and the tenants' cap

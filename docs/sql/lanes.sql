@@ -188,7 +188,8 @@ key_charged AS (
 SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
        CASE WHEN t.key_ordering = 'fifo' THEN LEAST(t.max_active_per_key, 1)
      ELSE t.max_active_per_key END AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
-       t.aging_step, NULL::bool AS ready, NULL::bool AS scanned, t.paused IS TRUE AS paused,
+       t.aging_step, EXISTS (SELECT 1 FROM tenants m WHERE m.min_active_jobs > 0) AS ready,
+       NULL::bool AS scanned, t.paused IS TRUE AS paused,
        t.key_ordering AS fairness_key, t.rate_per_s IS NOT NULL AS rate_limited,
        t.fairness_by, NULL::float8 AS unit_est
 FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $6
@@ -247,7 +248,8 @@ key_charged AS (
 SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
        CASE WHEN t.key_ordering = 'fifo' THEN LEAST(t.max_active_per_key, 1)
      ELSE t.max_active_per_key END AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
-       t.aging_step, NULL::bool AS ready, NULL::bool AS scanned, t.paused IS TRUE AS paused,
+       t.aging_step, EXISTS (SELECT 1 FROM tenants m WHERE m.min_active_jobs > 0) AS ready,
+       NULL::bool AS scanned, t.paused IS TRUE AS paused,
        t.key_ordering AS fairness_key, t.rate_per_s IS NOT NULL AS rate_limited,
        t.fairness_by, NULL::float8 AS unit_est
 FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $6
@@ -341,7 +343,8 @@ key_charged AS (
 SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
        CASE WHEN t.key_ordering = 'fifo' THEN LEAST(t.max_active_per_key, 1)
      ELSE t.max_active_per_key END AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
-       t.aging_step, NULL::bool AS ready, NULL::bool AS scanned, t.paused IS TRUE AS paused,
+       t.aging_step, EXISTS (SELECT 1 FROM tenants m WHERE m.min_active_jobs > 0) AS ready,
+       NULL::bool AS scanned, t.paused IS TRUE AS paused,
        t.key_ordering AS fairness_key, t.rate_per_s IS NOT NULL AS rate_limited,
        t.fairness_by, NULL::float8 AS unit_est
 FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $6
@@ -399,7 +402,8 @@ key_charged AS (
 SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
        CASE WHEN t.key_ordering = 'fifo' THEN LEAST(t.max_active_per_key, 1)
      ELSE t.max_active_per_key END AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
-       t.aging_step, NULL::bool AS ready, NULL::bool AS scanned, t.paused IS TRUE AS paused,
+       t.aging_step, EXISTS (SELECT 1 FROM tenants m WHERE m.min_active_jobs > 0) AS ready,
+       NULL::bool AS scanned, t.paused IS TRUE AS paused,
        t.key_ordering AS fairness_key, t.rate_per_s IS NOT NULL AS rate_limited,
        t.fairness_by, NULL::float8 AS unit_est
 FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = $6
@@ -559,3 +563,28 @@ WHERE l.job_type = $1 AND l.tenant_id = ANY($2::text[]) AND NOT l.held;
 -- Parameters: $1 :tenants, $2 :keys, $3 :job_types
 SELECT jobfair_release_key_holds(1246101510, 1246101508,
     $1::text[], $2::text[], $3::text[], 'jobfair');
+
+-- name: read_min_lanes
+-- The lanes of :job_type whose tenants are below their minimum (ADR 042), read beside a
+-- lane read whatever their virtual time: active, not held, not paused, not :exclude, of
+-- :tenant_ids (NULL: every tenant), with a ready job, and fewer ACTIVATED jobs than the
+-- minimum (counted without a lock: the claim counts again under the tenant's); in
+-- (vtime, tenant) order, :limit at most.  As a lane read's rows, with the minimum.  Cost:
+-- a count and a probe per tenant with a minimum (each count stops at the minimum).
+-- Index: tenants_min_idx, lanes pkey, jobs_active_tenant_idx, jobs_ready_idx.
+-- Parameters: $1 :job_type, $2 :exclude, $3 :tenant_ids, $4 :limit
+SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight, t.max_active_jobs,
+       t.rate_per_s IS NOT NULL AS rate_limited, l.unit_est, t.min_active_jobs
+FROM tenants t
+JOIN lanes l ON l.job_type = $1 AND l.tenant_id = t.tenant_id
+WHERE t.min_active_jobs > 0 AND t.paused IS NOT TRUE
+  AND l.active AND NOT l.held AND l.tenant_id <> ALL($2::text[])
+  AND ($3::text[] IS NULL OR l.tenant_id = ANY($3::text[]))
+  AND (SELECT count(*) FROM (SELECT 1 FROM jobs j WHERE j.state = 'ACTIVATED'
+                               AND j.tenant_id = t.tenant_id LIMIT t.min_active_jobs) a)
+      < t.min_active_jobs
+  AND (SELECT max(j.fairness_key) FROM jobs j
+       WHERE j.state = 'CREATED' AND j.job_type = $1 AND j.tenant_id = l.tenant_id)
+      IS NOT NULL
+ORDER BY l.vtime, l.tenant_id
+LIMIT $4;

@@ -78,14 +78,19 @@ RETURNING j.job_key, j.job_type, j.tenant_id, j.fairness_key;
 -- name: prune_terminal
 -- Deletes terminal jobs finished before :before, oldest first, at most :limit (a bounded
 -- batch), with their history; answers how many jobs.  The states are app.domain's
--- terminal ones.  Index: jobs_terminal_idx, job_events pkey.
+-- terminal ones, but for the FAILED jobs of FIFO types: such a job blocks its key until
+-- an operator revives or cancels it (ADR 041), and its age changes nothing.
+-- Index: jobs_terminal_idx, job_events pkey, job_types pkey.
 -- Parameters: $1 :before, $2 :limit
 WITH gone AS (
     DELETE FROM jobs WHERE job_key IN (
-        SELECT job_key FROM jobs
-        WHERE state IN ('COMPLETED', 'FAILED', 'ERROR_THROWN', 'CANCELED')
-          AND completed_at < $1
-        ORDER BY completed_at LIMIT $2
+        SELECT j.job_key FROM jobs j
+        WHERE j.state IN ('COMPLETED', 'FAILED', 'ERROR_THROWN', 'CANCELED')
+          AND j.completed_at < $1
+          AND NOT (j.state = 'FAILED' AND EXISTS (
+                   SELECT 1 FROM job_types y
+                   WHERE y.job_type = j.job_type AND y.key_ordering = 'fifo'))
+        ORDER BY j.completed_at LIMIT $2
     )
     RETURNING job_key
 ),

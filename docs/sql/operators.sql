@@ -126,7 +126,7 @@ WHERE k.job_type = $1 AND k.tenant_id = $2;
 SELECT max(last_seen_at) FROM workers WHERE job_type = $1;
 
 -- name: upsert_tenant
--- A tenant's weight, cap and rate limit set (a pause stays as it is); its held lanes are
+-- A tenant's weight, cap, minimum and rate limit set (a pause stays as it is); its held lanes are
 -- released (the cap that held them may be gone or higher; a claim holds them again if
 -- not), under its cap lock, which orders the change before or after every capped claim of
 -- the tenant (jobfair_release_holds).  A rate limit (:rate_per_s a second, :rate_burst;
@@ -134,15 +134,16 @@ SELECT max(last_seen_at) FROM workers WHERE job_type = $1;
 -- database's clock, the one claims take tokens by); the same limit set again keeps its
 -- bucket.  Run after lock_tenant (ADR 028: a rate-limited claim writes this row under
 -- that lock).
--- Parameters: $1 :tenant_id, $2 :weight, $3 :cap, $4 :rate_per_s, $5 :rate_burst
+-- Parameters: $1 :tenant_id, $2 :weight, $3 :cap, $4 :rate_per_s, $5 :rate_burst, $6 :minimum
 WITH up AS (
     INSERT INTO tenants AS t (tenant_id, weight, max_active_jobs, rate_per_s, rate_burst,
-                              rate_tokens, rate_at)
+                              rate_tokens, rate_at, min_active_jobs)
     VALUES ($1, $2, $3, $4::float8, $5::float8,
             $5::float8,
-            CASE WHEN $4::float8 IS NOT NULL THEN statement_timestamp() END)
+            CASE WHEN $4::float8 IS NOT NULL THEN statement_timestamp() END,
+            $6::int)
     ON CONFLICT (tenant_id) DO UPDATE SET weight = EXCLUDED.weight,
-        max_active_jobs = EXCLUDED.max_active_jobs,
+        max_active_jobs = EXCLUDED.max_active_jobs, min_active_jobs = EXCLUDED.min_active_jobs,
         rate_tokens = CASE
     WHEN (t.rate_per_s, t.rate_burst)
          IS NOT DISTINCT FROM (EXCLUDED.rate_per_s, EXCLUDED.rate_burst)
@@ -153,7 +154,7 @@ rate_at = CASE
     THEN t.rate_at ELSE EXCLUDED.rate_at END,
 rate_per_s = EXCLUDED.rate_per_s, rate_burst = EXCLUDED.rate_burst
     RETURNING tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst, rate_tokens, rate_at,
-    statement_timestamp() AS read_at
+    statement_timestamp() AS read_at, min_active_jobs
 ),
 unheld AS (
     SELECT jobfair_release_holds(
@@ -173,13 +174,13 @@ SELECT jobfair_lock_tenant_caps(1246101507, ARRAY[$1::text]);
 -- A tenant's configuration (no row: weight 1, no cap).  Index: tenants pkey.
 -- Parameters: $1 :tenant_id
 SELECT tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst, rate_tokens, rate_at,
-    statement_timestamp() AS read_at
+    statement_timestamp() AS read_at, min_active_jobs
 FROM tenants WHERE tenant_id = $1;
 
 -- name: list_tenants
 -- Every configured tenant, by id.
 SELECT tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst, rate_tokens, rate_at,
-    statement_timestamp() AS read_at
+    statement_timestamp() AS read_at, min_active_jobs
 FROM tenants ORDER BY tenant_id;
 
 -- name: release_after_finishes
@@ -287,7 +288,7 @@ FROM job_types ORDER BY job_type;
 INSERT INTO tenants (tenant_id, paused) VALUES ($1, true)
 ON CONFLICT (tenant_id) DO UPDATE SET paused = true
 RETURNING tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst, rate_tokens, rate_at,
-    statement_timestamp() AS read_at;
+    statement_timestamp() AS read_at, min_active_jobs;
 
 -- name: wait_for_finishes
 -- The release gate, exclusively, until the transaction ends: waits for every finishing
@@ -313,7 +314,7 @@ WHERE l.tenant_id = $1 AND NOT l.held
 -- Parameters: $1 :tenant_id
 UPDATE tenants SET paused = false WHERE tenant_id = $1
 RETURNING tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst, rate_tokens, rate_at,
-    statement_timestamp() AS read_at;
+    statement_timestamp() AS read_at, min_active_jobs;
 
 -- name: release_resumed
 -- After a resume committed: as release_after_finishes, the tenant's held lanes released

@@ -166,6 +166,28 @@ async def test_the_stats_table_names_a_fifo_keys_failed_head(live: Live):
     assert f"key cust-7 waits for its head, job {head['jobKey']} (FAILED)" in notes, notes
 
 
+async def test_tenants_set_keeps_a_minimum_and_the_stats_name_it(live: Live):
+    """Issue 44 §3: a minimum set, kept by a later set of something else, shown with the
+    tenant's active jobs on its rows; refused above the cap."""
+    ran = await jobfair(live.url, "tenants", "set", "acme", "--min-active-jobs", "2")
+    assert ran.returncode == 0, ran.stderr
+    assert rows(ran.stdout)["acme"][-1] == "2"
+    await jobfair(live.url, "tenants", "set", "acme", "--weight", "3")
+    got = (await live.client.get("/v2/tenants/acme")).json()
+    assert (got["minActiveJobs"], got["weight"]) == (2, 3)
+    ran = await jobfair(live.url, "tenants", "set", "acme", "--max-active-jobs", "1")
+    assert ran.returncode != 0 and "minActiveJobs" in ran.stderr, ran.stderr
+    await enqueue(live.client, "s", "acme", 5)
+    await live.services.stats.sample()
+    await activate(live.client, "s", 1)
+    await live.services.stats.sample()
+    ran = await jobfair(live.url, "stats")
+    acme = rows(titled(ran.stdout, ["s"])["s"])["acme"]
+    assert "minimum 1/2 active: served first" in " ".join(acme[9:])
+    ran = await jobfair(live.url, "tenants", "set", "acme", "--no-minimum")
+    assert rows(ran.stdout)["acme"][-1] == "-"
+
+
 async def test_stats_json_is_the_servers_and_type_narrows_it(live: Live):
     await enqueue(live.client, "a", "t1", 3)
     await enqueue(live.client, "b", "t1", 1)
@@ -295,13 +317,13 @@ async def test_tenants_set_keeps_a_rate_limit_it_was_not_told_to_change(live: Li
     ran = await jobfair(live.url, "tenants", "set", "acme", "--rate-per-second", "50",
                         "--burst", "100")  # fmt: skip
     assert ran.returncode == 0, ran.stderr
-    assert rows(ran.stdout)["acme"] == ["1", "-", "no", "50/s,burst=100"]
+    assert rows(ran.stdout)["acme"] == ["1", "-", "no", "50/s,burst=100", "-"]
     await jobfair(live.url, "tenants", "set", "acme", "--weight", "3")
     await jobfair(live.url, "tenants", "set", "acme", "--burst", "10")
     got = (await live.client.get("/v2/tenants/acme")).json()
     assert got["weight"] == 3 and got["rateLimit"] == {"perSecond": 50, "burst": 10, "tokens": 10}
     ran = await jobfair(live.url, "tenants", "set", "acme", "--no-rate-limit")
-    assert rows(ran.stdout)["acme"] == ["3", "-", "no", "-"]
+    assert rows(ran.stdout)["acme"] == ["3", "-", "no", "-", "-"]
     for bad in (
         ["beta", "--burst", "3"],  # a new limit needs both
         ["acme", "--no-rate-limit", "--rate-per-second", "3"],

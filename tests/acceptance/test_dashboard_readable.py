@@ -125,6 +125,22 @@ async def test_a_fifo_keys_head_is_named_on_its_tenants_row(live: Live, browser:
         await expect(acme.locator("[data-held-key]")).to_have_count(0)
 
 
+async def test_a_tenants_minimum_shows_on_its_rows(live: Live, browser: Browser):
+    """Issue 44 §3: a tenant below its minimum is tagged so, with its active jobs."""
+    c = live.client
+    assert (await c.put("/v2/tenants/acme", json={"minActiveJobs": 3})).status_code == 200
+    await enqueue(c, "mail", "acme", 5)
+    await live.services.stats.sample()
+    await activate(c, "mail", 1)
+    await live.services.stats.sample()
+    async with visit(browser, live.url) as seen:
+        await seen.page.goto("/ui")
+        acme = row(seen.page, "mail", "acme")
+        await expect(acme.locator('[data-minimum="below"]')).to_have_text(
+            "minimum 1/3 · served first"
+        )
+
+
 async def test_one_tenant_reads_one_tenant(live: Live, browser: Browser):
     await enqueue(live.client, "solo", "acme", 2)
     async with visit(browser, live.url) as seen:

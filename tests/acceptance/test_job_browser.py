@@ -470,6 +470,7 @@ async def test_a_tenant_or_job_type_never_configured_says_so(live):
         "tenantId": "nobody",
         "weight": 1,
         "maxActiveJobs": None,
+        "minActiveJobs": None,
         "rateLimit": None,
         "paused": False,
         "configured": False,

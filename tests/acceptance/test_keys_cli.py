@@ -156,6 +156,8 @@ async def test_first_key_on_a_running_embedded_server_and_nothing_secret_in_the_
         assert secret not in text, f"{secret[:12]}... is in the log"
     assert f"key created: {worker_id} role=worker tenants=acme types=* by={admin_id}" in text
     assert f"key revoked: {worker_id} by={admin_id}" in text
-    configured = "tenant configured: acme weight=2 maxActiveJobs=None rateLimit=none"
+    configured = (
+        "tenant configured: acme weight=2 maxActiveJobs=None minActiveJobs=None rateLimit=none"
+    )
     assert f"{configured} by={admin_id}" in text
     assert "API keys are required" in text

@@ -16,7 +16,7 @@ from app.db.lanes import CHARGE_ARRAYS
 from app.db.lanes import SQL as LANES
 from app.db.operating import SQL as OPERATORS
 from app.domain import utcnow
-from app.sweepers import LeaseSweeper, Promoter
+from app.sweepers import KeyHoldSweeper, LeaseSweeper, Promoter, RetentionSweeper
 from tests.fixtures import wait_ready
 from tests.helpers import activate, assert_problem, complete
 from tests.integration.test_claim import _jobs_scans, _plan
@@ -327,3 +327,63 @@ async def test_the_fifo_statements_read_the_heads_index_and_nothing_else_does(li
         job_type="x", limit=10, exclude=[], **{name: [] for name in CHARGE_ARRAYS}
     )
     assert "jobs_waiting_key_idx" not in _jobs_scans(await _plan(store, *read))
+
+
+async def test_jobs_created_one_after_another_through_two_servers_go_out_in_that_order(
+    live, spawn_server, store
+):
+    """A producer creating a key's jobs one at a time, each answered before the next,
+    through two servers in turn (their sessions drew job keys in blocks of a thousand
+    before alembic 0019, so a later job got a smaller key and went first)."""
+    other = spawn_server()
+    c = live.client
+    async with httpx.AsyncClient(base_url=other.url, timeout=30) as d:
+        await wait_ready(d, other)
+        await c.put("/v2/job-types/x", json={"keyOrdering": "fifo"})
+        created = []
+        for i in range(8):
+            server = (c, d)[i % 2]
+            r = await server.post(
+                "/v2/jobs", json={"type": "x", "tenantId": "t", "fairnessKey": "k"}
+            )
+            assert r.status_code == 201, r.text
+            created.append(r.json()["jobKey"])
+        went = []
+        for _ in created:
+            [job] = await activate(c, "x", 5)
+            went.append(job["jobKey"])
+            assert (await complete(c, job)).status_code == 204
+        assert went == created
+    other.proc.terminate()
+    assert other.proc.wait(timeout=30) == 0, other.log.read_text()
+
+
+async def test_retention_keeps_a_failed_head_that_blocks_its_key(live, store):
+    c = live.client
+    await c.put("/v2/job-types/x", json={"keyOrdering": "fifo"})
+    keys = await _enqueue(c, "x", "t", [{"fairnessKey": "k"}] * 2)
+    [head] = await activate(c, "x", 5)
+    await _fail(c, head, retries=0)
+    await store.execute("UPDATE jobs SET completed_at = now() - interval '30 days'")
+    assert await RetentionSweeper(store, 1000, 86_400).run_once(utcnow()) == 0
+    await KeyHoldSweeper(store).run_once(utcnow())
+    assert await activate(c, "x", 5) == []  # still blocked behind its FAILED head
+    # Not FIFO any more: the incident is pruned as any other.
+    await c.put("/v2/job-types/x", json={})
+    assert await RetentionSweeper(store, 1000, 86_400).run_once(utcnow()) == 1
+    assert [int(j["jobKey"]) for j in await activate(c, "x", 5)] == [keys[1]]
+
+
+async def test_a_bulk_cancel_of_a_delayed_head_lets_its_key_go_on(live, store):
+    c = live.client
+    await c.put("/v2/job-types/x", json={"keyOrdering": "fifo"})
+    later = "2099-01-01T00:00:00Z"
+    await _enqueue(c, "x", "t", [{"fairnessKey": "k", "runAt": later}, {"fairnessKey": "k"}])
+    assert await activate(c, "x", 5) == []  # behind its delayed head, and held
+    assert await store.fetchval("SELECT held FROM lane_keys WHERE fairness_key = 'k'")
+    # Both canceled: the ready one behind, then the delayed head.
+    r = await c.post("/v2/jobs/cancel", json={"tenantId": "t", "type": "x"})
+    assert r.status_code == 200 and r.json()["count"] == 2, r.text
+    [new] = await _enqueue(c, "x", "t", [{"fairnessKey": "k"}])
+    assert not await store.fetchval("SELECT held FROM lane_keys WHERE fairness_key = 'k'")
+    assert [int(j["jobKey"]) for j in await activate(c, "x", 5)] == [new]

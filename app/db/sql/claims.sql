@@ -443,6 +443,7 @@ SELECT * FROM activated
 -- it has none).
 SELECT t.max_active_jobs AS type_cap, t.rate_per_s AS type_rate, t.fairness_by,
                  {{lanes.per_key}} AS per_key,
+                 EXISTS (SELECT 1 FROM tenants m WHERE m.min_active_jobs > 0) AS minimums,
                  COALESCE(t.aging_step, :default_aging_step::int) AS aging_step,
                  COALESCE(t.aging_interval_ms, :default_aging_interval_ms::int) AS aging_interval_ms
           FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = :job_type
@@ -453,7 +454,9 @@ SELECT t.max_active_jobs AS type_cap, t.rate_per_s AS type_rate, t.fairness_by,
 -- descent of jobs_ready_idx to the key's youngest entry each, as read_keys' probe) --
 -- the key scheduler.allocate_keys picks first -- unless a cap or a rate limit is
 -- involved (the type's, the lead lane's tenant's, or the lead key's: those need their
--- locks and counts, ADR 016, 028 and 040); the allotment of one job from it; and the type's aging.
+-- locks and counts, ADR 016, 028 and 040), or some tenant has a minimum (a lane below it
+-- goes first, which the rounds read: ADR 042); the allotment of one job from it; and the
+-- type's aging.
 -- Index: lane_keys_vtime_idx, key_weights pkey, jobs_ready_idx.
 lead AS (
     SELECT ll.tenant_id, y.fairness_key, ll.weight, y.key_weight, ll.aging_step,
@@ -477,7 +480,7 @@ lead AS (
         ORDER BY r.vtime, r.fairness_key
         LIMIT 1) y
     WHERE ll.type_cap IS NULL AND ll.cap IS NULL AND ll.type_rate IS NULL AND ll.rate IS NULL
-      AND ll.per_key IS NULL AND y.key_cap IS NULL
+      AND ll.per_key IS NULL AND y.key_cap IS NULL AND NOT ll.minimums
 ),
 alloc AS (SELECT tenant_id, fairness_key, 1 AS k, NULL::int AS hint_priority,
                  NULL::timestamptz AS since FROM lead),
@@ -491,7 +494,7 @@ aging AS (SELECT aging_step AS step, aging_interval_ms AS interval_ms FROM lead)
 -- lead_type).  Index: lanes_type_vtime_idx, tenants pkey, jobs_ready_idx.
 lead_lane AS (
     SELECT x.tenant_id, x.weight, x.cap, x.rate, c.type_cap, c.type_rate, c.aging_step,
-           c.aging_interval_ms, c.fairness_by, c.per_key
+           c.aging_interval_ms, c.fairness_by, c.per_key, c.minimums
     FROM ({{lead_type}}) c
     CROSS JOIN LATERAL (
         SELECT r.tenant_id, r.weight, r.cap, r.rate FROM (
@@ -512,7 +515,7 @@ lead_lane AS (
 -- As lead_lane, among the caller's :tenant_ids only.
 lead_lane AS (
     SELECT x.tenant_id, x.weight, x.cap, x.rate, c.type_cap, c.type_rate, c.aging_step,
-           c.aging_interval_ms, c.fairness_by, c.per_key
+           c.aging_interval_ms, c.fairness_by, c.per_key, c.minimums
     FROM ({{lead_type}}) c
     CROSS JOIN LATERAL (
         SELECT r.tenant_id, r.weight, r.cap, r.rate FROM (
@@ -608,6 +611,17 @@ WITH RECURSIVE {{lead_lane_of_tenants}},
 {{activated_by_worker_time}}
 {{trimmed}}
 {{lead_answer_of_tenants}}
+
+-- name: count_minimums
+-- A capped claim's minimums (ADR 042), in its transaction after lock_and_count took the
+-- tenants' cap locks (:tenants among them): each one's minimum as it is now and its
+-- ACTIVATED jobs (the count stops at the minimum), for the tenants that have one.
+-- Index: tenants pkey, jobs_active_tenant_idx.
+SELECT t.tenant_id, t.min_active_jobs AS minimum, (SELECT count(*) FROM (
+           SELECT 1 FROM jobs j WHERE j.state = 'ACTIVATED' AND j.tenant_id = t.tenant_id
+           LIMIT t.min_active_jobs) a) AS active
+FROM tenants t
+WHERE t.tenant_id = ANY(:tenants::text[]) AND t.min_active_jobs > 0
 
 -- name: lock_and_count_keys
 -- A claim's key step (ADR 040), in its transaction after the type's and the tenants' cap

@@ -278,10 +278,12 @@ CASE WHEN t.key_ordering = 'fifo' THEN LEAST(t.max_active_per_key, 1)
 -- The first row of a lane read: the job type's configuration, and whether it is paused.
 -- Its max_active_jobs, a tenant's cap in the lanes' rows, is the type's per-key cap (1 at
 -- most where its keys are FIFO, ADR 041); its fairness_key, a key in the keys' rows, is
--- the type's keyOrdering.
+-- the type's keyOrdering; its ready, whether any tenant has a minimum (ADR 042: the read
+-- then reads their lanes too, read_min_lanes).  Index: job_types pkey, tenants_min_idx.
 SELECT NULL AS tenant_id, NULL::float8 AS vtime, NULL::int AS weight,
        {{per_key}} AS max_active_jobs, t.max_active_jobs AS type_cap, t.aging_interval_ms,
-       t.aging_step, NULL::bool AS ready, NULL::bool AS scanned, t.paused IS TRUE AS paused,
+       t.aging_step, EXISTS (SELECT 1 FROM tenants m WHERE m.min_active_jobs > 0) AS ready,
+       NULL::bool AS scanned, t.paused IS TRUE AS paused,
        t.key_ordering AS fairness_key, t.rate_per_s IS NOT NULL AS rate_limited,
        t.fairness_by, NULL::float8 AS unit_est
 FROM (SELECT 1) one LEFT JOIN job_types t ON t.job_type = :job_type
@@ -560,3 +562,27 @@ FROM unnest(:channels::text[], :payloads::text[]) AS n(channel, payload)
 -- (ADR 041).  Two probes when no key has a cap and no type is FIFO.
 SELECT jobfair_release_key_holds({{KEY_CAP_LOCK_CLASS}}, {{RELEASE_GATE_CLASS}},
     :tenants::text[], :keys::text[], :job_types::text[], '{{NOTIFY_CHANNEL}}')
+
+-- name: read_min_lanes
+-- The lanes of :job_type whose tenants are below their minimum (ADR 042), read beside a
+-- lane read whatever their virtual time: active, not held, not paused, not :exclude, of
+-- :tenant_ids (NULL: every tenant), with a ready job, and fewer ACTIVATED jobs than the
+-- minimum (counted without a lock: the claim counts again under the tenant's); in
+-- (vtime, tenant) order, :limit at most.  As a lane read's rows, with the minimum.  Cost:
+-- a count and a probe per tenant with a minimum (each count stops at the minimum).
+-- Index: tenants_min_idx, lanes pkey, jobs_active_tenant_idx, jobs_ready_idx.
+SELECT l.tenant_id, l.vtime, COALESCE(t.weight, 1) AS weight, t.max_active_jobs,
+       t.rate_per_s IS NOT NULL AS rate_limited, l.unit_est, t.min_active_jobs
+FROM tenants t
+JOIN lanes l ON l.job_type = :job_type AND l.tenant_id = t.tenant_id
+WHERE t.min_active_jobs > 0 AND t.paused IS NOT TRUE
+  AND l.active AND NOT l.held AND l.tenant_id <> ALL(:exclude::text[])
+  AND (:tenant_ids::text[] IS NULL OR l.tenant_id = ANY(:tenant_ids::text[]))
+  AND (SELECT count(*) FROM (SELECT 1 FROM jobs j WHERE j.state = 'ACTIVATED'
+                               AND j.tenant_id = t.tenant_id LIMIT t.min_active_jobs) a)
+      < t.min_active_jobs
+  AND (SELECT max(j.fairness_key) FROM jobs j
+       WHERE j.state = 'CREATED' AND j.job_type = :job_type AND j.tenant_id = l.tenant_id)
+      IS NOT NULL
+ORDER BY l.vtime, l.tenant_id
+LIMIT :limit

@@ -11,15 +11,15 @@ FROM lanes l LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
 LEFT JOIN job_types jt ON jt.job_type = l.job_type
 
 -- name: capped_active
--- Per capped tenant ('tenant') and capped job type ('type'): its ACTIVATED jobs, counted
--- up to its cap or 10,000, whichever is more (a cap lowered below what is active shows
--- what is), over jobs_lease_idx's range of active jobs.
+-- Per capped tenant or tenant with a minimum ('tenant') and capped job type ('type'): its
+-- ACTIVATED jobs, counted up to its cap or 10,000, whichever is more (a cap lowered below
+-- what is active shows what is), over jobs_lease_idx's range of active jobs.
 -- Runs with lane_samples, every few seconds; no locks.
 SELECT 'tenant' AS kind, t.tenant_id AS name, (
     SELECT count(*) FROM (
         SELECT 1 FROM jobs j WHERE j.state = 'ACTIVATED' AND j.tenant_id = t.tenant_id
         LIMIT GREATEST(t.max_active_jobs, 10000)) c) AS active
-FROM tenants t WHERE t.max_active_jobs IS NOT NULL
+FROM tenants t WHERE t.max_active_jobs IS NOT NULL OR t.min_active_jobs > 0
 UNION ALL
 SELECT 'type', jt.job_type, (
     SELECT count(*) FROM (

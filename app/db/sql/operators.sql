@@ -2,7 +2,7 @@
 -- A tenant's configuration as app.db.rows.TenantRow takes it, read at the statement's
 -- instant (the database's clock, the one the rate limit's bucket is kept by).
 tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst, rate_tokens, rate_at,
-    statement_timestamp() AS read_at
+    statement_timestamp() AS read_at, min_active_jobs
 
 -- fragment: job_type_columns
 -- A job type's configuration as app.db.rows.JobTypeRow takes it (read_at as tenants').
@@ -39,7 +39,8 @@ jobfair_release_holds(
 -- fragment: tenant_stored
 -- tenant_columns as a write returns them on Citus, which refuses a function that is not
 -- immutable in RETURNING: the statement reads its instant outside.
-tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst, rate_tokens, rate_at
+tenant_id, weight, max_active_jobs, paused, rate_per_s, rate_burst, rate_tokens, rate_at,
+    min_active_jobs
 
 -- fragment: job_type_stored
 -- As tenant_stored, of job_type_columns (read_at outside, fairness_by after it).
@@ -185,7 +186,7 @@ WHERE k.job_type = :job_type AND k.tenant_id = :tenant_id {{shards.k}}
 SELECT max(last_seen_at) FROM workers WHERE job_type = :job_type
 
 -- name: upsert_tenant
--- A tenant's weight, cap and rate limit set (a pause stays as it is); its held lanes are
+-- A tenant's weight, cap, minimum and rate limit set (a pause stays as it is); its held lanes are
 -- released (the cap that held them may be gone or higher; a claim holds them again if
 -- not), under its cap lock, which orders the change before or after every capped claim of
 -- the tenant (jobfair_release_holds).  A rate limit (:rate_per_s a second, :rate_burst;
@@ -195,12 +196,13 @@ SELECT max(last_seen_at) FROM workers WHERE job_type = :job_type
 -- that lock).
 WITH up AS (
     INSERT INTO tenants AS t (tenant_id, weight, max_active_jobs, rate_per_s, rate_burst,
-                              rate_tokens, rate_at)
+                              rate_tokens, rate_at, min_active_jobs)
     VALUES (:tenant_id, :weight, :cap, :rate_per_s::float8, :rate_burst::float8,
             :rate_burst::float8,
-            CASE WHEN :rate_per_s::float8 IS NOT NULL THEN statement_timestamp() END)
+            CASE WHEN :rate_per_s::float8 IS NOT NULL THEN statement_timestamp() END,
+            :minimum::int)
     ON CONFLICT (tenant_id) DO UPDATE SET weight = EXCLUDED.weight,
-        max_active_jobs = EXCLUDED.max_active_jobs,
+        max_active_jobs = EXCLUDED.max_active_jobs, min_active_jobs = EXCLUDED.min_active_jobs,
         {{rate_set}}
     RETURNING {{tenant_columns}}
 ),
@@ -214,12 +216,13 @@ SELECT up.* FROM up WHERE (SELECT count(*) FROM unheld) = 1
 -- its held lanes released by the store after it (app.db.holds).
 WITH up AS (
     INSERT INTO tenants AS t (tenant_id, weight, max_active_jobs, rate_per_s, rate_burst,
-                              rate_tokens, rate_at)
+                              rate_tokens, rate_at, min_active_jobs)
     VALUES (:tenant_id, :weight, :cap, :rate_per_s::float8, :rate_burst::float8,
             :rate_burst::float8,
-            CASE WHEN :rate_per_s::float8 IS NOT NULL THEN statement_timestamp() END)
+            CASE WHEN :rate_per_s::float8 IS NOT NULL THEN statement_timestamp() END,
+            :minimum::int)
     ON CONFLICT (tenant_id) DO UPDATE SET weight = EXCLUDED.weight,
-        max_active_jobs = EXCLUDED.max_active_jobs,
+        max_active_jobs = EXCLUDED.max_active_jobs, min_active_jobs = EXCLUDED.min_active_jobs,
         {{rate_set}}
     RETURNING {{tenant_stored}}
 )

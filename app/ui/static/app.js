@@ -122,7 +122,18 @@ function holdTags(lane) {
   const window = Object.entries(lane.heldInWindow || {}).sort((a, b) => b[1] - a[1]);
   const past = window.length ? el("div", { class: "muted small", "data-field": "held-window" },
     "held in the window: " + window.map(([r, f]) => `${HELD_BY[r] || r} ${pct(f)}`).join(", ")) : null;
-  return [...now, ...keyCapTags(lane), past];
+  return [...now, minimumTag(lane), ...keyCapTags(lane), past];
+}
+
+// Its tenant's guaranteed minimum against its active jobs (ADR 042): below it, its ready
+// jobs are served before the weighted share.
+function minimumTag(lane) {
+  if (!lane.minActiveJobs) return null;
+  const active = lane.tenantActive ?? 0;
+  const below = active < lane.minActiveJobs;
+  return el("span", { class: `tag ${below ? "late" : "muted"}`, "data-minimum": below ? "below" : "reached",
+    title: below ? "below its minimum: its ready jobs are served before the weighted share" : "at its minimum: weights decide" },
+    `minimum ${num(active)}/${num(lane.minActiveJobs)}${below ? " · served first" : ""}`);
 }
 
 // Its fairness keys at their caps now (ADR 040), each with its running jobs and its cap;
@@ -459,9 +470,10 @@ async function tenantView(tenant) {
         editForm([
           field("weight", "weight (1–10000)", config.weight, { inputmode: "numeric" }),
           field("maxActiveJobs", "max active jobs (empty: none)", config.maxActiveJobs, { inputmode: "numeric" }),
+          field("minActiveJobs", "guaranteed minimum of active jobs (empty: none)", config.minActiveJobs ?? null, { inputmode: "numeric" }),
           ...rateFields(config),
         ], async (f) => {
-          await api(path, { method: "PUT", body: { weight: intOrNull(f.weight.value), maxActiveJobs: intOrNull(f.maxActiveJobs.value), rateLimit: rateLimit(f) } });
+          await api(path, { method: "PUT", body: { weight: intOrNull(f.weight.value), maxActiveJobs: intOrNull(f.maxActiveJobs.value), minActiveJobs: intOrNull(f.minActiveJobs.value), rateLimit: rateLimit(f) } });
         }),
         "paused" in config ? pauseButton(path, config.paused, draw) : null),
       el("section", { class: "card" }, el("h2", {}, "Job types"),
