@@ -10,7 +10,7 @@ import pytest
 from playwright.async_api import Browser, Page, expect
 
 from tests.acceptance.dashboard import chromium, visit
-from tests.fixtures import Live
+from tests.fixtures import CITUS, Live
 from tests.helpers import activate, assert_problem, enqueue
 
 
@@ -133,7 +133,8 @@ async def test_an_admin_edits_a_job_types_aging_and_keeps_what_the_form_does_not
             "maxActivePerKey": 3,
             "fairnessBy": "workerTime",
             "agingStep": 10,
-            "keyOrdering": "fifo",
+            # FIFO keys are refused on Citus (400): the rest of the form is the same.
+            **({} if CITUS else {"keyOrdering": "fifo"}),
         },
     )
     async with visit(browser, live.url) as seen:
@@ -150,10 +151,11 @@ async def test_an_admin_edits_a_job_types_aging_and_keeps_what_the_form_does_not
             3,
             "workerTime",
         )
-        assert got["keyOrdering"] == "fifo"
         ordering = page.get_by_label("order inside each fairness key")
-        await expect(ordering).to_have_value("fifo")
-        await ordering.select_option("")
+        if not CITUS:
+            assert got["keyOrdering"] == "fifo"
+            await expect(ordering).to_have_value("fifo")
+            await ordering.select_option("")
         await per_key.fill("")
         async with page.expect_response(lambda r: r.request.method == "PUT") as put:
             await page.get_by_role("button", name="Save").click()
