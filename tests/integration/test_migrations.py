@@ -386,3 +386,67 @@ async def _until_a_statement_waits(conn: asyncpg.Connection, like: str) -> None:
     ):
         assert time.monotonic() < deadline, f"no {like} waited for a lock"
         await asyncio.sleep(0.05)
+
+
+_OLD_TENANT = """
+INSERT INTO tenants AS t (tenant_id, weight, max_active_jobs, rate_per_s, rate_burst,
+                          rate_tokens, rate_at)
+VALUES ('acme', 2, 5, NULL, NULL, NULL, NULL)
+ON CONFLICT (tenant_id) DO UPDATE SET weight = EXCLUDED.weight
+"""
+
+
+async def test_0017_to_0019_expand_beside_0016_servers_and_rewrite_no_table(postgres):
+    """FIFO keys (0017), minimums (0018) and keys drawn one at a time (0019) run while a
+    0016 server's transaction holds the tables they alter: they wait for it, rewrite no
+    table, keep serving servers from 0012 on, and a 0016 server's writes (which name
+    none of the new columns) go on working; the indexes are then built CONCURRENTLY."""
+    postgres.psql('DROP DATABASE IF EXISTS "expand_0019" WITH (FORCE);')
+    postgres.psql('CREATE DATABASE "expand_0019";')
+    url = postgres.url("expand_0019")
+    await asyncio.to_thread(command.upgrade, migrations.alembic_config(url), "0016")
+    conn = await asyncpg.connect(url)
+    server = await asyncpg.connect(url)
+    try:
+        files = "SELECT string_agg(relname || relfilenode, ',' ORDER BY relname) FROM pg_class"
+        files += " WHERE relname IN ('jobs', 'tenants', 'job_types', 'lane_keys')"
+        before = await conn.fetchval(files)
+        tx = server.transaction()
+        await tx.start()
+        await server.execute(_OLD_JOB_TYPE)  # uncommitted: it holds job_types
+        upgrade = asyncio.create_task(
+            asyncio.to_thread(command.upgrade, migrations.alembic_config(url), "head")
+        )
+        await _until_a_statement_waits(conn, "ALTER TABLE job_types%")
+        assert not upgrade.done()
+        await tx.commit()
+        await asyncio.wait_for(upgrade, 60)
+        assert await conn.fetchval(files) == before  # no table rewritten
+        assert await conn.fetchval("SELECT oldest_server FROM schema_compat") == "0012"
+        # 0016's writes on the new schema.
+        await server.execute(_OLD_TENANT)
+        await server.execute(_OLD_JOB_TYPE)
+        await server.execute(_NEW_JOB)
+        row = await conn.fetchrow(
+            "SELECT t.min_active_jobs, y.key_ordering FROM tenants t, job_types y"
+        )
+        assert tuple(row) == (None, None)
+        await migrations.build_concurrent(url)
+        valid = await conn.fetch(
+            "SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c"
+            " ON c.oid = i.indexrelid WHERE c.relname = ANY($1::text[])",
+            list(migrations.CONCURRENT),
+        )
+        assert {r["relname"]: r["indisvalid"] for r in valid} == dict.fromkeys(
+            migrations.CONCURRENT, True
+        )
+        # Job keys drawn one at a time.
+        assert (
+            await conn.fetchval(
+                "SELECT cache_size FROM pg_sequences WHERE sequencename = 'job_key_seq'"
+            )
+            == 1
+        )
+    finally:
+        await conn.close()
+        await server.close()
