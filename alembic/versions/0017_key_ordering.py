@@ -19,8 +19,9 @@ replaced with their old behaviour kept for every type that is not FIFO.  The hea
 index on ``jobs`` is built CONCURRENTLY after the migration (``app.migrations``).
 Servers of 0012 to 0016 serve beside it during a rolling upgrade; they know nothing of
 FIFO keys, so ``keyOrdering`` is to be set once no older server is left (docs/upgrading.md).
-Nothing to contract later.  Tested beside a 0016 server's open transaction, no table
-rewritten: tests/integration/test_migrations.py::
+Nothing to contract later.
+
+Tested beside a 0016 server's open transaction, no table rewritten: tests/integration/test_migrations.py::
 test_0017_to_0019_expand_beside_0016_servers_and_rewrite_no_table.
 """
 
