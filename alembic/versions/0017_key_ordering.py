@@ -21,7 +21,8 @@ Servers of 0012 to 0016 serve beside it during a rolling upgrade; they know noth
 FIFO keys, so ``keyOrdering`` is to be set once no older server is left (docs/upgrading.md).
 Nothing to contract later.
 
-Tested beside a 0016 server's open transaction, no table rewritten: tests/integration/test_migrations.py::
+Tested beside a 0016 server's open transaction, no table rewritten:
+tests/integration/test_migrations.py::
 test_0017_to_0019_expand_beside_0016_servers_and_rewrite_no_table.
 """
 

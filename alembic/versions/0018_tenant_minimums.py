@@ -17,7 +17,8 @@ name the column and serve beside it during a rolling upgrade: they give a tenant
 its minimum nothing before the weighted share, so minimums hold only as the new servers
 serve.  Nothing to contract later.
 
-Tested beside a 0016 server's open transaction, no table rewritten: tests/integration/test_migrations.py::
+Tested beside a 0016 server's open transaction, no table rewritten:
+tests/integration/test_migrations.py::
 test_0017_to_0019_expand_beside_0016_servers_and_rewrite_no_table.
 """
 

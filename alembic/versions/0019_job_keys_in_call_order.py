@@ -15,7 +15,8 @@ Expanding: servers of every release draw keys the same way.  A session that drew
 before the change uses it up first (at most a thousand keys), so the order holds once
 the servers' connections have been renewed.  Nothing to contract later.
 
-Tested beside a 0016 server's open transaction, no table rewritten: tests/integration/test_migrations.py::
+Tested beside a 0016 server's open transaction, no table rewritten:
+tests/integration/test_migrations.py::
 test_0017_to_0019_expand_beside_0016_servers_and_rewrite_no_table.
 """
 
