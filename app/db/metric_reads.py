@@ -27,6 +27,14 @@ async def capped_active(db: Queries) -> dict[tuple[str, str], int]:
     return {(r["kind"], r["name"]): r["active"] for r in rows}
 
 
+async def failed_fifo_heads(db: Queries) -> dict[str, int]:
+    """Per FIFO job type, its keys stopped behind a FAILED head (failed_fifo_heads);
+    nothing on Citus, which refuses FIFO types (ADR 041)."""
+    if citus.on_citus(db):
+        return {}
+    return {r["job_type"]: r["n"] for r in await db.fetch(*SQL["failed_fifo_heads"].bind())}
+
+
 async def key_samples(
     db: Queries, top: int, tracked: Sequence[tuple[str, str, str]]
 ) -> list[KeySampleRow]:

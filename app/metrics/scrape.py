@@ -4,6 +4,7 @@ process's events, and the text format, for a key the series it may see."""
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -12,7 +13,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from app.db import Database, StoreUnavailable, operating
+from app.db import Database, StoreUnavailable, metric_reads, operating
 from app.keys import Principal
 from app.metrics.events import LANE, OTHER, Metrics, TenantLabels, multiprocess_dir
 from app.scheduler import LANE_REASONS, Aging, max_wait_to_top_ms
@@ -229,6 +230,16 @@ async def database_gauges(
     for job_type in sorted(types | set(held_keys)):
         keys_held.add_metric([job_type], held_keys.get(job_type, 0))
     families.append(keys_held)
+    failed_heads = GaugeMetricFamily(
+        "jobfair_fifo_keys_failed_head",
+        "FIFO keys of the type (keyOrdering fifo, ADR 041) stopped behind a FAILED head: "
+        "each waits for an operator to cancel or retry that job (counted up to 10,000).",
+        labels=["type"],
+    )
+    for job_type, n in sorted((await metric_reads.failed_fifo_heads(db)).items()):
+        failed_heads.add_metric([job_type], n)
+    families.append(failed_heads)
+    families.extend(_minimum_gauges(stats, views, labels))
     bound = GaugeMetricFamily(
         "jobfair_aging_bound_seconds",
         "How long a priority-0 job of the type waits at most before aging makes it top "
@@ -257,6 +268,49 @@ async def database_gauges(
         )
     )
     return families
+
+
+def _minimum_gauges(
+    stats: StatsService, views: Sequence[LaneView], labels: TenantLabels
+) -> list[Metric]:
+    """Each labelled tenant's guaranteed minimum (ADR 042) against its ACTIVATED jobs of
+    every type, as the last sample counted them, and whether it is below it with jobs
+    ready; the folded tenants below theirs are counted under <other>."""
+    minimum = GaugeMetricFamily(
+        "jobfair_tenant_min_active_jobs",
+        "The tenant's guaranteed minimum of ACTIVATED jobs of every type (minActiveJobs; "
+        "tenants with one and a label of their own).",
+        labels=["tenant"],
+    )
+    active = GaugeMetricFamily(
+        "jobfair_tenant_active_jobs",
+        "The ACTIVATED jobs of every type of a tenant with a minimum, as its minimum counts them.",
+        labels=["tenant"],
+    )
+    below = GaugeMetricFamily(
+        "jobfair_tenant_below_minimum",
+        "1 while the tenant has ready jobs and fewer ACTIVATED than its minimum: served "
+        "first, so it lasts only while the workers or a cap cannot take its jobs; "
+        "<other>: how many of the folded tenants are.",
+        labels=["tenant"],
+    )
+    ready: Counter[str] = Counter()
+    for v in views:
+        ready[v.tenant_id] += v.ready
+    folded = 0
+    for tenant_id, row in sorted(stats.limits.tenants.items()):
+        if not row.min_active_jobs:
+            continue
+        n = stats.limits.active.get(("tenant", tenant_id), 0)
+        short = ready[tenant_id] > 0 and n < row.min_active_jobs
+        if tenant_id in labels.labelled:
+            minimum.add_metric([tenant_id], row.min_active_jobs)
+            active.add_metric([tenant_id], n)
+            below.add_metric([tenant_id], 1.0 if short else 0.0)
+        else:
+            folded += short
+    below.add_metric([OTHER], folded)
+    return [minimum, active, below]
 
 
 KEY = (*LANE, "key")

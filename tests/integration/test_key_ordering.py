@@ -14,9 +14,11 @@ import httpx
 from app.db.claims import SQL as CLAIMS
 from app.db.lanes import CHARGE_ARRAYS
 from app.db.lanes import SQL as LANES
+from app.db.metric_reads import SQL as METRICS
 from app.db.operating import SQL as OPERATORS
 from app.domain import utcnow
 from app.sweepers import KeyHoldSweeper, LeaseSweeper, Promoter, RetentionSweeper
+from tests.acceptance.test_metrics import scrape, value
 from tests.fixtures import wait_ready
 from tests.helpers import activate, assert_problem, complete
 from tests.integration.test_claim import _jobs_scans, _plan
@@ -127,11 +129,14 @@ async def test_a_failed_head_blocks_its_key_until_an_operator_cancels_or_revives
         "reasons"
     ]
     assert explained["activatableNow"] is False
+    # The metrics count the key stopped behind its FAILED head (an operator's alert).
+    assert value(await scrape(c), "jobfair_fifo_keys_failed_head", type="x") == 1
     # Revived (PATCH retries), it is the head again and goes out first.
     r = await c.patch(f"/v2/jobs/{keys[0]}", json={"changeset": {"retries": 1}})
     assert r.status_code == 204, r.text
     [revived] = await activate(c, "x", 5)
     assert int(revived["jobKey"]) == keys[0]
+    assert value(await scrape(c), "jobfair_fifo_keys_failed_head", type="x") == 0
     await _fail(c, revived, retries=0)
     assert await activate(c, "x", 5) == []
     # Canceled by an operator, it lets the key go on, in order.
@@ -139,6 +144,12 @@ async def test_a_failed_head_blocks_its_key_until_an_operator_cancels_or_revives
     assert (await c.get(f"/v2/jobs/{keys[0]}")).json()["state"] == "CANCELED"
     [nxt] = await activate(c, "x", 5)
     assert int(nxt["jobKey"]) == keys[1]
+    assert value(await scrape(c), "jobfair_fifo_keys_failed_head", type="x") == 0
+    # A FAILED job behind an ACTIVATED head is not a head; once that one is done, it is.
+    await store.execute("UPDATE jobs SET state = 'FAILED' WHERE job_key = $1", keys[2])
+    assert value(await scrape(c), "jobfair_fifo_keys_failed_head", type="x") == 0
+    assert (await complete(c, nxt)).status_code == 204
+    assert value(await scrape(c), "jobfair_fifo_keys_failed_head", type="x") == 1
 
 
 async def test_bulk_revive_lets_a_held_key_go_on(live, store):
@@ -327,6 +338,12 @@ async def test_the_fifo_statements_read_the_heads_index_and_nothing_else_does(li
         job_type="x", limit=10, exclude=[], **{name: [] for name in CHARGE_ARRAYS}
     )
     assert "jobs_waiting_key_idx" not in _jobs_scans(await _plan(store, *read))
+    # The metrics' FAILED heads: the FAILED jobs alone, each probed on the indexes.
+    scans = _jobs_scans(await _plan(store, *METRICS["failed_fifo_heads"].bind()))
+    assert "jobs_failed_idx" in scans and scans <= {
+        "jobs_failed_idx", "jobs_waiting_key_idx", "jobs_active_key_idx",
+        "jobs_active_type_idx", "jobs_active_tenant_idx",
+    }, scans  # fmt: skip
 
 
 async def test_jobs_created_one_after_another_through_two_servers_go_out_in_that_order(

@@ -11,6 +11,7 @@ import httpx
 
 from app.db import job_rows, operating
 from app.domain import utcnow
+from tests.acceptance.test_metrics import scrape, value
 from tests.helpers import activate, assert_problem, complete, enqueue, tenants_of
 from tests.integration.test_claim_lead import _claim_lead, _declined, _insert
 
@@ -146,3 +147,21 @@ async def test_explain_and_stats_show_a_tenant_below_its_minimum(live, store):
     # At its minimum: no longer named as a reason.
     explained = (await c.get(f"/v2/jobs/{waiting[-1]}/explain")).json()
     assert not any(r["reason"] == "belowMinimum" for r in explained["reasons"])
+
+
+async def test_metrics_show_a_minimum_against_the_tenants_active_jobs(live, store):
+    c = live.client
+    await _put(c, "small", minActiveJobs=2)
+    await _put(c, "idle", minActiveJobs=3)  # below it, but with nothing ready
+    await enqueue(c, "mail", "small", 5)
+    await enqueue(c, "mail", "big", 5)
+    await _ahead(store, "small")
+    samples = await scrape(c)
+    assert value(samples, "jobfair_tenant_min_active_jobs", tenant="small") == 2
+    assert value(samples, "jobfair_tenant_active_jobs", tenant="small") == 0
+    assert value(samples, "jobfair_tenant_below_minimum", tenant="small") == 1
+    assert ("jobfair_tenant_min_active_jobs", frozenset({("tenant", "big")})) not in samples
+    await activate(c, "mail", 4)
+    samples = await scrape(c)
+    assert value(samples, "jobfair_tenant_active_jobs", tenant="small") == 2
+    assert value(samples, "jobfair_tenant_below_minimum", tenant="small") == 0

@@ -116,3 +116,27 @@ ON CONFLICT (effective_at) DO NOTHING
 -- Drops the sets superseded at :now: older than the newest one in force then.
 DELETE FROM metric_tenant_sets
 WHERE effective_at < (SELECT max(effective_at) FROM metric_tenant_sets WHERE effective_at <= :now)
+
+-- name: failed_fifo_heads
+-- Per FIFO job type (ADR 041), its fairness keys stopped behind a FAILED head: a FAILED
+-- job with no earlier job in its key that is not done (CREATED, SCHEDULED, FAILED or
+-- ACTIVATED), which waits for an operator's cancel or retry (the metrics).  Reads the
+-- FAILED jobs (jobs_failed_idx: incidents, few), each checked by one probe of
+-- jobs_waiting_key_idx and the tenant's ACTIVATED jobs (jobs_active_tenant_idx); counted up to 10,000 per type.  Not on Citus, which refuses
+-- FIFO types.
+SELECT jt.job_type, (
+    SELECT count(*) FROM (
+        SELECT 1 FROM jobs j
+        WHERE j.state = 'FAILED' AND j.job_type = jt.job_type
+          AND j.job_key = (  -- the first waiting job of its key (a min: one probe)
+              SELECT min(e.job_key) FROM jobs e
+              WHERE (e.state IN ('CREATED', 'SCHEDULED', 'FAILED')) IS TRUE
+                AND e.job_type = j.job_type AND e.tenant_id = j.tenant_id
+                AND e.fairness_key = j.fairness_key)
+          AND NOT EXISTS (
+              SELECT 1 FROM jobs a
+              WHERE a.state = 'ACTIVATED' AND a.tenant_id = j.tenant_id
+                AND a.job_type = j.job_type AND a.fairness_key = j.fairness_key
+                AND a.job_key < j.job_key)
+        LIMIT 10000) c) AS n
+FROM job_types jt WHERE jt.key_ordering = 'fifo'
