@@ -1,6 +1,7 @@
 """Jobfair's Python client: produce jobs and run workers over long polling or SSE."""
 
 from jobfair_client.client import AsyncJobfair, Backoff, Jobfair
+from jobfair_client.config import JobTypeConfig, KeyConfig, RateLimit, TenantConfig
 from jobfair_client.errors import (
     Conflict,
     Forbidden,
@@ -25,14 +26,18 @@ __all__ = [
     "Forbidden",
     "InvalidArgument",
     "Job",
+    "JobTypeConfig",
     "Jobfair",
     "JobfairError",
+    "KeyConfig",
     "NewJob",
     "NotFound",
     "OutcomeUnknown",
     "ProblemError",
+    "RateLimit",
     "ResourceExhausted",
     "StaleActivation",
+    "TenantConfig",
     "Unauthorized",
     "Worker",
     "WorkerStats",

@@ -19,10 +19,12 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
+from urllib.parse import quote
 
 import httpx
 
 from jobfair_client import codec
+from jobfair_client.config import JobTypeConfig, KeyConfig, TenantConfig
 from jobfair_client.errors import JobfairError, OutcomeUnknown, ProblemError, problem
 from jobfair_client.models import Job, NewJob
 from jobfair_client.sse import SseReader
@@ -63,12 +65,30 @@ class Call:
     timeout_s: float | None = None
 
 
+def _seg(name: str) -> str:
+    """A tenant, key or type as one path segment."""
+    return quote(name, safe="")
+
+
 def _finish(job: Job | tuple[str, int]) -> tuple[str, int]:
     return (job.key, job.activation_count) if isinstance(job, Job) else job
 
 
 class _Calls:
     """What each operation sends.  ``job`` arguments take a ``Job`` or ``(key, count)``."""
+
+    @staticmethod
+    def put_tenant(tenant_id: str, config: TenantConfig) -> Call:
+        return Call("PUT", f"/v2/tenants/{_seg(tenant_id)}", config.to_json())
+
+    @staticmethod
+    def put_key(tenant_id: str, fairness_key: str, config: KeyConfig) -> Call:
+        path = f"/v2/tenants/{_seg(tenant_id)}/keys/{_seg(fairness_key)}"
+        return Call("PUT", path, config.to_json())
+
+    @staticmethod
+    def put_job_type(job_type: str, config: JobTypeConfig) -> Call:
+        return Call("PUT", f"/v2/job-types/{_seg(job_type)}", config.to_json())
 
     @staticmethod
     def create_job(job: NewJob) -> Call:
@@ -358,6 +378,35 @@ class AsyncJobfair:
     ) -> None:
         await self.send(_Calls.update(key, retries, priority))
 
+    # -- configuring (operators) ---------------------------------------------------------
+
+    async def put_tenant(self, tenant_id: str, config: TenantConfig) -> TenantConfig:
+        """Set the tenant's whole configuration (weight, cap, minimum, rate limit)."""
+        return TenantConfig.from_json(await self.send(_Calls.put_tenant(tenant_id, config)))
+
+    async def get_tenant(self, tenant_id: str) -> TenantConfig:
+        """Its configuration (the defaults, ``configured`` False, if it has none)."""
+        return TenantConfig.from_json(
+            await self.send(Call("GET", f"/v2/tenants/{_seg(tenant_id)}"))
+        )
+
+    async def put_key(self, tenant_id: str, fairness_key: str, config: KeyConfig) -> KeyConfig:
+        """Set a fairness key's weight and cap ("<default>": the jobs sent without one)."""
+        return KeyConfig.from_json(await self.send(_Calls.put_key(tenant_id, fairness_key, config)))
+
+    async def get_key(self, tenant_id: str, fairness_key: str) -> KeyConfig:
+        path = f"/v2/tenants/{_seg(tenant_id)}/keys/{_seg(fairness_key)}"
+        return KeyConfig.from_json(await self.send(Call("GET", path)))
+
+    async def put_job_type(self, job_type: str, config: JobTypeConfig) -> JobTypeConfig:
+        """Set the type's whole configuration (cap, aging, rate limit, fairness, per-key
+        cap, key ordering)."""
+        return JobTypeConfig.from_json(await self.send(_Calls.put_job_type(job_type, config)))
+
+    async def get_job_type(self, job_type: str) -> JobTypeConfig:
+        path = f"/v2/job-types/{_seg(job_type)}"
+        return JobTypeConfig.from_json(await self.send(Call("GET", path)))
+
     # -- working -----------------------------------------------------------------------
 
     async def activate(
@@ -505,6 +554,25 @@ class Jobfair:
         self, key: str, *, retries: int | None = None, priority: int | None = None
     ) -> None:
         self.send(_Calls.update(key, retries, priority))
+
+    def put_tenant(self, tenant_id: str, config: TenantConfig) -> TenantConfig:
+        return TenantConfig.from_json(self.send(_Calls.put_tenant(tenant_id, config)))
+
+    def get_tenant(self, tenant_id: str) -> TenantConfig:
+        return TenantConfig.from_json(self.send(Call("GET", f"/v2/tenants/{_seg(tenant_id)}")))
+
+    def put_key(self, tenant_id: str, fairness_key: str, config: KeyConfig) -> KeyConfig:
+        return KeyConfig.from_json(self.send(_Calls.put_key(tenant_id, fairness_key, config)))
+
+    def get_key(self, tenant_id: str, fairness_key: str) -> KeyConfig:
+        path = f"/v2/tenants/{_seg(tenant_id)}/keys/{_seg(fairness_key)}"
+        return KeyConfig.from_json(self.send(Call("GET", path)))
+
+    def put_job_type(self, job_type: str, config: JobTypeConfig) -> JobTypeConfig:
+        return JobTypeConfig.from_json(self.send(_Calls.put_job_type(job_type, config)))
+
+    def get_job_type(self, job_type: str) -> JobTypeConfig:
+        return JobTypeConfig.from_json(self.send(Call("GET", f"/v2/job-types/{_seg(job_type)}")))
 
     def activate(
         self,

@@ -365,3 +365,68 @@ async def test_one_refused_result_fails_its_job_alone_not_its_batch(jf):
     assert job.state == "FAILED" and "refused" in (job.error_message or "")
     assert job.completed_at is None and job.finished_at is not None  # it did not complete
     assert await states(jf, keys[1:]) == Counter({"COMPLETED": 9})
+
+
+async def test_configuration_round_trips_every_field_and_bad_values_are_invalid_arguments(jf):
+    """The operators' records (issue 44): each field sent is what the server keeps and
+    answers, a PUT sets the whole configuration, and a refused one changes nothing."""
+    from dataclasses import replace
+
+    from jobfair_client import JobTypeConfig, KeyConfig, RateLimit, TenantConfig
+
+    assert (await jf.get_tenant("acme.eu")).configured is False
+    tenant = TenantConfig(
+        weight=3, max_active_jobs=10, min_active_jobs=2, rate_limit=RateLimit(5.0, 10.0)
+    )
+    got = await jf.put_tenant("acme.eu", tenant)
+    assert replace(got, configured=False) == tenant and got.configured
+    assert await jf.get_tenant("acme.eu") == got
+    with pytest.raises(InvalidArgument, match="minActiveJobs"):
+        await jf.put_tenant("acme.eu", replace(tenant, min_active_jobs=11))
+    assert await jf.get_tenant("acme.eu") == got
+    # The whole configuration: what is left at its default is cleared.
+    cleared = await jf.put_tenant("acme.eu", TenantConfig(weight=2))
+    assert (cleared.max_active_jobs, cleared.min_active_jobs, cleared.rate_limit) == (
+        None,
+        None,
+        None,
+    )
+
+    key = await jf.put_key("acme.eu", "user:7", KeyConfig(weight=4, max_active_jobs=1))
+    assert (key.weight, key.max_active_jobs, key.configured) == (4, 1, True)
+    assert await jf.get_key("acme.eu", "user:7") == key
+    default = await jf.put_key("acme.eu", "<default>", KeyConfig(max_active_jobs=3))
+    assert default.max_active_jobs == 3
+
+    fifo = JobTypeConfig(
+        max_active_jobs=50,
+        aging_interval_ms=1000,
+        aging_step=5,
+        fairness_by="cost",
+        max_active_per_key=2,
+        key_ordering="fifo",
+    )
+    got_type = await jf.put_job_type("billing/mail", fifo)  # a type may have a "/"
+    assert replace(got_type, configured=False) == fifo
+    assert await jf.get_job_type("billing/mail") == got_type
+    with pytest.raises(InvalidArgument, match="keyOrdering"):
+        await jf.put_job_type("billing/mail", replace(fifo, key_ordering="lifo"))  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match="maxActivePerKey"):
+        await jf.put_job_type("billing/mail", replace(fifo, max_active_per_key=0))
+    assert await jf.get_job_type("billing/mail") == got_type
+
+
+async def test_the_blocking_client_configures_too(live):
+    from jobfair_client import JobTypeConfig, KeyConfig, TenantConfig
+
+    def configure() -> None:
+        with Jobfair(live.url) as jf:
+            assert jf.put_tenant("t", TenantConfig(min_active_jobs=1)).min_active_jobs == 1
+            assert jf.get_tenant("t").min_active_jobs == 1
+            assert jf.put_key("t", "k", KeyConfig(max_active_jobs=2)).max_active_jobs == 2
+            assert jf.get_key("t", "k").max_active_jobs == 2
+            fifo = JobTypeConfig(key_ordering="fifo")
+            assert jf.put_job_type("x", fifo).key_ordering == "fifo"
+            assert jf.get_job_type("x").key_ordering == "fifo"
+
+    await asyncio.to_thread(configure)

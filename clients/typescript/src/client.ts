@@ -7,7 +7,7 @@
  */
 import { JobfairError, OutcomeUnknown, ProblemError, problem } from './errors.js'
 import { readSse } from './sse.js'
-import type { Job, JobRef, NewJob, Variables } from './types.js'
+import type { Job, JobRef, JobTypeConfig, KeyConfig, NewJob, RateLimit, TenantConfig, Variables } from './types.js'
 import { parseJson, stringifyJson } from './json.js'
 
 export class Backoff {
@@ -121,6 +121,28 @@ export const sleep = (ms: number, signal?: AbortSignal) =>
   })
 
 /** fetch's network failures: the request did not (necessarily) reach the server. */
+/** A tenant, key or type as one path segment. */
+const segment = (name: string) => encodeURIComponent(name)
+
+const TENANT_FIELDS = ['weight', 'maxActiveJobs', 'minActiveJobs', 'rateLimit']
+const KEY_FIELDS = ['weight', 'maxActiveJobs']
+const JOB_TYPE_FIELDS = ['maxActiveJobs', 'agingIntervalMs', 'agingStep', 'rateLimit', 'fairnessBy', 'maxActivePerKey', 'keyOrdering']
+
+/**
+ * What a PUT sends of a configuration: its settable fields alone (a record read back
+ * carries answered ones, which the server refuses), a rate limit without its tokens.
+ */
+function sent(config: object, fields: string[]): Record<string, unknown> {
+  const body: Record<string, unknown> = {}
+  for (const field of fields) {
+    const value = (config as Record<string, unknown>)[field]
+    if (value === undefined) continue
+    const limit = value as RateLimit | null
+    body[field] = field === 'rateLimit' && limit !== null ? { perSecond: limit.perSecond, burst: limit.burst } : value
+  }
+  return body
+}
+
 function isConnectError(err: unknown): boolean {
   const cause = (err as { cause?: { code?: string } })?.cause
   return cause?.code === 'ECONNREFUSED' || cause?.code === 'ENOTFOUND' || cause?.code === 'EAI_AGAIN'
@@ -223,6 +245,37 @@ export class Jobfair {
 
   async updateJob(key: string, changeset: { retries?: number; priority?: number }): Promise<void> {
     await this.send({ method: 'PATCH', path: `/v2/jobs/${key}`, body: { changeset } })
+  }
+
+  // -- configuring (operators) ---------------------------------------------------------
+
+  /** Set the tenant's whole configuration (weight, cap, minimum, rate limit). */
+  putTenant(tenantId: string, config: TenantConfig): Promise<TenantConfig> {
+    return this.send({ method: 'PUT', path: `/v2/tenants/${segment(tenantId)}`, body: sent(config, TENANT_FIELDS) })
+  }
+
+  /** Its configuration (the defaults, `configured` false, if it has none). */
+  getTenant(tenantId: string): Promise<TenantConfig> {
+    return this.send({ method: 'GET', path: `/v2/tenants/${segment(tenantId)}` })
+  }
+
+  /** Set a fairness key's weight and cap ('<default>': the jobs sent without a key). */
+  putKey(tenantId: string, fairnessKey: string, config: KeyConfig): Promise<KeyConfig> {
+    const path = `/v2/tenants/${segment(tenantId)}/keys/${segment(fairnessKey)}`
+    return this.send({ method: 'PUT', path, body: sent(config, KEY_FIELDS) })
+  }
+
+  getKey(tenantId: string, fairnessKey: string): Promise<KeyConfig> {
+    return this.send({ method: 'GET', path: `/v2/tenants/${segment(tenantId)}/keys/${segment(fairnessKey)}` })
+  }
+
+  /** Set the type's whole configuration (cap, aging, rate limit, fairness, per-key cap, key ordering). */
+  putJobType(type: string, config: JobTypeConfig): Promise<JobTypeConfig> {
+    return this.send({ method: 'PUT', path: `/v2/job-types/${segment(type)}`, body: sent(config, JOB_TYPE_FIELDS) })
+  }
+
+  getJobType(type: string): Promise<JobTypeConfig> {
+    return this.send({ method: 'GET', path: `/v2/job-types/${segment(type)}` })
   }
 
   // -- working -----------------------------------------------------------------------

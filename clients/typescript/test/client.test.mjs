@@ -358,3 +358,31 @@ test('connection errors are retried until the server is up', async () => {
   server.close()
   assert.ok(client.retried >= 1)
 })
+
+test('configuration round-trips every field, and bad values are InvalidArgument', async () => {
+  const tenant = `cfg-${RUN}`.slice(0, 31)
+  assert.equal((await jf.getTenant(tenant)).configured, false)
+  const put = await jf.putTenant(tenant, { weight: 3, maxActiveJobs: 10, minActiveJobs: 2, rateLimit: { perSecond: 5, burst: 10 } })
+  assert.deepEqual([put.weight, put.maxActiveJobs, put.minActiveJobs, put.rateLimit.perSecond, put.rateLimit.burst, put.configured], [3, 10, 2, 5, 10, true])
+  // A record read back puts back as it is (its answered fields are not sent).
+  const read = await jf.getTenant(tenant)
+  assert.equal((await jf.putTenant(tenant, read)).minActiveJobs, 2)
+  await assert.rejects(jf.putTenant(tenant, { ...read, minActiveJobs: 11 }), (err) => err instanceof InvalidArgument && /minActiveJobs/.test(err.detail))
+  assert.equal((await jf.getTenant(tenant)).minActiveJobs, 2)
+  // The whole configuration: what is left out is cleared.
+  const cleared = await jf.putTenant(tenant, { weight: 2 })
+  assert.deepEqual([cleared.maxActiveJobs, cleared.minActiveJobs, cleared.rateLimit], [null, null, null])
+
+  const key = await jf.putKey(tenant, 'user:7', { weight: 4, maxActiveJobs: 1 })
+  assert.deepEqual([key.weight, key.maxActiveJobs, key.configured], [4, 1, true])
+  assert.equal((await jf.getKey(tenant, 'user:7')).maxActiveJobs, 1)
+
+  const type = `billing/ts-${RUN}` // a type may have a '/'
+  const fifo = { maxActiveJobs: 50, agingIntervalMs: 1000, agingStep: 5, fairnessBy: 'cost', maxActivePerKey: 2, keyOrdering: 'fifo' }
+  const got = await jf.putJobType(type, fifo)
+  for (const [field, value] of Object.entries(fifo)) assert.equal(got[field], value, field)
+  assert.equal((await jf.getJobType(type)).keyOrdering, 'fifo')
+  await assert.rejects(jf.putJobType(type, { ...fifo, keyOrdering: 'lifo' }), (err) => err instanceof InvalidArgument && /keyOrdering/.test(err.detail))
+  await assert.rejects(jf.putJobType(type, { ...fifo, maxActivePerKey: 0 }), (err) => err instanceof InvalidArgument && /maxActivePerKey/.test(err.detail))
+  assert.equal((await jf.getJobType(type)).maxActivePerKey, 2)
+})

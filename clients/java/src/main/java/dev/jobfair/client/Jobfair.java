@@ -226,6 +226,43 @@ public final class Jobfair {
         send("POST", "/v2/jobs/" + key + "/cancel", null, true);
     }
 
+    // -- configuring (operators) ---------------------------------------------------------
+
+    /** A tenant, key or type as one path segment. */
+    private static String segment(String name) {
+        return URLEncoder.encode(name, StandardCharsets.UTF_8).replace("+", "%20");
+    }
+
+    /** Set the tenant's whole configuration (weight, cap, minimum, rate limit). */
+    public Config.Tenant putTenant(String tenantId, Config.Tenant config) {
+        return Config.Tenant.fromJson(obj(send("PUT", "/v2/tenants/" + segment(tenantId), config.toJson(), true)));
+    }
+
+    /** Its configuration (the defaults, {@code configured} false, if it has none). */
+    public Config.Tenant getTenant(String tenantId) {
+        return Config.Tenant.fromJson(obj(send("GET", "/v2/tenants/" + segment(tenantId), null, true)));
+    }
+
+    /** Set a fairness key's weight and cap ("&lt;default&gt;": the jobs sent without a key). */
+    public Config.Key putKey(String tenantId, String fairnessKey, Config.Key config) {
+        String path = "/v2/tenants/" + segment(tenantId) + "/keys/" + segment(fairnessKey);
+        return Config.Key.fromJson(obj(send("PUT", path, config.toJson(), true)));
+    }
+
+    public Config.Key getKey(String tenantId, String fairnessKey) {
+        String path = "/v2/tenants/" + segment(tenantId) + "/keys/" + segment(fairnessKey);
+        return Config.Key.fromJson(obj(send("GET", path, null, true)));
+    }
+
+    /** Set the type's whole configuration (cap, aging, rate limit, fairness, per-key cap, key ordering). */
+    public Config.JobType putJobType(String type, Config.JobType config) {
+        return Config.JobType.fromJson(obj(send("PUT", "/v2/job-types/" + segment(type), config.toJson(), true)));
+    }
+
+    public Config.JobType getJobType(String type) {
+        return Config.JobType.fromJson(obj(send("GET", "/v2/job-types/" + segment(type), null, true)));
+    }
+
     // -- working -----------------------------------------------------------------------
 
     /** Options of one activation; {@code requestTimeoutMs} null = the server default. */

@@ -109,6 +109,40 @@ class JobfairClientTest {
     }
 
     @Test
+    void configurationRoundTripsEveryFieldAndBadValuesAreInvalidArguments() {
+        String tenant = ("cfg-" + RUN).substring(0, Math.min(31, ("cfg-" + RUN).length()));
+        assertTrue(!jf.getTenant(tenant).configured());
+        Config.Tenant wanted = new Config.Tenant(3, 10, 2, new Config.RateLimit(5, 10));
+        Config.Tenant got = jf.putTenant(tenant, wanted);
+        assertEquals(new Config.Tenant(3, 10, 2, new Config.RateLimit(5, 10), false, true), got);
+        assertEquals(got, jf.getTenant(tenant));
+        ProblemException.InvalidArgument tooMany = assertThrows(ProblemException.InvalidArgument.class,
+                () -> jf.putTenant(tenant, got.withMinActiveJobs(11)));
+        assertTrue(tooMany.detail.contains("minActiveJobs"), tooMany.detail);
+        assertEquals(got, jf.getTenant(tenant));
+        // The whole configuration: what is null is cleared.
+        Config.Tenant cleared = jf.putTenant(tenant, new Config.Tenant().withWeight(2));
+        assertEquals(new Config.Tenant(2, null, null, null, false, true), cleared);
+
+        Config.Key key = jf.putKey(tenant, "user:7", new Config.Key(4, 1));
+        assertEquals(new Config.Key(4, 1, true), key);
+        assertEquals(key, jf.getKey(tenant, "user:7"));
+
+        String type = "billing/java-" + RUN; // a type may have a '/'
+        Config.JobType fifo = new Config.JobType(50, 1000, 5, null, "cost", 2, "fifo");
+        Config.JobType gotType = jf.putJobType(type, fifo);
+        assertEquals(new Config.JobType(50, 1000, 5, null, "cost", 2, "fifo", false, true), gotType);
+        assertEquals(gotType, jf.getJobType(type));
+        ProblemException.InvalidArgument lifo = assertThrows(ProblemException.InvalidArgument.class,
+                () -> jf.putJobType(type, fifo.withKeyOrdering("lifo")));
+        assertTrue(lifo.detail.contains("keyOrdering"), lifo.detail);
+        ProblemException.InvalidArgument zero = assertThrows(ProblemException.InvalidArgument.class,
+                () -> jf.putJobType(type, fifo.withMaxActivePerKey(0)));
+        assertTrue(zero.detail.contains("maxActivePerKey"), zero.detail);
+        assertEquals(gotType, jf.getJobType(type));
+    }
+
+    @Test
     void fourHandlersDrainThousandJobsEachOnceByPolling() throws Exception {
         drain(Worker.Mode.POLL);
     }
