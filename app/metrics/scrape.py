@@ -14,6 +14,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from app.db import Database, StoreUnavailable, metric_reads, operating
+from app.domain import shown_key, stored_key
 from app.keys import Principal
 from app.metrics.events import LANE, OTHER, Metrics, TenantLabels, multiprocess_dir
 from app.scheduler import LANE_REASONS, Aging, max_wait_to_top_ms
@@ -220,6 +221,7 @@ async def database_gauges(
             held_window.add_metric([job_type, tenant, why], fraction)
     families += [weight, held, held_window]
     families.extend(_key_gauges(views, labels))
+    families.extend(await _key_cap_gauges(db, views, labels))
     keys_held = GaugeMetricFamily(
         "jobfair_keys_held",
         "Fairness keys of the type held at their caps now (a key's own maxActiveJobs or its "
@@ -357,6 +359,48 @@ def _key_gauges(views: Sequence[LaneView], labels: TenantLabels) -> list[Metric]
                     family.add_metric([v.job_type, v.tenant_id, k.key], got)
         families.append(family)
     return families
+
+
+async def _key_cap_gauges(
+    db: Database, views: Sequence[LaneView], labels: TenantLabels
+) -> list[Metric]:
+    """The caps of the keys the second level's gauges show (ADR 040): each key's own cap
+    against its ACTIVATED jobs of every type, and whether it is held now."""
+    listed = [
+        (v.job_type, v.tenant_id, stored_key(k.key))
+        for v in views
+        if v.tenant_id in labels.labelled
+        for k in v.keys
+        if k.key != OTHER_KEYS
+    ]
+    caps = await operating.key_caps_listed(db, listed)
+    cap = GaugeMetricFamily(
+        "jobfair_key_max_active_jobs",
+        "The fairness key's own cap on ACTIVATED jobs of every type (its maxActiveJobs); "
+        "keys with one.",
+        labels=KEY,
+    )
+    active = GaugeMetricFamily(
+        "jobfair_key_active_jobs",
+        "The fairness key's ACTIVATED jobs of every type, where it has a cap of its own.",
+        labels=KEY,
+    )
+    held = GaugeMetricFamily(
+        "jobfair_key_held",
+        "1 while the key is held now: at its own cap, at its type's maxActivePerKey, or "
+        "(a FIFO type) behind its head; else 0.",
+        labels=KEY,
+    )
+    for job_type, tenant, key in listed:
+        found = caps.get((job_type, tenant, key))
+        if found is None:
+            continue
+        labelled = [job_type, tenant, shown_key(key)]
+        if found["maxActiveJobs"] is not None:
+            cap.add_metric(labelled, found["maxActiveJobs"])
+            active.add_metric(labelled, found["activeAllTypes"] or 0)
+        held.add_metric(labelled, 1.0 if found["held"] else 0.0)
+    return [cap, active, held]
 
 
 # -- rendering ------------------------------------------------------------------------

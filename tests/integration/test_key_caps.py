@@ -341,3 +341,20 @@ async def test_a_job_waits_for_no_round_limit_behind_hundreds_of_tenants_whose_k
     await enqueue(c, "mail", "late", 1, fairnessKey="fresh")
     [job] = await activate(c, "mail", 1)
     assert job["tenantId"] == "late"
+
+
+async def test_metrics_show_a_keys_cap_against_its_active_jobs(live):
+    c = live.client
+    await c.put("/v2/tenants/t/keys/k", json={"maxActiveJobs": 2})
+    await enqueue(c, "mail", "t", 3, fairnessKey="k")
+    await enqueue(c, "mail", "t", 1, fairnessKey="free")
+    await activate(c, "mail", 4)  # k at its cap (2 of 3), held; free drained
+    await live.services.stats.sample()
+    samples = await scrape(c)
+    k = frozenset({("type", "mail"), ("tenant", "t"), ("key", "k")})
+    assert samples[("jobfair_key_max_active_jobs", k)] == 2
+    assert samples[("jobfair_key_active_jobs", k)] == 2
+    assert samples[("jobfair_key_held", k)] == 1
+    free = frozenset({("type", "mail"), ("tenant", "t"), ("key", "free")})
+    assert ("jobfair_key_max_active_jobs", free) not in samples
+    assert samples[("jobfair_key_held", free)] == 0
