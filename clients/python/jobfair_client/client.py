@@ -66,8 +66,10 @@ class Call:
 
 
 def _seg(name: str) -> str:
-    """A tenant, key or type as one path segment."""
-    return quote(name, safe="")
+    """A tenant, key or type as one path segment (the names "." and "..", which are
+    valid, spelled so that no URL library takes them for dot segments)."""
+    seg = quote(name, safe="")
+    return seg.replace(".", "%2E") if seg in (".", "..") else seg
 
 
 def _finish(job: Job | tuple[str, int]) -> tuple[str, int]:

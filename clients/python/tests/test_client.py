@@ -392,6 +392,14 @@ async def test_configuration_round_trips_every_field_and_bad_values_are_invalid_
         None,
     )
 
+    # "." and ".." are valid names: sent as names, not as dot segments.
+    for odd in (".", ".."):
+        assert (await jf.put_tenant(odd, TenantConfig(weight=7))).weight == 7
+        assert (await jf.get_tenant(odd)).weight == 7
+        assert (await jf.put_key(odd, odd, KeyConfig(weight=5))).weight == 5
+        assert (await jf.get_key(odd, odd)).weight == 5
+    assert (await jf.get_tenant("acme.eu")).weight == 2
+
     key = await jf.put_key("acme.eu", "user:7", KeyConfig(weight=4, max_active_jobs=1))
     assert (key.weight, key.max_active_jobs, key.configured) == (4, 1, True)
     assert await jf.get_key("acme.eu", "user:7") == key

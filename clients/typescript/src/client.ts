@@ -121,8 +121,17 @@ export const sleep = (ms: number, signal?: AbortSignal) =>
   })
 
 /** fetch's network failures: the request did not (necessarily) reach the server. */
-/** A tenant, key or type as one path segment. */
-const segment = (name: string) => encodeURIComponent(name)
+/**
+ * A tenant, key or type as one path segment. The names "." and ".." are valid, but fetch
+ * (the WHATWG URL parser) takes them for dot segments however they are spelled, "%2E"
+ * included: such a call is refused here rather than sent to another path.
+ */
+function segment(name: string): string {
+  if (name === '.' || name === '..') {
+    throw new JobfairError(`the name '${name}' cannot be sent in a URL path by fetch; configure it with the Python or Java client, or curl --path-as-is`)
+  }
+  return encodeURIComponent(name)
+}
 
 const TENANT_FIELDS = ['weight', 'maxActiveJobs', 'minActiveJobs', 'rateLimit']
 const KEY_FIELDS = ['weight', 'maxActiveJobs']
@@ -250,31 +259,31 @@ export class Jobfair {
   // -- configuring (operators) ---------------------------------------------------------
 
   /** Set the tenant's whole configuration (weight, cap, minimum, rate limit). */
-  putTenant(tenantId: string, config: TenantConfig): Promise<TenantConfig> {
+  async putTenant(tenantId: string, config: TenantConfig): Promise<TenantConfig> {
     return this.send({ method: 'PUT', path: `/v2/tenants/${segment(tenantId)}`, body: sent(config, TENANT_FIELDS) })
   }
 
   /** Its configuration (the defaults, `configured` false, if it has none). */
-  getTenant(tenantId: string): Promise<TenantConfig> {
+  async getTenant(tenantId: string): Promise<TenantConfig> {
     return this.send({ method: 'GET', path: `/v2/tenants/${segment(tenantId)}` })
   }
 
   /** Set a fairness key's weight and cap ('<default>': the jobs sent without a key). */
-  putKey(tenantId: string, fairnessKey: string, config: KeyConfig): Promise<KeyConfig> {
+  async putKey(tenantId: string, fairnessKey: string, config: KeyConfig): Promise<KeyConfig> {
     const path = `/v2/tenants/${segment(tenantId)}/keys/${segment(fairnessKey)}`
     return this.send({ method: 'PUT', path, body: sent(config, KEY_FIELDS) })
   }
 
-  getKey(tenantId: string, fairnessKey: string): Promise<KeyConfig> {
+  async getKey(tenantId: string, fairnessKey: string): Promise<KeyConfig> {
     return this.send({ method: 'GET', path: `/v2/tenants/${segment(tenantId)}/keys/${segment(fairnessKey)}` })
   }
 
   /** Set the type's whole configuration (cap, aging, rate limit, fairness, per-key cap, key ordering). */
-  putJobType(type: string, config: JobTypeConfig): Promise<JobTypeConfig> {
+  async putJobType(type: string, config: JobTypeConfig): Promise<JobTypeConfig> {
     return this.send({ method: 'PUT', path: `/v2/job-types/${segment(type)}`, body: sent(config, JOB_TYPE_FIELDS) })
   }
 
-  getJobType(type: string): Promise<JobTypeConfig> {
+  async getJobType(type: string): Promise<JobTypeConfig> {
     return this.send({ method: 'GET', path: `/v2/job-types/${segment(type)}` })
   }
 

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict'
 import http from 'node:http'
 import { test } from 'node:test'
 
-import { BusinessError, Conflict, InvalidArgument, Jobfair, NotFound, OutcomeUnknown, ResourceExhausted, StaleActivation, Worker, Backoff } from '../dist/index.js'
+import { BusinessError, Conflict, InvalidArgument, Jobfair, JobfairError, NotFound, OutcomeUnknown, ResourceExhausted, StaleActivation, Worker, Backoff } from '../dist/index.js'
 
 const URL = process.env.JOBFAIR_URL
 assert.ok(URL, 'JOBFAIR_URL must point at a running Jobfair')
@@ -372,6 +372,11 @@ test('configuration round-trips every field, and bad values are InvalidArgument'
   // The whole configuration: what is left out is cleared.
   const cleared = await jf.putTenant(tenant, { weight: 2 })
   assert.deepEqual([cleared.maxActiveJobs, cleared.minActiveJobs, cleared.rateLimit], [null, null, null])
+
+  // '.' and '..' are valid names that fetch cannot put in a path: refused, not misdirected.
+  await assert.rejects(jf.putTenant('..', { weight: 7 }), (err) => err instanceof JobfairError && /cannot be sent/.test(err.message))
+  await assert.rejects(jf.getKey(tenant, '.'), JobfairError)
+  assert.equal((await jf.getTenant(tenant)).weight, 2)
 
   const key = await jf.putKey(tenant, 'user:7', { weight: 4, maxActiveJobs: 1 })
   assert.deepEqual([key.weight, key.maxActiveJobs, key.configured], [4, 1, true])

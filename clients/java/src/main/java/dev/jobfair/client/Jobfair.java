@@ -228,9 +228,13 @@ public final class Jobfair {
 
     // -- configuring (operators) ---------------------------------------------------------
 
-    /** A tenant, key or type as one path segment. */
+    /**
+     * A tenant, key or type as one path segment (the names "." and "..", which are valid,
+     * spelled so that nothing on the way takes them for dot segments).
+     */
     private static String segment(String name) {
-        return URLEncoder.encode(name, StandardCharsets.UTF_8).replace("+", "%20");
+        String seg = URLEncoder.encode(name, StandardCharsets.UTF_8).replace("+", "%20");
+        return seg.equals(".") || seg.equals("..") ? seg.replace(".", "%2E") : seg;
     }
 
     /** Set the tenant's whole configuration (weight, cap, minimum, rate limit). */

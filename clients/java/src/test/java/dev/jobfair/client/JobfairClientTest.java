@@ -124,6 +124,15 @@ class JobfairClientTest {
         Config.Tenant cleared = jf.putTenant(tenant, new Config.Tenant().withWeight(2));
         assertEquals(new Config.Tenant(2, null, null, null, false, true), cleared);
 
+        // "." and ".." are valid names: sent as names, not as dot segments.
+        for (String odd : List.of(".", "..")) {
+            assertEquals(7, jf.putTenant(odd, new Config.Tenant().withWeight(7)).weight());
+            assertEquals(7, jf.getTenant(odd).weight());
+            assertEquals(5, jf.putKey(odd, odd, new Config.Key(5, null)).weight());
+            assertEquals(5, jf.getKey(odd, odd).weight());
+        }
+        assertEquals(2, jf.getTenant(tenant).weight());
+
         Config.Key key = jf.putKey(tenant, "user:7", new Config.Key(4, 1));
         assertEquals(new Config.Key(4, 1, true), key);
         assertEquals(key, jf.getKey(tenant, "user:7"));
