@@ -93,8 +93,12 @@ class Server:
 
 def segment(value: str) -> str:
     """A tenant id or job type as one path segment (a job type may hold "/", which the
-    server's routes accept as is)."""
-    return quote(value, safe="/")
+    server's routes accept as is); the valid names "." and ".." (and such parts of a job
+    type) spelled %2E, which httpx does not take for dot segments."""
+    return "/".join(
+        part.replace(".", "%2E") if part in (".", "..") else quote(part, safe="")
+        for part in value.split("/")
+    )
 
 
 def transport_failure(url: str, exc: httpx.TransportError) -> str:

@@ -188,6 +188,30 @@ async def test_tenants_set_keeps_a_minimum_and_the_stats_name_it(live: Live):
     assert rows(ran.stdout)["acme"][-1] == "-"
 
 
+async def test_the_names_dot_and_dot_dot_are_names_not_dot_segments(live: Live):
+    """'.' and '..' are valid tenant ids, and a job type may have them between its '/'s:
+    sent as they are, httpx would resolve them (PUT /v2/tenants/.. went to /v2, a 405)."""
+    for tenant in (".", ".."):
+        ran = await jobfair(live.url, "tenants", "set", tenant, "--weight", "7")
+        assert ran.returncode == 0, ran.stderr
+        # A second set reads the first back (it keeps what it is not told to change).
+        ran = await jobfair(live.url, "tenants", "set", tenant, "--max-active-jobs", "4")
+        assert ran.returncode == 0, ran.stderr
+    got = {
+        t["tenantId"]: t["weight"] for t in (await live.client.get("/v2/tenants")).json()["tenants"]
+    }
+    assert got == {".": 7, "..": 7}
+    caps = {
+        t["tenantId"]: t["maxActiveJobs"]
+        for t in (await live.client.get("/v2/tenants")).json()["tenants"]
+    }
+    assert caps == {".": 4, "..": 4}
+    ran = await jobfair(live.url, "job-types", "set", "a/../b", "--max-active-jobs", "3")
+    assert ran.returncode == 0, ran.stderr
+    types = (await live.client.get("/v2/job-types")).json()["jobTypes"]
+    assert [(t["type"], t["maxActiveJobs"]) for t in types] == [("a/../b", 3)]
+
+
 async def test_stats_json_is_the_servers_and_type_narrows_it(live: Live):
     await enqueue(live.client, "a", "t1", 3)
     await enqueue(live.client, "b", "t1", 1)
