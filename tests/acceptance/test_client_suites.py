@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.answer_dropper import AnswerDropper
 from tests.fixtures import quiet_settings
 
 CLIENTS = Path(__file__).resolve().parents[2] / "clients"
@@ -52,10 +53,13 @@ async def test_typescript_client_suite(live):
     assert node, "Node.js 18+ is required"
     client = CLIENTS / "typescript"
     assert (client / "dist" / "index.js").exists(), "run `make test`, which builds the client"
-    report = await run_suite(
-        live, client, node, "--test", "--test-concurrency=1", "--test-reporter=spec", "test/"
-    )
-    assert "ℹ fail 0" in report and "ℹ pass 26" in report, report[-3000:]
+    async with AnswerDropper.serving(live.url, every=2) as dropper:
+        report = await run_suite(
+            live, client, node, "--test", "--test-concurrency=1", "--test-reporter=spec", "test/",
+            JOBFAIR_DROPPING_URL=dropper.url,
+        )  # fmt: skip
+    assert "ℹ fail 0" in report and "ℹ pass 27" in report, report[-3000:]
+    assert dropper.dropped >= 5
 
 
 async def test_java_client_suite(live, tmp_path):
@@ -64,5 +68,8 @@ async def test_java_client_suite(live, tmp_path):
     client = CLIENTS / "java"
     # Its own build folder: other tests build the client at the same time.
     build = {"JOBFAIR_JAVA_BUILD": str(tmp_path / "java")}
-    report = await run_suite(live, client, str(client / "build.sh"), "test", **build)
-    assert "22 tests successful" in report and "0 tests failed" in report, report[-3000:]
+    async with AnswerDropper.serving(live.url, every=2) as dropper:
+        build["JOBFAIR_DROPPING_URL"] = dropper.url
+        report = await run_suite(live, client, str(client / "build.sh"), "test", **build)
+    assert "23 tests successful" in report and "0 tests failed" in report, report[-3000:]
+    assert dropper.dropped >= 5

@@ -17,9 +17,10 @@ import random
 import ssl
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 from urllib.parse import quote
+from uuid import uuid4
 
 import httpx
 
@@ -65,6 +66,15 @@ class Call:
     timeout_s: float | None = None
 
 
+def _keyed(job: NewJob, auto_keys: bool) -> NewJob:
+    """``job`` with an idempotency key of the client's own if it has none (and
+    ``auto_keys``): a create whose answer is lost (a 503 outcome-unknown, a connection cut
+    after sending) is then sent again safely, made once (API.md "Idempotency")."""
+    if job.idempotency_key is not None or not auto_keys:
+        return job
+    return replace(job, idempotency_key=f"auto-{uuid4().hex}")
+
+
 def _seg(name: str) -> str:
     """A tenant, key or type as one path segment (the names "." and "..", which are
     valid, spelled so that no URL library takes them for dot segments)."""
@@ -93,11 +103,13 @@ class _Calls:
         return Call("PUT", f"/v2/job-types/{_seg(job_type)}", config.to_json())
 
     @staticmethod
-    def create_job(job: NewJob) -> Call:
+    def create_job(job: NewJob, auto_keys: bool = True) -> Call:
+        job = _keyed(job, auto_keys)
         return Call("POST", "/v2/jobs", job.to_json(), idempotent=job.idempotency_key is not None)
 
     @staticmethod
-    def create_jobs(jobs: Sequence[NewJob]) -> Call:
+    def create_jobs(jobs: Sequence[NewJob], auto_keys: bool = True) -> Call:
+        jobs = [_keyed(j, auto_keys) for j in jobs]
         safe = all(j.idempotency_key is not None for j in jobs)
         return Call(
             "POST", "/v2/jobs/batch", {"jobs": [j.to_json() for j in jobs]}, idempotent=safe
@@ -320,9 +332,14 @@ class AsyncJobfair:
         http: httpx.AsyncClient | None = None,
         verify: Verify = True,
         transport: Literal["fast", "httpcore"] = "fast",
+        idempotent_creates: bool = True,
     ) -> None:
         """``transport``: "fast" (``jobfair_client.transport``) or "httpcore", httpx's own
-        (for proxies or HTTP/2); ignored when ``http`` brings a client."""
+        (for proxies or HTTP/2); ignored when ``http`` brings a client.
+        ``idempotent_creates``: every job created without an ``idempotency_key`` is given
+        one of the client's own, so that a create whose outcome is unknown is retried
+        and made once; False sends such jobs without one (never retried then)."""
+        self.idempotent_creates = idempotent_creates
         self.max_attempts = max_attempts
         self.backoff = backoff or Backoff()
         self.retried = 0  # requests sent again after back pressure or a connection error
@@ -362,11 +379,12 @@ class AsyncJobfair:
 
     async def create_job(self, job_type: str, **fields: Any) -> Job:
         """``create_job("send-email", tenant_id="acme", variables={...})``"""
-        return Job.from_json(await self.send(_Calls.create_job(NewJob(job_type, **fields))))
+        call = _Calls.create_job(NewJob(job_type, **fields), self.idempotent_creates)
+        return Job.from_json(await self.send(call))
 
     async def create_jobs(self, jobs: Sequence[NewJob]) -> list[str]:
         """Up to 10,000 jobs in one round trip, all or nothing; their keys in order."""
-        answer = await self.send(_Calls.create_jobs(jobs))
+        answer = await self.send(_Calls.create_jobs(jobs, self.idempotent_creates))
         return list(answer["jobKeys"])
 
     async def get_job(self, key: str) -> Job:
@@ -509,7 +527,9 @@ class Jobfair:
         backoff: Backoff | None = None,
         timeout_s: float = 30.0,
         verify: Verify = True,
+        idempotent_creates: bool = True,
     ) -> None:
+        self.idempotent_creates = idempotent_creates
         self.base_url = base_url
         self.api_key = api_key
         self.verify = verify
@@ -541,10 +561,11 @@ class Jobfair:
                 time.sleep(attempts.wait_before_next(exc))
 
     def create_job(self, job_type: str, **fields: Any) -> Job:
-        return Job.from_json(self.send(_Calls.create_job(NewJob(job_type, **fields))))
+        call = _Calls.create_job(NewJob(job_type, **fields), self.idempotent_creates)
+        return Job.from_json(self.send(call))
 
     def create_jobs(self, jobs: Sequence[NewJob]) -> list[str]:
-        return list(self.send(_Calls.create_jobs(jobs))["jobKeys"])
+        return list(self.send(_Calls.create_jobs(jobs, self.idempotent_creates))["jobKeys"])
 
     def get_job(self, key: str) -> Job:
         return Job.from_json(self.send(Call("GET", f"/v2/jobs/{key}")))

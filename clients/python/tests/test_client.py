@@ -438,3 +438,33 @@ async def test_the_blocking_client_configures_too(live):
             assert jf.get_job_type("x").key_ordering == "fifo"
 
     await asyncio.to_thread(configure)
+
+
+async def test_creates_whose_answers_are_lost_are_made_once_each(live):
+    """Issue 45 §4: a proxy resets the connection of every other create once the server
+    has answered it (the jobs were made; the producer cannot know). With the client's own
+    idempotency keys, every call succeeds and every job is made exactly once; without
+    them (the old behaviour) a call fails though its job was made."""
+    from tests.answer_dropper import AnswerDropper
+
+    fast = Backoff(base_ms=1, max_ms=5)
+    async with AnswerDropper.serving(live.url, every=2) as dropper:
+        async with AsyncJobfair(dropper.url, backoff=fast) as jf:
+            keys = [(await jf.create_job("idem", tenant_id="t")).key for _ in range(20)]
+            for _ in range(5):
+                keys += await jf.create_jobs([NewJob("idem", tenant_id="t") for _ in range(10)])
+        assert dropper.dropped >= 10
+        made = (await live.client.get("/v2/jobs", params={"type": "idem", "limit": 1000})).json()
+        assert len(keys) == len(set(keys)) == 70
+        assert sorted(j["jobKey"] for j in made["items"]) == sorted(keys)
+
+        async with AsyncJobfair(dropper.url, backoff=fast, idempotent_creates=False) as bare:
+            outcomes = []
+            for _ in range(2):
+                try:
+                    outcomes.append((await bare.create_job("bare", tenant_id="t")).key)
+                except Exception as exc:  # noqa: BLE001 - which one is the point
+                    outcomes.append(type(exc).__name__)
+    made = (await live.client.get("/v2/jobs", params={"type": "bare"})).json()["items"]
+    # One of the two calls failed, and yet both jobs were made.
+    assert len(made) == 2 and sum(o.isdigit() for o in outcomes) == 1, outcomes

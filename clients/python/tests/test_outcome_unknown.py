@@ -3,6 +3,8 @@ retried only when sending the call twice is harmless; 503 RESOURCE_EXHAUSTED alw
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 from jobfair_client import AsyncJobfair, Backoff, OutcomeUnknown
@@ -33,6 +35,8 @@ def server(first: dict[str, object], headers: dict[str, str]) -> tuple[httpx.Moc
             )
         if request.url.path.endswith("/complete"):
             return httpx.Response(204)
+        if request.url.path.endswith("/batch"):
+            return httpx.Response(201, json={"jobKeys": ["1", "2"]})
         return httpx.Response(201, json=JOB)
 
     return httpx.MockTransport(handle), seen
@@ -42,18 +46,45 @@ UNKNOWN = {"type": "urn:jobfair:outcome-unknown", "title": "OUTCOME_UNKNOWN"}
 EXHAUSTED = {"type": "urn:jobfair:resource-exhausted", "title": "RESOURCE_EXHAUSTED"}
 
 
-def client(transport: httpx.MockTransport) -> AsyncJobfair:
+def client(transport: httpx.MockTransport, **options: bool) -> AsyncJobfair:
     http = httpx.AsyncClient(base_url="http://jobfair", transport=transport)
-    return AsyncJobfair("http://jobfair", http=http, backoff=Backoff(base_ms=1, max_ms=1))
+    return AsyncJobfair(
+        "http://jobfair", http=http, backoff=Backoff(base_ms=1, max_ms=1), **options
+    )
 
 
-async def test_a_creation_without_idempotency_key_is_not_sent_twice_after_outcome_unknown():
+async def test_a_creation_sent_without_idempotency_key_is_not_sent_twice_after_outcome_unknown():
+    """With the client's own keys turned off, a create without one is not safe to send
+    again: the outcome is the caller's to find out."""
     transport, seen = server(UNKNOWN, {})
-    async with client(transport) as jf:
+    async with client(transport, idempotent_creates=False) as jf:
         with pytest.raises(OutcomeUnknown) as raised:
             await jf.create_job("t")
     assert raised.value.status == 503 and raised.value.retry_after_s is None
     assert len(seen) == 1
+    assert "idempotencyKey" not in json.loads(seen[0].content)
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["one", "batch"])
+async def test_a_creation_gets_a_key_of_the_clients_own_and_is_sent_again_with_it(batch):
+    """By default every job created without an idempotency key gets one of the client's
+    own, the same in every attempt, so an outcome-unknown create is retried safely; a key
+    the caller gave is kept."""
+    from jobfair_client import NewJob
+
+    transport, seen = server(UNKNOWN, {})
+    async with client(transport) as jf:
+        if batch:
+            await jf.create_jobs([NewJob("t"), NewJob("t", idempotency_key="mine")])
+        else:
+            await jf.create_job("t")
+    assert len(seen) == 2
+    first, second = (json.loads(r.content) for r in seen)
+    assert first == second
+    keys = [j["idempotencyKey"] for j in first["jobs"]] if batch else [first["idempotencyKey"]]
+    assert keys[0].startswith("auto-") and len(keys[0]) <= 255
+    if batch:
+        assert keys[1] == "mine"
 
 
 async def test_idempotent_calls_are_sent_again_after_outcome_unknown():

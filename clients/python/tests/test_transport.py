@@ -248,7 +248,9 @@ async def test_a_cut_answer_is_a_read_error_and_is_retried_only_if_safe(serve):
         with pytest.raises(httpx.ReadError):
             await http.get("/")
     fast = Backoff(base_ms=1, max_ms=1)
-    async with AsyncJobfair(server.url, backoff=fast, max_attempts=3) as jf:
+    async with AsyncJobfair(
+        server.url, backoff=fast, max_attempts=3, idempotent_creates=False
+    ) as jf:
         before = len(server.requests)
         with pytest.raises(httpx.ReadError):
             await jf.create_job("t")  # no idempotency key: sent once
@@ -256,6 +258,11 @@ async def test_a_cut_answer_is_a_read_error_and_is_retried_only_if_safe(serve):
         with pytest.raises(httpx.ReadError):
             await jf.complete(("1", 1))  # fenced: safe to send again, three attempts
         assert len(server.requests) == before + 4
+    async with AsyncJobfair(server.url, backoff=fast, max_attempts=3) as jf:
+        before = len(server.requests)
+        with pytest.raises(httpx.ReadError):
+            await jf.create_job("t")  # a key of the client's own: safe, three attempts
+        assert len(server.requests) == before + 3
 
 
 async def test_no_answer_is_a_read_timeout(serve):

@@ -5,6 +5,8 @@
  * harmless: reads, finish calls (fenced by activationCount), and creations that carry
  * an idempotency key.
  */
+import { randomUUID } from 'node:crypto'
+
 import { JobfairError, OutcomeUnknown, ProblemError, problem } from './errors.js'
 import { readSse } from './sse.js'
 import type { Job, JobRef, JobTypeConfig, KeyConfig, NewJob, RateLimit, TenantConfig, Variables } from './types.js'
@@ -38,6 +40,13 @@ export interface ClientOptions {
   backoff?: Backoff
   /** Per-request timeout for everything but long polls and streams. */
   timeoutMs?: number
+  /**
+   * Every job created without an `idempotencyKey` is given one of the client's own, so
+   * that a create whose outcome is unknown (a 503 outcome-unknown, a connection cut after
+   * sending) is sent again safely and made once (default true; false: such creates are
+   * sent without a key, and not retried after an unknown outcome).
+   */
+  idempotentCreates?: boolean
 }
 
 export interface ActivateOptions {
@@ -163,6 +172,7 @@ export class Jobfair {
   readonly maxAttempts: number
   readonly backoff: Backoff
   readonly timeoutMs: number
+  readonly idempotentCreates: boolean
   /** Requests sent again after back pressure or a connection failure. */
   retried = 0
 
@@ -172,6 +182,13 @@ export class Jobfair {
     this.maxAttempts = options.maxAttempts ?? 6
     this.backoff = options.backoff ?? new Backoff()
     this.timeoutMs = options.timeoutMs ?? 30_000
+    this.idempotentCreates = options.idempotentCreates ?? true
+  }
+
+  /** `job` with an idempotency key of the client's own if it has none (and they are on). */
+  private keyed(job: NewJob): NewJob {
+    if (job.idempotencyKey !== undefined || !this.idempotentCreates) return job
+    return { ...job, idempotencyKey: `auto-${randomUUID().replaceAll('-', '')}` }
   }
 
   private headers(json: boolean): Record<string, string> {
@@ -234,11 +251,13 @@ export class Jobfair {
   // -- producing ---------------------------------------------------------------------
 
   createJob(job: NewJob): Promise<Job> {
+    job = this.keyed(job)
     return this.send({ method: 'POST', path: '/v2/jobs', body: job, idempotent: job.idempotencyKey !== undefined })
   }
 
   /** Up to 10,000 jobs in one round trip, all or nothing; their keys in order. */
   async createJobs(jobs: NewJob[]): Promise<string[]> {
+    jobs = jobs.map((j) => this.keyed(j))
     const safe = jobs.every((j) => j.idempotencyKey !== undefined)
     const answer = await this.send<{ jobKeys: string[] }>({ method: 'POST', path: '/v2/jobs/batch', body: { jobs }, idempotent: safe })
     return answer.jobKeys

@@ -21,6 +21,7 @@ import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.UUID;
 import java.util.concurrent.CancellationException;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
@@ -201,8 +202,30 @@ public final class Jobfair {
 
     // -- producing ---------------------------------------------------------------------
 
+    private volatile boolean idempotentCreates = true;
+
+    /**
+     * Whether every job created without an idempotency key is given one of the client's
+     * own (the default), so that a create whose outcome is unknown (a 503 outcome-unknown,
+     * a connection cut after sending) is sent again safely and made once; off, such jobs
+     * are sent without a key and not retried after an unknown outcome.
+     */
+    public Jobfair idempotentCreates(boolean on) {
+        idempotentCreates = on;
+        return this;
+    }
+
+    /** What a create sends of {@code job}: with a key of the client's own if it has none. */
+    private Map<String, Object> keyed(NewJob job) {
+        if (job.hasIdempotencyKey() || !idempotentCreates) return job.toJson();
+        Map<String, Object> body = new LinkedHashMap<>(job.toJson());
+        body.put("idempotencyKey", "auto-" + UUID.randomUUID().toString().replace("-", ""));
+        return body;
+    }
+
     public Job createJob(NewJob job) {
-        return Job.fromJson(obj(send("POST", "/v2/jobs", job.toJson(), job.hasIdempotencyKey())));
+        Map<String, Object> body = keyed(job);
+        return Job.fromJson(obj(send("POST", "/v2/jobs", body, body.containsKey("idempotencyKey"))));
     }
 
     /** Up to 10,000 jobs in one round trip, all or nothing; their keys in order. */
@@ -211,8 +234,9 @@ public final class Jobfair {
         List<Object> items = new ArrayList<>();
         boolean safe = true;
         for (NewJob j : jobs) {
-            items.add(j.toJson());
-            safe &= j.hasIdempotencyKey();
+            Map<String, Object> body = keyed(j);
+            items.add(body);
+            safe &= body.containsKey("idempotencyKey");
         }
         Object answer = send("POST", "/v2/jobs/batch", Map.of("jobs", items), safe);
         return (List<String>) obj(answer).get("jobKeys");

@@ -152,6 +152,32 @@ class JobfairClientTest {
     }
 
     @Test
+    void createsWhoseAnswersAreLostAreMadeOnceEach() throws Exception {
+        // A proxy resets the connection of every other create once the server has answered
+        // it (tests/answer_dropper.py): the jobs were made, and the client cannot know it.
+        String dropping = System.getenv("JOBFAIR_DROPPING_URL");
+        org.junit.jupiter.api.Assumptions.assumeTrue(dropping != null, "JOBFAIR_DROPPING_URL is not set");
+        Jobfair client = new Jobfair(dropping, null, 6, new Backoff(1, 5, 1));
+        String type = "java-idem-" + RUN;
+        List<String> keys = new ArrayList<>();
+        for (int i = 0; i < 10; i++) keys.add(client.createJob(new NewJob(type).tenantId("t")).key());
+        for (int b = 0; b < 3; b++) {
+            List<NewJob> batch = new ArrayList<>();
+            for (int i = 0; i < 10; i++) batch.add(new NewJob(type).tenantId("t"));
+            keys.addAll(client.createJobs(batch));
+        }
+        assertTrue(client.retried.get() >= 5, client.retried.get() + " retries");
+        assertEquals(40, Set.copyOf(keys).size());
+        HttpClient http = HttpClient.newHttpClient();
+        String listed = http.send(HttpRequest.newBuilder(URI.create(URL + "/v2/jobs?limit=1000&type=" + type)).build(),
+                HttpResponse.BodyHandlers.ofString()).body();
+        Set<String> made = new java.util.HashSet<>();
+        Matcher m = Pattern.compile("\"jobKey\":\"(\\d+)\"").matcher(listed);
+        while (m.find()) made.add(m.group(1));
+        assertEquals(Set.copyOf(keys), made);
+    }
+
+    @Test
     void fourHandlersDrainThousandJobsEachOnceByPolling() throws Exception {
         drain(Worker.Mode.POLL);
     }
@@ -417,12 +443,19 @@ class JobfairClientTest {
         });
         server.start();
         try {
-            Jobfair client = new Jobfair("http://127.0.0.1:" + server.getAddress().getPort(), null, 5, new Backoff(1, 1, 1));
-            // Without idempotency keys a second send could create the jobs twice: not retried.
+            Jobfair client = new Jobfair("http://127.0.0.1:" + server.getAddress().getPort(), null, 5, new Backoff(1, 1, 1))
+                    .idempotentCreates(false);
+            // Without idempotency keys (the client's own turned off) a second send could
+            // create the jobs twice: not retried.
             assertThrows(ProblemException.OutcomeUnknown.class, () -> client.createJobs(List.of(new NewJob("t"))));
             assertEquals(1, calls.get());
             // With them, it is sent again and gets the keys.
             assertEquals(List.of("1"), client.createJobs(List.of(new NewJob("t").idempotencyKey("k"))));
+            assertEquals(3, calls.get());
+            // By default the client gives each job a key of its own: sent again, and made once.
+            calls.set(1);
+            Jobfair keyed = new Jobfair("http://127.0.0.1:" + server.getAddress().getPort(), null, 5, new Backoff(1, 1, 1));
+            assertEquals(List.of("1"), keyed.createJobs(List.of(new NewJob("t"))));
             assertEquals(3, calls.get());
         } finally {
             server.stop(0);
