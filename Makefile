@@ -3,18 +3,33 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+SERVE_STAMP := $(VENV)/.serve-stamp
 
-.PHONY: serve test check lint typecheck bench bench-peers clean openapi fuzz chaos citus soak extended screenshots image image-base
+.PHONY: lock
 
-# The Python client too, so that clients/examples/two_tenants.py runs with .venv/bin/python.
-$(STAMP): pyproject.toml clients/python/pyproject.toml
+$(VENV)/bin/python:
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]' -e ./clients/python
-	@touch $(STAMP)
 
-serve: $(STAMP)  ## embedded PostgreSQL + migrate + serve on 127.0.0.1:8080
+# Every dependency pinned with its hashes (requirements/*.txt, written by `make lock` from
+# pyproject.toml; tests/unit/test_lock.py checks they match it), then this repository and
+# the Python client over them, editable (clients/examples/two_tenants.py runs with
+# .venv/bin/python).  `make serve` installs what serving needs alone; `make test` and the
+# rest add the test tools.
+$(SERVE_STAMP): requirements/serve.txt pyproject.toml clients/python/pyproject.toml | $(VENV)/bin/python
+	$(BIN)/pip install --quiet --require-hashes -r requirements/serve.txt
+	$(BIN)/pip install --quiet --no-deps -e . -e ./clients/python
+	@touch $@
+
+$(STAMP): requirements/dev.txt pyproject.toml clients/python/pyproject.toml | $(VENV)/bin/python
+	$(BIN)/pip install --quiet --require-hashes -r requirements/dev.txt
+	$(BIN)/pip install --quiet --no-deps -e . -e ./clients/python
+	@touch $@
+
+lock: $(STAMP)  ## requirements/*.txt from pyproject.toml, with hashes (UPGRADE=1: newest releases)
+	$(BIN)/python tools/lock.py
+
+serve: $(SERVE_STAMP)  ## embedded PostgreSQL + migrate + serve on 127.0.0.1:8080
 	$(BIN)/jobfair serve
 
 # Camunda's own Python SDK, both lines, each in a virtualenv of its own (they pin their

@@ -38,6 +38,7 @@ INPUTS = (
     "deploy/Containerfile",
     ".dockerignore",
     "pyproject.toml",
+    "requirements/image.txt",
     "alembic.ini",
     "alembic",
     "app",
