@@ -21,7 +21,8 @@ from app import demo, embedded, logs, migrations
 from app.api.schemas import instant
 from app.cli import commands
 from app.config import Settings, is_loopback
-from app.db import Database, StoreUnavailable, citus
+from app.db import Database, StoreUnavailable, citus, maintenance
+from app.db.bounds import RESTORE_COUNT_GAP, RESTORE_KEY_GAP
 from app.db.pool import (
     CONNECT_ERRORS,
     connect_error,
@@ -369,6 +370,31 @@ def migrate(data_dir: DataDir = None, database_url: DatabaseUrl = None) -> None:
     _migrate_when_reachable(url, settings)
     revision, _ = asyncio.run(revision_at(url))
     typer.echo(f"schema at {revision}", err=True)
+
+
+@cli.command()
+def restored(data_dir: DataDir = None, database_url: DatabaseUrl = None) -> None:
+    """After restoring the database from a backup, before any server starts on it: fence
+    off what the lost cluster did after the backup (docs/backup.md).  Job keys are drawn
+    far past any it gave out, and every unfinished job's activationCount moves on, so no
+    worker's late finish of an activation made after the backup completes a job."""
+    settings = _settings(data_dir=data_dir, database_url=database_url)
+    logging.config.dictConfig(logs.config(settings.log_format, settings.log_level))
+    url = resolve_database(settings)
+    _migrate_when_reachable(url, settings)
+
+    async def fence() -> tuple[int, int]:
+        db = await Database.connect(url, size=1, min_size=1, acquire_timeout_s=10, wait_s=0)
+        try:
+            return await maintenance.fence_after_restore(db, RESTORE_KEY_GAP, RESTORE_COUNT_GAP)
+        finally:
+            await db.close()
+
+    next_key, fenced = asyncio.run(fence())
+    typer.echo(
+        f"job-key sequence moved on to {next_key}; {fenced} unfinished jobs' activationCount "
+        f"moved on by {RESTORE_COUNT_GAP}"
+    )
 
 
 keys_cli = typer.Typer(no_args_is_help=True, help="API keys (on the database directly)")

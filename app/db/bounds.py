@@ -60,10 +60,23 @@ END, REVIVED, CANCELED = 1, 2, 3
 HISTORY_SETTING = "jobfair.history"
 
 
+# The job-key sequence's last value (app.db.schema.job_key_seq: a key, n << 11 with its
+# shard, stays below 2**63).
+JOB_KEY_MAX = (1 << 52) - 1
+# After a restore (`jobfair restored`): how far job keys and unfinished jobs'
+# activationCounts move on past what the backup knew (docs/backup.md).  Keys: 2**40, more
+# than a cluster creating 30,000 jobs a second makes in a year between a backup and its
+# loss; the sequence (2**51 keys) has room for 2,000 restores.  Counts: more activations
+# than one job gets between a backup and the cluster's loss.
+RESTORE_KEY_GAP = 1 << 40
+RESTORE_COUNT_GAP = 1000
+
+
 def constants() -> dict[str, object]:
     """Every bound a .sql file may name, by name."""
     return {
         "PROBED_LANES": PROBED_LANES,
+        "JOB_KEY_MAX": JOB_KEY_MAX,
         "SCANNED_LANES": SCANNED_LANES,
         "NOTIFY_CHANNEL": NOTIFY_CHANNEL,
         "DONE_CHANNEL": DONE_CHANNEL,

@@ -99,3 +99,14 @@ async def vacuum_settings(db: Queries) -> tuple[float, bool]:
     """autovacuum_naptime in seconds, and whether autovacuum is on (vacuum_settings)."""
     row = await db.fetchrow(*SQL["vacuum_settings"].bind())
     return float(row["naptime_s"]), bool(row["autovacuum"])
+
+
+async def fence_after_restore(db: Sessions, key_gap: int, count_gap: int) -> tuple[int, int]:
+    """After a restore from a backup, before any server starts (``jobfair restored``): job
+    keys drawn from ``key_gap`` on, and every unfinished job's activationCount moved on by
+    ``count_gap``, in one transaction (restore_skip_keys, restore_fence_counts); the next
+    job key and how many jobs were fenced."""
+    async with db.transaction() as tx:
+        next_key = await tx.fetchval(*SQL["restore_skip_keys"].bind(gap=key_gap))
+        status = await tx.execute(*SQL["restore_fence_counts"].bind(gap=count_gap))
+    return int(next_key), int(status.split()[-1])

@@ -119,3 +119,23 @@ LEFT JOIN pg_stat_user_tables s ON s.relid = 'jobs'::regclass;
 -- How often autovacuum looks at the tables (seconds), and whether it runs at all.
 SELECT extract(epoch FROM current_setting('autovacuum_naptime')::interval)::float8 AS naptime_s,
        current_setting('autovacuum') = 'on' AS autovacuum;
+
+-- name: restore_skip_keys
+-- After a restore (`jobfair restored`, docs/backup.md): job keys drawn from :gap past the
+-- last one the backup knew of, so that no key the lost cluster gave out after the backup
+-- (to a job that is gone) names a new job.  Once, before any server starts; no locks
+-- beyond the sequence's.
+-- Parameters: $1 :gap
+SELECT setval('job_key_seq', LEAST(last_value + $1, 4503599627370495)) AS next
+FROM job_key_seq;
+
+-- name: restore_fence_counts
+-- After a restore: every unfinished job's activationCount moved on by :gap, so that no
+-- activation the lost cluster made after the backup fences as one the restored cluster
+-- makes (a worker's late finish of it is 409, never a completion).  ACTIVATED jobs keep
+-- their leases (their holders' finishes are 409 now: the jobs run again once the leases
+-- end).  One statement over the unfinished jobs (jobs_live_idx's range); before any server
+-- starts.
+-- Parameters: $1 :gap
+UPDATE jobs SET activation_count = activation_count + $1
+WHERE state IN ('CREATED', 'SCHEDULED', 'ACTIVATED', 'FAILED');
