@@ -10,10 +10,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import os
 import re
 import sysconfig
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -57,8 +58,85 @@ def upgrade(url: str) -> None:
 def _upgrade(url: str) -> None:
     from alembic import command
 
+    asyncio.run(_refuse_to_contract_under_older_servers(url))
     command.upgrade(alembic_config(url), "head")
     asyncio.run(build_concurrent(url))
+
+
+# Every connection of a server (and of the CLI) names this version's head revision, as
+# application_name "jobfair/<revision>" (app.db.connect): pg_stat_activity then shows which
+# versions are connected to a database.
+APPLICATION_PREFIX = "jobfair/"
+# Set to 1 to contract the schema whatever servers are connected (docs/upgrading.md).
+FORCE_ENV = "JOBFAIR_MIGRATE_FORCE"
+
+
+def application_name() -> str:
+    return f"{APPLICATION_PREFIX}{head_revision()}"
+
+
+class ContractBlocked(RuntimeError):
+    """A migration would contract the schema while servers it no longer serves are
+    connected to the database."""
+
+
+async def _refuse_to_contract_under_older_servers(url: str) -> None:
+    """Before migrating: if a pending migration contracts the schema (declares an
+    ``oldest_server`` above the database's), refuse while a connection of a server older
+    than that bound is open (``servers_left_behind``), unless JOBFAIR_MIGRATE_FORCE=1.
+    Expanding migrations never wait: older servers serve on through them."""
+    if os.environ.get(FORCE_ENV) == "1":
+        return
+    from app.db.connect import connect
+
+    conn = await connect(url)
+    try:
+        at = oldest = None
+        if await conn.fetchval("SELECT to_regclass('alembic_version') IS NOT NULL"):
+            at = await conn.fetchval("SELECT version_num FROM alembic_version")
+        if await conn.fetchval("SELECT to_regclass('schema_compat') IS NOT NULL"):
+            oldest = await conn.fetchval("SELECT oldest_server FROM schema_compat")
+        bound = contract_bound(at, oldest)
+        if bound is None:
+            return
+        left = await servers_left_behind(conn, bound)
+    finally:
+        await conn.close()
+    if left:
+        named = ", ".join(f"{n} connection(s) of {r}" for r, n in sorted(left.items()))
+        raise ContractBlocked(
+            f"migrating to {head_revision()} contracts the schema: it serves servers from"
+            f" {bound} on, and servers of older versions are connected ({named}). Stop"
+            f" them first (docs/upgrading.md), or set {FORCE_ENV}=1"
+        )
+
+
+def contract_bound(at: str | None, oldest: str | None) -> str | None:
+    """The ``oldest_server`` the pending migrations (those after ``at``) raise the
+    schema's bound to, if one raises it above ``oldest``; None: they only expand (or the
+    database is empty: no server can be on it)."""
+    if at is None or oldest is None:
+        return None
+    chain = _chain()
+    pending, revision = [], head_revision()
+    while revision is not None and revision != at:
+        pending.append(revision)
+        revision = chain.get(revision)
+    raised = [b for r in pending if (b := _bounds().get(r)) is not None and b > oldest]
+    return max(raised, default=None)
+
+
+async def servers_left_behind(conn: Any, bound: str) -> dict[str, int]:
+    """Per revision older than ``bound``: how many connections of servers of it are open
+    to this database now (their application_name, "jobfair/<revision>")."""
+    rows = await conn.fetch(
+        "SELECT substr(application_name, $1) AS revision, count(*) AS n FROM pg_stat_activity"
+        " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        "   AND application_name LIKE $2 GROUP BY 1",
+        len(APPLICATION_PREFIX) + 1,
+        APPLICATION_PREFIX + "%",
+    )
+    return {r["revision"]: r["n"] for r in rows if r["revision"] < bound}
 
 
 # Indexes on tables that grow with jobs, built after the migrations with CREATE INDEX
@@ -145,6 +223,21 @@ _REVISION = re.compile(r"""^revision: str = ["']([^"']+)["']$""", re.MULTILINE)
 _DOWN_REVISION = re.compile(
     r"""^down_revision: str \| None = (?:["']([^"']+)["']|None)$""", re.MULTILINE
 )
+
+
+_OLDEST_SERVER = re.compile(r"""^oldest_server = ["']([^"']+)["']$""", re.MULTILINE)
+
+
+@functools.cache
+def _bounds() -> dict[str, str]:
+    """Each revision's declared ``oldest_server`` (alembic 0009 on)."""
+    bounds = {}
+    for path in sorted((ROOT / "alembic" / "versions").glob("*.py")):
+        text = path.read_text()
+        revision, bound = _REVISION.search(text), _OLDEST_SERVER.search(text)
+        if revision is not None and bound is not None:
+            bounds[revision.group(1)] = bound.group(1)
+    return bounds
 
 
 @functools.cache

@@ -264,7 +264,11 @@ def _migrate_when_reachable(url: str, settings: Settings) -> None:
             # Migrated by a newer version: never touched by this one.
             _refuse_unless_served(revision, oldest_server)
             return
-        migrations.upgrade(url)
+        try:
+            migrations.upgrade(url)
+        except migrations.ContractBlocked as exc:
+            typer.echo(f"jobfair: {exc}", err=True)
+            raise typer.Exit(1) from None
     # On a Citus coordinator, the tables distributed as Jobfair needs them (idempotent).
     for line in asyncio.run(citus.distribute_at(url, settings.citus_shard_count)):
         log.info("citus: %s", line)

@@ -66,6 +66,13 @@ async def connect(url: str, **kwargs: Any) -> asyncpg.Connection:
     limit of its own; the last host's error when none will do (as asyncpg does).  The
     signature of ``asyncpg.connect``, so that a pool can open its connections with it."""
     kwargs.pop("timeout", None)  # per host here, from the URL
+    # Every connection names the server's version (docs/upgrading.md): a contracting
+    # migration waits until no connection of an older one is left (app.migrations).
+    from app.migrations import application_name
+
+    settings = dict(kwargs.pop("server_settings", None) or {})
+    settings.setdefault("application_name", application_name())
+    kwargs["server_settings"] = settings
     urls, timeout_s = per_host(url)
     for i, one in enumerate(urls):
         try:

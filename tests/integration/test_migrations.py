@@ -450,3 +450,52 @@ async def test_0017_to_0019_expand_beside_0016_servers_and_rewrite_no_table(post
     finally:
         await conn.close()
         await server.close()
+
+
+async def test_a_contracting_migration_waits_until_no_older_server_is_connected(
+    db_url, spawn_server, tmp_path
+):
+    """Issue 45 §1: every connection names its server's version (application_name
+    "jobfair/<revision>"); a pending migration that raises ``oldest_server`` is refused,
+    before it changes anything, while a connection of a version below the new bound is
+    open, and runs once it is gone.  Expanding migrations never wait."""
+    import subprocess
+
+    import httpx
+
+    from tests.fixtures import wait_ready
+
+    server = spawn_server()  # this version's: its connections name the head revision
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as c:
+        await wait_ready(c, server)
+    conn = await asyncpg.connect(db_url)
+    names = {
+        r["application_name"]
+        for r in await conn.fetch(
+            "SELECT application_name FROM pg_stat_activity WHERE datname = current_database()"
+        )
+    }
+    assert migrations.application_name() in names, names
+    assert migrations.application_name() == f"jobfair/{migrations.head_revision()}"
+    # As if at 0009, before migrations that contract (0010, 0011 and 0013 raise the bound,
+    # to 0012 in the end): an "0009 server" connected blocks them.
+    await conn.execute("UPDATE alembic_version SET version_num = '0009'")
+    await conn.execute("UPDATE schema_compat SET oldest_server = '0008'")
+    assert migrations.contract_bound("0009", "0008") == "0012"
+    assert migrations.contract_bound("0016", "0012") is None  # 0017-0019 only expand
+    old = await asyncpg.connect(db_url, server_settings={"application_name": "jobfair/0009"})
+    migrate = [sys.executable, "-m", "app.cli", "migrate", "--database-url", db_url]
+    done = await asyncio.to_thread(
+        subprocess.run, migrate, capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert done.returncode == 1, done.stderr
+    assert "contracts the schema" in done.stderr and "jobfair/" not in done.stdout
+    assert "1 connection(s) of 0009" in done.stderr, done.stderr
+    # Nothing changed.
+    assert await conn.fetchval("SELECT version_num FROM alembic_version") == "0009"
+    await old.close()
+    # Gone (and this version's own server still connected): the check passes.
+    assert await migrations.servers_left_behind(conn, "0012") == {}
+    await migrations._refuse_to_contract_under_older_servers(db_url)
+    await conn.execute("UPDATE alembic_version SET version_num = $1", migrations.head_revision())
+    await conn.close()
