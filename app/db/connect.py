@@ -71,7 +71,8 @@ async def connect(url: str, **kwargs: Any) -> asyncpg.Connection:
     from app.migrations import application_name
 
     settings = dict(kwargs.pop("server_settings", None) or {})
-    settings.setdefault("application_name", application_name())
+    if "application_name=" not in urllib.parse.urlsplit(url).query:  # the URL's wins
+        settings.setdefault("application_name", application_name())
     kwargs["server_settings"] = settings
     urls, timeout_s = per_host(url)
     for i, one in enumerate(urls):

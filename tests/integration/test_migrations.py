@@ -477,6 +477,16 @@ async def test_a_contracting_migration_waits_until_no_older_server_is_connected(
     }
     assert migrations.application_name() in names, names
     assert migrations.application_name() == f"jobfair/{migrations.head_revision()}"
+    # A name the URL gives is kept (an operator's own, for their monitoring).
+    from app.db.connect import connect
+
+    sep = "&" if "?" in db_url else "?"
+    mine = await connect(f"{db_url}{sep}application_name=mine")
+    assert await mine.fetchval("SHOW application_name") == "mine"
+    await mine.close()
+    named = await connect(db_url)
+    assert await named.fetchval("SHOW application_name") == migrations.application_name()
+    await named.close()
     # As if at 0009, before migrations that contract (0010, 0011 and 0013 raise the bound,
     # to 0012 in the end): an "0009 server" connected blocks them.
     await conn.execute("UPDATE alembic_version SET version_num = '0009'")
