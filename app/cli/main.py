@@ -377,7 +377,13 @@ def migrate(data_dir: DataDir = None, database_url: DatabaseUrl = None) -> None:
 
 
 @cli.command()
-def restored(data_dir: DataDir = None, database_url: DatabaseUrl = None) -> None:
+def restored(
+    data_dir: DataDir = None,
+    database_url: DatabaseUrl = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="fence even while Jobfair servers are connected")
+    ] = False,
+) -> None:
     """After restoring the database from a backup, before any server starts on it: fence
     off what the lost cluster did after the backup (docs/backup.md).  Job keys are drawn
     far past any it gave out, and every unfinished job's activationCount moves on, so no
@@ -387,14 +393,25 @@ def restored(data_dir: DataDir = None, database_url: DatabaseUrl = None) -> None
     url = resolve_database(settings)
     _migrate_when_reachable(url, settings)
 
-    async def fence() -> tuple[int, int]:
+    async def fence() -> tuple[int, int] | int:
         db = await Database.connect(url, size=1, min_size=1, acquire_timeout_s=10, wait_s=0)
         try:
+            if not force and (connected := await maintenance.servers_connected(db)):
+                return connected
             return await maintenance.fence_after_restore(db, RESTORE_KEY_GAP, RESTORE_COUNT_GAP)
         finally:
             await db.close()
 
-    next_key, fenced = asyncio.run(fence())
+    done = asyncio.run(fence())
+    if isinstance(done, int):
+        typer.echo(
+            f"jobfair: {done} connection(s) of Jobfair servers are open to this database:"
+            " stop them first (the fence must run before any server serves the restored"
+            " database: docs/backup.md), or give --force",
+            err=True,
+        )
+        raise typer.Exit(1)
+    next_key, fenced = done
     typer.echo(
         f"job-key sequence moved on to {next_key}; {fenced} unfinished jobs' activationCount "
         f"moved on by {RESTORE_COUNT_GAP}"

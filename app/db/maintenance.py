@@ -101,6 +101,13 @@ async def vacuum_settings(db: Queries) -> tuple[float, bool]:
     return float(row["naptime_s"]), bool(row["autovacuum"])
 
 
+async def servers_connected(db: Queries) -> int:
+    """How many connections of Jobfair servers or commands (application_name
+    "jobfair/...", app.db.connect) other than this one are open to this database."""
+    n: int = await db.fetchval(*SQL["servers_connected"].bind())
+    return n
+
+
 async def fence_after_restore(db: Sessions, key_gap: int, count_gap: int) -> tuple[int, int]:
     """After a restore from a backup, before any server starts (``jobfair restored``): job
     keys drawn from ``key_gap`` on, and every unfinished job's activationCount moved on by

@@ -196,6 +196,17 @@ async def test_a_base_backup_under_load_restores_what_was_acknowledged_and_fence
             # New jobs get keys the lost cluster never gave out.
             [fresh] = await _create(c, "fresh", 1)
             assert int(fresh) > last_key
+
+            # Run again while a server serves, the fence is refused and changes nothing.
+            counts = await conn.fetchval("SELECT sum(activation_count) FROM jobs")
+            again_fence = await asyncio.to_thread(
+                subprocess.run,
+                [sys.executable, "-m", "app.cli", "restored", "--database-url", restored],
+                capture_output=True, text=True, timeout=120,
+            )  # fmt: skip
+            assert again_fence.returncode == 1, again_fence.stdout
+            assert "stop them first" in again_fence.stderr, again_fence.stderr
+            assert await conn.fetchval("SELECT sum(activation_count) FROM jobs") == counts
         finally:
             await conn.close()
     restored_pg.cleanup()

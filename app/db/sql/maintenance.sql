@@ -91,6 +91,13 @@ LEFT JOIN pg_stat_user_tables s ON s.relid = 'jobs'::regclass
 SELECT extract(epoch FROM current_setting('autovacuum_naptime')::interval)::float8 AS naptime_s,
        current_setting('autovacuum') = 'on' AS autovacuum
 
+-- name: servers_connected
+-- Connections of Jobfair servers and commands to this database (their application_name,
+-- app.db.connect) other than this session's: `jobfair restored` runs before any server.
+SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid()
+  AND application_name LIKE 'jobfair/%'
+
 -- name: restore_skip_keys
 -- After a restore (`jobfair restored`, docs/backup.md): job keys drawn from :gap past the
 -- last one the backup knew of, so that no key the lost cluster gave out after the backup
