@@ -112,6 +112,10 @@ class Settings(BaseSettings):
 
     # Logs (app.logs, docs/logging.md): text for people or one JSON object per line; the
     # level of every logger; an access-log line per request (jobfair.access, at INFO).
+    # Traces (app.telemetry, docs/tracing.md): on with this, or with an
+    # OTEL_EXPORTER_OTLP_*ENDPOINT set; the standard OTEL_* variables configure the rest.
+    otel_enabled: bool = False
+    otel_service_name: str = "jobfair"
     log_format: LogFormat = "text"
     log_level: LogLevel = "info"
     access_log: bool = False

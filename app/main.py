@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from app import __version__, migrations
+from app import __version__, migrations, telemetry
 from app.activation import Activation
 from app.admission import Admission
 from app.api import openapi, problems
@@ -180,6 +180,10 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
             with contextlib.suppress(StoreUnavailable):
                 await bg.labels.run_once(utcnow())
         await bg.start()
+        # Traces, if asked for (and not already on: a test's in-memory exporter).
+        traced = not telemetry.enabled() and telemetry.wanted(settings.otel_enabled)
+        if traced:
+            telemetry.configure(settings.otel_service_name)
         try:
             yield
         finally:
@@ -189,6 +193,8 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
             await notifier.stop()
             metrics.labels.close()
             await db.close()
+            if traced:  # sends what is left: off the event loop
+                await asyncio.to_thread(telemetry.shutdown)
 
     # FastAPI's own pages (the document, Swagger UI) are operations of the route table too.
     app = App(

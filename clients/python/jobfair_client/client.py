@@ -24,7 +24,7 @@ from uuid import uuid4
 
 import httpx
 
-from jobfair_client import codec
+from jobfair_client import codec, tracing
 from jobfair_client.config import JobTypeConfig, KeyConfig, TenantConfig
 from jobfair_client.errors import JobfairError, OutcomeUnknown, ProblemError, problem
 from jobfair_client.models import Job, NewJob
@@ -64,6 +64,9 @@ class Call:
     params: dict[str, Any] | None = None
     idempotent: bool = True
     timeout_s: float | None = None
+    # Sent with the current span's trace context (jobfair_client.tracing): creates, and a
+    # worker's finishes from inside its handler's span.
+    traced: bool = False
 
 
 def _keyed(job: NewJob, auto_keys: bool) -> NewJob:
@@ -105,15 +108,15 @@ class _Calls:
     @staticmethod
     def create_job(job: NewJob, auto_keys: bool = True) -> Call:
         job = _keyed(job, auto_keys)
-        return Call("POST", "/v2/jobs", job.to_json(), idempotent=job.idempotency_key is not None)
+        safe = job.idempotency_key is not None
+        return Call("POST", "/v2/jobs", job.to_json(), idempotent=safe, traced=True)
 
     @staticmethod
     def create_jobs(jobs: Sequence[NewJob], auto_keys: bool = True) -> Call:
         jobs = [_keyed(j, auto_keys) for j in jobs]
         safe = all(j.idempotency_key is not None for j in jobs)
-        return Call(
-            "POST", "/v2/jobs/batch", {"jobs": [j.to_json() for j in jobs]}, idempotent=safe
-        )
+        body = {"jobs": [j.to_json() for j in jobs]}
+        return Call("POST", "/v2/jobs/batch", body, idempotent=safe, traced=True)
 
     @staticmethod
     def activate(
@@ -146,7 +149,7 @@ class _Calls:
         body: dict[str, Any] = {"activationCount": count}
         if variables is not None:
             body["variables"] = variables
-        return Call("POST", f"/v2/jobs/{key}/complete", body)
+        return Call("POST", f"/v2/jobs/{key}/complete", body, traced=True)
 
     @staticmethod
     def complete_many(encoded_items: Sequence[bytes]) -> Call:
@@ -169,7 +172,7 @@ class _Calls:
             body["errorMessage"] = error_message[:10_000]
         if variables is not None:
             body["variables"] = variables
-        return Call("POST", f"/v2/jobs/{key}/fail", body)
+        return Call("POST", f"/v2/jobs/{key}/fail", body, traced=True)
 
     @staticmethod
     def throw_error(
@@ -184,7 +187,7 @@ class _Calls:
             body["errorMessage"] = message[:10_000]
         if variables is not None:
             body["variables"] = variables
-        return Call("POST", f"/v2/jobs/{key}/error", body)
+        return Call("POST", f"/v2/jobs/{key}/error", body, traced=True)
 
     @staticmethod
     def extend_lease(job: Job | tuple[str, int], timeout_ms: int) -> Call:
@@ -276,6 +279,8 @@ def _request_args(call: Call) -> dict[str, Any]:
         body = call.body
         args["content"] = body if isinstance(body, bytes) else codec.dumps(body)
         args["headers"] = codec.CONTENT_TYPE
+    if call.traced and (trace := tracing.headers()):
+        args["headers"] = {**args.get("headers", {}), **trace}
     return args
 
 

@@ -16,6 +16,7 @@ worker more than the job: with fifty handlers, fifty requests in flight at once.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import logging
 import threading
@@ -26,6 +27,7 @@ from typing import Any, Literal
 
 import httpx
 
+from jobfair_client import tracing
 from jobfair_client.client import AsyncJobfair, Backoff, Jobfair, completion_item
 from jobfair_client.errors import Conflict, InvalidArgument, JobfairError, NotFound
 from jobfair_client.models import BusinessError, Job
@@ -267,6 +269,12 @@ class AsyncWorker:
     # -- one job -------------------------------------------------------------------------
 
     async def _handle(self, job: Job) -> None:
+        # In the span of the job's trace (jobfair_client.tracing; nothing without
+        # OpenTelemetry): the handler, and the finish sent from it.
+        with tracing.handling(job):
+            await self._handle_in_span(job)
+
+    async def _handle_in_span(self, job: Job) -> None:
         outcome = await self._run_handler(job)
         if isinstance(outcome, BusinessError):
             try:
@@ -439,7 +447,9 @@ class Worker:
         loop = asyncio.get_running_loop()
 
         async def on_thread(job: Job) -> Result:
-            return await loop.run_in_executor(threads, functools.partial(self.handler, job))
+            # In this task's context: the handler sees the span the job runs in.
+            run = functools.partial(contextvars.copy_context().run, self.handler, job)
+            return await loop.run_in_executor(threads, run)
 
         async with AsyncJobfair(
             self.client.base_url,
