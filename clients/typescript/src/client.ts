@@ -9,6 +9,7 @@ import { randomUUID } from 'node:crypto'
 
 import { JobfairError, OutcomeUnknown, ProblemError, problem } from './errors.js'
 import { readSse } from './sse.js'
+import { traceHeaders } from './tracing.js'
 import type { Job, JobRef, JobTypeConfig, KeyConfig, NewJob, RateLimit, TenantConfig, Variables } from './types.js'
 import { parseJson, stringifyJson } from './json.js'
 
@@ -97,6 +98,8 @@ interface Call {
   idempotent?: boolean
   timeoutMs?: number
   signal?: AbortSignal
+  /** Sent with the active span's trace context (./tracing.ts): creates and finishes. */
+  traced?: boolean
 }
 
 /**
@@ -226,9 +229,11 @@ export class Jobfair {
     let response: Response
     let text: string
     try {
+      const headers = this.headers(call.body !== undefined || call.encoded !== undefined)
+      if (call.traced) Object.assign(headers, await traceHeaders())
       response = await fetch(this.baseUrl + call.path, {
         method: call.method,
-        headers: this.headers(call.body !== undefined || call.encoded !== undefined),
+        headers,
         body: call.encoded ?? (call.body === undefined ? undefined : stringifyJson(call.body)),
         signal: combined?.signal ?? timeout,
       })
@@ -252,14 +257,14 @@ export class Jobfair {
 
   createJob(job: NewJob): Promise<Job> {
     job = this.keyed(job)
-    return this.send({ method: 'POST', path: '/v2/jobs', body: job, idempotent: job.idempotencyKey !== undefined })
+    return this.send({ method: 'POST', path: '/v2/jobs', body: job, idempotent: job.idempotencyKey !== undefined, traced: true })
   }
 
   /** Up to 10,000 jobs in one round trip, all or nothing; their keys in order. */
   async createJobs(jobs: NewJob[]): Promise<string[]> {
     jobs = jobs.map((j) => this.keyed(j))
     const safe = jobs.every((j) => j.idempotencyKey !== undefined)
-    const answer = await this.send<{ jobKeys: string[] }>({ method: 'POST', path: '/v2/jobs/batch', body: { jobs }, idempotent: safe })
+    const answer = await this.send<{ jobKeys: string[] }>({ method: 'POST', path: '/v2/jobs/batch', body: { jobs }, idempotent: safe, traced: true })
     return answer.jobKeys
   }
 
@@ -328,7 +333,7 @@ export class Jobfair {
   async complete(job: JobRef, variables?: Variables): Promise<void> {
     const body: Record<string, unknown> = { activationCount: job.activationCount }
     if (variables !== undefined) body.variables = variables
-    await this.send({ method: 'POST', path: `/v2/jobs/${job.jobKey}/complete`, body })
+    await this.send({ method: 'POST', path: `/v2/jobs/${job.jobKey}/complete`, body, traced: true })
   }
 
   /**
@@ -359,14 +364,14 @@ export class Jobfair {
     if (options.retries !== undefined) body.retries = options.retries
     if (options.errorMessage !== undefined) body.errorMessage = options.errorMessage.slice(0, 10_000)
     if (options.variables !== undefined) body.variables = options.variables
-    await this.send({ method: 'POST', path: `/v2/jobs/${job.jobKey}/fail`, body })
+    await this.send({ method: 'POST', path: `/v2/jobs/${job.jobKey}/fail`, body, traced: true })
   }
 
   async throwError(job: JobRef, code: string, message?: string, variables?: Variables): Promise<void> {
     const body: Record<string, unknown> = { activationCount: job.activationCount, errorCode: code }
     if (message !== undefined) body.errorMessage = message.slice(0, 10_000)
     if (variables !== undefined) body.variables = variables
-    await this.send({ method: 'POST', path: `/v2/jobs/${job.jobKey}/error`, body })
+    await this.send({ method: 'POST', path: `/v2/jobs/${job.jobKey}/error`, body, traced: true })
   }
 
   /** Heartbeat: the lease now ends `timeoutMs` from now. */

@@ -16,6 +16,7 @@
 import { Backoff, Jobfair, completionItem, sleep } from './client.js'
 import { Conflict, ProblemError } from './errors.js'
 import { BusinessError, type Job, type Variables } from './types.js'
+import { inJobSpan } from './tracing.js'
 
 export type HandlerResult = Variables | BusinessError | undefined | void
 export type Handler = (job: Job, signal: AbortSignal) => Promise<HandlerResult> | HandlerResult
@@ -252,7 +253,12 @@ export class Worker {
     this.inflight.set(task, entry)
   }
 
-  private async handle(job: Job, signal: AbortSignal, entry: { handling: boolean }): Promise<void> {
+  /** The handler, and the finish sent from it, in the span of the job's trace (./tracing.ts). */
+  private handle(job: Job, signal: AbortSignal, entry: { handling: boolean }): Promise<void> {
+    return inJobSpan(job, () => this.handleInSpan(job, signal, entry))
+  }
+
+  private async handleInSpan(job: Job, signal: AbortSignal, entry: { handling: boolean }): Promise<void> {
     const beat = this.options.heartbeat === false ? undefined : this.heartbeat(job)
     let result: HandlerResult
     try {
