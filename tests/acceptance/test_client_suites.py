@@ -58,7 +58,7 @@ async def test_typescript_client_suite(live):
             live, client, node, "--test", "--test-concurrency=1", "--test-reporter=spec", "test/",
             JOBFAIR_DROPPING_URL=dropper.url,
         )  # fmt: skip
-    assert "ℹ fail 0" in report and "ℹ pass 27" in report, report[-3000:]
+    assert "ℹ fail 0" in report and "ℹ pass 28" in report, report[-3000:]
     assert dropper.dropped >= 5
 
 

@@ -419,3 +419,44 @@ test('creates whose answers are lost are made once each', { skip: !process.env.J
   const made = await (await fetch(`${URL}/v2/jobs?type=${type}&limit=1000`)).json()
   assert.deepEqual(made.items.map((j) => j.jobKey).sort(), [...keys].sort())
 })
+
+test('one trace from the producer to the worker, with OpenTelemetry', async () => {
+  const { context, propagation, trace } = await import('@opentelemetry/api')
+  const { AsyncLocalStorageContextManager } = await import('@opentelemetry/context-async-hooks')
+  const { W3CTraceContextPropagator } = await import('@opentelemetry/core')
+  const { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } = await import('@opentelemetry/sdk-trace-base')
+  const exporter = new InMemorySpanExporter()
+  trace.setGlobalTracerProvider(new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] }))
+  context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable())
+  propagation.setGlobalPropagator(new W3CTraceContextPropagator())
+  try {
+    const type = `ts-trace-${RUN}`
+    const producer = await trace.getTracer('producer').startActiveSpan('signup', async (span) => {
+      await jf.createJob({ type, tenantId: 'acme' })
+      span.end()
+      return span
+    })
+    let seen
+    let kept
+    const worker = new Worker(jf, type, async (job) => {
+      seen = trace.getActiveSpan()?.spanContext().traceId
+      kept = job.customHeaders.traceparent
+      worker.stop()
+    }, { concurrency: 1, batchCompletion: false })
+    await worker.run()
+    const traceId = producer.spanContext().traceId
+    // The server kept the producer's context (traced off there) and handed it over.
+    assert.equal(kept, `00-${traceId}-${producer.spanContext().spanId}-01`)
+    const handled = exporter.getFinishedSpans().find((s) => s.name === `${type} process`)
+    assert.ok(handled, exporter.getFinishedSpans().map((s) => s.name).join(', '))
+    assert.equal(handled.spanContext().traceId, traceId)
+    assert.equal(seen, traceId) // the handler ran in it
+    assert.equal(handled.parentSpanContext?.spanId ?? handled.parentSpanId, producer.spanContext().spanId)
+    assert.equal(handled.links[0].context.traceId, traceId)
+    assert.equal(handled.attributes['jobfair.type'], type)
+  } finally {
+    trace.disable()
+    context.disable()
+    propagation.disable()
+  }
+})
