@@ -74,8 +74,13 @@ def enabled() -> bool:
 
 
 def traceparent(value: str | None) -> str | None:
-    """``value`` if it is a W3C traceparent of version 00 (lower-case hex), else None."""
-    return value if value is not None and TRACEPARENT.fullmatch(value) else None
+    """``value`` if it is a W3C traceparent of version 00 (lower-case hex, a trace id and
+    a parent id not all zeros: the standard's invalid ones), else None."""
+    if value is None or not TRACEPARENT.fullmatch(value):
+        return None
+    if value[3:35] == "0" * 32 or value[36:52] == "0" * 16:
+        return None
+    return value
 
 
 def _context(parent: str | None) -> Any:

@@ -95,8 +95,17 @@ async def test_traced_off_the_server_hands_the_producers_context_to_the_worker(l
 
 async def test_a_bad_traceparent_is_ignored_and_a_jobs_own_is_kept(live):
     c = live.client
-    bad = await c.post("/v2/jobs", json={"type": "t"}, headers={"traceparent": "00-xyz"})
-    assert bad.status_code == 201 and "traceparent" not in bad.json()["customHeaders"]
+    for bad_value in (
+        "00-xyz",
+        "00-" + "A" * 32 + "-" + "b" * 16 + "-01",  # upper case
+        "01-" + "a" * 32 + "-" + "b" * 16 + "-01",  # a version this does not know
+        "00-" + "0" * 32 + "-" + "b" * 16 + "-01",  # the invalid trace id
+        "00-" + "a" * 32 + "-" + "0" * 16 + "-01",  # the invalid parent id
+        "00-" + "a" * 32 + "-" + "b" * 16 + "-01-extra",
+    ):
+        bad = await c.post("/v2/jobs", json={"type": "t"}, headers={"traceparent": bad_value})
+        assert bad.status_code == 201, bad.text
+        assert "traceparent" not in bad.json()["customHeaders"], bad_value
     good = "00-" + "a" * 32 + "-" + "b" * 16 + "-01"
     own = "00-" + "c" * 32 + "-" + "d" * 16 + "-01"
     r = await c.post(
