@@ -375,7 +375,11 @@ def migrate(data_dir: DataDir = None, database_url: DatabaseUrl = None) -> None:
     url = resolve_database(settings)
     _migrate_when_reachable(url, settings)
     revision, _ = asyncio.run(revision_at(url))
-    typer.echo(f"schema at {revision}", err=True)
+    if migrations.known(revision):
+        # Also at head: the indexes built CONCURRENTLY that an interrupted run left
+        # invalid or unbuilt (cheap when every one is valid).
+        asyncio.run(migrations.build_concurrent(url))
+    typer.echo(f"schema at {revision}, indexes built ({without_password(url)})", err=True)
 
 
 @cli.command()

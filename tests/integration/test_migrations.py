@@ -509,3 +509,35 @@ async def test_a_contracting_migration_waits_until_no_older_server_is_connected(
     await migrations._refuse_to_contract_under_older_servers(db_url)
     await conn.execute("UPDATE alembic_version SET version_num = $1", migrations.head_revision())
     await conn.close()
+
+
+async def test_migrate_at_head_builds_the_indexes_an_interrupted_run_left(db_url, tmp_path):
+    """A ``jobfair migrate`` stopped during its CONCURRENTLY builds leaves the schema at
+    head and an index invalid or unbuilt; the next run, finding the schema at head, builds
+    them (it skipped them, and said nothing)."""
+    import subprocess
+
+    conn = await asyncpg.connect(db_url)
+    try:
+        await conn.execute("DROP INDEX tenants_min_idx")
+        # What an interrupted CREATE INDEX CONCURRENTLY leaves: the index, not valid.
+        await conn.execute(
+            "UPDATE pg_index SET indisvalid = false"
+            " WHERE indexrelid = 'jobs_waiting_key_idx'::regclass"
+        )
+        migrate = [sys.executable, "-m", "app.cli", "migrate", "--database-url", db_url]
+        done = await asyncio.to_thread(
+            subprocess.run, migrate, capture_output=True, text=True, timeout=120, cwd=tmp_path
+        )
+        assert done.returncode == 0, done.stderr
+        assert f"schema at {migrations.head_revision()}, indexes built" in done.stderr
+        valid = dict(
+            await conn.fetch(
+                "SELECT c.relname, i.indisvalid FROM pg_index i"
+                " JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = ANY($1)",
+                ["tenants_min_idx", "jobs_waiting_key_idx"],
+            )
+        )
+        assert valid == {"tenants_min_idx": True, "jobs_waiting_key_idx": True}, valid
+    finally:
+        await conn.close()
