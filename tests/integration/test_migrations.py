@@ -324,21 +324,11 @@ async def test_0016_adds_columns_beside_0015_servers_and_builds_its_index_concur
         conn = await asyncpg.connect(url)
         server = await asyncpg.connect(url)
         try:
-            files = "SELECT string_agg(relname || relfilenode, ',' ORDER BY relname) FROM pg_class"
-            files += " WHERE relname IN ('jobs', 'lane_keys', 'key_weights', 'job_types')"
-            before = await conn.fetchval(files)
             await server.execute(_OLD_KEY_WEIGHT)
-            tx = server.transaction()
-            await tx.start()
-            await server.execute(_OLD_LANE_KEY)  # uncommitted: it holds lane_keys
-            upgrade = asyncio.create_task(
-                asyncio.to_thread(command.upgrade, migrations.alembic_config(url), "0016")
-            )
-            await _until_a_statement_waits(conn, "ALTER TABLE lane_keys%")
-            assert not upgrade.done()
-            await tx.commit()
-            await asyncio.wait_for(upgrade, 60)
-            assert await conn.fetchval(files) == before  # no table rewritten
+            await _upgrade_beside_an_open_transaction(
+                conn, server, url, "0016", _OLD_LANE_KEY, "lane_keys",
+                ("jobs", "lane_keys", "key_weights", "job_types"),
+            )  # fmt: skip
             assert await conn.fetchval("SELECT oldest_server FROM schema_compat") == "0012"
             # 0015's writes on the new schema.
             await server.execute(_OLD_KEY_WEIGHT)
@@ -376,6 +366,34 @@ async def test_0016_adds_columns_beside_0015_servers_and_builds_its_index_concur
         postgres.psql('DROP DATABASE IF EXISTS "expand_0016" WITH (FORCE);')
 
 
+async def _upgrade_beside_an_open_transaction(
+    conn: asyncpg.Connection,
+    server: asyncpg.Connection,
+    url: str,
+    target: str,
+    write: str,
+    table: str,
+    tables: tuple[str, ...],
+) -> None:
+    """Migrate to ``target`` while an older server's uncommitted ``write`` holds
+    ``table``: the migration waits for it (its ALTER seen waiting) without failing, and
+    none of ``tables`` is rewritten (their files are the same after)."""
+    files = "SELECT string_agg(relname || relfilenode, ',' ORDER BY relname) FROM pg_class"
+    files += " WHERE relname = ANY($1)"
+    before = await conn.fetchval(files, list(tables))
+    tx = server.transaction()
+    await tx.start()
+    await server.execute(write)  # uncommitted: it holds the table
+    upgrade = asyncio.create_task(
+        asyncio.to_thread(command.upgrade, migrations.alembic_config(url), target)
+    )
+    await _until_a_statement_waits(conn, f"ALTER TABLE {table}%")
+    assert not upgrade.done()
+    await tx.commit()
+    await asyncio.wait_for(upgrade, 60)
+    assert await conn.fetchval(files, list(tables)) == before  # no table rewritten
+
+
 async def _until_a_statement_waits(conn: asyncpg.Connection, like: str) -> None:
     """Until a session running a statement ``like`` waits for a lock (another session's
     wait has no event to await), with a deadline."""
@@ -408,20 +426,10 @@ async def test_0017_to_0019_expand_beside_0016_servers_and_rewrite_no_table(post
     conn = await asyncpg.connect(url)
     server = await asyncpg.connect(url)
     try:
-        files = "SELECT string_agg(relname || relfilenode, ',' ORDER BY relname) FROM pg_class"
-        files += " WHERE relname IN ('jobs', 'tenants', 'job_types', 'lane_keys')"
-        before = await conn.fetchval(files)
-        tx = server.transaction()
-        await tx.start()
-        await server.execute(_OLD_JOB_TYPE)  # uncommitted: it holds job_types
-        upgrade = asyncio.create_task(
-            asyncio.to_thread(command.upgrade, migrations.alembic_config(url), "head")
-        )
-        await _until_a_statement_waits(conn, "ALTER TABLE job_types%")
-        assert not upgrade.done()
-        await tx.commit()
-        await asyncio.wait_for(upgrade, 60)
-        assert await conn.fetchval(files) == before  # no table rewritten
+        await _upgrade_beside_an_open_transaction(
+            conn, server, url, "head", _OLD_JOB_TYPE, "job_types",
+            ("jobs", "tenants", "job_types", "lane_keys"),
+        )  # fmt: skip
         assert await conn.fetchval("SELECT oldest_server FROM schema_compat") == "0012"
         # 0016's writes on the new schema.
         await server.execute(_OLD_TENANT)
