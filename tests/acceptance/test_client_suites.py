@@ -71,5 +71,9 @@ async def test_java_client_suite(live, tmp_path):
     async with AnswerDropper.serving(live.url, every=2) as dropper:
         build["JOBFAIR_DROPPING_URL"] = dropper.url
         report = await run_suite(live, client, str(client / "build.sh"), "test", **build)
-    assert "23 tests successful" in report and "0 tests failed" in report, report[-3000:]
+    # Its tracing test runs where OpenTelemetry's jars are (build.sh says which).
+    traced = "OpenTelemetry SDK: its test runs" in report
+    assert traced or "its test left out" in report, report[:2000]
+    expected = 24 if traced else 23
+    assert f"{expected} tests successful" in report and "0 tests failed" in report, report[-3000:]
     assert dropper.dropped >= 5

@@ -96,6 +96,9 @@ public final class Jobfair {
         }
     }
 
+    /** OpenTelemetry where the application has it, else nothing (Tracing). */
+    static final Tracing TRACING = Tracing.load();
+
     public Backoff backoff() {
         return backoff;
     }
@@ -107,6 +110,7 @@ public final class Jobfair {
                 .timeout(timeout)
                 .header("User-Agent", "jobfair-client-java/0.1");
         if (apiKey != null) b.header("Authorization", "Bearer " + apiKey);
+        TRACING.headers().forEach(b::header);
         return b;
     }
 

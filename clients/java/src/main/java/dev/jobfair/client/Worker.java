@@ -274,8 +274,17 @@ public final class Worker {
         }
     }
 
-    /** Runs the handler and finishes the job; true when its completion is queued. */
+    /**
+     * Runs the handler and finishes the job, in the span of the job's trace where the
+     * application traces (Tracing); true when its completion is queued.
+     */
     private boolean handle(Job job) {
+        try (Tracing.Handling span = Jobfair.TRACING.handling(job)) {
+            return handle(job, span);
+        }
+    }
+
+    private boolean handle(Job job, Tracing.Handling span) {
         ScheduledFuture<?> beat = null;
         if (o.heartbeat) {
             long every = Math.max(50, o.timeoutMs / 3);
@@ -286,6 +295,7 @@ public final class Worker {
             result = handler.handle(job);
         } catch (BusinessError e) {
             cancel(beat);
+            span.failed(e);
             if (finish(job, () -> client.throwError(job, e.code, e.getMessage(), e.variables))) stats.errorsThrown.incrementAndGet();
             return false;
         } catch (InterruptedException e) {
@@ -294,6 +304,7 @@ public final class Worker {
         } catch (Exception e) {
             cancel(beat);
             if (stopping && Thread.currentThread().isInterrupted()) return false;
+            span.failed(e);
             fail(job, e);
             return false;
         }
