@@ -2,7 +2,7 @@
 ``python -m bench.otel [--calls 200000]``.
 
 In-process, as bench/tracing.py measures the request-id middleware: the hooks a create and
-a finish run -- ``app.api.jobs._traced_create`` and ``_traced_finish``, entered and left
+a finish run -- ``app.api.traced.create`` and ``finish``, entered and left
 around nothing -- timed per call against an empty ``with`` block, with tracing off
 (without and with a producer's ``traceparent`` header: off, the header is still kept
 with the jobs) and on (spans to an in-memory exporter, each exported as it ends).
@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from starlette.requests import Request
 
 from app import telemetry
-from app.api.jobs import _traced_create, _traced_finish
+from app.api import traced
 from bench.harness import median, table, write_results
 
 PARENT = b"00-" + b"a" * 32 + b"-" + b"b" * 16 + b"-01"
@@ -49,15 +49,15 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
     rows = []
     base = per_call_ns(contextlib.nullcontext, args.calls)
     rows.append({"hook": "empty with (baseline)", "tracing": "-", "ns/call": round(base)})
-    for traced in (False, True):
-        if traced:
+    for on in (False, True):
+        if on:
             exporter = InMemorySpanExporter()
             telemetry.configure("bench", exporter)
-        state = "on" if traced else "off"
+        state = "on" if on else "off"
         for header in (False, True):
             req = request(header)
             # A new job dict each call: a kept traceparent is written into it.
-            ns = per_call_ns(lambda req=req: _traced_create(req, [{"type": "t"}]), args.calls)
+            ns = per_call_ns(lambda req=req: traced.create(req, [{"type": "t"}]), args.calls)
             rows.append(
                 {
                     "hook": f"create{' + traceparent' if header else ''}",
@@ -65,12 +65,12 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
                     "ns/call": round(ns),
                 }
             )
-            if traced:
+            if on:
                 exporter.clear()
         req = request(True)
-        ns = per_call_ns(lambda req=req: _traced_finish(req, "jobfair complete"), args.calls)
+        ns = per_call_ns(lambda req=req: traced.finish(req, "jobfair complete"), args.calls)
         rows.append({"hook": "finish + traceparent", "tracing": state, "ns/call": round(ns)})
-        if traced:
+        if on:
             telemetry.shutdown()
     print(table(rows, list(rows[0])), flush=True)
     return {"args": vars(args), "rows": rows}

@@ -14,7 +14,7 @@ from pydantic import AfterValidator, Field, WithJsonSchema
 from starlette.responses import Response
 
 from app.activation import ActivateRequest
-from app.api import context, schemas, security
+from app.api import context, schemas, security, traced
 from app.api.callers import HttpCaller
 from app.api.finishes import fail, fenced
 from app.api.parsing import ascii_digits, body, job_key, lease_token, optional_body, payload
@@ -92,7 +92,7 @@ async def activation(request: Request) -> Response:
         asked = None  # Camunda's "the tenants assigned to me": the key's, all for no key
     tenants = security.activation_tenants(caller.principal, spec.type, asked)
     req = ActivateRequest(spec.type, spec.maxJobsToActivate, spec.timeout, spec.worker, tenants)
-    got = await caller.services.activation.long_poll(req, caller, spec.requestTimeout)
+    got = await traced.long_poll(request, req, caller, spec.requestTimeout, api="camunda")
     return JSON({"jobs": [camunda_job(r, spec.fetchVariable) for r in got.rows]})
 
 
@@ -102,7 +102,8 @@ async def completion(request: Request, key: str) -> Response:
     [variables] = payload(request, spec.variables)
     await security.visible_job(request, k)
     count = await fenced(request, k, None, spec.jobLeaseToken)
-    await context.services(request).jobs.complete(k, count, variables)
+    with traced.finish(request, "jobfair complete", **_finished(key)):
+        await context.services(request).jobs.complete(k, count, variables)
     return Response(status_code=204)
 
 
@@ -110,8 +111,14 @@ async def failure(request: Request, key: str) -> Response:
     k = job_key(key)
     spec = await optional_body(request, CamundaFail)
     await security.visible_job(request, k)
-    await fail(request, k, await fenced(request, k, None, spec.jobLeaseToken), spec)
+    count = await fenced(request, k, None, spec.jobLeaseToken)
+    with traced.finish(request, "jobfair fail", **_finished(key)):
+        await fail(request, k, count, spec)
     return Response(status_code=204)
+
+
+def _finished(key: str) -> dict[str, str]:
+    return {"jobfair.job_key": key, "jobfair.api": "camunda"}
 
 
 # -- search and topology --------------------------------------------------------------

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections import Counter
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from fastapi import Request
@@ -12,9 +10,8 @@ from pydantic import TypeAdapter
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.responses import Response
 
-from app import telemetry
 from app.activation import ActivateRequest, keep_alive_factory
-from app.api import context, schemas, security
+from app.api import context, schemas, security, traced
 from app.api.callers import HttpCaller
 from app.api.finishes import fail, fenced
 from app.api.parsing import (
@@ -28,7 +25,7 @@ from app.api.parsing import (
     validate,
 )
 from app.api.problems import JSON
-from app.domain import DEFAULT_KEY, FAIRNESS_KEY_RE, job_record, tenant_of, utcnow
+from app.domain import FAIRNESS_KEY_RE, job_record, tenant_of, utcnow
 from app.errors import InvalidArgument
 from app.jobs import JobChanges
 
@@ -74,46 +71,12 @@ def _key_from_header(job: schemas.CreateJob, header: str, index: int | None) -> 
     job["fairnessKey"] = value
 
 
-def _incoming_traceparent(request: Request) -> str | None:
-    """The call's W3C ``traceparent`` header, if sane: read off the raw headers (ASGI
-    lower-cases their names), which costs a create nothing to speak of when it has none
-    (``bench.otel``)."""
-    for name, value in request.scope["headers"]:
-        if name == b"traceparent":
-            return telemetry.traceparent(value.decode("latin-1"))
-    return None
-
-
-def _traced_create(request: Request, jobs: list[schemas.CreateJob]) -> Any:
-    """The create's span (app.telemetry: a child of the producer's ``traceparent``), and
-    each job keeping the trace its worker is to continue: the server span's, or with
-    tracing off the producer's own."""
-    parent = _incoming_traceparent(request)
-    if not telemetry.enabled():
-        telemetry.keep(jobs, parent)  # type: ignore[arg-type]
-        return _UNTRACED
-    tenants = sorted({tenant_of(j) for j in jobs})
-    attributes = {"jobfair.type": sorted({j["type"] for j in jobs}), "jobfair.jobs": len(jobs)}
-    attributes["jobfair.tenants"] = tenants[:100]
-    return _keeping(telemetry.span("jobfair create", parent, attributes=attributes), jobs)
-
-
-_UNTRACED = contextlib.nullcontext()  # reusable: it holds nothing
-
-
-@contextlib.contextmanager
-def _keeping(traced: Any, jobs: list[schemas.CreateJob]) -> Iterator[Any]:
-    with traced as current:
-        telemetry.keep(jobs, telemetry.traceparent_of(current))  # type: ignore[arg-type]
-        yield current
-
-
 async def create_job(request: Request) -> Response:
     spec = await body(request, CREATE_JOB)
     _check_jobs(request, [spec], payload_limit(request))
     now = utcnow()
     services = context.services(request)
-    with _traced_create(request, [spec]):
+    with traced.create(request, [spec]):
         record, created = await services.jobs.create_one(spec, now)
     if not security.principal(request).sees(record["tenantId"], record["type"]):
         raise security.taken_out_of_scope()  # an existing job of another type: not shown
@@ -133,7 +96,7 @@ async def create_batch(request: Request) -> Response:
         hidden = await security.visible_jobs(request, await services.jobs.idempotent(jobs))
         if hidden:
             raise security.taken_out_of_scope()
-    with _traced_create(request, jobs):
+    with traced.create(request, jobs):
         inserted = await services.jobs.create(jobs, now)
     if caller.scoped:
         # Taken between that check and the insert (a concurrent create of another type
@@ -149,43 +112,9 @@ async def activate(request: Request) -> Response:
     caller = HttpCaller(request)
     tenants = security.activation_tenants(caller.principal, spec.type, spec.tenantIds)
     req = ActivateRequest(spec.type, spec.maxJobs, spec.timeout, spec.worker, tenants)
-    if telemetry.enabled():
-        got = await _traced_activation(request, req, caller, spec.requestTimeout)
-    else:
-        got = await caller.services.activation.long_poll(req, caller, spec.requestTimeout)
+    got = await traced.long_poll(request, req, caller, spec.requestTimeout)
     now = utcnow()
     return JSON({"jobs": [job_record(r, now, got.aging, spec.fetchVariables) for r in got.rows]})
-
-
-async def _traced_activation(
-    request: Request, req: ActivateRequest, caller: HttpCaller, request_timeout: int | None
-) -> Any:
-    """An activation in a span (tracing on): a child of the worker's ``traceparent``,
-    linked to the trace each job it gave keeps, with the fairness decision -- how many
-    jobs of each tenant and fairness key -- as attributes."""
-    parent = _incoming_traceparent(request)
-    attributes = {"jobfair.type": req.job_type, "jobfair.max_jobs": req.max_jobs}
-    if req.worker:
-        attributes["jobfair.worker"] = req.worker
-    with telemetry.span("jobfair activate", parent, attributes=attributes) as current:
-        got = await caller.services.activation.long_poll(req, caller, request_timeout)
-        lanes = Counter(r.tenant_id for r in got.rows)
-        keys = Counter(f"{r.tenant_id}/{r.fairness_key or DEFAULT_KEY}" for r in got.rows)
-        current.set_attribute("jobfair.jobs", len(got.rows))
-        current.set_attribute("jobfair.tenants", [f"{t}={n}" for t, n in sorted(lanes.items())])
-        current.set_attribute("jobfair.keys", [f"{k}={n}" for k, n in sorted(keys.items())][:100])
-        for r in got.rows:
-            kept = telemetry.traceparent((r.custom_headers or {}).get(telemetry.HEADER))
-            if kept is not None:
-                telemetry.link(current, kept)
-    return got
-
-
-def _traced_finish(request: Request, name: str, **attributes: Any) -> Any:
-    """A finish in a span (tracing on): a child of the worker's ``traceparent``."""
-    if not telemetry.enabled():
-        return _UNTRACED
-    return telemetry.span(name, _incoming_traceparent(request), attributes=attributes)
 
 
 async def stream(request: Request) -> Response:
@@ -207,9 +136,10 @@ async def stream(request: Request) -> Response:
     if q.get("fetchVariables"):
         raw["fetchVariables"] = q["fetchVariables"].split(",")
     spec = validate(schemas.Activate, raw)
-    caller = HttpCaller(request)
-    tenants = security.activation_tenants(caller.principal, spec.type, spec.tenantIds)
+    principal = security.principal(request)
+    tenants = security.activation_tenants(principal, spec.type, spec.tenantIds)
     req = ActivateRequest(spec.type, spec.maxJobs, spec.timeout, spec.worker, tenants)
+    caller = traced.stream_caller(request, req)
     writes = caller.services.activation.stream(req, caller, spec.fetchVariables)
     return EventSourceResponse(
         _encoded(writes),
@@ -247,7 +177,7 @@ async def complete_batch(request: Request) -> Response:
     # Jobs out of the key's scope are answered as unknown ones, and not touched.
     hidden = await security.visible_jobs(request, [k for k, _, _ in items])
     shown = [i for i in items if i[0] not in hidden]
-    with _traced_finish(request, "jobfair complete", **{"jobfair.jobs": len(shown)}):
+    with traced.finish(request, "jobfair complete", **{"jobfair.jobs": len(shown)}):
         verdicts = iter(await context.services(request).jobs.complete_many(shown, utcnow()))
     results = [(k, 404) if k in hidden else next(verdicts) for k, _, _ in items]
     return JSON({"results": [{"jobKey": str(k), "status": s} for k, s in results]})
@@ -273,7 +203,7 @@ async def complete_job(request: Request, key: str) -> Response:
     spec = await body(request, schemas.Complete)
     await security.visible_job(request, k)
     [variables] = payload(request, spec.variables)
-    with _traced_finish(request, "jobfair complete", **{"jobfair.job_key": key}):
+    with traced.finish(request, "jobfair complete", **{"jobfair.job_key": key}):
         await context.services(request).jobs.complete(k, spec.activationCount, variables)
     return Response(status_code=204)
 
@@ -282,7 +212,7 @@ async def fail_job(request: Request, key: str) -> Response:
     k = job_key(key)
     spec = await body(request, schemas.Fail)
     await security.visible_job(request, k)
-    with _traced_finish(request, "jobfair fail", **{"jobfair.job_key": key}):
+    with traced.finish(request, "jobfair fail", **{"jobfair.job_key": key}):
         await fail(request, k, spec.activationCount, spec)
     return Response(status_code=204)
 
@@ -293,7 +223,7 @@ async def throw_error(request: Request, key: str) -> Response:
     await security.visible_job(request, k)
     count = await fenced(request, k, spec.activationCount, spec.jobLeaseToken)
     [variables] = payload(request, spec.variables)
-    with _traced_finish(request, "jobfair error", **{"jobfair.job_key": key}):
+    with traced.finish(request, "jobfair error", **{"jobfair.job_key": key}):
         await context.services(request).jobs.throw_error(
             k, count, spec.errorCode, spec.errorMessage, variables, utcnow()
         )

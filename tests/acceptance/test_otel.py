@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from app import telemetry
+from tests.acceptance.test_streams import Events
 
 EXPORTER = InMemorySpanExporter()
 _PROVIDER = TracerProvider()
@@ -116,3 +117,87 @@ async def test_a_bad_traceparent_is_ignored_and_a_jobs_own_is_kept(live):
     keys = r.json()["jobKeys"]
     kept = [(await c.get(f"/v2/jobs/{k}")).json()["customHeaders"]["traceparent"] for k in keys]
     assert kept == [good, own]
+
+
+WORKER = "00-" + "e" * 32 + "-" + "f" * 16 + "-01"  # the worker's own span, as it sends it
+
+
+def _server_spans(server: InMemorySpanExporter, name: str) -> list:
+    return [s for s in server.get_finished_spans() if s.name == name]
+
+
+def _is_child_of_worker(span) -> bool:
+    return span.parent.trace_id == int("e" * 32, 16) and span.parent.span_id == int("f" * 16, 16)
+
+
+async def test_a_stream_records_a_span_for_each_claim_it_writes(live, spans):
+    server = InMemorySpanExporter()
+    telemetry.configure("jobfair", server)
+    c = live.client
+    produced = "00-" + "a" * 32 + "-" + "b" * 16 + "-01"
+    first = (await c.post("/v2/jobs", json={"type": "sse", "tenantId": "acme"},
+                          headers={"traceparent": produced})).json()  # fmt: skip
+    [created] = _server_spans(server, "jobfair create")
+    path = "/v2/jobs/stream?type=sse&maxJobs=5&timeout=60000&worker=w1"
+    async with c.stream("GET", path, headers={"traceparent": WORKER}) as r:
+        assert r.status_code == 200
+        events = Events(r)
+        got = await events.next_job()
+        assert got["jobKey"] == first["jobKey"]
+        second = (await c.post("/v2/jobs", json={"type": "sse", "tenantId": "zeta",
+                                                 "fairnessKey": "k1"})).json()  # fmt: skip
+        assert (await events.next_job())["jobKey"] == second["jobKey"]
+        events.reader.cancel()
+    claims = _server_spans(server, "jobfair activate")
+    assert all(s.attributes["jobfair.stream"] for s in claims)
+    # One span per claim written, a child of the call that opened the stream.
+    assert len(claims) == 2, claims
+    assert all(_is_child_of_worker(s) for s in claims)
+    assert [s.attributes["jobfair.tenants"] for s in claims] == [("acme=1",), ("zeta=1",)]
+    assert [s.attributes["jobfair.keys"] for s in claims] == [("acme/<default>=1",), ("zeta/k1=1",)]
+    assert {s.attributes["jobfair.worker"] for s in claims} == {"w1"}
+    assert {s.attributes["jobfair.type"] for s in claims} == {"sse"}
+    # The first is linked to the trace its job keeps (the server's create span's).
+    assert [link.context.span_id for link in claims[0].links] == [created.context.span_id]
+    assert created.context.trace_id == int("a" * 32, 16)
+    # The second job came without a trace: its create span began one, linked all the same.
+    assert len(claims[1].links) == 1
+
+
+async def test_camundas_routes_record_the_same_spans(live, spans):
+    server = InMemorySpanExporter()
+    telemetry.configure("jobfair", server)
+    c = live.client
+    produced = "00-" + "a" * 32 + "-" + "b" * 16 + "-01"
+    r = await c.post("/v2/jobs/batch", json={"jobs": [{"type": "cam"}, {"type": "cam"}]},
+                     headers={"traceparent": produced})  # fmt: skip
+    assert r.status_code == 201, r.text
+    keys = r.json()["jobKeys"]
+    asked = {"type": "cam", "maxJobsToActivate": 2, "timeout": 60_000, "worker": "zeebe"}
+    activated = await c.post("/v2/jobs/activation", json=asked, headers={"traceparent": WORKER})
+    jobs = {j["jobKey"]: j for j in activated.json()["jobs"]}
+    assert sorted(jobs) == sorted(keys)
+    done = await c.post(f"/v2/jobs/{keys[0]}/completion", headers={"traceparent": WORKER},
+                        json={"jobLeaseToken": jobs[keys[0]]["jobLeaseToken"]})  # fmt: skip
+    assert done.status_code == 204, done.text
+    token = jobs[keys[1]]["jobLeaseToken"]
+    failed = await c.post(f"/v2/jobs/{keys[1]}/failure", headers={"traceparent": WORKER},
+                          json={"retries": 1, "jobLeaseToken": token})  # fmt: skip
+    assert failed.status_code == 204, failed.text
+    [created] = _server_spans(server, "jobfair create")
+    [activate] = _server_spans(server, "jobfair activate")
+    assert activate.attributes["jobfair.api"] == "camunda"
+    assert activate.attributes["jobfair.jobs"] == 2
+    assert activate.attributes["jobfair.worker"] == "zeebe"
+    assert _is_child_of_worker(activate)
+    # Both jobs keep the create span's context: one link for the two.
+    assert [link.context.span_id for link in activate.links] == [created.context.span_id]
+    for name, key in (("jobfair complete", keys[0]), ("jobfair fail", keys[1])):
+        [finish] = _server_spans(server, name)
+        assert finish.attributes["jobfair.api"] == "camunda"
+        assert finish.attributes["jobfair.job_key"] == key
+        assert _is_child_of_worker(finish), name
+    # Camunda's clients are handed the trace as a custom header, as the native ones are.
+    assert {j["customHeaders"]["traceparent"] for j in jobs.values()} == {
+        telemetry.traceparent_of(created)
+    }
