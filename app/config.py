@@ -116,6 +116,9 @@ class Settings(BaseSettings):
     # OTEL_EXPORTER_OTLP_*ENDPOINT set; the standard OTEL_* variables configure the rest.
     otel_enabled: bool = False
     otel_service_name: str = "jobfair"
+    # Metrics over OTLP too (app.metrics.otlp): on with this, or with
+    # OTEL_EXPORTER_OTLP_METRICS_ENDPOINT set; GET /metrics is there either way.
+    otel_metrics_enabled: bool = False
     log_format: LogFormat = "text"
     log_level: LogLevel = "info"
     access_log: bool = False

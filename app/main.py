@@ -32,6 +32,7 @@ from app.domain import utcnow
 from app.explain import ExplainService
 from app.jobs import JobService
 from app.keys import KeyService
+from app.metrics import otlp
 from app.metrics.events import Metrics, ProcessState
 from app.metrics.scrape import Scrape
 from app.operators import ConfigService, HealthService, SearchService
@@ -152,6 +153,12 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
             metrics=metrics,
             scrape=Scrape(metrics, db, stats, activation.resolve_aging),
         )
+        # Metrics over OTLP as well, if asked for: a background task of every process.
+        pushing = None
+        if background and otlp.wanted(settings.otel_metrics_enabled):
+            scrape = app.state.services.scrape
+            pushing = otlp.MetricsPush(scrape, bg.is_leader.is_set, settings.otel_service_name)
+            bg.process_tasks.append(pushing)
         app.gate = Gate(  # type: ignore[attr-defined]
             off=settings.auth_mode == "off",
             docs_open=settings.docs_open,
@@ -190,6 +197,11 @@ def create_app(settings: Settings, database_url: str, *, background: bool = True
             await begin_shutdown()
             await activation.settle()
             await bg.stop()
+            if pushing is not None:  # what this process counted since the last push
+                # Not waited for long: a collector that is away must not hold the exit.
+                with contextlib.suppress(StoreUnavailable, TimeoutError):
+                    await asyncio.wait_for(pushing.run_once(utcnow()), 5)
+                await asyncio.to_thread(pushing.shutdown)
             await notifier.stop()
             metrics.labels.close()
             await db.close()

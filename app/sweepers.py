@@ -32,6 +32,7 @@ from app.db.store import Store
 from app.domain import JobState, utcnow
 from app.metrics.events import Metrics, multiprocess_dir
 from app.metrics.loops import LabelRefresher, ProcessSync, TenantRanker
+from app.metrics.otlp import MetricsPush
 from app.stats import StatsService
 from app.workers import SEEN_WINDOW, WorkerSightings
 
@@ -268,6 +269,7 @@ Task = (
     | ProcessSync
     | TenantRanker
     | WorkerSightings
+    | MetricsPush
 )
 
 

@@ -41,25 +41,36 @@ class Scrape:
         """The text a scrape gets: every process's events and state (multiprocess mode:
         added up from the shared directory), and the database's gauges, read now; for a
         key scoped to some tenants or types, the series of those alone."""
-        metrics = self.metrics
-        metrics.sync()
-        try:
-            snapshot = await database_gauges(
-                self.db, self.stats, self.resolve_aging, metrics.labels, now
-            )
-            up = 1.0
-        except StoreUnavailable:
-            snapshot, up = [], 0.0
-        families = [*snapshot, _gauge("jobfair_database_up", DATABASE_UP, up)]
-        directory = multiprocess_dir()
-        if directory is not None:
-            merged = MultiProcessCollector(None, directory)  # type: ignore[no-untyped-call]
-            families.extend(await asyncio.to_thread(lambda: list(merged.collect())))
-        else:
-            families.extend(metrics.registry.collect())
+        families = await self.families(now, database=True, merged=True)
         if caller is not None and caller.scoped:
             families = [_within(f, caller) for f in families]
         return render(families)
+
+    async def families(self, now: datetime, *, database: bool, merged: bool) -> list[Metric]:
+        """This process's events and state -- every process's of the server, added up
+        from the shared directory, if ``merged`` and in multiprocess mode -- and, if
+        ``database``, the database's gauges read now."""
+        metrics = self.metrics
+        metrics.sync()
+        families: list[Metric] = []
+        if database:
+            try:
+                families = list(
+                    await database_gauges(
+                        self.db, self.stats, self.resolve_aging, metrics.labels, now
+                    )
+                )
+                up = 1.0
+            except StoreUnavailable:
+                up = 0.0
+            families.append(_gauge("jobfair_database_up", DATABASE_UP, up))
+        directory = multiprocess_dir()
+        if merged and directory is not None:
+            collector = MultiProcessCollector(None, directory)  # type: ignore[no-untyped-call]
+            families.extend(await asyncio.to_thread(lambda: list(collector.collect())))
+        else:
+            families.extend(metrics.registry.collect())
+        return families
 
 
 DATABASE_UP = "1 if this scrape read the database's gauges, 0 if the database was away."
