@@ -137,17 +137,11 @@ class JobService:
         self, job: Mapping[str, Any], now: datetime
     ) -> tuple[dict[str, Any], bool]:
         """``POST /v2/jobs``: create ``job`` and answer its record, and whether it is new
-        (an idempotency key already taken answers the job holding it).  A job without
-        one is inserted by a statement that answers its record too, or handed to a
-        waiter by a claim that does."""
-        if job.get("idempotencyKey") is not None:
-            await self.activation.charged([job["type"]])
-            [inserted] = await job_rows.insert(self.db, [job], now)
-            if inserted.created:
-                self.metrics.count_one(self.metrics.created, job["type"], tenant_of(job))
-            _created_one(job, inserted)
-            return await self.get(inserted.job_key, now), inserted.created
-        if ready_at_once(job, now):
+        (an idempotency key already taken answers the job holding it).  It is inserted
+        by a statement that answers its record too, or, without an idempotency key,
+        handed to a waiter by a claim that does."""
+        keyed = job.get("idempotencyKey") is not None
+        if ready_at_once(job, now) and not keyed:
             handed = await self.activation.hand_off(job, now)
             if handed is not None:
                 # The record is read after the hand-off, not taken from its claim: while
@@ -159,6 +153,12 @@ class JobService:
                 return await self.get(handed.job_key, now), True
         await self.activation.charged([job["type"]])  # as the hand-off waits for them
         stored_job = await job_rows.insert_one(self.db, job, now)
+        if stored_job is None:  # its idempotency key is taken: answer the job holding it
+            [inserted] = await job_rows.insert(self.db, [job], now)
+            if inserted.created:  # the holder was gone by then (retention)
+                self.metrics.count_one(self.metrics.created, job["type"], tenant_of(job))
+            _created_one(job, inserted)
+            return await self.get(inserted.job_key, now), inserted.created
         self.metrics.count_one(self.metrics.created, job["type"], tenant_of(job))
         _created_one(job, stored_job.job)
         return self._record(stored_job, now), True

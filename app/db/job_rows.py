@@ -121,38 +121,41 @@ async def insert(db: Sessions, jobs: Sequence[Mapping[str, Any]], now: datetime)
 
 
 @retry_deadlock
-async def insert_one(db: Sessions, job: Mapping[str, Any], now: datetime) -> StoredJob:
-    """One job without an idempotency key, and its record as stored: two round trips
-    and a commit when it is ready at once (BEGIN with the locks, the insert, COMMIT),
-    one when it is for later."""
-    assert job.get("idempotencyKey") is None
+async def insert_one(db: Sessions, job: Mapping[str, Any], now: datetime) -> StoredJob | None:
+    """One job, and its record as stored: two round trips and a commit when it is ready
+    at once (BEGIN with the locks, the insert, COMMIT), one when it is for later.  None
+    when its idempotency key was taken (``insert`` then answers the job holding it)."""
+    name = "insert_job" if job.get("idempotencyKey") is None else "insert_job_keyed"
     if citus.on_citus(db):
-        return await _insert_one_on_citus(db, job, now)
-    insert = SQL["insert_job"].bind(**_insert_args([job], now))
+        return await _insert_one_on_citus(db, name, job, now)
+    insert = SQL[name].bind(**_insert_args([job], now))
     locks = locks_for([job], now)
     if locks is None:
         row = await db.fetchrow(*insert)
     else:
         async with db.transaction(first=locks) as tx:
             row = await tx.fetchrow(*insert)
+    return None if row is None else _stored(row)
+
+
+def _stored(row: Mapping[str, Any]) -> StoredJob:
     config = TypeConfig(None, row["type_aging_interval_ms"], row["type_aging_step"])
     return StoredJob(job_row(row), config)
 
 
-async def _insert_one_on_citus(db: Sessions, job: Mapping[str, Any], now: datetime) -> StoredJob:
+async def _insert_one_on_citus(
+    db: Sessions, name: str, job: Mapping[str, Any], now: datetime
+) -> StoredJob | None:
     """insert_one on Citus: the floor read first, the insert on the tenant's node and the
-    NOTIFY from the coordinator in one transaction."""
+    NOTIFY from the coordinator (if it was inserted) in one transaction."""
     ready = ready_at_once(job, now)
     reentry = await lanes.reentry_floors(db, [job["type"]] if ready else [])
     [(shards, _)] = citus.split(db, [tenant_of(job)], str)
     async with db.transaction(first=locks_for([job], now)) as tx:
-        row = await tx.fetchrow(
-            *SQL.on(shards, "insert_job", **_insert_args([job], now), **reentry)
-        )
-        if ready:
+        row = await tx.fetchrow(*SQL.on(shards, name, **_insert_args([job], now), **reentry))
+        if ready and row is not None:
             await notify_ready(tx, job["type"], 1)
-    config = TypeConfig(None, row["type_aging_interval_ms"], row["type_aging_step"])
-    return StoredJob(job_row(row), config)
+    return None if row is None else _stored(row)
 
 
 async def notify_ready(db: Queries, job_type: str, n: int) -> None:

@@ -441,6 +441,147 @@ SELECT ins.*,  -- the columns insert returned: a job record's
          + (SELECT count(*) FROM woken) AS _side_effects
 FROM ins LEFT JOIN job_types t ON t.job_type = ins.job_type;
 
+-- name: insert_job_keyed
+-- insert_job for one job with an idempotency key: its record in one statement when the
+-- key is new, no row when it is taken (the caller then answers the job holding it, as
+-- insert_jobs does).  Index: jobs_idempotency_idx (ON CONFLICT; and the probe for a job
+-- made before alembic 0008).  Locks: as insert_job.
+-- Parameters: $1 :default_priority, $2 :default_retries, $3 :now, $4 :jobs, $5 :default_tenant
+WITH input AS MATERIALIZED (
+    SELECT x.ord, jobfair_job_key(t.shard, nextval('job_key_seq')) AS job_key, t.shard,
+           x.e->>'type' AS job_type, t.tenant_id,
+           COALESCE((x.e->>'priority')::int, $1) AS priority,
+           COALESCE((x.e->>'retries')::int, $2) AS retries,
+           COALESCE(x.e->'variables', '{}') AS variables,
+           COALESCE(x.e->'customHeaders', '{}') AS custom_headers,
+           x.e->>'idempotencyKey' AS idempotency_key,
+           -- The default key is '' (domain.stored_key).
+           COALESCE(NULLIF(x.e->>'fairnessKey', '<default>'), '') AS fairness_key,
+           COALESCE((x.e->>'cost')::float8, 1) AS cost,
+           CASE WHEN x.e->>'runAt' IS NOT NULL THEN (x.e->>'runAt')::timestamptz
+                WHEN x.e->>'delay' IS NOT NULL
+                  THEN $3::timestamptz + (x.e->>'delay')::float8 * interval '1 millisecond'
+                ELSE $3::timestamptz END AS run_at
+    FROM jsonb_array_elements($4::jsonb) WITH ORDINALITY AS x(e, ord)
+    CROSS JOIN LATERAL (
+        SELECT u.tenant_id, jobfair_shard(u.tenant_id) AS shard
+        FROM (SELECT COALESCE(x.e->>'tenantId', $5) AS tenant_id) u
+    ) t
+),
+ins AS (
+    INSERT INTO jobs (job_key, shard, job_type, tenant_id, state, priority, retries,
+                      run_at, queued_at, variables, custom_headers, created_at, idempotency_key,
+                      fairness_key, cost)
+    SELECT job_key, shard, job_type, tenant_id,
+           CASE WHEN run_at > $3 THEN 'SCHEDULED' ELSE 'CREATED' END,
+           priority, retries, run_at, GREATEST(run_at, $3), variables,
+           custom_headers, $3, idempotency_key, fairness_key, cost
+    FROM input
+    WHERE true
+      AND NOT EXISTS (SELECT 1 FROM jobs o
+                      WHERE o.tenant_id = input.tenant_id
+                        AND o.idempotency_key = input.idempotency_key
+                        AND o.shard <> input.shard)
+    ON CONFLICT (tenant_id, idempotency_key, shard) WHERE idempotency_key IS NOT NULL
+    DO NOTHING
+    RETURNING job_key, job_type, tenant_id, state, priority, retries, activation_count,
+    worker, deadline, run_at, queued_at, variables, custom_headers, error_code,
+    error_message, created_at, activated_at, completed_at, idempotency_key, fairness_key,
+    cost, charged, lane_charge, key_charge
+),
+ready_lanes AS (
+    SELECT job_type, tenant_id, fairness_key, count(*) AS n FROM ins WHERE state = 'CREATED'
+    GROUP BY job_type, tenant_id, fairness_key
+),
+lanes_ready AS (
+    SELECT job_type, tenant_id, sum(n) AS n FROM ready_lanes GROUP BY job_type, tenant_id
+),
+lanes_seen AS (
+    -- Each lane's row as the statement's snapshot has it (active NULL: none yet), one
+    -- lanes_pkey probe per lane.  Under a held xmin horizon a probe visits every version
+    -- of the lane row, so each lane is probed once here, not once by each CTE below
+    -- (issue 43).  The snapshot is enough: a lane is parked only under its bucket's
+    -- exclusive lock, and the caller holds it shared, so no park commits after it.
+    SELECT r.job_type, r.tenant_id, x.active FROM lanes_ready r
+    LEFT JOIN lanes x ON x.job_type = r.job_type AND x.tenant_id = r.tenant_id
+     AND x.shard = jobfair_shard(r.tenant_id)
+),
+new_lanes AS (
+    INSERT INTO lanes (job_type, tenant_id, shard, vtime, active, held)
+    SELECT r.job_type, r.tenant_id, jobfair_shard(r.tenant_id),
+           COALESCE(
+    (SELECT min(x.vtime) FROM lanes x WHERE x.job_type = r.job_type AND x.active AND NOT x.held),
+    (SELECT max(x.vtime) FROM lanes x WHERE x.job_type = r.job_type),
+    0), true,
+           EXISTS (SELECT 1 FROM tenants p WHERE p.tenant_id = r.tenant_id AND p.paused)
+    -- Only a lane not there yet computes its floor: the floor reads the type's lanes by
+    -- vtime, and under a held xmin horizon every dead version of them.
+    FROM lanes_seen r WHERE r.active IS NULL
+    ORDER BY r.job_type, r.tenant_id
+    ON CONFLICT (job_type, tenant_id, shard) DO NOTHING
+    RETURNING 1
+),
+woken AS (
+    UPDATE lanes l
+    SET active = true, vtime = GREATEST(l.vtime, COALESCE(
+    (SELECT min(x.vtime) FROM lanes x WHERE x.job_type = l.job_type AND x.active AND NOT x.held),
+    (SELECT max(x.vtime) FROM lanes x WHERE x.job_type = l.job_type),
+    0))
+    WHERE  (l.job_type, l.tenant_id) IN (
+        -- Parked lanes only (an active one is not written), locked in key order.
+        SELECT x.job_type, x.tenant_id FROM lanes x JOIN lanes_seen r
+          ON x.job_type = r.job_type AND x.tenant_id = r.tenant_id
+        WHERE r.active IS FALSE AND NOT x.active
+        ORDER BY x.job_type, x.tenant_id
+        FOR NO KEY UPDATE OF x)
+    RETURNING 1
+),
+keys_seen AS (
+    -- As lanes_seen, for the keys: one lane_keys_pkey probe per key.
+    SELECT r.job_type, r.tenant_id, r.fairness_key, x.active FROM ready_lanes r
+    LEFT JOIN lane_keys x ON x.job_type = r.job_type AND x.tenant_id = r.tenant_id
+     AND x.fairness_key = r.fairness_key AND x.shard = jobfair_shard(r.tenant_id)
+),
+new_keys AS (
+    INSERT INTO lane_keys (job_type, tenant_id, fairness_key, shard, vtime, active)
+    SELECT r.job_type, r.tenant_id, r.fairness_key, jobfair_shard(r.tenant_id),
+           COALESCE(
+    (SELECT min(x.vtime) FROM lane_keys x
+     WHERE x.job_type = r.job_type AND x.tenant_id = r.tenant_id AND x.active ),
+    (SELECT max(x.vtime) FROM lane_keys x
+     WHERE x.job_type = r.job_type AND x.tenant_id = r.tenant_id AND NOT x.active ),
+    0), true
+    FROM keys_seen r WHERE r.active IS NULL
+    ORDER BY r.job_type, r.tenant_id, r.fairness_key
+    ON CONFLICT (job_type, tenant_id, fairness_key, shard) DO NOTHING
+),
+woken_keys AS (
+    UPDATE lane_keys k
+    SET active = true,
+        vtime = GREATEST(k.vtime, COALESCE(
+    (SELECT min(x.vtime) FROM lane_keys x
+     WHERE x.job_type = k.job_type AND x.tenant_id = k.tenant_id AND x.active ),
+    (SELECT max(x.vtime) FROM lane_keys x
+     WHERE x.job_type = k.job_type AND x.tenant_id = k.tenant_id AND NOT x.active ),
+    0))
+    WHERE  (k.job_type, k.tenant_id, k.fairness_key) IN (
+        SELECT x.job_type, x.tenant_id, x.fairness_key FROM lane_keys x JOIN keys_seen r
+          ON x.job_type = r.job_type AND x.tenant_id = r.tenant_id
+         AND x.fairness_key = r.fairness_key
+        WHERE r.active IS FALSE AND NOT x.active
+        ORDER BY x.job_type, x.tenant_id, x.fairness_key
+        FOR NO KEY UPDATE OF x)
+),
+notified AS (
+    SELECT pg_notify('jobfair', job_type || ' ' || sum(n))
+    FROM ready_lanes GROUP BY job_type
+)
+SELECT ins.*,  -- the columns insert returned: a job record's
+       t.aging_interval_ms AS type_aging_interval_ms, t.aging_step AS type_aging_step,
+       (SELECT count(*) FROM notified) + (SELECT count(*) FROM new_lanes)
+         + (SELECT count(*) FROM woken) AS _side_effects
+FROM ins LEFT JOIN job_types t ON t.job_type = ins.job_type;
+
 -- name: notify_ready
 -- A job type's jobs that became activatable (:payload, "type n"), announced by hand.
 -- Parameters: $1 :payload

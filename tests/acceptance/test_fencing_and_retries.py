@@ -6,6 +6,7 @@ import asyncio
 from datetime import timedelta, timezone
 
 from app.domain import utcnow
+from tests.acceptance.test_metrics import scrape, value
 from tests.helpers import activate, assert_problem, complete
 
 
@@ -190,6 +191,19 @@ async def test_idempotency_key_returns_the_same_job(live):
     keys = batch.json()["jobKeys"]
     assert keys[1] == keys[2] and len({keys[0], keys[1]}) == 2
     assert sorted(j["jobKey"] for j in await activate(c, "f", 10)) == sorted(set(keys))
+
+
+async def test_one_key_created_at_once_from_many_calls_makes_one_job(live):
+    """Single creates racing with one new key: one insert wins, the others wait for its
+    commit, find the key taken and answer the job holding it (200); counted once."""
+    c = live.client
+    body = {"type": "race", "tenantId": "acme", "idempotencyKey": "order-9"}
+    answers = await asyncio.gather(*(c.post("/v2/jobs", json=body) for _ in range(20)))
+    assert sorted(r.status_code for r in answers) == [200] * 19 + [201]
+    assert len({r.json()["jobKey"] for r in answers}) == 1
+    assert len(await activate(c, "race", 10)) == 1
+    created = value(await scrape(c), "jobfair_jobs_created_total", type="race", tenant="acme")
+    assert created == 1
 
 
 async def test_delayed_job_waits_for_run_at(live):

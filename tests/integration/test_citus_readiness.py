@@ -242,6 +242,9 @@ async def test_jobs_made_before_the_shards_keep_their_keys_and_their_idempotency
                 utcnow(),
             )
             assert (again.job_key, again.created) == (row["job_key"], False)
+            # And a single create's statement (POST /v2/jobs) finds it taken.
+            one = {"type": "old", "tenantId": row["tenant_id"], "idempotencyKey": "once"}
+            assert await job_rows.insert_one(db, one, utcnow()) is None
         assert await db.fetchval("SELECT count(*) FROM jobs") == 2
         lanes = await db.fetch("SELECT tenant_id, shard FROM lanes")
         assert {r["tenant_id"]: r["shard"] for r in lanes} == {

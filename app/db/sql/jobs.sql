@@ -114,6 +114,27 @@ ins AS (
     {{insert_input}}
     RETURNING {{JOB_COLUMNS}}
 ),
+{{one_answered}}
+
+-- name: insert_job_keyed
+-- insert_job for one job with an idempotency key: its record in one statement when the
+-- key is new, no row when it is taken (the caller then answers the job holding it, as
+-- insert_jobs does).  Index: jobs_idempotency_idx (ON CONFLICT; and the probe for a job
+-- made before alembic 0008).  Locks: as insert_job.
+WITH {{input}},
+ins AS (
+    {{insert_input}}
+    WHERE true
+      {{before_0008}}
+    ON CONFLICT (tenant_id, idempotency_key, shard) WHERE idempotency_key IS NOT NULL
+    DO NOTHING
+    RETURNING {{JOB_COLUMNS}}
+),
+{{one_answered}}
+
+-- fragment: one_answered
+-- The end of insert_job and insert_job_keyed: the job's lane woken if it is ready, and its
+-- record with its type's aging settings.
 ready_lanes AS (
     SELECT job_type, tenant_id, fairness_key, count(*) AS n FROM ins WHERE state = 'CREATED'
     GROUP BY job_type, tenant_id, fairness_key
