@@ -73,10 +73,11 @@ def enabled() -> bool:
     return _tracer is not None
 
 
-def traceparent(value: str | None) -> str | None:
+def traceparent(value: object) -> str | None:
     """``value`` if it is a W3C traceparent of version 00 (lower-case hex, a trace id and
-    a parent id not all zeros: the standard's invalid ones), else None."""
-    if value is None or not TRACEPARENT.fullmatch(value):
+    a parent id not all zeros: the standard's invalid ones), else None: a job's own
+    ``customHeaders.traceparent`` may be any JSON value."""
+    if not isinstance(value, str) or not TRACEPARENT.fullmatch(value):
         return None
     if value[3:35] == "0" * 32 or value[36:52] == "0" * 16:
         return None

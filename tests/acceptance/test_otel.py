@@ -201,3 +201,34 @@ async def test_camundas_routes_record_the_same_spans(live, spans):
     assert {j["customHeaders"]["traceparent"] for j in jobs.values()} == {
         telemetry.traceparent_of(created)
     }
+
+
+async def test_a_jobs_own_traceparent_of_any_json_value_is_ignored_when_activated(live, spans):
+    """A job's customHeaders.traceparent may be any JSON value: a long poll, Camunda's
+    activation and a stream hand such jobs out like any other, traced on."""
+    server = InMemorySpanExporter()
+    telemetry.configure("jobfair", server)
+    c = live.client
+    odd: list[object] = [7, [1], {"a": 1}, True, None, "garbage"]
+    for job_type in ("odd-poll", "odd-camunda", "odd-stream"):
+        jobs = [{"type": job_type, "customHeaders": {"traceparent": v}} for v in odd]
+        made = await c.post("/v2/jobs/batch", json={"jobs": [{"type": job_type}, *jobs]})
+        assert made.status_code == 201, made.text
+    ask = {"type": "odd-poll", "maxJobs": 10, "timeout": 60_000, "requestTimeout": -1}
+    polled = await c.post("/v2/jobs/activate", json=ask)
+    assert polled.status_code == 200, polled.text
+    assert len(polled.json()["jobs"]) == 1 + len(odd)
+    camunda = {"type": "odd-camunda", "maxJobsToActivate": 10, "timeout": 60_000}
+    activated = await c.post("/v2/jobs/activation", json=camunda)
+    assert activated.status_code == 200, activated.text
+    assert len(activated.json()["jobs"]) == 1 + len(odd)
+    async with c.stream("GET", "/v2/jobs/stream?type=odd-stream&maxJobs=10&timeout=60000") as r:
+        events = Events(r)
+        got = [await events.next_job() for _ in range(1 + len(odd))]
+        events.reader.cancel()
+    assert len({j["jobKey"] for j in got}) == 1 + len(odd)
+    # Each activation's span links the one trace its jobs keep that can be read: the
+    # batch's create span (the odd values are kept as they were sent).
+    activations = _server_spans(server, "jobfair activate")
+    assert len(activations) == 3
+    assert all(len(s.links) == 1 for s in activations)
