@@ -58,8 +58,12 @@ def workers(
 
 
 def version(value: bool) -> None:
+    """The release, and the schema revision it migrates to (CHANGELOG.md says which
+    revisions contract: docs/upgrading.md)."""
     if value:
-        typer.echo(f"jobfair {__version__}")
+        from app import migrations  # only here: the commands over HTTP need none of it
+
+        typer.echo(f"jobfair {__version__} (schema {migrations.head_revision()})")
         raise typer.Exit()
 
 

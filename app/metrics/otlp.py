@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 ENDPOINT_VARIABLE = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"
 INTERVAL_VARIABLE = "OTEL_METRIC_EXPORT_INTERVAL"
 DEFAULT_INTERVAL_MS = 60_000
+MIN_INTERVAL_MS = 1_000
+MAX_INTERVAL_MS = 86_400_000  # a day
 NO_MIN_MAX = (None, None)
 
 
@@ -50,9 +52,23 @@ def wanted(enabled: bool, environ: Mapping[str, str] = os.environ) -> bool:
 
 
 def interval_ms(environ: Mapping[str, str] = os.environ) -> int:
-    """``OTEL_METRIC_EXPORT_INTERVAL``, or 60 s if it is not a positive whole number."""
-    raw = environ.get(INTERVAL_VARIABLE, "")
-    return int(raw) if raw.isascii() and raw.isdigit() and int(raw) > 0 else DEFAULT_INTERVAL_MS
+    """``OTEL_METRIC_EXPORT_INTERVAL``: a whole number of milliseconds, held between
+    MIN_INTERVAL_MS (each push of the leader's costs a scrape of the database's gauges)
+    and MAX_INTERVAL_MS; 60 s if unset.  A value that is not a whole number, or out of
+    those bounds, is said once in the log."""
+    raw = environ.get(INTERVAL_VARIABLE)
+    if raw is None or raw == "":
+        return DEFAULT_INTERVAL_MS
+    if not (raw.isascii() and raw.isdigit()):
+        log.warning("%s=%r is not a whole number of ms: %d used", INTERVAL_VARIABLE, raw,
+                    DEFAULT_INTERVAL_MS)  # fmt: skip
+        return DEFAULT_INTERVAL_MS
+    asked = int(raw) if len(raw) <= 18 else MAX_INTERVAL_MS + 1  # int() refuses 4,300 digits
+    ms = min(max(asked, MIN_INTERVAL_MS), MAX_INTERVAL_MS)
+    if ms != asked:
+        log.warning("%s=%.20s is out of %d..%d ms: %d used", INTERVAL_VARIABLE, raw,
+                    MIN_INTERVAL_MS, MAX_INTERVAL_MS, ms)  # fmt: skip
+    return ms
 
 
 def metrics_data(families: Iterable[Metric], resource: Any, start_ns: int, now_ns: int) -> Any:
@@ -163,9 +179,8 @@ class MetricsPush:
         families = await self.scrape.families(now, database=self.leads(), merged=False)
         data = metrics_data(families, self.resource, self.start_ns, time.time_ns())
         # The exporter blocks (requests, with its own retries and timeout): off the loop.
-        result = await asyncio.to_thread(self.exporter.export, data)
-        if result.name != "SUCCESS":
-            log.warning("sending metrics over OTLP failed (%s); again next time", result.name)
+        # A failure it logs itself; the next push sends the cumulative values then.
+        await asyncio.to_thread(self.exporter.export, data)
         return len(data.resource_metrics[0].scope_metrics[0].metrics)
 
     def shutdown(self) -> None:

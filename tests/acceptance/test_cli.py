@@ -17,6 +17,7 @@ import typer
 from typer.core import TyperOption
 from typer.testing import CliRunner
 
+from app import migrations
 from app.cli.main import cli
 from app.config import Settings
 from app.keys import Role
@@ -641,7 +642,8 @@ def test_version_prints_the_package_version():
     from app import __version__
 
     ran = jobfair_sync("--version")
-    assert ran.returncode == 0 and ran.stdout == f"jobfair {__version__}\n"
+    head = migrations.head_revision()
+    assert ran.returncode == 0 and ran.stdout == f"jobfair {__version__} (schema {head})\n"
 
 
 async def test_what_callers_wrote_reaches_the_terminal_without_its_control_characters(live: Live):

@@ -142,7 +142,7 @@ def background():
 @pytest.fixture
 def settings(receiver, monkeypatch):
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", receiver.endpoint)
-    monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "100")
+    monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "1000")  # the least it takes
     return quiet_settings()
 
 
@@ -220,6 +220,9 @@ def test_asked_for_by_a_setting_or_the_standard_endpoint_unless_the_sdk_is_off()
     assert otlp.wanted(True, {})
     assert otlp.wanted(False, {"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": "http://c:4318/v1/metrics"})
     assert not otlp.wanted(True, {"OTEL_SDK_DISABLED": "TRUE"})
-    for raw, ms in (("250", 250), ("", 60_000), ("0", 60_000), ("-5", 60_000), ("1e3", 60_000)):
+    assert otlp.interval_ms({}) == 60_000
+    huge = "1" + "0" * 5000  # int() alone refuses it
+    for raw, ms in (("2500", 2500), ("", 60_000), ("0", 1000), ("250", 1000), ("-5", 60_000),
+                    ("1e3", 60_000), (" 5000", 60_000), (huge, 86_400_000)):  # fmt: skip
         assert otlp.interval_ms({"OTEL_METRIC_EXPORT_INTERVAL": raw}) == ms, raw
     assert otlp.interval_ms({"OTEL_METRIC_EXPORT_INTERVAL": "١٠"}) == 60_000  # not ASCII
