@@ -8,6 +8,8 @@ Its statements are app/db/sql/jobs.sql; those that answer job records list
 
 from __future__ import annotations
 
+import math
+import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -47,6 +49,10 @@ def locks_for(jobs: Sequence[Mapping[str, Any]], now: datetime) -> str | None:
     return share_buckets_sql(buckets) if buckets else None
 
 
+def _keyed(jobs: Sequence[Mapping[str, Any]]) -> bool:
+    return any(j.get("idempotencyKey") is not None for j in jobs)
+
+
 def _insert_args(jobs: Sequence[Mapping[str, Any]], now: datetime) -> dict[str, Any]:
     return dict(
         jobs=orjson.dumps(jobs).decode(),
@@ -55,6 +61,37 @@ def _insert_args(jobs: Sequence[Mapping[str, Any]], now: datetime) -> dict[str, 
         default_priority=DEFAULT_PRIORITY,
         default_retries=DEFAULT_RETRIES,
     )
+
+
+class KeysBefore0008:
+    """Whether a job made before alembic 0008 with an idempotency key may be left
+    outside its tenant's shard, where the unique index does not find its key: a keyed
+    insert then looks for it there too (before_0008), which costs a keyed job about a
+    quarter more of PostgreSQL's time (ADR 045).  A pool's, found by its first insert and
+    then every RECHECK_S while some remain; once none does, none can come back (every key
+    made since is above 2**62), and it is not looked for again."""
+
+    RECHECK_S = 300.0
+
+    def __init__(self) -> None:
+        self.none_left = False
+        self._checked = -math.inf
+
+    async def remain(self, q: Queries) -> bool:
+        if self.none_left:
+            return False
+        now = time.monotonic()
+        if now - self._checked >= self.RECHECK_S:
+            self._checked = now
+            self.none_left = not await q.fetchval(*SQL["keys_before_0008"].bind())
+        return not self.none_left
+
+
+async def _keys_before_0008(q: Queries) -> bool:
+    """Whether a keyed insert on ``q``'s database must look outside the tenant's shard
+    (a connection without its pool's KeysBefore0008 always does)."""
+    found: KeysBefore0008 | None = getattr(q, "keys_before_0008", None)
+    return True if found is None else await found.remain(q)
 
 
 async def insert_into(
@@ -67,7 +104,8 @@ async def insert_into(
     the types notified from the coordinator (unless ``quiet``)."""
     name = "insert_job_quiet" if quiet else "insert_jobs"
     if not citus.on_citus(tx):
-        row = await tx.fetchrow(*SQL[name].bind(**_insert_args(jobs, now)))
+        old = await _keys_before_0008(tx) if _keyed(jobs) else True
+        row = await tx.fetchrow(*SQL[name].bind(**_insert_args(jobs, now), keys_before_0008=old))
         return row["job_keys"], row["not_inserted"]
     ready = [j["type"] for j in jobs if ready_at_once(j, now)]
     reentry = await lanes.reentry_floors(tx, ready)
@@ -128,7 +166,10 @@ async def insert_one(db: Sessions, job: Mapping[str, Any], now: datetime) -> Sto
     name = "insert_job" if job.get("idempotencyKey") is None else "insert_job_keyed"
     if citus.on_citus(db):
         return await _insert_one_on_citus(db, name, job, now)
-    insert = SQL[name].bind(**_insert_args([job], now))
+    args = _insert_args([job], now)
+    if name == "insert_job_keyed":
+        args["keys_before_0008"] = await _keys_before_0008(db)
+    insert = SQL[name].bind(**args)
     locks = locks_for([job], now)
     if locks is None:
         row = await db.fetchrow(*insert)

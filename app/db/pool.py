@@ -207,6 +207,8 @@ class _Shared:
         self.map: citus.ShardMap | None = None
         # The pool's claim hints (ADR 036), which every connection carries too.
         self.claim_hints = claims.ClaimHints()
+        # Whether keyed inserts look for jobs made before alembic 0008 (ADR 045).
+        self.keys_before_0008 = job_rows.KeysBefore0008()
 
     async def of(self, conn: asyncpg.Connection) -> citus.ShardMap | None:
         async with self._lock:
@@ -222,6 +224,7 @@ async def _init_connection(conn: asyncpg.Connection, found: _Shared | None = Non
     )
     conn.shard_map = None if found is None else await found.of(conn)
     conn.claim_hints = None if found is None else found.claim_hints
+    conn.keys_before_0008 = None if found is None else found.keys_before_0008
     if conn.shard_map is not None:
         # Citus cannot run the generic plan of a statement that passes a parameter to an
         # SQL function (jobfair_key_shard($1): "parameters in SQL functions"), and prunes
@@ -303,8 +306,8 @@ def _warm_up_calls() -> list[tuple[Any, ...]]:
     lead = dict(job_type="", now=now, workers=[], deadlines=[], via_stream=False, starts=[])
     lead |= dict(default_aging_step=0, default_aging_interval_ms=1)
     return [
-        job_rows.SQL["insert_jobs"].bind(**insert),
-        job_rows.SQL["insert_job_quiet"].bind(**insert),
+        job_rows.SQL["insert_jobs"].bind(**insert, keys_before_0008=True),
+        job_rows.SQL["insert_job_quiet"].bind(**insert, keys_before_0008=True),
         job_rows.SQL["get_job"].bind(job_key=-1),
         lanes.SQL["read_lanes"].bind(**read),
         # The same with a tenant filter: a worker that names its tenants (as Camunda's
@@ -361,6 +364,8 @@ class _Connection(asyncpg.Connection):  # type: ignore[misc]
     shard_map: citus.ShardMap | None = None
     # The pool's ClaimHints (ADR 036).
     claim_hints: claims.ClaimHints | None = None
+    # The pool's KeysBefore0008 (ADR 045).
+    keys_before_0008: job_rows.KeysBefore0008 | None = None
 
     def _may_commit(self, query: str) -> bool:
         if self.is_in_transaction():
@@ -455,6 +460,12 @@ class Database:
         """Where claims start their heads (ADR 036); every connection the pool lends
         carries it too."""
         return None if self._citus is None else self._citus.claim_hints
+
+    @property
+    def keys_before_0008(self) -> job_rows.KeysBefore0008 | None:
+        """Whether keyed inserts look for jobs made before alembic 0008 (ADR 045); every
+        connection the pool lends carries it too."""
+        return None if self._citus is None else self._citus.keys_before_0008
 
     @property
     def shard_map(self) -> citus.ShardMap | None:

@@ -10,7 +10,7 @@
 -- by one (ADR 007).  Answers one row: every job's key in input order, and the (1-based)
 -- positions of jobs not inserted because their idempotency key was taken.
 -- Locks: the caller holds the shared lane-bucket locks (app.db.lanes, the protocol).
--- Parameters: $1 :default_priority, $2 :default_retries, $3 :now, $4 :jobs, $5 :default_tenant
+-- Parameters: $1 :default_priority, $2 :default_retries, $3 :now, $4 :jobs, $5 :default_tenant, $6 :keys_before_0008
 WITH input AS MATERIALIZED (
     SELECT x.ord, jobfair_job_key(t.shard, nextval('job_key_seq')) AS job_key, t.shard,
            x.e->>'type' AS job_type, t.tenant_id,
@@ -54,10 +54,11 @@ ins_keyed AS (
            priority, retries, run_at, GREATEST(run_at, $3), variables,
            custom_headers, $3, idempotency_key, fairness_key, cost
     FROM input WHERE idempotency_key IS NOT NULL
-      AND NOT EXISTS (SELECT 1 FROM jobs o
-                      WHERE o.tenant_id = input.tenant_id
-                        AND o.idempotency_key = input.idempotency_key
-                        AND o.shard <> input.shard)
+      AND (NOT $6
+     OR NOT EXISTS (SELECT 1 FROM jobs o
+                    WHERE o.tenant_id = input.tenant_id
+                      AND o.idempotency_key = input.idempotency_key
+                      AND o.shard <> input.shard))
     ORDER BY ord
     ON CONFLICT (tenant_id, idempotency_key, shard) WHERE idempotency_key IS NOT NULL
     DO NOTHING
@@ -162,7 +163,7 @@ SELECT ARRAY(SELECT job_key FROM input ORDER BY ord) AS job_keys,
 -- name: insert_job_quiet
 -- insert_jobs without its NOTIFY, for a hand-off (claims.insert_and_claim_lead, ADR 012):
 -- the job may go to a waiter in the same transaction, and then nobody need be woken.
--- Parameters: $1 :default_priority, $2 :default_retries, $3 :now, $4 :jobs, $5 :default_tenant
+-- Parameters: $1 :default_priority, $2 :default_retries, $3 :now, $4 :jobs, $5 :default_tenant, $6 :keys_before_0008
 WITH input AS MATERIALIZED (
     SELECT x.ord, jobfair_job_key(t.shard, nextval('job_key_seq')) AS job_key, t.shard,
            x.e->>'type' AS job_type, t.tenant_id,
@@ -206,10 +207,11 @@ ins_keyed AS (
            priority, retries, run_at, GREATEST(run_at, $3), variables,
            custom_headers, $3, idempotency_key, fairness_key, cost
     FROM input WHERE idempotency_key IS NOT NULL
-      AND NOT EXISTS (SELECT 1 FROM jobs o
-                      WHERE o.tenant_id = input.tenant_id
-                        AND o.idempotency_key = input.idempotency_key
-                        AND o.shard <> input.shard)
+      AND (NOT $6
+     OR NOT EXISTS (SELECT 1 FROM jobs o
+                    WHERE o.tenant_id = input.tenant_id
+                      AND o.idempotency_key = input.idempotency_key
+                      AND o.shard <> input.shard))
     ORDER BY ord
     ON CONFLICT (tenant_id, idempotency_key, shard) WHERE idempotency_key IS NOT NULL
     DO NOTHING
@@ -446,7 +448,7 @@ FROM ins LEFT JOIN job_types t ON t.job_type = ins.job_type;
 -- key is new, no row when it is taken (the caller then answers the job holding it, as
 -- insert_jobs does).  Index: jobs_idempotency_idx (ON CONFLICT; and the probe for a job
 -- made before alembic 0008).  Locks: as insert_job.
--- Parameters: $1 :default_priority, $2 :default_retries, $3 :now, $4 :jobs, $5 :default_tenant
+-- Parameters: $1 :default_priority, $2 :default_retries, $3 :now, $4 :jobs, $5 :default_tenant, $6 :keys_before_0008
 WITH input AS MATERIALIZED (
     SELECT x.ord, jobfair_job_key(t.shard, nextval('job_key_seq')) AS job_key, t.shard,
            x.e->>'type' AS job_type, t.tenant_id,
@@ -478,10 +480,11 @@ ins AS (
            custom_headers, $3, idempotency_key, fairness_key, cost
     FROM input
     WHERE true
-      AND NOT EXISTS (SELECT 1 FROM jobs o
-                      WHERE o.tenant_id = input.tenant_id
-                        AND o.idempotency_key = input.idempotency_key
-                        AND o.shard <> input.shard)
+      AND (NOT $6
+     OR NOT EXISTS (SELECT 1 FROM jobs o
+                    WHERE o.tenant_id = input.tenant_id
+                      AND o.idempotency_key = input.idempotency_key
+                      AND o.shard <> input.shard))
     ON CONFLICT (tenant_id, idempotency_key, shard) WHERE idempotency_key IS NOT NULL
     DO NOTHING
     RETURNING job_key, job_type, tenant_id, state, priority, retries, activation_count,
@@ -586,6 +589,15 @@ FROM ins LEFT JOIN job_types t ON t.job_type = ins.job_type;
 -- A job type's jobs that became activatable (:payload, "type n"), announced by hand.
 -- Parameters: $1 :payload
 SELECT pg_notify('jobfair', $1);
+
+-- name: keys_before_0008
+-- Whether a job made before alembic 0008 with an idempotency key is left outside its
+-- tenant's shard.  Index: jobs_pkey (keys made before 0008 are below 2**52, every key
+-- made since is above 2**62).
+SELECT EXISTS (SELECT 1 FROM jobs
+               WHERE job_key < 4503599627370496  -- 2**52
+                 AND idempotency_key IS NOT NULL
+                 AND shard <> jobfair_shard(tenant_id));
 
 -- name: find_idempotent
 -- The existing job for (:tenant_ids, :idempotency_keys) pairs.  Index:

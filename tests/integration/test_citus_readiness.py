@@ -262,5 +262,22 @@ async def test_jobs_made_before_the_shards_keep_their_keys_and_their_idempotency
         [new_job] = await job_rows.insert(db, [{"type": "old", "tenantId": "acme"}], utcnow())
         assert shards.shard_of_key(new_job.job_key) == shards.shard_of("acme")
         assert new_job.job_key > max(r["job_key"] for r in made)
+        # While one of them is outside its tenant's shard, keyed inserts look there too.
+        assert moved, "the fixture's tenants: one of them has a key naming another shard"
+        assert db.keys_before_0008 is not None
+        assert await db.keys_before_0008.remain(db) and not db.keys_before_0008.none_left
+        # Once none is left (retention), a new pool finds so and looks no more: the key
+        # is free, and a keyed insert makes a new job under it.
+        await db.execute("DELETE FROM jobs WHERE job_type = 'old' AND job_key < $1", 2**52)
+    finally:
+        await db.close()
+    db = await Database.connect(before_shards, size=2)
+    try:
+        assert db.keys_before_0008 is not None
+        assert not await db.keys_before_0008.remain(db) and db.keys_before_0008.none_left
+        again = {"type": "old", "tenantId": "acme", "idempotencyKey": "once"}
+        [made_now] = await job_rows.insert(db, [again], utcnow())
+        assert made_now.created
+        assert (await job_rows.insert_one(db, {**again, "tenantId": DEFAULT_TENANT}, utcnow()))
     finally:
         await db.close()

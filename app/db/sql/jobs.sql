@@ -66,11 +66,14 @@ ready_lanes AS (
 
 -- fragment: before_0008
 -- A job made before alembic 0008 is in the shard its key names, not its tenant's, out of
--- reach of the unique index's (tenant, key, shard): found here.
-AND NOT EXISTS (SELECT 1 FROM jobs o
-                      WHERE o.tenant_id = input.tenant_id
-                        AND o.idempotency_key = input.idempotency_key
-                        AND o.shard <> input.shard)
+-- reach of the unique index's (tenant, key, shard): found here, while such a job with an
+-- idempotency key may remain (:keys_before_0008, job_rows.KeysBefore0008; none can come
+-- back once none is left).
+AND (NOT :keys_before_0008
+     OR NOT EXISTS (SELECT 1 FROM jobs o
+                    WHERE o.tenant_id = input.tenant_id
+                      AND o.idempotency_key = input.idempotency_key
+                      AND o.shard <> input.shard))
 
 -- fragment: before_0008 @citus
 -- None on Citus: the tables are distributed only once every job is in its tenant's
@@ -150,6 +153,15 @@ FROM ins LEFT JOIN job_types t ON t.job_type = ins.job_type
 -- name: notify_ready
 -- A job type's jobs that became activatable (:payload, "type n"), announced by hand.
 SELECT pg_notify('{{NOTIFY_CHANNEL}}', :payload)
+
+-- name: keys_before_0008
+-- Whether a job made before alembic 0008 with an idempotency key is left outside its
+-- tenant's shard.  Index: jobs_pkey (keys made before 0008 are below 2**52, every key
+-- made since is above 2**62).
+SELECT EXISTS (SELECT 1 FROM jobs
+               WHERE job_key < 4503599627370496  -- 2**52
+                 AND idempotency_key IS NOT NULL
+                 AND shard <> jobfair_shard(tenant_id))
 
 -- name: find_idempotent
 -- The existing job for (:tenant_ids, :idempotency_keys) pairs.  Index:
