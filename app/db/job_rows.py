@@ -53,7 +53,8 @@ def _keyed(jobs: Sequence[Mapping[str, Any]]) -> bool:
     return any(j.get("idempotencyKey") is not None for j in jobs)
 
 
-def _insert_args(jobs: Sequence[Mapping[str, Any]], now: datetime) -> dict[str, Any]:
+def insert_args(jobs: Sequence[Mapping[str, Any]], now: datetime) -> dict[str, Any]:
+    """What the insert statements take of ``jobs`` (as the API spells them) at ``now``."""
     return dict(
         jobs=orjson.dumps(jobs).decode(),
         now=now,
@@ -105,14 +106,14 @@ async def insert_into(
     name = "insert_job_quiet" if quiet else "insert_jobs"
     if not citus.on_citus(tx):
         old = await _keys_before_0008(tx) if _keyed(jobs) else True
-        row = await tx.fetchrow(*SQL[name].bind(**_insert_args(jobs, now), keys_before_0008=old))
+        row = await tx.fetchrow(*SQL[name].bind(**insert_args(jobs, now), keys_before_0008=old))
         return row["job_keys"], row["not_inserted"]
     ready = [j["type"] for j in jobs if ready_at_once(j, now)]
     reentry = await lanes.reentry_floors(tx, ready)
     keys = [0] * len(jobs)
     not_inserted: list[int] = []
     for shards, part in citus.split(tx, range(len(jobs)), lambda i: tenant_of(jobs[i])):
-        args = _insert_args([jobs[i] for i in part], now)
+        args = insert_args([jobs[i] for i in part], now)
         row = await tx.fetchrow(*SQL.on(shards, name, **args, **reentry))
         for i, key in zip(part, row["job_keys"], strict=True):
             keys[i] = key
@@ -166,7 +167,7 @@ async def insert_one(db: Sessions, job: Mapping[str, Any], now: datetime) -> Sto
     name = "insert_job" if job.get("idempotencyKey") is None else "insert_job_keyed"
     if citus.on_citus(db):
         return await _insert_one_on_citus(db, name, job, now)
-    args = _insert_args([job], now)
+    args = insert_args([job], now)
     if name == "insert_job_keyed":
         args["keys_before_0008"] = await _keys_before_0008(db)
     insert = SQL[name].bind(**args)
@@ -193,7 +194,7 @@ async def _insert_one_on_citus(
     reentry = await lanes.reentry_floors(db, [job["type"]] if ready else [])
     [(shards, _)] = citus.split(db, [tenant_of(job)], str)
     async with db.transaction(first=locks_for([job], now)) as tx:
-        row = await tx.fetchrow(*SQL.on(shards, name, **_insert_args([job], now), **reentry))
+        row = await tx.fetchrow(*SQL.on(shards, name, **insert_args([job], now), **reentry))
         if ready and row is not None:
             await notify_ready(tx, job["type"], 1)
     return None if row is None else _stored(row)

@@ -28,7 +28,7 @@ from app.db import citus, claims, finishing, job_rows, lanes, operating
 from app.db.base import transaction_on
 from app.db.bounds import HISTORY_SETTING
 from app.db.connect import connect
-from app.domain import DEFAULT_PRIORITY, DEFAULT_RETRIES, DEFAULT_TENANT, utcnow
+from app.domain import utcnow
 from app.errors import OutcomeUnknown, StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -199,15 +199,14 @@ class _Shared:
     coordinator with Jobfair's tables distributed, found by the pool's first connection,
     and then its ShardMap, which every connection carries as ``shard_map`` (None: one
     PostgreSQL) for the storage modules (app.db.citus.split); and the pool's
-    ClaimHints, carried as ``claim_hints`` (ADR 036)."""
+    ClaimHints and KeysBefore0008, carried as ``claim_hints`` (ADR 036) and
+    ``keys_before_0008`` (ADR 045)."""
 
     def __init__(self) -> None:
         self._lock = asyncio.Lock()
         self.known = False
         self.map: citus.ShardMap | None = None
-        # The pool's claim hints (ADR 036), which every connection carries too.
         self.claim_hints = claims.ClaimHints()
-        # Whether keyed inserts look for jobs made before alembic 0008 (ADR 045).
         self.keys_before_0008 = job_rows.KeysBefore0008()
 
     async def of(self, conn: asyncpg.Connection) -> citus.ShardMap | None:
@@ -244,16 +243,7 @@ async def _init_connection(conn: asyncpg.Connection, found: _Shared | None = Non
 def _citus_warm_up_calls() -> list[tuple[Any, ...]]:
     """_warm_up_calls as Citus runs them (each naming no shard: it touches none)."""
     now = utcnow()
-    insert = dict(
-        jobs="[]",
-        now=now,
-        default_tenant=DEFAULT_TENANT,
-        default_priority=DEFAULT_PRIORITY,
-        default_retries=DEFAULT_RETRIES,
-        shards=[0],
-        reentry_types=[],
-        reentry_vtimes=[],
-    )
+    insert = dict(job_rows.insert_args([], now), shards=[0], reentry_types=[], reentry_vtimes=[])
     charge: dict[str, list[Any]] = {name: [] for name in lanes.CHARGE_ARRAYS}
     claim = dict(job_type="", tenants=[], keys=[], counts=[], now=now, workers=[], deadlines=[])
     claim |= dict(aging_step=0, aging_interval_ms=1, via_stream=False, starts=[], shards=[0])
@@ -291,13 +281,7 @@ def _warm_up_calls() -> list[tuple[Any, ...]]:
     and planning each statement, and a connection opened under load held up every pickup
     behind it (ADR 010)."""
     now = utcnow()
-    insert = dict(
-        jobs="[]",
-        now=now,
-        default_tenant=DEFAULT_TENANT,
-        default_priority=DEFAULT_PRIORITY,
-        default_retries=DEFAULT_RETRIES,
-    )
+    insert = job_rows.insert_args([], now)
     charge: dict[str, list[Any]] = {name: [] for name in lanes.CHARGE_ARRAYS}
     read = dict(job_type="", limit=1, exclude=[], **charge)
     claim = dict(job_type="", tenants=[], keys=[], counts=[], now=now, workers=[], deadlines=[])
@@ -362,9 +346,8 @@ class _Connection(asyncpg.Connection):  # type: ignore[misc]
 
     # On a Citus coordinator, its ShardMap (set when the pool opens the connection).
     shard_map: citus.ShardMap | None = None
-    # The pool's ClaimHints (ADR 036).
+    # The pool's ClaimHints (ADR 036) and KeysBefore0008 (ADR 045).
     claim_hints: claims.ClaimHints | None = None
-    # The pool's KeysBefore0008 (ADR 045).
     keys_before_0008: job_rows.KeysBefore0008 | None = None
 
     def _may_commit(self, query: str) -> bool:
@@ -463,8 +446,7 @@ class Database:
 
     @property
     def keys_before_0008(self) -> job_rows.KeysBefore0008 | None:
-        """Whether keyed inserts look for jobs made before alembic 0008 (ADR 045); every
-        connection the pool lends carries it too."""
+        """The pool's (ADR 045), which every connection it lends carries too."""
         return None if self._citus is None else self._citus.keys_before_0008
 
     @property
