@@ -22,7 +22,7 @@ from app.config import Settings
 from app.main import create_app
 from tests.acceptance.test_long_polling import until_waiting
 from tests.acceptance.test_streams import Events
-from tests.fixtures import Live, ServerProcess, free_port, quiet_settings, serving, wait_ready
+from tests.fixtures import Live, ServerProcess, quiet_settings, serving, wait_ready
 from tests.helpers import activate, assert_problem, complete
 from tests.integration.test_supervisor import _until, _workers
 
@@ -32,14 +32,17 @@ class Proxy:
 
     def __init__(self, socket_path: str) -> None:
         self.socket_path = socket_path
-        self.port = free_port()
+        self.port = 0  # the first open takes one the system gives, and keeps it after
         self.server: asyncio.Server | None = None
         self.links: set[asyncio.StreamWriter] = set()
         # Bytes that, once passed on to the database, cut the proxy: its answer is lost.
         self.cut_after: bytes | None = None
 
     async def open(self) -> None:
+        # Not a port found free beforehand: under load another process took one between
+        # the look and the bind ("address already in use" at setup, in two full runs).
         self.server = await asyncio.start_server(self._link, "127.0.0.1", self.port)
+        self.port = self.server.sockets[0].getsockname()[1]
 
     def cut(self) -> None:
         assert self.server is not None
